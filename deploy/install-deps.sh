@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every build, test and benchmark dependency of numaserve from
+# Debian's packages. Idempotent: quiet and quick when everything is present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git clang-format
+  libdnnl-dev libopenblas-openmp-dev libblis-openmp-dev libhwloc-dev hwloc
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  prometheus-cpp-dev libonnx-dev libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-grpcio python3-grpc-tools python3-onnx python3-numpy python3-protobuf
+  prometheus curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
