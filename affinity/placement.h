@@ -1,0 +1,65 @@
+// Placement: a pure function from (topology, options) to a plan of workers.
+// Nothing here touches the machine; pinning.h applies a plan.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "affinity/topology.h"
+
+namespace numaserve::affinity {
+
+// What one worker spans.
+enum class Domain {
+  kNuma,     // one worker per NUMA node (default: memory stays local)
+  kPackage,  // one worker per socket
+  kL3,       // one worker per L3 cache domain (EPYC CCX/CCD)
+  kCore,     // one worker per physical core
+};
+absl::StatusOr<Domain> ParseDomain(const std::string& name);  // "numa" | "package" | "l3" | "core"
+const char* DomainName(Domain domain);
+
+struct PlacementOptions {
+  // Unit of one worker; NUMA keeps each worker's memory local.
+  Domain domain = Domain::kNuma;
+  // Give each worker the SMT siblings of its cores too. Off by default:
+  // GEMM-bound work gains nothing from a second thread on the same FMA units.
+  bool use_smt = false;
+  // Cap on the number of workers (0 = one per domain). Domains are taken in order.
+  int max_workers = 0;
+};
+
+struct WorkerPlacement {
+  int index = 0;                  // 0..n-1
+  std::string domain;             // human label, e.g. "numa 1", "package 0", "l3 3", "core 5"
+  std::vector<int> cpus;          // OS cpus the worker is bound to (and its OpenMP places)
+  int numa_node = -1;             // OS index of the node its memory is bound to, -1 = none
+  int num_threads = 0;            // OpenMP team size (= cores, or PUs with use_smt)
+  // OMP_NUM_THREADS, OMP_PLACES, OMP_PROC_BIND, OMP_WAIT_POLICY, KMP_AFFINITY,
+  // KMP_BLOCKTIME, KMP_HW_SUBSET-free equivalents for libgomp (GOMP_CPU_AFFINITY,
+  // GOMP_SPINCOUNT), in a stable order.
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+struct Plan {
+  std::string topology_source;
+  Domain domain = Domain::kNuma;
+  bool use_smt = false;
+  std::vector<WorkerPlacement> workers;
+};
+
+// Errors carry numbers: "domain l3 found no L3 cache in topology '...'".
+absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& options);
+
+// The OpenMP / KMP / GOMP environment of a worker on `cpus` with `threads` threads.
+std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::vector<int>& cpus,
+                                                                   int threads);
+
+// Human report, like `mpirun --report-bindings`: the topology, then one block per worker.
+std::string FormatReport(const Topology& topology, const Plan& plan);
+// The same as one JSON object: {"topology": {...}, "plan": {"workers": [...]}}.
+std::string FormatReportJson(const Topology& topology, const Plan& plan);
+
+}  // namespace numaserve::affinity

@@ -1,0 +1,82 @@
+// A model as the server sees it: metadata to validate requests against
+// (InspectModel, no kernels) and a compiled, runnable form (CompiledModel)
+// built once per worker with its weights prepared in the kernels' layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace numaserve::engine {
+
+enum class DataType {
+  kUnknown,
+  kBool,
+  kUint8,
+  kInt8,
+  kInt32,
+  kInt64,
+  kFloat16,
+  kBFloat16,
+  kFloat32,
+  kFloat64,
+};
+// KServe v2 names: "FP32", "INT64", "BOOL", ...; "UNKNOWN" otherwise.
+const char* DataTypeName(DataType type);
+DataType DataTypeFromName(const std::string& name);  // kUnknown if not a v2 name
+size_t DataTypeSize(DataType type);                   // bytes per element, 0 if unknown
+
+struct TensorInfo {
+  std::string name;
+  DataType type = DataType::kUnknown;
+  std::vector<int64_t> shape;  // -1 where the dimension is dynamic
+};
+
+struct ModelInfo {
+  std::string path;
+  std::vector<TensorInfo> inputs;
+  std::vector<TensorInfo> outputs;
+  // True when dim 0 of every input and output is dynamic (the batch
+  // dimension). Requests may then carry any number of rows >= 1.
+  bool batched = false;
+  int64_t opset = 0;           // default-domain opset the model imports
+  int64_t parameter_bytes = 0; // bytes of initializers (weights)
+  double flops_per_row = 0;    // multiply-adds x2 per batch row (Gemm/MatMul)
+};
+
+// Parses, checks (onnx::checker) and shape-infers the file; reads metadata.
+// Errors name the file and the problem, including unsupported operators
+// ("model.onnx: node 'conv1' uses unsupported op Conv").
+absl::StatusOr<ModelInfo> InspectModel(const std::string& path);
+
+struct CompileOptions {
+  // Threads for the kernels; 0 = the OpenMP default (OMP_NUM_THREADS).
+  int num_threads = 0;
+};
+
+class CompiledModel {
+ public:
+  virtual ~CompiledModel() = default;
+
+  // Imports and compiles the model: fuses ops into oneDNN primitives and
+  // reorders weights once into the layout the kernels prefer. Call it in the
+  // worker after it is pinned, so the weights land in node-local memory.
+  static absl::StatusOr<std::unique_ptr<CompiledModel>> Load(const std::string& path,
+                                                             const CompileOptions& options);
+
+  virtual const ModelInfo& info() const = 0;
+
+  // Concrete output shapes for `batch` rows (dim 0 replaced when batched).
+  virtual std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const = 0;
+
+  // Runs `batch` rows. inputs[i] holds info().inputs[i] for all rows,
+  // contiguous and row-major; outputs[i] has room for OutputShapes(batch)[i].
+  // Not thread-safe: one Run at a time per CompiledModel.
+  virtual absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
+                           const std::vector<void*>& outputs) = 0;
+};
+
+}  // namespace numaserve::engine
