@@ -1,0 +1,207 @@
+#include "server/infer_command.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "engine/model.h"
+#include "grpc_service.grpc.pb.h"
+#include "server/args.h"
+#include "server/infer_request.h"
+#include "server/npy.h"
+
+namespace numaserve::server {
+namespace {
+
+int Fail(const std::string& message) {
+  fprintf(stderr, "numaserve infer: %s\n", message.c_str());
+  return 1;
+}
+
+struct InputSpec {
+  std::vector<int64_t> shape;  // empty: from the model (dynamic dims = 1)
+  std::string npy;             // a file, or empty for random values
+};
+
+// "image=1,1,28,28:random", "image=1x1x28x28:random", "image=batch.npy"
+absl::StatusOr<std::pair<std::string, InputSpec>> ParseInputFlag(const std::string& text) {
+  size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--input '", text, "': expected NAME=SHAPE:random or NAME=FILE.npy"));
+  }
+  std::string name = text.substr(0, eq), value = text.substr(eq + 1);
+  InputSpec spec;
+  if (value.size() > 4 && value.compare(value.size() - 4, 4, ".npy") == 0) {
+    spec.npy = value;
+    return std::make_pair(name, spec);
+  }
+  std::string shape_text = value;
+  if (size_t colon = value.rfind(':'); colon != std::string::npos) {
+    if (value.substr(colon + 1) != "random") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input '", text, "': only ':random' values or a .npy file are supported"));
+    }
+    shape_text = value.substr(0, colon);
+  }
+  for (absl::string_view dim : absl::StrSplit(shape_text, absl::ByAnyChar(",x"))) {
+    int64_t d = 0;
+    if (!absl::SimpleAtoi(dim, &d) || d < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input '", text, "': bad dimension '", dim, "' in the shape"));
+    }
+    spec.shape.push_back(d);
+  }
+  return std::make_pair(name, spec);
+}
+
+std::string NpyDtypeFor(const std::string& datatype) {
+  static const std::map<std::string, std::string> kMap = {
+      {"FP32", "<f4"},  {"FP64", "<f8"}, {"INT32", "<i4"}, {"INT64", "<i8"},
+      {"UINT8", "|u1"}, {"INT8", "|i1"}, {"BOOL", "|b1"}};
+  auto it = kMap.find(datatype);
+  return it == kMap.end() ? "" : it->second;
+}
+
+void PrintOutput(const inference::ModelInferResponse::InferOutputTensor& out,
+                 const std::string& raw) {
+  std::vector<int64_t> shape(out.shape().begin(), out.shape().end());
+  printf("%s %s %s\n", out.name().c_str(), out.datatype().c_str(), ShapeString(shape).c_str());
+  if (out.datatype() != "FP32") {
+    printf("  (%zu bytes)\n", raw.size());
+    return;
+  }
+  const float* v = reinterpret_cast<const float*>(raw.data());
+  size_t n = raw.size() / sizeof(float);
+  size_t cols = shape.empty() ? n : static_cast<size_t>(shape.back());
+  size_t rows = cols == 0 ? 0 : n / cols;
+  for (size_t r = 0; r < std::min<size_t>(rows, 16); ++r) {
+    std::string line;
+    for (size_t c = 0; c < std::min<size_t>(cols, 10); ++c) {
+      absl::StrAppend(&line, c ? " " : "", absl::StrFormat("%.4f", v[r * cols + c]));
+    }
+    if (cols > 10) absl::StrAppend(&line, " ...");
+    size_t best = std::max_element(v + r * cols, v + (r + 1) * cols) - (v + r * cols);
+    printf("  [%zu] %s  argmax=%zu\n", r, line.c_str(), best);
+  }
+  if (rows > 16) printf("  ... %zu rows\n", rows);
+}
+
+}  // namespace
+
+int InferCommand(const std::vector<std::string>& args) {
+  std::string url = "127.0.0.1:8001", model, version;
+  std::vector<std::string> input_flags;
+  int64_t seed = 1, timeout_ms = 30000;
+  ArgParser parser("infer",
+                   "Send one inference request to a running server and print the outputs.");
+  parser.AddString("url", &url, "server address HOST:PORT");
+  parser.AddString("model", &model, "model name");
+  parser.AddString("version", &version, "model version (empty: the served one)");
+  parser.AddRepeated("input", &input_flags,
+                     "NAME=SHAPE:random (e.g. image=4,1,28,28:random) or NAME=FILE.npy; "
+                     "inputs not given get random values with batch 1");
+  parser.AddInt("seed", &seed, "seed for random inputs");
+  parser.AddInt("timeout-ms", &timeout_ms, "deadline of the request");
+  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  if (model.empty()) return Fail("--model is required (see numaserve infer --help)");
+  std::map<std::string, InputSpec> specs;
+  for (const auto& f : input_flags) {
+    auto parsed = ParseInputFlag(f);
+    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+    specs[parsed->first] = parsed->second;
+  }
+
+  auto channel = grpc::CreateChannel(url, grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
+
+  inference::ModelMetadataRequest meta_request;
+  meta_request.set_name(model);
+  meta_request.set_version(version);
+  inference::ModelMetadataResponse meta;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    grpc::Status s = stub->ModelMetadata(&ctx, meta_request, &meta);
+    if (!s.ok())
+      return Fail(absl::StrCat("ModelMetadata(", model, ") at ", url, ": ", s.error_message()));
+  }
+
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  request.set_model_version(version);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (const auto& t : meta.inputs()) {
+    auto* in = request.add_inputs();
+    in->set_name(t.name());
+    in->set_datatype(t.datatype());
+    InputSpec spec = specs.count(t.name()) ? specs[t.name()] : InputSpec{};
+    specs.erase(t.name());
+    std::string* raw = request.add_raw_input_contents();
+    if (!spec.npy.empty()) {
+      auto array = ReadNpy(spec.npy);
+      if (!array.ok()) return Fail(std::string(array.status().message()));
+      if (array->dtype != NpyDtypeFor(t.datatype())) {
+        return Fail(absl::StrCat(spec.npy, ": dtype ", array->dtype, " but input '", t.name(),
+                                 "' is ", t.datatype(), " (", NpyDtypeFor(t.datatype()), ")"));
+      }
+      for (int64_t d : array->shape) in->add_shape(d);
+      *raw = std::move(array->data);
+      continue;
+    }
+    std::vector<int64_t> shape = spec.shape;
+    if (shape.empty()) {
+      for (int64_t d : t.shape()) shape.push_back(d < 0 ? 1 : d);
+    }
+    int64_t elements = 1;
+    for (int64_t d : shape) {
+      in->add_shape(d);
+      elements *= d;
+    }
+    if (t.datatype() != "FP32") {
+      return Fail(absl::StrCat("input '", t.name(), "' is ", t.datatype(),
+                               ": random values are FP32 only; pass a .npy file"));
+    }
+    raw->resize(static_cast<size_t>(elements) * sizeof(float));
+    float* p = reinterpret_cast<float*>(raw->data());
+    for (int64_t i = 0; i < elements; ++i) p[i] = uniform(rng);
+  }
+  if (!specs.empty()) {
+    return Fail(absl::StrCat("model '", model, "' has no input '", specs.begin()->first, "'"));
+  }
+
+  inference::ModelInferResponse response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  auto start = std::chrono::steady_clock::now();
+  grpc::Status s = stub->ModelInfer(&ctx, request, &response);
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!s.ok()) {
+    return Fail(absl::StrCat("ModelInfer: ", s.error_code(), " ", s.error_message()));
+  }
+  printf("model %s version %s (%.2f ms)\n", response.model_name().c_str(),
+         response.model_version().c_str(), ms);
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    PrintOutput(response.outputs(i),
+                i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "");
+  }
+  return 0;
+}
+
+}  // namespace numaserve::server

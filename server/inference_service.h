@@ -1,0 +1,70 @@
+// inference.GRPCInferenceService (KServe v2 / Open Inference Protocol) on
+// gRPC's callback API: handlers validate, hand the task to the router and
+// return; the reactor is finished from the completion path.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "grpc_service.grpc.pb.h"
+#include "server/model_repository.h"
+#include "server/router.h"
+
+namespace numaserve::server {
+
+class Metrics;
+class WorkerSupervisor;
+
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  struct Options {
+    // Deadline for a request whose client set none: it waits at most this
+    // long for a worker, and is answered DEADLINE_EXCEEDED after.
+    std::chrono::milliseconds default_timeout{60000};
+  };
+
+  InferenceService(const Options& options, const ModelRepository* repository,
+                   WorkerSupervisor* workers, Router* router, Metrics* metrics);
+
+  // Readiness turns false; new inferences get UNAVAILABLE.
+  void SetShuttingDown() { shutting_down_ = true; }
+  bool Ready() const;
+  ModelState StateOf(const RepositoryModel& model, std::string* reason) const;
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+
+ private:
+  // NOT_FOUND for an unknown model or version; the model otherwise.
+  absl::StatusOr<const RepositoryModel*> Resolve(const std::string& name,
+                                                 const std::string& version) const;
+
+  const Options options_;
+  const ModelRepository* const repository_;
+  WorkerSupervisor* const workers_;
+  Router* const router_;
+  Metrics* const metrics_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+// One mapping from absl::Status to grpc::Status, used at the edge only.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace numaserve::server

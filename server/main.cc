@@ -1,0 +1,46 @@
+// numaserve: serve | topology | infer (and the internal `worker`).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "server/infer_command.h"
+#include "server/serve_command.h"
+#include "server/topology_command.h"
+#include "server/worker_main.h"
+
+namespace {
+
+void PrintUsage() {
+  printf(
+      "numaserve %s: inference and training server for CPU nodes\n\n"
+      "usage: numaserve COMMAND [options]\n\n"
+      "commands:\n"
+      "  serve      serve a model repository over gRPC (KServe v2) with Prometheus metrics\n"
+      "  topology   print the machine (hwloc) and the worker placement plan\n"
+      "  infer      send one request to a running server and print the outputs\n\n"
+      "`numaserve COMMAND --help` lists a command's options.\n",
+      NUMASERVE_VERSION);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    PrintUsage();
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("numaserve %s\n", NUMASERVE_VERSION);
+    return 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  using namespace numaserve::server;
+  if (command == "serve") return ServeCommand(args);
+  if (command == "topology") return TopologyCommand(args);
+  if (command == "infer") return InferCommand(args);
+  if (command == "worker") return WorkerCommand(args);
+  fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
+  return 2;
+}

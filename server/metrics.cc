@@ -1,0 +1,137 @@
+#include "server/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace numaserve::server {
+namespace {
+
+// Latency buckets from 50 us to 10 s: small-batch MLPs finish in well under
+// a millisecond, big CNN batches take seconds.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,    0.1,    0.25,    0.5,    1.0,   2.5,    5.0,   10.0};
+}
+
+prometheus::Labels WorkerLabels(int worker, int numa_node) {
+  return {{"worker", absl::StrCat(worker)}, {"numa_node", absl::StrCat(numa_node)}};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& address) {
+  std::unique_ptr<Metrics> m(new Metrics());
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  }
+  auto ports = m->exposer_->GetListeningPorts();
+  m->port_ = ports.empty() ? 0 : ports.front();
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  auto& r = *m->registry_;
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  m->requests_ = &BuildCounter()
+                      .Name("numaserve_requests_total")
+                      .Help("Inference requests by model and outcome (success or gRPC status)")
+                      .Register(r);
+  m->request_duration_ = &BuildHistogram()
+                              .Name("numaserve_request_duration_seconds")
+                              .Help("Time from receiving an inference request to answering it")
+                              .Register(r);
+  m->inferences_ = &BuildCounter()
+                        .Name("numaserve_inferences_total")
+                        .Help("Rows (samples) inferred, by model")
+                        .Register(r);
+  m->queue_duration_ = &BuildHistogram()
+                            .Name("numaserve_queue_duration_seconds")
+                            .Help("Time a request waited for a worker")
+                            .Register(r);
+  m->compute_duration_ = &BuildHistogram()
+                              .Name("numaserve_compute_duration_seconds")
+                              .Help("Time a request's batch spent in the engine on a worker")
+                              .Register(r);
+  m->worker_busy_ = &BuildCounter()
+                         .Name("numaserve_worker_busy_seconds_total")
+                         .Help("Seconds each worker spent computing")
+                         .Register(r);
+  m->worker_inferences_ = &BuildCounter()
+                               .Name("numaserve_worker_inferences_total")
+                               .Help("Rows computed by each worker")
+                               .Register(r);
+  m->worker_flops_ = &BuildCounter()
+                          .Name("numaserve_worker_flops_total")
+                          .Help("Floating-point operations executed by each worker")
+                          .Register(r);
+  m->worker_restarts_ = &BuildCounter()
+                             .Name("numaserve_worker_restarts_total")
+                             .Help("Times the supervisor restarted a worker that exited")
+                             .Register(r);
+  m->worker_ready_ = &BuildGauge()
+                          .Name("numaserve_worker_ready")
+                          .Help("1 when the worker process is up and has its models loaded")
+                          .Register(r);
+  m->model_ready_ = &BuildGauge()
+                         .Name("numaserve_model_ready")
+                         .Help("1 when the model version is ready to serve")
+                         .Register(r);
+  m->model_weight_bytes_ = &BuildGauge()
+                                .Name("numaserve_model_weight_bytes")
+                                .Help("Bytes of model weights resident on each worker")
+                                .Register(r);
+  m->exposer_->RegisterCollectable(m->registry_);
+  return m;
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::RecordRequest(const std::string& model, const std::string& outcome, double seconds) {
+  requests_->Add({{"model", model}, {"outcome", outcome}}).Increment();
+  request_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(seconds);
+}
+
+void Metrics::RecordInference(const std::string& model, int64_t rows, double queue_seconds,
+                              double compute_seconds) {
+  inferences_->Add({{"model", model}}).Increment(static_cast<double>(rows));
+  queue_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(queue_seconds);
+  compute_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(compute_seconds);
+}
+
+void Metrics::RecordWorkerBusy(int worker, int numa_node, double seconds, int64_t rows,
+                               double flops) {
+  auto labels = WorkerLabels(worker, numa_node);
+  worker_busy_->Add(labels).Increment(seconds);
+  worker_inferences_->Add(labels).Increment(static_cast<double>(rows));
+  worker_flops_->Add(labels).Increment(flops);
+}
+
+void Metrics::RecordWorkerRestart(int worker, int numa_node) {
+  worker_restarts_->Add(WorkerLabels(worker, numa_node)).Increment();
+}
+
+void Metrics::SetWorkerReady(int worker, int numa_node, bool ready) {
+  worker_ready_->Add(WorkerLabels(worker, numa_node)).Set(ready ? 1 : 0);
+}
+
+void Metrics::SetModelReady(const std::string& model, const std::string& version, bool ready) {
+  model_ready_->Add({{"model", model}, {"version", version}}).Set(ready ? 1 : 0);
+}
+
+void Metrics::SetModelWeightBytes(const std::string& model, int worker, int numa_node,
+                                  double bytes) {
+  auto labels = WorkerLabels(worker, numa_node);
+  labels["model"] = model;
+  model_weight_bytes_->Add(labels).Set(bytes);
+}
+
+}  // namespace numaserve::server

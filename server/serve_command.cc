@@ -1,0 +1,182 @@
+#include "server/serve_command.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <limits>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "affinity/placement.h"
+#include "affinity/topology.h"
+#include "server/args.h"
+#include "server/inference_service.h"
+#include "server/metrics.h"
+#include "server/model_repository.h"
+#include "server/router.h"
+#include "server/worker_supervisor.h"
+
+namespace numaserve::server {
+namespace {
+
+struct ServeOptions {
+  std::string model_repository = "models";
+  std::string host = "127.0.0.1";
+  int64_t grpc_port = 8001;
+  int64_t metrics_port = 8002;
+  std::string domain = "numa";
+  std::string topology;
+  std::string cpuset;
+  bool use_smt = false;
+  int64_t max_workers = 0;
+  int64_t worker_arena_mb = 256;
+  int64_t grpc_max_message_mb = 64;
+  int64_t default_timeout_ms = 60000;
+  int64_t shutdown_timeout_s = 30;
+};
+
+int Fail(const absl::Status& status) {
+  fprintf(stderr, "numaserve serve: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int ServeCommand(const std::vector<std::string>& args) {
+  ServeOptions o;
+  ArgParser parser("serve", "Serve the models of a repository over gRPC (KServe v2).");
+  parser.AddString("model-repository", &o.model_repository,
+                   "directory of <model>/<version>/model.onnx");
+  parser.AddString("host", &o.host, "address to listen on (0.0.0.0 for every interface)");
+  parser.AddInt("grpc-port", &o.grpc_port, "gRPC port; 0 picks a free one");
+  parser.AddInt("metrics-port", &o.metrics_port, "Prometheus /metrics port; 0 picks a free one");
+  parser.AddString("domain", &o.domain, "one worker per: numa | package | l3 | core");
+  parser.AddString("topology", &o.topology,
+                   "plan for an hwloc synthetic topology or XML file instead of this machine");
+  parser.AddString("cpuset", &o.cpuset, "use only these cpus, e.g. 0-7");
+  parser.AddBool("use-smt", &o.use_smt, "give workers the SMT siblings of their cores too");
+  parser.AddInt("max-workers", &o.max_workers, "at most this many workers (0: one per domain)");
+  parser.AddInt("worker-arena-mb", &o.worker_arena_mb,
+                "shared memory per worker for batch inputs and outputs");
+  parser.AddInt("grpc-max-message-mb", &o.grpc_max_message_mb, "largest gRPC request or response");
+  parser.AddInt("default-timeout-ms", &o.default_timeout_ms,
+                "deadline for requests whose client sets none");
+  parser.AddInt("shutdown-timeout", &o.shutdown_timeout_s,
+                "seconds SIGTERM waits for accepted requests to finish");
+  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(s);
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  if (o.grpc_port < 0 || o.grpc_port > 65535 || o.metrics_port < 0 || o.metrics_port > 65535) {
+    return Fail(absl::InvalidArgumentError("ports must be between 0 and 65535"));
+  }
+  if (o.worker_arena_mb < 1) {
+    return Fail(absl::InvalidArgumentError("--worker-arena-mb must be at least 1"));
+  }
+
+  // SIGINT/SIGTERM are taken by sigwait below; block them before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  // 1. The machine and the plan.
+  auto topology = affinity::DiscoverTopology({o.topology, o.cpuset});
+  if (!topology.ok()) return Fail(topology.status());
+  auto domain = affinity::ParseDomain(o.domain);
+  if (!domain.ok()) return Fail(domain.status());
+  affinity::PlacementOptions placement;
+  placement.domain = *domain;
+  placement.use_smt = o.use_smt;
+  placement.max_workers = static_cast<int>(o.max_workers);
+  auto plan = affinity::MakePlan(*topology, placement);
+  if (!plan.ok()) return Fail(plan.status());
+  fprintf(stderr, "%s", affinity::FormatReport(*topology, *plan).c_str());
+
+  // 2. The models.
+  auto repository = ModelRepository::Open(o.model_repository);
+  if (!repository.ok()) return Fail(repository.status());
+  std::vector<WorkerSupervisor::ModelToLoad> to_load;
+  for (const auto& m : (*repository)->models()) {
+    if (m.error.empty()) {
+      to_load.push_back({m.key(), m.path});
+      fprintf(stderr, "numaserve: model %s version %d: %s\n", m.name.c_str(),
+              static_cast<int>(m.version), m.path.c_str());
+    } else {
+      fprintf(stderr, "numaserve: model %s is not available: %s\n", m.name.c_str(),
+              m.error.c_str());
+    }
+  }
+
+  // 3. Metrics, workers, router.
+  auto metrics = Metrics::Create(absl::StrCat(o.host, ":", o.metrics_port));
+  if (!metrics.ok()) return Fail(metrics.status());
+  Router* router_ptr = nullptr;
+  WorkerSupervisor::Options worker_options;
+  worker_options.arena_bytes = static_cast<size_t>(o.worker_arena_mb) << 20;
+  auto workers = WorkerSupervisor::Create(worker_options, *plan, to_load, metrics->get(), [&] {
+    if (router_ptr != nullptr) router_ptr->Pump();
+  });
+  if (!workers.ok()) return Fail(workers.status());
+  Router router(Router::Options{}, workers->get(), metrics->get());
+  router_ptr = &router;
+  (*workers)->Start(std::chrono::minutes(5));
+  for (const auto& m : (*repository)->models()) {
+    bool ready = m.error.empty() && (*workers)->ModelAvailable(m.key());
+    (*metrics)->SetModelReady(m.name, absl::StrCat(m.version), ready);
+    if (m.error.empty() && !ready) {
+      fprintf(stderr, "numaserve: model %s failed to load: %s\n", m.name.c_str(),
+              (*workers)->LoadError(m.key()).c_str());
+    }
+  }
+
+  // 4. gRPC.
+  InferenceService::Options service_options;
+  service_options.default_timeout = std::chrono::milliseconds(o.default_timeout_ms);
+  InferenceService service(service_options, repository->get(), workers->get(), &router,
+                           metrics->get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_port);
+  const int max_message = static_cast<int>(
+      std::min<int64_t>(o.grpc_max_message_mb << 20, std::numeric_limits<int>::max()));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || grpc_port == 0) {
+    return Fail(absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on ", o.host, ":", o.grpc_port)));
+  }
+  server->GetHealthCheckService()->SetServingStatus(service.Ready());
+  server->GetHealthCheckService()->SetServingStatus("inference.GRPCInferenceService",
+                                                    service.Ready());
+
+  // The one line scripts wait for.
+  printf("grpc=%s:%d metrics=%s:%d\n", o.host.c_str(), grpc_port, o.host.c_str(),
+         (*metrics)->port());
+  fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  fprintf(stderr, "numaserve: %s received, draining\n", strsignal(signal_number));
+
+  // Stop taking work, finish what was accepted, then stop the workers.
+  service.SetShuttingDown();
+  server->GetHealthCheckService()->SetServingStatus(false);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(o.shutdown_timeout_s));
+  router.Stop();
+  (*workers)->Stop();
+  fprintf(stderr, "numaserve: stopped\n");
+  return 0;
+}
+
+}  // namespace numaserve::server

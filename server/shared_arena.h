@@ -1,0 +1,58 @@
+// Shared memory between the server and one worker: a memfd mapped by both.
+// The server gathers a batch's inputs into it, the worker computes in place
+// and writes outputs back into it; the control socket carries only offsets.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace numaserve::server {
+
+class SharedArena {
+ public:
+  // Creates an anonymous shared file of `bytes` and maps it. Pages are
+  // allocated on first touch, so a large arena costs only what is used.
+  static absl::StatusOr<std::unique_ptr<SharedArena>> Create(const std::string& name, size_t bytes);
+  // Maps an arena created by another process (the fd was inherited).
+  static absl::StatusOr<std::unique_ptr<SharedArena>> Attach(int fd, size_t bytes);
+  ~SharedArena();
+
+  SharedArena(const SharedArena&) = delete;
+  SharedArena& operator=(const SharedArena&) = delete;
+
+  int fd() const { return fd_; }
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  SharedArena(int fd, char* data, size_t size) : fd_(fd), data_(data), size_(size) {}
+  int fd_;
+  char* data_;
+  size_t size_;
+};
+
+// First-fit allocation of 64-byte aligned ranges of an arena. Thread-safe.
+class ArenaAllocator {
+ public:
+  explicit ArenaAllocator(size_t capacity);
+  // The offset of a free range of at least `bytes`, or nullopt when full.
+  std::optional<uint64_t> Allocate(size_t bytes);
+  void Free(uint64_t offset);
+  size_t capacity() const { return capacity_; }
+  size_t used() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, size_t> free_;  // offset -> length, coalesced
+  std::map<uint64_t, size_t> used_;  // offset -> length
+};
+
+}  // namespace numaserve::server

@@ -1,0 +1,62 @@
+#include "server/topology_command.h"
+
+#include <cstdio>
+
+#include "affinity/cpu_features.h"
+#include "affinity/placement.h"
+#include "affinity/topology.h"
+#include "server/args.h"
+
+namespace numaserve::server {
+
+int TopologyCommand(const std::vector<std::string>& args) {
+  std::string description, cpuset, domain = "numa";
+  bool json = false, use_smt = false, features = true;
+  int64_t max_workers = 0;
+  ArgParser parser("topology", "Print the machine as hwloc sees it and the worker plan.");
+  parser.AddString("topology", &description,
+                   "an hwloc synthetic description (\"package:2 numa:1 core:8 pu:2\") or XML file");
+  parser.AddString("cpuset", &cpuset, "restrict to these cpus, e.g. 0-7");
+  parser.AddString("domain", &domain, "one worker per: numa | package | l3 | core");
+  parser.AddBool("use-smt", &use_smt, "give workers the SMT siblings of their cores too");
+  parser.AddInt("max-workers", &max_workers, "at most this many workers (0: one per domain)");
+  parser.AddBool("json", &json, "print one JSON object");
+  parser.AddBool("cpu-features", &features, "also probe this CPU's ISA and FP32 peak");
+  auto fail = [](const absl::Status& s) {
+    fprintf(stderr, "numaserve topology: %s\n", std::string(s.message()).c_str());
+    return 1;
+  };
+  if (absl::Status s = parser.Parse(args); !s.ok()) return fail(s);
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  auto topology = affinity::DiscoverTopology({description, cpuset});
+  if (!topology.ok()) return fail(topology.status());
+  auto parsed_domain = affinity::ParseDomain(domain);
+  if (!parsed_domain.ok()) return fail(parsed_domain.status());
+  affinity::PlacementOptions options;
+  options.domain = *parsed_domain;
+  options.use_smt = use_smt;
+  options.max_workers = static_cast<int>(max_workers);
+  auto plan = affinity::MakePlan(*topology, options);
+  if (!plan.ok()) return fail(plan.status());
+  if (json) {
+    printf("%s\n", affinity::FormatReportJson(*topology, *plan).c_str());
+    return 0;
+  }
+  printf("%s", affinity::FormatReport(*topology, *plan).c_str());
+  if (features && topology->is_this_machine) {
+    const auto& f = affinity::GetCpuFeatures();
+    const auto& peak = affinity::GetPeakFlops();
+    printf("cpu: %s\n  isa: %s\n", f.brand.c_str(), affinity::FeatureList(f).c_str());
+    printf(
+        "  fp32 peak per core: %.1f GFLOP/s (%d-bit FMA x %d units at %.2f GHz); "
+        "measured %.1f GFLOP/s\n",
+        peak.peak_gflops_per_core, peak.vector_bits, peak.fma_units, peak.probe_ghz,
+        peak.measured_gflops_per_core);
+  }
+  return 0;
+}
+
+}  // namespace numaserve::server

@@ -1,0 +1,357 @@
+#include "server/worker_supervisor.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "affinity/topology.h"
+#include "server/framing.h"
+#include "server/metrics.h"
+#include "server/worker_main.h"
+
+extern char** environ;
+
+namespace numaserve::server {
+namespace {
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) {
+    return absl::StrFormat("killed by signal %d (%s)", WTERMSIG(status),
+                           strsignal(WTERMSIG(status)));
+  }
+  if (WIFEXITED(status)) return absl::StrFormat("exited with status %d", WEXITSTATUS(status));
+  return "stopped";
+}
+
+}  // namespace
+
+WorkerSupervisor::WorkerSupervisor(const Options& options, std::vector<ModelToLoad> models,
+                                   Metrics* metrics, std::function<void()> on_change)
+    : options_(options),
+      models_(std::move(models)),
+      metrics_(metrics),
+      on_change_(std::move(on_change)) {}
+
+absl::StatusOr<std::unique_ptr<WorkerSupervisor>> WorkerSupervisor::Create(
+    const Options& options, const affinity::Plan& plan, std::vector<ModelToLoad> models,
+    Metrics* metrics, std::function<void()> on_change) {
+  if (plan.workers.empty()) return absl::InvalidArgumentError("the placement plan has no worker");
+  std::unique_ptr<WorkerSupervisor> s(
+      new WorkerSupervisor(options, std::move(models), metrics, std::move(on_change)));
+  for (const auto& placement : plan.workers) {
+    auto slot = std::make_unique<Slot>();
+    slot->index = placement.index;
+    slot->placement = placement;
+    auto arena = SharedArena::Create(absl::StrCat("numaserve-worker-", placement.index),
+                                     options.arena_bytes);
+    if (!arena.ok()) return arena.status();
+    slot->arena = *std::move(arena);
+    slot->allocator = std::make_unique<ArenaAllocator>(options.arena_bytes);
+    s->slots_.push_back(std::move(slot));
+  }
+  return s;
+}
+
+WorkerSupervisor::~WorkerSupervisor() { Stop(); }
+
+absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
+  }
+  const auto& p = slot->placement;
+  std::vector<std::string> args = {"numaserve-worker", "worker",
+                                   "--index",          absl::StrCat(slot->index),
+                                   "--cpus",           affinity::FormatCpuList(p.cpus),
+                                   "--numa-node",      absl::StrCat(p.numa_node),
+                                   "--arena-bytes",    absl::StrCat(slot->arena->size())};
+  // The parent's environment with the plan's OpenMP settings on top.
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : p.env) env[k] = v;
+  env["NUMASERVE_WORKER_INDEX"] = absl::StrCat(slot->index);
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  bool have_mask = false;
+  for (int cpu : p.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) {
+      CPU_SET(cpu, &mask);
+      have_mask = true;
+    }
+  }
+  const char* exe = options_.executable.c_str();
+  const int arena_fd = slot->arena->fd();
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec. The cpu mask is set
+    // here so the OpenMP runtime starts inside it; the worker then binds
+    // memory and confirms the binding itself.
+    if (have_mask) sched_setaffinity(0, sizeof(mask), &mask);
+    if (dup2(fds[1], kWorkerControlFd) < 0 || dup2(arena_fd, kWorkerArenaFd) < 0) _exit(127);
+    execve(exe, argv.data(), envp.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  *control_fd = fds[0];
+  return pid;
+}
+
+bool WorkerSupervisor::SendLocked(Slot* slot, worker::Command command, ReplyFn fn) {
+  // Caller holds slot->mu.
+  if (slot->fd < 0) return false;
+  uint64_t id = slot->next_id++;
+  command.set_id(id);
+  slot->pending[id] = std::move(fn);
+  std::lock_guard<std::mutex> write_lock(slot->write_mu);
+  if (!WriteFramed(slot->fd, command).ok()) {
+    // The reader sees the same failure and answers the command as lost.
+    return true;
+  }
+  return true;
+}
+
+bool WorkerSupervisor::Send(int w, worker::Command command, ReplyFn fn) {
+  Slot* slot = slots_[w].get();
+  std::lock_guard<std::mutex> lock(slot->mu);
+  if (!slot->ready) return false;
+  return SendLocked(slot, std::move(command), std::move(fn));
+}
+
+void WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
+  std::map<uint64_t, ReplyFn> pending;
+  {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    pending.swap(slot->pending);
+    slot->ready = false;
+    slot->models.clear();
+    if (slot->fd >= 0) close(slot->fd);
+    slot->fd = -1;
+  }
+  worker::Reply lost;
+  lost.set_ok(false);
+  lost.set_error(why);
+  for (auto& [id, fn] : pending) {
+    lost.set_id(id);
+    fn(lost, /*worker_lost=*/true);
+  }
+}
+
+void WorkerSupervisor::Run(Slot* slot) {
+  const auto& p = slot->placement;
+  bool first = true;
+  while (!stopping_) {
+    if (!first) {
+      std::this_thread::sleep_for(options_.restart_delay);
+      if (stopping_) break;
+      if (metrics_) metrics_->RecordWorkerRestart(slot->index, p.numa_node);
+    }
+    first = false;
+    int fd = -1;
+    auto pid = Spawn(slot, &fd);
+    if (!pid.ok()) {
+      fprintf(stderr, "numaserve: cannot start worker %d: %s\n", slot->index,
+              std::string(pid.status().message()).c_str());
+      continue;
+    }
+    worker::Reply hello;
+    absl::Status s = ReadFramed(fd, &hello);
+    if (s.ok() && hello.has_hello()) {
+      const auto& h = hello.hello();
+      fprintf(stderr, "numaserve: worker %d (%s) pid %d started: %s\n", slot->index,
+              p.domain.c_str(), h.pid(), h.binding().c_str());
+      if (!h.bind_warning().empty()) {
+        fprintf(stderr, "numaserve: warning: worker %d runs unpinned: %s\n", slot->index,
+                h.bind_warning().c_str());
+      }
+      {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        slot->pid = *pid;
+        slot->fd = fd;
+        slot->load_errors.clear();
+      }
+      // Load every model; the worker turns ready when all have answered.
+      auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(models_.size()));
+      auto finish_load = [this, slot, remaining]() {
+        if (remaining->fetch_sub(1) == 1) {
+          {
+            std::lock_guard<std::mutex> lock(slot->mu);
+            if (slot->fd >= 0) slot->ready = true;
+            slot->started_once = true;
+          }
+          if (metrics_) metrics_->SetWorkerReady(slot->index, slot->placement.numa_node, true);
+          start_cv_.notify_all();
+          on_change_();
+        }
+      };
+      if (models_.empty()) {
+        remaining->store(1);
+        finish_load();
+      }
+      for (const auto& model : models_) {
+        worker::Command load;
+        load.mutable_load()->set_key(model.key);
+        load.mutable_load()->set_path(model.path);
+        std::lock_guard<std::mutex> lock(slot->mu);
+        SendLocked(
+            slot, load,
+            [this, slot, key = model.key, finish_load](const worker::Reply& reply, bool lost) {
+              {
+                std::lock_guard<std::mutex> lock(slot->mu);
+                if (reply.ok()) {
+                  slot->models.insert(key);
+                } else {
+                  slot->load_errors[key] = reply.error();
+                }
+              }
+              if (reply.ok() && metrics_) {
+                metrics_->SetModelWeightBytes(key, slot->index, slot->placement.numa_node,
+                                              static_cast<double>(reply.weight_bytes()));
+              }
+              if (!lost) finish_load();
+            });
+      }
+      // Serve replies until the worker goes away.
+      while (true) {
+        worker::Reply reply;
+        if (!ReadFramed(fd, &reply).ok()) break;
+        ReplyFn fn;
+        {
+          std::lock_guard<std::mutex> lock(slot->mu);
+          auto it = slot->pending.find(reply.id());
+          if (it == slot->pending.end()) continue;
+          fn = std::move(it->second);
+          slot->pending.erase(it);
+        }
+        fn(reply, /*worker_lost=*/false);
+        on_change_();
+      }
+    } else {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      slot->fd = fd;
+    }
+    // The worker is gone (or is being stopped): reap it, answer what it held.
+    int status = 0;
+    waitpid(*pid, &status, 0);
+    std::string why =
+        absl::StrFormat("worker %d (pid %d) %s", slot->index, *pid, DescribeExit(status));
+    if (metrics_) metrics_->SetWorkerReady(slot->index, p.numa_node, false);
+    if (!stopping_) fprintf(stderr, "numaserve: %s; restarting\n", why.c_str());
+    Lose(slot, why);
+    {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      slot->pid = -1;
+      slot->started_once = true;
+    }
+    start_cv_.notify_all();
+    on_change_();
+  }
+}
+
+void WorkerSupervisor::Start(std::chrono::milliseconds timeout) {
+  for (auto& slot : slots_) {
+    Slot* s = slot.get();
+    s->thread = std::thread([this, s] { Run(s); });
+  }
+  std::unique_lock<std::mutex> lock(start_mu_);
+  start_cv_.wait_for(lock, timeout, [this] {
+    for (auto& slot : slots_) {
+      std::lock_guard<std::mutex> l(slot->mu);
+      if (!slot->started_once) return false;
+    }
+    return true;
+  });
+}
+
+void WorkerSupervisor::Stop() {
+  if (stopping_.exchange(true)) return;
+  std::vector<pid_t> pids;
+  for (auto& slot : slots_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->ready = false;
+    // Half-close: the worker sees end of stream and exits; our reader then
+    // sees the worker's end close.
+    if (slot->fd >= 0) shutdown(slot->fd, SHUT_WR);
+    pids.push_back(slot->pid);
+  }
+  auto deadline = std::chrono::steady_clock::now() + options_.stop_grace;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot* slot = slots_[i].get();
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        if (slot->pid < 0) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      if (slot->pid > 0) kill(slot->pid, SIGKILL);
+    }
+    if (slot->thread.joinable()) slot->thread.join();
+  }
+}
+
+bool WorkerSupervisor::Ready(int w) const {
+  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  return slots_[w]->ready;
+}
+
+bool WorkerSupervisor::HasModel(int w, const std::string& key) const {
+  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  return slots_[w]->ready && slots_[w]->models.count(key) > 0;
+}
+
+int WorkerSupervisor::Outstanding(int w) const {
+  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  return static_cast<int>(slots_[w]->pending.size());
+}
+
+pid_t WorkerSupervisor::Pid(int w) const {
+  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  return slots_[w]->pid;
+}
+
+std::string WorkerSupervisor::LoadError(const std::string& key) const {
+  std::string error;
+  for (const auto& slot : slots_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (slot->models.count(key) > 0) return "";
+    auto it = slot->load_errors.find(key);
+    if (it != slot->load_errors.end()) error = it->second;
+  }
+  return error;
+}
+
+bool WorkerSupervisor::ModelAvailable(const std::string& key) const {
+  for (int w = 0; w < size(); ++w) {
+    if (HasModel(w, key)) return true;
+  }
+  return false;
+}
+
+}  // namespace numaserve::server

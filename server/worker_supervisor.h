@@ -1,0 +1,125 @@
+// The server's side of the worker processes: spawns one per planned domain
+// with its binding and OpenMP environment, loads the models into each,
+// carries commands and replies over each worker's control socket, and
+// restarts a worker that exits. Commands in flight on a lost worker are
+// answered as lost, exactly once, so the caller can retry them elsewhere.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "affinity/placement.h"
+#include "server/shared_arena.h"
+#include "worker.pb.h"
+
+namespace numaserve::server {
+
+class Metrics;
+
+class WorkerSupervisor {
+ public:
+  struct Options {
+    // The numaserve binary; workers run as `<executable> worker ...`.
+    std::string executable = "/proc/self/exe";
+    // Shared arena per worker: the largest batch's inputs plus outputs must
+    // fit, times the commands in flight. Pages cost memory only when touched.
+    size_t arena_bytes = size_t{256} << 20;
+    // Pause before restarting a worker that exited, so a worker that dies at
+    // start-up does not spin.
+    std::chrono::milliseconds restart_delay{250};
+    // How long Stop() waits for a worker to exit before SIGKILL.
+    std::chrono::milliseconds stop_grace{2000};
+  };
+
+  struct ModelToLoad {
+    std::string key;   // "name:version"
+    std::string path;  // model.onnx
+  };
+
+  // Called exactly once per command: with the worker's reply, or with
+  // worker_lost = true (reply.error says why) if the worker exited first.
+  using ReplyFn = std::function<void(const worker::Reply& reply, bool worker_lost)>;
+
+  // `on_change` runs on a supervisor thread whenever a worker becomes ready,
+  // is lost, or finishes a command: the router's cue to dispatch more work.
+  static absl::StatusOr<std::unique_ptr<WorkerSupervisor>> Create(const Options& options,
+                                                                  const affinity::Plan& plan,
+                                                                  std::vector<ModelToLoad> models,
+                                                                  Metrics* metrics,
+                                                                  std::function<void()> on_change);
+  ~WorkerSupervisor();
+
+  // Starts every worker; returns once each has started and loaded its models
+  // (or failed to), or after `timeout`.
+  void Start(std::chrono::milliseconds timeout);
+  // Closes every control socket, waits for the workers, kills stragglers.
+  void Stop();
+
+  int size() const { return static_cast<int>(slots_.size()); }
+  const affinity::WorkerPlacement& placement(int w) const { return slots_[w]->placement; }
+  bool Ready(int w) const;
+  bool HasModel(int w, const std::string& key) const;
+  int Outstanding(int w) const;
+  pid_t Pid(int w) const;
+  SharedArena& arena(int w) const { return *slots_[w]->arena; }
+  ArenaAllocator& allocator(int w) const { return *slots_[w]->allocator; }
+
+  // Sends `command` to worker w if it is ready; false (and `fn` is not
+  // called) if it is not. The command id is assigned here.
+  bool Send(int w, worker::Command command, ReplyFn fn);
+
+  // Why `key` failed to load on the workers, empty if it loaded somewhere.
+  std::string LoadError(const std::string& key) const;
+  // True when some ready worker has `key` loaded.
+  bool ModelAvailable(const std::string& key) const;
+
+ private:
+  struct Slot {
+    int index = 0;
+    affinity::WorkerPlacement placement;
+    std::unique_ptr<SharedArena> arena;
+    std::unique_ptr<ArenaAllocator> allocator;
+    std::thread thread;
+
+    mutable std::mutex mu;  // guards everything below
+    pid_t pid = -1;
+    int fd = -1;
+    bool ready = false;
+    bool started_once = false;
+    uint64_t next_id = 1;
+    std::map<uint64_t, ReplyFn> pending;
+    std::set<std::string> models;
+    std::map<std::string, std::string> load_errors;
+    std::mutex write_mu;  // one writer at a time on fd
+  };
+
+  WorkerSupervisor(const Options& options, std::vector<ModelToLoad> models, Metrics* metrics,
+                   std::function<void()> on_change);
+  void Run(Slot* slot);  // spawn, load, serve, restart; one thread per slot
+  absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
+  bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn);
+  void Lose(Slot* slot, const std::string& why);
+
+  const Options options_;
+  const std::vector<ModelToLoad> models_;
+  Metrics* const metrics_;
+  const std::function<void()> on_change_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::atomic<bool> stopping_{false};
+  std::mutex start_mu_;
+  std::condition_variable start_cv_;
+};
+
+}  // namespace numaserve::server
