@@ -28,12 +28,13 @@ std::string FeatureList(const CpuFeatures& features);
 
 // The machine's speed of light for FP32 on one core.
 struct PeakFlops {
-  int vector_bits = 0;           // widest usable FP32 FMA vector: 512, 256 or 128
-  int fma_units = 0;             // FMA pipes per core, from the probe (1 or 2)
-  double nominal_ghz = 0;        // base clock from CPUID leaf 0x16 or /proc/cpuinfo
-  double probe_ghz = 0;          // clock implied by the probe at the chosen width
-  double peak_gflops_per_core = 0;      // probe_ghz * (vector_bits/32) * 2 * fma_units
-  double measured_gflops_per_core = 0;  // FMA-throughput probe at the widest width
+  int vector_bits = 0;                       // widest usable FP32 FMA vector: 512, 256 or 128
+  int fma_units = 0;                         // FMA pipes per core, from the probe (1 or 2)
+  double nominal_ghz = 0;                    // base clock from CPUID leaf 0x16 or /proc/cpuinfo
+  double probe_ghz = 0;                      // clock measured while FMAs of the chosen width run
+  double scalar_ghz = 0;                     // clock under scalar work only (a dependent add chain)
+  double peak_gflops_per_core = 0;           // probe_ghz * (vector_bits/32) * 2 * fma_units
+  double measured_gflops_per_core = 0;       // FMA-throughput probe at the widest width
   double measured_avx2_gflops_per_core = 0;  // the same with 256-bit vectors (0 without AVX2)
 };
 

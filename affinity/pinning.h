@@ -13,6 +13,8 @@ namespace numaserve::affinity {
 // allocations to NUMA node `numa_node` (skipped when < 0). Call first thing
 // in a worker, before any OpenMP or oneDNN code runs. A failure is returned
 // for the caller to log as a warning: the worker keeps running unpinned.
+// (Linux memory policy is per thread: it is set for the calling thread and
+// inherited by the threads it creates afterwards.)
 absl::Status BindProcess(const std::vector<int>& cpus, int numa_node);
 
 // Binds the pages of [addr, addr+bytes) to `numa_node` (moving those already

@@ -12,26 +12,26 @@ namespace numaserve::affinity {
 
 // One physical core: its hardware threads and where it sits.
 struct Core {
-  int index = 0;          // logical index among the allowed cores, 0..n-1
-  std::vector<int> pus;   // OS cpu numbers of its hardware threads; pus[0] is the primary
-  int package = 0;        // logical index of its package (socket)
-  int numa_node = -1;     // OS index of its nearest NUMA node, -1 if none
-  int l3 = -1;            // logical index of its L3 cache domain, -1 if none
+  int index = 0;         // logical index among the allowed cores, 0..n-1
+  std::vector<int> pus;  // OS cpu numbers of its hardware threads; pus[0] is the primary
+  int package = 0;       // logical index of its package (socket)
+  int numa_node = -1;    // OS index of its nearest NUMA node, -1 if none
+  int l3 = -1;           // logical index of its L3 cache domain, -1 if none
 };
 
 struct NumaNode {
-  int os_index = 0;            // the node number the kernel uses (mbind, numactl)
-  int package = 0;             // logical index of the package that holds it
-  uint64_t memory_bytes = 0;   // local memory, 0 if unknown
-  std::vector<int> cpus;       // allowed OS cpus local to this node
+  int os_index = 0;           // the node number the kernel uses (mbind, numactl)
+  int package = 0;            // logical index of the package that holds it
+  uint64_t memory_bytes = 0;  // local memory, 0 if unknown
+  std::vector<int> cpus;      // allowed OS cpus local to this node
 };
 
 struct Topology {
-  std::string source;          // "this machine", a synthetic description or an XML path
-  bool is_this_machine = true; // false for synthetic / XML: bindings are advisory only
+  std::string source;           // "this machine", a synthetic description or an XML path
+  bool is_this_machine = true;  // false for synthetic / XML: bindings are advisory only
   int num_packages = 0;
   int num_l3 = 0;
-  std::vector<NumaNode> numa_nodes;  // allowed nodes only, by OS index
+  std::vector<NumaNode> numa_nodes;  // allowed nodes with allowed cpus only, by OS index
   std::vector<Core> cores;           // allowed cores only, in hwloc's logical order
   int num_pus() const;
 };
@@ -40,6 +40,8 @@ struct TopologyOptions {
   // Empty: this machine, restricted to the cpus and nodes this process may
   // use (cgroup cpuset, taskset). Otherwise an hwloc synthetic description
   // ("package:2 numa:1 core:8 pu:2") or the path of an hwloc XML export.
+  // Synthetic levels are hwloc's ("l3" or "l3cache", "package" or "socket");
+  // a description that stops above the PU level gets "pu:1" appended.
   std::string description;
   // Optional extra restriction, an OS cpu list such as "0-3,8". Applied on
   // top of the process's own restriction; useful with synthetic topologies.

@@ -1,0 +1,72 @@
+#include "affinity/pinning.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "affinity/hwloc_machine.h"
+#include "affinity/topology.h"
+
+namespace numaserve::affinity {
+namespace {
+
+absl::Status CheckNode(int numa_node) {
+  const std::vector<int> nodes = internal::MachineNumaNodes();
+  if (std::find(nodes.begin(), nodes.end(), numa_node) == nodes.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("NUMA node ", numa_node,
+                                                   " does not exist on this machine (nodes ",
+                                                   FormatCpuList(nodes), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status BindProcess(const std::vector<int>& cpus, int numa_node) {
+  if (cpus.empty()) return absl::InvalidArgumentError("cannot bind a process to an empty cpu list");
+  // Cpus first: memory then lands on the node of the cpus even if the memory
+  // policy below fails.
+  absl::Status cpu_status = internal::SetProcessCpuBinding(cpus);
+  absl::Status memory_status = absl::OkStatus();
+  if (numa_node >= 0) {
+    memory_status = CheckNode(numa_node);
+    if (memory_status.ok()) memory_status = internal::SetMemoryBinding(numa_node);
+  }
+  if (!cpu_status.ok() && !memory_status.ok()) {
+    return absl::Status(cpu_status.code(),
+                        absl::StrCat(cpu_status.message(), "; ", memory_status.message()));
+  }
+  return cpu_status.ok() ? memory_status : cpu_status;
+}
+
+absl::Status BindMemoryToNode(void* addr, size_t bytes, int numa_node) {
+  if (numa_node < 0 || bytes == 0) return absl::OkStatus();
+  if (addr == nullptr) return absl::InvalidArgumentError("cannot bind memory at a null address");
+  if (absl::Status status = CheckNode(numa_node); !status.ok()) return status;
+  return internal::SetAreaMemoryBinding(addr, bytes, numa_node);
+}
+
+std::string DescribeBinding() {
+  std::string text;
+  absl::StatusOr<std::vector<int>> cpus = internal::GetProcessCpuBinding();
+  if (cpus.ok()) {
+    absl::StrAppend(&text, "cpus ", FormatCpuList(*cpus));
+  } else {
+    absl::StrAppend(&text, "cpus unknown (", cpus.status().message(), ")");
+  }
+  absl::StatusOr<internal::MemoryBinding> memory = internal::GetMemoryBinding();
+  if (!memory.ok()) {
+    absl::StrAppend(&text, " mem unknown (", memory.status().message(), ")");
+  } else if (absl::string_view(memory->policy) == "default" ||
+             absl::string_view(memory->policy) == "first-touch") {
+    // The kernel's default: pages land on the node of the cpu touching them.
+    absl::StrAppend(&text, " mem ", memory->policy);
+  } else {
+    absl::StrAppend(&text, " mem ", memory->policy,
+                    memory->nodes.size() == 1 ? " node " : " nodes ", FormatCpuList(memory->nodes));
+  }
+  return text;
+}
+
+int NodeOfAddress(const void* addr) { return internal::NodeOfPage(addr); }
+
+}  // namespace numaserve::affinity

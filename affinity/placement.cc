@@ -1,0 +1,303 @@
+#include "affinity/placement.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace numaserve::affinity {
+namespace {
+
+// Cores of one domain, in the topology's core order.
+struct Group {
+  std::string label;
+  int numa_node = -1;
+  std::vector<const Core*> cores;
+};
+
+// The key of a core's domain; std::map orders groups by it.
+int DomainKey(const Core& core, Domain domain) {
+  switch (domain) {
+    case Domain::kNuma:
+      return core.numa_node;
+    case Domain::kPackage:
+      return core.package;
+    case Domain::kL3:
+      return core.l3;
+    case Domain::kCore:
+      return core.index;
+  }
+  return 0;
+}
+
+absl::StatusOr<std::vector<Group>> GroupCores(const Topology& topology, Domain domain) {
+  std::map<int, Group> groups;
+  int cores_without_domain = 0;
+  for (const Core& core : topology.cores) {
+    const int key = DomainKey(core, domain);
+    if (key < 0) {
+      ++cores_without_domain;
+      continue;
+    }
+    Group& group = groups[key];
+    if (group.cores.empty()) group.label = absl::StrCat(DomainName(domain), " ", key);
+    group.cores.push_back(&core);
+  }
+  if (cores_without_domain > 0) {
+    if (domain == Domain::kL3 && groups.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("domain l3 found no L3 cache in topology '", topology.source, "' (",
+                       topology.cores.size(), " cores); use domain numa, package or core"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "domain ", DomainName(domain), ": ", cores_without_domain, " of ", topology.cores.size(),
+        " cores of topology '", topology.source, "' belong to no ", DomainName(domain)));
+  }
+  std::vector<Group> result;
+  for (auto& [key, group] : groups) {
+    // Memory follows the cores when they all share one node. A package or L3
+    // domain spanning several nodes (AMD NPS2/NPS4) is left to first touch by
+    // its own, pinned threads, which keeps pages on their local nodes.
+    group.numa_node = group.cores.front()->numa_node;
+    for (const Core* core : group.cores) {
+      if (core->numa_node != group.numa_node) group.numa_node = -1;
+    }
+    result.push_back(std::move(group));
+  }
+  return result;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  if (bytes == 0) return "memory unknown";
+  if (bytes >= 1024ull * 1024 * 1024) return absl::StrFormat("%.1f GiB", bytes / kGiB);
+  return absl::StrFormat("%d MiB", bytes / (1024 * 1024));
+}
+
+// Minimal JSON writing: strings escaped per RFC 8259.
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", static_cast<int>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string JsonIntArray(const std::vector<int>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ","), "]");
+}
+
+const char* JsonBool(bool value) { return value ? "true" : "false"; }
+
+// "1 core", "8 cores".
+std::string Count(size_t n, absl::string_view singular, absl::string_view plural) {
+  return absl::StrCat(n, " ", n == 1 ? singular : plural);
+}
+
+}  // namespace
+
+absl::StatusOr<Domain> ParseDomain(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "numa") return Domain::kNuma;
+  if (lower == "package" || lower == "socket") return Domain::kPackage;
+  if (lower == "l3") return Domain::kL3;
+  if (lower == "core") return Domain::kCore;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown placement domain '", name, "' (expected numa, package, l3 or core)"));
+}
+
+const char* DomainName(Domain domain) {
+  switch (domain) {
+    case Domain::kNuma:
+      return "numa";
+    case Domain::kPackage:
+      return "package";
+    case Domain::kL3:
+      return "l3";
+    case Domain::kCore:
+      return "core";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& options) {
+  if (options.max_workers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_workers must be >= 0 (0 = one per domain), got ", options.max_workers));
+  }
+  if (topology.cores.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("topology '", topology.source, "' has no cores to place workers on"));
+  }
+  absl::StatusOr<std::vector<Group>> groups = GroupCores(topology, options.domain);
+  if (!groups.ok()) return groups.status();
+
+  Plan plan;
+  plan.topology_source = topology.source;
+  plan.domain = options.domain;
+  plan.use_smt = options.use_smt;
+  for (const Group& group : *groups) {
+    if (options.max_workers > 0 && static_cast<int>(plan.workers.size()) >= options.max_workers) {
+      break;
+    }
+    WorkerPlacement worker;
+    worker.index = static_cast<int>(plan.workers.size());
+    worker.domain = group.label;
+    worker.numa_node = group.numa_node;
+    // Core-major order: with SMT, a core's siblings are adjacent places, so
+    // OMP_PROC_BIND=close puts threads 2i and 2i+1 on one core.
+    for (const Core* core : group.cores) {
+      if (options.use_smt) {
+        worker.cpus.insert(worker.cpus.end(), core->pus.begin(), core->pus.end());
+      } else if (!core->pus.empty()) {
+        worker.cpus.push_back(core->pus.front());
+      }
+    }
+    worker.num_threads = static_cast<int>(worker.cpus.size());
+    worker.env = OpenMpEnvironment(worker.cpus, worker.num_threads);
+    plan.workers.push_back(std::move(worker));
+  }
+  return plan;
+}
+
+std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::vector<int>& cpus,
+                                                                   int threads) {
+  if (threads <= 0) threads = static_cast<int>(cpus.size());
+  std::vector<std::pair<std::string, std::string>> env;
+  env.emplace_back("OMP_NUM_THREADS", absl::StrCat(std::max(threads, 1)));
+  if (!cpus.empty()) {
+    // One place per cpu, in the worker's order: thread i runs on cpus[i].
+    std::vector<std::string> places;
+    for (int cpu : cpus) places.push_back(absl::StrCat("{", cpu, "}"));
+    env.emplace_back("OMP_PLACES", absl::StrJoin(places, ","));
+    env.emplace_back("OMP_PROC_BIND", "close");
+  }
+  // A worker owns its cores, so threads should spin across the microseconds
+  // between one operator's parallel region and the next (a sleeping team
+  // costs tens of microseconds to wake, per operator). The spin is bounded
+  // below, so an idle worker stops burning its cores soon after a batch.
+  env.emplace_back("OMP_WAIT_POLICY", "active");
+  if (!cpus.empty()) {
+    // Intel/LLVM runtime. Explicit KMP_AFFINITY takes precedence over
+    // OMP_PLACES there; nowarnings keeps it from complaining that both are set.
+    env.emplace_back("KMP_AFFINITY", absl::StrCat("nowarnings,granularity=fine,proclist=[",
+                                                  absl::StrJoin(cpus, ","), "],explicit"));
+  }
+  // Intel/LLVM: spin 1 ms after a parallel region before sleeping (default
+  // 200 ms) - long enough to cover operator gaps, short enough when idle.
+  env.emplace_back("KMP_BLOCKTIME", "1");
+  if (!cpus.empty()) {
+    // libgomp (Debian's oneDNN and OpenBLAS): the same binding for runtimes
+    // that predate OMP_PLACES; OMP_PLACES wins where both are understood.
+    env.emplace_back("GOMP_CPU_AFFINITY", absl::StrJoin(cpus, " "));
+  }
+  // libgomp: spins before sleeping. An explicit count overrides the 30e9
+  // (spin "forever") that OMP_WAIT_POLICY=active would imply there; at
+  // ~50-100 ns per pause-spin, 10000 spins is roughly KMP_BLOCKTIME's 1 ms.
+  env.emplace_back("GOMP_SPINCOUNT", "10000");
+  return env;
+}
+
+std::string FormatReport(const Topology& topology, const Plan& plan) {
+  std::string out;
+  absl::StrAppend(&out, "topology: ", topology.source,
+                  topology.is_this_machine ? "" : " (not this machine: bindings are advisory)",
+                  "\n");
+  absl::StrAppend(&out, "  ", Count(topology.num_packages, "package", "packages"), ", ",
+                  Count(topology.numa_nodes.size(), "NUMA node", "NUMA nodes"), ", ",
+                  Count(topology.num_l3, "L3 domain", "L3 domains"), ", ",
+                  Count(topology.cores.size(), "core", "cores"), ", ",
+                  Count(topology.num_pus(), "PU", "PUs"), "\n");
+  for (const NumaNode& node : topology.numa_nodes) {
+    absl::StrAppend(&out, "  numa ", node.os_index, ": package ", node.package, ", ",
+                    FormatBytes(node.memory_bytes), ", cpus ", FormatCpuList(node.cpus), "\n");
+  }
+  absl::StrAppend(&out, "plan: domain ", DomainName(plan.domain), ", smt ",
+                  plan.use_smt ? "on" : "off", ", ",
+                  Count(plan.workers.size(), "worker", "workers"), "\n");
+  for (const WorkerPlacement& worker : plan.workers) {
+    // Cores spanned: cpus grouped by the core that holds them.
+    int cores = 0;
+    for (const Core& core : topology.cores) {
+      for (int pu : core.pus) {
+        if (std::find(worker.cpus.begin(), worker.cpus.end(), pu) != worker.cpus.end()) {
+          ++cores;
+          break;
+        }
+      }
+    }
+    std::string span = Count(cores, "core", "cores");
+    if (static_cast<int>(worker.cpus.size()) != cores) {
+      absl::StrAppend(&span, ", ", Count(worker.cpus.size(), "PU", "PUs"));
+    }
+    absl::StrAppend(&out, "worker ", worker.index, ": ", worker.domain, ", cpus ",
+                    FormatCpuList(worker.cpus), " (", span, "), ",
+                    worker.numa_node >= 0 ? absl::StrCat("memory node ", worker.numa_node)
+                                          : std::string("memory first-touch"),
+                    ", ", Count(worker.num_threads, "thread", "threads"), "\n");
+    for (const auto& [name, value] : worker.env) {
+      absl::StrAppend(&out, "  ", name, "=", value, "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatReportJson(const Topology& topology, const Plan& plan) {
+  std::string out = "{\"topology\":{";
+  absl::StrAppend(&out, "\"source\":", JsonString(topology.source),
+                  ",\"is_this_machine\":", JsonBool(topology.is_this_machine),
+                  ",\"packages\":", topology.num_packages, ",\"l3_domains\":", topology.num_l3,
+                  ",\"cores\":", topology.cores.size(), ",\"pus\":", topology.num_pus(),
+                  ",\"numa_nodes\":[");
+  for (size_t i = 0; i < topology.numa_nodes.size(); ++i) {
+    const NumaNode& node = topology.numa_nodes[i];
+    absl::StrAppend(&out, i ? "," : "", "{\"os_index\":", node.os_index,
+                    ",\"package\":", node.package, ",\"memory_bytes\":", node.memory_bytes,
+                    ",\"cpus\":", JsonIntArray(node.cpus), "}");
+  }
+  absl::StrAppend(&out, "]},\"plan\":{\"domain\":", JsonString(DomainName(plan.domain)),
+                  ",\"use_smt\":", JsonBool(plan.use_smt), ",\"workers\":[");
+  for (size_t i = 0; i < plan.workers.size(); ++i) {
+    const WorkerPlacement& worker = plan.workers[i];
+    absl::StrAppend(&out, i ? "," : "", "{\"index\":", worker.index,
+                    ",\"domain\":", JsonString(worker.domain),
+                    ",\"cpus\":", JsonIntArray(worker.cpus), ",\"numa_node\":", worker.numa_node,
+                    ",\"num_threads\":", worker.num_threads, ",\"env\":{");
+    for (size_t j = 0; j < worker.env.size(); ++j) {
+      absl::StrAppend(&out, j ? "," : "", JsonString(worker.env[j].first), ":",
+                      JsonString(worker.env[j].second));
+    }
+    absl::StrAppend(&out, "}}");
+  }
+  absl::StrAppend(&out, "]}}");
+  return out;
+}
+
+}  // namespace numaserve::affinity
