@@ -127,10 +127,11 @@ void Metrics::SetModelReady(const std::string& model, const std::string& version
   model_ready_->Add({{"model", model}, {"version", version}}).Set(ready ? 1 : 0);
 }
 
-void Metrics::SetModelWeightBytes(const std::string& model, int worker, int numa_node,
-                                  double bytes) {
+void Metrics::SetModelWeightBytes(const std::string& model, const std::string& version, int worker,
+                                  int numa_node, double bytes) {
   auto labels = WorkerLabels(worker, numa_node);
   labels["model"] = model;
+  labels["version"] = version;
   model_weight_bytes_->Add(labels).Set(bytes);
 }
 

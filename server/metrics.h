@@ -38,7 +38,8 @@ class Metrics {
   void RecordWorkerRestart(int worker, int numa_node);
   void SetWorkerReady(int worker, int numa_node, bool ready);
   void SetModelReady(const std::string& model, const std::string& version, bool ready);
-  void SetModelWeightBytes(const std::string& model, int worker, int numa_node, double bytes);
+  void SetModelWeightBytes(const std::string& model, const std::string& version, int worker,
+                           int numa_node, double bytes);
 
  private:
   Metrics() = default;

@@ -5,9 +5,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "affinity/placement.h"
@@ -105,7 +108,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   std::vector<WorkerSupervisor::ModelToLoad> to_load;
   for (const auto& m : (*repository)->models()) {
     if (m.error.empty()) {
-      to_load.push_back({m.key(), m.path});
+      to_load.push_back({m.key(), m.name, absl::StrCat(m.version), m.path});
       fprintf(stderr, "numaserve: model %s version %d: %s\n", m.name.c_str(),
               static_cast<int>(m.version), m.path.c_str());
     } else {
@@ -118,10 +121,12 @@ int ServeCommand(const std::vector<std::string>& args) {
   auto metrics = Metrics::Create(absl::StrCat(o.host, ":", o.metrics_port));
   if (!metrics.ok()) return Fail(metrics.status());
   Router* router_ptr = nullptr;
+  std::atomic<std::function<void()>*> on_workers_changed{nullptr};
   WorkerSupervisor::Options worker_options;
   worker_options.arena_bytes = static_cast<size_t>(o.worker_arena_mb) << 20;
   auto workers = WorkerSupervisor::Create(worker_options, *plan, to_load, metrics->get(), [&] {
     if (router_ptr != nullptr) router_ptr->Pump();
+    if (auto* hook = on_workers_changed.load()) (*hook)();
   });
   if (!workers.ok()) return Fail(workers.status());
   Router router(Router::Options{}, workers->get(), metrics->get());
@@ -156,9 +161,19 @@ int ServeCommand(const std::vector<std::string>& args) {
     return Fail(absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", o.host, ":", o.grpc_port)));
   }
-  server->GetHealthCheckService()->SetServingStatus(service.Ready());
-  server->GetHealthCheckService()->SetServingStatus("inference.GRPCInferenceService",
-                                                    service.Ready());
+  // Health follows readiness: NOT_SERVING while no worker is ready.
+  std::mutex health_mu;
+  bool health_serving = false;
+  std::function<void()> update_health = [&] {
+    std::lock_guard<std::mutex> lock(health_mu);
+    bool ready = service.Ready();
+    if (ready == health_serving) return;
+    health_serving = ready;
+    server->GetHealthCheckService()->SetServingStatus(ready);
+  };
+  server->GetHealthCheckService()->SetServingStatus(false);
+  update_health();
+  on_workers_changed = &update_health;
 
   // The one line scripts wait for.
   printf("grpc=%s:%d metrics=%s:%d\n", o.host.c_str(), grpc_port, o.host.c_str(),
@@ -171,7 +186,11 @@ int ServeCommand(const std::vector<std::string>& args) {
 
   // Stop taking work, finish what was accepted, then stop the workers.
   service.SetShuttingDown();
-  server->GetHealthCheckService()->SetServingStatus(false);
+  on_workers_changed = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(health_mu);
+    server->GetHealthCheckService()->SetServingStatus(false);
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(o.shutdown_timeout_s));
   router.Stop();
   (*workers)->Stop();

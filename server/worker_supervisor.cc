@@ -217,23 +217,23 @@ void WorkerSupervisor::Run(Slot* slot) {
         load.mutable_load()->set_key(model.key);
         load.mutable_load()->set_path(model.path);
         std::lock_guard<std::mutex> lock(slot->mu);
-        SendLocked(
-            slot, load,
-            [this, slot, key = model.key, finish_load](const worker::Reply& reply, bool lost) {
-              {
-                std::lock_guard<std::mutex> lock(slot->mu);
-                if (reply.ok()) {
-                  slot->models.insert(key);
-                } else {
-                  slot->load_errors[key] = reply.error();
-                }
-              }
-              if (reply.ok() && metrics_) {
-                metrics_->SetModelWeightBytes(key, slot->index, slot->placement.numa_node,
-                                              static_cast<double>(reply.weight_bytes()));
-              }
-              if (!lost) finish_load();
-            });
+        SendLocked(slot, load,
+                   [this, slot, model, finish_load](const worker::Reply& reply, bool lost) {
+                     {
+                       std::lock_guard<std::mutex> lock(slot->mu);
+                       if (reply.ok()) {
+                         slot->models.insert(model.key);
+                       } else {
+                         slot->load_errors[model.key] = reply.error();
+                       }
+                     }
+                     if (reply.ok() && metrics_) {
+                       metrics_->SetModelWeightBytes(model.name, model.version, slot->index,
+                                                     slot->placement.numa_node,
+                                                     static_cast<double>(reply.weight_bytes()));
+                     }
+                     if (!lost) finish_load();
+                   });
       }
       // Serve replies until the worker goes away.
       while (true) {

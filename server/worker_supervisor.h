@@ -44,8 +44,10 @@ class WorkerSupervisor {
   };
 
   struct ModelToLoad {
-    std::string key;   // "name:version"
-    std::string path;  // model.onnx
+    std::string key;      // "name:version"
+    std::string name;     // for metrics labels
+    std::string version;  // for metrics labels
+    std::string path;     // model.onnx
   };
 
   // Called exactly once per command: with the worker's reply, or with
