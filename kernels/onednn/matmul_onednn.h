@@ -1,0 +1,93 @@
+// Y[M,N] = op(A)[M,K] x W[K,N] (+ bias[N]) (+ sum_scale * Y) (relu) on a
+// oneDNN matmul primitive, with the constant weights reordered once, at
+// Create, into the layout the primitive prefers (format_tag::any).
+//
+// M (the batch) varies per call. Measured on oneDNN 2.6.3 (avx512_core,
+// brgemm matmul): the preferred packed weights format does NOT depend on M
+// -- for K x N in {784x1024, 784x256, 256x128, 128x10, 1024x1024} and
+// M in {1, 2, 3, 8, 16, 32, 64, 100, 256, 1024} it is always the blocked
+// layout "BA16a64b" (K in blocks of 16, N in blocks of 64, K/N padded), and
+// a primitive created for any M with that fixed weights desc picks the same
+// brg:avx512_core implementation. So the weights are packed once, and
+// primitives are created lazily per M, all reading the one packed buffer.
+// Should a future library (or ISA) prefer a different layout for some M,
+// that M falls back to its own preferred layout, reordered once from the
+// packed buffer and cached with its primitive.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/onednn/onednn_common.h"
+
+namespace numaserve::kernels {
+
+struct MatMulOnednnOptions {
+  int64_t k = 0;
+  int64_t n = 0;
+  // Row-major [K, N], or [N, K] when weights_transposed (Gemm transB).
+  // Read only during Create.
+  const float* weights = nullptr;
+  bool weights_transposed = false;
+  // Multiplies the weights once at Create (Gemm's alpha).
+  float weights_scale = 1.0f;
+  // Empty, or N values added to every row.
+  std::vector<float> bias;
+  // A arrives as [K, M] row-major (Gemm transA) and is read through strides.
+  bool src_transposed = false;
+  // When set, Y on entry holds a tensor to add, scaled by sum_scale
+  // (Gemm's beta * C where C is not a row vector).
+  bool accumulate = false;
+  float sum_scale = 1.0f;
+  bool relu = false;
+};
+
+class MatMulOnednn {
+ public:
+  static absl::StatusOr<std::unique_ptr<MatMulOnednn>> Create(const dnnl::engine& engine,
+                                                              const MatMulOnednnOptions& options);
+
+  // Creates (once per m) the primitive for m rows. Execute calls it lazily;
+  // callers may warm up ahead of time.
+  absl::Status Prepare(int64_t m);
+
+  // src: [M,K] (or [K,M] if src_transposed); dst: [M,N].
+  absl::Status Execute(dnnl::stream& stream, int64_t m, const float* src, float* dst);
+
+  int64_t k() const { return options_.k; }
+  int64_t n() const { return options_.n; }
+  // Bytes of the packed weights (padded blocks included).
+  int64_t packed_weight_bytes() const;
+  // oneDNN's implementation name for m rows ("" if not prepared).
+  std::string ImplementationName(int64_t m) const;
+  // True if m needed its own weights layout (see the header comment).
+  bool UsesFallbackWeights(int64_t m) const;
+
+ private:
+  struct PerM {
+    BoundPrimitive call;
+    std::string impl;
+    dnnl::memory own_weights;  // only when the packed layout did not fit
+  };
+
+  MatMulOnednn(const dnnl::engine& engine, MatMulOnednnOptions options)
+      : engine_(engine), options_(std::move(options)) {}
+
+  absl::Status PackWeights();
+  dnnl::memory::desc SrcDesc(int64_t m) const;
+  dnnl::memory::desc DstDesc(int64_t m) const;
+  dnnl::primitive_attr Attr() const;
+
+  dnnl::engine engine_;
+  MatMulOnednnOptions options_;
+  dnnl::memory packed_weights_;
+  dnnl::memory bias_;
+  std::map<int64_t, PerM> per_m_;
+};
+
+}  // namespace numaserve::kernels

@@ -1,0 +1,29 @@
+// ONNX Softmax on oneDNN's softmax_forward, one primitive per input shape.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "absl/status/statusor.h"
+#include "kernels/onednn/onednn_common.h"
+
+namespace numaserve::kernels {
+
+class SoftmaxOnednn {
+ public:
+  // axis may be negative. flatten_to_2d selects opset < 13 semantics (the
+  // input viewed as [prod(dims[:axis]), prod(dims[axis:])]).
+  SoftmaxOnednn(const dnnl::engine& engine, int64_t axis, bool flatten_to_2d)
+      : engine_(engine), axis_(axis), flatten_to_2d_(flatten_to_2d) {}
+
+  absl::Status Execute(dnnl::stream& stream, const Shape& shape, const float* src, float* dst);
+
+ private:
+  dnnl::engine engine_;
+  int64_t axis_;
+  bool flatten_to_2d_;
+  std::map<Shape, BoundPrimitive> per_shape_;
+};
+
+}  // namespace numaserve::kernels
