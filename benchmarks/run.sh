@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `make bench`: the engine in process, then the same model through the real
+# server over gRPC on loopback, so the serving overhead is visible in one run.
+set -euo pipefail
+build=${1:-build/release}
+bin=$build/bin
+model=models/fashion_classifier/1/model.onnx
+seconds=${BENCH_SECONDS:-5}
+[ -f "$model" ] || { echo "bench: $model missing (build first)"; exit 1; }
+
+echo "== machine"
+"$bin/numaserve" topology | sed -n '1,3p;/^cpu:/,$p'
+
+echo "== engine in process ($model)"
+"$bin/engine_bench" --benchmark_counters_tabular=true
+
+echo "== through the server (gRPC, loopback)"
+out=$(mktemp)
+"$bin/numaserve" serve --model-repository models --grpc-port 0 --metrics-port 0 >"$out" 2>/dev/null &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f $out' EXIT
+for _ in $(seq 1 600); do grep -q grpc= "$out" && break; sleep 0.1; done
+url=$(sed -E 's/grpc=([^ ]+).*/\1/' "$out")
+for batch in 1 32 256; do
+  for conc in 1 4; do
+    "$bin/grpc_loadgen" --url "$url" --model fashion_classifier --batch $batch \
+      --concurrency $conc --seconds "$seconds" | head -1
+  done
+done
