@@ -1,5 +1,6 @@
 #include "kernels/tensor.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace numaserve::kernels {
@@ -10,7 +11,9 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
-std::string ShapeToString(const Shape& shape) { return "[" + absl::StrJoin(shape, ",") + "]"; }
+std::string ShapeToString(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
 
 std::vector<int64_t> RowMajorStrides(const Shape& shape) {
   std::vector<int64_t> strides(shape.size(), 1);

@@ -16,6 +16,10 @@ struct AddCase {
   Shape a, b;
 };
 
+void PrintTo(const AddCase& c, std::ostream* os) {
+  *os << testing::ShapeName(c.a) << " + " << testing::ShapeName(c.b);
+}
+
 class AddOnednnTest : public ::testing::TestWithParam<AddCase> {};
 
 TEST_P(AddOnednnTest, MatchesReference) {

@@ -16,6 +16,10 @@ struct Case {
   bool trans_a, trans_b;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << (c.trans_a ? "transA " : "") << (c.trans_b ? "transB" : "");
+}
+
 class GemmRefTransposeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GemmRefTransposeTest, AllTransposeCombosGiveTheSameProduct) {

@@ -33,6 +33,8 @@ struct MatMulCase {
   }
 };
 
+void PrintTo(const MatMulCase& c, std::ostream* os) { *os << c.Name(); }
+
 class MatMulOnednnTest : public ::testing::TestWithParam<MatMulCase> {
  protected:
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};

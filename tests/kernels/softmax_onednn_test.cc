@@ -15,6 +15,10 @@ struct SoftmaxCase {
   bool flatten;
 };
 
+void PrintTo(const SoftmaxCase& c, std::ostream* os) {
+  *os << testing::ShapeName(c.shape) << " axis " << c.axis << (c.flatten ? " flattened" : "");
+}
+
 class SoftmaxOnednnTest : public ::testing::TestWithParam<SoftmaxCase> {};
 
 TEST_P(SoftmaxOnednnTest, MatchesReference) {

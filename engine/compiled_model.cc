@@ -1,0 +1,361 @@
+// CompiledModel: the graph lowered once, at Load, to a list of oneDNN-backed
+// steps. Gemm/MatMul absorb a following constant-bias Add and Relu; Flatten,
+// Reshape and Identity become views (no step, no copy); weights are packed
+// once. Per batch size, the concrete shapes, an activation arena and the
+// primitives are created on first use and cached, so a Run at a batch size
+// already seen allocates nothing of its own.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/compiled_steps.h"
+#include "engine/model.h"
+#include "engine/model_info.h"
+#include "engine/onnx_import.h"
+#include "engine/op_registry.h"
+#include "engine/shape_propagation.h"
+
+namespace numaserve::engine {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// Where a value's data lives. Views share their source's storage: every
+// value resolves to a root, and only roots have storage.
+enum class Storage { kInput, kConstant, kArena, kOutput };
+
+// Everything that depends on the batch size.
+struct BatchState {
+  std::vector<Shape> shapes;  // by ValueId
+  std::unique_ptr<float, FreeDeleter> arena;
+  std::vector<int64_t> arena_offset;  // by ValueId, for kArena roots
+  std::vector<float*> data;           // by ValueId, refreshed per Run
+};
+
+class CompiledModelImpl final : public CompiledModel {
+ public:
+  CompiledModelImpl(Graph graph, ModelInfo info, const CompileOptions& options,
+                    const dnnl::engine& engine)
+      : graph_(std::move(graph)),
+        info_(std::move(info)),
+        options_(options),
+        engine_(engine),
+        stream_(engine_) {}
+
+  absl::Status Compile();
+
+  const ModelInfo& info() const override { return info_; }
+  std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override;
+  absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
+                   const std::vector<void*>& outputs) override;
+
+ private:
+  absl::Status CompileMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
+                             std::vector<bool>& fused);
+  void AssignStorage();
+  absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
+  // Follows a value's only consumer if it is `op_type` and the value is not
+  // a graph output; -1 otherwise.
+  int SoleConsumer(ValueId v, const char* op_type,
+                   const std::vector<std::vector<int>>& consumers) const;
+
+  Graph graph_;
+  ModelInfo info_;
+  CompileOptions options_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::vector<std::unique_ptr<Step>> steps_;
+  std::vector<ValueId> root_;     // by ValueId
+  std::vector<Storage> storage_;  // by root ValueId
+  std::vector<int> output_slot_;  // by root ValueId: index into Run's outputs, or -1
+  std::vector<bool> is_output_;   // by ValueId
+  std::map<int64_t, BatchState> per_batch_;
+};
+
+int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
+                                    const std::vector<std::vector<int>>& consumers) const {
+  if (is_output_[v] || consumers[v].size() != 1) return -1;
+  const int j = consumers[v][0];
+  return graph_.nodes()[j].op_type == op_type ? j : -1;
+}
+
+absl::Status CompiledModelImpl::CompileMatMul(int node_index,
+                                              const std::vector<std::vector<int>>& consumers,
+                                              std::vector<bool>& fused) {
+  const Node& node = graph_.nodes()[node_index];
+  const bool is_gemm = node.op_type == "Gemm";
+  const Constant* weights = graph_.FindConstant(node.inputs[1]);
+  if (weights == nullptr || weights->type != DataType::kFloat32 || weights->shape.size() != 2) {
+    return absl::UnimplementedError(
+        absl::StrCat(node.Describe(), ": B must be a constant 2-D FP32 tensor (an initializer)"));
+  }
+  kernels::MatMulOnednnOptions mm;
+  mm.weights = weights->f32.data.data();
+  mm.weights_transposed = is_gemm && node.GetInt("transB", 0) != 0;
+  mm.k = weights->shape[mm.weights_transposed ? 1 : 0];
+  mm.n = weights->shape[mm.weights_transposed ? 0 : 1];
+  std::string name = node.name;
+  ValueId accumulate_from = kNoValue;
+  if (is_gemm) {
+    mm.weights_scale = node.GetFloat("alpha", 1.0f);
+    mm.src_transposed = node.GetInt("transA", 0) != 0;
+    const float beta = node.GetFloat("beta", 1.0f);
+    const ValueId c_id = node.inputs.size() > 2 ? node.inputs[2] : kNoValue;
+    const Constant* c = c_id != kNoValue ? graph_.FindConstant(c_id) : nullptr;
+    // A constant C that is a row vector (scalar, [N], [1,N]) is a bias.
+    const bool row_vector =
+        c != nullptr && c->type == DataType::kFloat32 &&
+        (c->shape.size() <= 1 || c->shape[0] == 1) &&
+        (kernels::NumElements(c->shape) == mm.n || kernels::NumElements(c->shape) == 1);
+    if (row_vector) {
+      mm.bias.resize(mm.n);
+      for (int64_t j = 0; j < mm.n; ++j) {
+        mm.bias[j] = beta * c->f32.data[c->f32.data.size() == 1 ? 0 : j];
+      }
+    } else if (c_id != kNoValue && beta != 0.0f) {
+      mm.accumulate = true;
+      mm.sum_scale = beta;
+      accumulate_from = c_id;
+    }
+  }
+  const ValueId src = node.inputs[0];
+  ValueId out = node.outputs[0];
+  const size_t out_rank = graph_.value(out).has_shape ? graph_.value(out).shape.size() : 2;
+  // + constant bias along N (any leading dims 1, rank not above the output's).
+  if (int j = SoleConsumer(out, "Add", consumers); j >= 0) {
+    const Node& add = graph_.nodes()[j];
+    const ValueId other = add.inputs[0] == out ? add.inputs[1] : add.inputs[0];
+    const Constant* b = graph_.FindConstant(other);
+    const bool bias_like = b != nullptr && b->type == DataType::kFloat32 &&
+                           b->shape.size() <= out_rank && !b->shape.empty() &&
+                           b->shape.back() == mm.n && kernels::NumElements(b->shape) == mm.n;
+    if (bias_like) {
+      if (mm.bias.empty()) mm.bias.assign(mm.n, 0.0f);
+      for (int64_t i = 0; i < mm.n; ++i) mm.bias[i] += b->f32.data[i];
+      fused[j] = true;
+      out = add.outputs[0];
+      absl::StrAppend(&name, "+", add.name);
+    }
+  }
+  if (int j = SoleConsumer(out, "Relu", consumers); j >= 0) {
+    mm.relu = true;
+    fused[j] = true;
+    out = graph_.nodes()[j].outputs[0];
+    absl::StrAppend(&name, "+", graph_.nodes()[j].name);
+  }
+  auto kernel = kernels::MatMulOnednn::Create(engine_, mm);
+  if (!kernel.ok()) {
+    return absl::Status(kernel.status().code(),
+                        absl::StrCat(node.Describe(), ": ", kernel.status().message()));
+  }
+  steps_.push_back(
+      std::make_unique<MatMulStep>(*std::move(kernel), src, out, accumulate_from, std::move(name)));
+  return absl::OkStatus();
+}
+
+absl::Status CompiledModelImpl::Compile() {
+  const int num_values = graph_.num_values();
+  root_.resize(num_values);
+  for (ValueId v = 0; v < num_values; ++v) root_[v] = v;
+  is_output_.assign(num_values, false);
+  for (ValueId v : graph_.outputs()) is_output_[v] = true;
+  const auto consumers = graph_.Consumers();
+  std::vector<bool> fused(graph_.nodes().size(), false);
+  for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
+    if (fused[i]) continue;
+    const Node& node = graph_.nodes()[i];
+    const std::string& op = node.op_type;
+    const ValueId in = node.inputs[0], out = node.outputs[0];
+    if (op == "Gemm" || op == "MatMul") {
+      if (absl::Status s = CompileMatMul(i, consumers, fused); !s.ok()) return s;
+    } else if (op == "Add") {
+      steps_.push_back(std::make_unique<AddStep>(engine_, in, node.inputs[1], out, node.name));
+    } else if (op == "Relu") {
+      steps_.push_back(std::make_unique<ReluStep>(engine_, in, out, node.name));
+    } else if (op == "Softmax") {
+      const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
+      steps_.push_back(
+          std::make_unique<SoftmaxStep>(engine_, sm.axis, sm.flatten_to_2d, in, out, node.name));
+    } else if (op == "Flatten" || op == "Reshape" || op == "Identity") {
+      root_[out] = root_[in];  // a view: same bytes, another shape
+    } else {
+      return absl::UnimplementedError(absl::StrCat(node.Describe(), " has no compiled kernel"));
+    }
+  }
+  AssignStorage();
+  return absl::OkStatus();
+}
+
+// Roots produced by a step write straight into the caller's output buffer
+// when exactly one graph output resolves to them; outputs that are views of
+// inputs or constants, or that share a root, are copied at the end of Run.
+void CompiledModelImpl::AssignStorage() {
+  const int num_values = graph_.num_values();
+  storage_.assign(num_values, Storage::kArena);
+  output_slot_.assign(num_values, -1);
+  for (ValueId v : graph_.inputs()) storage_[v] = Storage::kInput;
+  for (const auto& [v, c] : graph_.constants()) storage_[v] = Storage::kConstant;
+  std::vector<int> outputs_per_root(num_values, 0);
+  for (ValueId v : graph_.outputs()) ++outputs_per_root[root_[v]];
+  for (size_t j = 0; j < graph_.outputs().size(); ++j) {
+    const ValueId r = root_[graph_.outputs()[j]];
+    if (storage_[r] == Storage::kArena && outputs_per_root[r] == 1) {
+      storage_[r] = Storage::kOutput;
+      output_slot_[r] = static_cast<int>(j);
+    }
+  }
+}
+
+absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
+  auto it = per_batch_.find(batch);
+  if (it != per_batch_.end()) return &it->second;
+  auto shapes = PropagateShapes(graph_, InputShapesForBatch(graph_, batch));
+  if (!shapes.ok()) return shapes.status();
+  BatchState state;
+  state.shapes = *std::move(shapes);
+  const int num_values = graph_.num_values();
+  state.arena_offset.assign(num_values, -1);
+  int64_t floats = 0;
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (root_[v] != v || storage_[v] != Storage::kArena) continue;
+    state.arena_offset[v] = floats;
+    const int64_t n = kernels::NumElements(state.shapes[v]);
+    floats += (n + kAlignment / sizeof(float) - 1) / (kAlignment / sizeof(float)) *
+              (kAlignment / sizeof(float));
+  }
+  const size_t bytes = std::max<int64_t>(floats, 1) * sizeof(float);
+  state.arena.reset(static_cast<float*>(std::aligned_alloc(kAlignment, bytes)));
+  if (state.arena == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " activation bytes for batch ", batch));
+  }
+  state.data.assign(num_values, nullptr);
+  for (const auto& step : steps_) {
+    if (absl::Status s = step->Prepare(state.shapes); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
+    }
+  }
+  return &per_batch_.emplace(batch, std::move(state)).first->second;
+}
+
+std::vector<std::vector<int64_t>> CompiledModelImpl::OutputShapes(int64_t batch) const {
+  auto it = per_batch_.find(batch);
+  std::vector<Shape> shapes;
+  if (it != per_batch_.end()) {
+    shapes = it->second.shapes;
+  } else if (auto s = PropagateShapes(graph_, InputShapesForBatch(graph_, batch)); s.ok()) {
+    shapes = *std::move(s);
+  } else {
+    return {};
+  }
+  std::vector<std::vector<int64_t>> out;
+  for (ValueId v : graph_.outputs()) out.push_back(shapes[v]);
+  return out;
+}
+
+absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*>& inputs,
+                                    const std::vector<void*>& outputs) {
+  if (batch < 1 || (!info_.batched && batch != 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(info_.path, ": batch ", batch,
+                     info_.batched ? " must be >= 1" : " must be 1 (not batched)"));
+  }
+  if (inputs.size() != graph_.inputs().size() || outputs.size() != graph_.outputs().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        info_.path, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
+        " outputs, got ", inputs.size(), " and ", outputs.size()));
+  }
+  for (const void* p : inputs) {
+    if (p == nullptr) return absl::InvalidArgumentError("null input buffer");
+  }
+  for (const void* p : outputs) {
+    if (p == nullptr) return absl::InvalidArgumentError("null output buffer");
+  }
+  if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
+  auto state_or = GetBatchState(batch);
+  if (!state_or.ok()) return state_or.status();
+  BatchState& state = **state_or;
+
+  // Point every root at its bytes, then every view at its root's.
+  std::vector<float*>& data = state.data;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    data[graph_.inputs()[i]] = static_cast<float*>(const_cast<void*>(inputs[i]));
+  }
+  for (ValueId v = 0; v < graph_.num_values(); ++v) {
+    if (root_[v] != v) continue;
+    switch (storage_[v]) {
+      case Storage::kInput:
+        break;
+      case Storage::kConstant: {
+        const Constant* c = graph_.FindConstant(v);
+        data[v] = const_cast<float*>(c->f32.data.data());
+        break;
+      }
+      case Storage::kArena:
+        data[v] = state.arena_offset[v] >= 0 ? state.arena.get() + state.arena_offset[v] : nullptr;
+        break;
+      case Storage::kOutput:
+        data[v] = static_cast<float*>(outputs[output_slot_[v]]);
+        break;
+    }
+  }
+  for (ValueId v = 0; v < graph_.num_values(); ++v) data[v] = data[root_[v]];
+
+  const StepContext ctx{stream_, state.shapes, data};
+  for (const auto& step : steps_) {
+    if (absl::Status s = step->Run(ctx); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
+    }
+  }
+  try {
+    stream_.wait();
+  } catch (const dnnl::error& e) {
+    return kernels::DnnlErrorToStatus(e, "waiting for the stream");
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const ValueId v = graph_.outputs()[j];
+    if (storage_[root_[v]] == Storage::kOutput && output_slot_[root_[v]] == static_cast<int>(j)) {
+      continue;  // written in place
+    }
+    std::memcpy(outputs[j], data[v], kernels::NumElements(state.shapes[v]) * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::string& path,
+                                                                   const CompileOptions& options) {
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
+  }
+  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  auto graph = ImportOnnxModel(path);
+  if (!graph.ok()) return graph.status();
+  auto info = DescribeGraph(*graph, path);
+  if (!info.ok()) return info.status();
+  std::unique_ptr<CompiledModelImpl> model;
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    model =
+        std::make_unique<CompiledModelImpl>(*std::move(graph), *std::move(info), options, engine);
+  } catch (const dnnl::error& e) {
+    return kernels::DnnlErrorToStatus(e, path + ": creating the oneDNN engine");
+  }
+  if (absl::Status s = model->Compile(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  return std::unique_ptr<CompiledModel>(std::move(model));
+}
+
+}  // namespace numaserve::engine

@@ -1,0 +1,272 @@
+#include "engine/onnx_import.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/op_registry.h"
+#include "engine/shape_propagation.h"
+#include "kernels/tensor.h"
+
+namespace numaserve::engine {
+namespace {
+
+DataType FromOnnxType(int32_t t) {
+  switch (t) {
+    case onnx::TensorProto::BOOL:
+      return DataType::kBool;
+    case onnx::TensorProto::UINT8:
+      return DataType::kUint8;
+    case onnx::TensorProto::INT8:
+      return DataType::kInt8;
+    case onnx::TensorProto::INT32:
+      return DataType::kInt32;
+    case onnx::TensorProto::INT64:
+      return DataType::kInt64;
+    case onnx::TensorProto::FLOAT16:
+      return DataType::kFloat16;
+    case onnx::TensorProto::BFLOAT16:
+      return DataType::kBFloat16;
+    case onnx::TensorProto::FLOAT:
+      return DataType::kFloat32;
+    case onnx::TensorProto::DOUBLE:
+      return DataType::kFloat64;
+    default:
+      return DataType::kUnknown;
+  }
+}
+
+// Copies a repeated field or little-endian raw_data into `out`.
+template <typename T, typename Repeated>
+absl::Status ReadElements(const onnx::TensorProto& t, const Repeated& field, int64_t count,
+                          std::vector<T>& out) {
+  out.resize(count);
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() != count * sizeof(T)) {
+      return absl::InvalidArgumentError(absl::StrCat("initializer '", t.name(), "' has ",
+                                                     t.raw_data().size(), " raw bytes, expected ",
+                                                     count * sizeof(T)));
+    }
+    std::memcpy(out.data(), t.raw_data().data(), t.raw_data().size());
+    return absl::OkStatus();
+  }
+  if (field.size() != count) {
+    return absl::InvalidArgumentError(absl::StrCat("initializer '", t.name(), "' has ",
+                                                   field.size(), " values, expected ", count));
+  }
+  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(field.Get(i));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Constant> ReadConstant(const onnx::TensorProto& t) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    return absl::UnimplementedError(
+        absl::StrCat("initializer '", t.name(), "' uses external data, which is not supported"));
+  }
+  Constant c;
+  c.type = FromOnnxType(t.data_type());
+  c.shape.assign(t.dims().begin(), t.dims().end());
+  const int64_t count = kernels::NumElements(c.shape);
+  absl::Status status;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      c.f32.shape = c.shape;
+      status = ReadElements<float>(t, t.float_data(), count, c.f32.data);
+      break;
+    case onnx::TensorProto::INT64:
+      status = ReadElements<int64_t>(t, t.int64_data(), count, c.i64);
+      break;
+    case onnx::TensorProto::INT32: {
+      std::vector<int32_t> v;
+      status = ReadElements<int32_t>(t, t.int32_data(), count, v);
+      c.i64.assign(v.begin(), v.end());
+      break;
+    }
+    default:
+      break;  // kept as type + shape; ops that need the data reject it
+  }
+  if (!status.ok()) return status;
+  return c;
+}
+
+void ReadValueInfo(const onnx::ValueInfoProto& info, Value& value) {
+  if (!info.type().has_tensor_type()) return;
+  const auto& tt = info.type().tensor_type();
+  value.type = FromOnnxType(tt.elem_type());
+  if (!tt.has_shape()) return;
+  value.has_shape = true;
+  value.shape.clear();
+  for (const auto& dim : tt.shape().dim()) {
+    value.shape.push_back(dim.has_dim_value() && dim.dim_value() >= 0 ? dim.dim_value() : -1);
+  }
+}
+
+absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& graph) {
+  Node node;
+  node.op_type = proto.op_type();
+  node.name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
+  const bool default_domain = proto.domain().empty() || proto.domain() == "ai.onnx";
+  if (!default_domain || FindOpSchema(node.op_type) == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat(node.Describe(), " is not supported (supported: ", SupportedOpsList(), ")"));
+  }
+  for (const std::string& in : proto.input()) {
+    node.inputs.push_back(in.empty() ? kNoValue : graph.GetOrAddValue(in));
+  }
+  for (const std::string& out : proto.output()) node.outputs.push_back(graph.GetOrAddValue(out));
+  for (const onnx::AttributeProto& a : proto.attribute()) {
+    switch (a.type()) {
+      case onnx::AttributeProto::INT:
+        node.attributes[a.name()] = static_cast<int64_t>(a.i());
+        break;
+      case onnx::AttributeProto::FLOAT:
+        node.attributes[a.name()] = a.f();
+        break;
+      case onnx::AttributeProto::STRING:
+        node.attributes[a.name()] = a.s();
+        break;
+      case onnx::AttributeProto::INTS:
+        node.attributes[a.name()] = std::vector<int64_t>(a.ints().begin(), a.ints().end());
+        break;
+      case onnx::AttributeProto::FLOATS:
+        node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
+        break;
+      default:
+        return absl::UnimplementedError(
+            absl::StrCat(node.Describe(), ": attribute '", a.name(), "' has an unsupported kind"));
+    }
+  }
+  return node;
+}
+
+// A Constant node becomes a graph constant (no runtime work).
+absl::Status ReadConstantNode(const onnx::NodeProto& proto, Graph& graph) {
+  if (proto.output_size() != 1 || proto.attribute_size() != 1 ||
+      proto.attribute(0).name() != "value" || !proto.attribute(0).has_t()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "node '", proto.name(), "' (op Constant): only the 'value' tensor form is supported"));
+  }
+  auto c = ReadConstant(proto.attribute(0).t());
+  if (!c.ok()) return c.status();
+  const ValueId id = graph.GetOrAddValue(proto.output(0));
+  graph.value(id).type = c->type;
+  graph.value(id).shape = c->shape;
+  graph.value(id).has_shape = true;
+  graph.SetConstant(id, *std::move(c));
+  return absl::OkStatus();
+}
+
+absl::Status CheckAndInfer(onnx::ModelProto& model) {
+  try {
+    onnx::checker::check_model(model);
+    onnx::shape_inference::InferShapes(
+        model, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
+  Graph graph;
+  for (const auto& opset : model.opset_import()) {
+    if (opset.domain().empty() || opset.domain() == "ai.onnx") graph.set_opset(opset.version());
+  }
+  const onnx::GraphProto& g = model.graph();
+  absl::flat_hash_set<std::string> initializer_names;
+  for (const onnx::TensorProto& t : g.initializer()) {
+    auto c = ReadConstant(t);
+    if (!c.ok()) return c.status();
+    const ValueId id = graph.GetOrAddValue(t.name());
+    graph.value(id).type = c->type;
+    graph.value(id).shape = c->shape;
+    graph.value(id).has_shape = true;
+    graph.SetConstant(id, *std::move(c));
+    initializer_names.insert(t.name());
+  }
+  for (const onnx::ValueInfoProto& in : g.input()) {
+    if (initializer_names.contains(in.name())) continue;  // a weight, not a runtime input
+    const ValueId id = graph.GetOrAddValue(in.name());
+    ReadValueInfo(in, graph.value(id));
+    const Value& v = graph.value(id);
+    if (v.type != DataType::kFloat32) {
+      return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' has type ",
+                                                   DataTypeName(v.type),
+                                                   "; only FP32 inputs are supported"));
+    }
+    if (!v.has_shape) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name(), "' has no shape"));
+    }
+    for (size_t d = 1; d < v.shape.size(); ++d) {
+      if (v.shape[d] < 0) {
+        return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' has dynamic dim ", d,
+                                                     "; only dim 0 (the batch) may be dynamic"));
+      }
+    }
+    graph.inputs().push_back(id);
+  }
+  for (const onnx::ValueInfoProto& vi : g.value_info()) {
+    ReadValueInfo(vi, graph.value(graph.GetOrAddValue(vi.name())));
+  }
+  int index = 0;
+  for (const onnx::NodeProto& proto : g.node()) {
+    if (proto.op_type() == "Constant" && (proto.domain().empty() || proto.domain() == "ai.onnx")) {
+      if (absl::Status s = ReadConstantNode(proto, graph); !s.ok()) return s;
+    } else {
+      auto node = ReadNode(proto, index, graph);
+      if (!node.ok()) return node.status();
+      graph.nodes().push_back(*std::move(node));
+    }
+    ++index;
+  }
+  for (const onnx::ValueInfoProto& out : g.output()) {
+    const ValueId id = graph.GetOrAddValue(out.name());
+    ReadValueInfo(out, graph.value(id));
+    if (graph.value(id).type != DataType::kFloat32) {
+      return absl::UnimplementedError(absl::StrCat("output '", out.name(), "' has type ",
+                                                   DataTypeName(graph.value(id).type),
+                                                   "; only FP32 outputs are supported"));
+    }
+    graph.outputs().push_back(id);
+  }
+  for (const Node& node : graph.nodes()) {
+    if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
+  }
+  // Validates every shape at a concrete batch (Reshape targets, broadcasts).
+  if (auto shapes = PropagateShapes(graph, InputShapesForBatch(graph, 1)); !shapes.ok()) {
+    return shapes.status();
+  }
+  return graph;
+}
+
+absl::Status Prefix(const std::string& path, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> ImportOnnxModel(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open the model file"));
+  std::stringstream bytes;
+  bytes << file.rdbuf();
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes.str())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid ONNX protobuf"));
+  }
+  if (absl::Status s = CheckAndInfer(model); !s.ok()) return Prefix(path, s);
+  auto graph = BuildGraph(model);
+  if (!graph.ok()) return Prefix(path, graph.status());
+  return graph;
+}
+
+}  // namespace numaserve::engine

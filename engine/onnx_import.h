@@ -1,0 +1,18 @@
+// ONNX -> Graph. The only place that includes libonnx: parses the file,
+// runs onnx::checker and ONNX shape inference (their exceptions stop here),
+// and builds the engine's Graph with initializers as constants.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/graph.h"
+
+namespace numaserve::engine {
+
+// Errors name the file: missing or unreadable file, unparsable protobuf,
+// checker or shape-inference failures, unsupported ops ("node 'conv1' (op
+// Conv) is not supported"), non-FP32 inputs, dynamic non-batch dims.
+absl::StatusOr<Graph> ImportOnnxModel(const std::string& path);
+
+}  // namespace numaserve::engine

@@ -1,0 +1,124 @@
+// Builds small ONNX models in C++ (onnx protobuf API) and saves them to a
+// temporary file, so engine tests need no model files checked in.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/tensor.h"
+
+namespace numaserve::engine::testing {
+
+inline constexpr int64_t kUnknownDim = -2;
+
+class OnnxModelBuilder {
+ public:
+  explicit OnnxModelBuilder(int64_t opset = 13) {
+    model_.set_ir_version(8);
+    model_.set_producer_name("numaserve-tests");
+    auto* op = model_.add_opset_import();
+    op->set_domain("");
+    op->set_version(opset);
+    model_.mutable_graph()->set_name("test");
+  }
+
+  // dims: -1 becomes the symbolic batch dim "batch".
+  OnnxModelBuilder& Input(const std::string& name, const std::vector<int64_t>& dims,
+                          int32_t elem_type = onnx::TensorProto::FLOAT) {
+    SetType(model_.mutable_graph()->add_input(), name, &dims, elem_type);
+    return *this;
+  }
+
+  // The checker requires a shape on graph outputs; -1 is "batch" as above
+  // and kUnknownDim a dim with neither value nor name.
+  OnnxModelBuilder& Output(const std::string& name, const std::vector<int64_t>& dims) {
+    SetType(model_.mutable_graph()->add_output(), name, &dims, onnx::TensorProto::FLOAT);
+    return *this;
+  }
+
+  OnnxModelBuilder& Initializer(const std::string& name, const kernels::Tensor& t) {
+    onnx::TensorProto* p = model_.mutable_graph()->add_initializer();
+    p->set_name(name);
+    p->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : t.shape) p->add_dims(d);
+    p->set_raw_data(
+        std::string(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float)));
+    return *this;
+  }
+
+  OnnxModelBuilder& Int64Initializer(const std::string& name, const std::vector<int64_t>& v) {
+    onnx::TensorProto* p = model_.mutable_graph()->add_initializer();
+    p->set_name(name);
+    p->set_data_type(onnx::TensorProto::INT64);
+    p->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) p->add_int64_data(x);
+    return *this;
+  }
+
+  // Adds a node; attributes are added to the returned proto with Attr*.
+  onnx::NodeProto& Node(const std::string& op, const std::vector<std::string>& inputs,
+                        const std::vector<std::string>& outputs, const std::string& name = "") {
+    onnx::NodeProto* n = model_.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? absl::StrCat(op, "_", model_.graph().node_size()) : name);
+    for (const auto& i : inputs) n->add_input(i);
+    for (const auto& o : outputs) n->add_output(o);
+    return *n;
+  }
+
+  static void AttrInt(onnx::NodeProto& n, const std::string& name, int64_t v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void AttrFloat(onnx::NodeProto& n, const std::string& name, float v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+
+  // Writes the model under the test temp dir; returns the path.
+  std::string Save(const std::string& stem) const {
+    static std::atomic<int> counter{0};
+    const std::string path =
+        absl::StrCat(::testing::TempDir(), "/numaserve_", stem, "_", counter++, ".onnx");
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    model_.SerializeToOstream(&out);
+    return path;
+  }
+
+  onnx::ModelProto& proto() { return model_; }
+
+ private:
+  static void SetType(onnx::ValueInfoProto* v, const std::string& name,
+                      const std::vector<int64_t>* dims, int32_t elem_type) {
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem_type);
+    if (dims == nullptr) return;
+    auto* shape = tt->mutable_shape();
+    for (int64_t d : *dims) {
+      auto* dim = shape->add_dim();
+      if (d == kUnknownDim) continue;
+      if (d < 0) {
+        dim->set_dim_param("batch");
+      } else {
+        dim->set_dim_value(d);
+      }
+    }
+  }
+
+  onnx::ModelProto model_;
+};
+
+}  // namespace numaserve::engine::testing
