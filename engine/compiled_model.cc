@@ -54,13 +54,15 @@ class CompiledModelImpl final : public CompiledModel {
   absl::Status Compile();
 
   const ModelInfo& info() const override { return info_; }
+  std::string DescribePlan() const override;
   std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override;
   absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                    const std::vector<void*>& outputs) override;
 
  private:
+  // shapes1: every value's shape at batch 1 (for ranks).
   absl::Status CompileMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
-                             std::vector<bool>& fused);
+                             const std::vector<Shape>& shapes1, std::vector<bool>& fused);
   void AssignStorage();
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
   // Follows a value's only consumer if it is `op_type` and the value is not
@@ -90,6 +92,7 @@ int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
 
 absl::Status CompiledModelImpl::CompileMatMul(int node_index,
                                               const std::vector<std::vector<int>>& consumers,
+                                              const std::vector<Shape>& shapes1,
                                               std::vector<bool>& fused) {
   const Node& node = graph_.nodes()[node_index];
   const bool is_gemm = node.op_type == "Gemm";
@@ -129,7 +132,7 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
   }
   const ValueId src = node.inputs[0];
   ValueId out = node.outputs[0];
-  const size_t out_rank = graph_.value(out).has_shape ? graph_.value(out).shape.size() : 2;
+  const size_t out_rank = shapes1[out].size();
   // + constant bias along N (any leading dims 1, rank not above the output's).
   if (int j = SoleConsumer(out, "Add", consumers); j >= 0) {
     const Node& add = graph_.nodes()[j];
@@ -169,6 +172,8 @@ absl::Status CompiledModelImpl::Compile() {
   is_output_.assign(num_values, false);
   for (ValueId v : graph_.outputs()) is_output_[v] = true;
   const auto consumers = graph_.Consumers();
+  auto shapes1 = PropagateShapes(graph_, InputShapesForBatch(graph_, 1));
+  if (!shapes1.ok()) return shapes1.status();
   std::vector<bool> fused(graph_.nodes().size(), false);
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     if (fused[i]) continue;
@@ -176,7 +181,7 @@ absl::Status CompiledModelImpl::Compile() {
     const std::string& op = node.op_type;
     const ValueId in = node.inputs[0], out = node.outputs[0];
     if (op == "Gemm" || op == "MatMul") {
-      if (absl::Status s = CompileMatMul(i, consumers, fused); !s.ok()) return s;
+      if (absl::Status s = CompileMatMul(i, consumers, *shapes1, fused); !s.ok()) return s;
     } else if (op == "Add") {
       steps_.push_back(std::make_unique<AddStep>(engine_, in, node.inputs[1], out, node.name));
     } else if (op == "Relu") {
@@ -213,6 +218,12 @@ void CompiledModelImpl::AssignStorage() {
       output_slot_[r] = static_cast<int>(j);
     }
   }
+}
+
+std::string CompiledModelImpl::DescribePlan() const {
+  std::string plan;
+  for (const auto& step : steps_) absl::StrAppend(&plan, step->Describe(), "\n");
+  return plan;
 }
 
 absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {

@@ -1,5 +1,7 @@
 #include "engine/compiled_steps.h"
 
+#include <cstring>
+
 #include "kernels/ref/add_ref.h"
 
 namespace numaserve::engine {
@@ -17,8 +19,13 @@ absl::Status MatMulStep::Run(const StepContext& ctx) {
   const int64_t m = RowsOf(ctx.shapes[dst_], kernel_->n());
   float* dst = ctx.data[dst_];
   if (accumulate_from_ != kNoValue) {
-    kernels::BroadcastTo(ctx.data[accumulate_from_], ctx.shapes[accumulate_from_], dst,
-                         {m, kernel_->n()});
+    // Gemm's C goes into the output first; the matmul adds beta * it.
+    const Shape& c_shape = ctx.shapes[accumulate_from_];
+    if (kernels::NumElements(c_shape) == m * kernel_->n()) {
+      std::memcpy(dst, ctx.data[accumulate_from_], m * kernel_->n() * sizeof(float));
+    } else {
+      kernels::BroadcastTo(ctx.data[accumulate_from_], c_shape, dst, {m, kernel_->n()});
+    }
   }
   return kernel_->Execute(ctx.stream, m, ctx.data[src_], dst);
 }

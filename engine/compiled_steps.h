@@ -28,7 +28,8 @@ class Step {
   // Called once per new batch size, before its first Run.
   virtual absl::Status Prepare(const std::vector<Shape>& shapes) { return absl::OkStatus(); }
   virtual absl::Status Run(const StepContext& ctx) = 0;
-  // Names of the graph nodes this step stands for ("fc1+add1+relu1").
+  // The kernel and the graph nodes this step stands for
+  // ("matmul: fc1+add1+relu1").
   virtual std::string Describe() const = 0;
 };
 
@@ -45,7 +46,7 @@ class MatMulStep final : public Step {
         name_(std::move(name)) {}
   absl::Status Prepare(const std::vector<Shape>& shapes) override;
   absl::Status Run(const StepContext& ctx) override;
-  std::string Describe() const override { return name_; }
+  std::string Describe() const override { return "matmul: " + name_; }
   const kernels::MatMulOnednn& kernel() const { return *kernel_; }
 
  private:
@@ -59,7 +60,7 @@ class AddStep final : public Step {
   AddStep(const dnnl::engine& engine, ValueId a, ValueId b, ValueId dst, std::string name)
       : kernel_(engine), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
-  std::string Describe() const override { return name_; }
+  std::string Describe() const override { return "add: " + name_; }
 
  private:
   kernels::AddOnednn kernel_;
@@ -72,7 +73,7 @@ class ReluStep final : public Step {
   ReluStep(const dnnl::engine& engine, ValueId src, ValueId dst, std::string name)
       : kernel_(engine), src_(src), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
-  std::string Describe() const override { return name_; }
+  std::string Describe() const override { return "relu: " + name_; }
 
  private:
   kernels::ReluOnednn kernel_;
@@ -86,7 +87,7 @@ class SoftmaxStep final : public Step {
               ValueId dst, std::string name)
       : kernel_(engine, axis, flatten_to_2d), src_(src), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
-  std::string Describe() const override { return name_; }
+  std::string Describe() const override { return "softmax: " + name_; }
 
  private:
   kernels::SoftmaxOnednn kernel_;

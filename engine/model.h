@@ -77,6 +77,10 @@ class CompiledModel {
   // Not thread-safe: one Run at a time per CompiledModel.
   virtual absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                            const std::vector<void*>& outputs) = 0;
+
+  // The compiled plan, one line per kernel step with the graph nodes it
+  // stands for ("matmul: fc1+relu1"), for logs and tests.
+  virtual std::string DescribePlan() const { return ""; }
 };
 
 }  // namespace numaserve::engine

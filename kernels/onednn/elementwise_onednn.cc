@@ -18,9 +18,9 @@ dnnl::memory::desc PlainDesc(const Shape& shape) {
 
 absl::StatusOr<AddOnednn::Entry*> AddOnednn::GetEntry(const Shape& a_shape, const Shape& b_shape,
                                                       const Shape& out_shape) {
-  auto key = std::make_pair(a_shape, b_shape);
-  auto it = per_shape_.find(key);
-  if (it != per_shape_.end()) return &it->second;
+  if (auto a_it = per_shape_.find(a_shape); a_it != per_shape_.end()) {
+    if (auto it = a_it->second.find(b_shape); it != a_it->second.end()) return &it->second;
+  }
   Entry entry;
   const size_t rank = std::max<size_t>(out_shape.size(), 1);
   const Shape out = PadShapeLeft(out_shape, rank);
@@ -47,7 +47,7 @@ absl::StatusOr<AddOnednn::Entry*> AddOnednn::GetEntry(const Shape& a_shape, cons
           e, "creating binary add for " + ShapeToString(a_shape) + " + " + ShapeToString(b_shape));
     }
   }
-  return &per_shape_.emplace(std::move(key), std::move(entry)).first->second;
+  return &per_shape_[a_shape].emplace(b_shape, std::move(entry)).first->second;
 }
 
 absl::Status AddOnednn::Execute(dnnl::stream& stream, const Shape& a_shape, const float* a,

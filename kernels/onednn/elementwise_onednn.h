@@ -4,7 +4,6 @@
 
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <utility>
 
 #include "absl/status/statusor.h"
 #include "kernels/onednn/onednn_common.h"
@@ -31,7 +30,8 @@ class AddOnednn {
                                   const Shape& out_shape);
 
   dnnl::engine engine_;
-  std::map<std::pair<Shape, Shape>, Entry> per_shape_;
+  // Keyed by a's shape, then b's: looked up without copying either.
+  std::map<Shape, std::map<Shape, Entry>> per_shape_;
 };
 
 class ReluOnednn {

@@ -2,17 +2,21 @@
 // oneDNN matmul primitive, with the constant weights reordered once, at
 // Create, into the layout the primitive prefers (format_tag::any).
 //
-// M (the batch) varies per call. Measured on oneDNN 2.6.3 (avx512_core,
-// brgemm matmul): the preferred packed weights format does NOT depend on M
-// -- for K x N in {784x1024, 784x256, 256x128, 128x10, 1024x1024} and
-// M in {1, 2, 3, 8, 16, 32, 64, 100, 256, 1024} it is always the blocked
-// layout "BA16a64b" (K in blocks of 16, N in blocks of 64, K/N padded), and
-// a primitive created for any M with that fixed weights desc picks the same
-// brg:avx512_core implementation. So the weights are packed once, and
-// primitives are created lazily per M, all reading the one packed buffer.
-// Should a future library (or ISA) prefer a different layout for some M,
-// that M falls back to its own preferred layout, reordered once from the
-// packed buffer and cached with its primitive.
+// M (the batch) varies per call. Measured with oneDNN 2.6.3 (f32 matmul,
+// implementation brg:avx512_core; the build host reported an AVX-512 CPU
+// without AMX): the preferred packed weights format does NOT depend on M.
+// For K x N in {784x1024, 784x256, 256x128, 128x10, 1024x1024} and M in
+// {1, 2, 3, 8, 16, 32, 64, 100, 256, 1024} it is always "BA16a64b" (K in
+// blocks of 16, N in blocks of 64, both padded), and a primitive created for
+// any M with that fixed weights desc picks the same brg:avx512_core
+// implementation. So the weights are packed once and primitives are created
+// lazily per M, all reading the one packed buffer. Should another library
+// version or ISA prefer a different layout for some M, that M falls back to
+// its own preferred layout, reordered once from the packed buffer and cached
+// with its primitive (UsesFallbackWeights reports it).
+// Packing pays most for skinny M (2 threads, K=784, N=1024, median of 400):
+// M=1 16 us packed vs 44 us plain, M=8 32 vs 58 us, M=32 105 vs 135 us,
+// M=256 784 vs 804 us.
 #pragma once
 
 #include <cstdint>

@@ -256,6 +256,19 @@ TEST(CompiledModelTest, DefaultModelMatchesReference) {
                          CompileOptions{.num_threads = 1});
 }
 
+TEST(CompiledModelTest, DefaultModelIsFusedIntoFourSteps) {
+  const std::string path = testing::GenerateDefaultModel();
+  if (path.empty()) GTEST_SKIP() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Flatten is a view; each Gemm/MatMul absorbs its bias Add and Relu.
+  EXPECT_EQ((*model)->DescribePlan(),
+            "matmul: fc1+relu1\n"
+            "matmul: fc2+fc2_bias+relu2\n"
+            "matmul: fc3\n"
+            "softmax: softmax\n");
+}
+
 // --- Errors -----------------------------------------------------------------
 
 TEST(CompiledModelTest, LoadErrorsNameTheFile) {
