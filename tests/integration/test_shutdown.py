@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""Graceful shutdown: SIGTERM with requests in flight lets them finish
+successfully and the server exits 0 within a bounded time."""
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
+import numaserve_client as nc  # noqa: E402
+
+SLOW = "deep_mlp"
+WIDTH, LAYERS = 1024, 64      # about 0.13 GFLOP per row
+BATCH = 256                   # a fraction of a second per request on 2 cores
+REQUESTS = 6
+EXIT_WITHIN_S = 40.0
+
+
+class ShutdownTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="numaserve_shutdown_")
+        model = nc.deep_mlp_model(WIDTH, LAYERS)
+        nc.write_model(cls.repo, SLOW, model)
+        # One input for every request: the NumPy reference costs as much as
+        # the server's work, so it is computed once.
+        cls.x = np.random.default_rng(1).random((BATCH, WIDTH), dtype=np.float32)
+        cls.expected = nc.ReferenceModel(model).run({"x": cls.x})["y"]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.repo, ignore_errors=True)
+
+    def test_sigterm_drains_in_flight_requests(self):
+        server = nc.ServerProcess(self.repo, ["--shutdown-timeout", "30"],
+                                  stop_timeout=EXIT_WITHIN_S).start()
+        try:
+            results = [None] * REQUESTS
+            done = threading.Event()
+            lock = threading.Lock()
+
+            def send(i):
+                channel = server.new_channel()
+                stub = nc.pb_grpc.GRPCInferenceServiceStub(channel)
+                try:
+                    y = nc.infer(stub, SLOW, {"x": self.x}, deadline=60)["y"]
+                    outcome = (grpc.StatusCode.OK, y)
+                except grpc.RpcError as e:
+                    outcome = (e.code(), e.details())
+                finally:
+                    channel.close()
+                with lock:
+                    results[i] = outcome + (time.monotonic(),)
+                done.set()
+
+            threads = [threading.Thread(target=send, args=(i,), daemon=True)
+                       for i in range(REQUESTS)]
+            for t in threads:
+                t.start()
+            # Once the first answer is back, the others have long been sent
+            # and wait for the one worker.
+            self.assertTrue(done.wait(60), "no answer within 60 s\n" + server.stderr_text(4000))
+            os.kill(server.pid, signal.SIGTERM)
+            signalled = time.monotonic()
+
+            for t in threads:
+                t.join(70)
+            self.assertFalse([t for t in threads if t.is_alive()],
+                             "requests still waiting 70 s after SIGTERM\n"
+                             + server.stderr_text(4000))
+            try:
+                server.proc.wait(EXIT_WITHIN_S)
+            except Exception:
+                self.fail("numaserve still running %.0f s after SIGTERM\n%s"
+                          % (EXIT_WITHIN_S, server.stderr_text(4000)))
+            exited = time.monotonic()
+        finally:
+            code = server.stop()
+
+        log = "\n--- server stderr ---\n" + server.stderr_text(4000)
+        in_flight = [i for i, r in enumerate(results) if r[2] > signalled]
+        self.assertGreaterEqual(len(in_flight), 2,
+                                "the test needs requests in flight at SIGTERM; only %s were "
+                                "(make the model slower)" % in_flight)
+        for i, (code_i, value, _) in enumerate(results):
+            what = "request %d (%d x %d rows, %s SIGTERM)" % (
+                i, BATCH, WIDTH, "in flight at" if i in in_flight else "answered before")
+            self.assertEqual(code_i, grpc.StatusCode.OK,
+                             "%s: %s %r%s" % (what, code_i, value, log))
+            np.testing.assert_allclose(value, self.expected, rtol=1e-3, atol=1e-4,
+                                       err_msg=what)
+        self.assertEqual(code, 0, "exit code after SIGTERM" + log)
+        self.assertLess(exited - signalled, EXIT_WITHIN_S)
+        print("\n%d of %d requests in flight at SIGTERM; exit 0 %.2f s after it"
+              % (len(in_flight), REQUESTS, exited - signalled), file=sys.stderr)
+
+    def test_new_requests_refused_while_draining(self):
+        """After SIGTERM a new request is refused (UNAVAILABLE) or served,
+        never left hanging."""
+        server = nc.ServerProcess(self.repo, stop_timeout=EXIT_WITHIN_S).start()
+        try:
+            stub = server.stub()
+            slow = threading.Thread(target=lambda: self.call_quietly(stub), daemon=True)
+            slow.start()
+            time.sleep(0.05)
+            os.kill(server.pid, signal.SIGTERM)
+            time.sleep(0.05)
+            late = server.new_channel()
+            try:
+                nc.infer(nc.pb_grpc.GRPCInferenceServiceStub(late), SLOW,
+                         {"x": self.x[:1]}, deadline=30)
+                outcome = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                outcome = e.code()
+            finally:
+                late.close()
+            self.assertIn(outcome, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE),
+                          "a request sent while draining\n" + server.stderr_text(4000))
+            slow.join(60)
+        finally:
+            code = server.stop()
+        self.assertEqual(code, 0, "exit code after SIGTERM\n" + server.stderr_text(4000))
+
+    def test_sigint_when_idle(self):
+        server = nc.ServerProcess(self.repo, stop_timeout=EXIT_WITHIN_S).start()
+        started = time.monotonic()
+        code = server.stop(sig=signal.SIGINT)
+        self.assertEqual(code, 0, "exit code after SIGINT\n" + server.stderr_text(4000))
+        self.assertLess(time.monotonic() - started, 15, "an idle server should stop promptly")
+        self.assertEqual(nc.child_pids(server.pid), set(), "workers left behind")
+
+    def call_quietly(self, stub):
+        try:
+            nc.infer(stub, SLOW, {"x": self.x}, deadline=60)
+        except grpc.RpcError:
+            pass
+
+
+if __name__ == "__main__":
+    unittest.main()
