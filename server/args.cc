@@ -19,37 +19,35 @@ void ArgParser::AddString(const std::string& name, std::string* value, const std
 }
 
 void ArgParser::AddInt(const std::string& name, int64_t* value, const std::string& help) {
-  options_.push_back(
-      {name, help, absl::StrCat(*value), false, [this, name, value](const std::string& v) {
-         if (!absl::SimpleAtoi(v, value)) {
-           return absl::InvalidArgumentError(absl::StrFormat(
-               "numaserve %s: --%s expects an integer, got '%s'", command_, name, v));
-         }
-         return absl::OkStatus();
-       }});
+  options_.push_back({name, help, absl::StrCat(*value), false, [name, value](const std::string& v) {
+                        if (!absl::SimpleAtoi(v, value)) {
+                          return absl::InvalidArgumentError(
+                              absl::StrFormat("--%s expects an integer, got '%s'", name, v));
+                        }
+                        return absl::OkStatus();
+                      }});
 }
 
 void ArgParser::AddDouble(const std::string& name, double* value, const std::string& help) {
-  options_.push_back(
-      {name, help, absl::StrCat(*value), false, [this, name, value](const std::string& v) {
-         if (!absl::SimpleAtod(v, value)) {
-           return absl::InvalidArgumentError(
-               absl::StrFormat("numaserve %s: --%s expects a number, got '%s'", command_, name, v));
-         }
-         return absl::OkStatus();
-       }});
+  options_.push_back({name, help, absl::StrCat(*value), false, [name, value](const std::string& v) {
+                        if (!absl::SimpleAtod(v, value)) {
+                          return absl::InvalidArgumentError(
+                              absl::StrFormat("--%s expects a number, got '%s'", name, v));
+                        }
+                        return absl::OkStatus();
+                      }});
 }
 
 void ArgParser::AddBool(const std::string& name, bool* value, const std::string& help) {
   options_.push_back(
-      {name, help, *value ? "true" : "false", true, [this, name, value](const std::string& v) {
+      {name, help, *value ? "true" : "false", true, [name, value](const std::string& v) {
          if (v == "true" || v == "1" || v.empty()) {
            *value = true;
          } else if (v == "false" || v == "0") {
            *value = false;
          } else {
-           return absl::InvalidArgumentError(absl::StrFormat(
-               "numaserve %s: --%s expects true or false, got '%s'", command_, name, v));
+           return absl::InvalidArgumentError(
+               absl::StrFormat("--%s expects true or false, got '%s'", name, v));
          }
          return absl::OkStatus();
        }});
@@ -78,8 +76,8 @@ absl::Status ArgParser::Parse(const std::vector<std::string>& args) {
       return absl::OkStatus();
     }
     if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "numaserve %s: unexpected argument '%s' (options start with --)", command_, arg));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unexpected argument '%s' (options start with --)", arg));
     }
     std::string name = arg.substr(2);
     std::string value;
@@ -91,13 +89,12 @@ absl::Status ArgParser::Parse(const std::vector<std::string>& args) {
     }
     const Option* option = Find(name);
     if (option == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "numaserve %s: unknown option --%s (see numaserve %s --help)", command_, name, command_));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown option --%s (see numaserve %s --help)", name, command_));
     }
     if (!has_value && !option->is_bool) {
       if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("numaserve %s: --%s needs a value", command_, name));
+        return absl::InvalidArgumentError(absl::StrFormat("--%s needs a value", name));
       }
       value = args[++i];
     }

@@ -164,8 +164,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   const RepositoryModel* model = *resolved;
   std::string reason;
   if (StateOf(*model, &reason) != ModelState::kReady) {
-    finish(absl::UnavailableError(absl::StrFormat("model '%s' version %d is not ready: %s",
-                                                  model->name, model->version, reason)));
+    finish(absl::UnavailableError(
+        model->version > 0 ? absl::StrFormat("model '%s' version %d is not ready: %s", model->name,
+                                             model->version, reason)
+                           : absl::StrFormat("model '%s' is not ready: %s", model->name, reason)));
     return reactor;
   }
   auto parsed = ParseInferRequest(model->info, *request);

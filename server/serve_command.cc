@@ -171,6 +171,10 @@ int ServeCommand(const std::vector<std::string>& args) {
     health_serving = ready;
     server->GetHealthCheckService()->SetServingStatus(ready);
   };
+  // Register the inference service's own name too; SetServingStatus(bool)
+  // then keeps every registered name in step.
+  server->GetHealthCheckService()->SetServingStatus(
+      inference::GRPCInferenceService::service_full_name(), false);
   server->GetHealthCheckService()->SetServingStatus(false);
   update_health();
   on_workers_changed = &update_health;
