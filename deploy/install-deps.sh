@@ -10,7 +10,7 @@ packages=(
   prometheus-cpp-dev libonnx-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-grpcio python3-grpc-tools python3-onnx python3-numpy python3-protobuf
-  prometheus curl dataset-fashion-mnist
+  prometheus curl dataset-fashion-mnist libonnx-testdata
 )
 
 missing=()
