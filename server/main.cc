@@ -7,6 +7,7 @@
 #include "server/infer_command.h"
 #include "server/serve_command.h"
 #include "server/topology_command.h"
+#include "server/train_command.h"
 #include "server/worker_main.h"
 
 namespace {
@@ -18,7 +19,8 @@ void PrintUsage() {
       "commands:\n"
       "  serve      serve a model repository over gRPC (KServe v2) with Prometheus metrics\n"
       "  topology   print the machine (hwloc) and the worker placement plan\n"
-      "  infer      send one request to a running server and print the outputs\n\n"
+      "  infer      send one request to a running server and print the outputs\n"
+      "  train      train a model data-parallel on MPI and export it to a model repository\n\n"
       "`numaserve COMMAND --help` lists a command's options.\n",
       NUMASERVE_VERSION);
 }
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   if (command == "serve") return ServeCommand(args);
   if (command == "topology") return TopologyCommand(args);
   if (command == "infer") return InferCommand(args);
+  if (command == "train") return TrainCommand(args);
   if (command == "worker") return WorkerCommand(args);
   fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
   return 2;

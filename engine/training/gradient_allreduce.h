@@ -1,0 +1,48 @@
+// Data-parallel gradient exchange: parameters are grouped, in the order
+// backward finishes them, into buckets of about `fusion_threshold_bytes`
+// (Horovod's fusion buffer). As soon as a bucket's last gradient is final
+// its sum over all ranks starts with a non-blocking MPI_Iallreduce, so the
+// exchange overlaps the rest of backward. With one rank nothing is sent.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/training/training_net.h"
+
+namespace numaserve::training {
+
+class GradientAllReduce {
+ public:
+  // `parameters` in TrainingNet order; backward finishes them roughly in
+  // reverse, so buckets are filled from the last parameter to the first.
+  GradientAllReduce(MPI_Comm comm, std::vector<Parameter>* parameters,
+                    int64_t fusion_threshold_bytes);
+  ~GradientAllReduce();
+
+  // Parameter `index`'s gradient is final (TrainingNet::Backward's callback).
+  void OnGradientReady(int index);
+  // Waits for every bucket and copies the sums back into the gradients.
+  void Finish();
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    std::vector<int> parameters;   // indices into *parameters_
+    std::vector<int64_t> offsets;  // of each parameter in `buffer`
+    std::vector<float> buffer;
+    int pending = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  MPI_Comm comm_;
+  int size_ = 1;
+  std::vector<Parameter>* parameters_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;  // per parameter
+  std::vector<int> slot_of_;    // position within its bucket
+};
+
+}  // namespace numaserve::training

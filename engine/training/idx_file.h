@@ -1,0 +1,31 @@
+// IDX files (the MNIST family's format): a big-endian header of magic
+// (0x0000, type, rank), the dimensions, then the data. Gzipped files
+// (".gz", as Debian's dataset-fashion-mnist installs them) are read through
+// zlib. Only the unsigned-byte type (0x08) is supported, the type of every
+// MNIST-family file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace numaserve::training {
+
+struct IdxArray {
+  std::vector<int64_t> dims;  // e.g. {60000, 28, 28} or {60000}
+  std::vector<uint8_t> data;  // row-major, product(dims) bytes
+};
+
+// Reads `path` (gzip detected from its magic bytes, not its name). Errors
+// name the file and the byte offset (in the uncompressed stream) where it
+// went wrong: a bad magic, an unsupported type, a truncated body, a corrupt
+// gzip stream, or trailing bytes.
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path);
+
+// Writes an unsigned-byte IDX file, gzipped when `gzip` (for tests and
+// converters). Written to a temporary name and renamed.
+absl::Status WriteIdxFile(const std::string& path, const IdxArray& array, bool gzip);
+
+}  // namespace numaserve::training

@@ -1,0 +1,338 @@
+#include "engine/training/trainer.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/onnx_import.h"
+#include "engine/training/checkpoint.h"
+#include "engine/training/dataset.h"
+#include "engine/training/gradient_allreduce.h"
+#include "engine/training/onnx_export.h"
+#include "engine/training/optimizer.h"
+#include "engine/training/training_net.h"
+
+namespace numaserve::training {
+namespace {
+
+class ConfigErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit ConfigErrors(std::string path) : path_(std::move(path)) {}
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat(path_, ":", line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string path_;
+  std::string first_;
+};
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Accuracy of the net on a whole dataset, in batches.
+absl::StatusOr<double> Evaluate(TrainingNet& net, const Dataset& data) {
+  constexpr int64_t kBatch = 500;
+  std::vector<int64_t> indices(kBatch);
+  Tensor batch;
+  std::vector<uint8_t> labels;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < data.size; start += kBatch) {
+    const int64_t n = std::min(kBatch, data.size - start);
+    for (int64_t i = 0; i < n; ++i) indices[i] = start + i;
+    GatherBatch(data, indices.data(), n, &batch, &labels);
+    absl::StatusOr<const Tensor*> logits = net.Forward(batch);
+    if (!logits.ok()) return logits.status();
+    correct += SoftmaxCrossEntropy(**logits, labels.data(), 0, nullptr).correct;
+  }
+  return data.size == 0 ? 0.0 : static_cast<double>(correct) / data.size;
+}
+
+Checkpoint MakeCheckpoint(int64_t step, TrainingNet& net, Optimizer& optimizer) {
+  Checkpoint c;
+  c.step = step;
+  for (const Parameter& p : net.parameters()) c.tensors.emplace_back(p.name, p.data->data);
+  std::vector<std::vector<float>>& state = optimizer.state();
+  for (size_t i = 0; i < state.size(); ++i)
+    c.tensors.emplace_back(absl::StrCat("optimizer/", i), state[i]);
+  return c;
+}
+
+absl::Status RestoreCheckpoint(const std::string& path, const Checkpoint& c, TrainingNet& net,
+                               Optimizer& optimizer) {
+  std::vector<Parameter>& params = net.parameters();
+  std::vector<std::vector<float>>& state = optimizer.state();
+  if (c.tensors.size() != params.size() + state.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", c.tensors.size(), " tensors, expected ", params.size() + state.size(),
+        " (same model and optimizer as the run that wrote it)"));
+  }
+  for (size_t i = 0; i < c.tensors.size(); ++i) {
+    std::vector<float>& dst = i < params.size() ? params[i].data->data : state[i - params.size()];
+    const std::string expected =
+        i < params.size() ? params[i].name : absl::StrCat("optimizer/", i - params.size());
+    if (c.tensors[i].first != expected || c.tensors[i].second.size() != dst.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor ", i, " is '", c.tensors[i].first, "' with ", c.tensors[i].second.size(),
+          " elements, expected '", expected, "' with ", dst.size()));
+    }
+    dst = c.tensors[i].second;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingConfig> LoadTrainingConfig(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open training config"));
+  std::stringstream text;
+  text << file.rdbuf();
+  TrainingConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  ConfigErrors errors(path);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text.str(), &config)) {
+    return absl::InvalidArgumentError(errors.first().empty() ? absl::StrCat(path, ": cannot parse")
+                                                             : errors.first());
+  }
+  auto missing = [&](const char* field) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": field '", field, "' is required"));
+  };
+  if (config.model().empty()) return missing("model");
+  if (config.dataset().train_images().empty()) return missing("dataset.train_images");
+  if (config.dataset().train_labels().empty()) return missing("dataset.train_labels");
+  if (config.global_batch_size() <= 0) return missing("global_batch_size (> 0)");
+  if (config.learning_rate() <= 0) return missing("learning_rate (> 0)");
+  if (config.epochs() <= 0 && config.max_steps() <= 0) return missing("epochs (> 0)");
+  if (!config.export_repository().empty() && config.export_model_name().empty()) {
+    return missing("export_model_name (with export_repository)");
+  }
+  return config;
+}
+
+absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const TrainOptions& options,
+                                        MPI_Comm comm) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  const bool leader = rank == 0;
+  if (config.global_batch_size() % ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("global_batch_size ", config.global_batch_size(),
+                                                   " is not divisible by the ", ranks, " ranks"));
+  }
+  const int64_t global_batch = config.global_batch_size();
+  const int64_t local_batch = global_batch / ranks;
+
+  absl::StatusOr<engine::Graph> graph = engine::ImportOnnxModel(config.model());
+  if (!graph.ok()) return graph.status();
+  absl::StatusOr<std::unique_ptr<TrainingNet>> created = TrainingNet::Create(std::move(*graph));
+  if (!created.ok()) return created.status();
+  TrainingNet& net = **created;
+  std::vector<Parameter>& params = net.parameters();
+
+  const DatasetConfig& dc = config.dataset();
+  absl::StatusOr<Dataset> train =
+      LoadIdxDataset(dc.train_images(), dc.train_labels(), dc.max_train_examples());
+  if (!train.ok()) return train.status();
+  std::optional<Dataset> test;
+  if (leader && !dc.test_images().empty()) {
+    absl::StatusOr<Dataset> t =
+        LoadIdxDataset(dc.test_images(), dc.test_labels(), dc.max_test_examples());
+    if (!t.ok()) return t.status();
+    test = std::move(*t);
+  }
+  const int64_t steps_per_epoch = train->size / global_batch;
+  if (steps_per_epoch == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the training set has ", train->size,
+                                                   " examples, fewer than one global batch of ",
+                                                   global_batch));
+  }
+  int64_t total_steps = std::max(1, config.epochs()) * steps_per_epoch;
+  if (config.max_steps() > 0) total_steps = std::min<int64_t>(total_steps, config.max_steps());
+  const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+
+  OptimizerOptions oo;
+  oo.weight_decay = config.weight_decay();
+  if (config.has_adamw()) {
+    oo.kind = OptimizerOptions::Kind::kAdamW;
+    if (config.adamw().beta1() > 0) oo.beta1 = config.adamw().beta1();
+    if (config.adamw().beta2() > 0) oo.beta2 = config.adamw().beta2();
+    if (config.adamw().epsilon() > 0) oo.epsilon = config.adamw().epsilon();
+  } else {
+    oo.momentum = config.sgd().momentum();
+    oo.nesterov = config.sgd().nesterov();
+  }
+  std::vector<int64_t> sizes;
+  for (const Parameter& p : params) sizes.push_back(p.data->size());
+  Optimizer optimizer(oo, sizes);
+
+  ScheduleOptions so;
+  so.peak_lr = config.learning_rate();
+  const ScheduleConfig& sc = config.schedule();
+  so.decay = sc.decay() == ScheduleConfig::COSINE ? ScheduleOptions::Decay::kCosine
+             : sc.decay() == ScheduleConfig::STEP ? ScheduleOptions::Decay::kStep
+                                                  : ScheduleOptions::Decay::kConstant;
+  so.warmup_steps = static_cast<int64_t>(sc.warmup_epochs() * steps_per_epoch);
+  so.total_steps = total_steps;
+  so.min_lr = sc.min_learning_rate();
+  so.step_every = static_cast<int64_t>(sc.step_epochs() * steps_per_epoch);
+  so.gamma = sc.gamma() > 0 ? sc.gamma() : 0.1f;
+
+  // Start: rank 0's weights everywhere, or the checkpoint's.
+  int64_t step = 0;
+  if (options.resume) {
+    if (config.checkpoint().empty())
+      return absl::InvalidArgumentError("--resume needs 'checkpoint' in the config");
+    absl::StatusOr<Checkpoint> c = ReadCheckpoint(config.checkpoint());
+    if (!c.ok()) return c.status();
+    if (absl::Status s = RestoreCheckpoint(config.checkpoint(), *c, net, optimizer); !s.ok())
+      return s;
+    step = c->step;
+    if (leader)
+      fprintf(options.progress, "resumed from %s at step %lld\n", config.checkpoint().c_str(),
+              static_cast<long long>(step));
+  }
+  for (Parameter& p : params) {
+    MPI_Bcast(p.data->data.data(), static_cast<int>(p.data->size()), MPI_FLOAT, 0, comm);
+  }
+
+  const int64_t fusion =
+      config.fusion_threshold_bytes() > 0 ? config.fusion_threshold_bytes() : (4 << 20);
+  GradientAllReduce allreduce(comm, &params, fusion);
+  const int log_every = config.log_every_steps() > 0 ? config.log_every_steps() : 50;
+  if (leader) {
+    fprintf(options.progress,
+            "training %s: %lld parameters, %d ranks x %lld images per step, %lld steps/epoch, %lld "
+            "epochs, %d all-reduce buckets\n",
+            config.model().c_str(), static_cast<long long>(net.num_parameter_elements()), ranks,
+            static_cast<long long>(local_batch), static_cast<long long>(steps_per_epoch),
+            static_cast<long long>(epochs), allreduce.num_buckets());
+    fflush(options.progress);
+  }
+
+  TrainResult result;
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+  Tensor batch, logits_grad;
+  std::vector<uint8_t> labels;
+  double interval_stats[3] = {0, 0, 0};  // loss sum, correct, examples (this rank)
+  double epoch_stats[3] = {0, 0, 0};
+  const double run_start = Now();
+  double interval_start = run_start, epoch_start = run_start;
+  const int64_t first_step = step;
+  auto write_checkpoint = [&]() -> absl::Status {
+    if (!leader || config.checkpoint().empty()) return absl::OkStatus();
+    return WriteCheckpoint(config.checkpoint(), MakeCheckpoint(step, net, optimizer));
+  };
+
+  while (step < total_steps) {
+    const int64_t epoch = step / steps_per_epoch;
+    const int64_t in_epoch = step % steps_per_epoch;
+    if (epoch != order_epoch) {
+      order = EpochOrder(train->size, config.seed(), epoch);
+      order_epoch = epoch;
+    }
+    GatherBatch(*train, &order[in_epoch * global_batch + rank * local_batch], local_batch, &batch,
+                &labels);
+    absl::StatusOr<const Tensor*> logits = net.Forward(batch);
+    if (!logits.ok()) return logits.status();
+    const LossResult loss =
+        SoftmaxCrossEntropy(**logits, labels.data(), 1.0f / global_batch, &logits_grad);
+    if (absl::Status s = net.Backward(logits_grad, [&](int p) { allreduce.OnGradientReady(p); });
+        !s.ok())
+      return s;
+    allreduce.Finish();
+    ++step;
+    const float lr = LearningRate(so, step - 1);
+    for (size_t i = 0; i < params.size(); ++i)
+      optimizer.Update(static_cast<int>(i), step, lr, params[i].data, *params[i].grad);
+
+    interval_stats[0] += loss.loss_sum;
+    interval_stats[1] += loss.correct;
+    interval_stats[2] += local_batch;
+    const bool epoch_end = step % steps_per_epoch == 0 || step == total_steps;
+    if (step % log_every == 0 || epoch_end) {
+      double sums[3];
+      MPI_Reduce(interval_stats, sums, 3, MPI_DOUBLE, MPI_SUM, 0, comm);
+      for (int i = 0; i < 3; ++i) epoch_stats[i] += leader ? sums[i] : 0;
+      if (leader) {
+        const double now = Now();
+        const double rate = sums[2] / std::max(1e-9, now - interval_start);
+        const double eta = (total_steps - step) * global_batch / std::max(1e-9, rate);
+        result.final_loss = sums[0] / sums[2];
+        fprintf(
+            options.progress,
+            "epoch %lld/%lld step %lld/%lld loss %.4f acc %.2f%% lr %.5f %.0f images/s eta %s\n",
+            static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+            static_cast<long long>(step), static_cast<long long>(total_steps), sums[0] / sums[2],
+            100.0 * sums[1] / sums[2], lr, rate, FormatDuration(eta).c_str());
+        fflush(options.progress);
+        interval_start = now;
+      }
+      interval_stats[0] = interval_stats[1] = interval_stats[2] = 0;
+    }
+    if (config.checkpoint_every_steps() > 0 && step % config.checkpoint_every_steps() == 0 &&
+        step < total_steps) {
+      if (absl::Status s = write_checkpoint(); !s.ok()) return s;
+    }
+    if (epoch_end && leader) {
+      const double now = Now();
+      std::string test_text;
+      if (test.has_value()) {
+        absl::StatusOr<double> acc = Evaluate(net, *test);
+        if (!acc.ok()) return acc.status();
+        result.test_accuracy = *acc;
+        test_text = absl::StrFormat(" test acc %.2f%%", 100.0 * *acc);
+      }
+      fprintf(options.progress,
+              "epoch %lld done: loss %.4f train acc %.2f%%%s %.1f s %.0f images/s\n",
+              static_cast<long long>(epoch + 1), epoch_stats[0] / std::max(1.0, epoch_stats[2]),
+              100.0 * epoch_stats[1] / std::max(1.0, epoch_stats[2]), test_text.c_str(),
+              now - epoch_start, epoch_stats[2] / std::max(1e-9, now - epoch_start));
+      fflush(options.progress);
+      epoch_stats[0] = epoch_stats[1] = epoch_stats[2] = 0;
+      epoch_start = Now();
+      interval_start = epoch_start;
+    }
+  }
+  result.steps = step;
+  result.images_per_second = (step - first_step) * global_batch / std::max(1e-9, Now() - run_start);
+  if (absl::Status s = write_checkpoint(); !s.ok()) return s;
+  if (leader && !config.final_weights().empty()) {
+    Checkpoint c;
+    c.step = step;
+    for (const Parameter& p : params) c.tensors.emplace_back(p.name, p.data->data);
+    if (absl::Status s = WriteCheckpoint(config.final_weights(), c); !s.ok()) return s;
+  }
+  if (leader && !config.export_repository().empty()) {
+    absl::StatusOr<std::string> path =
+        NextVersionPath(config.export_repository(), config.export_model_name());
+    if (!path.ok()) return path.status();
+    std::vector<NamedWeights> weights;
+    for (const Parameter& p : params) weights.push_back({p.name, &p.data->data});
+    if (absl::Status s = ExportOnnx(config.model(), weights, *path); !s.ok()) return s;
+    result.exported_model = *path;
+    fprintf(options.progress, "exported %s\n", path->c_str());
+    fflush(options.progress);
+  }
+  return result;
+}
+
+}  // namespace numaserve::training

@@ -1,0 +1,39 @@
+// The training loop of one rank: data-parallel SGD/AdamW over MPI. Every
+// rank runs the same loop on its slice of each global batch; rank 0 reports
+// progress, writes checkpoints and exports the model.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "training.pb.h"
+
+namespace numaserve::training {
+
+// Reads a TrainingConfig in protobuf text format. Errors name the file,
+// line and field; missing required fields are named too.
+absl::StatusOr<TrainingConfig> LoadTrainingConfig(const std::string& path);
+
+struct TrainOptions {
+  // Continue from config.checkpoint (same data order) instead of starting over.
+  bool resume = false;
+  // Where rank 0 writes progress lines.
+  FILE* progress = stdout;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double final_loss = 0;         // mean over the last log interval
+  double test_accuracy = -1;     // after the last epoch; -1 without a test set
+  double images_per_second = 0;  // over the whole run (this invocation)
+  std::string exported_model;    // path, when exported
+};
+
+// Runs the whole job on `comm` (MPI must be initialized).
+absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const TrainOptions& options,
+                                        MPI_Comm comm);
+
+}  // namespace numaserve::training

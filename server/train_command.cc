@@ -1,0 +1,142 @@
+#include "server/train_command.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/training/rank_binding.h"
+#include "engine/training/trainer.h"
+#include "server/args.h"
+
+namespace numaserve::server {
+namespace {
+
+int Fail(const std::string& message) {
+  fprintf(stderr, "numaserve train: %s\n", message.c_str());
+  return 1;
+}
+
+int EnvInt(const char* name, int default_value) {
+  const char* v = getenv(name);
+  int out = default_value;
+  if (v == nullptr || !absl::SimpleAtoi(v, &out)) return default_value;
+  return out;
+}
+
+// One rank of the job (under mpirun, or alone as an MPI singleton).
+int RunRank(const std::string& config_path, bool resume) {
+  // Bind before MPI and OpenMP start threads, like an inference worker.
+  const int local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  const int local_size = EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  absl::StatusOr<training::RankBinding> binding = training::BindRank(local_rank, local_size);
+  if (!binding.ok()) return Fail(std::string(binding.status().message()));
+  absl::StatusOr<training::TrainingConfig> config = training::LoadTrainingConfig(config_path);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "numaserve train: %s\n", binding->description.c_str());
+  training::TrainOptions options;
+  options.resume = resume;
+  absl::StatusOr<training::TrainResult> result =
+      training::RunTraining(*config, options, MPI_COMM_WORLD);
+  if (!result.ok()) {
+    fprintf(stderr, "numaserve train (rank %d): %s\n", rank,
+            std::string(result.status().message()).c_str());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  if (rank == 0) {
+    printf("done: %lld steps, %.0f images/s", static_cast<long long>(result->steps),
+           result->images_per_second);
+    if (result->test_accuracy >= 0) printf(", test accuracy %.2f%%", 100.0 * result->test_accuracy);
+    printf("\n");
+    fflush(stdout);
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> MpirunCommand(const std::string& mpirun, const std::string& self,
+                                       int ranks, const std::vector<std::string>& train_args) {
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(ranks)};
+  // Open MPI refuses root unless told; CI and containers run as root.
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  // Each rank binds itself to its share of the plan (rank_binding.h), so
+  // mpirun must not bind, and may place more ranks than NUMA domains.
+  argv.insert(argv.end(), {"--bind-to", "none", "--oversubscribe"});
+  argv.push_back(self);
+  argv.push_back("train");
+  argv.insert(argv.end(), train_args.begin(), train_args.end());
+  return argv;
+}
+
+int TrainCommand(const std::vector<std::string>& args) {
+  std::string config_path, ranks_text = "auto", mpirun = "mpirun";
+  bool resume = false, dry_run = false;
+  ArgParser parser(
+      "train",
+      "Train a model data-parallel on MPI, one rank per NUMA domain, and export it to a model "
+      "repository.");
+  parser.AddString("config", &config_path,
+                   "training configuration (TrainingConfig in protobuf text format)");
+  parser.AddString("ranks", &ranks_text,
+                   "auto (one per NUMA domain) or a number of ranks on this machine");
+  parser.AddBool("resume", &resume,
+                 "continue from the config's checkpoint with the same data order");
+  parser.AddString("mpirun", &mpirun, "the mpirun to launch ranks with");
+  parser.AddBool("dry-run", &dry_run, "print the mpirun command instead of running it");
+  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  if (config_path.empty()) return Fail("--config FILE is required");
+  // Under mpirun (or a multi-node launch): this process is one rank.
+  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return RunRank(config_path, resume);
+
+  int ranks = 0;
+  if (ranks_text == "auto") {
+    absl::StatusOr<int> n = training::AutoRankCount();
+    if (!n.ok()) return Fail(std::string(n.status().message()));
+    ranks = *n;
+  } else if (!absl::SimpleAtoi(ranks_text, &ranks) || ranks < 1) {
+    return Fail(
+        absl::StrCat("--ranks: expected auto or a positive number, got '", ranks_text, "'"));
+  }
+  // Check the config before launching anything.
+  if (absl::StatusOr<training::TrainingConfig> c = training::LoadTrainingConfig(config_path);
+      !c.ok()) {
+    return Fail(std::string(c.status().message()));
+  }
+  std::vector<std::string> train_args = {"--config", config_path};
+  if (resume) train_args.push_back("--resume");
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", strerror(errno)));
+  self[len] = '\0';
+  const std::vector<std::string> command = MpirunCommand(mpirun, self, ranks, train_args);
+  if (dry_run) {
+    printf("%s\n", absl::StrJoin(command, " ").c_str());
+    return 0;
+  }
+  fprintf(stderr, "numaserve train: %s\n", absl::StrJoin(command, " ").c_str());
+  std::vector<char*> argv;
+  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  return Fail(absl::StrCat("cannot run ", mpirun, ": ", strerror(errno)));
+}
+
+}  // namespace numaserve::server
