@@ -44,7 +44,8 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
-                                                const inference::ModelInferRequest& request) {
+                                                const inference::ModelInferRequest& request,
+                                                size_t max_bytes) {
   ParsedRequest parsed;
   parsed.inputs.assign(model.inputs.size(), {nullptr, 0});
   const bool raw = request.raw_input_contents_size() > 0;
@@ -105,6 +106,11 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
       rows_from = in.name();
     }
     const size_t want_bytes = static_cast<size_t>(elements) * engine::DataTypeSize(expected.type);
+    if (max_bytes > 0 && want_bytes > max_bytes) {
+      return Invalid(absl::StrFormat(
+          "input '%s' shape %s of %s needs %d bytes, more than the %d-byte message limit",
+          in.name(), ShapeString(shape), want_type, want_bytes, max_bytes));
+    }
     std::pair<const char*, size_t> data;
     if (raw) {
       if (TypedCount(in.contents()) > 0) {

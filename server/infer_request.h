@@ -29,9 +29,11 @@ struct ParsedRequest {
 // unknown or repeated input; a datatype other than the model's; a shape of
 // the wrong rank or dimensions, or inconsistent batch sizes; raw contents of
 // the wrong byte count; a mix of raw and typed contents; an unknown output.
-// `max_rows` caps the batch dimension (0: no cap).
+// An input whose declared shape needs more than `max_bytes` bytes (0: no
+// limit) is refused from its shape alone, before its contents are looked at.
 absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
-                                                const inference::ModelInferRequest& request);
+                                                const inference::ModelInferRequest& request,
+                                                size_t max_bytes = 0);
 
 // Fills outputs and raw_output_contents from `outputs` (one pointer per model output).
 void FillInferResponse(const engine::ModelInfo& model, const ParsedRequest& parsed,

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "server/infer_request.h"
 #include "server/metrics.h"
 #include "server/worker_supervisor.h"
@@ -17,6 +18,28 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
+}
+
+// The failure reasons of numaserve_request_failures_total.
+std::string FailureReason(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kResourceExhausted:
+      return "rejected";
+    case absl::StatusCode::kDeadlineExceeded:
+      return "timeout";
+    case absl::StatusCode::kCancelled:
+      return "canceled";
+    case absl::StatusCode::kInvalidArgument:
+      return "invalid";
+    case absl::StatusCode::kNotFound:
+      return "not_found";
+    case absl::StatusCode::kUnavailable:
+      return "unavailable";
+    case absl::StatusCode::kInternal:
+      return "internal";
+    default:
+      return "other";
+  }
 }
 
 std::string OutcomeName(absl::StatusCode code) {
@@ -40,11 +63,12 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 InferenceService::InferenceService(const Options& options, const ModelRepository* repository,
-                                   WorkerSupervisor* workers, Router* router, Metrics* metrics)
+                                   WorkerSupervisor* workers, ModelScheduler* scheduler,
+                                   Metrics* metrics)
     : options_(options),
       repository_(repository),
       workers_(workers),
-      router_(router),
+      scheduler_(scheduler),
       metrics_(metrics) {}
 
 bool InferenceService::Ready() const {
@@ -78,10 +102,18 @@ absl::StatusOr<const RepositoryModel*> InferenceService::Resolve(const std::stri
   }
   if (!version.empty()) {
     int64_t v = 0;
-    if (!absl::SimpleAtoi(version, &v) || v != model->version) {
-      return absl::NotFoundError(absl::StrFormat("model '%s' has no version '%s' (serving %d)",
-                                                 name, version, model->version));
+    const RepositoryModel* chosen = nullptr;
+    if (absl::SimpleAtoi(version, &v) && v > 0) chosen = repository_->Find(name, v);
+    if (chosen == nullptr) {
+      std::vector<std::string> served;
+      for (const auto& m : repository_->models()) {
+        if (m.name == name && m.version > 0) served.push_back(absl::StrCat(m.version));
+      }
+      return absl::NotFoundError(
+          absl::StrFormat("model '%s' has no version '%s' (serving %s)", name, version,
+                          served.empty() ? "none" : absl::StrJoin(served, ", ")));
     }
+    return chosen;
   }
   return model;
 }
@@ -130,7 +162,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
                               absl::StrCat("model '", m.name, "' is not available: ", m.error)));
   }
   response->set_name(m.name);
-  response->add_versions(absl::StrCat(m.version));
+  for (const auto& v : repository_->models()) {
+    if (v.name == m.name && v.version > 0) response->add_versions(absl::StrCat(v.version));
+  }
   response->set_platform("onnx");
   for (const auto& t : m.info.inputs) AddTensorMetadata(t, response->add_inputs());
   for (const auto& t : m.info.outputs) AddTensorMetadata(t, response->add_outputs());
@@ -148,6 +182,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
       metrics_->RecordRequest(
           model_label, OutcomeName(status.code()),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
+      if (!status.ok()) metrics_->RecordFailure(model_label, FailureReason(status.code()));
     }
     reactor->Finish(ToGrpcStatus(status));
   };
@@ -170,43 +205,67 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                            : absl::StrFormat("model '%s' is not ready: %s", model->name, reason)));
     return reactor;
   }
-  auto parsed = ParseInferRequest(model->info, *request);
+  auto parsed = ParseInferRequest(model->info, *request, options_.max_message_bytes);
   if (!parsed.ok()) {
     finish(parsed.status());
     return reactor;
   }
+  const int64_t max_batch = model->config.max_batch_size();
+  if (max_batch > 0 && parsed->rows > max_batch) {
+    finish(absl::InvalidArgumentError(absl::StrFormat(
+        "the request has %d rows; model '%s' takes at most max_batch_size = %d per request",
+        parsed->rows, model->name, max_batch)));
+    return reactor;
+  }
+  size_t response_bytes = 0;
+  for (int index : parsed->outputs) response_bytes += parsed->output_bytes[index];
+  if (response_bytes > options_.max_message_bytes) {
+    finish(absl::InvalidArgumentError(absl::StrFormat(
+        "the response would carry %d bytes of outputs, more than the %d-byte message limit "
+        "(--grpc-max-message-bytes); send fewer rows",
+        response_bytes, options_.max_message_bytes)));
+    return reactor;
+  }
 
-  auto task = std::make_shared<InferenceTask>();
-  task->model_key = model->key();
-  task->rows = parsed->rows;
-  task->flops = model->info.flops_per_row * static_cast<double>(parsed->rows);
-  task->inputs = parsed->inputs;
-  task->output_bytes = parsed->output_bytes;
-  auto deadline = context->deadline();
-  auto now_system = std::chrono::system_clock::now();
+  auto pending = std::make_shared<PendingInference>();
+  pending->model = model;
+  pending->rows = parsed->rows;
   auto timeout =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.default_timeout);
-  if (deadline < now_system + options_.default_timeout) {
-    timeout =
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(deadline - now_system);
+  if (uint64_t us = model->config.dynamic_batching().default_timeout_microseconds(); us > 0) {
+    timeout = std::chrono::microseconds(us);
   }
-  task->deadline = received + timeout;
+  const auto client_deadline = context->deadline();
+  const auto now_system = std::chrono::system_clock::now();
+  if (client_deadline < now_system + timeout) {
+    timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(client_deadline -
+                                                                              now_system);
+  }
+  pending->deadline = received + timeout;
+  pending->is_cancelled = [context] { return context->IsCancelled(); };
+  pending->reject = [finish](const absl::Status& status) { finish(status); };
   response->set_model_name(model->name);
   response->set_model_version(absl::StrCat(model->version));
   response->set_id(request->id());
-  task->done = [this, model, parsed = *std::move(parsed), response, finish](
-                   const absl::Status& status, const std::vector<const char*>& outputs,
-                   const TaskTiming& timing) {
+  pending->parsed = *std::move(parsed);
+  PendingInference* p = pending.get();
+  pending->done = [this, model, p, response, finish](const absl::Status& status,
+                                                     const std::vector<const char*>& outputs,
+                                                     const InferenceTiming& timing) {
     if (status.ok()) {
-      FillInferResponse(model->info, parsed, outputs, response);
+      const auto copy_start = std::chrono::steady_clock::now();
+      FillInferResponse(model->info, p->parsed, outputs, response);
+      const double output_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
       if (metrics_) {
-        metrics_->RecordInference(model->name, parsed.rows, timing.queue_seconds,
-                                  timing.compute_seconds);
+        metrics_->RecordInference(model->name, p->parsed.rows, timing.queue_seconds,
+                                  timing.compute_input_seconds, timing.compute_infer_seconds,
+                                  output_seconds);
       }
     }
     finish(status);
   };
-  router_->Submit(std::move(task));
+  if (absl::Status s = scheduler_->Submit(std::move(pending)); !s.ok()) finish(s);
   return reactor;
 }
 

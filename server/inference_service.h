@@ -9,7 +9,7 @@
 
 #include "grpc_service.grpc.pb.h"
 #include "server/model_repository.h"
-#include "server/router.h"
+#include "server/model_scheduler.h"
 
 namespace numaserve::server {
 
@@ -22,10 +22,13 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     // Deadline for a request whose client set none: it waits at most this
     // long for a worker, and is answered DEADLINE_EXCEEDED after.
     std::chrono::milliseconds default_timeout{60000};
+    // The gRPC message limit: a request whose declared input or output
+    // tensors would exceed it is refused before anything is allocated.
+    size_t max_message_bytes = size_t{64} << 20;
   };
 
   InferenceService(const Options& options, const ModelRepository* repository,
-                   WorkerSupervisor* workers, Router* router, Metrics* metrics);
+                   WorkerSupervisor* workers, ModelScheduler* scheduler, Metrics* metrics);
 
   // Readiness turns false; new inferences get UNAVAILABLE.
   void SetShuttingDown() { shutting_down_ = true; }
@@ -59,7 +62,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   const Options options_;
   const ModelRepository* const repository_;
   WorkerSupervisor* const workers_;
-  Router* const router_;
+  ModelScheduler* const scheduler_;
   Metrics* const metrics_;
   std::atomic<bool> shutting_down_{false};
 };

@@ -20,6 +20,11 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
           0.05,    0.1,    0.25,    0.5,    1.0,   2.5,    5.0,   10.0};
 }
 
+// Batch sizes in rows: powers of two up to 1024.
+prometheus::Histogram::BucketBoundaries BatchBuckets() {
+  return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+}
+
 prometheus::Labels WorkerLabels(int worker, int numa_node) {
   return {{"worker", absl::StrCat(worker)}, {"numa_node", absl::StrCat(numa_node)}};
 }
@@ -61,6 +66,53 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& addr
                               .Name("numaserve_compute_duration_seconds")
                               .Help("Time a request's batch spent in the engine on a worker")
                               .Register(r);
+  m->compute_input_duration_ =
+      &BuildHistogram()
+           .Name("numaserve_compute_input_duration_seconds")
+           .Help("Time copying a request's batch inputs into the worker's shared arena")
+           .Register(r);
+  m->compute_output_duration_ =
+      &BuildHistogram()
+           .Name("numaserve_compute_output_duration_seconds")
+           .Help("Time copying a request's output rows out of the worker's arena into its response")
+           .Register(r);
+  m->failures_ = &BuildCounter()
+                      .Name("numaserve_request_failures_total")
+                      .Help(
+                          "Failed inference requests by model and reason (rejected: queue "
+                          "full; timeout; canceled; invalid; not_found; unavailable; internal)")
+                      .Register(r);
+  m->executions_ = &BuildCounter()
+                        .Name("numaserve_executions_total")
+                        .Help(
+                            "Batches computed by model and version; inferences_total / "
+                            "executions_total is the mean batch size")
+                        .Register(r);
+  m->batch_size_ = &BuildHistogram()
+                        .Name("numaserve_batch_size_rows")
+                        .Help("Rows per computed batch, by model and version")
+                        .Register(r);
+  m->pending_ = &BuildGauge()
+                     .Name("numaserve_pending_requests")
+                     .Help("Requests waiting in a model version's batcher queue")
+                     .Register(r);
+  m->worker_gflops_ = &BuildGauge()
+                           .Name("numaserve_worker_achieved_gflops")
+                           .Help("GFLOP/s a worker achieves while busy (FLOPs / busy seconds)")
+                           .Register(r);
+  m->worker_peak_fraction_ =
+      &BuildGauge()
+           .Name("numaserve_worker_peak_fraction_ratio")
+           .Help("Achieved GFLOP/s over the worker's FP32 peak (probe GFLOP/s per core x cores)")
+           .Register(r);
+  m->worker_resident_ = &BuildGauge()
+                             .Name("numaserve_worker_resident_memory_bytes")
+                             .Help("Resident memory of each worker process")
+                             .Register(r);
+  m->model_load_seconds_ = &BuildGauge()
+                                .Name("numaserve_model_load_duration_seconds")
+                                .Help("Time a worker took to load and compile a model version")
+                                .Register(r);
   m->worker_busy_ = &BuildCounter()
                          .Name("numaserve_worker_busy_seconds_total")
                          .Help("Seconds each worker spent computing")
@@ -100,11 +152,31 @@ void Metrics::RecordRequest(const std::string& model, const std::string& outcome
   request_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(seconds);
 }
 
+void Metrics::RecordFailure(const std::string& model, const std::string& reason) {
+  failures_->Add({{"model", model}, {"reason", reason}}).Increment();
+}
+
 void Metrics::RecordInference(const std::string& model, int64_t rows, double queue_seconds,
-                              double compute_seconds) {
+                              double compute_input_seconds, double compute_seconds,
+                              double compute_output_seconds) {
   inferences_->Add({{"model", model}}).Increment(static_cast<double>(rows));
   queue_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(queue_seconds);
+  compute_input_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(compute_input_seconds);
   compute_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(compute_seconds);
+  compute_output_duration_->Add({{"model", model}}, LatencyBuckets())
+      .Observe(compute_output_seconds);
+}
+
+void Metrics::RecordExecution(const std::string& model, const std::string& version, int64_t rows,
+                              size_t) {
+  prometheus::Labels labels = {{"model", model}, {"version", version}};
+  executions_->Add(labels).Increment();
+  batch_size_->Add(labels, BatchBuckets()).Observe(static_cast<double>(rows));
+}
+
+void Metrics::SetPendingRequests(const std::string& model, const std::string& version,
+                                 double count) {
+  pending_->Add({{"model", model}, {"version", version}}).Set(count);
 }
 
 void Metrics::RecordWorkerBusy(int worker, int numa_node, double seconds, int64_t rows,
@@ -113,6 +185,40 @@ void Metrics::RecordWorkerBusy(int worker, int numa_node, double seconds, int64_
   worker_busy_->Add(labels).Increment(seconds);
   worker_inferences_->Add(labels).Increment(static_cast<double>(rows));
   worker_flops_->Add(labels).Increment(flops);
+  double gflops = 0;
+  double peak = 0;
+  {
+    std::lock_guard<std::mutex> lock(totals_mu_);
+    WorkerTotals& t = worker_totals_[worker];
+    t.seconds += seconds;
+    t.flops += flops;
+    if (t.seconds > 0) gflops = t.flops / t.seconds * 1e-9;
+    peak = t.peak_gflops;
+  }
+  worker_gflops_->Add(labels).Set(gflops);
+  if (peak > 0) worker_peak_fraction_->Add(labels).Set(gflops / peak);
+}
+
+void Metrics::SetWorkerPeak(int worker, int numa_node, double peak_gflops) {
+  {
+    std::lock_guard<std::mutex> lock(totals_mu_);
+    worker_totals_[worker].peak_gflops = peak_gflops;
+  }
+  auto labels = WorkerLabels(worker, numa_node);
+  worker_gflops_->Add(labels).Set(0);
+  worker_peak_fraction_->Add(labels).Set(0);
+}
+
+void Metrics::SetWorkerResidentBytes(int worker, int numa_node, double bytes) {
+  worker_resident_->Add(WorkerLabels(worker, numa_node)).Set(bytes);
+}
+
+void Metrics::SetModelLoadSeconds(const std::string& model, const std::string& version, int worker,
+                                  int numa_node, double seconds) {
+  auto labels = WorkerLabels(worker, numa_node);
+  labels["model"] = model;
+  labels["version"] = version;
+  model_load_seconds_->Add(labels).Set(seconds);
 }
 
 void Metrics::RecordWorkerRestart(int worker, int numa_node) {

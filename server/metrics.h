@@ -2,7 +2,9 @@
 // in the names. Served as text at http://HOST:PORT/metrics by prometheus-cpp.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -30,16 +32,32 @@ class Metrics {
   // One finished ModelInfer call. `outcome` is "success" or the gRPC status
   // name in lower case ("invalid_argument", "not_found", "unavailable", ...).
   void RecordRequest(const std::string& model, const std::string& outcome, double seconds);
-  // One computed request of `rows` rows: time waiting for a worker, and in the engine.
+  // A failed ModelInfer call by reason: rejected (queue full), timeout,
+  // canceled, invalid, not_found, unavailable, internal, other.
+  void RecordFailure(const std::string& model, const std::string& reason);
+  // One computed request of `rows` rows: time queued (batcher and router),
+  // copying its batch's inputs in, in the engine, and copying its outputs out.
   void RecordInference(const std::string& model, int64_t rows, double queue_seconds,
-                       double compute_seconds);
+                       double compute_input_seconds, double compute_seconds,
+                       double compute_output_seconds);
+  // One batch of `rows` rows made of `requests` requests went through the engine.
+  void RecordExecution(const std::string& model, const std::string& version, int64_t rows,
+                       size_t requests);
+  // Requests waiting in the model version's batcher queue.
+  void SetPendingRequests(const std::string& model, const std::string& version, double count);
   // A worker spent `seconds` computing `rows` rows (`flops` floating-point operations).
   void RecordWorkerBusy(int worker, int numa_node, double seconds, int64_t rows, double flops);
   void RecordWorkerRestart(int worker, int numa_node);
+  // The worker's FP32 peak (probe GFLOP/s per core x its cores), for the
+  // fraction-of-peak gauge.
+  void SetWorkerPeak(int worker, int numa_node, double peak_gflops);
+  void SetWorkerResidentBytes(int worker, int numa_node, double bytes);
   void SetWorkerReady(int worker, int numa_node, bool ready);
   void SetModelReady(const std::string& model, const std::string& version, bool ready);
   void SetModelWeightBytes(const std::string& model, const std::string& version, int worker,
                            int numa_node, double bytes);
+  void SetModelLoadSeconds(const std::string& model, const std::string& version, int worker,
+                           int numa_node, double seconds);
 
  private:
   Metrics() = default;
@@ -51,6 +69,24 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* inferences_ = nullptr;
   prometheus::Family<prometheus::Histogram>* queue_duration_ = nullptr;
   prometheus::Family<prometheus::Histogram>* compute_duration_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* compute_input_duration_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* compute_output_duration_ = nullptr;
+  prometheus::Family<prometheus::Counter>* failures_ = nullptr;
+  prometheus::Family<prometheus::Counter>* executions_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* batch_size_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* pending_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* worker_gflops_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* worker_peak_fraction_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* worker_resident_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* model_load_seconds_ = nullptr;
+  // Per worker: busy seconds and FLOPs so far, and the peak (GFLOP/s).
+  struct WorkerTotals {
+    double seconds = 0;
+    double flops = 0;
+    double peak_gflops = 0;
+  };
+  std::mutex totals_mu_;
+  std::map<int, WorkerTotals> worker_totals_;
   prometheus::Family<prometheus::Counter>* worker_busy_ = nullptr;
   prometheus::Family<prometheus::Counter>* worker_inferences_ = nullptr;
   prometheus::Family<prometheus::Counter>* worker_flops_ = nullptr;

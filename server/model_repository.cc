@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/model_config.h"
 
 namespace numaserve::server {
 
@@ -27,7 +28,8 @@ const char* ModelStateName(ModelState state) {
 
 std::string RepositoryModel::key() const { return absl::StrCat(name, ":", version); }
 
-absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(const std::string& dir,
+                                                                       int num_workers) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat("model repository '", dir, "' is not a directory"));
@@ -48,32 +50,67 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(const std
       }
     }
     std::sort(model.versions.begin(), model.versions.end());
-    if (model.versions.empty()) {
-      model.error = absl::StrCat(entry.path().string(),
-                                 ": no version directory (expected <model>/<N>/model.onnx)");
-    } else {
-      model.version = model.versions.back();
-      model.path = (entry.path() / std::to_string(model.version) / "model.onnx").string();
-      auto info = engine::InspectModel(model.path);
-      if (info.ok()) {
-        model.info = *std::move(info);
+    if (!model.versions.empty()) model.version = model.versions.back();
+    const fs::path config_path = entry.path() / kModelConfigFile;
+    if (fs::exists(config_path, ec)) {
+      auto config = ParseModelConfig(config_path.string());
+      if (config.ok()) {
+        model.config = *std::move(config);
       } else {
-        model.error = std::string(info.status().message());
+        model.error = std::string(config.status().message());
       }
     }
-    repo->models_.push_back(std::move(model));
+    if (model.error.empty()) {
+      absl::Status s = ValidateModelConfigFields(model.config, name, num_workers);
+      if (!s.ok()) model.error = std::string(s.message());
+    }
+    if (model.error.empty() && model.versions.empty()) {
+      model.error = absl::StrCat(entry.path().string(),
+                                 ": no version directory (expected <model>/<N>/model.onnx)");
+    }
+    std::vector<int64_t> served;
+    if (model.error.empty()) {
+      auto chosen = SelectVersions(model.config, model.versions);
+      if (chosen.ok()) {
+        served = *std::move(chosen);
+      } else {
+        model.error = absl::StrCat("model '", name, "' ", chosen.status().message());
+      }
+    }
+    if (!model.error.empty()) {
+      repo->models_.push_back(std::move(model));
+      continue;
+    }
+    model.workers = PlacementWorkers(model.config, num_workers);
+    for (int64_t v : served) {
+      RepositoryModel version = model;
+      version.version = v;
+      version.path = (entry.path() / std::to_string(v) / "model.onnx").string();
+      auto info = engine::InspectModel(version.path);
+      if (info.ok()) {
+        version.info = *std::move(info);
+        absl::Status s = ValidateModelConfig(version.config, name, version.info, num_workers);
+        if (!s.ok()) version.error = std::string(s.message());
+      } else {
+        version.error = std::string(info.status().message());
+      }
+      repo->models_.push_back(std::move(version));
+    }
   }
   if (ec) return absl::UnavailableError(absl::StrCat("cannot read '", dir, "': ", ec.message()));
-  std::sort(repo->models_.begin(), repo->models_.end(),
-            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::sort(repo->models_.begin(), repo->models_.end(), [](const auto& a, const auto& b) {
+    return a.name != b.name ? a.name < b.name : a.version < b.version;
+  });
   return repo;
 }
 
-const RepositoryModel* ModelRepository::Find(const std::string& name) const {
+const RepositoryModel* ModelRepository::Find(const std::string& name, int64_t version) const {
+  const RepositoryModel* found = nullptr;
   for (const auto& m : models_) {
-    if (m.name == name) return &m;
+    if (m.name != name) continue;
+    if (version == 0 || m.version == version) found = &m;  // the last is the highest
   }
-  return nullptr;
+  return found;
 }
 
 }  // namespace numaserve::server

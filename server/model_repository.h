@@ -1,7 +1,9 @@
-// The model repository on disk: DIR/<model>/<version>/model.onnx. The
-// highest numeric version of each model is served. A model whose file is
-// missing, corrupt or unsupported is listed as unavailable with the reason;
-// the others serve normally.
+// The model repository on disk: DIR/<model>/<version>/model.onnx plus an
+// optional DIR/<model>/config.pbtxt (see proto/model_config.proto). The
+// config's version policy picks the served versions (by default the highest).
+// A model whose config or file is missing, corrupt, unsupported or
+// contradictory is listed as unavailable with the reason; the others serve
+// normally.
 #pragma once
 
 #include <memory>
@@ -10,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model.h"
+#include "model_config.pb.h"
 
 namespace numaserve::server {
 
@@ -22,29 +25,38 @@ enum class ModelState {
 };
 const char* ModelStateName(ModelState state);
 
+// One served version of a model (or, with `error` set, a model that cannot
+// be served at all).
 struct RepositoryModel {
   std::string name;
-  int64_t version = 0;            // the served version (highest found), 0 if none
+  int64_t version = 0;            // this served version, 0 if none could be chosen
   std::vector<int64_t> versions;  // every numeric version directory found, ascending
   std::string path;               // .../<version>/model.onnx
   engine::ModelInfo info;         // valid when `error` is empty
+  config::ModelConfig config;     // config.pbtxt, or the defaults without one
+  std::vector<int> workers;       // the workers that load it (instance_placement)
   std::string error;              // why the model cannot be served, empty if it can
   std::string key() const;        // "name:version"
 };
 
 class ModelRepository {
  public:
-  // Scans `dir`. An error only if `dir` itself is not a readable directory;
-  // problems with individual models are recorded on them.
-  static absl::StatusOr<std::unique_ptr<ModelRepository>> Open(const std::string& dir);
+  // Scans `dir` for a server of `num_workers` workers. An error only if
+  // `dir` itself is not a readable directory; problems with individual
+  // models are recorded on them.
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> Open(const std::string& dir,
+                                                               int num_workers = 1);
 
   const std::string& dir() const { return dir_; }
+  // Every served version, by name then version.
   const std::vector<RepositoryModel>& models() const { return models_; }
-  const RepositoryModel* Find(const std::string& name) const;
+  // The served `version` of `name`; version 0: the highest served one (or
+  // the model's error entry). nullptr if there is no such entry.
+  const RepositoryModel* Find(const std::string& name, int64_t version = 0) const;
 
  private:
   std::string dir_;
-  std::vector<RepositoryModel> models_;  // sorted by name
+  std::vector<RepositoryModel> models_;  // sorted by name, then version
 };
 
 }  // namespace numaserve::server

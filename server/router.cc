@@ -97,11 +97,19 @@ void Router::Dispatch(int worker, std::shared_ptr<InferenceTask> task) {
     return true;
   };
   bool fits = true;
-  for (const auto& [data, bytes] : task->inputs) {
+  const auto copy_start = std::chrono::steady_clock::now();
+  for (const auto& pieces : task->inputs) {
+    size_t bytes = 0;
+    for (const auto& piece : pieces) bytes += piece.second;
     worker::TensorSlice* slice = run->add_inputs();
     if (!(fits = reserve(bytes, slice))) break;
-    memcpy(base + slice->offset(), data, bytes);  // the one copy in
+    char* to = base + slice->offset();
+    for (const auto& [data, n] : pieces) {
+      memcpy(to, data, n);  // the one copy in
+      to += n;
+    }
   }
+  const double input_seconds = SecondsBetween(copy_start, std::chrono::steady_clock::now());
   for (size_t i = 0; fits && i < task->output_bytes.size(); ++i) {
     fits = reserve(task->output_bytes[i], run->add_outputs());
   }
@@ -112,13 +120,14 @@ void Router::Dispatch(int worker, std::shared_ptr<InferenceTask> task) {
                     "the request's tensors do not fit in worker ", worker, "'s shared arena of ",
                     allocator.capacity(), " bytes (see --worker-arena-mb)")));
   }
-  auto sent_at = std::chrono::steady_clock::now();
-  double queue_seconds = SecondsBetween(task->submitted, sent_at);
+  double queue_seconds = SecondsBetween(task->submitted, copy_start);
   bool sent = workers_->Send(
       worker, std::move(command),
-      [this, worker, task, offsets, queue_seconds](const worker::Reply& reply, bool lost) {
+      [this, worker, task, offsets, queue_seconds, input_seconds](const worker::Reply& reply,
+                                                                  bool lost) {
         TaskTiming timing;
         timing.queue_seconds = queue_seconds;
+        timing.input_seconds = input_seconds;
         timing.compute_seconds = static_cast<double>(reply.compute_ns()) * 1e-9;
         timing.worker = worker;
         if (reply.ok()) {
@@ -195,6 +204,17 @@ void Router::Stop() {
   stop_cv_.notify_all();
   if (expirer_.joinable()) expirer_.join();
   for (auto& task : queued) Fail(task, absl::UnavailableError("the server is shutting down"));
+}
+
+bool Router::HasCapacity(const std::string& model_key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_ || !queue_.empty()) return false;
+  for (int w = 0; w < workers_->size(); ++w) {
+    if (inflight_[w] < options_.max_inflight_per_worker && workers_->HasModel(w, model_key)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 size_t Router::queued() const {

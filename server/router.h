@@ -24,6 +24,7 @@ class Metrics;
 
 struct TaskTiming {
   double queue_seconds = 0;    // submit -> handed to a worker (last attempt)
+  double input_seconds = 0;    // gathering the inputs into the worker's arena
   double compute_seconds = 0;  // inside the engine
   int worker = -1;
 };
@@ -32,8 +33,10 @@ struct InferenceTask {
   std::string model_key;  // "name:version"
   int64_t rows = 0;
   double flops = 0;  // for the worker's FLOP counter
-  // Input bytes in model input order; they must outlive the task.
-  std::vector<std::pair<const char*, size_t>> inputs;
+  // Per model input (in model order), the pieces that make up the tensor:
+  // one per request of a batch, laid end to end in the arena. They must
+  // outlive the task.
+  std::vector<std::vector<std::pair<const char*, size_t>>> inputs;
   std::vector<size_t> output_bytes;  // per model output
   std::chrono::steady_clock::time_point deadline;
   // Called exactly once. On success `outputs[i]` points at output i in the
@@ -70,6 +73,10 @@ class Router {
   void Stop();
 
   size_t queued() const;
+  // True when a task for `model_key` would go to a worker at once (nothing
+  // queued here and a worker that holds it has a free slot): the batcher's
+  // cue that a batch can leave.
+  bool HasCapacity(const std::string& model_key) const;
 
  private:
   bool TryDispatch(const std::shared_ptr<InferenceTask>& task);  // under mu_

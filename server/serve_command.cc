@@ -6,19 +6,24 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "affinity/cpu_features.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
 #include "server/args.h"
+#include "server/clock.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/model_repository.h"
+#include "server/model_scheduler.h"
 #include "server/router.h"
 #include "server/worker_supervisor.h"
 
@@ -36,9 +41,54 @@ struct ServeOptions {
   bool use_smt = false;
   int64_t max_workers = 0;
   int64_t worker_arena_mb = 256;
-  int64_t grpc_max_message_mb = 64;
+  int64_t grpc_max_message_bytes = int64_t{64} << 20;
+  int64_t max_queue_size = 4096;
   int64_t default_timeout_ms = 60000;
   int64_t shutdown_timeout_s = 30;
+};
+
+// Samples each worker's resident memory from /proc/<pid>/statm once a second.
+class ResidentMemorySampler {
+ public:
+  ResidentMemorySampler(WorkerSupervisor* workers, Metrics* metrics)
+      : workers_(workers), metrics_(metrics), thread_([this] { Loop(); }) {}
+  ~ResidentMemorySampler() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      for (int w = 0; w < workers_->size(); ++w) {
+        pid_t pid = workers_->Pid(w);
+        if (pid <= 0) continue;
+        FILE* f = fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "r");
+        if (f == nullptr) continue;
+        long size = 0, resident = 0;
+        if (fscanf(f, "%ld %ld", &size, &resident) == 2) {
+          metrics_->SetWorkerResidentBytes(w, workers_->placement(w).numa_node,
+                                           static_cast<double>(resident) * page);
+        }
+        fclose(f);
+      }
+      cv_.wait_for(lock, std::chrono::seconds(1));
+    }
+  }
+
+  WorkerSupervisor* const workers_;
+  Metrics* const metrics_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 int Fail(const absl::Status& status) {
@@ -64,7 +114,11 @@ int ServeCommand(const std::vector<std::string>& args) {
   parser.AddInt("max-workers", &o.max_workers, "at most this many workers (0: one per domain)");
   parser.AddInt("worker-arena-mb", &o.worker_arena_mb,
                 "shared memory per worker for batch inputs and outputs");
-  parser.AddInt("grpc-max-message-mb", &o.grpc_max_message_mb, "largest gRPC request or response");
+  parser.AddInt("grpc-max-message-bytes", &o.grpc_max_message_bytes,
+                "largest gRPC request or response; requests declaring bigger tensors are refused");
+  parser.AddInt("max-queue-size", &o.max_queue_size,
+                "queued requests per model version (when its config sets none) before "
+                "RESOURCE_EXHAUSTED");
   parser.AddInt("default-timeout-ms", &o.default_timeout_ms,
                 "deadline for requests whose client sets none");
   parser.AddInt("shutdown-timeout", &o.shutdown_timeout_s,
@@ -76,6 +130,10 @@ int ServeCommand(const std::vector<std::string>& args) {
   }
   if (o.grpc_port < 0 || o.grpc_port > 65535 || o.metrics_port < 0 || o.metrics_port > 65535) {
     return Fail(absl::InvalidArgumentError("ports must be between 0 and 65535"));
+  }
+  if (o.grpc_max_message_bytes < 1024 || o.max_queue_size < 1) {
+    return Fail(absl::InvalidArgumentError(
+        "--grpc-max-message-bytes must be at least 1024 and --max-queue-size at least 1"));
   }
   if (o.worker_arena_mb < 1) {
     return Fail(absl::InvalidArgumentError("--worker-arena-mb must be at least 1"));
@@ -103,12 +161,14 @@ int ServeCommand(const std::vector<std::string>& args) {
   fprintf(stderr, "%s", affinity::FormatReport(*topology, *plan).c_str());
 
   // 2. The models.
-  auto repository = ModelRepository::Open(o.model_repository);
+  auto repository =
+      ModelRepository::Open(o.model_repository, static_cast<int>(plan->workers.size()));
   if (!repository.ok()) return Fail(repository.status());
   std::vector<WorkerSupervisor::ModelToLoad> to_load;
   for (const auto& m : (*repository)->models()) {
     if (m.error.empty()) {
-      to_load.push_back({m.key(), m.name, absl::StrCat(m.version), m.path});
+      to_load.push_back(
+          {m.key(), m.name, absl::StrCat(m.version), m.path, m.workers, m.config.gemm_backend()});
       fprintf(stderr, "numaserve: model %s version %d: %s\n", m.name.c_str(),
               static_cast<int>(m.version), m.path.c_str());
     } else {
@@ -121,16 +181,32 @@ int ServeCommand(const std::vector<std::string>& args) {
   auto metrics = Metrics::Create(absl::StrCat(o.host, ":", o.metrics_port));
   if (!metrics.ok()) return Fail(metrics.status());
   Router* router_ptr = nullptr;
+  ModelScheduler* scheduler_ptr = nullptr;
   std::atomic<std::function<void()>*> on_workers_changed{nullptr};
   WorkerSupervisor::Options worker_options;
   worker_options.arena_bytes = static_cast<size_t>(o.worker_arena_mb) << 20;
   auto workers = WorkerSupervisor::Create(worker_options, *plan, to_load, metrics->get(), [&] {
     if (router_ptr != nullptr) router_ptr->Pump();
+    if (scheduler_ptr != nullptr) scheduler_ptr->Pump();
     if (auto* hook = on_workers_changed.load()) (*hook)();
   });
   if (!workers.ok()) return Fail(workers.status());
   Router router(Router::Options{}, workers->get(), metrics->get());
   router_ptr = &router;
+  ModelScheduler::Options scheduler_options;
+  scheduler_options.default_max_queue_size = static_cast<size_t>(o.max_queue_size);
+  ModelScheduler scheduler(scheduler_options, &router, metrics->get(), Clock::Real());
+  for (const auto& m : (*repository)->models()) {
+    if (!m.error.empty()) continue;
+    if (absl::Status s = scheduler.AddModel(m); !s.ok()) return Fail(s);
+  }
+  scheduler.Start();
+  scheduler_ptr = &scheduler;
+  const double peak_per_core = affinity::GetPeakFlops().peak_gflops_per_core;
+  for (const auto& p : plan->workers) {
+    (*metrics)->SetWorkerPeak(p.index, p.numa_node, peak_per_core * p.num_threads);
+  }
+  ResidentMemorySampler rss_sampler(workers->get(), metrics->get());
   (*workers)->Start(std::chrono::minutes(5));
   for (const auto& m : (*repository)->models()) {
     bool ready = m.error.empty() && (*workers)->ModelAvailable(m.key());
@@ -144,7 +220,8 @@ int ServeCommand(const std::vector<std::string>& args) {
   // 4. gRPC.
   InferenceService::Options service_options;
   service_options.default_timeout = std::chrono::milliseconds(o.default_timeout_ms);
-  InferenceService service(service_options, repository->get(), workers->get(), &router,
+  service_options.max_message_bytes = static_cast<size_t>(o.grpc_max_message_bytes);
+  InferenceService service(service_options, repository->get(), workers->get(), &scheduler,
                            metrics->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -152,9 +229,10 @@ int ServeCommand(const std::vector<std::string>& args) {
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port),
                            grpc::InsecureServerCredentials(), &grpc_port);
   const int max_message = static_cast<int>(
-      std::min<int64_t>(o.grpc_max_message_mb << 20, std::numeric_limits<int>::max()));
+      std::min<int64_t>(o.grpc_max_message_bytes, std::numeric_limits<int>::max()));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  // Every gRPC service the server offers is registered here.
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0) {
@@ -196,7 +274,10 @@ int ServeCommand(const std::vector<std::string>& args) {
     server->GetHealthCheckService()->SetServingStatus(false);
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(o.shutdown_timeout_s));
+  scheduler_ptr = nullptr;
+  scheduler.Stop();
   router.Stop();
+  rss_sampler.Stop();
   (*workers)->Stop();
   fprintf(stderr, "numaserve: stopped\n");
   return 0;

@@ -73,6 +73,13 @@ class Worker {
  private:
   void Load(const worker::LoadModel& load, worker::Reply* reply) {
     auto start = std::chrono::steady_clock::now();
+    // The engine's matrix multiplies run on oneDNN; other backends are
+    // refused rather than silently ignored.
+    const std::string& backend = load.gemm_backend();
+    if (!backend.empty() && backend != "auto" && backend != "onednn") {
+      reply->set_error("gemm_backend '" + backend + "' is not built into this engine");
+      return;
+    }
     auto model = engine::CompiledModel::Load(load.path(), engine::CompileOptions{});
     reply->set_load_ns(NanosSince(start));
     if (!model.ok()) {

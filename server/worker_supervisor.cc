@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -32,6 +33,10 @@ std::string DescribeExit(int status) {
 }
 
 }  // namespace
+
+bool WorkerSupervisor::ModelToLoad::LoadsOn(int worker) const {
+  return workers.empty() || std::find(workers.begin(), workers.end(), worker) != workers.end();
+}
 
 WorkerSupervisor::WorkerSupervisor(const Options& options, std::vector<ModelToLoad> models,
                                    Metrics* metrics, std::function<void()> on_change)
@@ -195,7 +200,9 @@ void WorkerSupervisor::Run(Slot* slot) {
         slot->load_errors.clear();
       }
       // Load every model; the worker turns ready when all have answered.
-      auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(models_.size()));
+      int to_load = 0;
+      for (const auto& model : models_) to_load += model.LoadsOn(slot->index) ? 1 : 0;
+      auto remaining = std::make_shared<std::atomic<int>>(to_load);
       auto finish_load = [this, slot, remaining]() {
         if (remaining->fetch_sub(1) == 1) {
           {
@@ -208,14 +215,16 @@ void WorkerSupervisor::Run(Slot* slot) {
           on_change_();
         }
       };
-      if (models_.empty()) {
+      if (to_load == 0) {
         remaining->store(1);
         finish_load();
       }
       for (const auto& model : models_) {
+        if (!model.LoadsOn(slot->index)) continue;
         worker::Command load;
         load.mutable_load()->set_key(model.key);
         load.mutable_load()->set_path(model.path);
+        load.mutable_load()->set_gemm_backend(model.gemm_backend);
         std::lock_guard<std::mutex> lock(slot->mu);
         SendLocked(slot, load,
                    [this, slot, model, finish_load](const worker::Reply& reply, bool lost) {
@@ -231,6 +240,9 @@ void WorkerSupervisor::Run(Slot* slot) {
                        metrics_->SetModelWeightBytes(model.name, model.version, slot->index,
                                                      slot->placement.numa_node,
                                                      static_cast<double>(reply.weight_bytes()));
+                       metrics_->SetModelLoadSeconds(model.name, model.version, slot->index,
+                                                     slot->placement.numa_node,
+                                                     static_cast<double>(reply.load_ns()) * 1e-9);
                      }
                      if (!lost) finish_load();
                    });

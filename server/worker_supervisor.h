@@ -44,10 +44,13 @@ class WorkerSupervisor {
   };
 
   struct ModelToLoad {
-    std::string key;      // "name:version"
-    std::string name;     // for metrics labels
-    std::string version;  // for metrics labels
-    std::string path;     // model.onnx
+    std::string key;           // "name:version"
+    std::string name;          // for metrics labels
+    std::string version;       // for metrics labels
+    std::string path;          // model.onnx
+    std::vector<int> workers;  // the workers that load it; empty: every worker
+    std::string gemm_backend;  // config.pbtxt's choice; empty: the engine's
+    bool LoadsOn(int worker) const;
   };
 
   // Called exactly once per command: with the worker's reply, or with

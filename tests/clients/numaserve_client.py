@@ -431,7 +431,7 @@ class ServerProcess:
         return Metrics(self.scrape(timeout))
 
 
-# The server's default --grpc-max-message-mb; gRPC's client default (4 MiB)
+# The server's default --grpc-max-message-bytes; gRPC's client default (4 MiB)
 # is too small for large batches.
 MAX_MESSAGE_BYTES = 64 << 20
 

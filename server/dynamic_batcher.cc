@@ -1,0 +1,164 @@
+#include "server/dynamic_batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace numaserve::server {
+
+DynamicBatcher::DynamicBatcher(const Options& options, const Clock* clock,
+                               CanDispatchFn can_dispatch, DispatchFn dispatch)
+    : options_(options),
+      clock_(clock),
+      can_dispatch_(std::move(can_dispatch)),
+      dispatch_(std::move(dispatch)) {}
+
+absl::StatusOr<std::unique_ptr<DynamicBatcher>> DynamicBatcher::Create(const Options& options,
+                                                                       const Clock* clock,
+                                                                       CanDispatchFn can_dispatch,
+                                                                       DispatchFn dispatch) {
+  if (options.max_batch_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_rows is ", options.max_batch_rows, "; expected >= 0"));
+  }
+  for (int64_t p : options.preferred_batch_rows) {
+    if (p < 1 || p > options.max_batch_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("preferred batch size ", p,
+                                                     " is outside 1..max_batch_rows (",
+                                                     options.max_batch_rows, ")"));
+    }
+  }
+  if (options.max_queue_size < 1) {
+    return absl::InvalidArgumentError("max_queue_size must be at least 1");
+  }
+  if (options.max_queue_delay.count() < 0) {
+    return absl::InvalidArgumentError("max_queue_delay must not be negative");
+  }
+  if (clock == nullptr || !can_dispatch || !dispatch) {
+    return absl::InvalidArgumentError("a batcher needs a clock, can_dispatch and dispatch");
+  }
+  return std::unique_ptr<DynamicBatcher>(
+      new DynamicBatcher(options, clock, std::move(can_dispatch), std::move(dispatch)));
+}
+
+absl::Status DynamicBatcher::Enqueue(std::shared_ptr<BatchRequest> request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return absl::UnavailableError("the model's queue is closed (shutting down)");
+    if (queue_.size() >= options_.max_queue_size) {
+      return absl::ResourceExhaustedError(absl::StrCat("the model's queue is full (",
+                                                       options_.max_queue_size,
+                                                       " waiting requests); retry later"));
+    }
+    request->enqueued = clock_->Now();
+    queue_.push_back(std::move(request));
+  }
+  Poll();
+  return absl::OkStatus();
+}
+
+size_t DynamicBatcher::DueBatchSize(Clock::TimePoint now) const {
+  if (queue_.empty()) return 0;
+  if (options_.max_batch_rows <= 0) return 1;
+  int64_t total = 0;
+  size_t count = 0;
+  bool full = false;
+  std::vector<int64_t> prefix;  // rows of the first k+1 requests
+  for (const auto& r : queue_) {
+    if (count > 0 && total + r->rows > options_.max_batch_rows) {
+      full = true;
+      break;
+    }
+    total += r->rows;
+    ++count;
+    prefix.push_back(total);
+    if (total >= options_.max_batch_rows) {
+      full = true;
+      break;
+    }
+  }
+  if (full) return count;
+  const auto& preferred = options_.preferred_batch_rows;
+  auto is_preferred = [&](int64_t rows) {
+    return std::find(preferred.begin(), preferred.end(), rows) != preferred.end();
+  };
+  if (is_preferred(total)) return count;
+  if (now - queue_.front()->enqueued < options_.max_queue_delay) return 0;
+  // The oldest request has waited long enough: the largest preferred batch
+  // that can be formed, else everything queued.
+  for (size_t k = count; k >= 1 && !preferred.empty(); --k) {
+    if (is_preferred(prefix[k - 1])) return k;
+  }
+  return count;
+}
+
+Clock::TimePoint DynamicBatcher::NextWakeLocked() const {
+  Clock::TimePoint next = Clock::TimePoint::max();
+  if (queue_.empty()) return next;
+  const Clock::TimePoint now = clock_->Now();
+  const Clock::TimePoint delay_end = queue_.front()->enqueued + options_.max_queue_delay;
+  if (delay_end > now) next = delay_end;
+  for (const auto& r : queue_) next = std::min(next, r->deadline);
+  return next;
+}
+
+Clock::TimePoint DynamicBatcher::Poll() {
+  while (true) {
+    std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> dropped;
+    Batch batch;
+    Clock::TimePoint next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Clock::TimePoint now = clock_->Now();
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        BatchRequest& r = **it;
+        if (r.deadline <= now) {
+          dropped.emplace_back(std::move(*it), absl::DeadlineExceededError(
+                                                   "the request's deadline passed while it was "
+                                                   "queued; it was not computed"));
+        } else if (r.is_cancelled && r.is_cancelled()) {
+          dropped.emplace_back(std::move(*it),
+                               absl::CancelledError("the call was cancelled while queued"));
+        } else {
+          ++it;
+          continue;
+        }
+        it = queue_.erase(it);
+      }
+      if (!stopped_) {
+        size_t n = DueBatchSize(now);
+        if (n > 0 && can_dispatch_()) {
+          batch.assign(std::make_move_iterator(queue_.begin()),
+                       std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
+          queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+        }
+      }
+      next = NextWakeLocked();
+    }
+    for (auto& [request, status] : dropped) {
+      if (request->reject) request->reject(status);
+    }
+    if (batch.empty()) return next;
+    dispatch_(std::move(batch));
+  }
+}
+
+void DynamicBatcher::Stop(const absl::Status& why) {
+  std::deque<std::shared_ptr<BatchRequest>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    queued.swap(queue_);
+  }
+  for (auto& r : queued) {
+    if (r->reject) r->reject(why);
+  }
+}
+
+size_t DynamicBatcher::queued_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace numaserve::server

@@ -1,0 +1,99 @@
+// Gathers the requests of one model version into batches. A batch goes out
+// when a worker can take it (`can_dispatch`) and one of these holds: the
+// queued rows reach max_batch_rows (or the next request would overflow it),
+// the queued rows form a preferred size, or the oldest request has waited
+// max_queue_delay. A request is never split across batches; a request of
+// several rows counts as several rows. The queue is bounded: a full queue
+// refuses at once. Requests whose deadline passes, or whose call is
+// cancelled, leave the queue without being computed.
+//
+// The batcher has no thread of its own: Enqueue() and Poll() do the work on
+// the caller's thread, and Poll() says when it next needs to run. The server
+// calls Poll() when a worker frees up and from a timer; tests call it after
+// advancing a FakeClock.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/clock.h"
+
+namespace numaserve::server {
+
+// One queued request; the server derives from it to carry the tensors.
+struct BatchRequest {
+  virtual ~BatchRequest() = default;
+  int64_t rows = 1;
+  Clock::TimePoint deadline = Clock::TimePoint::max();
+  // True once the client has gone away; may be empty.
+  std::function<bool()> is_cancelled;
+  // Answers a request that leaves the queue without a batch (deadline,
+  // cancellation, shutdown). Called at most once, never under a lock.
+  std::function<void(const absl::Status&)> reject;
+
+  Clock::TimePoint enqueued;  // set by Enqueue
+};
+
+using Batch = std::vector<std::shared_ptr<BatchRequest>>;
+
+class DynamicBatcher {
+ public:
+  struct Options {
+    // Most rows in one batch; 0 sends every request as a batch of its own.
+    int64_t max_batch_rows = 0;
+    // Sizes worth sending at once (e.g. those the kernels run best at).
+    std::vector<int64_t> preferred_batch_rows;
+    // How long the oldest request may wait for company while a worker is
+    // free: the latency paid for bigger batches. 0: never wait.
+    std::chrono::microseconds max_queue_delay{0};
+    // Queued requests before Enqueue refuses (RESOURCE_EXHAUSTED). At least 1.
+    size_t max_queue_size = 4096;
+  };
+  // True when a worker could take a batch now.
+  using CanDispatchFn = std::function<bool()>;
+  // Takes a formed batch (called without the batcher's lock held).
+  using DispatchFn = std::function<void(Batch batch)>;
+
+  static absl::StatusOr<std::unique_ptr<DynamicBatcher>> Create(const Options& options,
+                                                                const Clock* clock,
+                                                                CanDispatchFn can_dispatch,
+                                                                DispatchFn dispatch);
+
+  // Queues the request and polls. RESOURCE_EXHAUSTED (request not taken) if
+  // the queue is full; UNAVAILABLE after Stop().
+  absl::Status Enqueue(std::shared_ptr<BatchRequest> request);
+  // Drops expired and cancelled requests, sends every batch that is due
+  // while workers can take one. Returns when it next needs to run if nothing
+  // else happens (TimePoint::max() when the queue is empty).
+  Clock::TimePoint Poll();
+  // Rejects everything queued with `why`; later Enqueue calls fail.
+  void Stop(const absl::Status& why);
+
+  size_t queued_requests() const;
+  const Options& options() const { return options_; }
+
+ private:
+  DynamicBatcher(const Options& options, const Clock* clock, CanDispatchFn can_dispatch,
+                 DispatchFn dispatch);
+  // Under mu_: how many requests from the front make the batch due now; 0 if
+  // none is due yet.
+  size_t DueBatchSize(Clock::TimePoint now) const;
+  Clock::TimePoint NextWakeLocked() const;
+
+  const Options options_;
+  const Clock* const clock_;
+  const CanDispatchFn can_dispatch_;
+  const DispatchFn dispatch_;
+
+  mutable std::mutex mu_;
+  std::deque<std::shared_ptr<BatchRequest>> queue_;
+  bool stopped_ = false;
+};
+
+}  // namespace numaserve::server

@@ -1,0 +1,48 @@
+// A model's config.pbtxt: parsing (protobuf text format, errors with file,
+// line and column), validation against the ONNX model's inputs and outputs,
+// and the version policy that picks which version directories are served.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "model_config.pb.h"
+
+namespace numaserve::server {
+
+// The file name inside <repo>/<model>/.
+inline constexpr char kModelConfigFile[] = "config.pbtxt";
+
+// Parses `path`. INVALID_ARGUMENT "<path>:<line>:<column>: <problem>" for a
+// syntax error or an unknown field; NOT_FOUND if the file cannot be read.
+absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path);
+// The same, from text (`origin` names it in errors).
+absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,
+                                                         const std::string& origin);
+
+// Checks the config on its own and against the model: the name matches the
+// directory, max_batch_size needs a batched model, preferred sizes fit,
+// placement names existing workers (`num_workers`), listed tensors exist with
+// the same datatype and dims. INVALID_ARGUMENT naming the field otherwise.
+absl::Status ValidateModelConfig(const config::ModelConfig& config, const std::string& model_name,
+                                 const engine::ModelInfo& info, int num_workers);
+// The config-only part of the checks (no model file needed).
+absl::Status ValidateModelConfigFields(const config::ModelConfig& config,
+                                       const std::string& model_name, int num_workers);
+
+// Versions to serve out of `available` (ascending), by the policy; the
+// default policy serves the highest one. Error for a `specific` version that
+// is not on disk.
+absl::StatusOr<std::vector<int64_t>> SelectVersions(const config::ModelConfig& config,
+                                                    const std::vector<int64_t>& available);
+
+// The workers that load the model, out of 0..num_workers-1.
+std::vector<int> PlacementWorkers(const config::ModelConfig& config, int num_workers);
+
+// Matrix-multiply backends the engine is built with ("auto" picks).
+const std::vector<std::string>& KnownGemmBackends();
+
+}  // namespace numaserve::server

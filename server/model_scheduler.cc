@@ -1,0 +1,186 @@
+#include "server/model_scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/metrics.h"
+
+namespace numaserve::server {
+
+ModelScheduler::ModelScheduler(const Options& options, Router* router, Metrics* metrics,
+                               const Clock* clock)
+    : options_(options), router_(router), metrics_(metrics), clock_(clock) {}
+
+ModelScheduler::~ModelScheduler() { Stop(); }
+
+absl::Status ModelScheduler::AddModel(const RepositoryModel& model) {
+  const config::ModelConfig& c = model.config;
+  DynamicBatcher::Options o;
+  if (c.has_dynamic_batching()) {
+    const auto& d = c.dynamic_batching();
+    o.max_batch_rows = c.max_batch_size();
+    o.preferred_batch_rows.assign(d.preferred_batch_size().begin(), d.preferred_batch_size().end());
+    o.max_queue_delay = std::chrono::microseconds(d.max_queue_delay_microseconds());
+    if (d.max_queue_size() > 0)
+      o.max_queue_size = d.max_queue_size();
+    else
+      o.max_queue_size = options_.default_max_queue_size;
+  } else {
+    o.max_queue_size = options_.default_max_queue_size;
+  }
+  const RepositoryModel* m = &model;
+  const std::string key = model.key();
+  auto batcher = DynamicBatcher::Create(
+      o, clock_, [this, key] { return router_->HasCapacity(key); },
+      [this, m](Batch batch) { Dispatch(m, std::move(batch)); });
+  if (!batcher.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model.name, "' batching: ", batcher.status().message()));
+  }
+  batchers_[key] = Queue{*std::move(batcher), model.name, absl::StrCat(model.version)};
+  if (metrics_) metrics_->SetPendingRequests(model.name, absl::StrCat(model.version), 0);
+  return absl::OkStatus();
+}
+
+void ModelScheduler::Start() {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+absl::Status ModelScheduler::Submit(std::shared_ptr<PendingInference> request) {
+  auto it = batchers_.find(request->model->key());
+  if (it == batchers_.end()) {
+    return absl::UnavailableError(absl::StrCat("model '", request->model->name, "' version ",
+                                               request->model->version,
+                                               " has no queue (it is not loaded)"));
+  }
+  DynamicBatcher& batcher = *it->second.batcher;
+  if (absl::Status s = batcher.Enqueue(std::move(request)); !s.ok()) return s;
+  if (batcher.queued_requests() > 0) WakeBy(batcher.Poll());
+  ReportPending(it->first);
+  return absl::OkStatus();
+}
+
+void ModelScheduler::ReportPending(const std::string& key) {
+  if (metrics_ == nullptr) return;
+  auto it = batchers_.find(key);
+  if (it == batchers_.end()) return;
+  metrics_->SetPendingRequests(it->second.model, it->second.version,
+                               static_cast<double>(it->second.batcher->queued_requests()));
+}
+
+void ModelScheduler::Pump() {
+  Clock::TimePoint next = Clock::TimePoint::max();
+  for (auto& [key, queue] : batchers_) next = std::min(next, queue.batcher->Poll());
+  WakeBy(next);
+}
+
+void ModelScheduler::WakeBy(Clock::TimePoint when) {
+  std::lock_guard<std::mutex> lock(timer_mu_);
+  if (when < wake_at_) {
+    wake_at_ = when;
+    timer_cv_.notify_one();
+  }
+}
+
+void ModelScheduler::TimerLoop() {
+  std::unique_lock<std::mutex> lock(timer_mu_);
+  while (!stopping_) {
+    // The timer sleeps on the real clock; the batchers read `clock_`.
+    const auto now = std::chrono::steady_clock::now();
+    auto until = std::min(wake_at_, now + options_.idle_poll);
+    timer_cv_.wait_until(lock, until);
+    if (stopping_) break;
+    wake_at_ = Clock::TimePoint::max();
+    lock.unlock();
+    Clock::TimePoint next = Clock::TimePoint::max();
+    for (auto& [key, queue] : batchers_) {
+      next = std::min(next, queue.batcher->Poll());
+      ReportPending(key);
+    }
+    lock.lock();
+    wake_at_ = std::min(wake_at_, next);
+  }
+}
+
+void ModelScheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    stopping_ = true;
+  }
+  timer_cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+  for (auto& [key, queue] : batchers_) {
+    queue.batcher->Stop(absl::UnavailableError("the server is shutting down"));
+  }
+}
+
+size_t ModelScheduler::pending() const {
+  size_t n = 0;
+  for (const auto& [key, queue] : batchers_) n += queue.batcher->queued_requests();
+  return n;
+}
+
+void ModelScheduler::Dispatch(const RepositoryModel* model, Batch batch) {
+  const Clock::TimePoint dispatched = clock_->Now();
+  ReportPending(model->key());
+  auto task = std::make_shared<InferenceTask>();
+  task->model_key = model->key();
+  std::vector<std::shared_ptr<PendingInference>> requests;
+  requests.reserve(batch.size());
+  int64_t rows = 0;
+  Clock::TimePoint deadline = Clock::TimePoint::min();
+  for (auto& b : batch) {
+    auto r = std::static_pointer_cast<PendingInference>(b);
+    rows += r->rows;
+    deadline = std::max(deadline, r->deadline);
+    requests.push_back(std::move(r));
+  }
+  task->rows = rows;
+  task->flops = model->info.flops_per_row * static_cast<double>(rows);
+  task->deadline = deadline;
+  const size_t num_inputs = model->info.inputs.size();
+  const size_t num_outputs = model->info.outputs.size();
+  task->inputs.resize(num_inputs);
+  for (size_t i = 0; i < num_inputs; ++i) {
+    for (const auto& r : requests) task->inputs[i].push_back(r->parsed.inputs[i]);
+  }
+  // Output bytes per row, from the first request (every request of a batch
+  // has the same row shape; an unbatched model's batch is one request).
+  const auto& first = requests.front()->parsed;
+  std::vector<size_t> row_bytes(num_outputs);
+  for (size_t i = 0; i < num_outputs; ++i) {
+    row_bytes[i] = first.output_bytes[i] / static_cast<size_t>(std::max<int64_t>(1, first.rows));
+    task->output_bytes.push_back(requests.size() == 1 ? first.output_bytes[i]
+                                                      : row_bytes[i] * static_cast<size_t>(rows));
+  }
+  const std::string model_name = model->name;
+  const std::string version = absl::StrCat(model->version);
+  task->done = [this, requests = std::move(requests), row_bytes, dispatched, rows, model_name,
+                version](const absl::Status& status, const std::vector<const char*>& outputs,
+                         const TaskTiming& t) {
+    InferenceTiming timing;
+    timing.compute_input_seconds = t.input_seconds;
+    timing.compute_infer_seconds = t.compute_seconds;
+    timing.batch_rows = rows;
+    timing.worker = t.worker;
+    if (status.ok() && metrics_) {
+      metrics_->RecordExecution(model_name, version, rows, requests.size());
+    }
+    int64_t offset_rows = 0;
+    std::vector<const char*> mine(outputs.size());
+    for (const auto& r : requests) {
+      timing.queue_seconds =
+          std::chrono::duration<double>(dispatched - r->enqueued).count() + t.queue_seconds;
+      if (status.ok()) {
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          mine[i] = outputs[i] + static_cast<size_t>(offset_rows) * row_bytes[i];
+        }
+      }
+      r->done(status, status.ok() ? mine : std::vector<const char*>{}, timing);
+      offset_rows += r->rows;
+    }
+  };
+  router_->Submit(std::move(task));
+}
+
+}  // namespace numaserve::server

@@ -1,0 +1,119 @@
+#include "server/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace numaserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+engine::ModelInfo Mlp(bool batched = true) {
+  engine::ModelInfo info;
+  info.path = "mlp/1/model.onnx";
+  info.batched = batched;
+  info.inputs = {{"input", engine::DataType::kFloat32, {batched ? -1 : 1, 784}}};
+  info.outputs = {{"probabilities", engine::DataType::kFloat32, {batched ? -1 : 1, 10}}};
+  return info;
+}
+
+config::ModelConfig Parse(const std::string& text) {
+  auto c = ParseModelConfigText(text, "mlp/config.pbtxt");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : config::ModelConfig();
+}
+
+TEST(ModelConfig, ParsesEveryBlock) {
+  auto c = Parse(R"pb(
+    name: "mlp"
+    max_batch_size: 32
+    dynamic_batching {
+      preferred_batch_size: [ 8, 16 ]
+      max_queue_delay_microseconds: 500
+      max_queue_size: 100
+      default_timeout_microseconds: 2000000
+    }
+    instance_placement { domains: [ 0 ] }
+    version_policy { latest { num_versions: 2 } }
+    gemm_backend: "onednn"
+    input {
+      name: "input"
+      data_type: "FP32"
+      dims: [ 784 ]
+    }
+  )pb");
+  EXPECT_EQ(c.max_batch_size(), 32);
+  EXPECT_EQ(c.dynamic_batching().preferred_batch_size_size(), 2);
+  EXPECT_EQ(c.dynamic_batching().max_queue_delay_microseconds(), 500u);
+  EXPECT_EQ(c.version_policy().latest().num_versions(), 2u);
+  EXPECT_TRUE(ValidateModelConfig(c, "mlp", Mlp(), 1).ok());
+}
+
+TEST(ModelConfig, SyntaxErrorNamesFileLineAndField) {
+  auto c = ParseModelConfigText("max_batch_size: 8\nmax_batch_sise: 4\n", "repo/mlp/config.pbtxt");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("repo/mlp/config.pbtxt:2:"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("max_batch_sise"));
+}
+
+TEST(ModelConfig, WrongValueTypeIsAnError) {
+  auto c = ParseModelConfigText("max_batch_size: \"many\"\n", "c.pbtxt");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("c.pbtxt:1:"));
+}
+
+TEST(ModelConfig, ContradictionsWithTheOnnxModelAreErrors) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"name: \"other\"", "name"},
+      {"max_batch_size: 4 dynamic_batching { preferred_batch_size: 8 }", "preferred_batch_size"},
+      {"dynamic_batching {}", "needs max_batch_size"},
+      {"input { name: \"image\" }", "no such tensor"},
+      {"max_batch_size: 4 input { name: \"input\" data_type: \"INT64\" }", "data_type"},
+      {"max_batch_size: 4 input { name: \"input\" data_type: \"FP32\" dims: [ 28, 28 ] }", "dims"},
+      {"output { name: \"probabilities\" dims: [ 10 ] }", "dims"},  // no batch: rank 2
+      {"instance_placement { domains: [ 3 ] }", "worker 3 does not exist"},
+      {"instance_placement { instances_per_domain: 2 }", "instances_per_domain"},
+      {"gemm_backend: \"cublas\"", "gemm_backend"},
+  };
+  for (const auto& c : cases) {
+    absl::Status s = ValidateModelConfig(Parse(c.text), "mlp", Mlp(), 2);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.expect)) << c.text << " -> " << s;
+  }
+}
+
+TEST(ModelConfig, BatchingNeedsADynamicBatchDimension) {
+  absl::Status s = ValidateModelConfig(Parse("max_batch_size: 8"), "mlp", Mlp(false), 1);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("max_batch_size"));
+  EXPECT_TRUE(ValidateModelConfig(Parse("max_batch_size: 0"), "mlp", Mlp(false), 1).ok());
+}
+
+TEST(ModelConfig, VersionPolicies) {
+  const std::vector<int64_t> on_disk = {1, 2, 5};
+  EXPECT_EQ(*SelectVersions(Parse(""), on_disk), (std::vector<int64_t>{5}));
+  EXPECT_EQ(*SelectVersions(Parse("version_policy { latest { num_versions: 2 } }"), on_disk),
+            (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(*SelectVersions(Parse("version_policy { latest { num_versions: 9 } }"), on_disk),
+            on_disk);
+  EXPECT_EQ(*SelectVersions(Parse("version_policy { all {} }"), on_disk), on_disk);
+  EXPECT_EQ(*SelectVersions(Parse("version_policy { specific { versions: [ 2, 1 ] } }"), on_disk),
+            (std::vector<int64_t>{1, 2}));
+  auto missing = SelectVersions(Parse("version_policy { specific { versions: 3 } }"), on_disk);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ModelConfig, PlacementPicksWorkers) {
+  EXPECT_EQ(PlacementWorkers(Parse(""), 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(PlacementWorkers(Parse("instance_placement { all: true }"), 2),
+            (std::vector<int>{0, 1}));
+  EXPECT_EQ(PlacementWorkers(Parse("instance_placement { domains: [ 2, 0, 2 ] }"), 3),
+            (std::vector<int>{0, 2}));
+}
+
+}  // namespace
+}  // namespace numaserve::server
