@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""`numaserve train` end to end, with real mpirun runs on a small synthetic
+Fashion-MNIST-shaped dataset written as gzipped IDX files:
+
+  * 1 rank and 2 ranks with the same global batch reach the same weights;
+  * a run killed with SIGKILL and continued with --resume ends with the same
+    weights as one never interrupted;
+  * the exported model is a new version of the repository that a real
+    server serves, with outputs matching a NumPy evaluation of the file;
+  * configuration errors name the file, line and field.
+"""
+
+import gzip
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
+import numaserve_client as nc  # noqa: E402
+
+MODEL = nc.DEFAULT_MODEL_NAME
+
+
+def write_idx(path, array):
+    header = struct.pack(">BBBB", 0, 0, 8, array.ndim) + b"".join(
+        struct.pack(">I", d) for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def synthetic_dataset(directory, prefix, count, seed):
+    """Images whose class shows as a bright 7x7 block in one of 10 places."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, size=count)
+    images = rng.integers(0, 60, size=(count, 28, 28))
+    for i, label in enumerate(labels):
+        r, c = 3 + 7 * (label // 4), 3 + 7 * (label % 4)
+        images[i, r:r + 7, c:c + 7] += 150
+    paths = (os.path.join(directory, prefix + "-images-idx3-ubyte.gz"),
+             os.path.join(directory, prefix + "-labels-idx1-ubyte.gz"))
+    write_idx(paths[0], images)
+    write_idx(paths[1], labels)
+    return paths
+
+
+def read_weights(path):
+    """The checkpoint format of engine/training/checkpoint.h -> (step, {name: array})."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"NSCKPT01", path
+    step, count = struct.unpack_from("<QQ", data, 8)
+    off, tensors = 24, {}
+    for _ in range(count):
+        (name_len,) = struct.unpack_from("<I", data, off)
+        off += 4
+        name = data[off:off + name_len].decode()
+        off += name_len
+        (n,) = struct.unpack_from("<Q", data, off)
+        off += 8
+        tensors[name] = np.frombuffer(data, dtype="<f4", count=n, offset=off).copy()
+        off += 4 * n
+    return step, tensors
+
+
+class TrainingTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="numaserve_training_")
+        cls.repo = os.path.join(cls.dir, "repo")
+        cls.model = nc.write_default_model(cls.repo)
+        cls.train = synthetic_dataset(cls.dir, "train", 2048, seed=1)
+        cls.test = synthetic_dataset(cls.dir, "t10k", 256, seed=2)
+        cls.binary = nc.default_binary()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def config(self, name, **fields):
+        values = dict(model='"%s"' % self.model, global_batch_size=32, learning_rate=0.05,
+                      epochs=100, max_steps=24, seed=9, log_every_steps=8)
+        values.update(fields)
+        lines = ['dataset { train_images: "%s" train_labels: "%s" test_images: "%s" '
+                 'test_labels: "%s" }' % (self.train + self.test)]
+        lines += ["%s: %s" % (k, v) for k, v in values.items() if not k.startswith("_")]
+        lines.append(values.get("_optimizer", "sgd { momentum: 0.9 nesterov: true }"))
+        path = os.path.join(self.dir, name + ".cfg")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
+    def run_train(self, config, *args, timeout=120):
+        proc = subprocess.run([self.binary, "train", "--config", config] + list(args),
+                              capture_output=True, text=True, timeout=timeout)
+        self.assertEqual(proc.returncode, 0, "train failed:\n%s\n%s" % (proc.stdout, proc.stderr))
+        return proc
+
+    def test_one_and_two_ranks_reach_the_same_weights(self):
+        one = os.path.join(self.dir, "one.weights")
+        two = os.path.join(self.dir, "two.weights")
+        self.run_train(self.config("one", final_weights='"%s"' % one), "--ranks", "1")
+        proc = self.run_train(self.config("two", final_weights='"%s"' % two,
+                                          fusion_threshold_bytes=65536), "--ranks", "2")
+        self.assertIn("rank 1/2", proc.stderr)
+        self.assertIn("2 ranks x 16 images per step", proc.stdout)
+        step1, w1 = read_weights(one)
+        step2, w2 = read_weights(two)
+        self.assertEqual((step1, step2), (24, 24))
+        _, initial = read_weights_from_onnx(self.model)
+        self.assertEqual(sorted(w1), sorted(w2))
+        for name in w1:
+            moved = np.abs(w1[name] - initial[name]).max()
+            self.assertGreater(moved, 1e-4, "%s did not train" % name)
+            np.testing.assert_allclose(w2[name], w1[name], rtol=0, atol=2e-5 + 1e-3 * moved,
+                                       err_msg=name)
+
+    def test_killed_run_resumes_to_the_same_weights(self):
+        fields = dict(global_batch_size=256, max_steps=240, checkpoint_every_steps=16,
+                      log_every_steps=16, _optimizer="adamw { }", learning_rate=0.002)
+        straight = os.path.join(self.dir, "straight.weights")
+        self.run_train(self.config("straight", final_weights='"%s"' % straight,
+                                   checkpoint='"%s"' % os.path.join(self.dir, "straight.ckpt"),
+                                   **fields), "--ranks", "1")
+        checkpoint = os.path.join(self.dir, "killed.ckpt")
+        resumed = os.path.join(self.dir, "resumed.weights")
+        config = self.config("killed", final_weights='"%s"' % resumed,
+                             checkpoint='"%s"' % checkpoint, **fields)
+        proc = subprocess.Popen([self.binary, "train", "--config", config, "--ranks", "1"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            nc.wait_until(lambda: os.path.exists(checkpoint) or proc.poll() is not None, 60,
+                          interval=0.005)
+        finally:
+            pids, todo = [], [proc.pid]
+            while todo:  # mpirun and its ranks, ranks first
+                pid = todo.pop()
+                pids.insert(0, pid)
+                todo.extend(nc.child_pids(pid))
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+        self.assertEqual(proc.returncode, -signal.SIGKILL, "the run ended before it was killed")
+        step, _ = read_weights(checkpoint)
+        self.assertLess(step, 240)
+        self.assertFalse(os.path.exists(resumed))
+        proc = self.run_train(config, "--ranks", "1", "--resume")
+        self.assertIn("resumed from %s at step %d" % (checkpoint, step), proc.stdout)
+        _, w_straight = read_weights(straight)
+        _, w_resumed = read_weights(resumed)
+        for name in w_straight:
+            np.testing.assert_allclose(w_resumed[name], w_straight[name], rtol=0, atol=1e-6,
+                                       err_msg=name)
+
+    def test_exported_model_is_served_as_a_new_version(self):
+        repo = os.path.join(self.dir, "export_repo")
+        nc.write_default_model(repo)
+        proc = self.run_train(self.config("export", max_steps=64, learning_rate=0.02,
+                                          export_repository='"%s"' % repo,
+                                          export_model_name='"%s"' % MODEL), "--ranks", "1")
+        exported = os.path.join(repo, MODEL, "2", "model.onnx")
+        self.assertIn("exported " + exported, proc.stdout)
+        self.assertRegex(proc.stdout, r"test acc (9\d|100)\.\d\d%")
+        images = np.stack([np.frombuffer(gzip.open(self.test[0]).read()[16:], np.uint8)
+                           .reshape(-1, 1, 28, 28)[:8]]).reshape(8, 1, 28, 28) / 255.0
+        images = images.astype(np.float32)
+        expected = nc.ReferenceModel(exported).run({"image": images})["probabilities"]
+        with nc.ServerProcess(repo) as server:
+            stub = server.stub()
+            nc.wait_until(lambda: stub.ModelReady(
+                nc.pb.ModelReadyRequest(name=MODEL, version="2")).ready, 60)
+            got = nc.infer(stub, MODEL, {"image": images}, version="2")["probabilities"]
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+        labels = np.frombuffer(gzip.open(self.test[1]).read()[8:], np.uint8)[:8]
+        self.assertGreaterEqual(int((got.argmax(axis=1) == labels).sum()), 7)
+
+    def test_config_errors_name_file_line_and_field(self):
+        path = os.path.join(self.dir, "bad.cfg")
+        with open(path, "w") as f:
+            f.write('model: "m.onnx"\nglobal_batch_size: 8\nlearnig_rate: 0.1\n')
+        proc = subprocess.run([self.binary, "train", "--config", path], capture_output=True,
+                              text=True, timeout=60)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(path + ":3:", proc.stderr)
+        self.assertIn("learnig_rate", proc.stderr)
+        with open(path, "w") as f:
+            f.write('model: "m.onnx"\nglobal_batch_size: 8\nlearning_rate: 0.1\nepochs: 1\n')
+        proc = subprocess.run([self.binary, "train", "--config", path], capture_output=True,
+                              text=True, timeout=60)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("dataset.train_images", proc.stderr)
+
+
+def read_weights_from_onnx(path):
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(path)
+    return 0, {t.name: numpy_helper.to_array(t).ravel() for t in model.graph.initializer}
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,114 @@
+// The exported model is the inference graph with the trained weights: the
+// engine's CompiledModel runs it and matches the training forward + Softmax.
+#include "engine/training/onnx_export.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "engine/model.h"
+#include "engine/onnx_import.h"
+#include "engine/training/optimizer.h"
+#include "engine/training/training_net.h"
+
+namespace numaserve::training {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string GenerateDefaultModel(const std::string& repo) {
+  const std::string cmd = std::string(NUMASERVE_PYTHON) + " " + NUMASERVE_MODEL_GENERATOR +
+                          " --out " + repo + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return repo + "/fashion_classifier/1/model.onnx";
+}
+
+TEST(NextVersionPathTest, NumbersAfterTheHighestVersion) {
+  const std::string repo = ::testing::TempDir() + "/nv_" + std::to_string(getpid());
+  fs::create_directories(repo + "/m/1");
+  fs::create_directories(repo + "/m/7");
+  fs::create_directories(repo + "/m/notes");
+  absl::StatusOr<std::string> p = NextVersionPath(repo, "m");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, repo + "/m/8/model.onnx");
+  EXPECT_TRUE(fs::is_directory(repo + "/m/8"));
+  absl::StatusOr<std::string> fresh = NextVersionPath(repo, "new_model");
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(*fresh, repo + "/new_model/1/model.onnx");
+}
+
+TEST(OnnxExportTest, ExportedModelRunsInTheEngineAndMatchesTraining) {
+  const std::string repo = ::testing::TempDir() + "/exp_" + std::to_string(getpid());
+  const std::string source = GenerateDefaultModel(repo);
+  absl::StatusOr<engine::Graph> graph = engine::ImportOnnxModel(source);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(std::move(*graph));
+  ASSERT_TRUE(net.ok()) << net.status();
+
+  // A few SGD steps on random data so the weights differ from the source.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Tensor x({8, 1, 28, 28});
+  for (float& v : x.data) v = u(rng);
+  std::vector<uint8_t> labels = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<int64_t> sizes;
+  for (const Parameter& p : (*net)->parameters()) sizes.push_back(p.data->size());
+  Optimizer opt({}, sizes);
+  Tensor dlogits;
+  double first_loss = 0, last_loss = 0;
+  for (int step = 1; step <= 5; ++step) {
+    absl::StatusOr<const Tensor*> logits = (*net)->Forward(x);
+    ASSERT_TRUE(logits.ok());
+    const double loss = SoftmaxCrossEntropy(**logits, labels.data(), 1.0f / 8, &dlogits).loss_sum;
+    if (step == 1) first_loss = loss;
+    last_loss = loss;
+    ASSERT_TRUE((*net)->Backward(dlogits, nullptr).ok());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      opt.Update(static_cast<int>(i), step, 0.05f, (*net)->parameters()[i].data,
+                 *(*net)->parameters()[i].grad);
+    }
+  }
+  EXPECT_LT(last_loss, first_loss);
+
+  absl::StatusOr<std::string> out = NextVersionPath(repo, "fashion_classifier");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out, repo + "/fashion_classifier/2/model.onnx");
+  std::vector<NamedWeights> weights;
+  for (const Parameter& p : (*net)->parameters()) weights.push_back({p.name, &p.data->data});
+  ASSERT_TRUE(ExportOnnx(source, weights, *out).ok());
+
+  absl::StatusOr<engine::ModelInfo> info = engine::InspectModel(*out);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->outputs[0].name, "probabilities");
+  absl::StatusOr<std::unique_ptr<engine::CompiledModel>> model =
+      engine::CompiledModel::Load(*out, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> probs(8 * 10);
+  ASSERT_TRUE((*model)->Run(8, {x.data.data()}, {probs.data()}).ok());
+
+  absl::StatusOr<const Tensor*> logits = (*net)->Forward(x);
+  ASSERT_TRUE(logits.ok());
+  for (int r = 0; r < 8; ++r) {
+    const float* z = &(*logits)->data[r * 10];
+    double sum = 0;
+    for (int j = 0; j < 10; ++j) sum += std::exp(static_cast<double>(z[j]));
+    for (int j = 0; j < 10; ++j) {
+      EXPECT_NEAR(probs[r * 10 + j], std::exp(z[j]) / sum, 1e-4) << "row " << r << " class " << j;
+    }
+  }
+}
+
+TEST(OnnxExportTest, UnknownInitializerIsAnError) {
+  const std::string repo = ::testing::TempDir() + "/exp_bad_" + std::to_string(getpid());
+  const std::string source = GenerateDefaultModel(repo);
+  std::vector<float> w(4);
+  absl::Status s = ExportOnnx(source, {{"no_such_weight", &w}}, repo + "/out.onnx");
+  EXPECT_FALSE(s.ok());
+}
+
+}  // namespace
+}  // namespace numaserve::training

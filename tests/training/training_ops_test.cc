@@ -1,0 +1,199 @@
+// Gradient checks: every backward op against central finite differences of
+// the forward, through TrainingNet (so the autodiff plumbing is checked too).
+#include "engine/training/training_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/training/training_net.h"
+#include "tests/training/graph_builder.h"
+
+namespace numaserve::training {
+namespace {
+
+using kernels::Shape;
+using testing::GraphBuilder;
+
+// loss = sum(logits * r) for a fixed random r, so d(loss)/d(logits) = r.
+double Loss(TrainingNet& net, const Tensor& x, const Tensor& r) {
+  absl::StatusOr<const Tensor*> y = net.Forward(x);
+  EXPECT_TRUE(y.ok()) << y.status();
+  double s = 0;
+  for (int64_t i = 0; i < r.size(); ++i) s += static_cast<double>((*y)->data[i]) * r.data[i];
+  return s;
+}
+
+// Normalized error ||numeric - analytic|| / ||analytic|| of one gradient.
+double CheckOne(TrainingNet& net, const Tensor& x_in, const Tensor& r, std::vector<float>* values,
+                const std::vector<float>& analytic, Tensor* x) {
+  constexpr float kEps = 1e-2f;
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < values->size(); ++i) {
+    const float saved = (*values)[i];
+    (*values)[i] = saved + kEps;
+    const double plus = Loss(net, *x, r);
+    (*values)[i] = saved - kEps;
+    const double minus = Loss(net, *x, r);
+    (*values)[i] = saved;
+    const double numeric = (plus - minus) / (2 * kEps);
+    err += (numeric - analytic[i]) * (numeric - analytic[i]);
+    norm += static_cast<double>(analytic[i]) * analytic[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-12));
+}
+
+// Checks d(loss)/d(input) and d(loss)/d(every parameter).
+void GradCheck(engine::Graph graph, const Shape& input_shape, const std::string& what) {
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(std::move(graph), true);
+  ASSERT_TRUE(net.ok()) << what << ": " << net.status();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor x(input_shape);
+  for (float& v : x.data) v = u(rng);
+  absl::StatusOr<const Tensor*> y = (*net)->Forward(x);
+  ASSERT_TRUE(y.ok()) << what << ": " << y.status();
+  Tensor r((*y)->shape);
+  for (float& v : r.data) v = u(rng);
+  ASSERT_TRUE((*net)->Backward(r, nullptr).ok());
+  const std::vector<float> dx = (*net)->input_grad().data;
+  std::vector<std::vector<float>> dparams;
+  for (const Parameter& p : (*net)->parameters()) dparams.push_back(p.grad->data);
+
+  Tensor x_work = x;
+  EXPECT_LT(CheckOne(**net, x, r, &x_work.data, dx, &x_work), 2e-3) << what << ": input gradient";
+  for (size_t i = 0; i < dparams.size(); ++i) {
+    Parameter& p = (*net)->parameters()[i];
+    EXPECT_LT(CheckOne(**net, x, r, &p.data->data, dparams[i], &x_work), 2e-3)
+        << what << ": gradient of " << p.name;
+  }
+}
+
+TEST(GradCheckTest, GemmAllTransposesAlphaBetaAndBiasShapes) {
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      for (const Shape& bias : {Shape{5}, Shape{1, 5}, Shape{3, 5}, Shape{3, 1}}) {
+        GraphBuilder b;
+        b.Input("x").Output("y");
+        b.Weight("w", tb ? Shape{5, 4} : Shape{4, 5}).Weight("c", bias);
+        b.Node("Gemm", {"x", "w", "c"}, {"y"},
+               {{"transA", int64_t{ta}}, {"transB", int64_t{tb}}, {"alpha", 0.7f}, {"beta", 1.3f}});
+        GradCheck(b.Build(), ta ? Shape{4, 3} : Shape{3, 4},
+                  "Gemm transA=" + std::to_string(ta) + " transB=" + std::to_string(tb) + " bias " +
+                      kernels::ShapeToString(bias));
+      }
+    }
+  }
+}
+
+TEST(GradCheckTest, GemmWithoutBias) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("w", {4, 6});
+  b.Node("Gemm", {"x", "w"}, {"y"});
+  GradCheck(b.Build(), {2, 4}, "Gemm without C");
+}
+
+TEST(GradCheckTest, MatMulWithLeadingDims) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("w", {4, 3});
+  b.Node("MatMul", {"x", "w"}, {"y"});
+  GradCheck(b.Build(), {2, 5, 4}, "MatMul [2,5,4] x [4,3]");
+}
+
+TEST(GradCheckTest, AddBroadcastsBothWays) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("row", {1, 4}).Weight("col", {3, 1});
+  b.Node("Add", {"x", "row"}, {"a"});
+  b.Node("Add", {"col", "a"}, {"y"});
+  GradCheck(b.Build(), {3, 4}, "Add with broadcast");
+}
+
+TEST(GradCheckTest, Activations) {
+  for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh"}) {
+    GraphBuilder b;
+    b.Input("x").Output("y").Weight("w", {4, 6});
+    b.Node("MatMul", {"x", "w"}, {"h"});
+    b.Node(op, {"h"}, {"y"},
+           std::string(op) == "LeakyRelu"
+               ? std::map<std::string, engine::AttributeValue>{{"alpha", 0.2f}}
+               : std::map<std::string, engine::AttributeValue>{});
+    GradCheck(b.Build(), {3, 4}, op);
+  }
+}
+
+TEST(GradCheckTest, FlattenReshapeIdentity) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("w", {12, 2}).Int64("shape", {0, 12});
+  b.Node("Flatten", {"x"}, {"f"}, {{"axis", int64_t{1}}});
+  b.Node("Reshape", {"f", "shape"}, {"r"});
+  b.Node("Identity", {"r"}, {"i"});
+  b.Node("MatMul", {"i", "w"}, {"y"});
+  GradCheck(b.Build(), {2, 3, 2, 2}, "Flatten/Reshape/Identity");
+}
+
+TEST(GradCheckTest, InnerSoftmax) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("w", {4, 5});
+  b.Node("MatMul", {"x", "w"}, {"h"});
+  b.Node("Softmax", {"h"}, {"s"}, {{"axis", int64_t{-1}}});
+  b.Node("Identity", {"s"}, {"y"});
+  GradCheck(b.Build(), {3, 4}, "Softmax (not final)");
+}
+
+TEST(TrainingNetTest, FinalSoftmaxIsFusedWithTheLoss) {
+  GraphBuilder b;
+  b.Input("x").Output("p").Weight("w", {4, 3}).Weight("bias", {3});
+  b.Node("Gemm", {"x", "w", "bias"}, {"logits"});
+  b.Node("Softmax", {"logits"}, {"p"}, {{"axis", int64_t{1}}});
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
+  ASSERT_TRUE(net.ok()) << net.status();
+  Tensor x({2, 4}, {1, 2, 3, 4, -1, 0, 1, 0});
+  absl::StatusOr<const Tensor*> y = (*net)->Forward(x);
+  ASSERT_TRUE(y.ok());
+  // Logits, not probabilities: rows need not sum to 1.
+  EXPECT_EQ((*y)->shape, (Shape{2, 3}));
+  EXPECT_GT(std::abs((*y)->data[0] + (*y)->data[1] + (*y)->data[2] - 1.0f), 1e-3f);
+  ASSERT_EQ((*net)->parameters().size(), 2u);
+  EXPECT_EQ((*net)->parameters()[0].name, "w");
+  EXPECT_EQ((*net)->parameters()[1].name, "bias");
+}
+
+TEST(TrainingNetTest, UnsupportedOpIsNamed) {
+  GraphBuilder b;
+  b.Input("x").Output("y");
+  b.Node("Erf", {"x"}, {"y"});
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
+  ASSERT_FALSE(net.ok());
+  EXPECT_NE(net.status().message().find("node 'y' (op Erf)"), std::string::npos) << net.status();
+}
+
+TEST(TrainingNetTest, ReadyCallbackFiresOncePerParameter) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("w1", {4, 4}).Weight("w2", {4, 2});
+  b.Node("MatMul", {"x", "w1"}, {"h"});
+  b.Node("MatMul", {"h", "w1"}, {"h2"});  // w1 used twice: ready after its first use's backward
+  b.Node("MatMul", {"h2", "w2"}, {"y"});
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
+  ASSERT_TRUE(net.ok());
+  ASSERT_TRUE((*net)->Forward(Tensor({1, 4}, {1, 2, 3, 4})).ok());
+  std::vector<int> order;
+  ASSERT_TRUE((*net)->Backward(Tensor({1, 2}, {1, 1}), [&](int p) { order.push_back(p); }).ok());
+  EXPECT_EQ(order, (std::vector<int>{1, 0}));  // w2 first, then w1 once
+}
+
+TEST(SoftmaxCrossEntropyTest, LossGradientAndAccuracy) {
+  Tensor logits({2, 3}, {1, 2, 3, 0, 0, 0});
+  const uint8_t labels[2] = {2, 1};
+  Tensor grad;
+  LossResult r = SoftmaxCrossEntropy(logits, labels, 0.5f, &grad);
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(r.loss_sum, (std::log(z) - 3.0) + std::log(3.0), 1e-5);
+  EXPECT_EQ(r.correct, 1);  // row 1 is a tie; arg-max picks class 0
+  EXPECT_NEAR(grad.data[2], 0.5 * (std::exp(3.0) / z - 1), 1e-6);
+  EXPECT_NEAR(grad.data[3], 0.5 / 3, 1e-6);
+  EXPECT_NEAR(grad.data[4], 0.5 * (1.0 / 3 - 1), 1e-6);
+}
+
+}  // namespace
+}  // namespace numaserve::training
