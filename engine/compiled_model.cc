@@ -97,9 +97,11 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
   const Node& node = graph_.nodes()[node_index];
   const bool is_gemm = node.op_type == "Gemm";
   const Constant* weights = graph_.FindConstant(node.inputs[1]);
-  if (weights == nullptr || weights->type != DataType::kFloat32 || weights->shape.size() != 2) {
-    return absl::UnimplementedError(
-        absl::StrCat(node.Describe(), ": B must be a constant 2-D FP32 tensor (an initializer)"));
+  if (weights == nullptr || weights->type != DataType::kFloat32 || weights->shape.size() != 2 ||
+      shapes1[node.inputs[0]].size() < 2) {
+    // Not a weight matmul (B computed at run time, or a 1-D A): reference.
+    steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
+    return absl::OkStatus();
   }
   kernels::MatMulOnednnOptions mm;
   mm.weights = weights->f32.data.data();
@@ -182,7 +184,7 @@ absl::Status CompiledModelImpl::Compile() {
     const ValueId in = node.inputs[0], out = node.outputs[0];
     if (op == "Gemm" || op == "MatMul") {
       if (absl::Status s = CompileMatMul(i, consumers, *shapes1, fused); !s.ok()) return s;
-    } else if (op == "Add") {
+    } else if (op == "Add" && node.inputs.size() == 2) {
       steps_.push_back(std::make_unique<AddStep>(engine_, in, node.inputs[1], out, node.name));
     } else if (op == "Relu") {
       steps_.push_back(std::make_unique<ReluStep>(engine_, in, out, node.name));
@@ -190,10 +192,11 @@ absl::Status CompiledModelImpl::Compile() {
       const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
       steps_.push_back(
           std::make_unique<SoftmaxStep>(engine_, sm.axis, sm.flatten_to_2d, in, out, node.name));
-    } else if (op == "Flatten" || op == "Reshape" || op == "Identity") {
+    } else if (op == "Flatten" || op == "Reshape" || op == "Identity" || op == "Squeeze" ||
+               op == "Unsqueeze" || (op == "Dropout" && node.outputs.size() == 1)) {
       root_[out] = root_[in];  // a view: same bytes, another shape
     } else {
-      return absl::UnimplementedError(absl::StrCat(node.Describe(), " has no compiled kernel"));
+      steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
     }
   }
   AssignStorage();

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/ref/add_ref.h"
 
 namespace numaserve::engine {
@@ -42,6 +43,36 @@ absl::Status ReluStep::Run(const StepContext& ctx) {
 
 absl::Status SoftmaxStep::Run(const StepContext& ctx) {
   return kernel_.Execute(ctx.stream, ctx.shapes[src_], ctx.data[src_], ctx.data[dst_]);
+}
+
+absl::Status ReferenceStep::Run(const StepContext& ctx) {
+  const Node& node = graph_->nodes()[node_index_];
+  inputs_.resize(node.inputs.size());
+  std::vector<const kernels::Tensor*> in(node.inputs.size(), nullptr);
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const ValueId v = node.inputs[i];
+    if (v == kNoValue) continue;
+    if (const Constant* c = graph_->FindConstant(v); c != nullptr) {
+      if (c->f32.shape == c->shape) in[i] = &c->f32;
+      continue;
+    }
+    const int64_t count = kernels::NumElements(ctx.shapes[v]);
+    inputs_[i].shape = ctx.shapes[v];
+    inputs_[i].data.assign(ctx.data[v], ctx.data[v] + count);
+    in[i] = &inputs_[i];
+  }
+  auto out = schema_->reference(*graph_, node, in);
+  if (!out.ok()) return out.status();
+  for (size_t j = 0; j < node.outputs.size() && j < out->size(); ++j) {
+    const ValueId v = node.outputs[j];
+    const int64_t count = kernels::NumElements(ctx.shapes[v]);
+    if ((*out)[j].size() != count) {
+      return absl::InternalError(absl::StrCat(node.Describe(), ": output ", j, " has ",
+                                              (*out)[j].size(), " elements, planned ", count));
+    }
+    std::memcpy(ctx.data[v], (*out)[j].data.data(), count * sizeof(float));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace numaserve::engine

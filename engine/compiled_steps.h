@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "engine/graph.h"
+#include "engine/op_registry.h"
 #include "kernels/onednn/elementwise_onednn.h"
 #include "kernels/onednn/matmul_onednn.h"
 #include "kernels/onednn/softmax_onednn.h"
@@ -93,6 +94,26 @@ class SoftmaxStep final : public Step {
   kernels::SoftmaxOnednn kernel_;
   ValueId src_, dst_;
   std::string name_;
+};
+
+// Any registered op on its scalar reference: inputs are copied into
+// tensors, outputs copied back. The fallback for ops without a fast path.
+class ReferenceStep final : public Step {
+ public:
+  ReferenceStep(const Graph* graph, int node_index)
+      : graph_(graph),
+        node_index_(node_index),
+        schema_(FindOpSchema(graph->nodes()[node_index].op_type)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override {
+    return "reference: " + graph_->nodes()[node_index_].name;
+  }
+
+ private:
+  const Graph* graph_;
+  int node_index_;
+  const OpSchema* schema_;
+  std::vector<kernels::Tensor> inputs_;  // reused buffers
 };
 
 }  // namespace numaserve::engine

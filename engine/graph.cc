@@ -22,6 +22,30 @@ float Node::GetFloat(const std::string& key, float default_value) const {
   return default_value;
 }
 
+std::vector<int64_t> Node::GetInts(const std::string& key,
+                                   std::vector<int64_t> default_value) const {
+  auto it = attributes.find(key);
+  if (it == attributes.end()) return default_value;
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
+  if (const auto* v = std::get_if<int64_t>(&it->second)) return {*v};
+  return default_value;
+}
+
+std::vector<float> Node::GetFloats(const std::string& key, std::vector<float> default_value) const {
+  auto it = attributes.find(key);
+  if (it == attributes.end()) return default_value;
+  if (const auto* v = std::get_if<std::vector<float>>(&it->second)) return *v;
+  if (const auto* v = std::get_if<float>(&it->second)) return {*v};
+  return default_value;
+}
+
+std::string Node::GetString(const std::string& key, std::string default_value) const {
+  auto it = attributes.find(key);
+  if (it == attributes.end()) return default_value;
+  if (const auto* v = std::get_if<std::string>(&it->second)) return *v;
+  return default_value;
+}
+
 std::string Node::Describe() const { return absl::StrCat("node '", name, "' (op ", op_type, ")"); }
 
 ValueId Graph::GetOrAddValue(const std::string& name) {

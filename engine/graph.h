@@ -52,6 +52,9 @@ struct Node {
 
   int64_t GetInt(const std::string& key, int64_t default_value) const;
   float GetFloat(const std::string& key, float default_value) const;
+  std::vector<int64_t> GetInts(const std::string& key, std::vector<int64_t> default_value) const;
+  std::vector<float> GetFloats(const std::string& key, std::vector<float> default_value) const;
+  std::string GetString(const std::string& key, std::string default_value) const;
   bool HasAttribute(const std::string& key) const { return attributes.contains(key); }
   // "node 'fc1' (op Gemm)" for error messages.
   std::string Describe() const;

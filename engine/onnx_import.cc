@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/constant_folding.h"
 #include "engine/op_registry.h"
 #include "engine/shape_propagation.h"
 #include "kernels/tensor.h"
@@ -90,10 +91,28 @@ absl::StatusOr<Constant> ReadConstant(const onnx::TensorProto& t) {
       c.i64.assign(v.begin(), v.end());
       break;
     }
+    case onnx::TensorProto::BOOL: {
+      std::vector<uint8_t> v;
+      if (!t.raw_data().empty()) {
+        status = ReadElements<uint8_t>(t, t.int32_data(), count, v);
+      } else {
+        std::vector<int32_t> w;
+        status = ReadElements<int32_t>(t, t.int32_data(), count, w);
+        v.assign(w.begin(), w.end());
+      }
+      c.i64.assign(v.begin(), v.end());
+      break;
+    }
     default:
       break;  // kept as type + shape; ops that need the data reject it
   }
   if (!status.ok()) return status;
+  // Integer and boolean constants also get an FP32 copy: the reference
+  // path and folded shape arithmetic read every operand as FP32.
+  if (c.type != DataType::kFloat32 && static_cast<int64_t>(c.i64.size()) == count) {
+    c.f32.shape = c.shape;
+    c.f32.data.assign(c.i64.begin(), c.i64.end());
+  }
   return c;
 }
 
@@ -121,7 +140,16 @@ absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& gr
   for (const std::string& in : proto.input()) {
     node.inputs.push_back(in.empty() ? kNoValue : graph.GetOrAddValue(in));
   }
-  for (const std::string& out : proto.output()) node.outputs.push_back(graph.GetOrAddValue(out));
+  // Trailing omitted optional outputs ("") are dropped.
+  int num_outputs = proto.output_size();
+  while (num_outputs > 0 && proto.output(num_outputs - 1).empty()) --num_outputs;
+  for (int i = 0; i < num_outputs; ++i) {
+    if (proto.output(i).empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat(node.Describe(), ": an omitted output before a present one"));
+    }
+    node.outputs.push_back(graph.GetOrAddValue(proto.output(i)));
+  }
   for (const onnx::AttributeProto& a : proto.attribute()) {
     switch (a.type()) {
       case onnx::AttributeProto::INT:
@@ -139,6 +167,17 @@ absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& gr
       case onnx::AttributeProto::FLOATS:
         node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
         break;
+      case onnx::AttributeProto::TENSOR: {
+        // A small tensor attribute (ConstantOfShape's value), read as FP32.
+        auto c = ReadConstant(a.t());
+        if (!c.ok()) return c.status();
+        if (static_cast<int64_t>(c->f32.data.size()) != kernels::NumElements(c->shape)) {
+          return absl::UnimplementedError(absl::StrCat(node.Describe(), ": tensor attribute '",
+                                                       a.name(), "' has an unsupported type"));
+        }
+        node.attributes[a.name()] = c->f32.data;
+        break;
+      }
       default:
         return absl::UnimplementedError(
             absl::StrCat(node.Describe(), ": attribute '", a.name(), "' has an unsupported kind"));
@@ -172,6 +211,23 @@ absl::Status CheckAndInfer(onnx::ModelProto& model) {
         onnx::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOpsSupported(const onnx::GraphProto& g) {
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& proto = g.node(i);
+    const bool default_domain = proto.domain().empty() || proto.domain() == "ai.onnx";
+    if (default_domain && (proto.op_type() == "Constant" || FindOpSchema(proto.op_type()))) {
+      continue;
+    }
+    const std::string name =
+        proto.name().empty() ? absl::StrCat(proto.op_type(), "_", i) : proto.name();
+    return absl::UnimplementedError(
+        absl::StrCat("node '", name, "' (op ", proto.op_type(), default_domain ? "" : " in domain ",
+                     default_domain ? "" : proto.domain(),
+                     ") is not supported (supported: ", SupportedOpsList(), ")"));
   }
   return absl::OkStatus();
 }
@@ -238,6 +294,7 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
     }
     graph.outputs().push_back(id);
   }
+  if (auto folded = FoldConstants(graph); !folded.ok()) return folded.status();
   for (const Node& node : graph.nodes()) {
     if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
   }
@@ -263,6 +320,8 @@ absl::StatusOr<Graph> ImportOnnxModel(const std::string& path) {
   if (!model.ParseFromString(bytes.str())) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid ONNX protobuf"));
   }
+  // Unsupported ops first: the most useful message when there are any.
+  if (absl::Status s = CheckOpsSupported(model.graph()); !s.ok()) return Prefix(path, s);
   if (absl::Status s = CheckAndInfer(model); !s.ok()) return Prefix(path, s);
   auto graph = BuildGraph(model);
   if (!graph.ok()) return Prefix(path, graph.status());

@@ -1,12 +1,16 @@
 #include "engine/op_registry.h"
 
+#include <algorithm>
 #include <array>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/ops/op_tables.h"
+#include "engine/ops/op_util.h"
 #include "kernels/ref/add_ref.h"
 #include "kernels/ref/gemm_ref.h"
+#include "kernels/ref/layout_ref.h"
 #include "kernels/ref/softmax_ref.h"
 #include "kernels/shape_ops.h"
 
@@ -89,60 +93,33 @@ double GemmFlops(const Node& node, const std::vector<const Shape*>& in) {
 
 // --- MatMul -----------------------------------------------------------------
 
-absl::Status MatMulValidate(const Graph&, const Node& node) { return CheckArity(node, 2, 2); }
-
-ShapesOr MatMulShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
-  const Shape& a = *in[0];
-  const Shape& b = *in[1];
-  if (a.size() < 2 || b.size() != 2) {
-    return NodeError(node,
-                     absl::StrCat("supported: A of rank >= 2 times a 2-D B, got ",
-                                  kernels::ShapeToString(a), " x ", kernels::ShapeToString(b)));
-  }
-  if (a.back() != b[0]) {
-    return NodeError(node, absl::StrCat("inner dims differ: ", a.back(), " vs ", b[0]));
-  }
-  Shape y = a;
-  y.back() = b[1];
-  return std::vector<Shape>{y};
-}
-
-TensorsOr MatMulReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
-  return One(kernels::MatMulRef(*in[0], *in[1]));
-}
-
-double MatMulFlops(const Node&, const std::vector<const Shape*>& in) {
-  const double k = in[0]->back();
-  return 2.0 * (kernels::NumElements(*in[0]) / k) * k * (*in[1])[1];
-}
-
-// --- Add, Relu, Identity ----------------------------------------------------
-
-absl::Status AddValidate(const Graph&, const Node& node) {
+absl::Status MatMulValidate(const Graph&, const Node& node) {
   if (absl::Status s = CheckArity(node, 2, 2); !s.ok()) return s;
   if (node.inputs[1] == kNoValue) return NodeError(node, "needs two inputs");
   return absl::OkStatus();
 }
 
-ShapesOr AddShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
-  auto s = kernels::BroadcastShapes(*in[0], *in[1]);
+ShapesOr MatMulShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  auto s = kernels::MatMulShape(*in[0], *in[1]);
   if (!s.ok()) return NodeError(node, s.status().message());
   return std::vector<Shape>{*s};
 }
 
-TensorsOr AddReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
-  return One(kernels::AddRef(*in[0], *in[1]));
+TensorsOr MatMulReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {
+  auto y = kernels::BatchedMatMulRef(*in[0], *in[1]);
+  if (!y.ok()) return NodeError(node, y.status().message());
+  return One(*std::move(y));
 }
+
+double MatMulFlops(const Node&, const std::vector<const Shape*>& in) {
+  auto out = kernels::MatMulShape(*in[0], *in[1]);
+  if (!out.ok()) return 0.0;
+  return 2.0 * kernels::NumElements(*out) * in[0]->back();
+}
+
+// --- Add, Relu, Identity ----------------------------------------------------
 
 absl::Status UnaryValidate(const Graph&, const Node& node) { return CheckArity(node, 1, 1); }
-
-ShapesOr SameShape(const Graph&, const Node&, const std::vector<const Shape*>& in) {
-  return std::vector<Shape>{*in[0]};
-}
-
-TensorsOr ReluReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
-  return One(kernels::ReluRef(*in[0]));
-}
 
 TensorsOr IdentityReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
   return One(*in[0]);
@@ -196,29 +173,43 @@ TensorsOr ViewReference(const Graph& graph, const Node& node,
   return One(Tensor((*out_shapes)[0], in[0]->data));
 }
 
-constexpr std::array<OpSchema, 8> kOps = {{
-    {"Add", AddValidate, AddShapes, AddReference, NoFlops},
+constexpr std::array<OpSchema, 6> kCoreOps = {{
     {"Flatten", UnaryValidate, FlattenShapes, ViewReference, NoFlops},
     {"Gemm", GemmValidate, GemmShapes, GemmReference, GemmFlops},
-    {"Identity", UnaryValidate, SameShape, IdentityReference, NoFlops},
+    {"Identity", UnaryValidate, ops::SameShape, IdentityReference, NoFlops},
     {"MatMul", MatMulValidate, MatMulShapes, MatMulReference, MatMulFlops},
-    {"Relu", UnaryValidate, SameShape, ReluReference, NoFlops},
     {"Reshape", ReshapeValidate, ReshapeShapes, ViewReference, NoFlops},
     {"Softmax", UnaryValidate, SoftmaxShapes, SoftmaxReference, NoFlops},
 }};
 
+// Every op, sorted by name (built once).
+const std::vector<OpSchema>& AllOps() {
+  static const std::vector<OpSchema>* ops = [] {
+    auto* table = new std::vector<OpSchema>(kCoreOps.begin(), kCoreOps.end());
+    ops::AddElementwiseOps(*table);
+    ops::AddNnOps(*table);
+    ops::AddNormOps(*table);
+    ops::AddTensorOps(*table);
+    std::sort(table->begin(), table->end(),
+              [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
+    return table;
+  }();
+  return *ops;
+}
+
 }  // namespace
 
 const OpSchema* FindOpSchema(absl::string_view op_type) {
-  for (const OpSchema& op : kOps) {
-    if (op.op_type == op_type) return &op;
-  }
-  return nullptr;
+  const std::vector<OpSchema>& ops = AllOps();
+  auto it = std::lower_bound(ops.begin(), ops.end(), op_type,
+                             [](const OpSchema& a, absl::string_view b) { return a.op_type < b; });
+  return it != ops.end() && it->op_type == op_type ? &*it : nullptr;
 }
 
 std::string SupportedOpsList() {
-  return absl::StrJoin(
-      kOps, ", ", [](std::string* out, const OpSchema& op) { absl::StrAppend(out, op.op_type); });
+  return absl::StrJoin(AllOps(), ", ", [](std::string* out, const OpSchema& op) {
+    absl::StrAppend(out, op.op_type);
+  });
 }
 
 SoftmaxSemantics GetSoftmaxSemantics(const Graph& graph, const Node& node) {

@@ -20,7 +20,11 @@ absl::StatusOr<std::vector<kernels::Tensor>> RunReference(
     if (id == kNoValue) return nullptr;
     if (computed[id].has_value()) return &*computed[id];
     const Constant* c = graph.FindConstant(id);
-    return c != nullptr && c->type == DataType::kFloat32 ? &c->f32 : nullptr;
+    // FP32 constants, and integer/bool ones through their FP32 copy.
+    return c != nullptr && c->f32.shape == c->shape &&
+                   static_cast<int64_t>(c->f32.data.size()) == kernels::NumElements(c->shape)
+               ? &c->f32
+               : nullptr;
   };
   for (const Node& node : graph.nodes()) {
     const OpSchema* schema = FindOpSchema(node.op_type);
@@ -29,7 +33,7 @@ absl::StatusOr<std::vector<kernels::Tensor>> RunReference(
     }
     std::vector<const kernels::Tensor*> in;
     for (ValueId id : node.inputs) in.push_back(lookup(id));
-    if (in.empty() || in[0] == nullptr) {
+    if (in.empty() || (in[0] == nullptr && node.inputs[0] != kNoValue)) {
       return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": first input missing"));
     }
     auto out = schema->reference(graph, node, in);

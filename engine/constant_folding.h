@@ -1,0 +1,18 @@
+// Constant folding at import: a node whose inputs are all constants runs
+// once on its scalar reference and becomes a constant, and a Shape node
+// whose input shape does not depend on the batch becomes one too. Shape
+// arithmetic (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) and
+// weight-only subgraphs (a transposed or scaled initializer) thus cost
+// nothing at run time.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "engine/graph.h"
+
+namespace numaserve::engine {
+
+// Folds in place and removes the folded nodes; returns how many were
+// folded. Nodes that cannot be evaluated are left for validation to report.
+absl::StatusOr<int> FoldConstants(Graph& graph);
+
+}  // namespace numaserve::engine

@@ -1,0 +1,32 @@
+// The op registry's tables, one function per family; op_registry.cc joins
+// them into one lookup. Also the per-op parameter readers the compiled
+// path shares with the references, so both read a node the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/graph.h"
+#include "engine/op_registry.h"
+#include "kernels/ref/conv_ref.h"
+#include "kernels/ref/elementwise_ref.h"
+
+namespace numaserve::engine::ops {
+
+void AddElementwiseOps(std::vector<OpSchema>& table);
+void AddNnOps(std::vector<OpSchema>& table);
+void AddNormOps(std::vector<OpSchema>& table);
+void AddTensorOps(std::vector<OpSchema>& table);
+
+// Element-wise parameters of a unary op (incl. Clip with constant bounds).
+absl::StatusOr<kernels::UnaryParams> UnaryParamsOf(const Graph& graph, const Node& node);
+absl::StatusOr<kernels::BinaryKind> BinaryKindOf(const Node& node);
+
+// Conv / ConvTranspose / pooling window with auto_pad resolved for the
+// given input shape ([N, C, spatial...]) and kernel spatial extents.
+absl::StatusOr<kernels::WindowParams> ResolveWindow(const Node& node, const Shape& input,
+                                                    const std::vector<int64_t>& kernel);
+
+}  // namespace numaserve::engine::ops

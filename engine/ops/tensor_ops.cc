@@ -1,0 +1,640 @@
+// Op table rows for data movement and shape ops: Transpose, Concat, Split,
+// Slice, Gather, Pad, Expand, Tile, Squeeze, Unsqueeze, Shape,
+// ConstantOfShape, Cast, Dropout, Resize/Upsample, DepthToSpace,
+// SpaceToDepth. Integer operands (indices, pads, axes, shapes) must be
+// constants; constant folding makes shape arithmetic free.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "engine/ops/op_tables.h"
+#include "engine/ops/op_util.h"
+#include "kernels/ref/layout_ref.h"
+#include "kernels/shape_ops.h"
+
+namespace numaserve::engine::ops {
+namespace {
+
+// --- Transpose ----------------------------------------------------------------------
+
+absl::StatusOr<std::vector<int64_t>> PermOf(const Node& node, size_t rank) {
+  std::vector<int64_t> perm(rank);
+  for (size_t i = 0; i < rank; ++i) perm[i] = static_cast<int64_t>(rank - 1 - i);
+  perm = node.GetInts("perm", perm);
+  std::vector<bool> seen(rank, false);
+  if (perm.size() != rank) return NodeError(node, "perm must list every dim once");
+  for (int64_t& p : perm) {
+    if (p < 0) p += static_cast<int64_t>(rank);
+    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[p]) {
+      return NodeError(node, "perm must list every dim once");
+    }
+    seen[p] = true;
+  }
+  return perm;
+}
+
+ShapesOr TransposeShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  auto perm = PermOf(node, in[0]->size());
+  if (!perm.ok()) return perm.status();
+  Shape out;
+  for (int64_t p : *perm) out.push_back((*in[0])[p]);
+  return std::vector<Shape>{out};
+}
+
+TensorsOr TransposeReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {
+  auto perm = PermOf(node, in[0]->shape.size());
+  if (!perm.ok()) return perm.status();
+  return One(kernels::TransposeRef(*in[0], *perm));
+}
+
+absl::Status OneInput(const Graph&, const Node& node) { return CheckArity(node, 1, 1); }
+
+// --- Concat -------------------------------------------------------------------------------
+
+absl::Status ConcatValidate(const Graph&, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 1024); !s.ok()) return s;
+  if (!node.HasAttribute("axis")) return NodeError(node, "axis is required");
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue) return NodeError(node, "inputs may not be omitted");
+  }
+  return absl::OkStatus();
+}
+
+ShapesOr ConcatShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  const int64_t rank = static_cast<int64_t>(in[0]->size());
+  auto axis = kernels::NormalizeAxis(node.GetInt("axis", 0), rank);
+  if (!axis.ok()) return NodeError(node, axis.status().message());
+  Shape out = *in[0];
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (static_cast<int64_t>(in[i]->size()) != rank) return NodeError(node, "ranks differ");
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != *axis && (*in[i])[d] != out[d]) {
+        return NodeError(
+            node, absl::StrCat("inputs differ in dim ", d, ": ", kernels::ShapeToString(*in[i]),
+                               " vs ", kernels::ShapeToString(*in[0])));
+      }
+    }
+    out[*axis] += (*in[i])[*axis];
+  }
+  return std::vector<Shape>{out};
+}
+
+TensorsOr ConcatReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {
+  const int64_t axis = *kernels::NormalizeAxis(node.GetInt("axis", 0), in[0]->rank());
+  return One(kernels::ConcatRef(in, axis));
+}
+
+// --- Split ----------------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<int64_t>> SplitSizes(const Graph& graph, const Node& node,
+                                                const Shape& x, int64_t* axis_out) {
+  auto axis = kernels::NormalizeAxis(node.GetInt("axis", 0), static_cast<int64_t>(x.size()));
+  if (!axis.ok()) return NodeError(node, axis.status().message());
+  *axis_out = *axis;
+  auto split = IntsFromAttrOrInput(graph, node, "split", 1);
+  if (!split.ok()) return split.status();
+  const int64_t parts = static_cast<int64_t>(node.outputs.size());
+  std::vector<int64_t> sizes;
+  if (split->has_value()) {
+    sizes = **split;
+  } else {
+    if (x[*axis] % parts != 0) {
+      return NodeError(
+          node, absl::StrCat("dim ", x[*axis], " does not split into ", parts, " equal parts"));
+    }
+    sizes.assign(parts, x[*axis] / parts);
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  if (static_cast<int64_t>(sizes.size()) != parts || total != x[*axis]) {
+    return NodeError(node,
+                     absl::StrCat("split sizes must be ", parts, " values summing to ", x[*axis]));
+  }
+  return sizes;
+}
+
+absl::Status SplitValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 2, 1, 1024); !s.ok()) return s;
+  return IntsFromAttrOrInput(graph, node, "split", 1).status();
+}
+
+ShapesOr SplitShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
+  int64_t axis = 0;
+  auto sizes = SplitSizes(graph, node, *in[0], &axis);
+  if (!sizes.ok()) return sizes.status();
+  std::vector<Shape> out;
+  for (int64_t s : *sizes) {
+    Shape o = *in[0];
+    o[axis] = s;
+    out.push_back(o);
+  }
+  return out;
+}
+
+TensorsOr SplitReference(const Graph& graph, const Node& node,
+                         const std::vector<const Tensor*>& in) {
+  int64_t axis = 0;
+  auto sizes = SplitSizes(graph, node, in[0]->shape, &axis);
+  if (!sizes.ok()) return sizes.status();
+  return kernels::SplitRef(*in[0], axis, *sizes);
+}
+
+// --- Slice ------------------------------------------------------------------------------------
+
+struct SliceSpec {
+  std::vector<int64_t> starts, steps;  // per dim
+  Shape out;
+};
+
+absl::StatusOr<SliceSpec> SliceSpecOf(const Graph& graph, const Node& node, const Shape& x) {
+  auto starts = IntsFromAttrOrInput(graph, node, "starts", 1);
+  auto ends = IntsFromAttrOrInput(graph, node, "ends", 2);
+  auto axes = IntsFromAttrOrInput(graph, node, "axes", 3);
+  auto steps = ConstInts(graph, node, 4, "steps");
+  for (const auto* s : {&starts, &ends, &axes, &steps}) {
+    if (!s->ok()) return s->status();
+  }
+  if (!starts->has_value() || !ends->has_value() || (*starts)->size() != (*ends)->size()) {
+    return NodeError(node, "starts and ends are required and must have the same length");
+  }
+  const int64_t rank = static_cast<int64_t>(x.size());
+  const size_t n = (*starts)->size();
+  std::vector<int64_t> ax(n);
+  for (size_t i = 0; i < n; ++i) ax[i] = static_cast<int64_t>(i);
+  if (axes->has_value()) ax = **axes;
+  std::vector<int64_t> st(n, 1);
+  if (steps->has_value()) st = **steps;
+  if (ax.size() != n || st.size() != n) return NodeError(node, "axes/steps length differs");
+  SliceSpec spec;
+  spec.starts.assign(rank, 0);
+  spec.steps.assign(rank, 1);
+  spec.out = x;
+  for (size_t i = 0; i < n; ++i) {
+    auto a = kernels::NormalizeAxis(ax[i], rank);
+    if (!a.ok()) return NodeError(node, a.status().message());
+    const int64_t dim = x[*a], step = st[i];
+    if (step == 0) return NodeError(node, "steps may not be 0");
+    int64_t start = (**starts)[i], end = (**ends)[i];
+    if (start < 0)
+      start = std::max<int64_t>(start + dim, std::numeric_limits<int64_t>::min() + dim);
+    if (end < 0) end += dim;
+    int64_t len = 0;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+      len = end > start ? (end - start + step - 1) / step : 0;
+    } else {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+      len = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+    }
+    spec.starts[*a] = start;
+    spec.steps[*a] = step;
+    spec.out[*a] = len;
+  }
+  return spec;
+}
+
+absl::Status SliceValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 5); !s.ok()) return s;
+  for (size_t i = 1; i < 5; ++i) {
+    if (absl::Status s = ConstInts(graph, node, i, "slice parameter").status(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+ShapesOr SliceShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
+  auto spec = SliceSpecOf(graph, node, *in[0]);
+  if (!spec.ok()) return spec.status();
+  return std::vector<Shape>{spec->out};
+}
+
+TensorsOr SliceReference(const Graph& graph, const Node& node,
+                         const std::vector<const Tensor*>& in) {
+  auto spec = SliceSpecOf(graph, node, in[0]->shape);
+  if (!spec.ok()) return spec.status();
+  return One(kernels::StridedSliceRef(*in[0], spec->starts, spec->steps, spec->out));
+}
+
+// --- Gather ----------------------------------------------------------------------------------
+
+absl::Status GatherValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 2, 2); !s.ok()) return s;
+  return ConstInts(graph, node, 1, "indices").status();
+}
+
+ShapesOr GatherShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  const Shape& x = *in[0];
+  auto axis = kernels::NormalizeAxis(node.GetInt("axis", 0), static_cast<int64_t>(x.size()));
+  if (!axis.ok()) return NodeError(node, axis.status().message());
+  Shape out(x.begin(), x.begin() + *axis);
+  out.insert(out.end(), in[1]->begin(), in[1]->end());
+  out.insert(out.end(), x.begin() + *axis + 1, x.end());
+  return std::vector<Shape>{out};
+}
+
+TensorsOr GatherReference(const Graph& graph, const Node& node,
+                          const std::vector<const Tensor*>& in) {
+  const int64_t axis = *kernels::NormalizeAxis(node.GetInt("axis", 0), in[0]->rank());
+  auto indices = ConstInts(graph, node, 1, "indices");
+  if (!indices.ok()) return indices.status();
+  std::vector<int64_t> idx = **indices;
+  const int64_t dim = in[0]->shape[axis];
+  for (int64_t& i : idx) {
+    if (i < 0) i += dim;
+    if (i < 0 || i >= dim) return NodeError(node, absl::StrCat("index out of range for dim ", dim));
+  }
+  return One(kernels::GatherRef(*in[0], axis, idx, graph.FindConstant(node.inputs[1])->shape));
+}
+
+// --- Pad ----------------------------------------------------------------------------------------
+
+struct PadSpec {
+  std::vector<int64_t> pads;
+  kernels::PadMode mode = kernels::PadMode::kConstant;
+  float value = 0.0f;
+};
+
+absl::StatusOr<PadSpec> PadSpecOf(const Graph& graph, const Node& node, size_t rank) {
+  PadSpec spec;
+  auto pads = IntsFromAttrOrInput(graph, node, "pads", 1);
+  if (!pads.ok()) return pads.status();
+  if (!pads->has_value() || (*pads)->size() != 2 * rank) {
+    return NodeError(node, absl::StrCat("pads must have ", 2 * rank, " values"));
+  }
+  spec.pads = **pads;
+  const std::string mode = node.GetString("mode", "constant");
+  if (mode == "reflect") {
+    spec.mode = kernels::PadMode::kReflect;
+  } else if (mode == "edge") {
+    spec.mode = kernels::PadMode::kEdge;
+  } else if (mode != "constant") {
+    return NodeUnsupported(node, absl::StrCat("mode '", mode, "' is not supported"));
+  }
+  spec.value = node.GetFloat("value", 0.0f);
+  // A runtime constant_value is read by the reference from its tensor.
+  if (HasInput(node, 2) && !graph.IsConstant(node.inputs[2])) return spec;
+  auto value = ConstFloats(graph, node, 2, "constant_value");
+  if (!value.ok()) return value.status();
+  if (value->has_value() && !(*value)->empty()) spec.value = (**value)[0];
+  return spec;
+}
+
+absl::Status PadValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 3); !s.ok()) return s;
+  return IntsFromAttrOrInput(graph, node, "pads", 1).status();
+}
+
+ShapesOr PadShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
+  auto spec = PadSpecOf(graph, node, in[0]->size());
+  if (!spec.ok()) return spec.status();
+  Shape out = *in[0];
+  for (size_t d = 0; d < out.size(); ++d) out[d] += spec->pads[d] + spec->pads[d + out.size()];
+  return std::vector<Shape>{out};
+}
+
+TensorsOr PadReference(const Graph& graph, const Node& node, const std::vector<const Tensor*>& in) {
+  auto spec = PadSpecOf(graph, node, in[0]->shape.size());
+  if (!spec.ok()) return spec.status();
+  if (in.size() > 2 && in[2] != nullptr && !in[2]->data.empty()) spec->value = in[2]->data[0];
+  return One(kernels::PadRef(*in[0], spec->pads, spec->mode, spec->value));
+}
+
+// --- Expand, Tile ------------------------------------------------------------------------------
+
+absl::Status SecondInputConst(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 2, 2); !s.ok()) return s;
+  return ConstInts(graph, node, 1, "shape/repeats").status();
+}
+
+ShapesOr ExpandShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
+  auto shape = ConstInts(graph, node, 1, "shape");
+  if (!shape.ok()) return shape.status();
+  auto out = kernels::BroadcastShapes(*in[0], **shape);
+  if (!out.ok()) return NodeError(node, out.status().message());
+  return std::vector<Shape>{*out};
+}
+
+TensorsOr ExpandReference(const Graph& graph, const Node& node,
+                          const std::vector<const Tensor*>& in) {
+  auto shapes = ExpandShapes(graph, node, {&in[0]->shape});
+  if (!shapes.ok()) return shapes.status();
+  return One(kernels::ExpandRef(*in[0], (*shapes)[0]));
+}
+
+ShapesOr TileShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
+  auto repeats = ConstInts(graph, node, 1, "repeats");
+  if (!repeats.ok()) return repeats.status();
+  if ((*repeats)->size() != in[0]->size()) return NodeError(node, "repeats length != rank");
+  Shape out = *in[0];
+  for (size_t d = 0; d < out.size(); ++d) out[d] *= (**repeats)[d];
+  return std::vector<Shape>{out};
+}
+
+TensorsOr TileReference(const Graph& graph, const Node& node,
+                        const std::vector<const Tensor*>& in) {
+  auto repeats = ConstInts(graph, node, 1, "repeats");
+  if (!repeats.ok()) return repeats.status();
+  return One(kernels::TileRef(*in[0], **repeats));
+}
+
+// --- Squeeze, Unsqueeze (views) ------------------------------------------------------------------
+
+absl::Status AxesValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 2); !s.ok()) return s;
+  return IntsFromAttrOrInput(graph, node, "axes", 1).status();
+}
+
+ShapesOr SqueezeShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
+  const Shape& x = *in[0];
+  auto axes = IntsFromAttrOrInput(graph, node, "axes", 1);
+  if (!axes.ok()) return axes.status();
+  std::vector<bool> drop(x.size(), false);
+  if (axes->has_value()) {
+    auto n = NormalizeAxes(node, **axes, static_cast<int64_t>(x.size()));
+    if (!n.ok()) return n.status();
+    for (int64_t a : *n) {
+      if (x[a] != 1) return NodeError(node, absl::StrCat("dim ", a, " is ", x[a], ", not 1"));
+      drop[a] = true;
+    }
+  } else {
+    for (size_t d = 0; d < x.size(); ++d) drop[d] = x[d] == 1;
+  }
+  Shape out;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (!drop[d]) out.push_back(x[d]);
+  }
+  return std::vector<Shape>{out};
+}
+
+ShapesOr UnsqueezeShapes(const Graph& graph, const Node& node,
+                         const std::vector<const Shape*>& in) {
+  const Shape& x = *in[0];
+  auto axes = IntsFromAttrOrInput(graph, node, "axes", 1);
+  if (!axes.ok()) return axes.status();
+  if (!axes->has_value()) return NodeError(node, "axes are required");
+  const int64_t out_rank = static_cast<int64_t>(x.size() + (*axes)->size());
+  auto n = NormalizeAxes(node, **axes, out_rank);
+  if (!n.ok()) return n.status();
+  std::vector<bool> inserted(out_rank, false);
+  for (int64_t a : *n) {
+    if (inserted[a]) return NodeError(node, "axes repeat");
+    inserted[a] = true;
+  }
+  Shape out;
+  size_t next = 0;
+  for (int64_t d = 0; d < out_rank; ++d) out.push_back(inserted[d] ? 1 : x[next++]);
+  return std::vector<Shape>{out};
+}
+
+// A view: the data unchanged under the inferred shape.
+TensorsOr ViewReference(const Graph& graph, const Node& node,
+                        const std::vector<const Tensor*>& in) {
+  auto shapes = FindOpSchema(node.op_type)->infer_shapes(graph, node, {&in[0]->shape});
+  if (!shapes.ok()) return shapes.status();
+  return One(Tensor((*shapes)[0], in[0]->data));
+}
+
+// --- Shape, ConstantOfShape, Cast, Dropout ------------------------------------------------------
+
+std::pair<int64_t, int64_t> ShapeRange(const Node& node, int64_t rank) {
+  int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  return {start, std::max(start, end)};
+}
+
+ShapesOr ShapeShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  auto [start, end] = ShapeRange(node, static_cast<int64_t>(in[0]->size()));
+  return std::vector<Shape>{{end - start}};
+}
+
+TensorsOr ShapeReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {
+  auto [start, end] = ShapeRange(node, in[0]->rank());
+  Tensor y({end - start});
+  for (int64_t d = start; d < end; ++d) y.data[d - start] = static_cast<float>(in[0]->shape[d]);
+  return One(std::move(y));
+}
+
+ShapesOr SizeShapes(const Graph&, const Node&, const std::vector<const Shape*>&) {
+  return std::vector<Shape>{Shape{}};
+}
+
+TensorsOr SizeReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
+  return One(Tensor(Shape{}, {static_cast<float>(in[0]->size())}));
+}
+
+absl::Status ConstantOfShapeValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
+  return ConstInts(graph, node, 0, "shape").status();
+}
+
+ShapesOr ConstantOfShapeShapes(const Graph& graph, const Node& node,
+                               const std::vector<const Shape*>&) {
+  auto shape = ConstInts(graph, node, 0, "shape");
+  if (!shape.ok()) return shape.status();
+  return std::vector<Shape>{**shape};
+}
+
+TensorsOr ConstantOfShapeReference(const Graph& graph, const Node& node,
+                                   const std::vector<const Tensor*>&) {
+  auto shape = ConstInts(graph, node, 0, "shape");
+  if (!shape.ok()) return shape.status();
+  const std::vector<float> value = node.GetFloats("value", {0.0f});
+  Tensor y(**shape);
+  std::fill(y.data.begin(), y.data.end(), value.empty() ? 0.0f : value[0]);
+  return One(std::move(y));
+}
+
+// ONNX TensorProto element types a Cast may target here: values are held as
+// FP32, integer targets truncate and BOOL becomes 0/1.
+absl::Status CastValidate(const Graph&, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
+  const int64_t to = node.GetInt("to", 0);
+  // FLOAT=1 UINT8=2 INT8=3 UINT16=4 INT16=5 INT32=6 INT64=7 BOOL=9 DOUBLE=11 UINT32=12 UINT64=13
+  const bool ok = to == 1 || (to >= 2 && to <= 7) || to == 9 || to == 11 || to == 12 || to == 13;
+  if (!ok) return NodeUnsupported(node, absl::StrCat("cast to element type ", to));
+  return absl::OkStatus();
+}
+
+TensorsOr CastReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {
+  const int64_t to = node.GetInt("to", 1);
+  Tensor y = *in[0];
+  if (to == 9) {
+    for (float& v : y.data) v = v != 0.0f ? 1.0f : 0.0f;
+  } else if (to != 1 && to != 11) {
+    for (float& v : y.data) v = std::trunc(v);
+  }
+  return One(std::move(y));
+}
+
+absl::Status DropoutValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 3); !s.ok()) return s;
+  if (node.GetInt("is_test", 1) == 0 && graph.opset() < 7) {
+    return NodeUnsupported(node, "training-mode dropout is not supported");
+  }
+  auto training = ConstInts(graph, node, 2, "training_mode");
+  if (!training.ok()) return training.status();
+  if (training->has_value() && !(*training)->empty() && (**training)[0] != 0) {
+    return NodeUnsupported(node, "training_mode=true is not supported (inference only)");
+  }
+  return absl::OkStatus();
+}
+
+TensorsOr IdentityReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
+  return One(*in[0]);
+}
+
+// --- Resize / Upsample
+// -----------------------------------------------------------------------------
+
+struct ResizeSpec {
+  kernels::ResizeParams params;
+  Shape out;
+};
+
+absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, const Shape& x) {
+  ResizeSpec spec;
+  kernels::ResizeParams& p = spec.params;
+  p.mode = node.GetString("mode", "nearest");
+  if (p.mode != "nearest" && p.mode != "linear") {
+    return NodeUnsupported(node, absl::StrCat("mode '", p.mode, "' is not supported"));
+  }
+  const bool upsample = node.op_type == "Upsample";
+  const bool opset10 = !upsample && graph.opset() < 11;
+  if (upsample || opset10) {
+    p.coordinate_transformation_mode = "asymmetric";
+    p.nearest_mode = "floor";
+  } else {
+    p.coordinate_transformation_mode =
+        node.GetString("coordinate_transformation_mode", "half_pixel");
+    p.nearest_mode = node.GetString("nearest_mode", "round_prefer_floor");
+  }
+  const std::string& ctm = p.coordinate_transformation_mode;
+  if (ctm != "half_pixel" && ctm != "asymmetric" && ctm != "align_corners" &&
+      ctm != "pytorch_half_pixel") {
+    return NodeUnsupported(node, absl::StrCat("coordinate_transformation_mode '", ctm, "'"));
+  }
+  if (node.GetInt("exclude_outside", 0) != 0) return NodeUnsupported(node, "exclude_outside=1");
+  const size_t scales_index = upsample || opset10 ? 1 : 2;
+  std::vector<float> scales = node.GetFloats("scales", {});
+  if (auto s = ConstFloats(graph, node, scales_index, "scales"); !s.ok()) {
+    return s.status();
+  } else if (s->has_value() && !(*s)->empty()) {
+    scales = **s;
+  }
+  auto sizes = ConstInts(graph, node, 3, "sizes");
+  if (!sizes.ok()) return sizes.status();
+  spec.out = x;
+  if (!upsample && !opset10 && sizes->has_value() && !(*sizes)->empty()) {
+    if ((*sizes)->size() != x.size()) return NodeError(node, "sizes length != rank");
+    p.scales.clear();
+    for (size_t d = 0; d < x.size(); ++d) {
+      spec.out[d] = (**sizes)[d];
+      p.scales.push_back(static_cast<float>(spec.out[d]) / static_cast<float>(x[d]));
+    }
+  } else {
+    if (scales.size() != x.size()) return NodeError(node, "scales or sizes must cover every dim");
+    p.scales = scales;
+    for (size_t d = 0; d < x.size(); ++d) {
+      spec.out[d] = static_cast<int64_t>(std::floor(x[d] * static_cast<double>(scales[d])));
+    }
+  }
+  return spec;
+}
+
+absl::Status ResizeValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 4); !s.ok()) return s;
+  if (node.GetString("mode", "nearest") == "cubic") {
+    return NodeUnsupported(node, "mode 'cubic' is not supported");
+  }
+  for (size_t i = 1; i < node.inputs.size(); ++i) {
+    if (HasInput(node, i) && !graph.IsConstant(node.inputs[i])) {
+      return NodeUnsupported(node, "roi/scales/sizes must be constants");
+    }
+  }
+  return absl::OkStatus();
+}
+
+ShapesOr ResizeShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
+  auto spec = ResizeSpecOf(graph, node, *in[0]);
+  if (!spec.ok()) return spec.status();
+  return std::vector<Shape>{spec->out};
+}
+
+TensorsOr ResizeReference(const Graph& graph, const Node& node,
+                          const std::vector<const Tensor*>& in) {
+  auto spec = ResizeSpecOf(graph, node, in[0]->shape);
+  if (!spec.ok()) return spec.status();
+  return One(kernels::ResizeRef(*in[0], spec->params, spec->out));
+}
+
+// --- DepthToSpace / SpaceToDepth
+// ---------------------------------------------------------------------
+
+absl::Status BlockValidate(const Graph&, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
+  if (node.GetInt("blocksize", 0) < 1) return NodeError(node, "blocksize must be >= 1");
+  return absl::OkStatus();
+}
+
+ShapesOr BlockShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  const Shape& x = *in[0];
+  const int64_t b = node.GetInt("blocksize", 1);
+  if (x.size() != 4) return NodeError(node, "input must be 4-D");
+  if (node.op_type == "DepthToSpace") {
+    if (x[1] % (b * b) != 0) return NodeError(node, "channels not divisible by blocksize^2");
+    return std::vector<Shape>{{x[0], x[1] / (b * b), x[2] * b, x[3] * b}};
+  }
+  if (x[2] % b != 0 || x[3] % b != 0) return NodeError(node, "H, W not divisible by blocksize");
+  return std::vector<Shape>{{x[0], x[1] * b * b, x[2] / b, x[3] / b}};
+}
+
+TensorsOr BlockReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {
+  const Shape& x = in[0]->shape;
+  const int64_t b = node.GetInt("blocksize", 1);
+  Tensor t = *in[0];
+  if (node.op_type == "DepthToSpace") {
+    const bool crd = node.GetString("mode", "DCR") == "CRD";
+    const int64_t c = x[1] / (b * b);
+    t.shape = crd ? Shape{x[0], c, b, b, x[2], x[3]} : Shape{x[0], b, b, c, x[2], x[3]};
+    Tensor y = kernels::TransposeRef(
+        t, crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2});
+    y.shape = {x[0], c, x[2] * b, x[3] * b};
+    return One(std::move(y));
+  }
+  t.shape = {x[0], x[1], x[2] / b, b, x[3] / b, b};
+  Tensor y = kernels::TransposeRef(t, {0, 3, 5, 1, 2, 4});
+  y.shape = {x[0], x[1] * b * b, x[2] / b, x[3] / b};
+  return One(std::move(y));
+}
+
+}  // namespace
+
+void AddTensorOps(std::vector<OpSchema>& table) {
+  table.push_back({"Transpose", OneInput, TransposeShapes, TransposeReference, NoFlops});
+  table.push_back({"Concat", ConcatValidate, ConcatShapes, ConcatReference, NoFlops});
+  table.push_back({"Split", SplitValidate, SplitShapes, SplitReference, NoFlops});
+  table.push_back({"Slice", SliceValidate, SliceShapes, SliceReference, NoFlops});
+  table.push_back({"Gather", GatherValidate, GatherShapes, GatherReference, NoFlops});
+  table.push_back({"Pad", PadValidate, PadShapes, PadReference, NoFlops});
+  table.push_back({"Expand", SecondInputConst, ExpandShapes, ExpandReference, NoFlops});
+  table.push_back({"Tile", SecondInputConst, TileShapes, TileReference, NoFlops});
+  table.push_back({"Squeeze", AxesValidate, SqueezeShapes, ViewReference, NoFlops});
+  table.push_back({"Unsqueeze", AxesValidate, UnsqueezeShapes, ViewReference, NoFlops});
+  table.push_back({"Shape", OneInput, ShapeShapes, ShapeReference, NoFlops});
+  table.push_back({"Size", OneInput, SizeShapes, SizeReference, NoFlops});
+  table.push_back({"ConstantOfShape", ConstantOfShapeValidate, ConstantOfShapeShapes,
+                   ConstantOfShapeReference, NoFlops});
+  table.push_back({"Cast", CastValidate, SameShape, CastReference, NoFlops});
+  table.push_back({"Dropout", DropoutValidate, SameShape, IdentityReference, NoFlops});
+  table.push_back({"Resize", ResizeValidate, ResizeShapes, ResizeReference, NoFlops});
+  table.push_back({"Upsample", ResizeValidate, ResizeShapes, ResizeReference, NoFlops});
+  table.push_back({"DepthToSpace", BlockValidate, BlockShapes, BlockReference, NoFlops});
+  table.push_back({"SpaceToDepth", BlockValidate, BlockShapes, BlockReference, NoFlops});
+}
+
+}  // namespace numaserve::engine::ops

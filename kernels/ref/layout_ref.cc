@@ -1,0 +1,292 @@
+#include "kernels/ref/layout_ref.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/ref/elementwise_ref.h"
+#include "kernels/shape_ops.h"
+
+namespace numaserve::kernels {
+namespace {
+
+// Calls fn(flat_out, index) for every element of `shape` in row-major order.
+template <typename Fn>
+void ForEachIndex(const Shape& shape, Fn&& fn) {
+  const int64_t count = NumElements(shape);
+  std::vector<int64_t> index(shape.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    fn(i, index);
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+Tensor TransposeRef(const Tensor& x, const std::vector<int64_t>& perm) {
+  Shape out_shape(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) out_shape[d] = x.shape[perm[d]];
+  const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
+  Tensor y(out_shape);
+  ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < perm.size(); ++d) off += idx[d] * in_strides[perm[d]];
+    y.data[i] = x.data[off];
+  });
+  return y;
+}
+
+Tensor ConcatRef(const std::vector<const Tensor*>& inputs, int64_t axis) {
+  Shape out_shape = inputs[0]->shape;
+  out_shape[axis] = 0;
+  for (const Tensor* t : inputs) out_shape[axis] += t->shape[axis];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= out_shape[d];
+  for (size_t d = axis + 1; d < out_shape.size(); ++d) inner *= out_shape[d];
+  Tensor y(out_shape);
+  float* dst = y.data.data();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (const Tensor* t : inputs) {
+      const int64_t chunk = t->shape[axis] * inner;
+      std::copy_n(t->data.data() + o * chunk, chunk, dst);
+      dst += chunk;
+    }
+  }
+  return y;
+}
+
+std::vector<Tensor> SplitRef(const Tensor& x, int64_t axis, const std::vector<int64_t>& sizes) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (size_t d = axis + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  std::vector<Tensor> out;
+  int64_t begin = 0;
+  for (int64_t size : sizes) {
+    Shape s = x.shape;
+    s[axis] = size;
+    Tensor t(s);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::copy_n(x.data.data() + (o * x.shape[axis] + begin) * inner, size * inner,
+                  t.data.data() + o * size * inner);
+    }
+    begin += size;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Tensor StridedSliceRef(const Tensor& x, const std::vector<int64_t>& starts,
+                       const std::vector<int64_t>& steps, const Shape& out_shape) {
+  const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
+  Tensor y(out_shape);
+  ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) off += (starts[d] + idx[d] * steps[d]) * in_strides[d];
+    y.data[i] = x.data[off];
+  });
+  return y;
+}
+
+Tensor GatherRef(const Tensor& x, int64_t axis, const std::vector<int64_t>& indices,
+                 const Shape& indices_shape) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (size_t d = axis + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  Shape out_shape(x.shape.begin(), x.shape.begin() + axis);
+  out_shape.insert(out_shape.end(), indices_shape.begin(), indices_shape.end());
+  out_shape.insert(out_shape.end(), x.shape.begin() + axis + 1, x.shape.end());
+  Tensor y(out_shape);
+  float* dst = y.data.data();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t index : indices) {
+      std::copy_n(x.data.data() + (o * x.shape[axis] + index) * inner, inner, dst);
+      dst += inner;
+    }
+  }
+  return y;
+}
+
+absl::StatusOr<Tensor> PadRef(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode,
+                              float value) {
+  const size_t rank = x.shape.size();
+  Shape out_shape(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    out_shape[d] = x.shape[d] + pads[d] + pads[rank + d];
+    if (out_shape[d] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Pad makes dim ", d, " negative"));
+    }
+    if (mode != PadMode::kConstant && x.shape[d] == 0 && out_shape[d] > 0) {
+      return absl::InvalidArgumentError("Pad: reflect/edge need non-empty dims");
+    }
+  }
+  const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
+  Tensor y(out_shape);
+  ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t s = idx[d] - pads[d];
+      const int64_t n = x.shape[d];
+      if (s < 0 || s >= n) {
+        if (mode == PadMode::kConstant) {
+          y.data[i] = value;
+          return;
+        }
+        if (mode == PadMode::kEdge) {
+          s = std::clamp<int64_t>(s, 0, n - 1);
+        } else if (n == 1) {
+          s = 0;
+        } else {
+          const int64_t period = 2 * (n - 1);
+          s = ((s % period) + period) % period;
+          if (s >= n) s = period - s;
+        }
+      }
+      off += s * in_strides[d];
+    }
+    y.data[i] = x.data[off];
+  });
+  return y;
+}
+
+Tensor ExpandRef(const Tensor& x, const Shape& out_shape) {
+  Tensor y(out_shape);
+  const std::vector<int64_t> offsets = BroadcastOffsets(x.shape, out_shape);
+  for (int64_t i = 0; i < y.size(); ++i) y.data[i] = x.data[offsets[i]];
+  return y;
+}
+
+Tensor TileRef(const Tensor& x, const std::vector<int64_t>& repeats) {
+  Shape out_shape = x.shape;
+  for (size_t d = 0; d < out_shape.size(); ++d) out_shape[d] *= repeats[d];
+  const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
+  Tensor y(out_shape);
+  ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) off += (idx[d] % x.shape[d]) * in_strides[d];
+    y.data[i] = x.data[off];
+  });
+  return y;
+}
+
+namespace {
+
+// Input coordinate for output coordinate `o` along a dim.
+double SourceCoordinate(const ResizeParams& p, int64_t o, int64_t in_len, int64_t out_len,
+                        float scale) {
+  const std::string& m = p.coordinate_transformation_mode;
+  if (m == "asymmetric") return o / static_cast<double>(scale);
+  if (m == "align_corners") {
+    return out_len == 1 ? 0.0 : o * static_cast<double>(in_len - 1) / (out_len - 1);
+  }
+  if (m == "pytorch_half_pixel") {
+    return out_len > 1 ? (o + 0.5) / scale - 0.5 : 0.0;
+  }
+  return (o + 0.5) / scale - 0.5;  // half_pixel
+}
+
+int64_t NearestIndex(const std::string& mode, double x) {
+  if (mode == "floor") return static_cast<int64_t>(std::floor(x));
+  if (mode == "ceil") return static_cast<int64_t>(std::ceil(x));
+  const double f = std::floor(x);
+  if (x - f == 0.5) {
+    return mode == "round_prefer_ceil" ? static_cast<int64_t>(f) + 1 : static_cast<int64_t>(f);
+  }
+  return static_cast<int64_t>(std::round(x));
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape) {
+  const size_t rank = x.shape.size();
+  if (p.mode != "nearest" && p.mode != "linear") {
+    return absl::UnimplementedError(absl::StrCat("Resize mode '", p.mode, "' is not supported"));
+  }
+  // Per dim: for each output coordinate, up to two source indices + weights.
+  struct Tap {
+    int64_t i0, i1;
+    double w1;
+  };
+  std::vector<std::vector<Tap>> taps(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t in_len = x.shape[d];
+    for (int64_t o = 0; o < out_shape[d]; ++o) {
+      const double c = SourceCoordinate(p, o, in_len, out_shape[d], p.scales[d]);
+      if (p.mode == "nearest") {
+        const int64_t i = std::clamp<int64_t>(NearestIndex(p.nearest_mode, c), 0, in_len - 1);
+        taps[d].push_back({i, i, 0.0});
+      } else {
+        const double cc = std::clamp(c, 0.0, static_cast<double>(in_len - 1));
+        const int64_t i0 = static_cast<int64_t>(std::floor(cc));
+        const int64_t i1 = std::min(i0 + 1, in_len - 1);
+        taps[d].push_back({i0, i1, cc - i0});
+      }
+    }
+  }
+  const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
+  Tensor y(out_shape);
+  ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
+    // Sum over the 2^rank corners, skipping zero-weight ones.
+    double acc = 0.0;
+    const int corners = 1 << rank;
+    for (int c = 0; c < corners; ++c) {
+      double w = 1.0;
+      int64_t off = 0;
+      for (size_t d = 0; d < rank && w != 0.0; ++d) {
+        const Tap& t = taps[d][idx[d]];
+        const bool hi = (c >> d) & 1;
+        w *= hi ? t.w1 : 1.0 - t.w1;
+        off += (hi ? t.i1 : t.i0) * in_strides[d];
+      }
+      if (w != 0.0) acc += w * x.data[off];
+    }
+    y.data[i] = static_cast<float>(acc);
+  });
+  return y;
+}
+
+absl::StatusOr<Shape> MatMulShape(const Shape& a, const Shape& b) {
+  if (a.empty() || b.empty()) return absl::InvalidArgumentError("MatMul operands must be >= 1-D");
+  Shape pa = a.size() == 1 ? Shape{1, a[0]} : a;
+  Shape pb = b.size() == 1 ? Shape{b[0], 1} : b;
+  if (pa.back() != pb[pb.size() - 2]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul inner dims differ: ", ShapeToString(a), " x ", ShapeToString(b)));
+  }
+  auto batch = BroadcastShapes(Shape(pa.begin(), pa.end() - 2), Shape(pb.begin(), pb.end() - 2));
+  if (!batch.ok()) return batch.status();
+  Shape out = *batch;
+  if (a.size() > 1) out.push_back(pa[pa.size() - 2]);
+  if (b.size() > 1) out.push_back(pb.back());
+  return out;
+}
+
+absl::StatusOr<Tensor> BatchedMatMulRef(const Tensor& a, const Tensor& b) {
+  auto out_shape = MatMulShape(a.shape, b.shape);
+  if (!out_shape.ok()) return out_shape.status();
+  const Shape pa = a.rank() == 1 ? Shape{1, a.shape[0]} : a.shape;
+  const Shape pb = b.rank() == 1 ? Shape{b.shape[0], 1} : b.shape;
+  const int64_t m = pa[pa.size() - 2], k = pa.back(), n = pb.back();
+  const Shape ba(pa.begin(), pa.end() - 2), bb(pb.begin(), pb.end() - 2);
+  const Shape batch = *BroadcastShapes(ba, bb);
+  const std::vector<int64_t> oa = BroadcastOffsets(ba, batch), ob = BroadcastOffsets(bb, batch);
+  Tensor y(*out_shape);
+  for (size_t bi = 0; bi < oa.size(); ++bi) {
+    const float* ap = a.data.data() + oa[bi] * m * k;
+    const float* bp = b.data.data() + ob[bi] * k * n;
+    float* yp = y.data.data() + bi * m * n;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t l = 0; l < k; ++l) acc += static_cast<double>(ap[i * k + l]) * bp[l * n + j];
+        yp[i * n + j] = static_cast<float>(acc);
+      }
+    }
+  }
+  return y;
+}
+
+}  // namespace numaserve::kernels

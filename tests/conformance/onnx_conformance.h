@@ -1,0 +1,50 @@
+// Runs the ONNX backend test data (Debian's libonnx-testdata: one folder
+// per case with model.onnx and test_data_set_*/{input,output}_*.pb) through
+// CompiledModel and classifies each case as passed, failed or unsupported.
+//
+// A case is unsupported when the engine declines it at load with
+// UNIMPLEMENTED (an op, attribute or data type it does not support), or when
+// its inputs/outputs are of a type other than FP32 after integer and boolean
+// inputs are frozen into the model as initializers (the test data are fixed,
+// so index/shape/axes inputs become the constants the engine folds).
+// Everything else that does not match within tolerance is a failure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace numaserve::conformance {
+
+enum class Outcome { kPassed, kFailed, kUnsupported };
+const char* OutcomeName(Outcome outcome);
+
+struct CaseResult {
+  std::string name;  // folder name, e.g. "test_conv_with_strides_padding"
+  Outcome outcome = Outcome::kFailed;
+  std::string detail;  // why it failed or is unsupported
+};
+
+struct Options {
+  // Element-wise |got - want| <= atol + rtol * |want|.
+  double rtol = 1e-3;
+  double atol = 1e-5;
+  // Where rewritten models are written.
+  std::string scratch_dir = "/tmp";
+};
+
+// One case folder.
+CaseResult RunCase(const std::string& case_dir, const Options& options);
+
+// Every case folder in `suite_dir`, in name order.
+std::vector<CaseResult> RunSuite(const std::string& suite_dir, const Options& options);
+
+struct Tally {
+  int passed = 0, failed = 0, unsupported = 0;
+};
+Tally Count(const std::vector<CaseResult>& results);
+
+// The default data location (the libonnx-testdata package).
+inline constexpr char kDefaultRoot[] = "/usr/share/libonnx-testdata/data";
+
+}  // namespace numaserve::conformance
