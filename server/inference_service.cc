@@ -1,6 +1,7 @@
 #include "server/inference_service.h"
 
 #include <cctype>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -77,6 +78,18 @@ bool InferenceService::Ready() const {
     if (workers_->Ready(w)) return true;
   }
   return false;
+}
+
+bool InferenceService::WaitUntilIdle(std::chrono::steady_clock::time_point deadline,
+                                     std::chrono::milliseconds quiet) const {
+  while (true) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto last_call =
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(last_call_ns_.load()));
+    if (in_flight_.load() == 0 && now - last_call >= quiet) return true;
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 ModelState InferenceService::StateOf(const RepositoryModel& model, std::string* reason) const {
@@ -177,6 +190,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   const auto received = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string model_label = request->model_name();
+  in_flight_.fetch_add(1);
+  last_call_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(received.time_since_epoch()).count());
   auto finish = [this, reactor, received, model_label](const absl::Status& status) {
     if (metrics_) {
       metrics_->RecordRequest(
@@ -185,6 +201,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
       if (!status.ok()) metrics_->RecordFailure(model_label, FailureReason(status.code()));
     }
     reactor->Finish(ToGrpcStatus(status));
+    in_flight_.fetch_sub(1);
   };
 
   if (shutting_down_) {

@@ -32,6 +32,11 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   // Readiness turns false; new inferences get UNAVAILABLE.
   void SetShuttingDown() { shutting_down_ = true; }
+  // Waits until every accepted ModelInfer call has been answered and no new
+  // call has come for `quiet` (late callers get UNAVAILABLE rather than a
+  // cancelled call once gRPC stops), or until `deadline`; true if idle.
+  bool WaitUntilIdle(std::chrono::steady_clock::time_point deadline,
+                     std::chrono::milliseconds quiet) const;
   bool Ready() const;
   ModelState StateOf(const RepositoryModel& model, std::string* reason) const;
 
@@ -65,6 +70,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ModelScheduler* const scheduler_;
   Metrics* const metrics_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int64_t> in_flight_{0};     // ModelInfer calls not yet finished
+  std::atomic<int64_t> last_call_ns_{0};  // steady clock, when the last ModelInfer arrived
 };
 
 // One mapping from absl::Status to grpc::Status, used at the edge only.

@@ -273,7 +273,14 @@ int ServeCommand(const std::vector<std::string>& args) {
     std::lock_guard<std::mutex> lock(health_mu);
     server->GetHealthCheckService()->SetServingStatus(false);
   }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(o.shutdown_timeout_s));
+  // Every accepted call is answered before gRPC stops; calls arriving
+  // meanwhile are refused UNAVAILABLE by the service.
+  const auto drain_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(o.shutdown_timeout_s);
+  if (!service.WaitUntilIdle(drain_deadline, std::chrono::milliseconds(100))) {
+    fprintf(stderr, "numaserve: accepted requests still running after --shutdown-timeout\n");
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   scheduler_ptr = nullptr;
   scheduler.Stop();
   router.Stop();
