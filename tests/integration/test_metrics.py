@@ -140,7 +140,9 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(self.delta("numaserve_request_duration_seconds_count", model=MODEL), n,
                          "request_duration_seconds_count != requests_total (%d)" % n)
         for name in ("numaserve_request_duration_seconds", "numaserve_queue_duration_seconds",
-                     "numaserve_compute_duration_seconds"):
+                     "numaserve_compute_duration_seconds",
+                     "numaserve_compute_input_duration_seconds",
+                     "numaserve_compute_output_duration_seconds", "numaserve_batch_size_rows"):
             with self.subTest(histogram=name):
                 self.assertTrue(self.metrics.has(name + "_count"), name + "_count missing")
                 self.assertGreater(self.metrics.sum(name + "_count"), 0, name + "_count")
@@ -150,6 +152,37 @@ class MetricsTest(unittest.TestCase):
                                  self.metrics.sum(name + "_count"),
                                  name + ': bucket{le="+Inf"} != count')
                 self.assertGreater(self.metrics.sum(name + "_sum"), 0, name + "_sum")
+
+    def test_executions_and_failure_reasons(self):
+        # Without config.pbtxt every request is a batch of its own.
+        self.assertEqual(self.delta("numaserve_executions_total", model=MODEL, version="1"),
+                         len(BATCHES))
+        self.assertEqual(self.delta("numaserve_batch_size_rows_sum", model=MODEL, version="1"),
+                         sum(BATCHES))
+        self.assertEqual(self.delta("numaserve_request_failures_total", model=MODEL,
+                                    reason="invalid"), 3)
+        self.assertEqual(self.delta("numaserve_request_failures_total", model=MODEL,
+                                    reason="not_found"), NOT_FOUND_REQUESTS)
+        self.assertEqual(self.metrics.sum("numaserve_pending_requests", model=MODEL, version="1"),
+                         0)
+        self.assertTrue(self.metrics.has("numaserve_pending_requests", model=MODEL, version="1"))
+
+    def test_worker_utilisation_and_memory(self):
+        gflops = self.metrics.find("numaserve_worker_achieved_gflops")
+        self.assertTrue(gflops, "no numaserve_worker_achieved_gflops")
+        self.assertGreater(sum(v for _, _, v in gflops), 0)
+        fractions = [v for _, _, v in self.metrics.find("numaserve_worker_peak_fraction_ratio")]
+        self.assertTrue(fractions, "no numaserve_worker_peak_fraction_ratio")
+        self.assertTrue(all(0 <= f < 1.5 for f in fractions), fractions)
+        self.assertGreater(max(fractions), 0)
+        # Sampled once a second from /proc/<pid>/statm.
+        resident = nc.wait_until(
+            lambda: self.server.metrics().sum("numaserve_worker_resident_memory_bytes") > 0,
+            timeout=10)
+        self.assertTrue(resident, "numaserve_worker_resident_memory_bytes stayed 0")
+        loads = self.metrics.find("numaserve_model_load_duration_seconds", model=MODEL)
+        self.assertTrue(loads, "no numaserve_model_load_duration_seconds")
+        self.assertTrue(all(v > 0 for _, _, v in loads), loads)
 
 
 if __name__ == "__main__":
