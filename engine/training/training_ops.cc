@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/op_registry.h"
+#include "engine/training/conv_pool_ops.h"
 #include "kernels/shape_ops.h"
 
 namespace numaserve::training {
@@ -321,6 +322,11 @@ const TrainingOp kOps[] = {
     {"Reshape", ViewForward, ViewBackward},
     {"Identity", ViewForward, ViewBackward},
     {"Softmax", SoftmaxForward, SoftmaxBackward},
+    {"Conv", conv_pool::ConvForward, conv_pool::ConvBackward},
+    {"MaxPool", conv_pool::MaxPoolForward, conv_pool::MaxPoolBackward},
+    {"AveragePool", conv_pool::AveragePoolForward, conv_pool::AveragePoolBackward},
+    {"GlobalAveragePool", conv_pool::GlobalAveragePoolForward,
+     conv_pool::GlobalAveragePoolBackward},
 };
 
 }  // namespace

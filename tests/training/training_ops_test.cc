@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -45,13 +46,20 @@ double CheckOne(TrainingNet& net, const Tensor& x_in, const Tensor& r, std::vect
 }
 
 // Checks d(loss)/d(input) and d(loss)/d(every parameter).
-void GradCheck(engine::Graph graph, const Shape& input_shape, const std::string& what) {
+// `spaced`: input values at least 0.05 apart (a shuffled ramp), so that
+// finite differences never flip a max-pooling window's winner.
+void GradCheck(engine::Graph graph, const Shape& input_shape, const std::string& what,
+               bool spaced = false) {
   absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(std::move(graph), true);
   ASSERT_TRUE(net.ok()) << what << ": " << net.status();
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Tensor x(input_shape);
   for (float& v : x.data) v = u(rng);
+  if (spaced) {
+    for (int64_t i = 0; i < x.size(); ++i) x.data[i] = -1.0f + 0.05f * static_cast<float>(i);
+    std::shuffle(x.data.begin(), x.data.end(), rng);
+  }
   absl::StatusOr<const Tensor*> y = (*net)->Forward(x);
   ASSERT_TRUE(y.ok()) << what << ": " << y.status();
   Tensor r((*y)->shape);
@@ -139,6 +147,81 @@ TEST(GradCheckTest, InnerSoftmax) {
   b.Node("Softmax", {"h"}, {"s"}, {{"axis", int64_t{-1}}});
   b.Node("Identity", {"s"}, {"y"});
   GradCheck(b.Build(), {3, 4}, "Softmax (not final)");
+}
+
+TEST(GradCheckTest, ConvStridesPadsDilationsGroupsBias) {
+  using Attrs = std::map<std::string, engine::AttributeValue>;
+  struct Case {
+    const char* what;
+    Shape x, w;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {"3x3 pad 1", {2, 2, 5, 5}, {3, 2, 3, 3}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {"stride 2, asymmetric pads",
+       {1, 2, 6, 5},
+       {2, 2, 3, 2},
+       {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{0, 1, 1, 0}}}},
+      {"dilation 2", {1, 1, 7, 7}, {2, 1, 3, 3}, {{"dilations", std::vector<int64_t>{2, 2}}}},
+      {"groups 2", {2, 4, 4, 4}, {6, 2, 2, 2}, {{"group", int64_t{2}}}},
+      {"depthwise",
+       {1, 3, 4, 4},
+       {3, 1, 3, 3},
+       {{"group", int64_t{3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+  };
+  for (const Case& c : cases) {
+    GraphBuilder b;
+    b.Input("x").Output("y").Weight("w", c.w).Weight("bias", {c.w[0]});
+    b.Node("Conv", {"x", "w", "bias"}, {"y"}, c.attrs);
+    GradCheck(b.Build(), c.x, std::string("Conv ") + c.what);
+  }
+}
+
+TEST(GradCheckTest, Pooling) {
+  using Attrs = std::map<std::string, engine::AttributeValue>;
+  const Attrs k2s2 = {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                      {"strides", std::vector<int64_t>{2, 2}}};
+  const Attrs k3s2p1 = {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                        {"strides", std::vector<int64_t>{2, 2}},
+                        {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  for (const Attrs& attrs : {k2s2, k3s2p1}) {
+    GraphBuilder b;
+    b.Input("x").Output("y");
+    b.Node("MaxPool", {"x"}, {"y"}, attrs);
+    GradCheck(b.Build(), {2, 2, 6, 6}, "MaxPool", /*spaced=*/true);
+    for (int64_t count_pad : {0, 1}) {
+      Attrs avg = attrs;
+      avg["count_include_pad"] = count_pad;
+      GraphBuilder a;
+      a.Input("x").Output("y");
+      a.Node("AveragePool", {"x"}, {"y"}, avg);
+      GradCheck(a.Build(), {2, 2, 6, 6},
+                "AveragePool count_include_pad=" + std::to_string(count_pad));
+    }
+  }
+  GraphBuilder g;
+  g.Input("x").Output("y");
+  g.Node("GlobalAveragePool", {"x"}, {"y"});
+  GradCheck(g.Build(), {2, 3, 4, 5}, "GlobalAveragePool");
+}
+
+TEST(ConvForwardTest, HandComputed) {
+  // 1x1x3x3 input, 2x2 all-ones kernel, bias 10: window sums + 10.
+  GraphBuilder b;
+  b.Input("x").Output("y");
+  engine::Graph graph = b.Weight("w", {1, 1, 2, 2})
+                            .Weight("bias", {1})
+                            .Node("Conv", {"x", "w", "bias"}, {"y"})
+                            .Build();
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(std::move(graph));
+  ASSERT_TRUE(net.ok()) << net.status();
+  (*net)->parameters()[0].data->data = {1, 1, 1, 1};
+  (*net)->parameters()[1].data->data = {10};
+  absl::StatusOr<const Tensor*> y =
+      (*net)->Forward(Tensor({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ((*y)->shape, (Shape{1, 1, 2, 2}));
+  EXPECT_EQ((*y)->data, (std::vector<float>{22, 26, 34, 38}));
 }
 
 TEST(TrainingNetTest, FinalSoftmaxIsFusedWithTheLoss) {

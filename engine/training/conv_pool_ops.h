@@ -1,0 +1,31 @@
+// Training forward and backward of the convolutional ops (2-D, NCHW):
+// Conv (groups, strides, pads, dilations) as im2col + oneDNN sgemm over the
+// whole batch, MaxPool, AveragePool and GlobalAveragePool as OpenMP loops.
+// Signatures are TrainingOp's (training_ops.h).
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/graph.h"
+#include "kernels/tensor.h"
+
+namespace numaserve::training::conv_pool {
+
+using kernels::Tensor;
+
+#define NUMASERVE_TRAINING_OP(Name)                                                        \
+  absl::Status Name##Forward(const engine::Graph& graph, const engine::Node& node,         \
+                             const std::vector<const Tensor*>& inputs,                     \
+                             std::vector<Tensor*>& outputs);                               \
+  absl::Status Name##Backward(                                                             \
+      const engine::Graph& graph, const engine::Node& node,                                \
+      const std::vector<const Tensor*>& inputs, const std::vector<const Tensor*>& outputs, \
+      const std::vector<const Tensor*>& output_grads, std::vector<Tensor*>& input_grads);
+NUMASERVE_TRAINING_OP(Conv)
+NUMASERVE_TRAINING_OP(MaxPool)
+NUMASERVE_TRAINING_OP(AveragePool)
+NUMASERVE_TRAINING_OP(GlobalAveragePool)
+#undef NUMASERVE_TRAINING_OP
+
+}  // namespace numaserve::training::conv_pool
