@@ -6,10 +6,12 @@
 // already seen allocates nothing of its own.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,7 @@
 #include "engine/model_info.h"
 #include "engine/onnx_import.h"
 #include "engine/op_registry.h"
+#include "engine/ops/op_tables.h"
 #include "engine/shape_propagation.h"
 
 namespace numaserve::engine {
@@ -63,6 +66,13 @@ class CompiledModelImpl final : public CompiledModel {
   // shapes1: every value's shape at batch 1 (for ranks).
   absl::Status CompileMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
                              const std::vector<Shape>& shapes1, std::vector<bool>& fused);
+  // Conv (+BatchNormalization folded, +residual Add as a sum, +activation)
+  // on oneDNN; false when the node needs the reference (runtime weights).
+  absl::StatusOr<bool> CompileConv(int node_index, const std::vector<std::vector<int>>& consumers,
+                                   const std::vector<Shape>& shapes1,
+                                   const std::vector<int>& producer, std::vector<bool>& fused);
+  // The fast step for an element-wise/layout op, or null.
+  std::unique_ptr<Step> FastStep(int node_index, const std::vector<Shape>& shapes1);
   void AssignStorage();
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
   // Follows a value's only consumer if it is `op_type` and the value is not
@@ -99,8 +109,12 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
   const Constant* weights = graph_.FindConstant(node.inputs[1]);
   if (weights == nullptr || weights->type != DataType::kFloat32 || weights->shape.size() != 2 ||
       shapes1[node.inputs[0]].size() < 2) {
-    // Not a weight matmul (B computed at run time, or a 1-D A): reference.
-    steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
+    // Not a weight matmul (B computed at run time, or a 1-D A).
+    if (auto fast = FastStep(node_index, shapes1); fast != nullptr) {
+      steps_.push_back(std::move(fast));
+    } else {
+      steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
+    }
     return absl::OkStatus();
   }
   kernels::MatMulOnednnOptions mm;
@@ -167,6 +181,209 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The oneDNN post-op for an activation node, if it maps to one.
+std::optional<kernels::EltwisePostOp> ActivationPostOp(const Graph& graph, const Node& node) {
+  using dnnl::algorithm;
+  const std::string& op = node.op_type;
+  if (op == "Relu") return kernels::EltwisePostOp{algorithm::eltwise_relu, 0.0f, 0.0f};
+  if (op == "LeakyRelu") {
+    return kernels::EltwisePostOp{algorithm::eltwise_relu, node.GetFloat("alpha", 0.01f), 0.0f};
+  }
+  if (op == "Sigmoid") return kernels::EltwisePostOp{algorithm::eltwise_logistic, 0.0f, 0.0f};
+  if (op == "Tanh") return kernels::EltwisePostOp{algorithm::eltwise_tanh, 0.0f, 0.0f};
+  if (op == "Clip") {
+    auto p = ops::UnaryParamsOf(graph, node);
+    for (size_t i = 1; i < node.inputs.size(); ++i) {
+      if (node.inputs[i] != kNoValue && !graph.IsConstant(node.inputs[i])) return std::nullopt;
+    }
+    if (!p.ok()) return std::nullopt;
+    return kernels::EltwisePostOp{algorithm::eltwise_clip_v2, p->alpha, p->beta};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
+                                                    const std::vector<std::vector<int>>& consumers,
+                                                    const std::vector<Shape>& shapes1,
+                                                    const std::vector<int>& producer,
+                                                    std::vector<bool>& fused) {
+  const Node& node = graph_.nodes()[node_index];
+  const Constant* w = graph_.FindConstant(node.inputs[1]);
+  const Constant* b = node.inputs.size() > 2 && node.inputs[2] != kNoValue
+                          ? graph_.FindConstant(node.inputs[2])
+                          : nullptr;
+  const Shape& x_shape = shapes1[node.inputs[0]];
+  if (w == nullptr || w->type != DataType::kFloat32 || x_shape.size() < 3 || x_shape.size() > 5 ||
+      (node.inputs.size() > 2 && node.inputs[2] != kNoValue && b == nullptr)) {
+    return false;
+  }
+  const std::vector<int64_t> kernel =
+      node.GetInts("kernel_shape", std::vector<int64_t>(w->shape.begin() + 2, w->shape.end()));
+  auto window = ops::ResolveWindow(node, x_shape, kernel);
+  if (!window.ok()) return window.status();
+  kernels::ConvOnednnOptions o;
+  o.group = node.GetInt("group", 1);
+  o.in_channels = x_shape[1];
+  o.out_channels = w->shape[0];
+  o.kernel = window->kernel;
+  o.strides = window->strides;
+  o.dilations = window->dilations;
+  o.pads_begin = window->pads_begin;
+  o.pads_end = window->pads_end;
+  std::vector<float> weights = w->f32.data;
+  std::vector<float> bias(o.out_channels, 0.0f);
+  bool has_bias = b != nullptr;
+  if (b != nullptr) bias = b->f32.data;
+  std::string name = node.name;
+  ValueId out = node.outputs[0];
+  // BatchNormalization with constant parameters folds into weights + bias.
+  if (int j = SoleConsumer(out, "BatchNormalization", consumers); j >= 0) {
+    const Node& bn = graph_.nodes()[j];
+    std::vector<const Constant*> p;
+    for (size_t i = 1; i < 5 && i < bn.inputs.size(); ++i)
+      p.push_back(graph_.FindConstant(bn.inputs[i]));
+    bool foldable = p.size() == 4 && bn.outputs.size() == 1;
+    for (const Constant* c : p) {
+      foldable = foldable && c != nullptr && c->type == DataType::kFloat32 &&
+                 static_cast<int64_t>(c->f32.data.size()) == o.out_channels;
+    }
+    if (foldable) {
+      const float eps = bn.GetFloat("epsilon", 1e-5f);
+      const int64_t per_out = static_cast<int64_t>(weights.size()) / o.out_channels;
+      for (int64_t m = 0; m < o.out_channels; ++m) {
+        const double a =
+            p[0]->f32.data[m] / std::sqrt(static_cast<double>(p[3]->f32.data[m]) + eps);
+        for (int64_t i = 0; i < per_out; ++i) weights[m * per_out + i] *= static_cast<float>(a);
+        bias[m] = static_cast<float>(a * (bias[m] - p[2]->f32.data[m]) + p[1]->f32.data[m]);
+      }
+      has_bias = true;
+      fused[j] = true;
+      out = bn.outputs[0];
+      absl::StrAppend(&name, "+", bn.name);
+    }
+  }
+  // A residual Add whose other operand is ready before this conv runs.
+  ValueId sum_from = kNoValue;
+  if (int j = SoleConsumer(out, "Add", consumers); j >= 0) {
+    const Node& add = graph_.nodes()[j];
+    const ValueId other = add.inputs[0] == out ? add.inputs[1] : add.inputs[0];
+    const bool ready = !graph_.IsConstant(other) && (producer[other] < node_index) && other != out;
+    if (ready && shapes1[other] == shapes1[out] && !graph_.IsConstant(other)) {
+      o.sum = true;
+      sum_from = other;
+      fused[j] = true;
+      out = add.outputs[0];
+      absl::StrAppend(&name, "+", add.name);
+    }
+  }
+  // Activations (a chain of them).
+  while (!is_output_[out] && consumers[out].size() == 1) {
+    const Node& act = graph_.nodes()[consumers[out][0]];
+    auto post = ActivationPostOp(graph_, act);
+    if (!post.has_value()) break;
+    o.eltwise.push_back(*post);
+    fused[consumers[out][0]] = true;
+    out = act.outputs[0];
+    absl::StrAppend(&name, "+", act.name);
+  }
+  if (has_bias) o.bias = std::move(bias);
+  o.weights = weights.data();
+  auto conv = kernels::ConvOnednn::Create(engine_, std::move(o));
+  if (!conv.ok()) {
+    return absl::Status(conv.status().code(),
+                        absl::StrCat(node.Describe(), ": ", conv.status().message()));
+  }
+  steps_.push_back(
+      std::make_unique<ConvStep>(*std::move(conv), node.inputs[0], out, sum_from, std::move(name)));
+  return true;
+}
+
+std::unique_ptr<Step> CompiledModelImpl::FastStep(int node_index,
+                                                  const std::vector<Shape>& shapes1) {
+  const Node& node = graph_.nodes()[node_index];
+  const std::string& op = node.op_type;
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
+      op == "GlobalMaxPool") {
+    const Shape& x = shapes1[in];
+    const bool global = op.rfind("Global", 0) == 0;
+    const bool is_max = op == "MaxPool" || op == "GlobalMaxPool";
+    const bool include_pad = node.GetInt("count_include_pad", 0) != 0;
+    if (x.size() < 3 || x.size() > 5 || node.outputs.size() != 1) return nullptr;
+    if (include_pad && node.GetInt("ceil_mode", 0) != 0) return nullptr;
+    kernels::WindowParams window;
+    if (!global) {
+      auto w = ops::ResolveWindow(node, x, node.GetInts("kernel_shape", {}));
+      if (!w.ok()) return nullptr;
+      window = *w;
+      if (!is_max) {
+        for (int64_t d : window.dilations) {
+          if (d != 1) return nullptr;
+        }
+      }
+    }
+    const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
+                                : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                              : dnnl::algorithm::pooling_avg_exclude_padding;
+    return std::make_unique<PoolStep>(kernels::PoolOnednn(engine_, alg, window, global), in, out,
+                                      node.name);
+  }
+  if (op == "Transpose") {
+    auto perm = node.GetInts("perm", {});
+    if (perm.empty()) {
+      for (int64_t d = static_cast<int64_t>(shapes1[in].size()) - 1; d >= 0; --d) perm.push_back(d);
+    }
+    for (int64_t& p : perm) {
+      if (p < 0) p += static_cast<int64_t>(perm.size());
+    }
+    return std::make_unique<TransposeStep>(perm, in, out, node.name);
+  }
+  if (op == "MatMul" && shapes1[in].size() >= 2 && shapes1[node.inputs[1]].size() >= 2) {
+    return std::make_unique<BatchedMatMulStep>(engine_, in, node.inputs[1], out, node.name);
+  }
+  if (op == "LayerNormalization" && node.outputs.size() == 1) {
+    const Shape& x = shapes1[in];
+    const int64_t axis = node.GetInt("axis", -1);
+    const Constant* scale = graph_.FindConstant(node.inputs[1]);
+    const Constant* bias = node.inputs.size() > 2 && node.inputs[2] != kNoValue
+                               ? graph_.FindConstant(node.inputs[2])
+                               : nullptr;
+    const bool has_bias_input = node.inputs.size() > 2 && node.inputs[2] != kNoValue;
+    if (x.empty() || (axis != -1 && axis != static_cast<int64_t>(x.size()) - 1)) return nullptr;
+    const int64_t len = x.back();
+    if (scale == nullptr || static_cast<int64_t>(scale->f32.data.size()) != len) return nullptr;
+    if (has_bias_input && (bias == nullptr || static_cast<int64_t>(bias->f32.data.size()) != len)) {
+      return nullptr;
+    }
+    std::vector<float> b = bias != nullptr ? bias->f32.data : std::vector<float>(len, 0.0f);
+    return std::make_unique<LayerNormStep>(scale->f32.data, std::move(b),
+                                           node.GetFloat("epsilon", 1e-5f), in, out, node.name);
+  }
+  if (node.inputs.size() == 1 && node.outputs.size() == 1 && op != "Softmax") {
+    if (auto p = ops::UnaryParamsOf(graph_, node); p.ok()) {
+      return std::make_unique<UnaryStep>(*p, in, out, node.name);
+    }
+  }
+  if (op == "Clip" && ActivationPostOp(graph_, node).has_value()) {
+    if (auto p = ops::UnaryParamsOf(graph_, node); p.ok()) {
+      return std::make_unique<UnaryStep>(*p, in, out, node.name);
+    }
+  }
+  if (node.inputs.size() == 2 && node.outputs.size() == 1 && op != "MatMul" && op != "Gemm" &&
+      op != "Mean") {
+    auto kind = ops::BinaryKindOf(node);
+    const bool legacy_prelu = op == "PRelu" && graph_.opset() < 7;
+    if (kind.ok() && !legacy_prelu && node.inputs[1] != kNoValue) {
+      return std::make_unique<BinaryStep>(*kind, in, node.inputs[1], out, node.name);
+    }
+  }
+  return nullptr;
+}
+
 absl::Status CompiledModelImpl::Compile() {
   const int num_values = graph_.num_values();
   root_.resize(num_values);
@@ -177,12 +394,20 @@ absl::Status CompiledModelImpl::Compile() {
   auto shapes1 = PropagateShapes(graph_, InputShapesForBatch(graph_, 1));
   if (!shapes1.ok()) return shapes1.status();
   std::vector<bool> fused(graph_.nodes().size(), false);
+  std::vector<int> producer(num_values, -1);  // node index, -1 for inputs/constants
+  for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
+    for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
+  }
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     if (fused[i]) continue;
     const Node& node = graph_.nodes()[i];
     const std::string& op = node.op_type;
     const ValueId in = node.inputs[0], out = node.outputs[0];
-    if (op == "Gemm" || op == "MatMul") {
+    if (op == "Conv") {
+      auto done = CompileConv(i, consumers, *shapes1, producer, fused);
+      if (!done.ok()) return done.status();
+      if (!*done) steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
+    } else if (op == "Gemm" || op == "MatMul") {
       if (absl::Status s = CompileMatMul(i, consumers, *shapes1, fused); !s.ok()) return s;
     } else if (op == "Add" && node.inputs.size() == 2) {
       steps_.push_back(std::make_unique<AddStep>(engine_, in, node.inputs[1], out, node.name));
@@ -195,6 +420,8 @@ absl::Status CompiledModelImpl::Compile() {
     } else if (op == "Flatten" || op == "Reshape" || op == "Identity" || op == "Squeeze" ||
                op == "Unsqueeze" || (op == "Dropout" && node.outputs.size() == 1)) {
       root_[out] = root_[in];  // a view: same bytes, another shape
+    } else if (auto fast = FastStep(i, *shapes1); fast != nullptr) {
+      steps_.push_back(std::move(fast));
     } else {
       steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
     }

@@ -1,9 +1,11 @@
 #include "engine/compiled_steps.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/ref/add_ref.h"
+#include "kernels/shape_ops.h"
 
 namespace numaserve::engine {
 namespace {
@@ -71,6 +73,203 @@ absl::Status ReferenceStep::Run(const StepContext& ctx) {
                                               (*out)[j].size(), " elements, planned ", count));
     }
     std::memcpy(ctx.data[v], (*out)[j].data.data(), count * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace numaserve::engine
+
+namespace numaserve::engine {
+
+absl::Status ConvStep::Run(const StepContext& ctx) {
+  float* dst = ctx.data[dst_];
+  if (sum_from_ != kNoValue) {
+    std::memcpy(dst, ctx.data[sum_from_], kernels::NumElements(ctx.shapes[dst_]) * sizeof(float));
+  }
+  return kernel_->Execute(ctx.stream, ctx.shapes[src_], ctx.shapes[dst_], ctx.data[src_], dst);
+}
+
+absl::Status UnaryStep::Run(const StepContext& ctx) {
+  const int64_t n = kernels::NumElements(ctx.shapes[dst_]);
+  const float* x = ctx.data[src_];
+  float* y = ctx.data[dst_];
+  const kernels::UnaryParams p = params_;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = kernels::ApplyUnary(p, x[i]);
+  return absl::OkStatus();
+}
+
+absl::Status BinaryStep::Prepare(const std::vector<Shape>& shapes) {
+  const auto key = std::make_pair(shapes[a_], shapes[b_]);
+  if (plans_.contains(key)) return absl::OkStatus();
+  const Shape& out = shapes[dst_];
+  const size_t rank = out.size();
+  const Shape pa = kernels::PadShapeLeft(shapes[a_], rank);
+  const Shape pb = kernels::PadShapeLeft(shapes[b_], rank);
+  Plan plan;
+  // Grow the inner run from the last dim while both operands keep one mode.
+  size_t d = rank;
+  bool a_full = true, b_full = true;
+  if (rank > 0) {
+    a_full = pa[rank - 1] == out[rank - 1];
+    b_full = pb[rank - 1] == out[rank - 1];
+  }
+  while (d > 0) {
+    const bool af = pa[d - 1] == out[d - 1] || out[d - 1] == 1;
+    const bool bf = pb[d - 1] == out[d - 1] || out[d - 1] == 1;
+    const bool ab = pa[d - 1] == 1, bb = pb[d - 1] == 1;
+    const bool a_ok = a_full ? af : ab;
+    const bool b_ok = b_full ? bf : bb;
+    if (!a_ok || !b_ok) break;
+    plan.inner *= out[d - 1];
+    --d;
+  }
+  plan.a_step = a_full ? 1 : 0;
+  plan.b_step = b_full ? 1 : 0;
+  const Shape outer(out.begin(), out.begin() + d);
+  const Shape a_outer(pa.begin(), pa.begin() + d), b_outer(pb.begin(), pb.begin() + d);
+  const int64_t a_inner = a_full ? plan.inner : 1, b_inner = b_full ? plan.inner : 1;
+  plan.a_offsets = kernels::BroadcastOffsets(a_outer, outer);
+  plan.b_offsets = kernels::BroadcastOffsets(b_outer, outer);
+  for (int64_t& o : plan.a_offsets) o *= a_inner;
+  for (int64_t& o : plan.b_offsets) o *= b_inner;
+  plans_.emplace(key, std::move(plan));
+  return absl::OkStatus();
+}
+
+namespace {
+
+template <kernels::BinaryKind kKind>
+void BinaryRun(const float* a, const float* b, float* y, int64_t outer, int64_t inner,
+               int64_t a_step, int64_t b_step, const int64_t* ao, const int64_t* bo) {
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* ap = a + ao[o];
+    const float* bp = b + bo[o];
+    float* yp = y + o * inner;
+    for (int64_t i = 0; i < inner; ++i) {
+      yp[i] = kernels::ApplyBinary(kKind, ap[i * a_step], bp[i * b_step]);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status BinaryStep::Run(const StepContext& ctx) {
+  auto it = plans_.find(std::make_pair(ctx.shapes[a_], ctx.shapes[b_]));
+  if (it == plans_.end()) return absl::InternalError("binary step not prepared for this shape");
+  const Plan& p = it->second;
+  const int64_t outer = static_cast<int64_t>(p.a_offsets.size());
+  const float* a = ctx.data[a_];
+  const float* b = ctx.data[b_];
+  float* y = ctx.data[dst_];
+  using K = kernels::BinaryKind;
+  switch (kind_) {
+#define NUMASERVE_BINARY_CASE(k)                                                     \
+  case K::k:                                                                         \
+    BinaryRun<K::k>(a, b, y, outer, p.inner, p.a_step, p.b_step, p.a_offsets.data(), \
+                    p.b_offsets.data());                                             \
+    break;
+    NUMASERVE_BINARY_CASE(kAdd)
+    NUMASERVE_BINARY_CASE(kSub)
+    NUMASERVE_BINARY_CASE(kMul)
+    NUMASERVE_BINARY_CASE(kDiv)
+    NUMASERVE_BINARY_CASE(kPow)
+    NUMASERVE_BINARY_CASE(kMin)
+    NUMASERVE_BINARY_CASE(kMax)
+    NUMASERVE_BINARY_CASE(kPRelu)
+    NUMASERVE_BINARY_CASE(kMod)
+    NUMASERVE_BINARY_CASE(kFmod)
+#undef NUMASERVE_BINARY_CASE
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
+  const Shape& sa = ctx.shapes[a_];
+  const Shape& sb = ctx.shapes[b_];
+  auto key = std::make_pair(sa, sb);
+  auto it = per_shape_.find(key);
+  if (it == per_shape_.end()) {
+    const Shape& sy = ctx.shapes[dst_];
+    const size_t rank = std::max<size_t>(sy.size(), 2);
+    const Shape pa = kernels::PadShapeLeft(sa, rank), pb = kernels::PadShapeLeft(sb, rank);
+    const Shape py = kernels::PadShapeLeft(sy, rank);
+    auto plain = [](const Shape& s) {
+      return dnnl::memory::desc(kernels::ToDnnlDims(s), dnnl::memory::data_type::f32,
+                                kernels::ToDnnlDims(kernels::RowMajorStrides(s)));
+    };
+    kernels::BoundPrimitive call;
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plain(pa), plain(pb), plain(py)), engine_);
+      call.primitive = dnnl::matmul(pd);
+      call.args[DNNL_ARG_SRC] = kernels::UnboundMemory(pd.src_desc(), engine_);
+      call.args[DNNL_ARG_WEIGHTS] = kernels::UnboundMemory(pd.weights_desc(), engine_);
+      call.args[DNNL_ARG_DST] = kernels::UnboundMemory(pd.dst_desc(), engine_);
+    } catch (const dnnl::error& e) {
+      return kernels::DnnlErrorToStatus(e, "creating batched matmul");
+    }
+    it = per_shape_.emplace(key, std::move(call)).first;
+  }
+  try {
+    it->second.SetHandle(DNNL_ARG_SRC, ctx.data[a_]);
+    it->second.SetHandle(DNNL_ARG_WEIGHTS, ctx.data[b_]);
+    it->second.SetHandle(DNNL_ARG_DST, ctx.data[dst_]);
+    it->second.Execute(ctx.stream);
+  } catch (const dnnl::error& e) {
+    return kernels::DnnlErrorToStatus(e, "executing batched matmul");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormStep::Run(const StepContext& ctx) {
+  const int64_t len = static_cast<int64_t>(scale_.size());
+  const int64_t rows = kernels::NumElements(ctx.shapes[dst_]) / len;
+  const float* x = ctx.data[src_];
+  float* y = ctx.data[dst_];
+  const float* scale = scale_.data();
+  const float* bias = bias_.data();
+  const float eps = epsilon_;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * len;
+    float* yr = y + r * len;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < len; ++i) sum += xr[i];
+    const float mean = sum / len;
+    float sq = 0.0f;
+    for (int64_t i = 0; i < len; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = 1.0f / std::sqrt(sq / len + eps);
+    for (int64_t i = 0; i < len; ++i) yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TransposeStep::Run(const StepContext& ctx) {
+  const Shape& in = ctx.shapes[src_];
+  const Shape& out = ctx.shapes[dst_];
+  const size_t rank = out.size();
+  if (rank == 0) {
+    ctx.data[dst_][0] = ctx.data[src_][0];
+    return absl::OkStatus();
+  }
+  const std::vector<int64_t> in_strides = kernels::RowMajorStrides(in);
+  std::vector<int64_t> src_stride(rank);  // input stride for each output dim
+  for (size_t d = 0; d < rank; ++d) src_stride[d] = in_strides[perm_[d]];
+  const int64_t inner = out[rank - 1], inner_stride = src_stride[rank - 1];
+  const int64_t rows = kernels::NumElements(out) / std::max<int64_t>(inner, 1);
+  const float* x = ctx.data[src_];
+  float* y = ctx.data[dst_];
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, off = 0;
+    for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
+      off += (rem % out[d]) * src_stride[d];
+      rem /= out[d];
+    }
+    const float* xp = x + off;
+    float* yp = y + r * inner;
+    for (int64_t i = 0; i < inner; ++i) yp[i] = xp[i * inner_stride];
   }
   return absl::OkStatus();
 }

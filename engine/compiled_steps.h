@@ -3,6 +3,7 @@
 // through a per-run pointer table indexed by ValueId.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -11,9 +12,12 @@
 #include "absl/status/status.h"
 #include "engine/graph.h"
 #include "engine/op_registry.h"
+#include "kernels/onednn/conv_onednn.h"
 #include "kernels/onednn/elementwise_onednn.h"
 #include "kernels/onednn/matmul_onednn.h"
+#include "kernels/onednn/pool_onednn.h"
 #include "kernels/onednn/softmax_onednn.h"
+#include "kernels/ref/elementwise_ref.h"
 
 namespace numaserve::engine {
 
@@ -92,6 +96,135 @@ class SoftmaxStep final : public Step {
 
  private:
   kernels::SoftmaxOnednn kernel_;
+  ValueId src_, dst_;
+  std::string name_;
+};
+
+// Conv with folded BatchNormalization, bias, residual sum and activation
+// post-ops. The residual (sum_from) is copied into dst before the conv.
+class ConvStep final : public Step {
+ public:
+  ConvStep(std::unique_ptr<kernels::ConvOnednn> kernel, ValueId src, ValueId dst, ValueId sum_from,
+           std::string name)
+      : kernel_(std::move(kernel)),
+        src_(src),
+        dst_(dst),
+        sum_from_(sum_from),
+        name_(std::move(name)) {}
+  absl::Status Prepare(const std::vector<Shape>& shapes) override {
+    return kernel_->Prepare(shapes[src_], shapes[dst_]);
+  }
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "conv: " + name_; }
+
+ private:
+  std::unique_ptr<kernels::ConvOnednn> kernel_;
+  ValueId src_, dst_, sum_from_;
+  std::string name_;
+};
+
+class PoolStep final : public Step {
+ public:
+  PoolStep(kernels::PoolOnednn kernel, ValueId src, ValueId dst, std::string name)
+      : kernel_(std::move(kernel)), src_(src), dst_(dst), name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override {
+    return kernel_.Execute(ctx.stream, ctx.shapes[src_], ctx.shapes[dst_], ctx.data[src_],
+                           ctx.data[dst_]);
+  }
+  std::string Describe() const override { return "pool: " + name_; }
+
+ private:
+  kernels::PoolOnednn kernel_;
+  ValueId src_, dst_;
+  std::string name_;
+};
+
+// Unary element-wise op, OpenMP-parallel over elements.
+class UnaryStep final : public Step {
+ public:
+  UnaryStep(kernels::UnaryParams params, ValueId src, ValueId dst, std::string name)
+      : params_(params), src_(src), dst_(dst), name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "unary: " + name_; }
+
+ private:
+  kernels::UnaryParams params_;
+  ValueId src_, dst_;
+  std::string name_;
+};
+
+// Binary element-wise op with numpy broadcasting, OpenMP-parallel; the
+// broadcast offsets are computed once per shape pair.
+class BinaryStep final : public Step {
+ public:
+  BinaryStep(kernels::BinaryKind kind, ValueId a, ValueId b, ValueId dst, std::string name)
+      : kind_(kind), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
+  absl::Status Prepare(const std::vector<Shape>& shapes) override;
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "binary: " + name_; }
+
+ private:
+  struct Plan {
+    // Inner run: the trailing elements over which both operands advance
+    // contiguously (stride 1) or one stays put (stride 0).
+    int64_t inner = 1;
+    int64_t a_step = 1, b_step = 1;
+    std::vector<int64_t> a_offsets, b_offsets;  // per outer index
+  };
+  kernels::BinaryKind kind_;
+  ValueId a_, b_, dst_;
+  std::string name_;
+  std::map<std::pair<Shape, Shape>, Plan> plans_;
+};
+
+// MatMul of two runtime operands (attention scores and context) on oneDNN,
+// batch dims broadcast; one primitive per shape pair.
+class BatchedMatMulStep final : public Step {
+ public:
+  BatchedMatMulStep(const dnnl::engine& engine, ValueId a, ValueId b, ValueId dst, std::string name)
+      : engine_(engine), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "batched_matmul: " + name_; }
+
+ private:
+  dnnl::engine engine_;
+  ValueId a_, b_, dst_;
+  std::string name_;
+  std::map<std::pair<Shape, Shape>, kernels::BoundPrimitive> per_shape_;
+};
+
+// LayerNormalization over the last axis with constant scale/bias,
+// OpenMP-parallel over rows.
+class LayerNormStep final : public Step {
+ public:
+  LayerNormStep(std::vector<float> scale, std::vector<float> bias, float epsilon, ValueId src,
+                ValueId dst, std::string name)
+      : scale_(std::move(scale)),
+        bias_(std::move(bias)),
+        epsilon_(epsilon),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "layer_norm: " + name_; }
+
+ private:
+  std::vector<float> scale_, bias_;
+  float epsilon_;
+  ValueId src_, dst_;
+  std::string name_;
+};
+
+// Transpose as a strided copy, OpenMP-parallel over output rows.
+class TransposeStep final : public Step {
+ public:
+  TransposeStep(std::vector<int64_t> perm, ValueId src, ValueId dst, std::string name)
+      : perm_(std::move(perm)), src_(src), dst_(dst), name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "transpose: " + name_; }
+
+ private:
+  std::vector<int64_t> perm_;
   ValueId src_, dst_;
   std::string name_;
 };

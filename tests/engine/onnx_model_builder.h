@@ -87,6 +87,19 @@ class OnnxModelBuilder {
     a->set_f(v);
   }
 
+  static void AttrInts(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void AttrString(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
+
   // Writes the model under the test temp dir; returns the path.
   std::string Save(const std::string& stem) const {
     static std::atomic<int> counter{0};

@@ -1,0 +1,144 @@
+#include "kernels/onednn/conv_onednn.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace numaserve::kernels {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::memory::desc PlainDesc(const Shape& shape) {
+  return dnnl::memory::desc(ToDnnlDims(shape), dt::f32, ToDnnlDims(RowMajorStrides(shape)));
+}
+
+dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
+  dnnl::memory::dims out;
+  for (int64_t x : v) out.push_back(x - minus);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engine& engine,
+                                                               ConvOnednnOptions options) {
+  const size_t spatial = options.kernel.size();
+  if (spatial < 1 || spatial > 3 || options.strides.size() != spatial ||
+      options.dilations.size() != spatial || options.pads_begin.size() != spatial ||
+      options.pads_end.size() != spatial || options.weights == nullptr || options.group < 1 ||
+      options.in_channels % options.group != 0 || options.out_channels % options.group != 0) {
+    return absl::InvalidArgumentError("ConvOnednn: inconsistent options");
+  }
+  if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.out_channels) {
+    return absl::InvalidArgumentError("ConvOnednn: bias must have out_channels values");
+  }
+  std::unique_ptr<ConvOnednn> conv(new ConvOnednn(engine, std::move(options)));
+  int64_t count = conv->options_.out_channels * conv->options_.in_channels / conv->options_.group;
+  for (int64_t k : conv->options_.kernel) count *= k;
+  conv->user_weights_.assign(conv->options_.weights, conv->options_.weights + count);
+  conv->options_.weights = nullptr;
+  if (!conv->options_.bias.empty()) {
+    try {
+      conv->bias_ =
+          dnnl::memory(dnnl::memory::desc({conv->options_.out_channels}, dt::f32, tag::a), engine);
+      std::memcpy(conv->bias_.get_data_handle(), conv->options_.bias.data(),
+                  conv->options_.bias.size() * sizeof(float));
+    } catch (const dnnl::error& e) {
+      return DnnlErrorToStatus(e, "allocating conv bias");
+    }
+  }
+  return conv;
+}
+
+dnnl::memory::desc ConvOnednn::UserWeightsDesc() const {
+  const ConvOnednnOptions& o = options_;
+  dnnl::memory::dims dims;
+  if (o.group > 1) dims.push_back(o.group);
+  dims.push_back(o.out_channels / o.group);
+  dims.push_back(o.in_channels / o.group);
+  for (int64_t k : o.kernel) dims.push_back(k);
+  Shape shape(dims.begin(), dims.end());
+  return PlainDesc(shape);
+}
+
+dnnl::primitive_attr ConvOnednn::Attr() const {
+  dnnl::post_ops ops;
+  if (options_.sum) ops.append_sum(1.0f);
+  for (const EltwisePostOp& e : options_.eltwise) {
+    ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+absl::StatusOr<dnnl::memory> ConvOnednn::WeightsFor(const dnnl::memory::desc& md) {
+  for (const dnnl::memory& m : packed_) {
+    if (m.get_desc() == md) return m;
+  }
+  try {
+    dnnl::memory user(UserWeightsDesc(), engine_, user_weights_.data());
+    dnnl::memory packed(md, engine_);
+    dnnl::stream stream(engine_);
+    dnnl::reorder(user, packed).execute(stream, user, packed);
+    stream.wait();
+    packed_.push_back(packed);
+    return packed;
+  } catch (const dnnl::error& e) {
+    return DnnlErrorToStatus(e, "packing conv weights");
+  }
+}
+
+absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape) {
+  if (per_shape_.contains(src_shape)) return absl::OkStatus();
+  const ConvOnednnOptions& o = options_;
+  PerShape entry;
+  try {
+    dnnl::memory::dims wdims = UserWeightsDesc().dims();
+    dnnl::memory::desc any_w(wdims, dt::f32, tag::any);
+    dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        PlainDesc(src_shape), any_w, bias_md, PlainDesc(dst_shape), Dims(o.strides, 0),
+        Dims(o.dilations, 1), Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
+    dnnl::convolution_forward::primitive_desc pd(desc, Attr(), engine_);
+    auto weights = WeightsFor(pd.weights_desc());
+    if (!weights.ok()) return weights.status();
+    entry.impl = pd.impl_info_str();
+    entry.call.primitive = dnnl::convolution_forward(pd);
+    entry.call.args[DNNL_ARG_SRC] = UnboundMemory(pd.src_desc(), engine_);
+    entry.call.args[DNNL_ARG_WEIGHTS] = *weights;
+    entry.call.args[DNNL_ARG_DST] = UnboundMemory(pd.dst_desc(), engine_);
+    if (bias_) entry.call.args[DNNL_ARG_BIAS] = bias_;
+  } catch (const dnnl::error& e) {
+    return DnnlErrorToStatus(e, absl::StrCat("creating conv for input ", ShapeToString(src_shape)));
+  }
+  per_shape_.emplace(src_shape, std::move(entry));
+  return absl::OkStatus();
+}
+
+absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
+                                 const Shape& dst_shape, const float* src, float* dst) {
+  auto it = per_shape_.find(src_shape);
+  if (it == per_shape_.end()) {
+    if (absl::Status s = Prepare(src_shape, dst_shape); !s.ok()) return s;
+    it = per_shape_.find(src_shape);
+  }
+  try {
+    it->second.call.SetHandle(DNNL_ARG_SRC, src);
+    it->second.call.SetHandle(DNNL_ARG_DST, dst);
+    it->second.call.Execute(stream);
+  } catch (const dnnl::error& e) {
+    return DnnlErrorToStatus(e, "executing conv");
+  }
+  return absl::OkStatus();
+}
+
+std::string ConvOnednn::ImplementationName(const Shape& src_shape) const {
+  auto it = per_shape_.find(src_shape);
+  return it == per_shape_.end() ? std::string() : it->second.impl;
+}
+
+}  // namespace numaserve::kernels

@@ -1,0 +1,79 @@
+// ONNX Conv on oneDNN's convolution_forward with the constant weights
+// reordered once into the layout the primitive prefers, an optional bias,
+// and post-ops: a sum (a residual Add: dst holds the addend on entry) and
+// element-wise activations (Relu, Clip, LeakyRelu, Sigmoid, Tanh, ...).
+// Activations stay plain NC[D]HW at the step boundary; oneDNN picks its
+// implementation for that layout (weights "any").
+// Primitives are created per input shape (batch) and cached; the packed
+// weights are shared by every shape that prefers the same layout.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/onednn/onednn_common.h"
+
+namespace numaserve::kernels {
+
+struct EltwisePostOp {
+  dnnl::algorithm algorithm = dnnl::algorithm::eltwise_relu;
+  float alpha = 0.0f;
+  float beta = 0.0f;
+};
+
+struct ConvOnednnOptions {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t group = 1;
+  std::vector<int64_t> kernel;      // spatial extents (1 to 3 dims)
+  std::vector<int64_t> strides;     // per spatial dim
+  std::vector<int64_t> dilations;   // ONNX convention (1 = dense)
+  std::vector<int64_t> pads_begin;  // per spatial dim
+  std::vector<int64_t> pads_end;    // per spatial dim
+  // [M, C/group, k...] row-major; read only during Create.
+  const float* weights = nullptr;
+  std::vector<float> bias;             // empty or M values
+  bool sum = false;                    // dst += conv (dst holds the addend on entry)
+  std::vector<EltwisePostOp> eltwise;  // applied after the sum, in order
+};
+
+class ConvOnednn {
+ public:
+  static absl::StatusOr<std::unique_ptr<ConvOnednn>> Create(const dnnl::engine& engine,
+                                                            ConvOnednnOptions options);
+
+  // Creates (once per input shape) the primitive; dst_shape is the ONNX
+  // output shape.
+  absl::Status Prepare(const Shape& src_shape, const Shape& dst_shape);
+  absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
+                       const float* src, float* dst);
+
+  std::string ImplementationName(const Shape& src_shape) const;
+
+ private:
+  struct PerShape {
+    BoundPrimitive call;
+    std::string impl;
+  };
+  ConvOnednn(const dnnl::engine& engine, ConvOnednnOptions options)
+      : engine_(engine), options_(std::move(options)) {}
+
+  dnnl::memory::desc UserWeightsDesc() const;
+  dnnl::primitive_attr Attr() const;
+  // The weights in layout `md`, reordered once from the user copy.
+  absl::StatusOr<dnnl::memory> WeightsFor(const dnnl::memory::desc& md);
+
+  dnnl::engine engine_;
+  ConvOnednnOptions options_;
+  std::vector<float> user_weights_;   // kept until every shape is prepared
+  std::vector<dnnl::memory> packed_;  // one per distinct preferred layout
+  dnnl::memory bias_;
+  std::map<Shape, PerShape> per_shape_;
+};
+
+}  // namespace numaserve::kernels

@@ -1,0 +1,36 @@
+// ONNX MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on
+// oneDNN's pooling_v2_forward (plain NC[D]HW), one primitive per input
+// shape. ceil_mode is expressed as extra end padding, which oneDNN never
+// reads for max and excludes for average-without-padding; the caller keeps
+// count_include_pad with ceil_mode on the reference.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/onednn/onednn_common.h"
+#include "kernels/ref/conv_ref.h"
+
+namespace numaserve::kernels {
+
+class PoolOnednn {
+ public:
+  PoolOnednn(const dnnl::engine& engine, dnnl::algorithm algorithm, WindowParams window,
+             bool global)
+      : engine_(engine), algorithm_(algorithm), window_(std::move(window)), global_(global) {}
+
+  absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
+                       const float* src, float* dst);
+
+ private:
+  dnnl::engine engine_;
+  dnnl::algorithm algorithm_;
+  WindowParams window_;
+  bool global_;
+  std::map<Shape, BoundPrimitive> per_shape_;
+};
+
+}  // namespace numaserve::kernels

@@ -1,0 +1,72 @@
+// Test helper: loads a model both through CompiledModel and the reference
+// executor and compares every output over several batch sizes.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model.h"
+#include "engine/onnx_import.h"
+#include "engine/reference_executor.h"
+#include "engine/shape_propagation.h"
+
+namespace numaserve::engine::testing {
+
+inline kernels::Tensor RandomTensor(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  kernels::Tensor t(shape);
+  for (float& v : t.data) v = dist(rng);
+  return t;
+}
+
+// mse(expected, actual) / mse(expected, 0).
+inline double NormalizedError(const std::vector<float>& expected, const float* actual) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    num += (static_cast<double>(expected[i]) - actual[i]) * (expected[i] - actual[i]);
+    den += static_cast<double>(expected[i]) * expected[i];
+  }
+  return den == 0 ? num : num / den;
+}
+
+inline void ExpectCompiledMatchesReference(const std::string& name, const std::string& path,
+                                           const std::vector<int64_t>& batches,
+                                           double tolerance = 1e-6) {
+  auto graph = ImportOnnxModel(path);
+  ASSERT_TRUE(graph.ok()) << name << ": " << graph.status();
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << name << ": " << model.status();
+  uint32_t seed = 1;
+  for (int64_t batch : batches) {
+    SCOPED_TRACE(absl::StrCat("model ", name, ", batch ", batch));
+    std::vector<kernels::Tensor> inputs;
+    for (const Shape& s : InputShapesForBatch(*graph, batch)) {
+      inputs.push_back(RandomTensor(s, seed++));
+    }
+    auto expected = RunReference(*graph, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    const auto shapes = (*model)->OutputShapes(batch);
+    ASSERT_EQ(shapes.size(), expected->size());
+    std::vector<std::vector<float>> outputs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(shapes[i], (*expected)[i].shape) << "output " << i;
+      outputs.emplace_back(kernels::NumElements(shapes[i]), -7.0f);
+    }
+    std::vector<const void*> in_ptrs;
+    for (const kernels::Tensor& t : inputs) in_ptrs.push_back(t.data.data());
+    std::vector<void*> out_ptrs;
+    for (auto& o : outputs) out_ptrs.push_back(o.data());
+    ASSERT_TRUE((*model)->Run(batch, in_ptrs, out_ptrs).ok());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      EXPECT_LT(NormalizedError((*expected)[i].data, outputs[i].data()), tolerance)
+          << "output " << i;
+    }
+  }
+}
+
+}  // namespace numaserve::engine::testing

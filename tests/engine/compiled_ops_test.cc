@@ -1,0 +1,163 @@
+// The compiled fast paths (oneDNN conv with folded BatchNormalization and
+// post-ops, pooling, batched matmul, own element-wise / layer norm /
+// transpose loops) against the reference executor on small CNN and
+// transformer blocks, and the plan they compile to.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/model.h"
+#include "tests/engine/compare_with_reference.h"
+#include "tests/engine/onnx_model_builder.h"
+
+namespace numaserve::engine {
+namespace {
+
+using testing::ExpectCompiledMatchesReference;
+using ::testing::HasSubstr;
+using testing::OnnxModelBuilder;
+using testing::RandomTensor;
+
+kernels::Tensor Positive(const Shape& shape, uint32_t seed) {
+  kernels::Tensor t = RandomTensor(shape, seed);
+  for (float& v : t.data) v = 0.5f + std::abs(v);
+  return t;
+}
+
+void BatchNorm(OnnxModelBuilder& b, const std::string& x, const std::string& y, int64_t c,
+               uint32_t seed, const std::string& name) {
+  b.Initializer(name + "_s", RandomTensor({c}, seed))
+      .Initializer(name + "_b", RandomTensor({c}, seed + 1))
+      .Initializer(name + "_m", RandomTensor({c}, seed + 2))
+      .Initializer(name + "_v", Positive({c}, seed + 3));
+  b.Node("BatchNormalization", {x, name + "_s", name + "_b", name + "_m", name + "_v"}, {y}, name);
+}
+
+TEST(CompiledOpsTest, ResidualConvBlockFusesBatchNormSumAndRelu) {
+  OnnxModelBuilder b(13);
+  b.Input("x", {-1, 8, 10, 10}).Output("y", {-1, 5});
+  b.Initializer("w1", RandomTensor({8, 8, 3, 3}, 1)).Initializer("b1", RandomTensor({8}, 2));
+  b.Initializer("w2", RandomTensor({8, 8, 3, 3}, 3));
+  b.Initializer("fc", RandomTensor({5, 8}, 4)).Initializer("fcb", RandomTensor({5}, 5));
+  auto& c1 = b.Node("Conv", {"x", "w1", "b1"}, {"c1"}, "conv1");
+  OnnxModelBuilder::AttrInts(c1, "pads", {1, 1, 1, 1});
+  BatchNorm(b, "c1", "n1", 8, 10, "bn1");
+  b.Node("Relu", {"n1"}, {"r1"}, "relu1");
+  auto& c2 = b.Node("Conv", {"r1", "w2"}, {"c2"}, "conv2");
+  OnnxModelBuilder::AttrString(c2, "auto_pad", "SAME_UPPER");
+  BatchNorm(b, "c2", "n2", 8, 20, "bn2");
+  b.Node("Add", {"n2", "r1"}, {"s2"}, "add2");
+  b.Node("Relu", {"s2"}, {"r2"}, "relu2");
+  auto& mp = b.Node("MaxPool", {"r2"}, {"p"}, "pool");
+  OnnxModelBuilder::AttrInts(mp, "kernel_shape", {3, 3});
+  OnnxModelBuilder::AttrInts(mp, "strides", {2, 2});
+  OnnxModelBuilder::AttrInts(mp, "pads", {1, 1, 1, 1});
+  b.Node("GlobalAveragePool", {"p"}, {"g"}, "gap");
+  b.Node("Flatten", {"g"}, {"f"}, "flatten");
+  auto& fc = b.Node("Gemm", {"f", "fc", "fcb"}, {"y"}, "fc");
+  OnnxModelBuilder::AttrInt(fc, "transB", 1);
+  const std::string path = b.Save("resblock");
+  ExpectCompiledMatchesReference("resblock", path, {1, 3, 8}, 1e-9);
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string plan = (*model)->DescribePlan();
+  EXPECT_THAT(plan, HasSubstr("conv: conv1+bn1+relu1"));
+  EXPECT_THAT(plan, HasSubstr("conv: conv2+bn2+add2+relu2"));
+  EXPECT_THAT(plan, HasSubstr("pool: pool"));
+  EXPECT_THAT(plan, HasSubstr("pool: gap"));
+  EXPECT_THAT(plan, ::testing::Not(HasSubstr("reference")));
+}
+
+TEST(CompiledOpsTest, DepthwiseConvWithClipAndStrides) {
+  OnnxModelBuilder b(13);
+  b.Input("x", {-1, 6, 9, 9}).Output("y", {-1, 12, 5, 5});
+  b.Initializer("dw", RandomTensor({6, 1, 3, 3}, 1))
+      .Initializer("pw", RandomTensor({12, 6, 1, 1}, 2));
+  b.Initializer("lo", kernels::Tensor({}, {0.0f})).Initializer("hi", kernels::Tensor({}, {0.5f}));
+  auto& dw = b.Node("Conv", {"x", "dw"}, {"d"}, "dwconv");
+  OnnxModelBuilder::AttrInt(dw, "group", 6);
+  OnnxModelBuilder::AttrInts(dw, "strides", {2, 2});
+  OnnxModelBuilder::AttrInts(dw, "pads", {1, 1, 1, 1});
+  b.Node("Clip", {"d", "lo", "hi"}, {"dc"}, "relu6");
+  b.Node("Conv", {"dc", "pw"}, {"y"}, "pwconv");
+  const std::string path = b.Save("depthwise");
+  ExpectCompiledMatchesReference("depthwise", path, {1, 4}, 1e-9);
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok());
+  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("conv: dwconv+relu6"));
+}
+
+TEST(CompiledOpsTest, AveragePoolVariants) {
+  for (int include_pad = 0; include_pad <= 1; ++include_pad) {
+    for (int ceil_mode = 0; ceil_mode <= 1; ++ceil_mode) {
+      OnnxModelBuilder b(13);
+      b.Input("x", {-1, 3, 7, 8}).Output("y", {-1, 3, -2, -2});
+      auto& p = b.Node("AveragePool", {"x"}, {"y"}, "avg");
+      OnnxModelBuilder::AttrInts(p, "kernel_shape", {3, 2});
+      OnnxModelBuilder::AttrInts(p, "strides", {2, 2});
+      OnnxModelBuilder::AttrInts(p, "pads", {1, 0, 1, 1});
+      OnnxModelBuilder::AttrInt(p, "count_include_pad", include_pad);
+      OnnxModelBuilder::AttrInt(p, "ceil_mode", ceil_mode);
+      ExpectCompiledMatchesReference(absl::StrCat("avgpool_pad", include_pad, "_ceil", ceil_mode),
+                                     b.Save("avgpool"), {1, 2}, 1e-10);
+    }
+  }
+}
+
+TEST(CompiledOpsTest, AttentionBlockWithGeluAndLayerNorm) {
+  constexpr int64_t kSeq = 4, kHidden = 8, kHeads = 2, kHead = kHidden / kHeads;
+  OnnxModelBuilder b(17);
+  b.Input("x", {-1, kSeq, kHidden}).Output("y", {-1, kSeq, kHidden});
+  b.Initializer("wq", RandomTensor({kHidden, kHidden}, 1))
+      .Initializer("wk", RandomTensor({kHidden, kHidden}, 2))
+      .Initializer("bq", RandomTensor({kHidden}, 3))
+      .Initializer("scale", kernels::Tensor({}, {0.5f}))
+      .Initializer("sqrt2", kernels::Tensor({}, {1.41421356f}))
+      .Initializer("one", kernels::Tensor({}, {1.0f}))
+      .Initializer("half", kernels::Tensor({}, {0.5f}))
+      .Initializer("gamma", RandomTensor({kHidden}, 4))
+      .Initializer("beta", RandomTensor({kHidden}, 5))
+      .Int64Initializer("heads_shape", {0, kSeq, kHeads, kHead})
+      .Int64Initializer("merged_shape", {0, kSeq, kHidden});
+  b.Node("MatMul", {"x", "wq"}, {"q0"});
+  b.Node("Add", {"q0", "bq"}, {"q1"});
+  b.Node("MatMul", {"x", "wk"}, {"k0"});
+  b.Node("Reshape", {"q1", "heads_shape"}, {"q2"});
+  b.Node("Reshape", {"k0", "heads_shape"}, {"k2"});
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"q2"}, {"q3"}), "perm", {0, 2, 1, 3});
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"k2"}, {"k3"}), "perm", {0, 2, 3, 1});
+  b.Node("MatMul", {"q3", "k3"}, {"s0"}, "scores");
+  b.Node("Mul", {"s0", "scale"}, {"s1"});
+  OnnxModelBuilder::AttrInt(b.Node("Softmax", {"s1"}, {"p"}), "axis", -1);
+  b.Node("MatMul", {"p", "q3"}, {"c0"}, "context");
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"c0"}, {"c1"}), "perm", {0, 2, 1, 3});
+  b.Node("Reshape", {"c1", "merged_shape"}, {"c2"});
+  b.Node("Div", {"c2", "sqrt2"}, {"g0"});
+  b.Node("Erf", {"g0"}, {"g1"});
+  b.Node("Add", {"g1", "one"}, {"g2"});
+  b.Node("Mul", {"c2", "g2"}, {"g3"});
+  b.Node("Mul", {"g3", "half"}, {"g4"});
+  b.Node("LayerNormalization", {"g4", "gamma", "beta"}, {"y"}, "ln");
+  const std::string path = b.Save("attention");
+  ExpectCompiledMatchesReference("attention", path, {1, 3}, 1e-9);
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string plan = (*model)->DescribePlan();
+  EXPECT_THAT(plan, HasSubstr("batched_matmul: scores"));
+  EXPECT_THAT(plan, HasSubstr("layer_norm: ln"));
+  EXPECT_THAT(plan, ::testing::Not(HasSubstr("reference")));
+}
+
+TEST(CompiledOpsTest, BroadcastBinaryOps) {
+  for (const char* op : {"Sub", "Mul", "Div", "Max", "Pow"}) {
+    OnnxModelBuilder b(13);
+    b.Input("a", {-1, 3, 1, 5}).Input("c", {-1, 3, 4, 1}).Output("y", {-1, 3, 4, 5});
+    b.Initializer("k", Positive({4, 5}, 3));
+    b.Node("Abs", {"a"}, {"aa"});
+    b.Node(op, {"aa", "k"}, {"t"});
+    b.Node(op, {"t", "c"}, {"y"});
+    ExpectCompiledMatchesReference(op, b.Save("binary"), {1, 2}, 1e-10);
+  }
+}
+
+}  // namespace
+}  // namespace numaserve::engine
