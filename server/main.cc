@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "server/bench_command.h"
 #include "server/infer_command.h"
 #include "server/serve_command.h"
 #include "server/topology_command.h"
@@ -20,7 +21,8 @@ void PrintUsage() {
       "  serve      serve a model repository over gRPC (KServe v2) with Prometheus metrics\n"
       "  topology   print the machine (hwloc) and the worker placement plan\n"
       "  infer      send one request to a running server and print the outputs\n"
-      "  train      train a model data-parallel on MPI and export it to a model repository\n\n"
+      "  train      train a model data-parallel on MPI and export it to a model repository\n"
+      "  bench      run a model in process per batch size: throughput, latency, GFLOP/s\n\n"
       "`numaserve COMMAND --help` lists a command's options.\n",
       NUMASERVE_VERSION);
 }
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   if (command == "topology") return TopologyCommand(args);
   if (command == "infer") return InferCommand(args);
   if (command == "train") return TrainCommand(args);
+  if (command == "bench") return BenchCommand(args);
   if (command == "worker") return WorkerCommand(args);
   fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
   return 2;

@@ -1,0 +1,165 @@
+#include "server/bench_command.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "affinity/cpu_features.h"
+#include "engine/model.h"
+#include "server/args.h"
+
+namespace numaserve::server {
+namespace {
+
+struct BatchResult {
+  int64_t batch = 0;
+  int64_t iterations = 0;
+  double inferences_per_second = 0;
+  double p50_ms = 0, p99_ms = 0;
+  double gflops = 0, peak_fraction = 0;
+};
+
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch, double seconds,
+                                     double peak_gflops) {
+  const engine::ModelInfo& info = model.info();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<std::vector<float>> inputs;
+  for (const engine::TensorInfo& t : info.inputs) {
+    int64_t n = 1;
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      n *= (d == 0 && t.shape[d] < 0) ? batch : t.shape[d];
+    inputs.emplace_back(n);
+    for (float& v : inputs.back()) v = dist(rng);
+  }
+  std::vector<std::vector<float>> outputs;
+  for (const auto& s : model.OutputShapes(batch)) {
+    int64_t n = 1;
+    for (int64_t d : s) n *= d;
+    outputs.emplace_back(std::max<int64_t>(n, 1));
+  }
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (auto& v : inputs) in_ptrs.push_back(v.data());
+  for (auto& v : outputs) out_ptrs.push_back(v.data());
+  using Clock = std::chrono::steady_clock;
+  // Warm-up: primitive creation, weight layouts, page faults.
+  for (int i = 0; i < 2; ++i) {
+    if (absl::Status s = model.Run(batch, in_ptrs, out_ptrs); !s.ok()) return s;
+  }
+  std::vector<double> latencies_ms;
+  const auto start = Clock::now();
+  auto now = start;
+  while (latencies_ms.size() < 5 || std::chrono::duration<double>(now - start).count() < seconds) {
+    const auto t0 = Clock::now();
+    if (absl::Status s = model.Run(batch, in_ptrs, out_ptrs); !s.ok()) return s;
+    now = Clock::now();
+    latencies_ms.push_back(std::chrono::duration<double, std::milli>(now - t0).count());
+  }
+  const double total_s = std::chrono::duration<double>(now - start).count();
+  BatchResult r;
+  r.batch = batch;
+  r.iterations = static_cast<int64_t>(latencies_ms.size());
+  r.inferences_per_second = batch * r.iterations / total_s;
+  r.p50_ms = Percentile(latencies_ms, 0.5);
+  r.p99_ms = Percentile(latencies_ms, 0.99);
+  r.gflops = info.flops_per_row * r.inferences_per_second / 1e9;
+  r.peak_fraction = peak_gflops > 0 ? r.gflops / peak_gflops : 0;
+  return r;
+}
+
+}  // namespace
+
+int BenchCommand(const std::vector<std::string>& args) {
+  std::string model_path, batches_text = "1,8,32";
+  int64_t threads = 0;
+  double seconds = 3.0;
+  bool json = false;
+  ArgParser parser("bench",
+                   "run a model in process per batch size: inferences/s, p50/p99 latency, "
+                   "GFLOP/s and the fraction of FP32 peak");
+  parser.AddString("model", &model_path, "ONNX model file (required)");
+  parser.AddString("batch", &batches_text, "comma-separated batch sizes");
+  parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
+  parser.AddDouble("seconds", &seconds, "measured time per batch size");
+  parser.AddBool("json", &json, "one JSON object per line per batch size");
+  if (absl::Status s = parser.Parse(args); !s.ok()) {
+    fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  if (model_path.empty()) {
+    fprintf(stderr, "numaserve bench: --model is required\n");
+    return 2;
+  }
+  std::vector<int64_t> batches;
+  for (absl::string_view part : absl::StrSplit(batches_text, ',', absl::SkipEmpty())) {
+    int64_t b = 0;
+    if (!absl::SimpleAtoi(part, &b) || b < 1) {
+      fprintf(stderr, "numaserve bench: --batch: '%s' is not a batch size >= 1\n",
+              std::string(part).c_str());
+      return 2;
+    }
+    batches.push_back(b);
+  }
+  if (threads < 0 || seconds <= 0) {
+    fprintf(stderr, "numaserve bench: --threads must be >= 0 and --seconds > 0\n");
+    return 2;
+  }
+  auto model = engine::CompiledModel::Load(model_path, {.num_threads = static_cast<int>(threads)});
+  if (!model.ok()) {
+    fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  const int used_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
+  const double peak = affinity::GetPeakFlops().peak_gflops_per_core * used_threads;
+  if (!json) {
+    printf("%s: %.2f GFLOP per row, %d threads, FP32 peak %.0f GFLOP/s\n", model_path.c_str(),
+           (*model)->info().flops_per_row / 1e9, used_threads, peak);
+    printf("%6s %12s %10s %10s %10s %8s\n", "batch", "infer/s", "p50_ms", "p99_ms", "GFLOP/s",
+           "peak");
+  }
+  for (int64_t batch : batches) {
+    if (!(*model)->info().batched && batch != 1) {
+      fprintf(stderr, "numaserve bench: %s is not batched; skipping batch %lld\n",
+              model_path.c_str(), static_cast<long long>(batch));
+      continue;
+    }
+    auto r = RunBatch(**model, batch, seconds, peak);
+    if (!r.ok()) {
+      fprintf(stderr, "numaserve bench: batch %lld: %s\n", static_cast<long long>(batch),
+              std::string(r.status().message()).c_str());
+      return 1;
+    }
+    if (json) {
+      printf(
+          "{\"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"iterations\": %lld, "
+          "\"inferences_per_second\": %.3f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
+          "\"gflops\": %.3f, \"peak_fraction\": %.4f}\n",
+          model_path.c_str(), static_cast<long long>(r->batch), used_threads,
+          static_cast<long long>(r->iterations), r->inferences_per_second, r->p50_ms, r->p99_ms,
+          r->gflops, r->peak_fraction);
+    } else {
+      printf("%6lld %12.1f %10.3f %10.3f %10.1f %8.3f\n", static_cast<long long>(r->batch),
+             r->inferences_per_second, r->p50_ms, r->p99_ms, r->gflops, r->peak_fraction);
+    }
+    fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace numaserve::server
