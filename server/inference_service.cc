@@ -63,11 +63,11 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-InferenceService::InferenceService(const Options& options, const ModelRepository* repository,
+InferenceService::InferenceService(const Options& options, ModelManager* models,
                                    WorkerSupervisor* workers, ModelScheduler* scheduler,
                                    Metrics* metrics)
     : options_(options),
-      repository_(repository),
+      models_(models),
       workers_(workers),
       scheduler_(scheduler),
       metrics_(metrics) {}
@@ -92,43 +92,14 @@ bool InferenceService::WaitUntilIdle(std::chrono::steady_clock::time_point deadl
   }
 }
 
-ModelState InferenceService::StateOf(const RepositoryModel& model, std::string* reason) const {
-  if (!model.error.empty()) {
-    *reason = model.error;
-    return ModelState::kUnavailable;
+absl::StatusOr<ModelHandle> InferenceService::Resolve(const std::string& name,
+                                                      const std::string& version) const {
+  int64_t v = 0;
+  if (!version.empty() && (!absl::SimpleAtoi(version, &v) || v <= 0)) {
+    return absl::NotFoundError(absl::StrFormat(
+        "model '%s' has no version '%s' (versions are positive integers)", name, version));
   }
-  if (workers_->ModelAvailable(model.key())) return ModelState::kReady;
-  std::string error = workers_->LoadError(model.key());
-  if (!error.empty()) {
-    *reason = error;
-    return ModelState::kUnavailable;
-  }
-  *reason = "no worker has finished loading it";
-  return ModelState::kLoading;
-}
-
-absl::StatusOr<const RepositoryModel*> InferenceService::Resolve(const std::string& name,
-                                                                 const std::string& version) const {
-  const RepositoryModel* model = repository_->Find(name);
-  if (model == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("model '%s' is not in the repository", name));
-  }
-  if (!version.empty()) {
-    int64_t v = 0;
-    const RepositoryModel* chosen = nullptr;
-    if (absl::SimpleAtoi(version, &v) && v > 0) chosen = repository_->Find(name, v);
-    if (chosen == nullptr) {
-      std::vector<std::string> served;
-      for (const auto& m : repository_->models()) {
-        if (m.name == name && m.version > 0) served.push_back(absl::StrCat(m.version));
-      }
-      return absl::NotFoundError(
-          absl::StrFormat("model '%s' has no version '%s' (serving %s)", name, version,
-                          served.empty() ? "none" : absl::StrJoin(served, ", ")));
-    }
-    return chosen;
-  }
-  return model;
+  return models_->Resolve(name, v);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -149,9 +120,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
   auto model = Resolve(request->name(), request->version());
-  if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
-  std::string reason;
-  response->set_ready(!shutting_down_ && StateOf(**model, &reason) == ModelState::kReady);
+  if (!model.ok() && model.status().code() != absl::StatusCode::kUnavailable) {
+    return FinishNow(context, ToGrpcStatus(model.status()));
+  }
+  response->set_ready(!shutting_down_ && model.ok());
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -169,15 +141,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   auto model = Resolve(request->name(), request->version());
   if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
   const RepositoryModel& m = **model;
-  if (!m.error.empty()) {
-    return FinishNow(
-        context, grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              absl::StrCat("model '", m.name, "' is not available: ", m.error)));
-  }
   response->set_name(m.name);
-  for (const auto& v : repository_->models()) {
-    if (v.name == m.name && v.version > 0) response->add_versions(absl::StrCat(v.version));
-  }
+  for (int64_t v : models_->ReadyVersions(m.name)) response->add_versions(absl::StrCat(v));
   response->set_platform("onnx");
   for (const auto& t : m.info.inputs) AddTensorMetadata(t, response->add_inputs());
   for (const auto& t : m.info.outputs) AddTensorMetadata(t, response->add_outputs());
@@ -213,15 +178,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     finish(resolved.status());
     return reactor;
   }
-  const RepositoryModel* model = *resolved;
-  std::string reason;
-  if (StateOf(*model, &reason) != ModelState::kReady) {
-    finish(absl::UnavailableError(
-        model->version > 0 ? absl::StrFormat("model '%s' version %d is not ready: %s", model->name,
-                                             model->version, reason)
-                           : absl::StrFormat("model '%s' is not ready: %s", model->name, reason)));
-    return reactor;
-  }
+  ModelHandle model = *std::move(resolved);
   auto parsed = ParseInferRequest(model->info, *request, options_.max_message_bytes);
   if (!parsed.ok()) {
     finish(parsed.status());
@@ -266,24 +223,100 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   response->set_id(request->id());
   pending->parsed = *std::move(parsed);
   PendingInference* p = pending.get();
-  pending->done = [this, model, p, response, finish](const absl::Status& status,
-                                                     const std::vector<const char*>& outputs,
-                                                     const InferenceTiming& timing) {
+  pending->done = [this, p, response, finish](const absl::Status& status,
+                                              const std::vector<const char*>& outputs,
+                                              const InferenceTiming& timing) {
     if (status.ok()) {
       const auto copy_start = std::chrono::steady_clock::now();
-      FillInferResponse(model->info, p->parsed, outputs, response);
+      FillInferResponse(p->model->info, p->parsed, outputs, response);
       const double output_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
       if (metrics_) {
-        metrics_->RecordInference(model->name, p->parsed.rows, timing.queue_seconds,
+        metrics_->RecordInference(p->model->name, p->parsed.rows, timing.queue_seconds,
                                   timing.compute_input_seconds, timing.compute_infer_seconds,
                                   output_seconds);
       }
     }
     finish(status);
   };
-  if (absl::Status s = scheduler_->Submit(std::move(pending)); !s.ok()) finish(s);
+  absl::Status submitted = scheduler_->Submit(pending);
+  if (submitted.code() == absl::StatusCode::kUnavailable && request->model_version().empty()) {
+    // The version this request resolved to was switched out meanwhile: the
+    // newly served version takes it (same inputs, as the model name promises).
+    auto again = Resolve(request->model_name(), "");
+    if (again.ok() && *again != model) {
+      auto parsed_again = ParseInferRequest((*again)->info, *request, options_.max_message_bytes);
+      if (parsed_again.ok()) {
+        pending->model = *again;
+        pending->parsed = *std::move(parsed_again);
+        response->set_model_version(absl::StrCat((*again)->version));
+        submitted = scheduler_->Submit(pending);
+      }
+    }
+  }
+  if (!submitted.ok()) finish(submitted);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
+    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  if (!request->repository_name().empty()) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                           "this server has one repository; leave "
+                                           "repository_name empty"));
+  }
+  for (const auto& e : models_->Index()) {
+    if (request->ready() && e.state != ModelState::kReady) continue;
+    auto* m = response->add_models();
+    m->set_name(e.name);
+    if (e.version > 0) m->set_version(absl::StrCat(e.version));
+    m->set_state(ModelStateName(e.state));
+    m->set_reason(e.reason);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+namespace {
+
+// Runs a (slow) load or unload off the gRPC threads and finishes the call.
+template <typename Fn>
+grpc::ServerUnaryReactor* RunDetached(grpc::CallbackServerContext* context, Fn fn) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::thread([reactor, fn = std::move(fn)]() mutable {
+    reactor->Finish(ToGrpcStatus(fn()));
+  }).detach();
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse*) {
+  if (models_->mode() != ModelControlMode::kExplicit) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                           "loading models by request needs "
+                                           "--model-control-mode explicit"));
+  }
+  if (shutting_down_) {
+    return FinishNow(context,
+                     grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  }
+  std::string name = request->model_name();
+  return RunDetached(context, [this, name] { return models_->Load(name); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse*) {
+  if (models_->mode() != ModelControlMode::kExplicit) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                           "unloading models by request needs "
+                                           "--model-control-mode explicit"));
+  }
+  std::string name = request->model_name();
+  return RunDetached(context, [this, name] { return models_->Unload(name); });
 }
 
 }  // namespace numaserve::server

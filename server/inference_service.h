@@ -8,7 +8,7 @@
 #include <string>
 
 #include "grpc_service.grpc.pb.h"
-#include "server/model_repository.h"
+#include "server/model_manager.h"
 #include "server/model_scheduler.h"
 
 namespace numaserve::server {
@@ -27,8 +27,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     size_t max_message_bytes = size_t{64} << 20;
   };
 
-  InferenceService(const Options& options, const ModelRepository* repository,
-                   WorkerSupervisor* workers, ModelScheduler* scheduler, Metrics* metrics);
+  InferenceService(const Options& options, ModelManager* models, WorkerSupervisor* workers,
+                   ModelScheduler* scheduler, Metrics* metrics);
 
   // Readiness turns false; new inferences get UNAVAILABLE.
   void SetShuttingDown() { shutting_down_ = true; }
@@ -38,7 +38,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   bool WaitUntilIdle(std::chrono::steady_clock::time_point deadline,
                      std::chrono::milliseconds quiet) const;
   bool Ready() const;
-  ModelState StateOf(const RepositoryModel& model, std::string* reason) const;
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -58,14 +57,22 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
 
  private:
   // NOT_FOUND for an unknown model or version; the model otherwise.
-  absl::StatusOr<const RepositoryModel*> Resolve(const std::string& name,
-                                                 const std::string& version) const;
+  absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version) const;
 
   const Options options_;
-  const ModelRepository* const repository_;
+  ModelManager* const models_;
   WorkerSupervisor* const workers_;
   ModelScheduler* const scheduler_;
   Metrics* const metrics_;

@@ -28,6 +28,103 @@ const char* ModelStateName(ModelState state) {
 
 std::string RepositoryModel::key() const { return absl::StrCat(name, ":", version); }
 
+std::vector<std::string> ModelRepository::ListModels(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string ModelRepository::Fingerprint(const std::string& dir, const std::string& name) {
+  std::vector<std::string> parts;
+  std::error_code ec;
+  const fs::path root = fs::path(dir) / name;
+  auto stamp = [&](const fs::path& p) {
+    std::error_code e;
+    auto size = fs::file_size(p, e);
+    if (e) return;
+    auto time = fs::last_write_time(p, e);
+    if (e) return;
+    parts.push_back(absl::StrCat(p.string(), ":", size, ":",
+                                 static_cast<int64_t>(time.time_since_epoch().count())));
+  };
+  stamp(root / kModelConfigFile);
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (entry.is_directory(ec)) stamp(entry.path() / "model.onnx");
+  }
+  std::sort(parts.begin(), parts.end());
+  std::string all;
+  for (const auto& p : parts) absl::StrAppend(&all, p, "\n");
+  return all;
+}
+
+std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
+                                                        const std::string& name, int num_workers) {
+  std::error_code ec;
+  const fs::path root = fs::path(dir) / name;
+  RepositoryModel model;
+  model.name = name;
+  for (const auto& version_dir : fs::directory_iterator(root, ec)) {
+    int64_t v = 0;
+    if (version_dir.is_directory(ec) &&
+        absl::SimpleAtoi(version_dir.path().filename().string(), &v) && v > 0) {
+      model.versions.push_back(v);
+    }
+  }
+  std::sort(model.versions.begin(), model.versions.end());
+  if (!model.versions.empty()) model.version = model.versions.back();
+  const fs::path config_path = root / kModelConfigFile;
+  if (fs::exists(config_path, ec)) {
+    auto config = ParseModelConfig(config_path.string());
+    if (config.ok()) {
+      model.config = *std::move(config);
+    } else {
+      model.error = std::string(config.status().message());
+    }
+  }
+  if (model.error.empty()) {
+    absl::Status s = ValidateModelConfigFields(model.config, name, num_workers);
+    if (!s.ok()) model.error = std::string(s.message());
+  }
+  if (model.error.empty() && model.versions.empty()) {
+    model.error =
+        absl::StrCat(root.string(), ": no version directory (expected <model>/<N>/model.onnx)");
+  }
+  std::vector<int64_t> served;
+  if (model.error.empty()) {
+    auto chosen = SelectVersions(model.config, model.versions);
+    if (chosen.ok()) {
+      served = *std::move(chosen);
+    } else {
+      model.error = absl::StrCat("model '", name, "' ", chosen.status().message());
+    }
+  }
+  if (!model.error.empty()) return {model};
+  model.workers = PlacementWorkers(model.config, num_workers);
+  std::vector<RepositoryModel> out;
+  for (int64_t v : served) {
+    RepositoryModel version = model;
+    version.version = v;
+    version.path = (root / std::to_string(v) / "model.onnx").string();
+    auto info = engine::InspectModel(version.path);
+    if (info.ok()) {
+      version.info = *std::move(info);
+      absl::Status s = ValidateModelConfig(version.config, name, version.info, num_workers);
+      if (!s.ok()) version.error = std::string(s.message());
+    } else {
+      version.error = std::string(info.status().message());
+    }
+    out.push_back(std::move(version));
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(const std::string& dir,
                                                                        int num_workers) {
   std::error_code ec;
@@ -36,68 +133,9 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(const std
   }
   auto repo = std::unique_ptr<ModelRepository>(new ModelRepository());
   repo->dir_ = dir;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_directory(ec)) continue;
-    std::string name = entry.path().filename().string();
-    if (name.empty() || name[0] == '.') continue;
-    RepositoryModel model;
-    model.name = name;
-    for (const auto& version_dir : fs::directory_iterator(entry.path(), ec)) {
-      int64_t v = 0;
-      if (version_dir.is_directory(ec) &&
-          absl::SimpleAtoi(version_dir.path().filename().string(), &v) && v > 0) {
-        model.versions.push_back(v);
-      }
-    }
-    std::sort(model.versions.begin(), model.versions.end());
-    if (!model.versions.empty()) model.version = model.versions.back();
-    const fs::path config_path = entry.path() / kModelConfigFile;
-    if (fs::exists(config_path, ec)) {
-      auto config = ParseModelConfig(config_path.string());
-      if (config.ok()) {
-        model.config = *std::move(config);
-      } else {
-        model.error = std::string(config.status().message());
-      }
-    }
-    if (model.error.empty()) {
-      absl::Status s = ValidateModelConfigFields(model.config, name, num_workers);
-      if (!s.ok()) model.error = std::string(s.message());
-    }
-    if (model.error.empty() && model.versions.empty()) {
-      model.error = absl::StrCat(entry.path().string(),
-                                 ": no version directory (expected <model>/<N>/model.onnx)");
-    }
-    std::vector<int64_t> served;
-    if (model.error.empty()) {
-      auto chosen = SelectVersions(model.config, model.versions);
-      if (chosen.ok()) {
-        served = *std::move(chosen);
-      } else {
-        model.error = absl::StrCat("model '", name, "' ", chosen.status().message());
-      }
-    }
-    if (!model.error.empty()) {
-      repo->models_.push_back(std::move(model));
-      continue;
-    }
-    model.workers = PlacementWorkers(model.config, num_workers);
-    for (int64_t v : served) {
-      RepositoryModel version = model;
-      version.version = v;
-      version.path = (entry.path() / std::to_string(v) / "model.onnx").string();
-      auto info = engine::InspectModel(version.path);
-      if (info.ok()) {
-        version.info = *std::move(info);
-        absl::Status s = ValidateModelConfig(version.config, name, version.info, num_workers);
-        if (!s.ok()) version.error = std::string(s.message());
-      } else {
-        version.error = std::string(info.status().message());
-      }
-      repo->models_.push_back(std::move(version));
-    }
+  for (const auto& name : ListModels(dir)) {
+    for (auto& m : ScanModel(dir, name, num_workers)) repo->models_.push_back(std::move(m));
   }
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot read '", dir, "': ", ec.message()));
   std::sort(repo->models_.begin(), repo->models_.end(), [](const auto& a, const auto& b) {
     return a.name != b.name ? a.name < b.name : a.version < b.version;
   });

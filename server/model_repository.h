@@ -47,6 +47,16 @@ class ModelRepository {
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Open(const std::string& dir,
                                                                int num_workers = 1);
 
+  // Reads one model directory DIR/NAME: its config and the versions its
+  // policy selects, one entry per version (or one entry with `error`).
+  static std::vector<RepositoryModel> ScanModel(const std::string& dir, const std::string& name,
+                                                int num_workers);
+  // Names of the model directories in DIR, sorted.
+  static std::vector<std::string> ListModels(const std::string& dir);
+  // Changes whenever the model's config or any version's model.onnx changes
+  // (names, sizes, modification times): what repository polling compares.
+  static std::string Fingerprint(const std::string& dir, const std::string& name);
+
   const std::string& dir() const { return dir_; }
   // Every served version, by name then version.
   const std::vector<RepositoryModel>& models() const { return models_; }

@@ -1,6 +1,7 @@
 #include "server/model_scheduler.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "server/metrics.h"
@@ -13,66 +14,110 @@ ModelScheduler::ModelScheduler(const Options& options, Router* router, Metrics* 
 
 ModelScheduler::~ModelScheduler() { Stop(); }
 
-absl::Status ModelScheduler::AddModel(const RepositoryModel& model) {
-  const config::ModelConfig& c = model.config;
+absl::Status ModelScheduler::AddModel(std::shared_ptr<const RepositoryModel> model) {
+  const config::ModelConfig& c = model->config;
   DynamicBatcher::Options o;
+  o.max_queue_size = options_.default_max_queue_size;
   if (c.has_dynamic_batching()) {
     const auto& d = c.dynamic_batching();
     o.max_batch_rows = c.max_batch_size();
     o.preferred_batch_rows.assign(d.preferred_batch_size().begin(), d.preferred_batch_size().end());
     o.max_queue_delay = std::chrono::microseconds(d.max_queue_delay_microseconds());
-    if (d.max_queue_size() > 0)
-      o.max_queue_size = d.max_queue_size();
-    else
-      o.max_queue_size = options_.default_max_queue_size;
-  } else {
-    o.max_queue_size = options_.default_max_queue_size;
+    if (d.max_queue_size() > 0) o.max_queue_size = d.max_queue_size();
   }
-  const RepositoryModel* m = &model;
-  const std::string key = model.key();
+  auto queue = std::make_shared<Queue>();
+  queue->model = model;
+  queue->version = absl::StrCat(model->version);
+  const std::string key = model->key();
+  Queue* q = queue.get();
   auto batcher = DynamicBatcher::Create(
       o, clock_, [this, key] { return router_->HasCapacity(key); },
-      [this, m](Batch batch) { Dispatch(m, std::move(batch)); });
+      [this, q](Batch batch) { Dispatch(q, std::move(batch)); });
   if (!batcher.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model '", model.name, "' batching: ", batcher.status().message()));
+        absl::StrCat("model '", model->name, "' batching: ", batcher.status().message()));
   }
-  batchers_[key] = Queue{*std::move(batcher), model.name, absl::StrCat(model.version)};
-  if (metrics_) metrics_->SetPendingRequests(model.name, absl::StrCat(model.version), 0);
+  queue->batcher = *std::move(batcher);
+  {
+    std::unique_lock<std::shared_mutex> lock(queues_mu_);
+    queues_[key] = queue;
+  }
+  ReportPending(q);
   return absl::OkStatus();
+}
+
+bool ModelScheduler::RemoveModel(const std::string& key, std::chrono::milliseconds timeout) {
+  std::shared_ptr<Queue> queue;
+  {
+    std::shared_lock<std::shared_mutex> lock(queues_mu_);
+    auto it = queues_.find(key);
+    if (it == queues_.end()) return true;
+    queue = it->second;
+  }
+  queue->draining = true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool drained = true;
+  while (queue->batcher->queued_requests() > 0 || queue->in_flight.load() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      drained = false;
+      break;
+    }
+    Pump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(queues_mu_);
+    queues_.erase(key);
+  }
+  queue->batcher->Stop(absl::UnavailableError(
+      absl::StrCat("model version ", key, " was unloaded before this request was computed")));
+  return drained;
 }
 
 void ModelScheduler::Start() {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
+std::vector<std::shared_ptr<ModelScheduler::Queue>> ModelScheduler::Queues() const {
+  std::shared_lock<std::shared_mutex> lock(queues_mu_);
+  std::vector<std::shared_ptr<Queue>> all;
+  all.reserve(queues_.size());
+  for (const auto& [key, queue] : queues_) all.push_back(queue);
+  return all;
+}
+
 absl::Status ModelScheduler::Submit(std::shared_ptr<PendingInference> request) {
-  auto it = batchers_.find(request->model->key());
-  if (it == batchers_.end()) {
+  std::shared_ptr<Queue> queue;
+  {
+    std::shared_lock<std::shared_mutex> lock(queues_mu_);
+    auto it = queues_.find(request->model->key());
+    if (it != queues_.end()) queue = it->second;
+  }
+  if (queue == nullptr || queue->draining) {
     return absl::UnavailableError(absl::StrCat("model '", request->model->name, "' version ",
                                                request->model->version,
-                                               " has no queue (it is not loaded)"));
+                                               " is not loaded (or is being unloaded)"));
   }
-  DynamicBatcher& batcher = *it->second.batcher;
+  DynamicBatcher& batcher = *queue->batcher;
   if (absl::Status s = batcher.Enqueue(std::move(request)); !s.ok()) return s;
   if (batcher.queued_requests() > 0) WakeBy(batcher.Poll());
-  ReportPending(it->first);
+  ReportPending(queue.get());
   return absl::OkStatus();
 }
 
-void ModelScheduler::ReportPending(const std::string& key) {
+void ModelScheduler::ReportPending(Queue* queue) {
   if (metrics_ == nullptr) return;
-  auto it = batchers_.find(key);
-  if (it == batchers_.end()) return;
-  metrics_->SetPendingRequests(it->second.model, it->second.version,
-                               static_cast<double>(it->second.batcher->queued_requests()));
+  metrics_->SetPendingRequests(queue->model->name, queue->version,
+                               static_cast<double>(queue->batcher->queued_requests()));
 }
 
-void ModelScheduler::Pump() {
+Clock::TimePoint ModelScheduler::PollAll() {
   Clock::TimePoint next = Clock::TimePoint::max();
-  for (auto& [key, queue] : batchers_) next = std::min(next, queue.batcher->Poll());
-  WakeBy(next);
+  for (const auto& queue : Queues()) next = std::min(next, queue->batcher->Poll());
+  return next;
 }
+
+void ModelScheduler::Pump() { WakeBy(PollAll()); }
 
 void ModelScheduler::WakeBy(Clock::TimePoint when) {
   std::lock_guard<std::mutex> lock(timer_mu_);
@@ -93,9 +138,9 @@ void ModelScheduler::TimerLoop() {
     wake_at_ = Clock::TimePoint::max();
     lock.unlock();
     Clock::TimePoint next = Clock::TimePoint::max();
-    for (auto& [key, queue] : batchers_) {
-      next = std::min(next, queue.batcher->Poll());
-      ReportPending(key);
+    for (const auto& queue : Queues()) {
+      next = std::min(next, queue->batcher->Poll());
+      ReportPending(queue.get());
     }
     lock.lock();
     wake_at_ = std::min(wake_at_, next);
@@ -109,20 +154,22 @@ void ModelScheduler::Stop() {
   }
   timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
-  for (auto& [key, queue] : batchers_) {
-    queue.batcher->Stop(absl::UnavailableError("the server is shutting down"));
+  for (const auto& queue : Queues()) {
+    queue->batcher->Stop(absl::UnavailableError("the server is shutting down"));
   }
 }
 
 size_t ModelScheduler::pending() const {
   size_t n = 0;
-  for (const auto& [key, queue] : batchers_) n += queue.batcher->queued_requests();
+  for (const auto& queue : Queues()) n += queue->batcher->queued_requests();
   return n;
 }
 
-void ModelScheduler::Dispatch(const RepositoryModel* model, Batch batch) {
+void ModelScheduler::Dispatch(Queue* queue, Batch batch) {
+  const RepositoryModel* model = queue->model.get();
   const Clock::TimePoint dispatched = clock_->Now();
-  ReportPending(model->key());
+  ReportPending(queue);
+  queue->in_flight.fetch_add(1);
   auto task = std::make_shared<InferenceTask>();
   task->model_key = model->key();
   std::vector<std::shared_ptr<PendingInference>> requests;
@@ -155,9 +202,9 @@ void ModelScheduler::Dispatch(const RepositoryModel* model, Batch batch) {
   }
   const std::string model_name = model->name;
   const std::string version = absl::StrCat(model->version);
-  task->done = [this, requests = std::move(requests), row_bytes, dispatched, rows, model_name,
-                version](const absl::Status& status, const std::vector<const char*>& outputs,
-                         const TaskTiming& t) {
+  task->done = [this, queue, requests = std::move(requests), row_bytes, dispatched, rows,
+                model_name, version](const absl::Status& status,
+                                     const std::vector<const char*>& outputs, const TaskTiming& t) {
     InferenceTiming timing;
     timing.compute_input_seconds = t.input_seconds;
     timing.compute_infer_seconds = t.compute_seconds;
@@ -179,6 +226,7 @@ void ModelScheduler::Dispatch(const RepositoryModel* model, Batch batch) {
       r->done(status, status.ok() ? mine : std::vector<const char*>{}, timing);
       offset_rows += r->rows;
     }
+    queue->in_flight.fetch_sub(1);
   };
   router_->Submit(std::move(task));
 }

@@ -5,12 +5,14 @@
 // scattered back to each request by row.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,7 +39,7 @@ struct InferenceTiming {
 
 // A validated ModelInfer request waiting for its batch.
 struct PendingInference : BatchRequest {
-  const RepositoryModel* model = nullptr;
+  std::shared_ptr<const RepositoryModel> model;
   ParsedRequest parsed;  // points into the request message, which outlives this
   // Called exactly once. On success `outputs[i]` is model output i for this
   // request's rows, valid only during the call (copy it out).
@@ -58,8 +60,12 @@ class ModelScheduler {
   ModelScheduler(const Options& options, Router* router, Metrics* metrics, const Clock* clock);
   ~ModelScheduler();
 
-  // Creates the batcher of one served model version (before Start).
-  absl::Status AddModel(const RepositoryModel& model);
+  // Creates the batcher of one served model version (any time).
+  absl::Status AddModel(std::shared_ptr<const RepositoryModel> model);
+  // Refuses new requests for `key` (UNAVAILABLE), waits until its queue is
+  // empty and its batches are answered (at most `timeout`), then forgets it.
+  // True if it drained in time.
+  bool RemoveModel(const std::string& key, std::chrono::milliseconds timeout);
   // Starts the timer thread.
   void Start();
   // Queues the request on its model version's batcher. Not OK (and `done` is
@@ -74,22 +80,26 @@ class ModelScheduler {
   size_t pending() const;
 
  private:
-  void Dispatch(const RepositoryModel* model, Batch batch);
+  struct Queue {
+    std::shared_ptr<const RepositoryModel> model;
+    std::unique_ptr<DynamicBatcher> batcher;
+    std::string version;                // metrics label
+    std::atomic<int64_t> in_flight{0};  // dispatched batches not yet answered
+    std::atomic<bool> draining{false};
+  };
+  void Dispatch(Queue* queue, Batch batch);
   void TimerLoop();
   void WakeBy(Clock::TimePoint when);
-  void ReportPending(const std::string& key);
+  void ReportPending(Queue* queue);
+  Clock::TimePoint PollAll();
+  std::vector<std::shared_ptr<Queue>> Queues() const;
 
   const Options options_;
   Router* const router_;
   Metrics* const metrics_;
   const Clock* const clock_;
-  // Fixed once Start() has run.
-  struct Queue {
-    std::unique_ptr<DynamicBatcher> batcher;
-    std::string model;  // metrics labels
-    std::string version;
-  };
-  std::map<std::string, Queue> batchers_;
+  mutable std::shared_mutex queues_mu_;
+  std::map<std::string, std::shared_ptr<Queue>> queues_;  // by "name:version"
 
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
@@ -22,9 +23,11 @@
 #include "server/clock.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
+#include "server/model_manager.h"
 #include "server/model_repository.h"
 #include "server/model_scheduler.h"
 #include "server/router.h"
+#include "server/training_service.h"
 #include "server/worker_supervisor.h"
 
 namespace numaserve::server {
@@ -43,6 +46,9 @@ struct ServeOptions {
   int64_t worker_arena_mb = 256;
   int64_t grpc_max_message_bytes = int64_t{64} << 20;
   int64_t max_queue_size = 4096;
+  std::string model_control_mode = "none";
+  int64_t repository_poll_secs = 15;
+  std::string load_model;
   int64_t default_timeout_ms = 60000;
   int64_t shutdown_timeout_s = 30;
 };
@@ -119,6 +125,13 @@ int ServeCommand(const std::vector<std::string>& args) {
   parser.AddInt("max-queue-size", &o.max_queue_size,
                 "queued requests per model version (when its config sets none) before "
                 "RESOURCE_EXHAUSTED");
+  parser.AddString("model-control-mode", &o.model_control_mode,
+                   "none (load all at start) | poll (follow the repository's changes) | "
+                   "explicit (RepositoryModelLoad / RepositoryModelUnload)");
+  parser.AddInt("repository-poll-secs", &o.repository_poll_secs,
+                "poll mode: seconds between reads of the repository");
+  parser.AddString("load-model", &o.load_model,
+                   "explicit mode: models to load at start-up, comma-separated");
   parser.AddInt("default-timeout-ms", &o.default_timeout_ms,
                 "deadline for requests whose client sets none");
   parser.AddInt("shutdown-timeout", &o.shutdown_timeout_s,
@@ -164,8 +177,25 @@ int ServeCommand(const std::vector<std::string>& args) {
   auto repository =
       ModelRepository::Open(o.model_repository, static_cast<int>(plan->workers.size()));
   if (!repository.ok()) return Fail(repository.status());
-  std::vector<WorkerSupervisor::ModelToLoad> to_load;
+  auto control_mode = ParseModelControlMode(o.model_control_mode);
+  if (!control_mode.ok()) return Fail(control_mode.status());
+  if (o.repository_poll_secs < 1) {
+    return Fail(absl::InvalidArgumentError("--repository-poll-secs must be at least 1"));
+  }
+  // Explicit mode starts with the models --load-model names only.
+  const std::vector<std::string> load_first = absl::StrSplit(o.load_model, ',', absl::SkipEmpty());
+  std::vector<RepositoryModel> initial;
+  std::vector<std::string> not_loaded;
   for (const auto& m : (*repository)->models()) {
+    if (*control_mode == ModelControlMode::kExplicit &&
+        std::find(load_first.begin(), load_first.end(), m.name) == load_first.end()) {
+      if (not_loaded.empty() || not_loaded.back() != m.name) not_loaded.push_back(m.name);
+      continue;
+    }
+    initial.push_back(m);
+  }
+  std::vector<WorkerSupervisor::ModelToLoad> to_load;
+  for (const auto& m : initial) {
     if (m.error.empty()) {
       to_load.push_back(
           {m.key(), m.name, absl::StrCat(m.version), m.path, m.workers, m.config.gemm_backend()});
@@ -196,10 +226,6 @@ int ServeCommand(const std::vector<std::string>& args) {
   ModelScheduler::Options scheduler_options;
   scheduler_options.default_max_queue_size = static_cast<size_t>(o.max_queue_size);
   ModelScheduler scheduler(scheduler_options, &router, metrics->get(), Clock::Real());
-  for (const auto& m : (*repository)->models()) {
-    if (!m.error.empty()) continue;
-    if (absl::Status s = scheduler.AddModel(m); !s.ok()) return Fail(s);
-  }
   scheduler.Start();
   scheduler_ptr = &scheduler;
   const double peak_per_core = affinity::GetPeakFlops().peak_gflops_per_core;
@@ -208,7 +234,14 @@ int ServeCommand(const std::vector<std::string>& args) {
   }
   ResidentMemorySampler rss_sampler(workers->get(), metrics->get());
   (*workers)->Start(std::chrono::minutes(5));
-  for (const auto& m : (*repository)->models()) {
+  ModelManager::Options manager_options;
+  manager_options.repository = o.model_repository;
+  manager_options.num_workers = static_cast<int>(plan->workers.size());
+  manager_options.mode = *control_mode;
+  manager_options.poll_interval = std::chrono::seconds(o.repository_poll_secs);
+  ModelManager models(manager_options, workers->get(), &scheduler, metrics->get());
+  models.Start(initial, not_loaded);
+  for (const auto& m : initial) {
     bool ready = m.error.empty() && (*workers)->ModelAvailable(m.key());
     (*metrics)->SetModelReady(m.name, absl::StrCat(m.version), ready);
     if (m.error.empty() && !ready) {
@@ -221,8 +254,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   InferenceService::Options service_options;
   service_options.default_timeout = std::chrono::milliseconds(o.default_timeout_ms);
   service_options.max_message_bytes = static_cast<size_t>(o.grpc_max_message_bytes);
-  InferenceService service(service_options, repository->get(), workers->get(), &scheduler,
-                           metrics->get());
+  InferenceService service(service_options, &models, workers->get(), &scheduler, metrics->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
@@ -234,6 +266,11 @@ int ServeCommand(const std::vector<std::string>& args) {
   builder.SetMaxSendMessageSize(max_message);
   // Every gRPC service the server offers is registered here.
   builder.RegisterService(&service);
+  // --- Training service (server/training_service.h): jobs run as child
+  // `numaserve train` processes.
+  TrainingService training_service({});
+  builder.RegisterService(&training_service);
+  // --- end training service
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0) {
     return Fail(absl::UnavailableError(
@@ -281,6 +318,7 @@ int ServeCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve: accepted requests still running after --shutdown-timeout\n");
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  models.Stop();
   scheduler_ptr = nullptr;
   scheduler.Stop();
   router.Stop();

@@ -200,8 +200,13 @@ void WorkerSupervisor::Run(Slot* slot) {
         slot->load_errors.clear();
       }
       // Load every model; the worker turns ready when all have answered.
+      std::vector<ModelToLoad> models;
+      {
+        std::lock_guard<std::mutex> lock(models_mu_);
+        models = models_;
+      }
       int to_load = 0;
-      for (const auto& model : models_) to_load += model.LoadsOn(slot->index) ? 1 : 0;
+      for (const auto& model : models) to_load += model.LoadsOn(slot->index) ? 1 : 0;
       auto remaining = std::make_shared<std::atomic<int>>(to_load);
       auto finish_load = [this, slot, remaining]() {
         if (remaining->fetch_sub(1) == 1) {
@@ -219,7 +224,7 @@ void WorkerSupervisor::Run(Slot* slot) {
         remaining->store(1);
         finish_load();
       }
-      for (const auto& model : models_) {
+      for (const auto& model : models) {
         if (!model.LoadsOn(slot->index)) continue;
         worker::Command load;
         load.mutable_load()->set_key(model.key);
@@ -346,6 +351,96 @@ int WorkerSupervisor::Outstanding(int w) const {
 pid_t WorkerSupervisor::Pid(int w) const {
   std::lock_guard<std::mutex> lock(slots_[w]->mu);
   return slots_[w]->pid;
+}
+
+absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
+                                         std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    auto it = std::find_if(models_.begin(), models_.end(),
+                           [&](const ModelToLoad& m) { return m.key == model.key; });
+    if (it != models_.end()) {
+      *it = model;
+    } else {
+      models_.push_back(model);
+    }
+  }
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    int outstanding = 0;
+    int loaded = 0;
+    std::string error;
+  };
+  auto wait = std::make_shared<Wait>();
+  for (auto& slot_ptr : slots_) {
+    Slot* slot = slot_ptr.get();
+    if (!model.LoadsOn(slot->index)) continue;
+    worker::Command load;
+    load.mutable_load()->set_key(model.key);
+    load.mutable_load()->set_path(model.path);
+    load.mutable_load()->set_gemm_backend(model.gemm_backend);
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (!slot->ready) continue;  // it loads the model when it (re)starts
+    {
+      std::lock_guard<std::mutex> w(wait->mu);
+      ++wait->outstanding;
+    }
+    slot->load_errors.erase(model.key);
+    SendLocked(slot, load, [this, slot, model, wait](const worker::Reply& reply, bool) {
+      {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        if (reply.ok()) {
+          slot->models.insert(model.key);
+        } else {
+          slot->load_errors[model.key] = reply.error();
+        }
+      }
+      if (reply.ok() && metrics_) {
+        metrics_->SetModelWeightBytes(model.name, model.version, slot->index,
+                                      slot->placement.numa_node,
+                                      static_cast<double>(reply.weight_bytes()));
+        metrics_->SetModelLoadSeconds(model.name, model.version, slot->index,
+                                      slot->placement.numa_node,
+                                      static_cast<double>(reply.load_ns()) * 1e-9);
+      }
+      std::lock_guard<std::mutex> w(wait->mu);
+      --wait->outstanding;
+      if (reply.ok()) {
+        ++wait->loaded;
+      } else if (wait->error.empty()) {
+        wait->error = absl::StrCat("worker ", slot->index, ": ", reply.error());
+      }
+      wait->cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> w(wait->mu);
+  wait->cv.wait_for(w, timeout, [&] { return wait->outstanding == 0; });
+  if (wait->loaded > 0) return absl::OkStatus();
+  if (!wait->error.empty()) return absl::InternalError(wait->error);
+  if (wait->outstanding > 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no worker finished loading ", model.key, " in time"));
+  }
+  return absl::UnavailableError(absl::StrCat("no ready worker could load ", model.key));
+}
+
+void WorkerSupervisor::UnloadModel(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    models_.erase(std::remove_if(models_.begin(), models_.end(),
+                                 [&](const ModelToLoad& m) { return m.key == key; }),
+                  models_.end());
+  }
+  for (auto& slot_ptr : slots_) {
+    Slot* slot = slot_ptr.get();
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->load_errors.erase(key);
+    if (slot->models.erase(key) == 0) continue;
+    worker::Command unload;
+    unload.mutable_unload()->set_key(key);
+    SendLocked(slot, unload, [](const worker::Reply&, bool) {});
+  }
 }
 
 std::string WorkerSupervisor::LoadError(const std::string& key) const {

@@ -85,6 +85,15 @@ class WorkerSupervisor {
   // called) if it is not. The command id is assigned here.
   bool Send(int w, worker::Command command, ReplyFn fn);
 
+  // Loads a model version on its workers while they serve (and on any worker
+  // that restarts later); returns once every ready worker of its placement
+  // has answered, or after `timeout`. OK if at least one worker has it;
+  // otherwise the workers' reason.
+  absl::Status LoadModel(const ModelToLoad& model, std::chrono::milliseconds timeout);
+  // Forgets a model version: no worker is chosen for it from now on, and the
+  // workers free it. Call it once nothing is in flight for it.
+  void UnloadModel(const std::string& key);
+
   // Why `key` failed to load on the workers, empty if it loaded somewhere.
   std::string LoadError(const std::string& key) const;
   // True when some ready worker has `key` loaded.
@@ -118,7 +127,8 @@ class WorkerSupervisor {
   void Lose(Slot* slot, const std::string& why);
 
   const Options options_;
-  const std::vector<ModelToLoad> models_;
+  mutable std::mutex models_mu_;
+  std::vector<ModelToLoad> models_;  // what every (re)started worker loads
   Metrics* const metrics_;
   const std::function<void()> on_change_;
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -1,0 +1,348 @@
+#include "server/model_manager.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "server/metrics.h"
+#include "server/model_scheduler.h"
+#include "server/worker_supervisor.h"
+
+namespace numaserve::server {
+namespace {
+
+WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m) {
+  return {m.key(), m.name, absl::StrCat(m.version), m.path, m.workers, m.config.gemm_backend()};
+}
+
+// A scan result that is about the model as a whole (bad config, no version).
+bool IsModelLevelError(const std::vector<RepositoryModel>& scanned) {
+  return scanned.size() == 1 && !scanned[0].error.empty() && scanned[0].path.empty();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text) {
+  if (text == "none") return ModelControlMode::kNone;
+  if (text == "poll") return ModelControlMode::kPoll;
+  if (text == "explicit") return ModelControlMode::kExplicit;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--model-control-mode '", text, "': expected none, poll or explicit"));
+}
+
+ModelManager::ModelManager(const Options& options, WorkerSupervisor* workers,
+                           ModelScheduler* scheduler, Metrics* metrics)
+    : options_(options), workers_(workers), scheduler_(scheduler), metrics_(metrics) {}
+
+ModelManager::~ModelManager() { Stop(); }
+
+void ModelManager::Start(const std::vector<RepositoryModel>& initial,
+                         const std::vector<std::string>& not_loaded) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& name : not_loaded) {
+      models_[name].error = "not loaded (use RepositoryModelLoad)";
+    }
+    for (const auto& m : initial) {
+      ModelEntry& entry = models_[m.name];
+      entry.fingerprint = ModelRepository::Fingerprint(options_.repository, m.name);
+      if (m.path.empty()) {
+        entry.error = m.error;
+        continue;
+      }
+      VersionState& v = entry.versions[m.version];
+      if (!m.error.empty()) {
+        v.state = ModelState::kUnavailable;
+        v.reason = m.error;
+        continue;
+      }
+      v.handle = std::make_shared<const RepositoryModel>(m);
+      v.state = ModelState::kReady;
+    }
+  }
+  for (const auto& m : initial) {
+    if (!m.error.empty() || m.path.empty()) continue;
+    ModelHandle handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle = models_[m.name].versions[m.version].handle;
+    }
+    if (absl::Status s = scheduler_->AddModel(handle); !s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      VersionState& v = models_[m.name].versions[m.version];
+      v.state = ModelState::kUnavailable;
+      v.reason = std::string(s.message());
+      v.handle = nullptr;
+    }
+  }
+  if (options_.mode == ModelControlMode::kPoll) {
+    poller_ = std::thread([this] { PollLoop(); });
+  }
+}
+
+void ModelManager::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    stopping_ = true;
+  }
+  poll_cv_.notify_all();
+  if (poller_.joinable()) poller_.join();
+}
+
+absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrFormat("model '%s' is not in the repository", name));
+  }
+  const ModelEntry& entry = it->second;
+  auto not_ready = [&](int64_t v, const VersionState& s) {
+    std::string reason = s.reason;
+    if (s.state == ModelState::kUnloading) reason = "it is being unloaded";
+    if (reason.empty()) {
+      reason = workers_->LoadError(absl::StrCat(name, ":", v));
+      if (reason.empty()) reason = "no worker has finished loading it";
+    }
+    return absl::UnavailableError(
+        absl::StrFormat("model '%s' version %d is not ready: %s", name, v, reason));
+  };
+  auto ready = [&](int64_t v, const VersionState& s) {
+    return s.handle != nullptr && s.state == ModelState::kReady &&
+           workers_->ModelAvailable(s.handle->key());
+  };
+  if (version == 0) {
+    for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) {
+      if (ready(v->first, v->second)) return v->second.handle;
+    }
+    if (!entry.error.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("model '", name, "' is not available: ", entry.error));
+    }
+    if (entry.versions.empty()) {
+      return absl::UnavailableError(absl::StrCat("model '", name, "' has no loaded version"));
+    }
+    return not_ready(entry.versions.rbegin()->first, entry.versions.rbegin()->second);
+  }
+  auto v = entry.versions.find(version);
+  if (v == entry.versions.end() ||
+      (v->second.handle == nullptr && v->second.state == ModelState::kUnavailable &&
+       v->second.reason == "unloaded")) {
+    std::vector<int64_t> served;
+    for (const auto& [n, s] : entry.versions) {
+      if (s.handle != nullptr) served.push_back(n);
+    }
+    return absl::NotFoundError(
+        absl::StrFormat("model '%s' has no version '%d' (serving %s)", name, version,
+                        served.empty() ? "none" : absl::StrJoin(served, ", ")));
+  }
+  if (ready(v->first, v->second)) return v->second.handle;
+  return not_ready(v->first, v->second);
+}
+
+std::vector<int64_t> ModelManager::ReadyVersions(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int64_t> out;
+  auto it = models_.find(name);
+  if (it == models_.end()) return out;
+  for (const auto& [v, s] : it->second.versions) {
+    if (s.handle != nullptr && s.state == ModelState::kReady) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<ModelManager::IndexEntry> ModelManager::Index() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<IndexEntry> out;
+  for (const auto& [name, entry] : models_) {
+    if (entry.versions.empty()) {
+      out.push_back({name, 0, ModelState::kUnavailable, entry.error});
+      continue;
+    }
+    for (const auto& [v, s] : entry.versions) {
+      IndexEntry e{name, v, s.state, s.reason};
+      if (s.state == ModelState::kReady && s.handle != nullptr &&
+          !workers_->ModelAvailable(s.handle->key())) {
+        e.state = ModelState::kLoading;
+        std::string error = workers_->LoadError(s.handle->key());
+        e.reason = error.empty() ? "no worker has finished loading it" : error;
+        if (!error.empty()) e.state = ModelState::kUnavailable;
+      }
+      if (e.reason.empty() && !entry.error.empty()) e.reason = entry.error;
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+absl::Status ModelManager::Load(const std::string& name) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<RepositoryModel> scanned =
+      ModelRepository::ScanModel(options_.repository, name, options_.num_workers);
+  const std::string fingerprint = ModelRepository::Fingerprint(options_.repository, name);
+  if (IsModelLevelError(scanned)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelEntry& entry = models_[name];
+    entry.error = scanned[0].error;
+    entry.fingerprint = fingerprint;
+    // Whatever was serving keeps serving; the index shows why it did not change.
+    return absl::InvalidArgumentError(scanned[0].error);
+  }
+  // Load the new versions while the current ones serve.
+  std::vector<ModelHandle> loaded;
+  std::string first_error;
+  std::set<int64_t> wanted;
+  for (const auto& m : scanned) {
+    wanted.insert(m.version);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ModelEntry& entry = models_[name];
+      auto it = entry.versions.find(m.version);
+      const bool serving = it != entry.versions.end() && it->second.handle != nullptr &&
+                           it->second.state == ModelState::kReady;
+      // A served version directory is taken as immutable: changes are
+      // published as new versions.
+      if (serving) continue;
+      if (!m.error.empty()) {
+        if (first_error.empty()) first_error = m.error;
+        VersionState& v = entry.versions[m.version];
+        if (!serving) v.state = ModelState::kUnavailable;
+        v.reason = m.error;
+        continue;
+      }
+      if (!serving) entry.versions[m.version].state = ModelState::kLoading;
+    }
+    absl::Status s = workers_->LoadModel(ToLoad(m), options_.load_timeout);
+    auto handle = std::make_shared<const RepositoryModel>(m);
+    if (s.ok()) s = scheduler_->AddModel(handle);
+    if (!s.ok()) {
+      const std::string reason = absl::StrCat("version ", m.version, ": ", s.message());
+      if (first_error.empty()) first_error = reason;
+      std::lock_guard<std::mutex> lock(mu_);
+      VersionState& v = models_[name].versions[m.version];
+      if (v.handle == nullptr) v.state = ModelState::kUnavailable;
+      v.reason = reason;
+      continue;
+    }
+    loaded.push_back(std::move(handle));
+  }
+  // Switch: every loaded version becomes ready at once.
+  std::vector<int64_t> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelEntry& entry = models_[name];
+    for (const auto& h : loaded) {
+      VersionState& v = entry.versions[h->version];
+      v.handle = h;
+      v.state = ModelState::kReady;
+      v.reason.clear();
+    }
+    entry.error.clear();
+    entry.fingerprint = fingerprint;
+    // Versions the policy no longer selects leave only if something serves.
+    bool any_ready = false;
+    for (const auto& [n, s] : entry.versions) {
+      any_ready |= wanted.count(n) > 0 && s.handle != nullptr && s.state == ModelState::kReady;
+    }
+    for (const auto& [n, s] : entry.versions) {
+      if (wanted.count(n) == 0 && s.handle != nullptr && any_ready) retired.push_back(n);
+    }
+  }
+  for (const auto& h : loaded) {
+    if (metrics_) metrics_->SetModelReady(h->name, absl::StrCat(h->version), true);
+    fprintf(stderr, "numaserve: model %s version %d loaded (%.2f s)\n", h->name.c_str(),
+            static_cast<int>(h->version),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  if (!retired.empty()) UnloadVersions(name, retired);
+  if (!first_error.empty()) {
+    fprintf(stderr, "numaserve: model %s: %s\n", name.c_str(), first_error.c_str());
+    return absl::InvalidArgumentError(first_error);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::UnloadVersions(const std::string& name,
+                                          const std::vector<int64_t>& versions) {
+  std::vector<ModelHandle> handles;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelEntry& entry = models_[name];
+    for (int64_t n : versions) {
+      VersionState& v = entry.versions[n];
+      if (v.handle == nullptr) continue;
+      v.state = ModelState::kUnloading;
+      handles.push_back(v.handle);
+    }
+  }
+  bool drained = true;
+  for (const auto& h : handles) {
+    drained &= scheduler_->RemoveModel(h->key(), options_.drain_timeout);
+    workers_->UnloadModel(h->key());
+    if (metrics_) metrics_->SetModelReady(h->name, absl::StrCat(h->version), false);
+    std::lock_guard<std::mutex> lock(mu_);
+    VersionState& v = models_[name].versions[h->version];
+    v.handle = nullptr;
+    v.state = ModelState::kUnavailable;
+    v.reason = "unloaded";
+    fprintf(stderr, "numaserve: model %s version %d unloaded\n", name.c_str(),
+            static_cast<int>(h->version));
+  }
+  if (!drained) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("model '", name, "': requests still queued after the drain timeout"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::Unload(const std::string& name) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  std::vector<int64_t> versions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      return absl::NotFoundError(absl::StrCat("model '", name, "' is not in the repository"));
+    }
+    for (const auto& [n, s] : it->second.versions) {
+      if (s.handle != nullptr) versions.push_back(n);
+    }
+  }
+  return UnloadVersions(name, versions);
+}
+
+void ModelManager::PollLoop() {
+  std::unique_lock<std::mutex> lock(poll_mu_);
+  while (!stopping_) {
+    poll_cv_.wait_for(lock, options_.poll_interval);
+    if (stopping_) break;
+    lock.unlock();
+    const std::vector<std::string> names = ModelRepository::ListModels(options_.repository);
+    std::vector<std::string> changed, gone;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& name : names) {
+        auto it = models_.find(name);
+        if (it == models_.end() ||
+            it->second.fingerprint != ModelRepository::Fingerprint(options_.repository, name)) {
+          changed.push_back(name);
+        }
+      }
+      for (const auto& [name, entry] : models_) {
+        if (!std::binary_search(names.begin(), names.end(), name)) gone.push_back(name);
+      }
+    }
+    for (const auto& name : changed) Load(name).IgnoreError();
+    for (const auto& name : gone) {
+      Unload(name).IgnoreError();
+      std::lock_guard<std::mutex> l(mu_);
+      models_.erase(name);
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace numaserve::server

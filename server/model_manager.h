@@ -1,0 +1,116 @@
+// The live set of served model versions and their lifecycle. Requests
+// resolve a (name, version) here to a shared handle that stays valid while
+// they are in flight. A (re)load reads the model's directory again, loads
+// new versions on the workers while the old ones keep serving, then swaps
+// the served set in one step; versions no longer wanted are drained and
+// unloaded. A failed load keeps what was serving and records the reason.
+// In poll mode a thread re-reads the repository every few seconds.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/model_repository.h"
+
+namespace numaserve::server {
+
+class Metrics;
+class ModelScheduler;
+class WorkerSupervisor;
+
+enum class ModelControlMode {
+  kNone,      // load everything at start-up, never change
+  kPoll,      // load everything, then follow the repository's changes
+  kExplicit,  // load what RepositoryModelLoad asks for
+};
+absl::StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text);
+
+using ModelHandle = std::shared_ptr<const RepositoryModel>;
+
+class ModelManager {
+ public:
+  struct Options {
+    std::string repository;
+    int num_workers = 1;
+    ModelControlMode mode = ModelControlMode::kNone;
+    // Poll mode: how often the repository is read again.
+    std::chrono::milliseconds poll_interval{15000};
+    // How long a load may take on the workers before it counts as failed.
+    std::chrono::milliseconds load_timeout{std::chrono::minutes(5)};
+    // How long unloading waits for queued and running requests.
+    std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};
+  };
+
+  // One row of RepositoryIndex.
+  struct IndexEntry {
+    std::string name;
+    int64_t version = 0;  // 0 when the model has no usable version
+    ModelState state = ModelState::kUnavailable;
+    std::string reason;
+  };
+
+  ModelManager(const Options& options, WorkerSupervisor* workers, ModelScheduler* scheduler,
+               Metrics* metrics);
+  ~ModelManager();
+
+  // Takes the versions the workers loaded at start-up (their state follows
+  // the workers) and the names left unloaded (explicit mode), then starts
+  // polling in poll mode.
+  void Start(const std::vector<RepositoryModel>& initial,
+             const std::vector<std::string>& not_loaded);
+  void Stop();
+
+  // The ready version `version` of `name` (0: the highest ready one).
+  // NOT_FOUND for an unknown model or version; UNAVAILABLE with the reason
+  // for a known one that is not ready.
+  absl::StatusOr<ModelHandle> Resolve(const std::string& name, int64_t version) const;
+  // Versions of `name` that are ready, ascending.
+  std::vector<int64_t> ReadyVersions(const std::string& name) const;
+  std::vector<IndexEntry> Index() const;
+
+  // Reads DIR/name again and serves what its policy selects now.
+  absl::Status Load(const std::string& name);
+  // Stops serving every version of `name` (drains, then unloads).
+  absl::Status Unload(const std::string& name);
+  ModelControlMode mode() const { return options_.mode; }
+
+ private:
+  struct VersionState {
+    ModelHandle handle;  // set while loaded (ready or unloading)
+    ModelState state = ModelState::kLoading;
+    std::string reason;
+  };
+  struct ModelEntry {
+    std::map<int64_t, VersionState> versions;
+    std::string error;        // model-level problem (config, no version)
+    std::string fingerprint;  // for polling
+  };
+
+  void RefreshReady();  // start-up versions: READY once a worker has them
+  void PollLoop();
+  absl::Status UnloadVersions(const std::string& name, const std::vector<int64_t>& versions);
+
+  const Options options_;
+  WorkerSupervisor* const workers_;
+  ModelScheduler* const scheduler_;
+  Metrics* const metrics_;
+
+  std::mutex load_mu_;  // one load or unload at a time
+  mutable std::mutex mu_;
+  std::map<std::string, ModelEntry> models_;
+
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;
+  bool stopping_ = false;
+  std::thread poller_;
+};
+
+}  // namespace numaserve::server

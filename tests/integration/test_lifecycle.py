@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Model lifecycle against the real server: in poll mode a new version
+dropped into the repository is served without a failed request and a broken
+one leaves the previous version serving with the reason in RepositoryIndex;
+in explicit mode RepositoryModelLoad / RepositoryModelUnload load and drain
+models."""
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
+import numaserve_client as nc  # noqa: E402
+
+NAME = "mlp"
+WIDTH = 64
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def model_version(seed):
+    return nc.deep_mlp_model(WIDTH, 2, seed=seed)
+
+
+def publish(repo, name, version, model=None, raw=None):
+    """Writes a version into a hidden directory, then renames it into place,
+    so a poll never sees half a file."""
+    import onnx
+
+    staging = os.path.join(repo, name, ".staging-%d" % version)
+    os.makedirs(staging)
+    path = os.path.join(staging, "model.onnx")
+    if model is not None:
+        onnx.save(model, path)
+    else:
+        with open(path, "wb") as f:
+            f.write(raw)
+    os.rename(staging, os.path.join(repo, name, str(version)))
+
+
+def index(stub):
+    response = stub.RepositoryIndex(nc.pb.RepositoryIndexRequest(), timeout=10)
+    return {(m.name, m.version): (m.state, m.reason) for m in response.models}
+
+
+class PollModeTest(unittest.TestCase):
+
+    def test_new_version_is_served_without_a_failed_request(self):
+        repo = tempfile.mkdtemp(prefix="numaserve_poll_")
+        try:
+            models = {1: model_version(11), 2: model_version(12)}
+            nc.write_model(repo, NAME, models[1], version=1)
+            x = np.random.default_rng(4).random((3, WIDTH), dtype=np.float32)
+            expected = {v: nc.ReferenceModel(m).run({"x": x})["y"] for v, m in models.items()}
+            self.assertFalse(np.allclose(expected[1], expected[2]))
+            with nc.ServerProcess(repo, ["--model-control-mode", "poll",
+                                         "--repository-poll-secs", "1"]) as server:
+                stub = server.stub()
+                outcomes = []
+                lock = threading.Lock()
+                stop = threading.Event()
+
+                def caller():
+                    channel = server.new_channel()
+                    s = nc.pb_grpc.GRPCInferenceServiceStub(channel)
+                    while not stop.is_set():
+                        try:
+                            response = s.ModelInfer(nc.make_request(NAME, {"x": x}), timeout=30)
+                            version = int(response.model_version)
+                            y = nc.decode_outputs(response)["y"]
+                            right = np.allclose(y, expected[version], rtol=RTOL, atol=ATOL)
+                            outcome = version if right else "wrong rows for v%d" % version
+                        except grpc.RpcError as e:
+                            outcome = "%s: %s" % (e.code().name, e.details())
+                        with lock:
+                            outcomes.append(outcome)
+                    channel.close()
+
+                threads = [threading.Thread(target=caller, daemon=True) for _ in range(4)]
+                for t in threads:
+                    t.start()
+                time.sleep(0.5)
+                publish(repo, NAME, 2, model=models[2])
+                switched = nc.wait_until(
+                    lambda: index(stub).get((NAME, "2"), ("",))[0] == "READY"
+                    and index(stub).get((NAME, "1"), ("",))[0] == "UNAVAILABLE", timeout=30)
+                time.sleep(0.5)
+                stop.set()
+                for t in threads:
+                    t.join(30)
+                self.assertTrue(switched, "version 2 not served within 30 s: %r\n%s"
+                                % (index(stub), server.stderr_text(3000)))
+                failures = [o for o in outcomes if not isinstance(o, int)]
+                self.assertEqual(failures, [], "requests failed during the switch")
+                self.assertIn(1, outcomes)
+                self.assertIn(2, outcomes)
+                # After the switch the new version answers every call.
+                self.assertEqual(outcomes[-1], 2)
+                self.assertEqual(index(stub)[(NAME, "1")], ("UNAVAILABLE", "unloaded"))
+
+                # A broken version 3: version 2 keeps serving, the index says why.
+                publish(repo, NAME, 3, raw=b"this is not an onnx file")
+                failed = nc.wait_until(
+                    lambda: index(stub).get((NAME, "3"), ("",))[0] == "UNAVAILABLE", timeout=30)
+                self.assertTrue(failed, "version 3 never reported: %r" % index(stub))
+                _, reason = index(stub)[(NAME, "3")]
+                self.assertTrue(reason, "no reason for the failed version 3")
+                self.assertEqual(index(stub)[(NAME, "2")][0], "READY")
+                response = stub.ModelInfer(nc.make_request(NAME, {"x": x}), timeout=30)
+                self.assertEqual(response.model_version, "2")
+                np.testing.assert_allclose(nc.decode_outputs(response)["y"], expected[2],
+                                           rtol=RTOL, atol=ATOL)
+                # Explicit load requests are refused in poll mode.
+                with self.assertRaises(grpc.RpcError) as caught:
+                    stub.RepositoryModelLoad(nc.pb.RepositoryModelLoadRequest(model_name=NAME),
+                                             timeout=10)
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
+class ExplicitModeTest(unittest.TestCase):
+
+    def test_load_and_unload_by_request(self):
+        repo = tempfile.mkdtemp(prefix="numaserve_explicit_")
+        try:
+            model = model_version(21)
+            nc.write_model(repo, NAME, model, version=1)
+            x = np.random.default_rng(5).random((2, WIDTH), dtype=np.float32)
+            expected = nc.ReferenceModel(model).run({"x": x})["y"]
+            with nc.ServerProcess(repo, ["--model-control-mode", "explicit"]) as server:
+                stub = server.stub()
+                ready = lambda: stub.ModelReady(nc.pb.ModelReadyRequest(name=NAME),
+                                                timeout=10).ready
+                self.assertFalse(ready())
+                self.assertEqual(index(stub)[(NAME, "")][0], "UNAVAILABLE")
+
+                stub.RepositoryModelLoad(nc.pb.RepositoryModelLoadRequest(model_name=NAME),
+                                         timeout=120)
+                self.assertTrue(ready())
+                self.assertEqual(index(stub)[(NAME, "1")], ("READY", ""))
+                np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x})["y"], expected,
+                                           rtol=RTOL, atol=ATOL)
+
+                stub.RepositoryModelUnload(nc.pb.RepositoryModelUnloadRequest(model_name=NAME),
+                                           timeout=60)
+                self.assertFalse(ready())
+                self.assertEqual(index(stub)[(NAME, "1")], ("UNAVAILABLE", "unloaded"))
+                with self.assertRaises(grpc.RpcError) as caught:
+                    nc.infer(stub, NAME, {"x": x})
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
+
+                # Loading again serves again.
+                stub.RepositoryModelLoad(nc.pb.RepositoryModelLoadRequest(model_name=NAME),
+                                         timeout=120)
+                np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x})["y"], expected,
+                                           rtol=RTOL, atol=ATOL)
+                with self.assertRaises(grpc.RpcError) as caught:
+                    stub.RepositoryModelLoad(
+                        nc.pb.RepositoryModelLoadRequest(model_name="no_such_model"),
+                        timeout=60)
+                self.assertNotEqual(caught.exception.code(), grpc.StatusCode.OK)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
