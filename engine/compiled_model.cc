@@ -6,6 +6,7 @@
 // already seen allocates nothing of its own.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +75,9 @@ class CompiledModelImpl final : public CompiledModel {
   // The fast step for an element-wise/layout op, or null.
   std::unique_ptr<Step> FastStep(int node_index, const std::vector<Shape>& shapes1);
   void AssignStorage();
+  // Keeps conv/pool activations in oneDNN's blocked layout where every
+  // reader accepts it (conv chains); plain elsewhere.
+  void ChooseLayouts(const std::vector<Shape>& shapes1);
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
   // Follows a value's only consumer if it is `op_type` and the value is not
   // a graph output; -1 otherwise.
@@ -90,6 +94,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<Storage> storage_;  // by root ValueId
   std::vector<int> output_slot_;  // by root ValueId: index into Run's outputs, or -1
   std::vector<bool> is_output_;   // by ValueId
+  std::vector<bool> blocked_;     // by root ValueId: nC[D]HW16c layout
   std::map<int64_t, BatchState> per_batch_;
 };
 
@@ -297,8 +302,10 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     return absl::Status(conv.status().code(),
                         absl::StrCat(node.Describe(), ": ", conv.status().message()));
   }
-  steps_.push_back(
-      std::make_unique<ConvStep>(*std::move(conv), node.inputs[0], out, sum_from, std::move(name)));
+  auto step =
+      std::make_unique<ConvStep>(*std::move(conv), node.inputs[0], out, sum_from, std::move(name));
+  step->SetEngine(engine_);
+  steps_.push_back(std::move(step));
   return true;
 }
 
@@ -427,7 +434,39 @@ absl::Status CompiledModelImpl::Compile() {
     }
   }
   AssignStorage();
+  ChooseLayouts(*shapes1);
   return absl::OkStatus();
+}
+
+void CompiledModelImpl::ChooseLayouts(const std::vector<Shape>& shapes1) {
+  const int num_values = graph_.num_values();
+  blocked_.assign(num_values, false);
+  for (const auto& step : steps_) {
+    const ValueId v = step->BlockedWrite();
+    if (v != kNoValue && root_[v] == v && storage_[v] == Storage::kArena &&
+        shapes1[v].size() >= 3 && shapes1[v].size() <= 5) {
+      blocked_[v] = true;
+    }
+  }
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (root_[v] != v) blocked_[root_[v]] = false;  // a view reads it plain
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    auto unblock = [&](ValueId v) {
+      if (v != kNoValue && blocked_[v]) {
+        blocked_[v] = false;
+        changed = true;
+      }
+    };
+    for (const auto& step : steps_) {
+      const std::vector<ValueId> ok = step->BlockedReads();
+      for (ValueId r : step->Reads()) {
+        if (r != kNoValue && std::find(ok.begin(), ok.end(), r) == ok.end()) unblock(r);
+      }
+    }
+  }
+  for (const auto& step : steps_) step->SetLayouts(blocked_);
 }
 
 // Roots produced by a step write straight into the caller's output buffer
@@ -469,7 +508,9 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   for (ValueId v = 0; v < num_values; ++v) {
     if (root_[v] != v || storage_[v] != Storage::kArena) continue;
     state.arena_offset[v] = floats;
-    const int64_t n = kernels::NumElements(state.shapes[v]);
+    const int64_t n = blocked_[v] ? kernels::ActivationBytes(state.shapes[v], true) /
+                                        static_cast<int64_t>(sizeof(float))
+                                  : kernels::NumElements(state.shapes[v]);
     floats += (n + kAlignment / sizeof(float) - 1) / (kAlignment / sizeof(float)) *
               (kAlignment / sizeof(float));
   }

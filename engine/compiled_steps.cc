@@ -84,7 +84,12 @@ namespace numaserve::engine {
 absl::Status ConvStep::Run(const StepContext& ctx) {
   float* dst = ctx.data[dst_];
   if (sum_from_ != kNoValue) {
-    std::memcpy(dst, ctx.data[sum_from_], kernels::NumElements(ctx.shapes[dst_]) * sizeof(float));
+    // The residual enters dst in dst's layout; the conv adds onto it.
+    if (absl::Status s = reorder_->Execute(ctx.stream, ctx.shapes[dst_], ctx.data[sum_from_],
+                                           sum_blocked_, dst, dst_blocked_);
+        !s.ok()) {
+      return s;
+    }
   }
   return kernel_->Execute(ctx.stream, ctx.shapes[src_], ctx.shapes[dst_], ctx.data[src_], dst);
 }

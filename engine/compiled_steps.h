@@ -36,6 +36,16 @@ class Step {
   // The kernel and the graph nodes this step stands for
   // ("matmul: fc1+add1+relu1").
   virtual std::string Describe() const = 0;
+
+  // Every value the step reads, and those of them it can read in oneDNN's
+  // channel-blocked layout (nC[D]HW16c); the value it writes, if it can
+  // write it blocked (kNoValue otherwise). A value stays blocked only when
+  // its producer and every reader handle it (CompiledModel decides).
+  virtual std::vector<ValueId> Reads() const = 0;
+  virtual std::vector<ValueId> BlockedReads() const { return {}; }
+  virtual ValueId BlockedWrite() const { return kNoValue; }
+  // The layouts chosen (by ValueId), before the first Prepare.
+  virtual void SetLayouts(const std::vector<bool>& blocked) {}
 };
 
 // Gemm / MatMul with bias, Gemm's beta*C (copied into the output then
@@ -52,6 +62,7 @@ class MatMulStep final : public Step {
   absl::Status Prepare(const std::vector<Shape>& shapes) override;
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "matmul: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_, accumulate_from_}; }
   const kernels::MatMulOnednn& kernel() const { return *kernel_; }
 
  private:
@@ -66,6 +77,7 @@ class AddStep final : public Step {
       : kernel_(engine), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "add: " + name_; }
+  std::vector<ValueId> Reads() const override { return {a_, b_}; }
 
  private:
   kernels::AddOnednn kernel_;
@@ -79,6 +91,7 @@ class ReluStep final : public Step {
       : kernel_(engine), src_(src), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "relu: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
 
  private:
   kernels::ReluOnednn kernel_;
@@ -93,6 +106,7 @@ class SoftmaxStep final : public Step {
       : kernel_(engine, axis, flatten_to_2d), src_(src), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "softmax: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
 
  private:
   kernels::SoftmaxOnednn kernel_;
@@ -111,15 +125,28 @@ class ConvStep final : public Step {
         dst_(dst),
         sum_from_(sum_from),
         name_(std::move(name)) {}
+  void SetEngine(const dnnl::engine& engine) {
+    reorder_ = std::make_unique<kernels::ActivationReorder>(engine);
+  }
   absl::Status Prepare(const std::vector<Shape>& shapes) override {
-    return kernel_->Prepare(shapes[src_], shapes[dst_]);
+    return kernel_->Prepare(shapes[src_], shapes[dst_], src_blocked_, dst_blocked_);
   }
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "conv: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_, sum_from_}; }
+  std::vector<ValueId> BlockedReads() const override { return {src_, sum_from_}; }
+  ValueId BlockedWrite() const override { return dst_; }
+  void SetLayouts(const std::vector<bool>& blocked) override {
+    src_blocked_ = blocked[src_];
+    dst_blocked_ = blocked[dst_];
+    sum_blocked_ = sum_from_ != kNoValue && blocked[sum_from_];
+  }
 
  private:
   std::unique_ptr<kernels::ConvOnednn> kernel_;
   ValueId src_, dst_, sum_from_;
+  bool src_blocked_ = false, dst_blocked_ = false, sum_blocked_ = false;
+  std::unique_ptr<kernels::ActivationReorder> reorder_;  // residual into dst
   std::string name_;
 };
 
@@ -129,13 +156,21 @@ class PoolStep final : public Step {
       : kernel_(std::move(kernel)), src_(src), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override {
     return kernel_.Execute(ctx.stream, ctx.shapes[src_], ctx.shapes[dst_], ctx.data[src_],
-                           ctx.data[dst_]);
+                           ctx.data[dst_], src_blocked_, dst_blocked_);
   }
   std::string Describe() const override { return "pool: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> BlockedReads() const override { return {src_}; }
+  ValueId BlockedWrite() const override { return dst_; }
+  void SetLayouts(const std::vector<bool>& blocked) override {
+    src_blocked_ = blocked[src_];
+    dst_blocked_ = blocked[dst_];
+  }
 
  private:
   kernels::PoolOnednn kernel_;
   ValueId src_, dst_;
+  bool src_blocked_ = false, dst_blocked_ = false;
   std::string name_;
 };
 
@@ -146,6 +181,7 @@ class UnaryStep final : public Step {
       : params_(params), src_(src), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "unary: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
 
  private:
   kernels::UnaryParams params_;
@@ -162,6 +198,7 @@ class BinaryStep final : public Step {
   absl::Status Prepare(const std::vector<Shape>& shapes) override;
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "binary: " + name_; }
+  std::vector<ValueId> Reads() const override { return {a_, b_}; }
 
  private:
   struct Plan {
@@ -185,6 +222,7 @@ class BatchedMatMulStep final : public Step {
       : engine_(engine), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "batched_matmul: " + name_; }
+  std::vector<ValueId> Reads() const override { return {a_, b_}; }
 
  private:
   dnnl::engine engine_;
@@ -207,6 +245,7 @@ class LayerNormStep final : public Step {
         name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "layer_norm: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
 
  private:
   std::vector<float> scale_, bias_;
@@ -222,6 +261,7 @@ class TransposeStep final : public Step {
       : perm_(std::move(perm)), src_(src), dst_(dst), name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "transpose: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
 
  private:
   std::vector<int64_t> perm_;
@@ -241,6 +281,7 @@ class ReferenceStep final : public Step {
   std::string Describe() const override {
     return "reference: " + graph_->nodes()[node_index_].name;
   }
+  std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
 
  private:
   const Graph* graph_;

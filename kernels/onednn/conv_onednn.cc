@@ -22,6 +22,48 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
 
 }  // namespace
 
+dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked) {
+  if (!blocked || shape.size() < 3 || shape.size() > 5) return PlainDesc(shape);
+  const tag t = shape.size() == 3 ? tag::nCw16c : shape.size() == 4 ? tag::nChw16c : tag::nCdhw16c;
+  return dnnl::memory::desc(ToDnnlDims(shape), dt::f32, t);
+}
+
+int64_t ActivationBytes(const Shape& shape, bool blocked) {
+  return static_cast<int64_t>(ActivationDesc(shape, blocked).get_size());
+}
+
+absl::Status ActivationReorder::Execute(dnnl::stream& stream, const Shape& shape, const float* src,
+                                        bool src_blocked, float* dst, bool dst_blocked) {
+  if (src_blocked == dst_blocked) {
+    std::memcpy(dst, src, ActivationBytes(shape, src_blocked));
+    return absl::OkStatus();
+  }
+  const auto key = std::make_tuple(shape, src_blocked, dst_blocked);
+  auto it = per_shape_.find(key);
+  if (it == per_shape_.end()) {
+    BoundPrimitive call;
+    try {
+      const dnnl::memory::desc src_md = ActivationDesc(shape, src_blocked);
+      const dnnl::memory::desc dst_md = ActivationDesc(shape, dst_blocked);
+      dnnl::reorder::primitive_desc pd(engine_, src_md, engine_, dst_md);
+      call.primitive = dnnl::reorder(pd);
+      call.args[DNNL_ARG_FROM] = UnboundMemory(src_md, engine_);
+      call.args[DNNL_ARG_TO] = UnboundMemory(dst_md, engine_);
+    } catch (const dnnl::error& e) {
+      return DnnlErrorToStatus(e, "creating an activation reorder");
+    }
+    it = per_shape_.emplace(key, std::move(call)).first;
+  }
+  try {
+    it->second.SetHandle(DNNL_ARG_FROM, src);
+    it->second.SetHandle(DNNL_ARG_TO, dst);
+    it->second.Execute(stream);
+  } catch (const dnnl::error& e) {
+    return DnnlErrorToStatus(e, "executing an activation reorder");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engine& engine,
                                                                ConvOnednnOptions options) {
   const size_t spatial = options.kernel.size();
@@ -91,7 +133,8 @@ absl::StatusOr<dnnl::memory> ConvOnednn::WeightsFor(const dnnl::memory::desc& md
   }
 }
 
-absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape) {
+absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
+                                 bool dst_blocked) {
   if (per_shape_.contains(src_shape)) return absl::OkStatus();
   const ConvOnednnOptions& o = options_;
   PerShape entry;
@@ -101,8 +144,9 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape)
     dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        PlainDesc(src_shape), any_w, bias_md, PlainDesc(dst_shape), Dims(o.strides, 0),
-        Dims(o.dilations, 1), Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
+        ActivationDesc(src_shape, src_blocked), any_w, bias_md,
+        ActivationDesc(dst_shape, dst_blocked), Dims(o.strides, 0), Dims(o.dilations, 1),
+        Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
     dnnl::convolution_forward::primitive_desc pd(desc, Attr(), engine_);
     auto weights = WeightsFor(pd.weights_desc());
     if (!weights.ok()) return weights.status();

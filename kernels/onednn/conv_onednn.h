@@ -2,8 +2,8 @@
 // reordered once into the layout the primitive prefers, an optional bias,
 // and post-ops: a sum (a residual Add: dst holds the addend on entry) and
 // element-wise activations (Relu, Clip, LeakyRelu, Sigmoid, Tanh, ...).
-// Activations stay plain NC[D]HW at the step boundary; oneDNN picks its
-// implementation for that layout (weights "any").
+// Activations are plain NC[D]HW or channel-blocked nC[D]HW16c (BlockedDesc),
+// chosen by the caller per tensor; weights are "any".
 // Primitives are created per input shape (batch) and cached; the packed
 // weights are shared by every shape that prefers the same layout.
 #pragma once
@@ -13,12 +13,33 @@
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::kernels {
+
+// oneDNN's channel-blocked f32 layout for an [N, C, spatial...] tensor
+// (C padded to 16); plain row-major when `blocked` is false.
+dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked);
+
+// Bytes of an activation in that layout.
+int64_t ActivationBytes(const Shape& shape, bool blocked);
+
+// Copies an activation between layouts (plain <-> blocked, or a plain copy
+// when both are the same), one reorder primitive per shape.
+class ActivationReorder {
+ public:
+  explicit ActivationReorder(const dnnl::engine& engine) : engine_(engine) {}
+  absl::Status Execute(dnnl::stream& stream, const Shape& shape, const float* src, bool src_blocked,
+                       float* dst, bool dst_blocked);
+
+ private:
+  dnnl::engine engine_;
+  std::map<std::tuple<Shape, bool, bool>, BoundPrimitive> per_shape_;
+};
 
 struct EltwisePostOp {
   dnnl::algorithm algorithm = dnnl::algorithm::eltwise_relu;
@@ -48,8 +69,9 @@ class ConvOnednn {
                                                             ConvOnednnOptions options);
 
   // Creates (once per input shape) the primitive; dst_shape is the ONNX
-  // output shape.
-  absl::Status Prepare(const Shape& src_shape, const Shape& dst_shape);
+  // output shape. *_blocked selects nC[D]HW16c instead of plain NC[D]HW.
+  absl::Status Prepare(const Shape& src_shape, const Shape& dst_shape, bool src_blocked = false,
+                       bool dst_blocked = false);
   absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
                        const float* src, float* dst);
 

@@ -1,19 +1,20 @@
 #include "kernels/onednn/pool_onednn.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/onednn/conv_onednn.h"
 
 namespace numaserve::kernels {
-namespace {
-
-dnnl::memory::desc PlainDesc(const Shape& shape) {
-  return dnnl::memory::desc(ToDnnlDims(shape), dnnl::memory::data_type::f32,
-                            ToDnnlDims(RowMajorStrides(shape)));
-}
-
-}  // namespace
 
 absl::Status PoolOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
-                                 const Shape& dst_shape, const float* src, float* dst) {
+                                 const Shape& dst_shape, const float* src, float* dst,
+                                 bool src_blocked, bool dst_blocked) {
+  const bool blocked = src_blocked;
+  float* out = dst;
+  if (src_blocked != dst_blocked) {
+    scratch_.resize(ActivationBytes(dst_shape, src_blocked) / sizeof(float));
+    out = scratch_.data();
+    if (reorder_ == nullptr) reorder_ = std::make_unique<ActivationReorder>(engine_);
+  }
   auto it = per_shape_.find(src_shape);
   if (it == per_shape_.end()) {
     WindowParams w = window_;
@@ -38,9 +39,9 @@ absl::Status PoolOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
     }
     BoundPrimitive call;
     try {
-      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm_,
-                                          PlainDesc(src_shape), PlainDesc(dst_shape), strides,
-                                          kernel, dilation, pl, pr);
+      dnnl::pooling_v2_forward::desc desc(
+          dnnl::prop_kind::forward_inference, algorithm_, ActivationDesc(src_shape, blocked),
+          ActivationDesc(dst_shape, blocked), strides, kernel, dilation, pl, pr);
       dnnl::pooling_v2_forward::primitive_desc pd(desc, engine_);
       call.primitive = dnnl::pooling_v2_forward(pd);
       call.args[DNNL_ARG_SRC] = UnboundMemory(pd.src_desc(), engine_);
@@ -52,11 +53,12 @@ absl::Status PoolOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   }
   try {
     it->second.SetHandle(DNNL_ARG_SRC, src);
-    it->second.SetHandle(DNNL_ARG_DST, dst);
+    it->second.SetHandle(DNNL_ARG_DST, out);
     it->second.Execute(stream);
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "executing pooling");
   }
+  if (out != dst) return reorder_->Execute(stream, dst_shape, out, src_blocked, dst, dst_blocked);
   return absl::OkStatus();
 }
 

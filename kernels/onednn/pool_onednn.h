@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/onednn/conv_onednn.h"
 #include "kernels/onednn/onednn_common.h"
 #include "kernels/ref/conv_ref.h"
 
@@ -22,8 +24,11 @@ class PoolOnednn {
              bool global)
       : engine_(engine), algorithm_(algorithm), window_(std::move(window)), global_(global) {}
 
+  // *_blocked: nC[D]HW16c instead of plain. When the layouts differ, the
+  // pool writes src's layout into a scratch buffer that is then reordered.
   absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
-                       const float* src, float* dst);
+                       const float* src, float* dst, bool src_blocked = false,
+                       bool dst_blocked = false);
 
  private:
   dnnl::engine engine_;
@@ -31,6 +36,8 @@ class PoolOnednn {
   WindowParams window_;
   bool global_;
   std::map<Shape, BoundPrimitive> per_shape_;
+  std::vector<float> scratch_;
+  std::unique_ptr<ActivationReorder> reorder_;
 };
 
 }  // namespace numaserve::kernels

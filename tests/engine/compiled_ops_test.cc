@@ -67,6 +67,41 @@ TEST(CompiledOpsTest, ResidualConvBlockFusesBatchNormSumAndRelu) {
   EXPECT_THAT(plan, ::testing::Not(HasSubstr("reference")));
 }
 
+// Conv outputs kept in the blocked layout, read by each kind of consumer.
+TEST(CompiledOpsTest, BlockedLayoutConsumers) {
+  for (const std::string variant : {"pool", "gap", "sum", "chain", "plain_reader"}) {
+    OnnxModelBuilder b(13);
+    b.Input("x", {-1, 8, 10, 10});
+    b.Initializer("w1", RandomTensor({8, 8, 3, 3}, 1))
+        .Initializer("w2", RandomTensor({8, 8, 3, 3}, 2));
+    OnnxModelBuilder::AttrInts(b.Node("Conv", {"x", "w1"}, {"c1"}), "pads", {1, 1, 1, 1});
+    b.Node("Relu", {"c1"}, {"r1"});
+    if (variant == "pool") {
+      auto& p = b.Node("MaxPool", {"r1"}, {"y"});
+      OnnxModelBuilder::AttrInts(p, "kernel_shape", {3, 3});
+      OnnxModelBuilder::AttrInts(p, "strides", {2, 2});
+      OnnxModelBuilder::AttrInts(p, "pads", {1, 1, 1, 1});
+      b.Output("y", {-1, 8, 5, 5});
+    } else if (variant == "gap") {
+      b.Node("GlobalAveragePool", {"r1"}, {"y"});
+      b.Output("y", {-1, 8, 1, 1});
+    } else if (variant == "sum") {
+      OnnxModelBuilder::AttrInts(b.Node("Conv", {"r1", "w2"}, {"c2"}), "pads", {1, 1, 1, 1});
+      b.Node("Add", {"c2", "r1"}, {"y"});
+      b.Output("y", {-1, 8, 10, 10});
+    } else if (variant == "chain") {
+      OnnxModelBuilder::AttrInts(b.Node("Conv", {"r1", "w2"}, {"y"}), "pads", {1, 1, 1, 1});
+      b.Output("y", {-1, 8, 10, 10});
+    } else {
+      OnnxModelBuilder::AttrInts(b.Node("Conv", {"r1", "w2"}, {"c2"}), "pads", {1, 1, 1, 1});
+      b.Node("Sigmoid", {"c2"}, {"s"});
+      b.Node("Mul", {"s", "r1"}, {"y"});
+      b.Output("y", {-1, 8, 10, 10});
+    }
+    ExpectCompiledMatchesReference(variant, b.Save("layout"), {1, 2}, 1e-9);
+  }
+}
+
 TEST(CompiledOpsTest, DepthwiseConvWithClipAndStrides) {
   OnnxModelBuilder b(13);
   b.Input("x", {-1, 6, 9, 9}).Output("y", {-1, 12, 5, 5});
