@@ -27,3 +27,7 @@ for batch in 1 32 256; do
       --concurrency $conc --seconds "$seconds" | head -1
   done
 done
+
+echo "== benchmark models: numaserve vs ONNX Runtime (same threads and batches)"
+/usr/bin/python3 benchmarks/models/compare.py --numaserve "$bin/numaserve" \
+  --threads "${BENCH_THREADS:-2}" --seconds "$seconds"

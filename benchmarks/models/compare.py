@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""numaserve vs ONNX Runtime on the benchmark models, in one run.
+
+  /usr/bin/python3 benchmarks/models/compare.py --numaserve BUILD/bin/numaserve
+      [--models mlp,resnet50,mobilenetv2,bert_base] [--batch 1,8,32]
+      [--threads 2] [--seconds 5]
+
+Generates missing models (generate.py), runs `numaserve bench --json` and
+benchmarks/peers/ort_bench.js --json with the same model, batches and
+threads, and prints one table row per model and batch with the ratio
+numaserve / ONNX Runtime (throughput; > 1 means numaserve is faster) and
+both p50 latencies. ONNX Runtime is skipped (ratio "n/a") when
+benchmarks/peers/node_modules is missing: `cd benchmarks/peers && npm
+install --ignore-scripts`.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEERS = os.path.join(HERE, "..", "peers")
+SHAPES = {"mlp": "784", "resnet50": "3,224,224", "mobilenetv2": "3,224,224",
+          "bert_base": "128,768"}
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return {r["batch"]: r for r in (json.loads(l) for l in out.splitlines() if l.startswith("{"))}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--numaserve", required=True)
+    p.add_argument("--models", default="mlp,resnet50,mobilenetv2,bert_base")
+    p.add_argument("--batch", default="1,8,32")
+    p.add_argument("--threads", default="2")
+    p.add_argument("--seconds", default="5")
+    args = p.parse_args()
+    models = args.models.split(",")
+    out_dir = os.path.join(HERE, "out")
+    missing = [m for m in models if not os.path.exists(os.path.join(out_dir, m + ".onnx"))]
+    if missing:
+        subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), "--only", *missing],
+                       check=True)
+    have_ort = os.path.isdir(os.path.join(PEERS, "node_modules", "onnxruntime-node"))
+    print(f"{'model':12} {'batch':>5} {'numaserve/s':>12} {'ORT/s':>10} {'ratio':>6} "
+          f"{'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6}")
+    for m in models:
+        path = os.path.join(out_dir, m + ".onnx")
+        ours = run_json([args.numaserve, "bench", "--model", path, "--batch", args.batch,
+                         "--threads", args.threads, "--seconds", args.seconds, "--json"])
+        peer = {}
+        if have_ort:
+            peer = run_json(["node", os.path.join(PEERS, "ort_bench.js"), "--model", path,
+                             "--shape", SHAPES[m], "--batch", args.batch, "--threads",
+                             args.threads, "--seconds", args.seconds, "--json"])
+        for b, r in sorted(ours.items()):
+            o = peer.get(b)
+            ratio = f"{r['inferences_per_second'] / o['inferences_per_second']:.2f}" if o else "n/a"
+            print(f"{m:12} {b:5d} {r['inferences_per_second']:12.1f} "
+                  f"{(o['inferences_per_second'] if o else float('nan')):10.1f} {ratio:>6} "
+                  f"{r['p50_ms']:8.2f} {(o['p50_ms'] if o else float('nan')):8.2f} "
+                  f"{r['gflops']:8.1f} {r['peak_fraction']:6.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
