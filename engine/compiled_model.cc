@@ -23,6 +23,7 @@
 #include "engine/op_registry.h"
 #include "engine/ops/op_tables.h"
 #include "engine/shape_propagation.h"
+#include "kernels/dispatch.h"
 
 namespace numaserve::engine {
 namespace {
@@ -622,6 +623,8 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
         absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
   }
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  // The ISA tier (and oneDNN's cap) is fixed before any primitive exists.
+  kernels::GetKernelTable();
   auto graph = ImportOnnxModel(path);
   if (!graph.ok()) return graph.status();
   auto info = DescribeGraph(*graph, path);

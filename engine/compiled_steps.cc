@@ -1,9 +1,12 @@
 #include "engine/compiled_steps.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/dispatch.h"
 #include "kernels/ref/add_ref.h"
 #include "kernels/shape_ops.h"
 
@@ -138,6 +141,11 @@ absl::Status BinaryStep::Prepare(const std::vector<Shape>& shapes) {
   plan.b_offsets = kernels::BroadcastOffsets(b_outer, outer);
   for (int64_t& o : plan.a_offsets) o *= a_inner;
   for (int64_t& o : plan.b_offsets) o *= b_inner;
+  plan.row_broadcast = plan.a_step == 1 && plan.b_step == 1 && plan.inner > 1;
+  for (size_t o = 0; o < plan.a_offsets.size() && plan.row_broadcast; ++o) {
+    plan.row_broadcast =
+        plan.a_offsets[o] == static_cast<int64_t>(o) * plan.inner && plan.b_offsets[o] == 0;
+  }
   plans_.emplace(key, std::move(plan));
   return absl::OkStatus();
 }
@@ -169,6 +177,18 @@ absl::Status BinaryStep::Run(const StepContext& ctx) {
   const float* b = ctx.data[b_];
   float* y = ctx.data[dst_];
   using K = kernels::BinaryKind;
+  if (p.row_broadcast && (kind_ == K::kAdd || kind_ == K::kMul)) {
+    // a full, b one row repeated: the dispatched row kernel.
+    const kernels::KernelTable& k = kernels::GetKernelTable();
+    const auto fn = kind_ == K::kAdd ? k.add_row_broadcast : k.mul_row_broadcast;
+#pragma omp parallel
+    {
+      const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+      const int64_t begin = outer * id / threads, end = outer * (id + 1) / threads;
+      if (end > begin) fn(a + begin * p.inner, b, y + begin * p.inner, end - begin, p.inner);
+    }
+    return absl::OkStatus();
+  }
   switch (kind_) {
 #define NUMASERVE_BINARY_CASE(k)                                                     \
   case K::k:                                                                         \
@@ -232,20 +252,15 @@ absl::Status LayerNormStep::Run(const StepContext& ctx) {
   const int64_t rows = kernels::NumElements(ctx.shapes[dst_]) / len;
   const float* x = ctx.data[src_];
   float* y = ctx.data[dst_];
-  const float* scale = scale_.data();
-  const float* bias = bias_.data();
-  const float eps = epsilon_;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * len;
-    float* yr = y + r * len;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < len; ++i) sum += xr[i];
-    const float mean = sum / len;
-    float sq = 0.0f;
-    for (int64_t i = 0; i < len; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
-    const float inv = 1.0f / std::sqrt(sq / len + eps);
-    for (int64_t i = 0; i < len; ++i) yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i];
+  const kernels::KernelTable& k = kernels::GetKernelTable();
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t begin = rows * id / threads, end = rows * (id + 1) / threads;
+    if (end > begin) {
+      k.layer_norm_rows(x + begin * len, scale_.data(), bias_.data(), epsilon_, y + begin * len,
+                        end - begin, len);
+    }
   }
   return absl::OkStatus();
 }

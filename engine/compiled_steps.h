@@ -207,6 +207,7 @@ class BinaryStep final : public Step {
     int64_t inner = 1;
     int64_t a_step = 1, b_step = 1;
     std::vector<int64_t> a_offsets, b_offsets;  // per outer index
+    bool row_broadcast = false;                 // a contiguous, b one row of `inner` reused
   };
   kernels::BinaryKind kind_;
   ValueId a_, b_, dst_;

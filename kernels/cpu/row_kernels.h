@@ -1,0 +1,35 @@
+// numaserve's own row kernels, one implementation per ISA tier: softmax and
+// layer normalisation over contiguous rows, and element-wise add/mul of a
+// tensor with a row vector broadcast over its leading dims (bias chains).
+// The *_scalar versions are the references; *_avx2 (AVX2+FMA) and
+// *_avx512 (AVX-512F) live in files compiled with those flags only, and
+// may be called only when the CPU has the ISA (kernels/dispatch.h decides).
+// Names say what, then how: softmax_rows__avx512.
+#pragma once
+
+#include <cstdint>
+
+namespace numaserve::kernels::cpu {
+
+// y[r, :] = softmax(x[r, :]) for `rows` rows of `len` floats.
+void softmax_rows__scalar(const float* x, float* y, int64_t rows, int64_t len);
+void softmax_rows__avx2(const float* x, float* y, int64_t rows, int64_t len);
+void softmax_rows__avx512(const float* x, float* y, int64_t rows, int64_t len);
+
+// y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * scale + bias.
+void layer_norm_rows__scalar(const float* x, const float* scale, const float* bias, float eps,
+                             float* y, int64_t rows, int64_t len);
+void layer_norm_rows__avx2(const float* x, const float* scale, const float* bias, float eps,
+                           float* y, int64_t rows, int64_t len);
+void layer_norm_rows__avx512(const float* x, const float* scale, const float* bias, float eps,
+                             float* y, int64_t rows, int64_t len);
+
+// y[r, :] = x[r, :] (op) v[:] (op = add or mul), `len` floats per row.
+void add_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+void add_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+void add_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+void mul_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+void mul_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+void mul_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+
+}  // namespace numaserve::kernels::cpu

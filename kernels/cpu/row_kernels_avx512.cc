@@ -1,0 +1,53 @@
+// AVX-512F versions of kernels/cpu/row_kernels.h. Compiled with
+// -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma (kernels/CMakeLists.txt);
+// call only on a CPU (and OS) with AVX-512F.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/row_kernels.h"
+
+namespace numaserve::kernels::cpu {
+namespace {
+
+struct Avx512 {
+  using Reg = __m512;
+  static constexpr int64_t kWidth = 16;
+  static Reg Set(float v) { return _mm512_set1_ps(v); }
+  static Reg Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg Sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
+  static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg Max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static Reg Fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg Round(Reg a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static Reg Pow2(Reg n) { return _mm512_scalef_ps(_mm512_set1_ps(1.0f), n); }
+  static float ReduceAdd(Reg v) { return _mm512_reduce_add_ps(v); }
+  static float ReduceMax(Reg v) { return _mm512_reduce_max_ps(v); }
+};
+
+#include "kernels/cpu/row_kernels_simd.inc"
+
+}  // namespace
+
+void softmax_rows__avx512(const float* x, float* y, int64_t rows, int64_t len) {
+  SoftmaxRows<Avx512>(x, y, rows, len);
+}
+void layer_norm_rows__avx512(const float* x, const float* scale, const float* bias, float eps,
+                             float* y, int64_t rows, int64_t len) {
+  LayerNormRows<Avx512>(x, scale, bias, eps, y, rows, len);
+}
+void add_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows,
+                               int64_t len) {
+  RowBroadcast<Avx512, false>(x, v, y, rows, len);
+}
+void mul_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows,
+                               int64_t len) {
+  RowBroadcast<Avx512, true>(x, v, y, rows, len);
+}
+
+}  // namespace numaserve::kernels::cpu

@@ -1,0 +1,47 @@
+// The one dispatch table for numaserve's own kernels, filled once (on first
+// use) from affinity's CPU features. Tiers in order of preference:
+// avx512 (AVX-512F/BW/VL/DQ + FMA), avx2 (AVX2 + FMA), scalar. The
+// environment cap NUMASERVE_MAX_ISA=avx2|avx512|amx limits the tier and
+// also oneDNN (dnnl::set_max_cpu_isa), so both run the same ISA. The chosen
+// tier and why each better tier was skipped are logged to stderr once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace numaserve::kernels {
+
+enum class IsaTier { kScalar, kAvx2, kAvx512 };
+const char* IsaTierName(IsaTier tier);
+
+struct KernelTable {
+  IsaTier tier = IsaTier::kScalar;
+  void (*softmax_rows)(const float* x, float* y, int64_t rows, int64_t len);
+  void (*layer_norm_rows)(const float* x, const float* scale, const float* bias, float eps,
+                          float* y, int64_t rows, int64_t len);
+  void (*add_row_broadcast)(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+  void (*mul_row_broadcast)(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+};
+
+struct DispatchDecision {
+  IsaTier tier = IsaTier::kScalar;
+  std::string cap;                   // NUMASERVE_MAX_ISA as given ("" if unset)
+  std::vector<std::string> skipped;  // "avx512: capped by NUMASERVE_MAX_ISA=avx2"
+  std::string onednn_cap;            // the oneDNN ISA cap applied ("" for none)
+};
+
+// Pure: the tier for these CPU flags and cap (empty cap = none). Errors in
+// the cap are reported in `skipped` and ignored.
+DispatchDecision DecideTier(bool has_avx2_fma, bool has_avx512, bool has_amx,
+                            const std::string& cap);
+
+// The process-wide table (std::call_once; also applies the oneDNN cap).
+const KernelTable& GetKernelTable();
+const DispatchDecision& GetDispatchDecision();
+
+// The table of a given tier, for tests and benchmarks; null when this CPU
+// cannot run it.
+const KernelTable* KernelTableFor(IsaTier tier);
+
+}  // namespace numaserve::kernels
