@@ -1,6 +1,8 @@
 #include "server/inference_service.h"
 
 #include <cctype>
+#include <deque>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -70,7 +72,8 @@ InferenceService::InferenceService(const Options& options, ModelManager* models,
       models_(models),
       workers_(workers),
       scheduler_(scheduler),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      statistics_(options.statistics) {}
 
 bool InferenceService::Ready() const {
   if (shutting_down_) return false;
@@ -152,53 +155,72 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
-  const auto received = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const std::string model_label = request->model_name();
+  StartInference(context, request, response,
+                 [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
+  return reactor;
+}
+
+void InferenceService::StartInference(grpc::CallbackServerContext* context,
+                                      const inference::ModelInferRequest* request,
+                                      inference::ModelInferResponse* response,
+                                      std::function<void(const absl::Status&)> answer) {
+  const auto received = std::chrono::steady_clock::now();
   in_flight_.fetch_add(1);
   last_call_ns_.store(
       std::chrono::duration_cast<std::chrono::nanoseconds>(received.time_since_epoch()).count());
-  auto finish = [this, reactor, received, model_label](const absl::Status& status) {
+  // What the answer records: the model version once resolved, the timing
+  // once computed.
+  struct Call {
+    std::string model;
+    int64_t version = 0;
+    int64_t rows = 0;
+    InferenceTiming timing;
+    double output_seconds = 0;
+  };
+  auto call = std::make_shared<Call>();
+  call->model = request->model_name();
+  auto finish = [this, call, received, answer = std::move(answer)](const absl::Status& status) {
+    const double total =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
     if (metrics_) {
-      metrics_->RecordRequest(
-          model_label, OutcomeName(status.code()),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
-      if (!status.ok()) metrics_->RecordFailure(model_label, FailureReason(status.code()));
+      metrics_->RecordRequest(call->model, OutcomeName(status.code()), total);
+      if (!status.ok()) metrics_->RecordFailure(call->model, FailureReason(status.code()));
     }
-    reactor->Finish(ToGrpcStatus(status));
+    if (statistics_ != nullptr && call->version > 0) {
+      if (status.ok()) {
+        const InferenceTiming& t = call->timing;
+        statistics_->RecordSuccess(call->model, call->version, call->rows, total, t.queue_seconds,
+                                   t.compute_input_seconds, t.compute_infer_seconds,
+                                   call->output_seconds);
+      } else {
+        statistics_->RecordFailure(call->model, call->version, total);
+      }
+    }
+    answer(status);
     in_flight_.fetch_sub(1);
   };
 
-  if (shutting_down_) {
-    finish(absl::UnavailableError("the server is shutting down"));
-    return reactor;
-  }
+  if (shutting_down_) return finish(absl::UnavailableError("the server is shutting down"));
   auto resolved = Resolve(request->model_name(), request->model_version());
-  if (!resolved.ok()) {
-    finish(resolved.status());
-    return reactor;
-  }
+  if (!resolved.ok()) return finish(resolved.status());
   ModelHandle model = *std::move(resolved);
+  call->version = model->version;
   auto parsed = ParseInferRequest(model->info, *request, options_.max_message_bytes);
-  if (!parsed.ok()) {
-    finish(parsed.status());
-    return reactor;
-  }
+  if (!parsed.ok()) return finish(parsed.status());
   const int64_t max_batch = model->config.max_batch_size();
   if (max_batch > 0 && parsed->rows > max_batch) {
-    finish(absl::InvalidArgumentError(absl::StrFormat(
+    return finish(absl::InvalidArgumentError(absl::StrFormat(
         "the request has %d rows; model '%s' takes at most max_batch_size = %d per request",
         parsed->rows, model->name, max_batch)));
-    return reactor;
   }
   size_t response_bytes = 0;
   for (int index : parsed->outputs) response_bytes += parsed->output_bytes[index];
   if (response_bytes > options_.max_message_bytes) {
-    finish(absl::InvalidArgumentError(absl::StrFormat(
+    return finish(absl::InvalidArgumentError(absl::StrFormat(
         "the response would carry %d bytes of outputs, more than the %d-byte message limit "
         "(--grpc-max-message-bytes); send fewer rows",
         response_bytes, options_.max_message_bytes)));
-    return reactor;
   }
 
   auto pending = std::make_shared<PendingInference>();
@@ -223,14 +245,17 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   response->set_id(request->id());
   pending->parsed = *std::move(parsed);
   PendingInference* p = pending.get();
-  pending->done = [this, p, response, finish](const absl::Status& status,
-                                              const std::vector<const char*>& outputs,
-                                              const InferenceTiming& timing) {
+  pending->done = [this, p, call, response, finish](const absl::Status& status,
+                                                    const std::vector<const char*>& outputs,
+                                                    const InferenceTiming& timing) {
     if (status.ok()) {
       const auto copy_start = std::chrono::steady_clock::now();
       FillInferResponse(p->model->info, p->parsed, outputs, response);
       const double output_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
+      call->rows = p->parsed.rows;
+      call->timing = timing;
+      call->output_seconds = output_seconds;
       if (metrics_) {
         metrics_->RecordInference(p->model->name, p->parsed.rows, timing.queue_seconds,
                                   timing.compute_input_seconds, timing.compute_infer_seconds,
@@ -249,13 +274,159 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
       if (parsed_again.ok()) {
         pending->model = *again;
         pending->parsed = *std::move(parsed_again);
+        call->version = (*again)->version;
         response->set_model_version(absl::StrCat((*again)->version));
         submitted = scheduler_->Submit(pending);
       }
     }
   }
   if (!submitted.ok()) finish(submitted);
-  return reactor;
+}
+
+namespace {
+
+// One ModelStreamInfer call: every request read starts an inference; the
+// answers are written back one at a time as they complete. The call ends
+// when the client has finished writing and every answer has been written.
+class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                                         inference::ModelStreamInferResponse> {
+ public:
+  using StartFn =
+      std::function<void(const inference::ModelInferRequest*, inference::ModelInferResponse*,
+                         std::function<void(const absl::Status&)>)>;
+  explicit InferStream(StartFn start) : start_(std::move(start)) { ReadNext(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    std::shared_ptr<Item> item = std::move(reading_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++outstanding_;
+    }
+    start_(&item->request, item->reply.mutable_infer_response(),
+           [this, item](const absl::Status& status) {
+             if (!status.ok()) {
+               const std::string id = item->request.id();
+               item->reply.Clear();
+               item->reply.set_error_message(
+                   absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
+               item->reply.mutable_infer_response()->set_id(id);
+               item->reply.mutable_infer_response()->set_model_name(item->request.model_name());
+             }
+             Write(item);
+           });
+    ReadNext();
+  }
+
+  void OnWriteDone(bool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.pop_front();
+    --outstanding_;
+    if (!writes_.empty()) {
+      StartWrite(&writes_.front()->reply);
+      return;
+    }
+    writing_ = false;
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Item {
+    inference::ModelInferRequest request;
+    inference::ModelStreamInferResponse reply;
+  };
+
+  void ReadNext() {
+    reading_ = std::make_shared<Item>();
+    StartRead(&reading_->request);
+  }
+
+  void Write(std::shared_ptr<Item> item) {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.push_back(std::move(item));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&writes_.front()->reply);
+    }
+  }
+
+  void MaybeFinishLocked() {
+    if (reads_done_ && outstanding_ == 0 && !writing_ && !finished_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  const StartFn start_;
+  std::shared_ptr<Item> reading_;  // only touched by the read chain
+  std::mutex mu_;
+  std::deque<std::shared_ptr<Item>> writes_;  // front: being written
+  int64_t outstanding_ = 0;                   // read, not yet written
+  bool writing_ = false;
+  bool reads_done_ = false;
+  bool finished_ = false;
+};
+
+// The config completed with the model's tensors where it lists none.
+config::ModelConfig CompletedConfig(const RepositoryModel& m) {
+  config::ModelConfig c = m.config;
+  c.set_name(m.name);
+  const bool batched = c.max_batch_size() > 0;
+  auto add = [&](const engine::TensorInfo& t, config::ModelTensor* out) {
+    out->set_name(t.name);
+    out->set_data_type(engine::DataTypeName(t.type));
+    for (size_t d = batched ? 1 : 0; d < t.shape.size(); ++d) out->add_dims(t.shape[d]);
+  };
+  if (c.input_size() == 0) {
+    for (const auto& t : m.info.inputs) add(t, c.add_input());
+  }
+  if (c.output_size() == 0) {
+    for (const auto& t : m.info.outputs) add(t, c.add_output());
+  }
+  if (c.gemm_backend().empty()) c.set_gemm_backend("auto");
+  return c;
+}
+
+}  // namespace
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new InferStream([this, context](const inference::ModelInferRequest* request,
+                                         inference::ModelInferResponse* response,
+                                         std::function<void(const absl::Status&)> answer) {
+    StartInference(context, request, response, std::move(answer));
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
+    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  int64_t version = 0;
+  if (!request->name().empty()) {
+    auto model = Resolve(request->name(), request->version());
+    if (!model.ok() && model.status().code() == absl::StatusCode::kNotFound) {
+      return FinishNow(context, ToGrpcStatus(model.status()));
+    }
+    if (!request->version().empty()) absl::SimpleAtoi(request->version(), &version);
+  }
+  if (statistics_ != nullptr) statistics_->Fill(request->name(), version, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  auto model = Resolve(request->name(), request->version());
+  if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
+  *response->mutable_config() = CompletedConfig(**model);
+  return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(

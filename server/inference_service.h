@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "grpc_service.grpc.pb.h"
 #include "server/model_manager.h"
 #include "server/model_scheduler.h"
+#include "server/model_statistics.h"
 
 namespace numaserve::server {
 
@@ -25,6 +27,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     // The gRPC message limit: a request whose declared input or output
     // tensors would exceed it is refused before anything is allocated.
     size_t max_message_bytes = size_t{64} << 20;
+    // Where per-version counters for ModelStatistics go (not owned; may be null).
+    server::ModelStatistics* statistics = nullptr;
   };
 
   InferenceService(const Options& options, ModelManager* models, WorkerSupervisor* workers,
@@ -57,6 +61,14 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;
@@ -70,12 +82,20 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  private:
   // NOT_FOUND for an unknown model or version; the model otherwise.
   absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version) const;
+  // Validates `request` and queues it; `answer` runs exactly once, after
+  // `response` is filled (on success). `request` and `response` must live
+  // until then. Used by ModelInfer and ModelStreamInfer.
+  void StartInference(grpc::CallbackServerContext* context,
+                      const inference::ModelInferRequest* request,
+                      inference::ModelInferResponse* response,
+                      std::function<void(const absl::Status&)> answer);
 
   const Options options_;
   ModelManager* const models_;
   WorkerSupervisor* const workers_;
   ModelScheduler* const scheduler_;
   Metrics* const metrics_;
+  server::ModelStatistics* const statistics_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> in_flight_{0};     // ModelInfer calls not yet finished
   std::atomic<int64_t> last_call_ns_{0};  // steady clock, when the last ModelInfer arrived

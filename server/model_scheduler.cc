@@ -43,6 +43,7 @@ absl::Status ModelScheduler::AddModel(std::shared_ptr<const RepositoryModel> mod
     queues_[key] = queue;
   }
   ReportPending(q);
+  if (options_.statistics != nullptr) options_.statistics->Register(model->name, model->version);
   return absl::OkStatus();
 }
 
@@ -213,6 +214,7 @@ void ModelScheduler::Dispatch(Queue* queue, Batch batch) {
     if (status.ok() && metrics_) {
       metrics_->RecordExecution(model_name, version, rows, requests.size());
     }
+    const auto scatter_start = std::chrono::steady_clock::now();
     int64_t offset_rows = 0;
     std::vector<const char*> mine(outputs.size());
     for (const auto& r : requests) {
@@ -225,6 +227,12 @@ void ModelScheduler::Dispatch(Queue* queue, Batch batch) {
       }
       r->done(status, status.ok() ? mine : std::vector<const char*>{}, timing);
       offset_rows += r->rows;
+    }
+    if (status.ok() && options_.statistics != nullptr) {
+      const double output_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - scatter_start).count();
+      options_.statistics->RecordExecution(model_name, queue->model->version, rows, t.input_seconds,
+                                           t.compute_seconds, output_seconds);
     }
     queue->in_flight.fetch_sub(1);
   };

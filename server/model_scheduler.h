@@ -22,6 +22,7 @@
 #include "server/dynamic_batcher.h"
 #include "server/infer_request.h"
 #include "server/model_repository.h"
+#include "server/model_statistics.h"
 #include "server/router.h"
 
 namespace numaserve::server {
@@ -55,6 +56,8 @@ class ModelScheduler {
     size_t default_max_queue_size = 4096;
     // How often queues are checked for cancelled calls when nothing else is due.
     std::chrono::milliseconds idle_poll{10};
+    // Where per-batch-size execution statistics go (not owned; may be null).
+    ModelStatistics* statistics = nullptr;
   };
 
   ModelScheduler(const Options& options, Router* router, Metrics* metrics, const Clock* clock);

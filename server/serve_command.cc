@@ -223,8 +223,10 @@ int ServeCommand(const std::vector<std::string>& args) {
   if (!workers.ok()) return Fail(workers.status());
   Router router(Router::Options{}, workers->get(), metrics->get());
   router_ptr = &router;
+  ModelStatistics statistics;
   ModelScheduler::Options scheduler_options;
   scheduler_options.default_max_queue_size = static_cast<size_t>(o.max_queue_size);
+  scheduler_options.statistics = &statistics;
   ModelScheduler scheduler(scheduler_options, &router, metrics->get(), Clock::Real());
   scheduler.Start();
   scheduler_ptr = &scheduler;
@@ -254,6 +256,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   InferenceService::Options service_options;
   service_options.default_timeout = std::chrono::milliseconds(o.default_timeout_ms);
   service_options.max_message_bytes = static_cast<size_t>(o.grpc_max_message_bytes);
+  service_options.statistics = &statistics;
   InferenceService service(service_options, &models, workers->get(), &scheduler, metrics->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

@@ -47,7 +47,8 @@ DEFAULT_MODEL_SCRIPT = os.path.join(SOURCE_DIR, "models", "generate_default_mode
 DEFAULT_MODEL_NAME = "fashion_classifier"
 
 __all__ = [
-    "pb", "pb_grpc", "health_pb", "health_pb_grpc", "SOURCE_DIR", "DEFAULT_MODEL_NAME",
+    "pb", "pb_grpc", "health_pb", "health_pb_grpc", "config_pb", "SOURCE_DIR",
+    "DEFAULT_MODEL_NAME",
     "default_binary", "write_default_model", "deep_mlp_model", "write_model",
     "ServerProcess", "ServerStartError", "child_pids", "insecure_channel", "wait_until",
     "make_request", "decode_outputs", "infer", "random_images", "datatype_of",
@@ -73,7 +74,7 @@ def _generate_stubs():
     args = ["grpc_tools.protoc"]
     args += ["-I" + d for d in includes]
     args += ["--python_out=" + out_dir, "--grpc_python_out=" + out_dir,
-             "grpc_service.proto", "health.proto"]
+             "grpc_service.proto", "model_config.proto", "health.proto"]
     rc = protoc.main(args)
     if rc != 0:
         raise RuntimeError("grpc_tools.protoc failed (%d) on %s" % (rc, " ".join(args)))
@@ -86,6 +87,7 @@ STUB_DIR = _generate_stubs()
 import grpc_service_pb2 as pb  # noqa: E402  (generated just above)
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 import health_pb2 as health_pb  # noqa: E402
+import model_config_pb2 as config_pb  # noqa: E402
 import health_pb2_grpc as health_pb_grpc  # noqa: E402
 
 

@@ -1,0 +1,54 @@
+// Triton-style cumulative statistics per model version (the ModelStatistics
+// RPC): request successes and failures with their durations, queue and
+// compute phases, and per batch size the compute phases of each execution.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "grpc_service.pb.h"
+
+namespace numaserve::server {
+
+class ModelStatistics {
+ public:
+  // A version that starts serving: listed (with zeros) from now on.
+  void Register(const std::string& model, int64_t version);
+  // One request answered successfully.
+  void RecordSuccess(const std::string& model, int64_t version, int64_t rows, double total_s,
+                     double queue_s, double input_s, double infer_s, double output_s);
+  // One request of a resolved model version that failed.
+  void RecordFailure(const std::string& model, int64_t version, double total_s);
+  // One batch of `rows` rows computed.
+  void RecordExecution(const std::string& model, int64_t version, int64_t rows, double input_s,
+                       double infer_s, double output_s);
+  // Appends the statistics of `model` (every model if empty) and `version`
+  // (every version if 0), in name and version order.
+  void Fill(const std::string& model, int64_t version,
+            inference::ModelStatisticsResponse* response) const;
+
+ private:
+  struct Duration {
+    uint64_t count = 0;
+    uint64_t ns = 0;
+    void Add(double seconds);
+  };
+  struct BatchStats {
+    Duration input, infer, output;
+  };
+  struct Stats {
+    uint64_t last_inference_ms = 0;
+    uint64_t inference_count = 0;
+    uint64_t execution_count = 0;
+    Duration success, fail, queue, input, infer, output;
+    std::map<int64_t, BatchStats> batches;
+  };
+
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int64_t>, Stats> stats_;
+};
+
+}  // namespace numaserve::server
