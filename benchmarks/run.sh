@@ -31,3 +31,6 @@ done
 echo "== benchmark models: numaserve vs ONNX Runtime (same threads and batches)"
 /usr/bin/python3 benchmarks/models/compare.py --numaserve "$bin/numaserve" \
   --threads "${BENCH_THREADS:-2}" --seconds "$seconds"
+
+echo "== serving: dynamic batching delays, closed and open loop, overhead vs in process"
+benchmarks/e2e/serving_bench.sh "$build"
