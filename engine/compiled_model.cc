@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,7 @@ struct BatchState {
   std::unique_ptr<float, FreeDeleter> arena;
   std::vector<int64_t> arena_offset;  // by ValueId, for kArena roots
   std::vector<float*> data;           // by ValueId, refreshed per Run
+  int64_t arena_bytes = 0;            // peak activation bytes (the plan's size)
 };
 
 class CompiledModelImpl final : public CompiledModel {
@@ -60,6 +62,11 @@ class CompiledModelImpl final : public CompiledModel {
 
   const ModelInfo& info() const override { return info_; }
   std::string DescribePlan() const override;
+  absl::StatusOr<int64_t> ActivationBytes(int64_t batch) override {
+    auto state = GetBatchState(batch);
+    if (!state.ok()) return state.status();
+    return (*state)->arena_bytes;
+  }
   std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override;
   absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                    const std::vector<void*>& outputs) override;
@@ -79,6 +86,34 @@ class CompiledModelImpl final : public CompiledModel {
   // Keeps conv/pool activations in oneDNN's blocked layout where every
   // reader accepts it (conv chains); plain elsewhere.
   void ChooseLayouts(const std::vector<Shape>& shapes1);
+  // Per arena value, the first step writing it and the last reading it
+  // (views included), for the activation memory plan.
+  void PlanLifetimes(const std::vector<int>& producer,
+                     const std::vector<std::vector<int>>& consumers);
+
+  // Records, when a node's step has been added, which step stands for it
+  // and for the nodes it fused.
+  struct StepOfNodes {
+    StepOfNodes(int node, size_t steps_before, const std::vector<bool>& fused,
+                const std::vector<std::unique_ptr<Step>>& steps, std::vector<int>& step_of_node)
+        : node_(node),
+          before_(steps_before),
+          fused_(fused),
+          steps_(steps),
+          step_of_node_(step_of_node) {}
+    ~StepOfNodes() {
+      if (steps_.size() == before_) return;  // a view: no step
+      step_of_node_[node_] = static_cast<int>(before_);
+      for (size_t j = node_ + 1; j < fused_.size(); ++j) {
+        if (fused_[j] && step_of_node_[j] < 0) step_of_node_[j] = static_cast<int>(before_);
+      }
+    }
+    int node_;
+    size_t before_;
+    const std::vector<bool>& fused_;
+    const std::vector<std::unique_ptr<Step>>& steps_;
+    std::vector<int>& step_of_node_;
+  };
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
   // Follows a value's only consumer if it is `op_type` and the value is not
   // a graph output; -1 otherwise.
@@ -91,11 +126,13 @@ class CompiledModelImpl final : public CompiledModel {
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::vector<std::unique_ptr<Step>> steps_;
-  std::vector<ValueId> root_;     // by ValueId
-  std::vector<Storage> storage_;  // by root ValueId
-  std::vector<int> output_slot_;  // by root ValueId: index into Run's outputs, or -1
-  std::vector<bool> is_output_;   // by ValueId
-  std::vector<bool> blocked_;     // by root ValueId: nC[D]HW16c layout
+  std::vector<ValueId> root_;                // by ValueId
+  std::vector<Storage> storage_;             // by root ValueId
+  std::vector<int> output_slot_;             // by root ValueId: index into Run's outputs, or -1
+  std::vector<bool> is_output_;              // by ValueId
+  std::vector<bool> blocked_;                // by root ValueId: nC[D]HW16c layout
+  std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
+  std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::map<int64_t, BatchState> per_batch_;
 };
 
@@ -402,12 +439,15 @@ absl::Status CompiledModelImpl::Compile() {
   auto shapes1 = PropagateShapes(graph_, InputShapesForBatch(graph_, 1));
   if (!shapes1.ok()) return shapes1.status();
   std::vector<bool> fused(graph_.nodes().size(), false);
+  step_of_node_.assign(graph_.nodes().size(), -1);
   std::vector<int> producer(num_values, -1);  // node index, -1 for inputs/constants
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
   }
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     if (fused[i]) continue;
+    const size_t steps_before = steps_.size();
+    StepOfNodes step_of(i, steps_before, fused, steps_, step_of_node_);
     const Node& node = graph_.nodes()[i];
     const std::string& op = node.op_type;
     const ValueId in = node.inputs[0], out = node.outputs[0];
@@ -436,7 +476,25 @@ absl::Status CompiledModelImpl::Compile() {
   }
   AssignStorage();
   ChooseLayouts(*shapes1);
+  PlanLifetimes(producer, consumers);
   return absl::OkStatus();
+}
+
+void CompiledModelImpl::PlanLifetimes(const std::vector<int>& producer,
+                                      const std::vector<std::vector<int>>& consumers) {
+  const int num_values = graph_.num_values();
+  first_step_.assign(num_values, -1);
+  last_step_.assign(num_values, -1);
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (root_[v] != v || storage_[v] != Storage::kArena || producer[v] < 0) continue;
+    first_step_[v] = step_of_node_[producer[v]];
+  }
+  for (ValueId v = 0; v < num_values; ++v) {
+    const ValueId r = root_[v];
+    if (storage_[r] != Storage::kArena || first_step_[r] < 0) continue;
+    last_step_[r] = std::max(last_step_[r], first_step_[r]);
+    for (int c : consumers[v]) last_step_[r] = std::max(last_step_[r], step_of_node_[c]);
+  }
 }
 
 void CompiledModelImpl::ChooseLayouts(const std::vector<Shape>& shapes1) {
@@ -505,16 +563,49 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   state.shapes = *std::move(shapes);
   const int num_values = graph_.num_values();
   state.arena_offset.assign(num_values, -1);
-  int64_t floats = 0;
+  // Greedy memory plan: largest first, each at the lowest offset that does
+  // not overlap a placed value whose lifetime (in steps) intersects its own.
+  constexpr int64_t kAlign = kAlignment / sizeof(float);
+  struct Block {
+    ValueId v;
+    int64_t size;
+  };
+  std::vector<Block> blocks;
   for (ValueId v = 0; v < num_values; ++v) {
     if (root_[v] != v || storage_[v] != Storage::kArena) continue;
-    state.arena_offset[v] = floats;
     const int64_t n = blocked_[v] ? kernels::ActivationBytes(state.shapes[v], true) /
                                         static_cast<int64_t>(sizeof(float))
                                   : kernels::NumElements(state.shapes[v]);
-    floats += (n + kAlignment / sizeof(float) - 1) / (kAlignment / sizeof(float)) *
-              (kAlignment / sizeof(float));
+    blocks.push_back({v, (std::max<int64_t>(n, 1) + kAlign - 1) / kAlign * kAlign});
   }
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const Block& a, const Block& b) { return a.size > b.size; });
+  auto lifetime = [&](ValueId v) {
+    // Values never written by a step (unused) still get their own space.
+    return first_step_[v] < 0 ? std::make_pair(-1, std::numeric_limits<int>::max())
+                              : std::make_pair(first_step_[v], last_step_[v]);
+  };
+  std::vector<Block> placed;
+  int64_t floats = 0;
+  for (const Block& b : blocks) {
+    const auto [b0, b1] = lifetime(b.v);
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of overlapping lives
+    for (const Block& p : placed) {
+      const auto [p0, p1] = lifetime(p.v);
+      if (p0 <= b1 && b0 <= p1)
+        busy.push_back({state.arena_offset[p.v], state.arena_offset[p.v] + p.size});
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [start, end] : busy) {
+      if (offset + b.size <= start) break;
+      offset = std::max(offset, end);
+    }
+    state.arena_offset[b.v] = offset;
+    floats = std::max(floats, offset + b.size);
+    placed.push_back(b);
+  }
+  state.arena_bytes = floats * static_cast<int64_t>(sizeof(float));
   const size_t bytes = std::max<int64_t>(floats, 1) * sizeof(float);
   state.arena.reset(static_cast<float*>(std::aligned_alloc(kAlignment, bytes)));
   if (state.arena == nullptr) {

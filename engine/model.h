@@ -27,7 +27,7 @@ enum class DataType {
 // KServe v2 names: "FP32", "INT64", "BOOL", ...; "UNKNOWN" otherwise.
 const char* DataTypeName(DataType type);
 DataType DataTypeFromName(const std::string& name);  // kUnknown if not a v2 name
-size_t DataTypeSize(DataType type);                   // bytes per element, 0 if unknown
+size_t DataTypeSize(DataType type);                  // bytes per element, 0 if unknown
 
 struct TensorInfo {
   std::string name;
@@ -42,9 +42,9 @@ struct ModelInfo {
   // True when dim 0 of every input and output is dynamic (the batch
   // dimension). Requests may then carry any number of rows >= 1.
   bool batched = false;
-  int64_t opset = 0;           // default-domain opset the model imports
-  int64_t parameter_bytes = 0; // bytes of initializers (weights)
-  double flops_per_row = 0;    // multiply-adds x2 per batch row (Gemm/MatMul)
+  int64_t opset = 0;            // default-domain opset the model imports
+  int64_t parameter_bytes = 0;  // bytes of initializers (weights)
+  double flops_per_row = 0;     // multiply-adds x2 per batch row (Gemm/MatMul)
 };
 
 // Parses, checks (onnx::checker) and shape-infers the file; reads metadata.
@@ -77,6 +77,11 @@ class CompiledModel {
   // Not thread-safe: one Run at a time per CompiledModel.
   virtual absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                            const std::vector<void*>& outputs) = 0;
+
+  // Peak activation bytes at `batch` rows: the size of the activation
+  // arena, whose buffers are reused between values that are not alive at
+  // the same time (graph inputs, outputs and weights not included).
+  virtual absl::StatusOr<int64_t> ActivationBytes(int64_t batch) { return int64_t{0}; }
 
   // The compiled plan, one line per kernel step with the graph nodes it
   // stands for ("matmul: fc1+relu1"), for logs and tests.

@@ -22,6 +22,7 @@ struct BatchResult {
   double inferences_per_second = 0;
   double p50_ms = 0, p99_ms = 0;
   double gflops = 0, peak_fraction = 0;
+  int64_t activation_bytes = 0;
 };
 
 double Percentile(std::vector<double> v, double q) {
@@ -76,6 +77,7 @@ absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch
   r.p99_ms = Percentile(latencies_ms, 0.99);
   r.gflops = info.flops_per_row * r.inferences_per_second / 1e9;
   r.peak_fraction = peak_gflops > 0 ? r.gflops / peak_gflops : 0;
+  if (auto bytes = model.ActivationBytes(batch); bytes.ok()) r.activation_bytes = *bytes;
   return r;
 }
 
@@ -130,8 +132,8 @@ int BenchCommand(const std::vector<std::string>& args) {
   if (!json) {
     printf("%s: %.2f GFLOP per row, %d threads, FP32 peak %.0f GFLOP/s\n", model_path.c_str(),
            (*model)->info().flops_per_row / 1e9, used_threads, peak);
-    printf("%6s %12s %10s %10s %10s %8s\n", "batch", "infer/s", "p50_ms", "p99_ms", "GFLOP/s",
-           "peak");
+    printf("%6s %12s %10s %10s %10s %8s %10s\n", "batch", "infer/s", "p50_ms", "p99_ms", "GFLOP/s",
+           "peak", "act_MB");
   }
   for (int64_t batch : batches) {
     if (!(*model)->info().batched && batch != 1) {
@@ -149,13 +151,14 @@ int BenchCommand(const std::vector<std::string>& args) {
       printf(
           "{\"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"iterations\": %lld, "
           "\"inferences_per_second\": %.3f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
-          "\"gflops\": %.3f, \"peak_fraction\": %.4f}\n",
+          "\"gflops\": %.3f, \"peak_fraction\": %.4f, \"activation_bytes\": %lld}\n",
           model_path.c_str(), static_cast<long long>(r->batch), used_threads,
           static_cast<long long>(r->iterations), r->inferences_per_second, r->p50_ms, r->p99_ms,
-          r->gflops, r->peak_fraction);
+          r->gflops, r->peak_fraction, static_cast<long long>(r->activation_bytes));
     } else {
-      printf("%6lld %12.1f %10.3f %10.3f %10.1f %8.3f\n", static_cast<long long>(r->batch),
-             r->inferences_per_second, r->p50_ms, r->p99_ms, r->gflops, r->peak_fraction);
+      printf("%6lld %12.1f %10.3f %10.3f %10.1f %8.3f %10.1f\n", static_cast<long long>(r->batch),
+             r->inferences_per_second, r->p50_ms, r->p99_ms, r->gflops, r->peak_fraction,
+             r->activation_bytes / 1e6);
     }
     fflush(stdout);
   }

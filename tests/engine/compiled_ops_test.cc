@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
@@ -100,6 +101,25 @@ TEST(CompiledOpsTest, BlockedLayoutConsumers) {
     }
     ExpectCompiledMatchesReference(variant, b.Save("layout"), {1, 2}, 1e-9);
   }
+}
+
+TEST(CompiledOpsTest, MemoryPlanReusesActivationBuffers) {
+  OnnxModelBuilder b(13);
+  b.Input("x", {-1, 1000}).Output("y", {-1, 1000});
+  std::string prev = "x";
+  for (int i = 0; i < 8; ++i) {
+    const std::string next = i == 7 ? "y" : absl::StrCat("s", i);
+    b.Node(i % 2 == 0 ? "Sigmoid" : "Tanh", {prev}, {next});
+    prev = next;
+  }
+  const std::string path = b.Save("chain");
+  ExpectCompiledMatchesReference("chain", path, {1, 4, 2}, 1e-10);
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok());
+  auto bytes = (*model)->ActivationBytes(4);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  // Seven intermediates, two alive at a time: two buffers of 4 x 1000 floats.
+  EXPECT_EQ(*bytes, 2 * 4 * 1000 * 4);
 }
 
 TEST(CompiledOpsTest, DepthwiseConvWithClipAndStrides) {
