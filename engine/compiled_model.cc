@@ -74,7 +74,16 @@ class CompiledModelImpl final : public CompiledModel {
  private:
   // shapes1: every value's shape at batch 1 (for ranks).
   absl::Status CompileMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
-                             const std::vector<Shape>& shapes1, std::vector<bool>& fused);
+                             const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                             std::vector<bool>& fused);
+  // x / sqrt(2) -> Erf -> + 1 -> x * . -> * 0.5 (any operand order): the
+  // nodes and the final value, when `x` feeds exactly that pattern.
+  struct GeluMatch {
+    std::vector<int> nodes;
+    ValueId output;
+  };
+  std::optional<GeluMatch> MatchErfGelu(ValueId x,
+                                        const std::vector<std::vector<int>>& consumers) const;
   // Conv (+BatchNormalization folded, +residual Add as a sum, +activation)
   // on oneDNN; false when the node needs the reference (runtime weights).
   absl::StatusOr<bool> CompileConv(int node_index, const std::vector<std::vector<int>>& consumers,
@@ -143,9 +152,50 @@ int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
   return graph_.nodes()[j].op_type == op_type ? j : -1;
 }
 
+namespace {
+
+// The constant scalar operand of a binary node (the other being `x`).
+std::optional<float> ScalarOperand(const Graph& graph, const Node& node, ValueId x) {
+  if (node.inputs.size() != 2) return std::nullopt;
+  const ValueId other = node.inputs[0] == x ? node.inputs[1] : node.inputs[0];
+  const Constant* c = graph.FindConstant(other);
+  if (c == nullptr || c->type != DataType::kFloat32 || c->f32.data.size() != 1) return std::nullopt;
+  return c->f32.data[0];
+}
+
+}  // namespace
+
+std::optional<CompiledModelImpl::GeluMatch> CompiledModelImpl::MatchErfGelu(
+    ValueId x, const std::vector<std::vector<int>>& consumers) const {
+  if (is_output_[x] || consumers[x].size() != 2) return std::nullopt;
+  const auto& nodes = graph_.nodes();
+  int div = -1, mul = -1;
+  for (int c : consumers[x]) {
+    if (nodes[c].op_type == "Div" && nodes[c].inputs[0] == x) div = c;
+    if (nodes[c].op_type == "Mul") mul = c;
+  }
+  if (div < 0 || mul < 0) return std::nullopt;
+  auto near = [](std::optional<float> v, float want) {
+    return v.has_value() && std::fabs(*v - want) < 1e-3f;
+  };
+  if (!near(ScalarOperand(graph_, nodes[div], x), 1.41421356f)) return std::nullopt;
+  const int erf = SoleConsumer(nodes[div].outputs[0], "Erf", consumers);
+  if (erf < 0) return std::nullopt;
+  const ValueId e = nodes[erf].outputs[0];
+  const int add = SoleConsumer(e, "Add", consumers);
+  if (add < 0 || !near(ScalarOperand(graph_, nodes[add], e), 1.0f)) return std::nullopt;
+  const ValueId a = nodes[add].outputs[0];
+  if (SoleConsumer(a, "Mul", consumers) != mul) return std::nullopt;
+  const ValueId m = nodes[mul].outputs[0];
+  const int half = SoleConsumer(m, "Mul", consumers);
+  if (half < 0 || !near(ScalarOperand(graph_, nodes[half], m), 0.5f)) return std::nullopt;
+  return GeluMatch{{div, erf, add, mul, half}, nodes[half].outputs[0]};
+}
+
 absl::Status CompiledModelImpl::CompileMatMul(int node_index,
                                               const std::vector<std::vector<int>>& consumers,
                                               const std::vector<Shape>& shapes1,
+                                              const std::vector<int>& producer,
                                               std::vector<bool>& fused) {
   const Node& node = graph_.nodes()[node_index];
   const bool is_gemm = node.op_type == "Gemm";
@@ -213,6 +263,26 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
     fused[j] = true;
     out = graph_.nodes()[j].outputs[0];
     absl::StrAppend(&name, "+", graph_.nodes()[j].name);
+  } else if (auto gelu = MatchErfGelu(out, consumers); gelu.has_value()) {
+    mm.gelu_erf = true;
+    for (int j : gelu->nodes) fused[j] = true;
+    out = gelu->output;
+    absl::StrAppend(&name, "+gelu(", graph_.nodes()[gelu->nodes.front()].name, "..",
+                    graph_.nodes()[gelu->nodes.back()].name, ")");
+  } else if (int j = SoleConsumer(out, "Add", consumers); j >= 0 && !mm.accumulate) {
+    // A residual Add of a tensor computed earlier: dst starts as it, the
+    // matmul adds onto it (a sum post-op).
+    const Node& add = graph_.nodes()[j];
+    const ValueId other = add.inputs[0] == out ? add.inputs[1] : add.inputs[0];
+    if (other != out && !graph_.IsConstant(other) && producer[other] < node_index &&
+        shapes1[other] == shapes1[out]) {
+      mm.accumulate = true;
+      mm.sum_scale = 1.0f;
+      accumulate_from = other;
+      fused[j] = true;
+      out = add.outputs[0];
+      absl::StrAppend(&name, "+", add.name);
+    }
   }
   auto kernel = kernels::MatMulOnednn::Create(engine_, mm);
   if (!kernel.ok()) {
@@ -456,7 +526,9 @@ absl::Status CompiledModelImpl::Compile() {
       if (!done.ok()) return done.status();
       if (!*done) steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
     } else if (op == "Gemm" || op == "MatMul") {
-      if (absl::Status s = CompileMatMul(i, consumers, *shapes1, fused); !s.ok()) return s;
+      if (absl::Status s = CompileMatMul(i, consumers, *shapes1, producer, fused); !s.ok()) {
+        return s;
+      }
     } else if (op == "Add" && node.inputs.size() == 2) {
       steps_.push_back(std::make_unique<AddStep>(engine_, in, node.inputs[1], out, node.name));
     } else if (op == "Relu") {

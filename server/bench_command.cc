@@ -87,7 +87,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   std::string model_path, batches_text = "1,8,32";
   int64_t threads = 0;
   double seconds = 3.0;
-  bool json = false;
+  bool json = false, plan = false;
   ArgParser parser("bench",
                    "run a model in process per batch size: inferences/s, p50/p99 latency, "
                    "GFLOP/s and the fraction of FP32 peak");
@@ -96,6 +96,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
   parser.AddDouble("seconds", &seconds, "measured time per batch size");
   parser.AddBool("json", &json, "one JSON object per line per batch size");
+  parser.AddBool("plan", &plan, "print the compiled plan (one line per kernel step) first");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -127,6 +128,7 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
+  if (plan) printf("%s", (*model)->DescribePlan().c_str());
   const int used_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
   const double peak = affinity::GetPeakFlops().peak_gflops_per_core * used_threads;
   if (!json) {

@@ -48,6 +48,7 @@ dnnl::primitive_attr MatMulOnednn::Attr() const {
   dnnl::post_ops ops;
   if (options_.accumulate) ops.append_sum(options_.sum_scale);
   if (options_.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (options_.gelu_erf) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   return attr;

@@ -49,6 +49,8 @@ struct MatMulOnednnOptions {
   bool accumulate = false;
   float sum_scale = 1.0f;
   bool relu = false;
+  // GELU in its erf form (x * 0.5 * (1 + erf(x / sqrt(2)))), after any relu.
+  bool gelu_erf = false;
 };
 
 class MatMulOnednn {

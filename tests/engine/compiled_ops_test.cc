@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
 #include "tests/engine/compare_with_reference.h"
@@ -200,6 +202,34 @@ TEST(CompiledOpsTest, AttentionBlockWithGeluAndLayerNorm) {
   EXPECT_THAT(plan, HasSubstr("batched_matmul: scores"));
   EXPECT_THAT(plan, HasSubstr("layer_norm: ln"));
   EXPECT_THAT(plan, ::testing::Not(HasSubstr("reference")));
+}
+
+TEST(CompiledOpsTest, FeedForwardFusesErfGeluAndResidualIntoMatMuls) {
+  OnnxModelBuilder b(17);
+  b.Input("x", {-1, 4, 8}).Output("y", {-1, 4, 8});
+  b.Initializer("w1", RandomTensor({8, 16}, 1)).Initializer("b1", RandomTensor({16}, 2));
+  b.Initializer("w2", RandomTensor({16, 8}, 3)).Initializer("b2", RandomTensor({8}, 4));
+  b.Initializer("sqrt2", kernels::Tensor({}, {1.41421356f}))
+      .Initializer("one", kernels::Tensor({}, {1.0f}))
+      .Initializer("half", kernels::Tensor({}, {0.5f}));
+  b.Node("MatMul", {"x", "w1"}, {"h0"}, "ffn1");
+  b.Node("Add", {"h0", "b1"}, {"h"}, "ffn1_bias");
+  b.Node("Div", {"h", "sqrt2"}, {"g0"}, "gelu_div");
+  b.Node("Erf", {"g0"}, {"g1"});
+  b.Node("Add", {"g1", "one"}, {"g2"});
+  b.Node("Mul", {"h", "g2"}, {"g3"});
+  b.Node("Mul", {"g3", "half"}, {"g4"}, "gelu_half");
+  b.Node("MatMul", {"g4", "w2"}, {"o0"}, "ffn2");
+  b.Node("Add", {"o0", "b2"}, {"o1"}, "ffn2_bias");
+  b.Node("Add", {"o1", "x"}, {"y"}, "residual");
+  const std::string path = b.Save("ffn");
+  ExpectCompiledMatchesReference("ffn", path, {1, 3}, 1e-9);
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string plan = (*model)->DescribePlan();
+  EXPECT_THAT(plan, HasSubstr("matmul: ffn1+ffn1_bias+gelu(gelu_div..gelu_half)"));
+  EXPECT_THAT(plan, HasSubstr("matmul: ffn2+ffn2_bias+residual"));
+  EXPECT_EQ(std::count(plan.begin(), plan.end(), '\n'), 2) << plan;
 }
 
 TEST(CompiledOpsTest, BroadcastBinaryOps) {
