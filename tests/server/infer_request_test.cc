@@ -51,6 +51,21 @@ TEST(InferRequestTest, AcceptsRawAndTypedContents) {
   }
 }
 
+TEST(InferRequestTest, DeclaredShapeOverTheMessageLimitIsRefusedFromTheShapeAlone) {
+  // Declares a million images but carries one: refused for its size, before
+  // the contents are compared with the shape.
+  auto r = Request(1);
+  r.mutable_inputs(0)->set_shape(0, 1000000);
+  auto parsed = ParseInferRequest(Classifier(), r, /*max_bytes=*/size_t{64} << 20);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("message limit"), absl::string_view::npos)
+      << parsed.status();
+  // Within the limit the usual checks apply.
+  EXPECT_TRUE(ParseInferRequest(Classifier(), Request(4), 4 * 784 * 4).ok());
+  EXPECT_FALSE(ParseInferRequest(Classifier(), Request(4), 4 * 784 * 4 - 1).ok());
+}
+
 TEST(InferRequestTest, SelectsRequestedOutputs) {
   auto r = Request(1);
   r.add_outputs()->set_name("logits");
