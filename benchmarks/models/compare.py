@@ -3,7 +3,7 @@
 
   /usr/bin/python3 benchmarks/models/compare.py --numaserve BUILD/bin/numaserve
       [--models mlp,resnet50,mobilenetv2,bert_base] [--batch 1,8,32]
-      [--threads 2] [--seconds 5]
+      [--threads 2] [--seconds 5] [--wait passive|active]
 
 Generates missing models (generate.py), runs `numaserve bench --json` and
 benchmarks/peers/ort_bench.js --json with the same model, batches and
@@ -12,6 +12,13 @@ numaserve / ONNX Runtime (throughput; > 1 means numaserve is faster) and
 both p50 latencies. ONNX Runtime is skipped (ratio "n/a") when
 benchmarks/peers/node_modules is missing: `cd benchmarks/peers && npm
 install --ignore-scripts`.
+
+--wait sets how idle worker threads wait, the same way for both engines:
+OMP_WAIT_POLICY for numaserve (OpenMP) and session.intra_op.allow_spinning
+for ONNX Runtime. "passive" (the default) sleeps instead of spinning: on a
+machine whose cores are shared with other work, spinning threads steal the
+time slices the working threads need (measured here: up to 40x slower small
+batches); "active" is the better choice on dedicated, idle cores.
 """
 import argparse
 import json
@@ -25,8 +32,8 @@ SHAPES = {"mlp": "784", "resnet50": "3,224,224", "mobilenetv2": "3,224,224",
           "bert_base": "128,768"}
 
 
-def run_json(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+def run_json(cmd, env=None):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return {r["batch"]: r for r in (json.loads(l) for l in out.splitlines() if l.startswith("{"))}
 
 
@@ -37,6 +44,7 @@ def main():
     p.add_argument("--batch", default="1,8,32")
     p.add_argument("--threads", default="2")
     p.add_argument("--seconds", default="5")
+    p.add_argument("--wait", choices=["passive", "active"], default="passive")
     args = p.parse_args()
     models = args.models.split(",")
     out_dir = os.path.join(HERE, "out")
@@ -45,17 +53,20 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), "--only", *missing],
                        check=True)
     have_ort = os.path.isdir(os.path.join(PEERS, "node_modules", "onnxruntime-node"))
+    print(f"threads {args.threads}, idle threads {args.wait}; ratio = numaserve / ONNX Runtime")
     print(f"{'model':12} {'batch':>5} {'numaserve/s':>12} {'ORT/s':>10} {'ratio':>6} "
           f"{'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6}")
     for m in models:
         path = os.path.join(out_dir, m + ".onnx")
+        env = dict(os.environ, OMP_WAIT_POLICY=args.wait.upper())
         ours = run_json([args.numaserve, "bench", "--model", path, "--batch", args.batch,
-                         "--threads", args.threads, "--seconds", args.seconds, "--json"])
+                         "--threads", args.threads, "--seconds", args.seconds, "--json"], env)
         peer = {}
         if have_ort:
             peer = run_json(["node", os.path.join(PEERS, "ort_bench.js"), "--model", path,
                              "--shape", SHAPES[m], "--batch", args.batch, "--threads",
-                             args.threads, "--seconds", args.seconds, "--json"])
+                             args.threads, "--seconds", args.seconds, "--spin",
+                             "0" if args.wait == "passive" else "1", "--json"])
         for b, r in sorted(ours.items()):
             o = peer.get(b)
             ratio = f"{r['inferences_per_second'] / o['inferences_per_second']:.2f}" if o else "n/a"

@@ -1,14 +1,16 @@
 // The same measurement as `numaserve bench`, on ONNX Runtime (npm
 // onnxruntime-node, CPU execution provider):
 //   node ort_bench.js --model PATH --shape 3,224,224 [--batch 1,8,32]
-//                     [--threads N] [--seconds S] [--json]
+//                     [--threads N] [--seconds S] [--spin 0|1] [--json]
+// --spin 0 stops idle intra-op threads from spinning (ONNX Runtime's
+// session.intra_op.allow_spinning), the counterpart of OMP_WAIT_POLICY=passive.
 // --shape is the input's shape without the batch dimension. With --json,
 // one object per line per batch size with the keys numaserve bench uses.
 'use strict';
 const ort = require('onnxruntime-node');
 
 function parseArgs(argv) {
-  const args = {batch: '1,8,32', threads: 0, seconds: 3, json: false};
+  const args = {batch: '1,8,32', threads: 0, seconds: 3, spin: '1', json: false};
   for (let i = 2; i < argv.length; ++i) {
     const a = argv[i];
     if (a === '--json') { args.json = true; continue; }
@@ -34,6 +36,7 @@ async function main() {
     interOpNumThreads: 1,
   };
   if (threads > 0) options.intraOpNumThreads = threads;
+  options.extra = {session: {intra_op: {allow_spinning: String(args.spin)}}};
   const session = await ort.InferenceSession.create(args.model, options);
   const inner = args.shape.split(',').map(Number);
   const inputName = session.inputNames[0];
