@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +91,9 @@ void ModelManager::Stop() {
   }
   poll_cv_.notify_all();
   if (poller_.joinable()) poller_.join();
+  // Waits for a load or unload under way; later ones are refused.
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  stopped_ = true;
 }
 
 absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64_t version) const {
@@ -179,6 +183,19 @@ std::vector<ModelManager::IndexEntry> ModelManager::Index() const {
 
 absl::Status ModelManager::Load(const std::string& name) {
   std::lock_guard<std::mutex> load_lock(load_mu_);
+  if (stopped_) return absl::UnavailableError("the server is shutting down");
+  {
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::path(options_.repository) / name;
+    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.' ||
+        !std::filesystem::is_directory(dir, ec)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (models_.count(name) == 0) {
+        return absl::NotFoundError(
+            absl::StrCat("model '", name, "' is not in the repository ", options_.repository));
+      }
+    }
+  }
   const auto started = std::chrono::steady_clock::now();
   std::vector<RepositoryModel> scanned =
       ModelRepository::ScanModel(options_.repository, name, options_.num_workers);
@@ -300,6 +317,7 @@ absl::Status ModelManager::UnloadVersions(const std::string& name,
 
 absl::Status ModelManager::Unload(const std::string& name) {
   std::lock_guard<std::mutex> load_lock(load_mu_);
+  if (stopped_) return absl::UnavailableError("the server is shutting down");
   std::vector<int64_t> versions;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -103,7 +103,8 @@ class ModelManager {
   ModelScheduler* const scheduler_;
   Metrics* const metrics_;
 
-  std::mutex load_mu_;  // one load or unload at a time
+  std::mutex load_mu_;    // one load or unload at a time
+  bool stopped_ = false;  // under load_mu_: Stop() has run
   mutable std::mutex mu_;
   std::map<std::string, ModelEntry> models_;
 

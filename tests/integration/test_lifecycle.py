@@ -165,7 +165,8 @@ class ExplicitModeTest(unittest.TestCase):
                     stub.RepositoryModelLoad(
                         nc.pb.RepositoryModelLoadRequest(model_name="no_such_model"),
                         timeout=60)
-                self.assertNotEqual(caught.exception.code(), grpc.StatusCode.OK)
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND)
+                self.assertNotIn(("no_such_model", ""), index(stub))
         finally:
             shutil.rmtree(repo, ignore_errors=True)
 
