@@ -56,8 +56,9 @@ int RunRank(const std::string& config_path, bool resume) {
     return 1;
   }
   if (rank == 0) {
-    printf("done: %lld steps, %.0f images/s", static_cast<long long>(result->steps),
-           result->images_per_second);
+    printf("done: %lld steps, %.0f images/s, %.1f GFLOP/s (%.1f%% of FP32 peak)",
+           static_cast<long long>(result->steps), result->images_per_second, result->gflops,
+           100.0 * result->peak_fraction);
     if (result->test_accuracy >= 0) printf(", test accuracy %.2f%%", 100.0 * result->test_accuracy);
     printf("\n");
     fflush(stdout);

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "affinity/cpu_features.h"
 #include "engine/onnx_import.h"
 #include "engine/training/checkpoint.h"
 #include "engine/training/dataset.h"
@@ -232,8 +234,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   int64_t order_epoch = -1;
   Tensor batch, logits_grad;
   std::vector<uint8_t> labels;
-  double interval_stats[3] = {0, 0, 0};  // loss sum, correct, examples (this rank)
-  double epoch_stats[3] = {0, 0, 0};
+  // Loss sum, correct, examples, training FLOPs (this rank).
+  double interval_stats[4] = {0, 0, 0, 0};
+  double epoch_stats[4] = {0, 0, 0, 0};
+  // FP32 peak of the cores all ranks compute on, for the fraction of peak.
+  double threads = omp_get_max_threads(), total_threads = 0;
+  MPI_Allreduce(&threads, &total_threads, 1, MPI_DOUBLE, MPI_SUM, comm);
+  const double peak_gflops =
+      leader ? affinity::GetPeakFlops().peak_gflops_per_core * total_threads : 0;
+  double run_flops = 0;
   const double run_start = Now();
   double interval_start = run_start, epoch_start = run_start;
   const int64_t first_step = step;
@@ -267,11 +276,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
     interval_stats[0] += loss.loss_sum;
     interval_stats[1] += loss.correct;
     interval_stats[2] += local_batch;
+    // Backward is two products per forward one (data and weight gradients).
+    interval_stats[3] += 3 * net.last_forward_flops();
     const bool epoch_end = step % steps_per_epoch == 0 || step == total_steps;
     if (step % log_every == 0 || epoch_end) {
-      double sums[3];
-      MPI_Reduce(interval_stats, sums, 3, MPI_DOUBLE, MPI_SUM, 0, comm);
-      for (int i = 0; i < 3; ++i) epoch_stats[i] += leader ? sums[i] : 0;
+      double sums[4];
+      MPI_Reduce(interval_stats, sums, 4, MPI_DOUBLE, MPI_SUM, 0, comm);
+      for (int i = 0; i < 4; ++i) epoch_stats[i] += leader ? sums[i] : 0;
+      run_flops += leader ? sums[3] : 0;
       if (leader) {
         const double now = Now();
         const double rate = sums[2] / std::max(1e-9, now - interval_start);
@@ -286,7 +298,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
         fflush(options.progress);
         interval_start = now;
       }
-      interval_stats[0] = interval_stats[1] = interval_stats[2] = 0;
+      interval_stats[0] = interval_stats[1] = interval_stats[2] = interval_stats[3] = 0;
     }
     if (config.checkpoint_every_steps() > 0 && step % config.checkpoint_every_steps() == 0 &&
         step < total_steps) {
@@ -301,19 +313,26 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
         result.test_accuracy = *acc;
         test_text = absl::StrFormat(" test acc %.2f%%", 100.0 * *acc);
       }
+      const double seconds = std::max(1e-9, now - epoch_start);
+      const double gflops = epoch_stats[3] / seconds / 1e9;
       fprintf(options.progress,
-              "epoch %lld done: loss %.4f train acc %.2f%%%s %.1f s %.0f images/s\n",
+              "epoch %lld done: loss %.4f train acc %.2f%%%s %.1f s %.0f images/s %.1f GFLOP/s "
+              "(%.1f%% of FP32 peak)\n",
               static_cast<long long>(epoch + 1), epoch_stats[0] / std::max(1.0, epoch_stats[2]),
-              100.0 * epoch_stats[1] / std::max(1.0, epoch_stats[2]), test_text.c_str(),
-              now - epoch_start, epoch_stats[2] / std::max(1e-9, now - epoch_start));
+              100.0 * epoch_stats[1] / std::max(1.0, epoch_stats[2]), test_text.c_str(), seconds,
+              epoch_stats[2] / seconds, gflops,
+              peak_gflops > 0 ? 100.0 * gflops / peak_gflops : 0.0);
       fflush(options.progress);
-      epoch_stats[0] = epoch_stats[1] = epoch_stats[2] = 0;
+      epoch_stats[0] = epoch_stats[1] = epoch_stats[2] = epoch_stats[3] = 0;
       epoch_start = Now();
       interval_start = epoch_start;
     }
   }
   result.steps = step;
-  result.images_per_second = (step - first_step) * global_batch / std::max(1e-9, Now() - run_start);
+  const double run_seconds = std::max(1e-9, Now() - run_start);
+  result.images_per_second = (step - first_step) * global_batch / run_seconds;
+  result.gflops = run_flops / run_seconds / 1e9;
+  result.peak_fraction = peak_gflops > 0 ? result.gflops / peak_gflops : 0;
   if (absl::Status s = write_checkpoint(); !s.ok()) return s;
   if (leader && !config.final_weights().empty()) {
     Checkpoint c;

@@ -29,7 +29,12 @@ struct TrainResult {
   double final_loss = 0;         // mean over the last log interval
   double test_accuracy = -1;     // after the last epoch; -1 without a test set
   double images_per_second = 0;  // over the whole run (this invocation)
-  std::string exported_model;    // path, when exported
+  // Training GFLOP/s (3x the forward's Gemm/MatMul/Conv FLOPs; the eval
+  // pass is not counted) and their fraction of the FP32 peak of the cores
+  // used (rank 0 only).
+  double gflops = 0;
+  double peak_fraction = 0;
+  std::string exported_model;  // path, when exported
 };
 
 // Runs the whole job on `comm` (MPI must be initialized).

@@ -69,11 +69,6 @@ absl::StatusOr<std::unique_ptr<TrainingNet>> TrainingNet::Create(Graph graph, bo
     bool any = false;
     for (ValueId in : node.inputs) any = any || (in != engine::kNoValue && net->needs_grad_[in]);
     for (ValueId out : node.outputs) net->needs_grad_[out] = any;
-    if (node.op_type == "Gemm" || node.op_type == "MatMul") {
-      const engine::Constant* w = g.FindConstant(node.inputs[1]);
-      if (w != nullptr)
-        net->flops_per_row_ += 2.0 * static_cast<double>(kernels::NumElements(w->f32.shape));
-    }
   }
   return net;
 }
@@ -86,6 +81,7 @@ int64_t TrainingNet::num_parameter_elements() const {
 
 absl::StatusOr<const Tensor*> TrainingNet::Forward(const Tensor& input) {
   values_[input_] = input;
+  double flops = 0;
   std::vector<const Tensor*> ins;
   std::vector<Tensor*> outs;
   for (int i = 0; i < num_nodes_; ++i) {
@@ -96,7 +92,16 @@ absl::StatusOr<const Tensor*> TrainingNet::Forward(const Tensor& input) {
     for (ValueId out : node.outputs) outs.push_back(&values_[out]);
     absl::Status status = ops_[i]->forward(graph_, node, ins, outs);
     if (!status.ok()) return status;
+    const double out_size = static_cast<double>(outs[0]->size());
+    if (node.op_type == "Gemm") {
+      flops += 2 * out_size * ins[0]->shape[node.GetInt("transA", 0) != 0 ? 0 : 1];
+    } else if (node.op_type == "MatMul") {
+      flops += 2 * out_size * ins[0]->shape.back();
+    } else if (node.op_type == "Conv") {
+      flops += 2 * out_size * static_cast<double>(ins[1]->size() / ins[1]->shape[0]);
+    }
   }
+  last_forward_flops_ = flops;
   return &values_[logits_];
 }
 

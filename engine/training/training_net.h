@@ -47,8 +47,9 @@ class TrainingNet {
   // d(loss)/d(input) of the last Backward when created with input_grad.
   const Tensor& input_grad() const { return grads_[input_]; }
   int64_t num_parameter_elements() const;
-  // Multiply-adds x2 of forward per row (Gemm/MatMul only); training costs ~3x.
-  double forward_flops_per_row() const { return flops_per_row_; }
+  // Floating-point operations (2 per multiply-add of Gemm, MatMul and Conv)
+  // of the last Forward; backward costs about twice as much.
+  double last_forward_flops() const { return last_forward_flops_; }
 
  private:
   explicit TrainingNet(engine::Graph graph) : graph_(std::move(graph)) {}
@@ -63,7 +64,7 @@ class TrainingNet {
   std::vector<bool> needs_grad_;
   std::vector<Parameter> parameters_;
   std::vector<int> parameter_of_value_;  // -1 when not a parameter
-  double flops_per_row_ = 0;
+  double last_forward_flops_ = 0;
 };
 
 }  // namespace numaserve::training

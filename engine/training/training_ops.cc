@@ -59,6 +59,15 @@ void ForEachBroadcast(const Shape& in, const Shape& out, F f) {
   }
 }
 
+// True when `in` broadcasts to `out` as one row repeated ([N] or [1,N] over [M,N]).
+bool IsRowBroadcast(const Shape& in, const Shape& out) {
+  if (out.empty() || kernels::NumElements(in) != out.back()) return false;
+  for (size_t i = 0; i + 1 < in.size(); ++i) {
+    if (in[i] != 1) return false;
+  }
+  return in.empty() ? out.back() == 1 : in.back() == out.back();
+}
+
 // grad_in += reduce_sum(scale * grad_out) over the broadcast dimensions.
 void ReduceBroadcastGrad(const Tensor& grad_out, float scale, Tensor* grad_in) {
   if (grad_in->shape == grad_out.shape) {
@@ -67,6 +76,15 @@ void ReduceBroadcastGrad(const Tensor& grad_out, float scale, Tensor* grad_in) {
     const float* go = grad_out.data.data();
 #pragma omp parallel for if (n > 65536)
     for (int64_t i = 0; i < n; ++i) gi[i] += scale * go[i];
+    return;
+  }
+  if (IsRowBroadcast(grad_in->shape, grad_out.shape)) {
+    const int64_t cols = grad_out.shape.back(), rows = grad_out.size() / cols;
+    float* gi = grad_in->data.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* go = &grad_out.data[r * cols];
+      for (int64_t c = 0; c < cols; ++c) gi[c] += scale * go[c];
+    }
     return;
   }
   ForEachBroadcast(grad_in->shape, grad_out.shape,
@@ -96,8 +114,15 @@ absl::Status GemmForward(const Graph&, const Node& node, const std::vector<const
   Resize(&y, {m, n});
   float c_beta = 0.0f;
   if (in.size() > 2 && in[2] != nullptr) {
-    ForEachBroadcast(in[2]->shape, y.shape,
-                     [&](int64_t i, int64_t off) { y.data[i] = beta * in[2]->data[off]; });
+    if (IsRowBroadcast(in[2]->shape, y.shape)) {
+      const float* c = in[2]->data.data();
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < n; ++j) y.data[r * n + j] = beta * c[j];
+      }
+    } else {
+      ForEachBroadcast(in[2]->shape, y.shape,
+                       [&](int64_t i, int64_t off) { y.data[i] = beta * in[2]->data[off]; });
+    }
     c_beta = 1.0f;
   }
   Sgemm(ta, tb, m, n, k, alpha, a.data.data(), b.data.data(), c_beta, y.data.data());
@@ -182,6 +207,19 @@ absl::Status AddForward(const Graph&, const Node& node, const std::vector<const 
   if (!shape.ok()) return NodeError(node, shape.status().message());
   Tensor& y = *out[0];
   Resize(&y, *shape);
+  for (int k = 0; k < 2; ++k) {
+    // The common bias case: a full tensor plus one broadcast row.
+    const Tensor& full = *in[k];
+    const Tensor& row = *in[1 - k];
+    if (full.shape == y.shape && IsRowBroadcast(row.shape, y.shape)) {
+      const int64_t cols = y.shape.back(), rows = y.size() / cols;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c)
+          y.data[r * cols + c] = full.data[r * cols + c] + row.data[c];
+      }
+      return absl::OkStatus();
+    }
+  }
   ForEachBroadcast(in[0]->shape, y.shape,
                    [&](int64_t i, int64_t off) { y.data[i] = in[0]->data[off]; });
   ForEachBroadcast(in[1]->shape, y.shape,
