@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "affinity/cpu_features.h"
 #include "engine/onnx_import.h"
+#include "engine/training/batch_prefetcher.h"
 #include "engine/training/checkpoint.h"
 #include "engine/training/dataset.h"
 #include "engine/training/gradient_allreduce.h"
@@ -230,8 +231,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   }
 
   TrainResult result;
-  std::vector<int64_t> order;
-  int64_t order_epoch = -1;
+  BatchPrefetcher prefetcher(
+      &*train, {.seed = config.seed(), .global_batch = global_batch, .rank = rank, .ranks = ranks});
   Tensor batch, logits_grad;
   std::vector<uint8_t> labels;
   // Loss sum, correct, examples, training FLOPs (this rank).
@@ -253,13 +254,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
 
   while (step < total_steps) {
     const int64_t epoch = step / steps_per_epoch;
-    const int64_t in_epoch = step % steps_per_epoch;
-    if (epoch != order_epoch) {
-      order = EpochOrder(train->size, config.seed(), epoch);
-      order_epoch = epoch;
-    }
-    GatherBatch(*train, &order[in_epoch * global_batch + rank * local_batch], local_batch, &batch,
-                &labels);
+    prefetcher.Get(step, &batch, &labels);
     absl::StatusOr<const Tensor*> logits = net.Forward(batch);
     if (!logits.ok()) return logits.status();
     const LossResult loss =
