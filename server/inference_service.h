@@ -1,6 +1,8 @@
 // inference.GRPCInferenceService (KServe v2 / Open Inference Protocol) on
-// gRPC's callback API: handlers validate, hand the task to the router and
-// return; the reactor is finished from the completion path.
+// gRPC's callback API, plus Triton's streaming, statistics, config and
+// repository extensions: handlers validate, queue the request on its model
+// version's batcher and return; the reactor is finished from the completion
+// path.
 #pragma once
 
 #include <atomic>

@@ -167,8 +167,7 @@ void Metrics::RecordInference(const std::string& model, int64_t rows, double que
       .Observe(compute_output_seconds);
 }
 
-void Metrics::RecordExecution(const std::string& model, const std::string& version, int64_t rows,
-                              size_t) {
+void Metrics::RecordExecution(const std::string& model, const std::string& version, int64_t rows) {
   prometheus::Labels labels = {{"model", model}, {"version", version}};
   executions_->Add(labels).Increment();
   batch_size_->Add(labels, BatchBuckets()).Observe(static_cast<double>(rows));

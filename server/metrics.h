@@ -40,9 +40,8 @@ class Metrics {
   void RecordInference(const std::string& model, int64_t rows, double queue_seconds,
                        double compute_input_seconds, double compute_seconds,
                        double compute_output_seconds);
-  // One batch of `rows` rows made of `requests` requests went through the engine.
-  void RecordExecution(const std::string& model, const std::string& version, int64_t rows,
-                       size_t requests);
+  // One batch of `rows` rows went through the engine.
+  void RecordExecution(const std::string& model, const std::string& version, int64_t rows);
   // Requests waiting in the model version's batcher queue.
   void SetPendingRequests(const std::string& model, const std::string& version, double count);
   // A worker spent `seconds` computing `rows` rows (`flops` floating-point operations).

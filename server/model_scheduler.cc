@@ -212,7 +212,7 @@ void ModelScheduler::Dispatch(Queue* queue, Batch batch) {
     timing.batch_rows = rows;
     timing.worker = t.worker;
     if (status.ok() && metrics_) {
-      metrics_->RecordExecution(model_name, version, rows, requests.size());
+      metrics_->RecordExecution(model_name, version, rows);
     }
     const auto scatter_start = std::chrono::steady_clock::now();
     int64_t offset_rows = 0;
