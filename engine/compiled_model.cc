@@ -7,7 +7,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -59,6 +61,7 @@ class CompiledModelImpl final : public CompiledModel {
         stream_(engine_) {}
 
   absl::Status Compile();
+  ~CompiledModelImpl() override { PrintProfile(); }
 
   const ModelInfo& info() const override { return info_; }
   std::string DescribePlan() const override;
@@ -92,6 +95,9 @@ class CompiledModelImpl final : public CompiledModel {
   // The fast step for an element-wise/layout op, or null.
   std::unique_ptr<Step> FastStep(int node_index, const std::vector<Shape>& shapes1);
   void AssignStorage();
+  // With NUMASERVE_PROFILE_STEPS set, Run times every step; the totals per
+  // step kind ("conv", "matmul", ...) go to stderr when the model is freed.
+  void PrintProfile() const;
   // Keeps conv/pool activations in oneDNN's blocked layout where every
   // reader accepts it (conv chains); plain elsewhere.
   void ChooseLayouts(const std::vector<Shape>& shapes1);
@@ -143,7 +149,27 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::map<int64_t, BatchState> per_batch_;
+  std::vector<double> profile_;  // seconds per step; empty unless profiling
 };
+
+void CompiledModelImpl::PrintProfile() const {
+  if (profile_.empty()) return;
+  std::map<std::string, std::pair<double, int>> by_kind;
+  double total = 0;
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const std::string d = steps_[k]->Describe();
+    auto& e = by_kind[d.substr(0, d.find(':'))];
+    e.first += profile_[k];
+    e.second += 1;
+    total += profile_[k];
+  }
+  std::fprintf(stderr, "numaserve: step profile for %s (%.3f s in all steps)\n", info_.path.c_str(),
+               total);
+  for (const auto& [kind, e] : by_kind) {
+    std::fprintf(stderr, "  %-16s %4d steps %10.3f s %6.1f%%\n", kind.c_str(), e.second, e.first,
+                 total > 0 ? 100.0 * e.first / total : 0.0);
+  }
+}
 
 int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
                                     const std::vector<std::vector<int>>& consumers) const {
@@ -548,6 +574,7 @@ absl::Status CompiledModelImpl::Compile() {
   }
   AssignStorage();
   ChooseLayouts(*shapes1);
+  if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) profile_.assign(steps_.size(), 0.0);
   PlanLifetimes(producer, consumers);
   return absl::OkStatus();
 }
@@ -757,9 +784,14 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
   for (ValueId v = 0; v < graph_.num_values(); ++v) data[v] = data[root_[v]];
 
   const StepContext ctx{stream_, state.shapes, data};
-  for (const auto& step : steps_) {
-    if (absl::Status s = step->Run(ctx); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const auto t0 = profile_.empty() ? std::chrono::steady_clock::time_point()
+                                     : std::chrono::steady_clock::now();
+    if (absl::Status s = steps_[k]->Run(ctx); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(steps_[k]->Describe(), ": ", s.message()));
+    }
+    if (!profile_.empty()) {
+      profile_[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
   try {
