@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+
 namespace numaserve::training {
 
 GradientAllReduce::GradientAllReduce(MPI_Comm comm, std::vector<Parameter>* parameters,
@@ -44,20 +46,31 @@ void GradientAllReduce::OnGradientReady(int index) {
   if (--b.pending == 0) {
     MPI_Iallreduce(MPI_IN_PLACE, b.buffer.data(), static_cast<int>(b.buffer.size()), MPI_FLOAT,
                    MPI_SUM, comm_, &b.request);
+    if (timeline_ != nullptr) b.started_us = timeline_->Now();
   }
   // Give the MPI library a chance to progress earlier buckets.
   for (Bucket& other : buckets_) {
     if (other.request != MPI_REQUEST_NULL) {
       int done = 0;
       MPI_Test(&other.request, &done, MPI_STATUS_IGNORE);
+      if (done) Completed(other);
     }
   }
+}
+
+void GradientAllReduce::Completed(const Bucket& b) {
+  if (timeline_ == nullptr) return;
+  timeline_->Add(absl::StrCat("all-reduce ", b.buffer.size() * sizeof(float) / 1024, " KiB"), 1,
+                 b.started_us, timeline_->Now());
 }
 
 void GradientAllReduce::Finish() {
   if (size_ == 1) return;
   for (Bucket& b : buckets_) {
-    if (b.request != MPI_REQUEST_NULL) MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+    if (b.request != MPI_REQUEST_NULL) {
+      MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+      Completed(b);
+    }
     for (size_t i = 0; i < b.parameters.size(); ++i) {
       Tensor& g = *(*parameters_)[b.parameters[i]].grad;
       memcpy(g.data.data(), b.buffer.data() + b.offsets[i], g.data.size() * sizeof(float));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/training/timeline.h"
 #include "engine/training/training_net.h"
 
 namespace numaserve::training {
@@ -27,6 +28,9 @@ class GradientAllReduce {
   // Waits for every bucket and copies the sums back into the gradients.
   void Finish();
 
+  // Records each bucket's all-reduce (from start to observed completion).
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
  private:
@@ -36,13 +40,16 @@ class GradientAllReduce {
     std::vector<float> buffer;
     int pending = 0;
     MPI_Request request = MPI_REQUEST_NULL;
+    double started_us = 0;
   };
+  void Completed(const Bucket& bucket);
   MPI_Comm comm_;
   int size_ = 1;
   std::vector<Parameter>* parameters_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // per parameter
-  std::vector<int> slot_of_;    // position within its bucket
+  std::vector<int> slot_of_;
+  Timeline* timeline_ = nullptr;  // position within its bucket
 };
 
 }  // namespace numaserve::training

@@ -21,6 +21,7 @@
 #include "engine/training/gradient_allreduce.h"
 #include "engine/training/onnx_export.h"
 #include "engine/training/optimizer.h"
+#include "engine/training/timeline.h"
 #include "engine/training/training_net.h"
 
 namespace numaserve::training {
@@ -252,21 +253,38 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
     return WriteCheckpoint(config.checkpoint(), MakeCheckpoint(step, net, optimizer));
   };
 
+  Timeline timeline(!config.timeline().empty());
+  const int64_t timeline_steps = config.timeline_steps() > 0 ? config.timeline_steps() : 20;
   while (step < total_steps) {
     const int64_t epoch = step / steps_per_epoch;
+    // The timeline covers the first timeline_steps steps of this invocation.
+    Timeline* tl = timeline.enabled() && step - first_step < timeline_steps ? &timeline : nullptr;
+    allreduce.set_timeline(tl);
+    double t0 = tl != nullptr ? tl->Now() : 0;
+    auto span = [&](const char* name) {
+      if (tl == nullptr) return;
+      const double t1 = tl->Now();
+      tl->Add(name, 0, t0, t1);
+      t0 = t1;
+    };
     prefetcher.Get(step, &batch, &labels);
+    span("wait for batch");
     absl::StatusOr<const Tensor*> logits = net.Forward(batch);
     if (!logits.ok()) return logits.status();
     const LossResult loss =
         SoftmaxCrossEntropy(**logits, labels.data(), 1.0f / global_batch, &logits_grad);
+    span("forward + loss");
     if (absl::Status s = net.Backward(logits_grad, [&](int p) { allreduce.OnGradientReady(p); });
         !s.ok())
       return s;
+    span("backward");
     allreduce.Finish();
+    span("wait for all-reduce");
     ++step;
     const float lr = LearningRate(so, step - 1);
     for (size_t i = 0; i < params.size(); ++i)
       optimizer.Update(static_cast<int>(i), step, lr, params[i].data, *params[i].grad);
+    span("optimizer");
 
     interval_stats[0] += loss.loss_sum;
     interval_stats[1] += loss.correct;
@@ -322,6 +340,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
       epoch_start = Now();
       interval_start = epoch_start;
     }
+  }
+  if (timeline.enabled()) {
+    if (absl::Status s = timeline.Write(config.timeline(), comm); !s.ok()) return s;
+    if (leader) fprintf(options.progress, "timeline %s\n", config.timeline().c_str());
   }
   result.steps = step;
   const double run_seconds = std::max(1e-9, Now() - run_start);

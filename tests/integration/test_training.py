@@ -3,6 +3,7 @@
 Fashion-MNIST-shaped dataset written as gzipped IDX files:
 
   * 1 rank and 2 ranks with the same global batch reach the same weights;
+  * the 2-rank run's Chrome-trace timeline has both ranks' spans;
   * a run killed with SIGKILL and continued with --resume ends with the same
     weights as one never interrupted;
   * the exported model is a new version of the repository that a real
@@ -11,6 +12,7 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
 """
 
 import gzip
+import json
 import os
 import shutil
 import signal
@@ -108,9 +110,26 @@ class TrainingTest(unittest.TestCase):
         one = os.path.join(self.dir, "one.weights")
         two = os.path.join(self.dir, "two.weights")
         self.run_train(self.config("one", final_weights='"%s"' % one), "--ranks", "1")
+        timeline = os.path.join(self.dir, "timeline.json")
         proc = self.run_train(self.config("two", final_weights='"%s"' % two,
-                                          fusion_threshold_bytes=65536), "--ranks", "2")
+                                          fusion_threshold_bytes=65536,
+                                          timeline='"%s"' % timeline, timeline_steps=5),
+                              "--ranks", "2")
         self.assertIn("rank 1/2", proc.stderr)
+        with open(timeline) as f:
+            events = json.load(f)["traceEvents"]
+        for rank in (0, 1):
+            spans = [e for e in events if e["pid"] == rank and e["ph"] == "X"]
+            names = [e["name"] for e in spans]
+            self.assertEqual(names.count("backward"), 5, names)
+            # 64 KiB buckets: fc3+fc2 (133 KiB) close before fc1 (785 KiB).
+            self.assertEqual(names.count("all-reduce 133 KiB"), 5, names)
+            self.assertEqual(names.count("all-reduce 785 KiB"), 5, names)
+            # The first bucket is sent while backward still runs.
+            backward = [e for e in spans if e["name"] == "backward"]
+            first = [e for e in spans if e["name"] == "all-reduce 133 KiB"]
+            self.assertTrue(any(b["ts"] <= a["ts"] < b["ts"] + b["dur"]
+                                for a in first for b in backward), spans)
         self.assertIn("2 ranks x 16 images per step", proc.stdout)
         step1, w1 = read_weights(one)
         step2, w2 = read_weights(two)
