@@ -44,7 +44,7 @@ struct ModelInfo {
   bool batched = false;
   int64_t opset = 0;            // default-domain opset the model imports
   int64_t parameter_bytes = 0;  // bytes of initializers (weights)
-  double flops_per_row = 0;     // multiply-adds x2 per batch row (Gemm/MatMul)
+  double flops_per_row = 0;     // multiply-adds x2 per batch row (Gemm/MatMul/Conv)
 };
 
 // Parses, checks (onnx::checker) and shape-infers the file; reads metadata.

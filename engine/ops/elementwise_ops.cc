@@ -130,10 +130,6 @@ TensorsOr UnaryReference(const Graph& graph, const Node& node,
   return One(kernels::UnaryRef(*p, *in[0]));
 }
 
-double UnaryFlops(const Node&, const std::vector<const Shape*>& in) {
-  return static_cast<double>(kernels::NumElements(*in[0]));
-}
-
 // --- Binary / variadic -------------------------------------------------------
 
 struct BinaryRow {
@@ -222,14 +218,6 @@ TensorsOr BinaryReference(const Graph& graph, const Node& node,
   return One(std::move(acc));
 }
 
-double BinaryFlops(const Node& node, const std::vector<const Shape*>& in) {
-  Shape out = *in[0];
-  for (size_t i = 1; i < in.size(); ++i) {
-    if (auto s = kernels::BroadcastShapes(out, *in[i]); s.ok()) out = *s;
-  }
-  return static_cast<double>(kernels::NumElements(out)) * std::max<size_t>(in.size() - 1, 1);
-}
-
 // --- Comparisons and logic (0/1 results) --------------------------------------
 
 absl::Status CompareValidate(const Graph&, const Node& node) {
@@ -282,11 +270,11 @@ TensorsOr WhereReference(const Graph&, const Node& node, const std::vector<const
 
 void AddElementwiseOps(std::vector<OpSchema>& table) {
   for (const UnaryRow& row : kUnary) {
-    table.push_back({row.op, UnaryValidate, SameShape, UnaryReference, UnaryFlops});
+    table.push_back({row.op, UnaryValidate, SameShape, UnaryReference, NoFlops});
   }
-  table.push_back({"Clip", UnaryValidate, SameShape, UnaryReference, UnaryFlops});
+  table.push_back({"Clip", UnaryValidate, SameShape, UnaryReference, NoFlops});
   for (const BinaryRow& row : kBinary) {
-    table.push_back({row.op, BinaryValidate, BroadcastAll, BinaryReference, BinaryFlops});
+    table.push_back({row.op, BinaryValidate, BroadcastAll, BinaryReference, NoFlops});
   }
   for (absl::string_view op :
        {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"}) {

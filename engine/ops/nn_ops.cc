@@ -262,10 +262,6 @@ TensorsOr BatchNormReference(const Graph&, const Node& node, const std::vector<c
                                    node.GetFloat("epsilon", 1e-5f)));
 }
 
-double BatchNormFlops(const Node&, const std::vector<const Shape*>& in) {
-  return 2.0 * kernels::NumElements(*in[0]);
-}
-
 }  // namespace
 
 void AddNnOps(std::vector<OpSchema>& table) {
@@ -276,7 +272,7 @@ void AddNnOps(std::vector<OpSchema>& table) {
     table.push_back({op, PoolValidate, PoolShapes, PoolReference, NoFlops});
   }
   table.push_back(
-      {"BatchNormalization", BatchNormValidate, SameShape, BatchNormReference, BatchNormFlops});
+      {"BatchNormalization", BatchNormValidate, SameShape, BatchNormReference, NoFlops});
 }
 
 }  // namespace numaserve::engine::ops

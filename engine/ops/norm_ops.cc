@@ -71,10 +71,6 @@ TensorsOr LayerNormReference(const Graph&, const Node& node, const std::vector<c
   return out;
 }
 
-double LayerNormFlops(const Node&, const std::vector<const Shape*>& in) {
-  return 8.0 * kernels::NumElements(*in[0]);
-}
-
 // --- Reduce* -------------------------------------------------------------------------
 
 struct ReduceRow {
@@ -150,19 +146,15 @@ TensorsOr ReduceReference(const Graph& graph, const Node& node,
   return One(kernels::ReduceRef(kind, *in[0], spec->axes, node.GetInt("keepdims", 1) != 0));
 }
 
-double ReduceFlops(const Node&, const std::vector<const Shape*>& in) {
-  return static_cast<double>(kernels::NumElements(*in[0]));
-}
-
 }  // namespace
 
 void AddNormOps(std::vector<OpSchema>& table) {
   table.push_back(
       {"LogSoftmax", LogSoftmaxValidate, LogSoftmaxShapes, LogSoftmaxReference, NoFlops});
-  table.push_back({"LayerNormalization", LayerNormValidate, LayerNormShapes, LayerNormReference,
-                   LayerNormFlops});
+  table.push_back(
+      {"LayerNormalization", LayerNormValidate, LayerNormShapes, LayerNormReference, NoFlops});
   for (const ReduceRow& row : kReduce) {
-    table.push_back({row.op, ReduceValidate, ReduceShapes, ReduceReference, ReduceFlops});
+    table.push_back({row.op, ReduceValidate, ReduceShapes, ReduceReference, NoFlops});
   }
 }
 
