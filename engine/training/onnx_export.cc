@@ -2,7 +2,9 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,6 +15,110 @@
 #include "absl/strings/str_cat.h"
 
 namespace numaserve::training {
+
+namespace {
+
+std::vector<float> Floats(const onnx::TensorProto& t) {
+  if (!t.raw_data().empty()) {
+    std::vector<float> v(t.raw_data().size() / sizeof(float));
+    memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
+    return v;
+  }
+  return std::vector<float>(t.float_data().begin(), t.float_data().end());
+}
+
+void SetFloats(onnx::TensorProto* t, const std::vector<float>& v) {
+  t->clear_float_data();
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->set_raw_data(v.data(), v.size() * sizeof(float));
+}
+
+float FloatAttribute(const onnx::NodeProto& node, const std::string& name, float fallback) {
+  for (const onnx::AttributeProto& a : node.attribute()) {
+    if (a.name() == name) return a.f();
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int FoldBatchNorms(onnx::ModelProto* model) {
+  onnx::GraphProto* graph = model->mutable_graph();
+  auto initializer = [&](const std::string& name) -> onnx::TensorProto* {
+    for (onnx::TensorProto& t : *graph->mutable_initializer()) {
+      if (t.name() == name) return &t;
+    }
+    return nullptr;
+  };
+  auto uses = [&](const std::string& name) {
+    int n = 0;
+    for (const onnx::NodeProto& node : graph->node()) {
+      for (const std::string& in : node.input()) n += in == name ? 1 : 0;
+    }
+    for (const onnx::ValueInfoProto& out : graph->output()) n += out.name() == name ? 1 : 0;
+    return n;
+  };
+  int folded = 0;
+  for (int i = 0; i < graph->node_size(); ++i) {
+    const onnx::NodeProto& bn = graph->node(i);
+    if (bn.op_type() != "BatchNormalization" || bn.input_size() < 5 || bn.output_size() != 1)
+      continue;
+    int conv_index = -1;
+    for (int j = 0; j < i; ++j) {
+      const onnx::NodeProto& n = graph->node(j);
+      if (n.op_type() == "Conv" && n.output_size() == 1 && n.output(0) == bn.input(0))
+        conv_index = j;
+    }
+    if (conv_index < 0 || uses(bn.input(0)) != 1) continue;
+    onnx::NodeProto* conv = graph->mutable_node(conv_index);
+    onnx::TensorProto* w = initializer(conv->input(1));
+    onnx::TensorProto* stats[4];
+    bool ok = w != nullptr && w->dims_size() >= 1;
+    for (int k = 0; k < 4 && ok; ++k) ok = (stats[k] = initializer(bn.input(k + 1))) != nullptr;
+    if (!ok) continue;
+    const std::vector<float> scale = Floats(*stats[0]), beta = Floats(*stats[1]),
+                             mean = Floats(*stats[2]), var = Floats(*stats[3]);
+    const int64_t channels = w->dims(0);
+    if (static_cast<int64_t>(scale.size()) != channels) continue;
+    const float eps = FloatAttribute(bn, "epsilon", 1e-5f);
+    std::vector<float> weights = Floats(*w);
+    const int64_t per_channel = static_cast<int64_t>(weights.size()) / channels;
+    std::vector<float> bias(channels, 0.0f);
+    onnx::TensorProto* b =
+        conv->input_size() > 2 && !conv->input(2).empty() ? initializer(conv->input(2)) : nullptr;
+    if (b != nullptr) bias = Floats(*b);
+    for (int64_t c = 0; c < channels; ++c) {
+      const float a = scale[c] / std::sqrt(var[c] + eps);
+      for (int64_t k = 0; k < per_channel; ++k) weights[c * per_channel + k] *= a;
+      bias[c] = (bias[c] - mean[c]) * a + beta[c];
+    }
+    SetFloats(w, weights);
+    if (b == nullptr) {
+      b = graph->add_initializer();
+      b->set_name(conv->name() + "_folded_bias");
+      b->add_dims(channels);
+      while (conv->input_size() < 3) conv->add_input("");
+      conv->set_input(2, b->name());
+    }
+    SetFloats(b, bias);
+    const std::string bn_output = bn.output(0);
+    std::vector<std::string> bn_params(bn.input().begin() + 1, bn.input().end());
+    conv->set_output(0, bn_output);
+    graph->mutable_node()->DeleteSubrange(i, 1);
+    --i;
+    ++folded;
+    for (const std::string& name : bn_params) {
+      if (uses(name) > 0) continue;
+      for (int k = 0; k < graph->initializer_size(); ++k) {
+        if (graph->initializer(k).name() == name) {
+          graph->mutable_initializer()->DeleteSubrange(k, 1);
+          break;
+        }
+      }
+    }
+  }
+  return folded;
+}
 
 absl::Status ExportOnnx(const std::string& source_model, const std::vector<NamedWeights>& weights,
                         const std::string& out_path) {
@@ -46,6 +152,7 @@ absl::Status ExportOnnx(const std::string& source_model, const std::vector<Named
     return absl::InvalidArgumentError(absl::StrCat(source_model, ": found ", replaced, " of ",
                                                    weights.size(), " trained initializers"));
   }
+  FoldBatchNorms(&model);
   model.set_producer_name("numaserve train");
   const std::string tmp = out_path + ".tmp";
   {

@@ -9,6 +9,10 @@
 
 #include "absl/status/statusor.h"
 
+namespace onnx {
+class ModelProto;
+}  // namespace onnx
+
 namespace numaserve::training {
 
 struct NamedWeights {
@@ -17,10 +21,16 @@ struct NamedWeights {
 };
 
 // Reads `source_model`, replaces the initializers named in `weights` (every
-// one must exist with the same element count) and writes the result to
-// `out_path` atomically.
+// one must exist with the same element count), folds each
+// BatchNormalization that alone consumes a Conv's output into that Conv's
+// weights and bias (inference graph), and writes the result to `out_path`
+// atomically.
 absl::Status ExportOnnx(const std::string& source_model, const std::vector<NamedWeights>& weights,
                         const std::string& out_path);
+
+// Folds BatchNormalization nodes into the Conv before them (weights and
+// biases must be initializers); returns how many were folded.
+int FoldBatchNorms(onnx::ModelProto* model);
 
 // The path of the next version: <repository>/<name>/<highest + 1>/model.onnx
 // (version 1 when there is none). Creates the version directory.

@@ -61,7 +61,7 @@ absl::StatusOr<double> Evaluate(TrainingNet& net, const Dataset& data) {
     const int64_t n = std::min(kBatch, data.size - start);
     for (int64_t i = 0; i < n; ++i) indices[i] = start + i;
     GatherBatch(data, indices.data(), n, &batch, &labels);
-    absl::StatusOr<const Tensor*> logits = net.Forward(batch);
+    absl::StatusOr<const Tensor*> logits = net.Forward(batch, /*training=*/false);
     if (!logits.ok()) return logits.status();
     correct += SoftmaxCrossEntropy(**logits, labels.data(), 0, nullptr).correct;
   }
@@ -283,7 +283,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
     ++step;
     const float lr = LearningRate(so, step - 1);
     for (size_t i = 0; i < params.size(); ++i)
-      optimizer.Update(static_cast<int>(i), step, lr, params[i].data, *params[i].grad);
+      if (params[i].trainable) {
+        optimizer.Update(static_cast<int>(i), step, lr, params[i].data, *params[i].grad);
+      }
     span("optimizer");
 
     interval_stats[0] += loss.loss_sum;

@@ -51,8 +51,12 @@ absl::StatusOr<std::unique_ptr<TrainingNet>> TrainingNet::Create(Graph graph, bo
       if (c == nullptr || c->type != engine::DataType::kFloat32) continue;
       if (node.op_type == "Reshape") continue;
       if (net->parameter_of_value_[in] >= 0) continue;
+      const bool running_stat =
+          node.op_type == "BatchNormalization" &&
+          (in == node.inputs[3] || (node.inputs.size() > 4 && in == node.inputs[4]));
       net->parameter_of_value_[in] = static_cast<int>(net->parameters_.size());
-      net->parameters_.push_back({.name = g.value(in).name, .value = in});
+      net->parameters_.push_back(
+          {.name = g.value(in).name, .value = in, .trainable = !running_stat});
     }
   }
   for (Parameter& p : net->parameters_) {
@@ -79,7 +83,8 @@ int64_t TrainingNet::num_parameter_elements() const {
   return n;
 }
 
-absl::StatusOr<const Tensor*> TrainingNet::Forward(const Tensor& input) {
+absl::StatusOr<const Tensor*> TrainingNet::Forward(const Tensor& input, bool training) {
+  ScopedTrainingMode mode(training);
   values_[input_] = input;
   double flops = 0;
   std::vector<const Tensor*> ins;

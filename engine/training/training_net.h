@@ -21,6 +21,9 @@ struct Parameter {
   engine::ValueId value;   // its value in the graph
   Tensor* data = nullptr;  // weights (owned by the net)
   Tensor* grad = nullptr;  // d(loss)/d(weights) after Backward
+  // False for state that forward updates instead of the optimizer
+  // (BatchNormalization's running mean and variance); its gradient is 0.
+  bool trainable = true;
 };
 
 class TrainingNet {
@@ -35,7 +38,9 @@ class TrainingNet {
   // Runs the graph up to the logits for `input` ([batch, ...] as the
   // graph's input with dim 0 = batch). The result stays valid until the
   // next Forward.
-  absl::StatusOr<const Tensor*> Forward(const Tensor& input);
+  // `training`: batch statistics for BatchNormalization (and running
+  // statistics updated); false runs the inference graph (evaluation).
+  absl::StatusOr<const Tensor*> Forward(const Tensor& input, bool training = true);
 
   // Back-propagates d(loss)/d(logits) through the last Forward. Parameter
   // gradients are overwritten; `on_ready(i)` is called as soon as parameter

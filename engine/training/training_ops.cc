@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/op_registry.h"
+#include "engine/training/batch_norm_op.h"
 #include "engine/training/conv_pool_ops.h"
 #include "kernels/shape_ops.h"
 
@@ -361,6 +362,7 @@ const TrainingOp kOps[] = {
     {"Identity", ViewForward, ViewBackward},
     {"Softmax", SoftmaxForward, SoftmaxBackward},
     {"Conv", conv_pool::ConvForward, conv_pool::ConvBackward},
+    {"BatchNormalization", batch_norm::Forward, batch_norm::Backward},
     {"MaxPool", conv_pool::MaxPoolForward, conv_pool::MaxPoolBackward},
     {"AveragePool", conv_pool::AveragePoolForward, conv_pool::AveragePoolBackward},
     {"GlobalAveragePool", conv_pool::GlobalAveragePoolForward,
@@ -368,6 +370,16 @@ const TrainingOp kOps[] = {
 };
 
 }  // namespace
+
+namespace {
+thread_local bool training_mode = true;
+}  // namespace
+
+bool InTrainingMode() { return training_mode; }
+ScopedTrainingMode::ScopedTrainingMode(bool training) : previous_(training_mode) {
+  training_mode = training;
+}
+ScopedTrainingMode::~ScopedTrainingMode() { training_mode = previous_; }
 
 const TrainingOp* FindTrainingOp(absl::string_view op_type) {
   for (const TrainingOp& op : kOps) {

@@ -28,6 +28,19 @@ struct TrainingOp {
                            std::vector<Tensor*>& input_grads);
 };
 
+// Whether forwards on this thread run in training mode (batch statistics,
+// running statistics updated) or inference mode; set by TrainingNet for the
+// duration of one Forward.
+bool InTrainingMode();
+class ScopedTrainingMode {
+ public:
+  explicit ScopedTrainingMode(bool training);
+  ~ScopedTrainingMode();
+
+ private:
+  bool previous_;
+};
+
 // Null when the op has no training implementation.
 const TrainingOp* FindTrainingOp(absl::string_view op_type);
 std::string TrainableOpsList();

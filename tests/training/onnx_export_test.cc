@@ -3,17 +3,20 @@
 #include "engine/training/onnx_export.h"
 
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "engine/model.h"
 #include "engine/onnx_import.h"
 #include "engine/training/optimizer.h"
 #include "engine/training/training_net.h"
+#include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::training {
 namespace {
@@ -99,6 +102,82 @@ TEST(OnnxExportTest, ExportedModelRunsInTheEngineAndMatchesTraining) {
     for (int j = 0; j < 10; ++j) {
       EXPECT_NEAR(probs[r * 10 + j], std::exp(z[j]) / sum, 1e-4) << "row " << r << " class " << j;
     }
+  }
+}
+
+TEST(OnnxExportTest, BatchNormIsFoldedIntoTheConv) {
+  // image -> Conv (no bias) -> BatchNormalization -> Relu -> Flatten -> Gemm -> Softmax
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  auto random = [&](kernels::Shape shape) {
+    Tensor t(shape);
+    for (float& v : t.data) v = normal(rng);
+    return t;
+  };
+  engine::testing::OnnxModelBuilder builder;
+  builder.Input("image", {-1, 1, 6, 6}).Output("probabilities", {-1, 3});
+  builder.Initializer("conv.weight", random({4, 1, 3, 3}))
+      .Initializer("bn.scale", Tensor({4}, {1, 1, 1, 1}))
+      .Initializer("bn.bias", Tensor({4}, {0, 0, 0, 0}))
+      .Initializer("bn.mean", Tensor({4}, {0, 0, 0, 0}))
+      .Initializer("bn.var", Tensor({4}, {1, 1, 1, 1}))
+      .Initializer("fc.weight", random({144, 3}))
+      .Initializer("fc.bias", Tensor({3}, {0, 0, 0}));
+  auto& conv = builder.Node("Conv", {"image", "conv.weight"}, {"c"});
+  engine::testing::OnnxModelBuilder::AttrInts(conv, "pads", {1, 1, 1, 1});
+  builder.Node("BatchNormalization", {"c", "bn.scale", "bn.bias", "bn.mean", "bn.var"}, {"n"});
+  builder.Node("Relu", {"n"}, {"r"});
+  builder.Node("Flatten", {"r"}, {"f"});
+  builder.Node("Gemm", {"f", "fc.weight", "fc.bias"}, {"logits"});
+  auto& softmax = builder.Node("Softmax", {"logits"}, {"probabilities"});
+  engine::testing::OnnxModelBuilder::AttrInt(softmax, "axis", 1);
+  const std::string source = builder.Save("bn_fold");
+
+  absl::StatusOr<engine::Graph> graph = engine::ImportOnnxModel(source);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(std::move(*graph));
+  ASSERT_TRUE(net.ok()) << net.status();
+  std::vector<int64_t> sizes;
+  for (const Parameter& p : (*net)->parameters()) sizes.push_back(p.data->size());
+  Optimizer opt({}, sizes);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Tensor x({6, 1, 6, 6});
+  for (float& v : x.data) v = u(rng);
+  const std::vector<uint8_t> labels = {0, 1, 2, 0, 1, 2};
+  Tensor dlogits;
+  for (int step = 1; step <= 5; ++step) {  // moves weights and running statistics
+    absl::StatusOr<const Tensor*> logits = (*net)->Forward(x);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    SoftmaxCrossEntropy(**logits, labels.data(), 1.0f / 6, &dlogits);
+    ASSERT_TRUE((*net)->Backward(dlogits, nullptr).ok());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Parameter& p = (*net)->parameters()[i];
+      if (p.trainable) opt.Update(static_cast<int>(i), step, 0.1f, p.data, *p.grad);
+    }
+  }
+  std::vector<NamedWeights> weights;
+  for (const Parameter& p : (*net)->parameters()) weights.push_back({p.name, &p.data->data});
+  const std::string out = source + ".trained.onnx";
+  ASSERT_TRUE(ExportOnnx(source, weights, out).ok());
+
+  onnx::ModelProto exported;
+  std::ifstream in(out, std::ios::binary);
+  ASSERT_TRUE(exported.ParseFromIstream(&in));
+  for (const onnx::NodeProto& node : exported.graph().node()) {
+    EXPECT_NE(node.op_type(), "BatchNormalization");
+  }
+  absl::StatusOr<std::unique_ptr<engine::CompiledModel>> model =
+      engine::CompiledModel::Load(out, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> probs(6 * 3);
+  ASSERT_TRUE((*model)->Run(6, {x.data.data()}, {probs.data()}).ok());
+  absl::StatusOr<const Tensor*> logits = (*net)->Forward(x, /*training=*/false);
+  ASSERT_TRUE(logits.ok());
+  for (int r = 0; r < 6; ++r) {
+    const float* z = &(*logits)->data[r * 3];
+    const double sum = std::exp(z[0]) + std::exp(z[1]) + std::exp(z[2]);
+    for (int j = 0; j < 3; ++j)
+      EXPECT_NEAR(probs[r * 3 + j], std::exp(z[j]) / sum, 1e-4) << r << "," << j;
   }
 }
 
