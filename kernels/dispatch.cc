@@ -1,9 +1,12 @@
 #include "kernels/dispatch.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
 
 #include "affinity/cpu_features.h"
 #include "kernels/cpu/row_kernels.h"
@@ -38,6 +41,14 @@ void Init() {
   const auto& f = affinity::GetCpuFeatures();
   const char* cap = std::getenv("NUMASERVE_MAX_ISA");
   decision = DecideTier(CpuHasAvx2(), CpuHasAvx512(), f.amx_bf16, cap != nullptr ? cap : "");
+  if (decision.tier == IsaTier::kAvx512 && decision.cap.empty() && CpuHasAvx2()) {
+    decision.avx512_probe_us = ProbeMicroseconds(kAvx512, 7);
+    decision.avx2_probe_us = ProbeMicroseconds(kAvx2, 7);
+    if (decision.avx2_probe_us < decision.avx512_probe_us) {
+      decision.tier = IsaTier::kAvx2;
+      decision.skipped.push_back("avx512: slower than avx2 on this CPU at start-up");
+    }
+  }
   table = decision.tier == IsaTier::kAvx512 ? &kAvx512
           : decision.tier == IsaTier::kAvx2 ? &kAvx2
                                             : &kScalar;
@@ -53,11 +64,33 @@ void Init() {
   }
   std::string line = std::string("numaserve: kernels: ") + IsaTierName(decision.tier);
   if (!decision.onednn_cap.empty()) line += ", oneDNN capped at " + decision.onednn_cap;
+  if (decision.avx512_probe_us > 0) {
+    char probe[128];
+    std::snprintf(probe, sizeof(probe), " (start-up probe: avx512 %.1f us, avx2 %.1f us)",
+                  decision.avx512_probe_us, decision.avx2_probe_us);
+    line += probe;
+  }
   for (const std::string& s : decision.skipped) line += "; skipped " + s;
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 }  // namespace
+
+double ProbeMicroseconds(const KernelTable& table, int reps) {
+  constexpr int64_t kRows = 64, kLen = 1024;
+  std::vector<float> x(kRows * kLen), y(kRows * kLen), scale(kLen, 1.0f), bias(kLen, 0.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) * 0.01f;
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    table.softmax_rows(x.data(), y.data(), kRows, kLen);
+    table.layer_norm_rows(x.data(), scale.data(), bias.data(), 1e-5f, y.data(), kRows, kLen);
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, us);
+  }
+  return best;
+}
 
 const char* IsaTierName(IsaTier tier) {
   switch (tier) {

@@ -29,12 +29,20 @@ struct DispatchDecision {
   std::string cap;                   // NUMASERVE_MAX_ISA as given ("" if unset)
   std::vector<std::string> skipped;  // "avx512: capped by NUMASERVE_MAX_ISA=avx2"
   std::string onednn_cap;            // the oneDNN ISA cap applied ("" for none)
+  // Without a cap, when both AVX-512 and AVX2 are usable, both own-kernel
+  // tiers are timed at start-up on the same work (softmax and layer norm
+  // over 64 x 1024 floats) and the faster one is used: on CPUs whose
+  // AVX-512 runs at a lower clock or with one FMA unit, AVX2 can win.
+  double avx512_probe_us = 0, avx2_probe_us = 0;  // best of several runs; 0 = not measured
 };
 
 // Pure: the tier for these CPU flags and cap (empty cap = none). Errors in
 // the cap are reported in `skipped` and ignored.
 DispatchDecision DecideTier(bool has_avx2_fma, bool has_avx512, bool has_amx,
                             const std::string& cap);
+
+// Times `table` on the start-up probe work; microseconds, best of `reps`.
+double ProbeMicroseconds(const KernelTable& table, int reps);
 
 // The process-wide table (std::call_once; also applies the oneDNN cap).
 const KernelTable& GetKernelTable();

@@ -46,5 +46,20 @@ TEST(DispatchTest, ProcessTableMatchesTheCpu) {
   EXPECT_NE(KernelTableFor(t.tier), nullptr);
 }
 
+TEST(DispatchTest, StartupProbeTimesEachUsableTier) {
+  for (IsaTier tier : {IsaTier::kScalar, IsaTier::kAvx2, IsaTier::kAvx512}) {
+    const KernelTable* t = KernelTableFor(tier);
+    if (t == nullptr) continue;
+    const double us = ProbeMicroseconds(*t, 2);
+    EXPECT_GT(us, 0.0) << IsaTierName(tier);
+    EXPECT_LT(us, 1e6) << IsaTierName(tier);
+  }
+  const DispatchDecision& d = GetDispatchDecision();
+  if (d.avx512_probe_us > 0) {
+    // The faster measured tier was chosen.
+    EXPECT_EQ(d.tier, d.avx2_probe_us < d.avx512_probe_us ? IsaTier::kAvx2 : IsaTier::kAvx512);
+  }
+}
+
 }  // namespace
 }  // namespace numaserve::kernels
