@@ -11,6 +11,7 @@
 #include "engine/op_registry.h"
 #include "engine/training/batch_norm_op.h"
 #include "engine/training/conv_pool_ops.h"
+#include "engine/training/layer_norm_op.h"
 #include "kernels/shape_ops.h"
 
 namespace numaserve::training {
@@ -363,6 +364,7 @@ const TrainingOp kOps[] = {
     {"Softmax", SoftmaxForward, SoftmaxBackward},
     {"Conv", conv_pool::ConvForward, conv_pool::ConvBackward},
     {"BatchNormalization", batch_norm::Forward, batch_norm::Backward},
+    {"LayerNormalization", layer_norm::Forward, layer_norm::Backward},
     {"MaxPool", conv_pool::MaxPoolForward, conv_pool::MaxPoolBackward},
     {"AveragePool", conv_pool::AveragePoolForward, conv_pool::AveragePoolBackward},
     {"GlobalAveragePool", conv_pool::GlobalAveragePoolForward,
