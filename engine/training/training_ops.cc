@@ -202,6 +202,72 @@ absl::Status MatMulBackward(const Graph&, const Node& node, const std::vector<co
   return absl::OkStatus();
 }
 
+// --- Sub, Mul, Div (broadcasting) ------------------------------------------------
+// Calls f(out_index, a_offset, b_offset) over every element of `out`.
+template <typename F>
+void ForEachBroadcast2(const Shape& a, const Shape& b, const Shape& out, F f) {
+  const std::vector<int64_t> sa = BroadcastStrides(a, out), sb = BroadcastStrides(b, out);
+  const int64_t n = kernels::NumElements(out);
+  const int rank = static_cast<int>(out.size());
+  std::vector<int64_t> index(rank, 0);
+  int64_t oa = 0, ob = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    f(i, oa, ob);
+    for (int d = rank - 1; d >= 0; --d) {
+      ++index[d];
+      oa += sa[d];
+      ob += sb[d];
+      if (index[d] < out[d]) break;
+      oa -= sa[d] * index[d];
+      ob -= sb[d] * index[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// y = F(a, b); da += dy * dF/da, db += dy * dF/db, each summed over its
+// broadcast dimensions.
+template <float (*F)(float, float), float (*DA)(float, float), float (*DB)(float, float)>
+struct Binary {
+  static absl::Status Forward(const Graph&, const Node& node, const std::vector<const Tensor*>& in,
+                              std::vector<Tensor*>& out) {
+    absl::StatusOr<Shape> shape = kernels::BroadcastShapes(in[0]->shape, in[1]->shape);
+    if (!shape.ok()) return NodeError(node, shape.status().message());
+    Resize(out[0], *shape);
+    const float* a = in[0]->data.data();
+    const float* b = in[1]->data.data();
+    float* y = out[0]->data.data();
+    ForEachBroadcast2(in[0]->shape, in[1]->shape, *shape,
+                      [&](int64_t i, int64_t ia, int64_t ib) { y[i] = F(a[ia], b[ib]); });
+    return absl::OkStatus();
+  }
+  static absl::Status Backward(const Graph&, const Node&, const std::vector<const Tensor*>& in,
+                               const std::vector<const Tensor*>& out,
+                               const std::vector<const Tensor*>& gout, std::vector<Tensor*>& gin) {
+    const float* a = in[0]->data.data();
+    const float* b = in[1]->data.data();
+    const float* dy = gout[0]->data.data();
+    float* da = gin[0] != nullptr ? gin[0]->data.data() : nullptr;
+    float* db = gin[1] != nullptr ? gin[1]->data.data() : nullptr;
+    ForEachBroadcast2(in[0]->shape, in[1]->shape, out[0]->shape,
+                      [&](int64_t i, int64_t ia, int64_t ib) {
+                        if (da != nullptr) da[ia] += dy[i] * DA(a[ia], b[ib]);
+                        if (db != nullptr) db[ib] += dy[i] * DB(a[ia], b[ib]);
+                      });
+    return absl::OkStatus();
+  }
+};
+
+float SubF(float a, float b) { return a - b; }
+float SubDA(float, float) { return 1.0f; }
+float SubDB(float, float) { return -1.0f; }
+float MulF(float a, float b) { return a * b; }
+float MulDA(float, float b) { return b; }
+float MulDB(float a, float) { return a; }
+float DivF(float a, float b) { return a / b; }
+float DivDA(float, float b) { return 1.0f / b; }
+float DivDB(float a, float b) { return -a / (b * b); }
+
 // --- Add ----------------------------------------------------------------------
 absl::Status AddForward(const Graph&, const Node& node, const std::vector<const Tensor*>& in,
                         std::vector<Tensor*>& out) {
@@ -277,6 +343,10 @@ float SigmoidF(const Node&, float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float SigmoidD(const Node&, float, float y) { return y * (1.0f - y); }
 float TanhF(const Node&, float x) { return std::tanh(x); }
 float TanhD(const Node&, float, float y) { return 1.0f - y * y; }
+float ErfF(const Node&, float x) { return std::erf(x); }
+float ErfD(const Node&, float x, float) {
+  return 1.1283791670955126f * std::exp(-x * x);
+}  // 2/sqrt(pi)
 
 // --- shape-only ops -------------------------------------------------------------
 absl::Status ViewForward(const Graph& graph, const Node& node, const std::vector<const Tensor*>& in,
@@ -358,6 +428,10 @@ const TrainingOp kOps[] = {
      Eltwise<LeakyReluF, LeakyReluD>::Backward},
     {"Sigmoid", Eltwise<SigmoidF, SigmoidD>::Forward, Eltwise<SigmoidF, SigmoidD>::Backward},
     {"Tanh", Eltwise<TanhF, TanhD>::Forward, Eltwise<TanhF, TanhD>::Backward},
+    {"Erf", Eltwise<ErfF, ErfD>::Forward, Eltwise<ErfF, ErfD>::Backward},
+    {"Sub", Binary<SubF, SubDA, SubDB>::Forward, Binary<SubF, SubDA, SubDB>::Backward},
+    {"Mul", Binary<MulF, MulDA, MulDB>::Forward, Binary<MulF, MulDA, MulDB>::Backward},
+    {"Div", Binary<DivF, DivDA, DivDB>::Forward, Binary<DivF, DivDA, DivDB>::Backward},
     {"Flatten", ViewForward, ViewBackward},
     {"Reshape", ViewForward, ViewBackward},
     {"Identity", ViewForward, ViewBackward},

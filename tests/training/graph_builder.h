@@ -35,6 +35,16 @@ class GraphBuilder {
     graph_.SetConstant(graph_.GetOrAddValue(name), std::move(c));
     return *this;
   }
+  // An FP32 initializer with the given values.
+  GraphBuilder& Weight(const std::string& name, const kernels::Shape& shape,
+                       std::vector<float> values) {
+    engine::Constant c;
+    c.type = engine::DataType::kFloat32;
+    c.shape = shape;
+    c.f32 = kernels::Tensor(shape, std::move(values));
+    graph_.SetConstant(graph_.GetOrAddValue(name), std::move(c));
+    return *this;
+  }
   GraphBuilder& Int64(const std::string& name, const std::vector<int64_t>& values) {
     engine::Constant c;
     c.type = engine::DataType::kInt64;
