@@ -269,6 +269,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
     };
     prefetcher.Get(step, &batch, &labels);
     span("wait for batch");
+    net.SetDropoutContext(config.seed(), step, rank * local_batch);
     absl::StatusOr<const Tensor*> logits = net.Forward(batch);
     if (!logits.ok()) return logits.status();
     const LossResult loss =

@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<TrainingNet>> TrainingNet::Create(Graph graph, bo
       if (in == engine::kNoValue) continue;
       const engine::Constant* c = g.FindConstant(in);
       if (c == nullptr || c->type != engine::DataType::kFloat32) continue;
-      if (node.op_type == "Reshape") continue;
+      if (node.op_type == "Reshape" || node.op_type == "Dropout") continue;  // shape, ratio
       if (net->parameter_of_value_[in] >= 0) continue;
       const bool running_stat =
           node.op_type == "BatchNormalization" &&
@@ -84,7 +84,8 @@ int64_t TrainingNet::num_parameter_elements() const {
 }
 
 absl::StatusOr<const Tensor*> TrainingNet::Forward(const Tensor& input, bool training) {
-  ScopedTrainingMode mode(training);
+  context_.training = training;
+  ScopedTrainingContext scoped(context_);
   values_[input_] = input;
   double flops = 0;
   std::vector<const Tensor*> ins;
@@ -112,6 +113,7 @@ absl::StatusOr<const Tensor*> TrainingNet::Forward(const Tensor& input, bool tra
 
 absl::Status TrainingNet::Backward(const Tensor& logits_grad,
                                    const std::function<void(int)>& on_ready) {
+  ScopedTrainingContext scoped(context_);
   // Zero the gradients of everything backward will add into.
   for (int v = 0; v < graph_.num_values(); ++v) {
     if (!needs_grad_[v] || v == logits_) continue;

@@ -42,6 +42,15 @@ class TrainingNet {
   // statistics updated); false runs the inference graph (evaluation).
   absl::StatusOr<const Tensor*> Forward(const Tensor& input, bool training = true);
 
+  // What makes dropout masks reproducible (training_ops.h): the job's seed,
+  // the step the next Forward/Backward computes and this rank's first row
+  // within the global batch.
+  void SetDropoutContext(uint64_t seed, int64_t step, int64_t row_offset) {
+    context_.seed = seed;
+    context_.step = step;
+    context_.row_offset = row_offset;
+  }
+
   // Back-propagates d(loss)/d(logits) through the last Forward. Parameter
   // gradients are overwritten; `on_ready(i)` is called as soon as parameter
   // i's gradient is final (for all-reduce overlapped with backward).
@@ -70,6 +79,7 @@ class TrainingNet {
   std::vector<Parameter> parameters_;
   std::vector<int> parameter_of_value_;  // -1 when not a parameter
   double last_forward_flops_ = 0;
+  TrainingContext context_;  // of the last Forward (Backward reuses it)
 };
 
 }  // namespace numaserve::training

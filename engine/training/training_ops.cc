@@ -419,6 +419,75 @@ absl::Status SoftmaxBackward(const Graph& graph, const Node& node,
   return absl::OkStatus();
 }
 
+// --- Dropout -------------------------------------------------------------------
+// Keep element i of this rank's batch iff hash(seed, step, global index) is
+// at least ratio * 2^64; kept elements are scaled by 1 / (1 - ratio).
+absl::StatusOr<float> DropoutRatio(const Graph& graph, const Node& node) {
+  float ratio = node.GetFloat("ratio", 0.5f);
+  if (node.inputs.size() > 1 && node.inputs[1] != engine::kNoValue) {
+    const engine::Constant* c = graph.FindConstant(node.inputs[1]);
+    if (c == nullptr || c->type != engine::DataType::kFloat32 || c->f32.size() != 1) {
+      return NodeError(node, "the ratio must be a constant FP32 scalar (an initializer)");
+    }
+    ratio = c->f32.data[0];
+  }
+  if (node.outputs.size() > 1 && node.outputs[1] != engine::kNoValue) {
+    return NodeError(node, "the mask output is not supported in training");
+  }
+  if (ratio < 0 || ratio >= 1)
+    return NodeError(node, absl::StrCat("ratio ", ratio, " is not in [0, 1)"));
+  return ratio;
+}
+
+bool DropoutKeeps(uint64_t seed, int64_t step, int64_t index, float ratio) {
+  uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(step + 1)) ^
+               (0xbf58476d1ce4e5b9ULL * static_cast<uint64_t>(index + 1));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53 >= ratio;
+}
+
+// Applies (or back-propagates through) the mask: out[i] (+)= in[i] * keep / (1 - ratio).
+void ApplyDropout(const Tensor& in, float ratio, bool accumulate, Tensor* out) {
+  const TrainingContext& ctx = CurrentTrainingContext();
+  const int64_t n = in.size();
+  const int64_t row = in.rank() > 0 && in.shape[0] > 0 ? n / in.shape[0] : n;
+  const int64_t base = ctx.row_offset * row;
+  const float scale = 1.0f / (1.0f - ratio);
+  const float* x = in.data.data();
+  float* y = out->data.data();
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = DropoutKeeps(ctx.seed, ctx.step, base + i, ratio) ? x[i] * scale : 0.0f;
+    y[i] = accumulate ? y[i] + v : v;
+  }
+}
+
+absl::Status DropoutForward(const Graph& graph, const Node& node,
+                            const std::vector<const Tensor*>& in, std::vector<Tensor*>& out) {
+  absl::StatusOr<float> ratio = DropoutRatio(graph, node);
+  if (!ratio.ok()) return ratio.status();
+  if (!InTrainingMode() || *ratio == 0.0f) {
+    *out[0] = *in[0];
+    return absl::OkStatus();
+  }
+  Resize(out[0], in[0]->shape);
+  ApplyDropout(*in[0], *ratio, false, out[0]);
+  return absl::OkStatus();
+}
+
+absl::Status DropoutBackward(const Graph& graph, const Node& node,
+                             const std::vector<const Tensor*>&, const std::vector<const Tensor*>&,
+                             const std::vector<const Tensor*>& gout, std::vector<Tensor*>& gin) {
+  if (gin[0] == nullptr) return absl::OkStatus();
+  absl::StatusOr<float> ratio = DropoutRatio(graph, node);
+  if (!ratio.ok()) return ratio.status();
+  if (*ratio == 0.0f) return ViewBackward(graph, node, {}, {}, gout, gin);
+  ApplyDropout(*gout[0], *ratio, true, gin[0]);
+  return absl::OkStatus();
+}
+
 const TrainingOp kOps[] = {
     {"Gemm", GemmForward, GemmBackward},
     {"MatMul", MatMulForward, MatMulBackward},
@@ -432,6 +501,7 @@ const TrainingOp kOps[] = {
     {"Sub", Binary<SubF, SubDA, SubDB>::Forward, Binary<SubF, SubDA, SubDB>::Backward},
     {"Mul", Binary<MulF, MulDA, MulDB>::Forward, Binary<MulF, MulDA, MulDB>::Backward},
     {"Div", Binary<DivF, DivDA, DivDB>::Forward, Binary<DivF, DivDA, DivDB>::Backward},
+    {"Dropout", DropoutForward, DropoutBackward},
     {"Flatten", ViewForward, ViewBackward},
     {"Reshape", ViewForward, ViewBackward},
     {"Identity", ViewForward, ViewBackward},
@@ -448,14 +518,15 @@ const TrainingOp kOps[] = {
 }  // namespace
 
 namespace {
-thread_local bool training_mode = true;
+thread_local TrainingContext current_context;
 }  // namespace
 
-bool InTrainingMode() { return training_mode; }
-ScopedTrainingMode::ScopedTrainingMode(bool training) : previous_(training_mode) {
-  training_mode = training;
+const TrainingContext& CurrentTrainingContext() { return current_context; }
+ScopedTrainingContext::ScopedTrainingContext(const TrainingContext& context)
+    : previous_(current_context) {
+  current_context = context;
 }
-ScopedTrainingMode::~ScopedTrainingMode() { training_mode = previous_; }
+ScopedTrainingContext::~ScopedTrainingContext() { current_context = previous_; }
 
 const TrainingOp* FindTrainingOp(absl::string_view op_type) {
   for (const TrainingOp& op : kOps) {

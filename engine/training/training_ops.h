@@ -28,17 +28,26 @@ struct TrainingOp {
                            std::vector<Tensor*>& input_grads);
 };
 
-// Whether forwards on this thread run in training mode (batch statistics,
-// running statistics updated) or inference mode; set by TrainingNet for the
-// duration of one Forward.
-bool InTrainingMode();
-class ScopedTrainingMode {
+// What ops may depend on beyond their inputs, for the duration of one
+// Forward or Backward on this thread (set by TrainingNet): training mode
+// (batch statistics, dropout) or inference mode, and what makes dropout
+// masks reproducible: the same on every rank count, after a resume, and in
+// backward as in forward.
+struct TrainingContext {
+  bool training = true;
+  uint64_t seed = 0;       // the job's seed
+  int64_t step = 0;        // the optimizer step being computed
+  int64_t row_offset = 0;  // this rank's first row within the global batch
+};
+const TrainingContext& CurrentTrainingContext();
+inline bool InTrainingMode() { return CurrentTrainingContext().training; }
+class ScopedTrainingContext {
  public:
-  explicit ScopedTrainingMode(bool training);
-  ~ScopedTrainingMode();
+  explicit ScopedTrainingContext(const TrainingContext& context);
+  ~ScopedTrainingContext();
 
  private:
-  bool previous_;
+  TrainingContext previous_;
 };
 
 // Null when the op has no training implementation.

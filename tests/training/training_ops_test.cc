@@ -233,6 +233,41 @@ TEST(GradCheckTest, LayerNormalization) {
   }
 }
 
+TEST(GradCheckTest, DropoutTrainingMode) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("w", {4, 5}).Weight("ratio", {}, {0.3f});
+  b.Node("MatMul", {"x", "w"}, {"h"});
+  b.Node("Dropout", {"h", "ratio"}, {"y"});
+  GradCheck(b.Build(), {3, 4}, "Dropout");
+}
+
+TEST(DropoutTest, MaskRateModesStepsAndRankSlices) {
+  GraphBuilder b;
+  b.Input("x").Output("y").Weight("ratio", {}, {0.25f});
+  b.Node("Dropout", {"x", "ratio"}, {"y"});
+  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_TRUE((*net)->parameters().empty());  // the ratio is not trained
+  const Tensor ones({4, 1000}, std::vector<float>(4000, 1.0f));
+  (*net)->SetDropoutContext(7, 3, 0);
+  const std::vector<float> full = (**(*net)->Forward(ones)).data;
+  int kept = 0;
+  for (float v : full) {
+    ASSERT_TRUE(v == 0.0f || std::abs(v - 1.0f / 0.75f) < 1e-6f) << v;
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(kept / 4000.0, 0.75, 0.03);
+  // Rank 1 of 2 (rows 2 and 3 of the global batch) draws the same mask.
+  (*net)->SetDropoutContext(7, 3, 2);
+  const std::vector<float> half =
+      (**(*net)->Forward(Tensor({2, 1000}, std::vector<float>(2000, 1.0f)))).data;
+  EXPECT_TRUE(std::equal(half.begin(), half.end(), full.begin() + 2000));
+  // Another step, another mask; inference mode is the identity.
+  (*net)->SetDropoutContext(7, 4, 0);
+  EXPECT_NE((**(*net)->Forward(ones)).data, full);
+  EXPECT_EQ((**(*net)->Forward(ones, /*training=*/false)).data, ones.data);
+}
+
 TEST(LayerNormTest, HandComputed) {
   GraphBuilder b;
   b.Input("x").Output("y").Weight("scale", {2}).Weight("bias", {2});
