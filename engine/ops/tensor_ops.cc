@@ -500,9 +500,11 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
   ResizeSpec spec;
   kernels::ResizeParams& p = spec.params;
   p.mode = node.GetString("mode", "nearest");
-  if (p.mode != "nearest" && p.mode != "linear") {
+  if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic") {
     return NodeUnsupported(node, absl::StrCat("mode '", p.mode, "' is not supported"));
   }
+  p.cubic_coeff_a = node.GetFloat("cubic_coeff_a", -0.75f);
+  p.exclude_outside = node.GetInt("exclude_outside", 0) != 0;
   const bool upsample = node.op_type == "Upsample";
   const bool opset10 = !upsample && graph.opset() < 11;
   if (upsample || opset10) {
@@ -518,7 +520,6 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
       ctm != "pytorch_half_pixel") {
     return NodeUnsupported(node, absl::StrCat("coordinate_transformation_mode '", ctm, "'"));
   }
-  if (node.GetInt("exclude_outside", 0) != 0) return NodeUnsupported(node, "exclude_outside=1");
   const size_t scales_index = upsample || opset10 ? 1 : 2;
   std::vector<float> scales = node.GetFloats("scales", {});
   if (auto s = ConstFloats(graph, node, scales_index, "scales"); !s.ok()) {
@@ -548,9 +549,6 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
 
 absl::Status ResizeValidate(const Graph& graph, const Node& node) {
   if (absl::Status s = CheckArity(node, 1, 4); !s.ok()) return s;
-  if (node.GetString("mode", "nearest") == "cubic") {
-    return NodeUnsupported(node, "mode 'cubic' is not supported");
-  }
   for (size_t i = 1; i < node.inputs.size(); ++i) {
     if (HasInput(node, i) && !graph.IsConstant(node.inputs[i])) {
       return NodeUnsupported(node, "roi/scales/sizes must be constants");

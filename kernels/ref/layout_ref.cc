@@ -180,7 +180,10 @@ double SourceCoordinate(const ResizeParams& p, int64_t o, int64_t in_len, int64_
   const std::string& m = p.coordinate_transformation_mode;
   if (m == "asymmetric") return o / static_cast<double>(scale);
   if (m == "align_corners") {
-    return out_len == 1 ? 0.0 : o * static_cast<double>(in_len - 1) / (out_len - 1);
+    // The resized length is in_len * scale, not rounded (as ONNX defines it).
+    const double resized = static_cast<double>(in_len) * scale;
+    return out_len == 1 || resized <= 1.0 ? 0.0
+                                          : o * static_cast<double>(in_len - 1) / (resized - 1);
   }
   if (m == "pytorch_half_pixel") {
     return out_len > 1 ? (o + 0.5) / scale - 0.5 : 0.0;
@@ -202,46 +205,83 @@ int64_t NearestIndex(const std::string& mode, double x) {
 
 absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape) {
   const size_t rank = x.shape.size();
-  if (p.mode != "nearest" && p.mode != "linear") {
+  if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic") {
     return absl::UnimplementedError(absl::StrCat("Resize mode '", p.mode, "' is not supported"));
   }
   // Per dim: for each output coordinate, up to two source indices + weights.
-  struct Tap {
-    int64_t i0, i1;
-    double w1;
+  // Per dim and output coordinate: the source indices and their weights.
+  struct Taps {
+    std::vector<int64_t> index;
+    std::vector<double> weight;
   };
-  std::vector<std::vector<Tap>> taps(rank);
+  std::vector<std::vector<Taps>> taps(rank);
   for (size_t d = 0; d < rank; ++d) {
     const int64_t in_len = x.shape[d];
     for (int64_t o = 0; o < out_shape[d]; ++o) {
       const double c = SourceCoordinate(p, o, in_len, out_shape[d], p.scales[d]);
+      Taps t;
       if (p.mode == "nearest") {
-        const int64_t i = std::clamp<int64_t>(NearestIndex(p.nearest_mode, c), 0, in_len - 1);
-        taps[d].push_back({i, i, 0.0});
-      } else {
+        t.index.push_back(std::clamp<int64_t>(NearestIndex(p.nearest_mode, c), 0, in_len - 1));
+        t.weight.push_back(1.0);
+      } else if (p.mode == "linear") {
         const double cc = std::clamp(c, 0.0, static_cast<double>(in_len - 1));
         const int64_t i0 = static_cast<int64_t>(std::floor(cc));
-        const int64_t i1 = std::min(i0 + 1, in_len - 1);
-        taps[d].push_back({i0, i1, cc - i0});
+        t.index = {i0, std::min(i0 + 1, in_len - 1)};
+        t.weight = {1.0 - (cc - i0), cc - i0};
+      } else {
+        // Cubic convolution with coefficient a over 4 taps; taps outside
+        // the input repeat the edge, or are dropped and the rest
+        // renormalised with exclude_outside.
+        const double a = p.cubic_coeff_a;
+        const int64_t i0 = static_cast<int64_t>(std::floor(c));
+        const double f = c - i0;
+        auto kernel = [a](double s) {
+          s = std::fabs(s);
+          if (s <= 1) return ((a + 2) * s - (a + 3)) * s * s + 1;
+          if (s < 2) return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a;
+          return 0.0;
+        };
+        double total = 0;
+        for (int64_t k = -1; k <= 2; ++k) {
+          const int64_t src = i0 + k;
+          double w = kernel(k - f);
+          if (p.exclude_outside && (src < 0 || src >= in_len)) w = 0;
+          t.index.push_back(std::clamp<int64_t>(src, 0, in_len - 1));
+          t.weight.push_back(w);
+          total += w;
+        }
+        if (p.exclude_outside && total != 0) {
+          for (double& w : t.weight) w /= total;
+        }
       }
+      taps[d].push_back(std::move(t));
     }
   }
   const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
   Tensor y(out_shape);
+  std::vector<size_t> k(rank);
   ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
-    // Sum over the 2^rank corners, skipping zero-weight ones.
+    // Sum over every combination of per-dim taps (mixed-radix counter).
     double acc = 0.0;
-    const int corners = 1 << rank;
-    for (int c = 0; c < corners; ++c) {
+    std::fill(k.begin(), k.end(), 0);
+    while (true) {
       double w = 1.0;
       int64_t off = 0;
-      for (size_t d = 0; d < rank && w != 0.0; ++d) {
-        const Tap& t = taps[d][idx[d]];
-        const bool hi = (c >> d) & 1;
-        w *= hi ? t.w1 : 1.0 - t.w1;
-        off += (hi ? t.i1 : t.i0) * in_strides[d];
+      for (size_t d = 0; d < rank; ++d) {
+        const Taps& t = taps[d][idx[d]];
+        w *= t.weight[k[d]];
+        off += t.index[k[d]] * in_strides[d];
       }
       if (w != 0.0) acc += w * x.data[off];
+      bool done = true;  // true once every digit has wrapped around
+      for (size_t d = rank; d-- > 0;) {
+        if (++k[d] < taps[d][idx[d]].index.size()) {
+          done = false;
+          break;
+        }
+        k[d] = 0;
+      }
+      if (done) break;
     }
     y.data[i] = static_cast<float>(acc);
   });

@@ -36,10 +36,12 @@ Tensor ExpandRef(const Tensor& x, const Shape& out_shape);
 Tensor TileRef(const Tensor& x, const std::vector<int64_t>& repeats);
 
 struct ResizeParams {
-  std::string mode = "nearest";  // nearest | linear
+  std::string mode = "nearest";  // nearest | linear | cubic
   std::string coordinate_transformation_mode = "half_pixel";
   std::string nearest_mode = "round_prefer_floor";
   std::vector<float> scales;  // per dim, out/in
+  float cubic_coeff_a = -0.75f;
+  bool exclude_outside = false;  // cubic: drop taps outside the input
 };
 absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape);
 

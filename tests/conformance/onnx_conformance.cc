@@ -50,6 +50,22 @@ bool FloatData(const onnx::TensorProto& t, std::vector<float>& out) {
   return true;
 }
 
+// True when every use of graph input `name` is a parameter the engine needs
+// as a constant (Resize/Upsample's roi, scales, sizes): frozen like integer
+// inputs, since the test data are fixed.
+bool OnlyParameterInput(const onnx::GraphProto& graph, const std::string& name) {
+  bool used = false;
+  for (const auto& node : graph.node()) {
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (node.input(i) != name) continue;
+      used = true;
+      const bool parameter = (node.op_type() == "Resize" || node.op_type() == "Upsample") && i >= 1;
+      if (!parameter) return false;
+    }
+  }
+  return used;
+}
+
 std::vector<fs::path> Sorted(const fs::path& dir, const std::string& prefix) {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -104,12 +120,12 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
                     absl::StrCat(input_files[i].string(), " is not a TensorProto"));
     }
     const onnx::ValueInfoProto& info = graph.input(runtime_inputs[i]);
-    if (t.data_type() == onnx::TensorProto::FLOAT) {
+    if (t.data_type() == onnx::TensorProto::FLOAT && !OnlyParameterInput(graph, info.name())) {
       std::vector<float> data;
       if (!FloatData(t, data)) return Result(name, Outcome::kFailed, "bad FP32 input data");
       if (data.empty()) data.push_back(0.0f);  // a valid pointer for an empty tensor
       inputs.push_back(std::move(data));
-    } else if (IsFrozenType(t.data_type())) {
+    } else if (IsFrozenType(t.data_type()) || t.data_type() == onnx::TensorProto::FLOAT) {
       t.set_name(info.name());
       *graph.add_initializer() = t;
       frozen.push_back(runtime_inputs[i]);

@@ -5,8 +5,9 @@
 // A case is unsupported when the engine declines it at load with
 // UNIMPLEMENTED (an op, attribute or data type it does not support), or when
 // its inputs/outputs are of a type other than FP32 after integer and boolean
-// inputs are frozen into the model as initializers (the test data are fixed,
-// so index/shape/axes inputs become the constants the engine folds).
+// inputs, and FP32 inputs used only as Resize/Upsample roi/scales/sizes, are
+// frozen into the model as initializers (the test data are fixed, so those
+// parameters become the constants the engine requires and folds).
 // Everything else that does not match within tolerance is a failure.
 #pragma once
 
