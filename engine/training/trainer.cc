@@ -21,6 +21,7 @@
 #include "engine/training/gradient_allreduce.h"
 #include "engine/training/onnx_export.h"
 #include "engine/training/optimizer.h"
+#include "engine/training/record_file.h"
 #include "engine/training/timeline.h"
 #include "engine/training/training_net.h"
 
@@ -120,8 +121,11 @@ absl::StatusOr<TrainingConfig> LoadTrainingConfig(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": field '", field, "' is required"));
   };
   if (config.model().empty()) return missing("model");
-  if (config.dataset().train_images().empty()) return missing("dataset.train_images");
-  if (config.dataset().train_labels().empty()) return missing("dataset.train_labels");
+  if (config.dataset().train_records().empty()) {
+    if (config.dataset().train_images().empty())
+      return missing("dataset.train_images (or train_records)");
+    if (config.dataset().train_labels().empty()) return missing("dataset.train_labels");
+  }
   if (config.global_batch_size() <= 0) return missing("global_batch_size (> 0)");
   if (config.learning_rate() <= 0) return missing("learning_rate (> 0)");
   if (config.epochs() <= 0 && config.max_steps() <= 0) return missing("epochs (> 0)");
@@ -153,12 +157,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
 
   const DatasetConfig& dc = config.dataset();
   absl::StatusOr<Dataset> train =
-      LoadIdxDataset(dc.train_images(), dc.train_labels(), dc.max_train_examples());
+      !dc.train_records().empty()
+          ? ReadRecordFile(dc.train_records(), dc.max_train_examples())
+          : LoadIdxDataset(dc.train_images(), dc.train_labels(), dc.max_train_examples());
   if (!train.ok()) return train.status();
   std::optional<Dataset> test;
-  if (leader && !dc.test_images().empty()) {
+  if (leader && (!dc.test_images().empty() || !dc.test_records().empty())) {
     absl::StatusOr<Dataset> t =
-        LoadIdxDataset(dc.test_images(), dc.test_labels(), dc.max_test_examples());
+        !dc.test_records().empty()
+            ? ReadRecordFile(dc.test_records(), dc.max_test_examples())
+            : LoadIdxDataset(dc.test_images(), dc.test_labels(), dc.max_test_examples());
     if (!t.ok()) return t.status();
     test = std::move(*t);
   }

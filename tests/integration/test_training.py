@@ -8,6 +8,8 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
     weights as one never interrupted;
   * the exported model is a new version of the repository that a real
     server serves, with outputs matching a NumPy evaluation of the file;
+  * IDX files converted to packed records (numaserve-dataset) train to
+    the same weights;
   * configuration errors name the file, line and field.
 """
 
@@ -204,6 +206,29 @@ class TrainingTest(unittest.TestCase):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
         labels = np.frombuffer(gzip.open(self.test[1]).read()[8:], np.uint8)[:8]
         self.assertGreaterEqual(int((got.argmax(axis=1) == labels).sum()), 7)
+
+    def test_packed_records_train_like_the_idx_files(self):
+        converter = os.path.join(os.path.dirname(self.binary), "numaserve-dataset")
+        records = os.path.join(self.dir, "train.nsrec")
+        proc = subprocess.run([converter, "--idx", self.train[0], self.train[1], "--out", records],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("2048 examples", proc.stdout)
+        self.assertTrue(os.path.exists(records + ".idx"))
+        from_idx = os.path.join(self.dir, "from_idx.weights")
+        from_records = os.path.join(self.dir, "from_records.weights")
+        self.run_train(self.config("idx", final_weights='"%s"' % from_idx, max_steps=16), "--ranks", "1")
+        path = self.config("records", final_weights='"%s"' % from_records, max_steps=16)
+        with open(path) as f:
+            text = f.read().replace('train_images: "%s" train_labels: "%s"' % self.train,
+                                    'train_records: "%s"' % records)
+        with open(path, "w") as f:
+            f.write(text)
+        self.run_train(path, "--ranks", "1")
+        _, a = read_weights(from_idx)
+        _, b = read_weights(from_records)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
     def test_config_errors_name_file_line_and_field(self):
         path = os.path.join(self.dir, "bad.cfg")
