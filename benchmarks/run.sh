@@ -28,6 +28,9 @@ for batch in 1 32 256; do
   done
 done
 
+echo "== own kernels per ISA tier and oneDNN SGEMM"
+"$bin/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2
+
 echo "== benchmark models: numaserve vs ONNX Runtime (same threads and batches)"
 /usr/bin/python3 benchmarks/models/compare.py --numaserve "$bin/numaserve" \
   --threads "${BENCH_THREADS:-2}" --seconds "$seconds"

@@ -1,0 +1,97 @@
+// numaserve's own kernels per ISA tier (GB/s of input+output traffic) and
+// oneDNN SGEMM with prepacked weights (GFLOP/s and the fraction of this
+// machine's FP32 peak for the threads used).
+//   kernels_bench [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <random>
+#include <vector>
+
+#include "affinity/cpu_features.h"
+#include "kernels/dispatch.h"
+#include "kernels/onednn/matmul_onednn.h"
+
+namespace {
+
+using numaserve::kernels::IsaTier;
+
+std::vector<float> Random(int64_t n) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// range(0): tier, range(1): rows, range(2): row length.
+void RowKernel(benchmark::State& state, int which) {
+  const auto* t = numaserve::kernels::KernelTableFor(static_cast<IsaTier>(state.range(0)));
+  if (t == nullptr) {
+    state.SkipWithError("this CPU lacks the tier");
+    return;
+  }
+  const int64_t rows = state.range(1), len = state.range(2);
+  std::vector<float> x = Random(rows * len), y(rows * len), v = Random(len), s(len, 1.0f);
+  for (auto _ : state) {
+    if (which == 0) t->softmax_rows(x.data(), y.data(), rows, len);
+    if (which == 1) t->layer_norm_rows(x.data(), s.data(), v.data(), 1e-5f, y.data(), rows, len);
+    if (which == 2) t->add_row_broadcast(x.data(), v.data(), y.data(), rows, len);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(numaserve::kernels::IsaTierName(t->tier));
+  state.SetBytesProcessed(state.iterations() * rows * len * 2 * sizeof(float));
+}
+
+void BM_SoftmaxRows(benchmark::State& state) { RowKernel(state, 0); }
+void BM_LayerNormRows(benchmark::State& state) { RowKernel(state, 1); }
+void BM_AddRowBroadcast(benchmark::State& state) { RowKernel(state, 2); }
+
+void RowArgs(benchmark::internal::Benchmark* b) {
+  for (int tier : {0, 1, 2}) {
+    b->Args({tier, 1024, 128});  // attention scores (seq 128)
+    b->Args({tier, 1024, 768});  // BERT hidden rows
+  }
+}
+BENCHMARK(BM_SoftmaxRows)->Apply(RowArgs);
+BENCHMARK(BM_LayerNormRows)->Apply(RowArgs);
+BENCHMARK(BM_AddRowBroadcast)->Apply(RowArgs);
+
+// Y[M,N] = X[M,K] W[K,N] on oneDNN with prepacked weights, all OpenMP threads.
+void BM_SgemmOnednn(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  std::vector<float> w = Random(k * n), x = Random(m * k), y(m * n);
+  numaserve::kernels::MatMulOnednnOptions o;
+  o.k = k;
+  o.n = n;
+  o.weights = w.data();
+  auto mm = numaserve::kernels::MatMulOnednn::Create(engine, o);
+  if (!mm.ok() || !(*mm)->Execute(stream, m, x.data(), y.data()).ok()) {
+    state.SkipWithError("matmul failed");
+    return;
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize((*mm)->Execute(stream, m, x.data(), y.data()));
+    stream.wait();
+  }
+  const double flops = 2.0 * m * k * n;
+  const double peak =
+      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel((*mm)->ImplementationName(m));
+}
+BENCHMARK(BM_SgemmOnednn)
+    ->Args({1024, 1024, 1024})
+    ->Args({1024, 768, 3072})
+    ->Args({32, 1024, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
