@@ -69,22 +69,31 @@ int RunRank(const std::string& config_path, bool resume) {
 
 }  // namespace
 
-std::vector<std::string> MpirunCommand(const std::string& mpirun, const std::string& self,
-                                       int ranks, const std::vector<std::string>& train_args) {
-  std::vector<std::string> argv = {mpirun, "-np", std::to_string(ranks)};
+std::vector<std::string> MpirunCommand(const MpirunOptions& o,
+                                       const std::vector<std::string>& train_args) {
+  std::vector<std::string> argv = {o.mpirun};
+  if (!o.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", o.hostfile});
+  if (o.ranks > 0) {
+    argv.insert(argv.end(), {"-np", std::to_string(o.ranks)});
+    // More ranks than NUMA domains on one machine (tests) must be allowed.
+    if (o.hostfile.empty()) argv.push_back("--oversubscribe");
+  } else {
+    // One rank per NUMA domain of every host in the hostfile.
+    argv.insert(argv.end(), {"--map-by", "ppr:1:numa"});
+  }
   // Open MPI refuses root unless told; CI and containers run as root.
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
-  // Each rank binds itself to its share of the plan (rank_binding.h), so
-  // mpirun must not bind, and may place more ranks than NUMA domains.
-  argv.insert(argv.end(), {"--bind-to", "none", "--oversubscribe"});
-  argv.push_back(self);
+  // Each rank binds itself to its domain's share of the plan
+  // (rank_binding.h), so mpirun must not bind.
+  argv.insert(argv.end(), {"--bind-to", "none"});
+  argv.push_back(o.self);
   argv.push_back("train");
   argv.insert(argv.end(), train_args.begin(), train_args.end());
   return argv;
 }
 
 int TrainCommand(const std::vector<std::string>& args) {
-  std::string config_path, ranks_text = "auto", mpirun = "mpirun";
+  std::string config_path, ranks_text = "auto", mpirun = "mpirun", hostfile;
   bool resume = false, dry_run = false;
   ArgParser parser(
       "train",
@@ -97,6 +106,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   parser.AddBool("resume", &resume,
                  "continue from the config's checkpoint with the same data order");
   parser.AddString("mpirun", &mpirun, "the mpirun to launch ranks with");
+  parser.AddString("hostfile", &hostfile,
+                   "an Open MPI hostfile: run on those hosts (with --ranks auto, one rank per "
+                   "NUMA domain of each)");
   parser.AddBool("dry-run", &dry_run, "print the mpirun command instead of running it");
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
   if (parser.help_requested()) {
@@ -107,8 +119,10 @@ int TrainCommand(const std::vector<std::string>& args) {
   // Under mpirun (or a multi-node launch): this process is one rank.
   if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return RunRank(config_path, resume);
 
-  int ranks = 0;
-  if (ranks_text == "auto") {
+  int ranks = 0;  // 0: one per NUMA domain of every host (mpirun maps them)
+  if (ranks_text == "auto" && !hostfile.empty()) {
+    ranks = 0;
+  } else if (ranks_text == "auto") {
     absl::StatusOr<int> n = training::AutoRankCount();
     if (!n.ok()) return Fail(std::string(n.status().message()));
     ranks = *n;
@@ -127,7 +141,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", strerror(errno)));
   self[len] = '\0';
-  const std::vector<std::string> command = MpirunCommand(mpirun, self, ranks, train_args);
+  const std::vector<std::string> command = MpirunCommand(
+      {.mpirun = mpirun, .self = self, .ranks = ranks, .hostfile = hostfile}, train_args);
   if (dry_run) {
     printf("%s\n", absl::StrJoin(command, " ").c_str());
     return 0;

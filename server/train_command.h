@@ -11,9 +11,18 @@ namespace numaserve::server {
 
 int TrainCommand(const std::vector<std::string>& args);
 
-// The mpirun command line that runs `ranks` ranks of `numaserve train`
-// (exposed for tests and --dry-run).
-std::vector<std::string> MpirunCommand(const std::string& mpirun, const std::string& self,
-                                       int ranks, const std::vector<std::string>& train_args);
+struct MpirunOptions {
+  std::string mpirun = "mpirun";  // the launcher
+  std::string self;               // this numaserve executable
+  // Ranks; 0 = one per NUMA domain of every host (needs `hostfile`).
+  int ranks = 1;
+  // Open MPI hostfile for multi-node jobs; empty = this machine.
+  std::string hostfile;
+};
+
+// The mpirun command line that runs `numaserve train` ranks (exposed for
+// --dry-run and its tests).
+std::vector<std::string> MpirunCommand(const MpirunOptions& options,
+                                       const std::vector<std::string>& train_args);
 
 }  // namespace numaserve::server

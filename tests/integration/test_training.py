@@ -230,6 +230,17 @@ class TrainingTest(unittest.TestCase):
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
+    def test_dry_run_prints_the_mpirun_command(self):
+        config = self.config("dry")
+        out = subprocess.run([self.binary, "train", "--config", config, "--ranks", "2",
+                              "--dry-run"], capture_output=True, text=True, timeout=60).stdout
+        self.assertRegex(out, r"^mpirun -np 2 --oversubscribe .*--bind-to none \S+ train --config ")
+        out = subprocess.run([self.binary, "train", "--config", config, "--hostfile", "hosts",
+                              "--dry-run", "--resume"], capture_output=True, text=True,
+                             timeout=60).stdout
+        self.assertRegex(out, r"^mpirun --hostfile hosts --map-by ppr:1:numa .*--bind-to none "
+                              r"\S+ train --config \S+ --resume$")
+
     def test_config_errors_name_file_line_and_field(self):
         path = os.path.join(self.dir, "bad.cfg")
         with open(path, "w") as f:
