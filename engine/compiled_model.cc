@@ -92,6 +92,9 @@ class CompiledModelImpl final : public CompiledModel {
   absl::StatusOr<bool> CompileConv(int node_index, const std::vector<std::vector<int>>& consumers,
                                    const std::vector<Shape>& shapes1,
                                    const std::vector<int>& producer, std::vector<bool>& fused);
+  // ConvTranspose with constant weights on oneDNN's deconvolution; false
+  // when the node needs the reference.
+  bool CompileConvTranspose(int node_index, const std::vector<Shape>& shapes1);
   // The fast step for an element-wise/layout op, or null.
   std::unique_ptr<Step> FastStep(int node_index, const std::vector<Shape>& shapes1);
   void AssignStorage();
@@ -443,6 +446,42 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
   return true;
 }
 
+bool CompiledModelImpl::CompileConvTranspose(int node_index, const std::vector<Shape>& shapes1) {
+  const Node& node = graph_.nodes()[node_index];
+  const Constant* w = graph_.FindConstant(node.inputs[1]);
+  const bool has_bias = node.inputs.size() > 2 && node.inputs[2] != kNoValue;
+  const Constant* b = has_bias ? graph_.FindConstant(node.inputs[2]) : nullptr;
+  const Shape& x = shapes1[node.inputs[0]];
+  if (w == nullptr || w->type != DataType::kFloat32 || (has_bias && b == nullptr)) return false;
+  auto g = ops::ConvTransposeResolve(node, x, w->shape);
+  if (!g.ok()) return false;
+  kernels::ConvOnednnOptions o;
+  o.transposed = true;
+  o.group = node.GetInt("group", 1);
+  o.in_channels = x[1];
+  o.out_channels = g->out[1];
+  o.kernel = g->p.kernel;
+  o.strides = g->p.strides;
+  o.dilations = g->p.dilations;
+  o.pads_begin = g->p.pads_begin;
+  for (size_t d = 0; d < o.kernel.size(); ++d) {
+    // oneDNN's end crop, from the output extent (covers output_padding).
+    const int64_t eff = (o.kernel[d] - 1) * o.dilations[d] + 1;
+    const int64_t end = (x[d + 2] - 1) * o.strides[d] + eff - o.pads_begin[d] - g->out[d + 2];
+    if (end < 0 || o.pads_begin[d] < 0) return false;
+    o.pads_end.push_back(end);
+  }
+  if (b != nullptr) o.bias = b->f32.data;
+  o.weights = w->f32.data.data();
+  auto conv = kernels::ConvOnednn::Create(engine_, std::move(o));
+  if (!conv.ok()) return false;
+  auto step = std::make_unique<ConvStep>(*std::move(conv), node.inputs[0], node.outputs[0],
+                                         kNoValue, node.name);
+  step->SetEngine(engine_);
+  steps_.push_back(std::move(step));
+  return true;
+}
+
 std::unique_ptr<Step> CompiledModelImpl::FastStep(int node_index,
                                                   const std::vector<Shape>& shapes1) {
   const Node& node = graph_.nodes()[node_index];
@@ -551,6 +590,10 @@ absl::Status CompiledModelImpl::Compile() {
       auto done = CompileConv(i, consumers, *shapes1, producer, fused);
       if (!done.ok()) return done.status();
       if (!*done) steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
+    } else if (op == "ConvTranspose") {
+      if (!CompileConvTranspose(i, *shapes1)) {
+        steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
+      }
     } else if (op == "Gemm" || op == "MatMul") {
       if (absl::Status s = CompileMatMul(i, consumers, *shapes1, producer, fused); !s.ok()) {
         return s;

@@ -125,10 +125,7 @@ double ConvFlops(const Node& node, const std::vector<const Shape*>& in) {
 
 // --- ConvTranspose ------------------------------------------------------------------
 
-struct ConvTransposeGeometry {
-  kernels::WindowParams p;
-  Shape out;
-};
+}  // namespace
 
 absl::StatusOr<ConvTransposeGeometry> ConvTransposeResolve(const Node& node, const Shape& x,
                                                            const Shape& w) {
@@ -177,6 +174,8 @@ absl::StatusOr<ConvTransposeGeometry> ConvTransposeResolve(const Node& node, con
   }
   return g;
 }
+
+namespace {
 
 ShapesOr ConvTransposeShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
   auto g = ConvTransposeResolve(node, *in[0], *in[1]);

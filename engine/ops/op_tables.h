@@ -29,4 +29,13 @@ absl::StatusOr<kernels::BinaryKind> BinaryKindOf(const Node& node);
 absl::StatusOr<kernels::WindowParams> ResolveWindow(const Node& node, const Shape& input,
                                                     const std::vector<int64_t>& kernel);
 
+// ConvTranspose's window (pads_begin is the crop at the start of each output
+// dim) and output shape for input x and weights w ([C, M/group, k...]).
+struct ConvTransposeGeometry {
+  kernels::WindowParams p;
+  Shape out;
+};
+absl::StatusOr<ConvTransposeGeometry> ConvTransposeResolve(const Node& node, const Shape& x,
+                                                           const Shape& w);
+
 }  // namespace numaserve::engine::ops

@@ -96,13 +96,26 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
 
 dnnl::memory::desc ConvOnednn::UserWeightsDesc() const {
   const ConvOnednnOptions& o = options_;
-  dnnl::memory::dims dims;
-  if (o.group > 1) dims.push_back(o.group);
-  dims.push_back(o.out_channels / o.group);
-  dims.push_back(o.in_channels / o.group);
-  for (int64_t k : o.kernel) dims.push_back(k);
-  Shape shape(dims.begin(), dims.end());
-  return PlainDesc(shape);
+  const int64_t g = o.group, ocg = o.out_channels / g, icg = o.in_channels / g;
+  int64_t k_elems = 1;
+  for (int64_t k : o.kernel) k_elems *= k;
+  // oneDNN's logical dims are [G,] OC/G, IC/G, k...; the strides say where
+  // ONNX keeps them: [M, C/G, k] for Conv, [C, M/G, k] for ConvTranspose.
+  dnnl::memory::dims dims, strides;
+  if (g > 1) {
+    dims.push_back(g);
+    strides.push_back(ocg * icg * k_elems);
+  }
+  dims.push_back(ocg);
+  strides.push_back(o.transposed ? k_elems : icg * k_elems);
+  dims.push_back(icg);
+  strides.push_back(o.transposed ? ocg * k_elems : k_elems);
+  const std::vector<int64_t> kstrides = RowMajorStrides(o.kernel);
+  for (size_t d = 0; d < o.kernel.size(); ++d) {
+    dims.push_back(o.kernel[d]);
+    strides.push_back(kstrides[d]);
+  }
+  return dnnl::memory::desc(dims, dt::f32, strides);
 }
 
 dnnl::primitive_attr ConvOnednn::Attr() const {
@@ -142,19 +155,37 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
     dnnl::memory::dims wdims = UserWeightsDesc().dims();
     dnnl::memory::desc any_w(wdims, dt::f32, tag::any);
     dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        ActivationDesc(src_shape, src_blocked), any_w, bias_md,
-        ActivationDesc(dst_shape, dst_blocked), Dims(o.strides, 0), Dims(o.dilations, 1),
-        Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
-    dnnl::convolution_forward::primitive_desc pd(desc, Attr(), engine_);
-    auto weights = WeightsFor(pd.weights_desc());
+    const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
+    const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
+    dnnl::memory::desc weights_md, src_desc, dst_desc;
+    if (o.transposed) {
+      dnnl::deconvolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_md, any_w,
+          bias_md, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0),
+          Dims(o.pads_end, 0));
+      dnnl::deconvolution_forward::primitive_desc pd(desc, Attr(), engine_);
+      weights_md = pd.weights_desc();
+      src_desc = pd.src_desc();
+      dst_desc = pd.dst_desc();
+      entry.impl = pd.impl_info_str();
+      entry.call.primitive = dnnl::deconvolution_forward(pd);
+    } else {
+      dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
+          bias_md, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0),
+          Dims(o.pads_end, 0));
+      dnnl::convolution_forward::primitive_desc pd(desc, Attr(), engine_);
+      weights_md = pd.weights_desc();
+      src_desc = pd.src_desc();
+      dst_desc = pd.dst_desc();
+      entry.impl = pd.impl_info_str();
+      entry.call.primitive = dnnl::convolution_forward(pd);
+    }
+    auto weights = WeightsFor(weights_md);
     if (!weights.ok()) return weights.status();
-    entry.impl = pd.impl_info_str();
-    entry.call.primitive = dnnl::convolution_forward(pd);
-    entry.call.args[DNNL_ARG_SRC] = UnboundMemory(pd.src_desc(), engine_);
+    entry.call.args[DNNL_ARG_SRC] = UnboundMemory(src_desc, engine_);
     entry.call.args[DNNL_ARG_WEIGHTS] = *weights;
-    entry.call.args[DNNL_ARG_DST] = UnboundMemory(pd.dst_desc(), engine_);
+    entry.call.args[DNNL_ARG_DST] = UnboundMemory(dst_desc, engine_);
     if (bias_) entry.call.args[DNNL_ARG_BIAS] = bias_;
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, absl::StrCat("creating conv for input ", ShapeToString(src_shape)));

@@ -56,8 +56,12 @@ struct ConvOnednnOptions {
   std::vector<int64_t> dilations;   // ONNX convention (1 = dense)
   std::vector<int64_t> pads_begin;  // per spatial dim
   std::vector<int64_t> pads_end;    // per spatial dim
-  // [M, C/group, k...] row-major; read only during Create.
+  // [M, C/group, k...] row-major ([C, M/group, k...] when transposed); read
+  // only during Create.
   const float* weights = nullptr;
+  // ConvTranspose on oneDNN's deconvolution: pads_begin/pads_end are the
+  // crops of the output (the caller derives pads_end from the output shape).
+  bool transposed = false;
   std::vector<float> bias;             // empty or M values
   bool sum = false;                    // dst += conv (dst holds the addend on entry)
   std::vector<EltwisePostOp> eltwise;  // applied after the sum, in order

@@ -124,6 +124,31 @@ TEST(CompiledOpsTest, MemoryPlanReusesActivationBuffers) {
   EXPECT_EQ(*bytes, 2 * 4 * 1000 * 4);
 }
 
+TEST(CompiledOpsTest, ConvTransposeOnOnednn) {
+  struct Case {
+    std::string name;
+    int64_t group, stride, pad, out_pad, dilation;
+  };
+  for (const Case& c : {Case{"plain", 1, 1, 0, 0, 1}, Case{"stride2_pad1", 1, 2, 1, 1, 1},
+                        Case{"group2", 2, 2, 0, 0, 1}, Case{"dilated", 1, 1, 1, 0, 2}}) {
+    OnnxModelBuilder b(13);
+    b.Input("x", {-1, 4, 5, 6}).Output("y", {-1, 6, -2, -2});
+    b.Initializer("w", RandomTensor({4, 6 / c.group, 3, 3}, 1))
+        .Initializer("b", RandomTensor({6}, 2));
+    auto& n = b.Node("ConvTranspose", {"x", "w", "b"}, {"y"}, "deconv");
+    OnnxModelBuilder::AttrInt(n, "group", c.group);
+    OnnxModelBuilder::AttrInts(n, "strides", {c.stride, c.stride});
+    OnnxModelBuilder::AttrInts(n, "pads", {c.pad, c.pad, c.pad, c.pad});
+    OnnxModelBuilder::AttrInts(n, "output_padding", {c.out_pad, c.out_pad});
+    OnnxModelBuilder::AttrInts(n, "dilations", {c.dilation, c.dilation});
+    const std::string path = b.Save("deconv");
+    ExpectCompiledMatchesReference(c.name, path, {1, 3}, 1e-9);
+    auto model = CompiledModel::Load(path, {});
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_THAT((*model)->DescribePlan(), HasSubstr("conv: deconv")) << c.name;
+  }
+}
+
 TEST(CompiledOpsTest, DepthwiseConvWithClipAndStrides) {
   OnnxModelBuilder b(13);
   b.Input("x", {-1, 6, 9, 9}).Output("y", {-1, 12, 5, 5});
