@@ -163,6 +163,7 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
   plan.topology_source = topology.source;
   plan.domain = options.domain;
   plan.use_smt = options.use_smt;
+  plan.spin_wait = options.spin_wait;
   for (const Group& group : *groups) {
     if (options.max_workers > 0 && static_cast<int>(plan.workers.size()) >= options.max_workers) {
       break;
@@ -181,14 +182,14 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
       }
     }
     worker.num_threads = static_cast<int>(worker.cpus.size());
-    worker.env = OpenMpEnvironment(worker.cpus, worker.num_threads);
+    worker.env = OpenMpEnvironment(worker.cpus, worker.num_threads, options.spin_wait);
     plan.workers.push_back(std::move(worker));
   }
   return plan;
 }
 
 std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::vector<int>& cpus,
-                                                                   int threads) {
+                                                                   int threads, bool spin_wait) {
   if (threads <= 0) threads = static_cast<int>(cpus.size());
   std::vector<std::pair<std::string, std::string>> env;
   env.emplace_back("OMP_NUM_THREADS", absl::StrCat(std::max(threads, 1)));
@@ -199,11 +200,12 @@ std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::ve
     env.emplace_back("OMP_PLACES", absl::StrJoin(places, ","));
     env.emplace_back("OMP_PROC_BIND", "close");
   }
-  // A worker owns its cores, so threads should spin across the microseconds
-  // between one operator's parallel region and the next (a sleeping team
-  // costs tens of microseconds to wake, per operator). The spin is bounded
-  // below, so an idle worker stops burning its cores soon after a batch.
-  env.emplace_back("OMP_WAIT_POLICY", "active");
+  // Spinning saves the wake-up between one operator's parallel region and
+  // the next, but only when the cores are the worker's alone. Otherwise the
+  // spinning threads take time from whatever shares them (see
+  // PlacementOptions::spin_wait). When spinning, it is bounded below, so an
+  // idle worker stops burning its cores soon after a batch.
+  env.emplace_back("OMP_WAIT_POLICY", spin_wait ? "active" : "passive");
   if (!cpus.empty()) {
     // Intel/LLVM runtime. Explicit KMP_AFFINITY takes precedence over
     // OMP_PLACES there; nowarnings keeps it from complaining that both are set.
@@ -211,8 +213,9 @@ std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::ve
                                                   absl::StrJoin(cpus, ","), "],explicit"));
   }
   // Intel/LLVM: spin 1 ms after a parallel region before sleeping (default
-  // 200 ms) - long enough to cover operator gaps, short enough when idle.
-  env.emplace_back("KMP_BLOCKTIME", "1");
+  // 200 ms), long enough to cover operator gaps and short enough when idle;
+  // 0 sleeps at once.
+  env.emplace_back("KMP_BLOCKTIME", spin_wait ? "1" : "0");
   if (!cpus.empty()) {
     // libgomp (Debian's oneDNN and OpenBLAS): the same binding for runtimes
     // that predate OMP_PLACES; OMP_PLACES wins where both are understood.
@@ -221,7 +224,7 @@ std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::ve
   // libgomp: spins before sleeping. An explicit count overrides the 30e9
   // (spin "forever") that OMP_WAIT_POLICY=active would imply there; at
   // ~50-100 ns per pause-spin, 10000 spins is roughly KMP_BLOCKTIME's 1 ms.
-  env.emplace_back("GOMP_SPINCOUNT", "10000");
+  env.emplace_back("GOMP_SPINCOUNT", spin_wait ? "10000" : "0");
   return env;
 }
 
@@ -240,7 +243,7 @@ std::string FormatReport(const Topology& topology, const Plan& plan) {
                     FormatBytes(node.memory_bytes), ", cpus ", FormatCpuList(node.cpus), "\n");
   }
   absl::StrAppend(&out, "plan: domain ", DomainName(plan.domain), ", smt ",
-                  plan.use_smt ? "on" : "off", ", ",
+                  plan.use_smt ? "on" : "off", ", spin-wait ", plan.spin_wait ? "on" : "off", ", ",
                   Count(plan.workers.size(), "worker", "workers"), "\n");
   for (const WorkerPlacement& worker : plan.workers) {
     // Cores spanned: cpus grouped by the core that holds them.
@@ -283,7 +286,8 @@ std::string FormatReportJson(const Topology& topology, const Plan& plan) {
                     ",\"cpus\":", JsonIntArray(node.cpus), "}");
   }
   absl::StrAppend(&out, "]},\"plan\":{\"domain\":", JsonString(DomainName(plan.domain)),
-                  ",\"use_smt\":", JsonBool(plan.use_smt), ",\"workers\":[");
+                  ",\"use_smt\":", JsonBool(plan.use_smt),
+                  ",\"spin_wait\":", JsonBool(plan.spin_wait), ",\"workers\":[");
   for (size_t i = 0; i < plan.workers.size(); ++i) {
     const WorkerPlacement& worker = plan.workers[i];
     absl::StrAppend(&out, i ? "," : "", "{\"index\":", worker.index,

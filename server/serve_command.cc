@@ -42,6 +42,7 @@ struct ServeOptions {
   std::string topology;
   std::string cpuset;
   bool use_smt = false;
+  bool omp_spin = false;
   int64_t max_workers = 0;
   int64_t worker_arena_mb = 256;
   int64_t grpc_max_message_bytes = int64_t{64} << 20;
@@ -117,6 +118,9 @@ int ServeCommand(const std::vector<std::string>& args) {
                    "plan for an hwloc synthetic topology or XML file instead of this machine");
   parser.AddString("cpuset", &o.cpuset, "use only these cpus, e.g. 0-7");
   parser.AddBool("use-smt", &o.use_smt, "give workers the SMT siblings of their cores too");
+  parser.AddBool("omp-spin", &o.omp_spin,
+                 "let idle OpenMP threads spin ~1 ms between operators (only when workers' cores "
+                 "are not shared with the front end or other processes)");
   parser.AddInt("max-workers", &o.max_workers, "at most this many workers (0: one per domain)");
   parser.AddInt("worker-arena-mb", &o.worker_arena_mb,
                 "shared memory per worker for batch inputs and outputs");
@@ -168,6 +172,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   affinity::PlacementOptions placement;
   placement.domain = *domain;
   placement.use_smt = o.use_smt;
+  placement.spin_wait = o.omp_spin;
   placement.max_workers = static_cast<int>(o.max_workers);
   auto plan = affinity::MakePlan(*topology, placement);
   if (!plan.ok()) return Fail(plan.status());

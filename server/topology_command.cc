@@ -11,7 +11,7 @@ namespace numaserve::server {
 
 int TopologyCommand(const std::vector<std::string>& args) {
   std::string description, cpuset, domain = "numa";
-  bool json = false, use_smt = false, features = true;
+  bool json = false, use_smt = false, features = true, omp_spin = false;
   int64_t max_workers = 0;
   ArgParser parser("topology", "Print the machine as hwloc sees it and the worker plan.");
   parser.AddString("topology", &description,
@@ -19,6 +19,7 @@ int TopologyCommand(const std::vector<std::string>& args) {
   parser.AddString("cpuset", &cpuset, "restrict to these cpus, e.g. 0-7");
   parser.AddString("domain", &domain, "one worker per: numa | package | l3 | core");
   parser.AddBool("use-smt", &use_smt, "give workers the SMT siblings of their cores too");
+  parser.AddBool("omp-spin", &omp_spin, "let idle OpenMP threads spin ~1 ms between operators");
   parser.AddInt("max-workers", &max_workers, "at most this many workers (0: one per domain)");
   parser.AddBool("json", &json, "print one JSON object");
   parser.AddBool("cpu-features", &features, "also probe this CPU's ISA and FP32 peak");
@@ -38,6 +39,7 @@ int TopologyCommand(const std::vector<std::string>& args) {
   affinity::PlacementOptions options;
   options.domain = *parsed_domain;
   options.use_smt = use_smt;
+  options.spin_wait = omp_spin;
   options.max_workers = static_cast<int>(max_workers);
   auto plan = affinity::MakePlan(*topology, options);
   if (!plan.ok()) return fail(plan.status());

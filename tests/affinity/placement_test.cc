@@ -286,6 +286,29 @@ TEST(OpenMpEnvironmentTest, VariablesInStableOrder) {
   EXPECT_TRUE(absl::StrContains(EnvValue(worker, "KMP_AFFINITY"), "proclist=[4,5,6],explicit"));
 }
 
+TEST(OpenMpEnvironmentTest, IdleThreadsSleepUnlessSpinWaitIsAsked) {
+  WorkerPlacement passive, spin;
+  passive.env = OpenMpEnvironment({0, 1}, 2);
+  spin.env = OpenMpEnvironment({0, 1}, 2, /*spin_wait=*/true);
+  EXPECT_EQ(EnvValue(passive, "OMP_WAIT_POLICY"), "passive");
+  EXPECT_EQ(EnvValue(passive, "KMP_BLOCKTIME"), "0");
+  EXPECT_EQ(EnvValue(passive, "GOMP_SPINCOUNT"), "0");
+  EXPECT_EQ(EnvValue(spin, "OMP_WAIT_POLICY"), "active");
+  EXPECT_EQ(EnvValue(spin, "KMP_BLOCKTIME"), "1");
+  EXPECT_EQ(EnvValue(spin, "GOMP_SPINCOUNT"), "10000");
+
+  auto topology = DiscoverTopology({"package:1 numa:1 core:2 pu:1", ""});
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  PlacementOptions options;
+  options.spin_wait = true;
+  auto plan = MakePlan(*topology, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->spin_wait);
+  EXPECT_EQ(EnvValue(plan->workers[0], "OMP_WAIT_POLICY"), "active");
+  EXPECT_TRUE(absl::StrContains(FormatReport(*topology, *plan), "spin-wait on"));
+  EXPECT_TRUE(absl::StrContains(FormatReportJson(*topology, *plan), "\"spin_wait\":true"));
+}
+
 // Structural JSON check: balanced brackets outside strings, no trailing commas.
 bool LooksLikeJson(const std::string& json) {
   int depth = 0;
