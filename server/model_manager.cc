@@ -274,7 +274,14 @@ absl::Status ModelManager::Load(const std::string& name) {
             static_cast<int>(h->version),
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
-  if (!retired.empty()) UnloadVersions(name, retired);
+  if (!retired.empty()) {
+    // The new versions already serve; a retired one that fails to unload is
+    // logged, not a failure of this load.
+    if (absl::Status s = UnloadVersions(name, retired); !s.ok()) {
+      fprintf(stderr, "numaserve: model %s: retiring old versions: %s\n", name.c_str(),
+              std::string(s.message()).c_str());
+    }
+  }
   if (!first_error.empty()) {
     fprintf(stderr, "numaserve: model %s: %s\n", name.c_str(), first_error.c_str());
     return absl::InvalidArgumentError(first_error);
