@@ -5,6 +5,7 @@
 #include "engine/ops/op_tables.h"
 #include "engine/ops/op_util.h"
 #include "kernels/ref/norm_ref.h"
+#include "kernels/ref/softmax_ref.h"
 #include "kernels/shape_ops.h"
 
 namespace numaserve::engine::ops {

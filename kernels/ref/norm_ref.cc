@@ -71,38 +71,6 @@ absl::StatusOr<Tensor> LayerNormRef(const Tensor& x, const Tensor& scale, const 
   return y;
 }
 
-absl::StatusOr<Tensor> LogSoftmaxRef(const Tensor& x, int64_t axis, bool flatten_to_2d) {
-  auto ax = NormalizeAxis(axis, std::max<int64_t>(x.rank(), 1));
-  if (!ax.ok()) return ax.status();
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    if (i < *ax) {
-      outer *= x.shape[i];
-    } else if (i == *ax || flatten_to_2d) {
-      len *= x.shape[i];
-    } else {
-      inner *= x.shape[i];
-    }
-  }
-  Tensor y(x.shape);
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t in = 0; in < inner; ++in) {
-      const float* src = x.data.data() + o * len * inner + in;
-      float* dst = y.data.data() + o * len * inner + in;
-      float max_v = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) max_v = std::max(max_v, src[j * inner]);
-      double sum = 0.0;
-      for (int64_t j = 0; j < len; ++j)
-        sum += std::exp(static_cast<double>(src[j * inner]) - max_v);
-      const double log_sum = std::log(sum);
-      for (int64_t j = 0; j < len; ++j) {
-        dst[j * inner] = static_cast<float>(src[j * inner] - max_v - log_sum);
-      }
-    }
-  }
-  return y;
-}
-
 Tensor ReduceRef(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes,
                  bool keepdims) {
   const int64_t rank = x.rank();

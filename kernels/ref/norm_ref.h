@@ -20,9 +20,6 @@ absl::StatusOr<Tensor> BatchNormRef(const Tensor& x, const Tensor& scale, const 
 absl::StatusOr<Tensor> LayerNormRef(const Tensor& x, const Tensor& scale, const Tensor* bias,
                                     int64_t axis, float epsilon, Tensor* mean, Tensor* inv_std_dev);
 
-// log(softmax(x)) along `axis` (flatten_to_2d as in SoftmaxRef).
-absl::StatusOr<Tensor> LogSoftmaxRef(const Tensor& x, int64_t axis, bool flatten_to_2d);
-
 enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
 
 // Reduces over `axes` (already normalised, any order; empty = all dims).

@@ -7,7 +7,12 @@
 
 namespace numaserve::kernels {
 
-absl::StatusOr<Tensor> SoftmaxRef(const Tensor& x, int64_t axis, bool flatten_to_2d) {
+namespace {
+
+// Softmax or log-softmax over `axis` (with flatten_to_2d, over every axis
+// from `axis` on, as opsets before 13 define it), computed in double.
+absl::StatusOr<Tensor> NormalizedExpRef(const Tensor& x, int64_t axis, bool flatten_to_2d,
+                                        bool log_output) {
   auto ax = NormalizeAxis(axis, std::max<int64_t>(x.rank(), 1));
   if (!ax.ok()) return ax.status();
   int64_t outer = 1, len = 1, inner = 1;
@@ -28,15 +33,28 @@ absl::StatusOr<Tensor> SoftmaxRef(const Tensor& x, int64_t axis, bool flatten_to
       float max_v = -INFINITY;
       for (int64_t j = 0; j < len; ++j) max_v = std::max(max_v, src[j * inner]);
       double sum = 0.0;
-      for (int64_t j = 0; j < len; ++j)
-        sum += std::exp(static_cast<double>(src[j * inner]) - max_v);
       for (int64_t j = 0; j < len; ++j) {
+        sum += std::exp(static_cast<double>(src[j * inner]) - max_v);
+      }
+      const double log_sum = std::log(sum);
+      for (int64_t j = 0; j < len; ++j) {
+        const double shifted = static_cast<double>(src[j * inner]) - max_v;
         dst[j * inner] =
-            static_cast<float>(std::exp(static_cast<double>(src[j * inner]) - max_v) / sum);
+            static_cast<float>(log_output ? shifted - log_sum : std::exp(shifted) / sum);
       }
     }
   }
   return y;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> SoftmaxRef(const Tensor& x, int64_t axis, bool flatten_to_2d) {
+  return NormalizedExpRef(x, axis, flatten_to_2d, /*log_output=*/false);
+}
+
+absl::StatusOr<Tensor> LogSoftmaxRef(const Tensor& x, int64_t axis, bool flatten_to_2d) {
+  return NormalizedExpRef(x, axis, flatten_to_2d, /*log_output=*/true);
 }
 
 }  // namespace numaserve::kernels
