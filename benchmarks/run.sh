@@ -32,6 +32,16 @@ echo "== own kernels per ISA tier and oneDNN SGEMM"
 "$bin/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2
 
 echo "== benchmark models: numaserve vs ONNX Runtime (same threads and batches)"
+# The peer, pinned by benchmarks/peers/package-lock.json. --ignore-scripts:
+# its post-install step downloads; the CPU library is inside the package.
+if [ ! -d benchmarks/peers/node_modules/onnxruntime-node ]; then
+  if command -v npm >/dev/null; then
+    (cd benchmarks/peers && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) ||
+      echo "bench: npm could not install onnxruntime-node; ONNX Runtime columns will be n/a"
+  else
+    echo "bench: npm is not installed (apt-get install nodejs npm); ONNX Runtime columns will be n/a"
+  fi
+fi
 /usr/bin/python3 benchmarks/models/compare.py --numaserve "$bin/numaserve" \
   --threads "${BENCH_THREADS:-2}" --seconds "$seconds"
 
