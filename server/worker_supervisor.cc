@@ -147,6 +147,32 @@ bool WorkerSupervisor::Send(int w, worker::Command command, ReplyFn fn) {
   return SendLocked(slot, std::move(command), std::move(fn));
 }
 
+worker::Command WorkerSupervisor::LoadCommand(const ModelToLoad& model) {
+  worker::Command load;
+  load.mutable_load()->set_key(model.key);
+  load.mutable_load()->set_path(model.path);
+  load.mutable_load()->set_gemm_backend(model.gemm_backend);
+  return load;
+}
+
+void WorkerSupervisor::RecordLoad(Slot* slot, const ModelToLoad& model,
+                                  const worker::Reply& reply) {
+  {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (reply.ok()) {
+      slot->models.insert(model.key);
+    } else {
+      slot->load_errors[model.key] = reply.error();
+    }
+  }
+  if (reply.ok() && metrics_) {
+    metrics_->SetModelWeightBytes(model.name, model.version, slot->index, slot->placement.numa_node,
+                                  static_cast<double>(reply.weight_bytes()));
+    metrics_->SetModelLoadSeconds(model.name, model.version, slot->index, slot->placement.numa_node,
+                                  static_cast<double>(reply.load_ns()) * 1e-9);
+  }
+}
+
 void WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
   std::map<uint64_t, ReplyFn> pending;
   {
@@ -226,29 +252,10 @@ void WorkerSupervisor::Run(Slot* slot) {
       }
       for (const auto& model : models) {
         if (!model.LoadsOn(slot->index)) continue;
-        worker::Command load;
-        load.mutable_load()->set_key(model.key);
-        load.mutable_load()->set_path(model.path);
-        load.mutable_load()->set_gemm_backend(model.gemm_backend);
         std::lock_guard<std::mutex> lock(slot->mu);
-        SendLocked(slot, load,
+        SendLocked(slot, LoadCommand(model),
                    [this, slot, model, finish_load](const worker::Reply& reply, bool lost) {
-                     {
-                       std::lock_guard<std::mutex> lock(slot->mu);
-                       if (reply.ok()) {
-                         slot->models.insert(model.key);
-                       } else {
-                         slot->load_errors[model.key] = reply.error();
-                       }
-                     }
-                     if (reply.ok() && metrics_) {
-                       metrics_->SetModelWeightBytes(model.name, model.version, slot->index,
-                                                     slot->placement.numa_node,
-                                                     static_cast<double>(reply.weight_bytes()));
-                       metrics_->SetModelLoadSeconds(model.name, model.version, slot->index,
-                                                     slot->placement.numa_node,
-                                                     static_cast<double>(reply.load_ns()) * 1e-9);
-                     }
+                     RecordLoad(slot, model, reply);
                      if (!lost) finish_load();
                    });
       }
@@ -376,10 +383,6 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
   for (auto& slot_ptr : slots_) {
     Slot* slot = slot_ptr.get();
     if (!model.LoadsOn(slot->index)) continue;
-    worker::Command load;
-    load.mutable_load()->set_key(model.key);
-    load.mutable_load()->set_path(model.path);
-    load.mutable_load()->set_gemm_backend(model.gemm_backend);
     std::lock_guard<std::mutex> lock(slot->mu);
     if (!slot->ready) continue;  // it loads the model when it (re)starts
     {
@@ -387,32 +390,18 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
       ++wait->outstanding;
     }
     slot->load_errors.erase(model.key);
-    SendLocked(slot, load, [this, slot, model, wait](const worker::Reply& reply, bool) {
-      {
-        std::lock_guard<std::mutex> lock(slot->mu);
-        if (reply.ok()) {
-          slot->models.insert(model.key);
-        } else {
-          slot->load_errors[model.key] = reply.error();
-        }
-      }
-      if (reply.ok() && metrics_) {
-        metrics_->SetModelWeightBytes(model.name, model.version, slot->index,
-                                      slot->placement.numa_node,
-                                      static_cast<double>(reply.weight_bytes()));
-        metrics_->SetModelLoadSeconds(model.name, model.version, slot->index,
-                                      slot->placement.numa_node,
-                                      static_cast<double>(reply.load_ns()) * 1e-9);
-      }
-      std::lock_guard<std::mutex> w(wait->mu);
-      --wait->outstanding;
-      if (reply.ok()) {
-        ++wait->loaded;
-      } else if (wait->error.empty()) {
-        wait->error = absl::StrCat("worker ", slot->index, ": ", reply.error());
-      }
-      wait->cv.notify_all();
-    });
+    SendLocked(slot, LoadCommand(model),
+               [this, slot, model, wait](const worker::Reply& reply, bool) {
+                 RecordLoad(slot, model, reply);
+                 std::lock_guard<std::mutex> w(wait->mu);
+                 --wait->outstanding;
+                 if (reply.ok()) {
+                   ++wait->loaded;
+                 } else if (wait->error.empty()) {
+                   wait->error = absl::StrCat("worker ", slot->index, ": ", reply.error());
+                 }
+                 wait->cv.notify_all();
+               });
   }
   std::unique_lock<std::mutex> w(wait->mu);
   wait->cv.wait_for(w, timeout, [&] { return wait->outstanding == 0; });

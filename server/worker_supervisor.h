@@ -125,6 +125,11 @@ class WorkerSupervisor {
   absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
   bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn);
   void Lose(Slot* slot, const std::string& why);
+  // The LoadModel command for `model`.
+  static worker::Command LoadCommand(const ModelToLoad& model);
+  // Records a worker's answer to LoadCommand: the model it now holds, or why
+  // it failed, and the load's metrics.
+  void RecordLoad(Slot* slot, const ModelToLoad& model, const worker::Reply& reply);
 
   const Options options_;
   mutable std::mutex models_mu_;
