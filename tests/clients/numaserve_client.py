@@ -723,3 +723,14 @@ class Metrics:
 
     def has(self, name, **labels):
         return bool(self.find(name, **labels))
+
+
+def stop_server_and_remove(server, repo):
+    """Stops `server` with SIGTERM and removes the repository `repo`. Raises
+    AssertionError, with the server's stderr, unless it exited 0."""
+    try:
+        code = server.stop()
+        if code != 0:
+            raise AssertionError("numaserve exited with %r\n%s" % (code, server.stderr_text()))
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)

@@ -8,7 +8,6 @@ request."""
 
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -72,13 +71,7 @@ class BatchingTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            code = cls.server.stop()
-            if code != 0:
-                raise AssertionError("numaserve exited with %r\n%s"
-                                     % (code, cls.server.stderr_text()))
-        finally:
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        nc.stop_server_and_remove(cls.server, cls.repo)
 
     def log(self):
         return "\n--- server stderr (tail) ---\n" + self.server.stderr_text(4000)

@@ -6,7 +6,6 @@ and unknown options are named."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -140,13 +139,7 @@ class InferCommandTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            code = cls.server.stop()
-            if code != 0:
-                raise AssertionError("numaserve exited with %r\n%s"
-                                     % (code, cls.server.stderr_text()))
-        finally:
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        nc.stop_server_and_remove(cls.server, cls.repo)
 
     def infer(self, *extra):
         args = ("infer", "--model", MODEL, "--url", self.server.grpc_address) + extra

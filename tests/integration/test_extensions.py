@@ -4,7 +4,6 @@
 (success, fail, queue, compute phases, per batch size) and ModelConfig."""
 
 import os
-import shutil
 import sys
 import tempfile
 import unittest
@@ -36,13 +35,7 @@ class ExtensionsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            code = cls.server.stop()
-            if code != 0:
-                raise AssertionError("numaserve exited with %r\n%s"
-                                     % (code, cls.server.stderr_text()))
-        finally:
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        nc.stop_server_and_remove(cls.server, cls.repo)
 
     def statistics(self):
         response = self.stub.ModelStatistics(nc.pb.ModelStatisticsRequest(name=MODEL),

@@ -7,7 +7,6 @@ model.onnx) and a model directory without any version.
 """
 
 import os
-import shutil
 import sys
 import tempfile
 import unittest
@@ -40,13 +39,7 @@ class InferenceTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            code = cls.server.stop()
-            if code != 0:
-                raise AssertionError("numaserve exited with %r\n%s"
-                                     % (code, cls.server.stderr_text()))
-        finally:
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        nc.stop_server_and_remove(cls.server, cls.repo)
 
     # -- helpers
 

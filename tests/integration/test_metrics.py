@@ -3,7 +3,6 @@
 `promtool check metrics`, and the counters add up to the requests sent."""
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,13 +53,7 @@ class MetricsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            code = cls.server.stop()
-            if code != 0:
-                raise AssertionError("numaserve exited with %r\n%s"
-                                     % (code, cls.server.stderr_text()))
-        finally:
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        nc.stop_server_and_remove(cls.server, cls.repo)
 
     def delta(self, name, **labels):
         return self.metrics.sum(name, **labels) - self.before.sum(name, **labels)
