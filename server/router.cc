@@ -132,10 +132,9 @@ void Router::Dispatch(int worker, std::shared_ptr<InferenceTask> task) {
         timing.worker = worker;
         if (reply.ok()) {
           std::vector<const char*> outputs;
-          const auto& run = offsets;  // inputs first, then outputs
-          size_t first_output = task->inputs.size();
-          for (size_t i = first_output; i < run.size(); ++i) {
-            outputs.push_back(workers_->arena(worker).data() + run[i]);
+          // `offsets` holds the inputs' slices, then the outputs'.
+          for (size_t i = task->inputs.size(); i < offsets.size(); ++i) {
+            outputs.push_back(workers_->arena(worker).data() + offsets[i]);
           }
           if (metrics_) {
             metrics_->RecordWorkerBusy(worker, workers_->placement(worker).numa_node,

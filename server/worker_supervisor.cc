@@ -133,10 +133,10 @@ bool WorkerSupervisor::SendLocked(Slot* slot, worker::Command command, ReplyFn f
   command.set_id(id);
   slot->pending[id] = std::move(fn);
   std::lock_guard<std::mutex> write_lock(slot->write_mu);
-  if (!WriteFramed(slot->fd, command).ok()) {
-    // The reader sees the same failure and answers the command as lost.
-    return true;
-  }
+  // A failed write means the worker is gone: the reader sees the same end of
+  // stream and answers this command (now pending) as lost, so the command is
+  // taken either way.
+  WriteFramed(slot->fd, command).IgnoreError();
   return true;
 }
 
