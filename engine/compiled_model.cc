@@ -1,5 +1,6 @@
 // CompiledModel: the graph lowered once, at Load, to a list of oneDNN-backed
-// steps. Gemm/MatMul absorb a following constant-bias Add and Relu; Flatten,
+// steps. Gemm/MatMul absorb a following constant-bias Add and Relu and run on
+// the GEMM backend CompileOptions names (kernels/gemm); Flatten,
 // Reshape and Identity become views (no step, no copy); weights are packed
 // once. Per batch size, the concrete shapes, an activation arena and the
 // primitives are created on first use and cached, so a Run at a batch size
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,6 +21,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "affinity/cpu_features.h"
 #include "engine/compiled_steps.h"
 #include "engine/model.h"
 #include "engine/model_info.h"
@@ -27,6 +31,7 @@
 #include "engine/ops/op_tables.h"
 #include "engine/shape_propagation.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemm/gemm_autotune.h"
 
 namespace numaserve::engine {
 namespace {
@@ -79,6 +84,11 @@ class CompiledModelImpl final : public CompiledModel {
   absl::Status CompileMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
                              const std::vector<Shape>& shapes1, const std::vector<int>& producer,
                              std::vector<bool>& fused);
+  // The GEMM kernel on the backend options_ names ("auto": the fastest, timed
+  // here once per distinct shape, or remembered); `note` says which, for
+  // DescribePlan.
+  absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CreateGemm(
+      const kernels::GemmOptions& options, const std::string& layer, std::string* note);
   // x / sqrt(2) -> Erf -> + 1 -> x * . -> * 0.5 (any operand order): the
   // nodes and the final value, when `x` feeds exactly that pattern.
   struct GeluMatch {
@@ -153,6 +163,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::map<int64_t, BatchState> per_batch_;
   std::vector<double> profile_;  // seconds per step; empty unless profiling
+  bool unavailable_logged_[std::size(kernels::kAllGemmBackends)] = {};  // by GemmBackend
 };
 
 void CompiledModelImpl::PrintProfile() const {
@@ -239,7 +250,7 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
     }
     return absl::OkStatus();
   }
-  kernels::MatMulOnednnOptions mm;
+  kernels::GemmOptions mm;
   mm.weights = weights->f32.data.data();
   mm.weights_transposed = is_gemm && node.GetInt("transB", 0) != 0;
   mm.k = weights->shape[mm.weights_transposed ? 1 : 0];
@@ -313,14 +324,64 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
       absl::StrAppend(&name, "+", add.name);
     }
   }
-  auto kernel = kernels::MatMulOnednn::Create(engine_, mm);
+  std::string note;
+  auto kernel = CreateGemm(mm, name, &note);
   if (!kernel.ok()) {
     return absl::Status(kernel.status().code(),
                         absl::StrCat(node.Describe(), ": ", kernel.status().message()));
   }
-  steps_.push_back(
-      std::make_unique<MatMulStep>(*std::move(kernel), src, out, accumulate_from, std::move(name)));
+  steps_.push_back(std::make_unique<MatMulStep>(*std::move(kernel), src, out, accumulate_from,
+                                                std::move(name), std::move(note)));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGemm(
+    const kernels::GemmOptions& options, const std::string& layer, std::string* note) {
+  if (options_.gemm_backend != "auto") {
+    const std::optional<kernels::GemmBackend> backend =
+        kernels::GemmBackendFromName(options_.gemm_backend);
+    if (!backend.has_value()) return CheckGemmBackendChoice(options_.gemm_backend);
+    if (absl::Status s = kernels::GemmBackendAvailable(*backend); !s.ok()) return s;
+    if (*backend != kernels::GemmBackend::kOnednn) *note = options_.gemm_backend;
+    return kernels::CreateGemmKernel(*backend, options, engine_);
+  }
+  kernels::GemmChoiceCache::Key key{.model = info_.path,
+                                    .k = options.k,
+                                    .n = options.n,
+                                    .src_transposed = options.src_transposed,
+                                    .threads = omp_get_max_threads(),
+                                    .cpu = affinity::GetCpuFeatures().brand};
+  auto& cache = kernels::GemmChoiceCache::Global();
+  std::string where;
+  if (auto cached = cache.Find(key, options_.gemm_cache_file, &where);
+      cached.has_value() && kernels::GemmBackendAvailable(*cached).ok()) {
+    auto kernel = kernels::CreateGemmKernel(*cached, options, engine_);
+    if (kernel.ok()) {
+      *note = absl::StrCat("auto: ", kernels::GemmBackendName(*cached), ", cached");
+      if (where != "this process") {
+        std::fprintf(stderr, "numaserve: gemm %s K=%lld N=%lld: %s (cached in %s)\n", layer.c_str(),
+                     static_cast<long long>(options.k), static_cast<long long>(options.n),
+                     kernels::GemmBackendName(*cached), where.c_str());
+      }
+      return kernel;
+    }
+  }
+  kernels::GemmChoice choice;
+  auto kernel = kernels::CreateFastestGemmKernel(options, engine_, {}, &choice);
+  if (!kernel.ok()) return kernel.status();
+  std::fprintf(stderr, "numaserve: gemm %s K=%lld N=%lld: %s\n", layer.c_str(),
+               static_cast<long long>(options.k), static_cast<long long>(options.n),
+               choice.Summary().c_str());
+  for (const kernels::GemmTiming& t : choice.timings) {
+    if (!t.status.ok() && !unavailable_logged_[static_cast<int>(t.backend)]) {
+      unavailable_logged_[static_cast<int>(t.backend)] = true;
+      std::fprintf(stderr, "numaserve: gemm backend %s not timed: %s\n",
+                   kernels::GemmBackendName(t.backend), std::string(t.status.message()).c_str());
+    }
+  }
+  cache.Store(key, choice.backend, options_.gemm_cache_file);
+  *note = absl::StrCat("auto: ", choice.Summary());
+  return kernel;
 }
 
 namespace {
@@ -854,12 +915,36 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
 
 }  // namespace
 
+const std::vector<std::string>& GemmBackendChoices() {
+  static const std::vector<std::string> kChoices = {"onednn", "blis", "openblas", "auto"};
+  return kChoices;
+}
+
+absl::Status CheckGemmBackendChoice(const std::string& name) {
+  const auto& choices = GemmBackendChoices();
+  if (std::find(choices.begin(), choices.end(), name) != choices.end()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("gemm backend '", name, "' is not one of ", absl::StrJoin(choices, ", ")));
+}
+
+std::string DefaultGemmCacheFile() {
+  if (const char* file = std::getenv("NUMASERVE_GEMM_CACHE"); file != nullptr) return file;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
+    return absl::StrCat(xdg, "/numaserve/gemm_choices.tsv");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    return absl::StrCat(home, "/.cache/numaserve/gemm_choices.tsv");
+  }
+  return "";
+}
+
 absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::string& path,
                                                                    const CompileOptions& options) {
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
   }
+  if (absl::Status s = CheckGemmBackendChoice(options.gemm_backend); !s.ok()) return s;
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
   // The ISA tier (and oneDNN's cap) is fixed before any primitive exists.
   kernels::GetKernelTable();

@@ -33,7 +33,7 @@ absl::Status MatMulStep::Run(const StepContext& ctx) {
       kernels::BroadcastTo(ctx.data[accumulate_from_], c_shape, dst, {m, kernel_->n()});
     }
   }
-  return kernel_->Execute(ctx.stream, m, ctx.data[src_], dst);
+  return kernel_->Run(m, ctx.data[src_], dst);
 }
 
 absl::Status AddStep::Run(const StepContext& ctx) {

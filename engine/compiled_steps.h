@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "engine/graph.h"
 #include "engine/op_registry.h"
+#include "kernels/gemm/gemm_backend.h"
 #include "kernels/onednn/conv_onednn.h"
 #include "kernels/onednn/elementwise_onednn.h"
 #include "kernels/onednn/matmul_onednn.h"
@@ -48,27 +49,34 @@ class Step {
   virtual void SetLayouts(const std::vector<bool>& blocked) {}
 };
 
-// Gemm / MatMul with bias, Gemm's beta*C (copied into the output then
-// summed), and Relu folded in.
+// Gemm / MatMul with constant weights on one GEMM backend (kernels/gemm),
+// with bias, Gemm's beta*C or a residual (copied into the output, then
+// summed), and Relu or erf-GELU folded in. `backend_note` follows the nodes
+// in Describe ("blis", "auto: onednn 16+105us, ... -> onednn"); empty for
+// the default (oneDNN).
 class MatMulStep final : public Step {
  public:
-  MatMulStep(std::unique_ptr<kernels::MatMulOnednn> kernel, ValueId src, ValueId dst,
-             ValueId accumulate_from, std::string name)
+  MatMulStep(std::unique_ptr<kernels::GemmKernel> kernel, ValueId src, ValueId dst,
+             ValueId accumulate_from, std::string name, std::string backend_note = "")
       : kernel_(std::move(kernel)),
         src_(src),
         dst_(dst),
         accumulate_from_(accumulate_from),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        backend_note_(std::move(backend_note)) {}
   absl::Status Prepare(const std::vector<Shape>& shapes) override;
   absl::Status Run(const StepContext& ctx) override;
-  std::string Describe() const override { return "matmul: " + name_; }
+  std::string Describe() const override {
+    return "matmul: " + name_ + (backend_note_.empty() ? "" : " [" + backend_note_ + "]");
+  }
   std::vector<ValueId> Reads() const override { return {src_, accumulate_from_}; }
-  const kernels::MatMulOnednn& kernel() const { return *kernel_; }
+  const kernels::GemmKernel& kernel() const { return *kernel_; }
 
  private:
-  std::unique_ptr<kernels::MatMulOnednn> kernel_;
+  std::unique_ptr<kernels::GemmKernel> kernel_;
   ValueId src_, dst_, accumulate_from_;
   std::string name_;
+  std::string backend_note_;
 };
 
 class AddStep final : public Step {

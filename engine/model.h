@@ -55,7 +55,27 @@ absl::StatusOr<ModelInfo> InspectModel(const std::string& path);
 struct CompileOptions {
   // Threads for the kernels; 0 = the OpenMP default (OMP_NUM_THREADS).
   int num_threads = 0;
+  // Backend for Gemm/MatMul with constant weights (kernels/gemm): "onednn",
+  // "blis", "openblas", or "auto", which times each available backend once
+  // per distinct shape at load and keeps the fastest (logged on stderr and
+  // shown by DescribePlan). A named backend that cannot run here fails the
+  // load with the reason.
+  std::string gemm_backend = "onednn";
+  // "auto" only: a file that remembers the choices across processes (see
+  // DefaultGemmCacheFile); empty: remembered in this process only.
+  std::string gemm_cache_file;
 };
+
+// The backends CompileOptions::gemm_backend accepts: "onednn", "blis",
+// "openblas", "auto".
+const std::vector<std::string>& GemmBackendChoices();
+// OK, or INVALID_ARGUMENT naming the accepted values.
+absl::Status CheckGemmBackendChoice(const std::string& name);
+
+// Where the CLI and workers keep "auto" choices: $NUMASERVE_GEMM_CACHE if it
+// is set (empty: none), else $XDG_CACHE_HOME/numaserve/gemm_choices.tsv,
+// else ~/.cache/numaserve/gemm_choices.tsv ("" without a home).
+std::string DefaultGemmCacheFile();
 
 class CompiledModel {
  public:

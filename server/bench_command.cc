@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
 #include "engine/model.h"
+#include "kernels/gemm/gemm_backend.h"
 #include "server/args.h"
 
 namespace numaserve::server {
@@ -84,7 +85,7 @@ absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch
 }  // namespace
 
 int BenchCommand(const std::vector<std::string>& args) {
-  std::string model_path, batches_text = "1,8,32";
+  std::string model_path, batches_text = "1,8,32", gemm = "auto";
   int64_t threads = 0;
   double seconds = 3.0;
   bool json = false, plan = false;
@@ -96,7 +97,11 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
   parser.AddDouble("seconds", &seconds, "measured time per batch size");
   parser.AddBool("json", &json, "one JSON object per line per batch size");
-  parser.AddBool("plan", &plan, "print the compiled plan (one line per kernel step) first");
+  parser.AddBool("plan", &plan,
+                 "print the GEMM libraries and the compiled plan (one line per kernel step) first");
+  parser.AddString("gemm", &gemm,
+                   "GEMM backend: onednn | blis | openblas | auto (each timed once per shape at "
+                   "load, the fastest kept)");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -123,12 +128,24 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: --threads must be >= 0 and --seconds > 0\n");
     return 2;
   }
-  auto model = engine::CompiledModel::Load(model_path, {.num_threads = static_cast<int>(threads)});
+  if (absl::Status s = engine::CheckGemmBackendChoice(gemm); !s.ok()) {
+    fprintf(stderr, "numaserve bench: --gemm: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  auto model =
+      engine::CompiledModel::Load(model_path, {.num_threads = static_cast<int>(threads),
+                                               .gemm_backend = gemm,
+                                               .gemm_cache_file = engine::DefaultGemmCacheFile()});
   if (!model.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
-  if (plan) printf("%s", (*model)->DescribePlan().c_str());
+  if (plan) {
+    for (kernels::GemmBackend b : kernels::kAllGemmBackends) {
+      printf("gemm %s: %s\n", kernels::GemmBackendName(b), kernels::GemmBackendDetails(b).c_str());
+    }
+    printf("%s", (*model)->DescribePlan().c_str());
+  }
   const int used_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
   const double peak = affinity::GetPeakFlops().peak_gflops_per_core * used_threads;
   if (!json) {

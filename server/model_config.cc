@@ -82,7 +82,7 @@ absl::Status CheckTensors(const std::string& model, const char* field,
 }  // namespace
 
 const std::vector<std::string>& KnownGemmBackends() {
-  static const std::vector<std::string> kBackends = {"auto", "onednn"};
+  static const std::vector<std::string> kBackends = {"auto", "onednn", "blis", "openblas"};
   return kBackends;
 }
 

@@ -19,6 +19,7 @@
 #include "affinity/cpu_features.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
+#include "engine/model.h"
 #include "server/args.h"
 #include "server/clock.h"
 #include "server/inference_service.h"
@@ -52,6 +53,7 @@ struct ServeOptions {
   std::string load_model;
   int64_t default_timeout_ms = 60000;
   int64_t shutdown_timeout_s = 30;
+  std::string gemm = "auto";
 };
 
 // Samples each worker's resident memory from /proc/<pid>/statm once a second.
@@ -140,6 +142,9 @@ int ServeCommand(const std::vector<std::string>& args) {
                 "deadline for requests whose client sets none");
   parser.AddInt("shutdown-timeout", &o.shutdown_timeout_s,
                 "seconds SIGTERM waits for accepted requests to finish");
+  parser.AddString("gemm", &o.gemm,
+                   "GEMM backend for models whose config names none: onednn | blis | openblas | "
+                   "auto (each timed once per shape at load, the fastest kept)");
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(s);
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
@@ -155,6 +160,11 @@ int ServeCommand(const std::vector<std::string>& args) {
   if (o.worker_arena_mb < 1) {
     return Fail(absl::InvalidArgumentError("--worker-arena-mb must be at least 1"));
   }
+  if (absl::Status s = engine::CheckGemmBackendChoice(o.gemm); !s.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--gemm: ", s.message())));
+  }
+  // Workers inherit it: their default for models whose config has no gemm_backend.
+  setenv("NUMASERVE_GEMM", o.gemm.c_str(), 1);
 
   // SIGINT/SIGTERM are taken by sigwait below; block them before any thread starts.
   sigset_t stop_signals;

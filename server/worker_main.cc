@@ -73,14 +73,16 @@ class Worker {
  private:
   void Load(const worker::LoadModel& load, worker::Reply* reply) {
     auto start = std::chrono::steady_clock::now();
-    // The engine's matrix multiplies run on oneDNN; other backends are
-    // refused rather than silently ignored.
-    const std::string& backend = load.gemm_backend();
-    if (!backend.empty() && backend != "auto" && backend != "onednn") {
-      reply->set_error("gemm_backend '" + backend + "' is not built into this engine");
-      return;
+    // config.pbtxt's gemm_backend, else `numaserve serve --gemm` (passed
+    // down as NUMASERVE_GEMM), else auto.
+    engine::CompileOptions options;
+    options.gemm_backend = load.gemm_backend();
+    if (options.gemm_backend.empty()) {
+      const char* fallback = getenv("NUMASERVE_GEMM");
+      options.gemm_backend = fallback != nullptr && *fallback != '\0' ? fallback : "auto";
     }
-    auto model = engine::CompiledModel::Load(load.path(), engine::CompileOptions{});
+    options.gemm_cache_file = engine::DefaultGemmCacheFile();
+    auto model = engine::CompiledModel::Load(load.path(), options);
     reply->set_load_ns(NanosSince(start));
     if (!model.ok()) {
       reply->set_error(std::string(model.status().message()));

@@ -1,15 +1,18 @@
-// numaserve's own kernels per ISA tier (GB/s of input+output traffic) and
-// oneDNN SGEMM with prepacked weights (GFLOP/s and the fraction of this
+// numaserve's own kernels per ISA tier (GB/s of input+output traffic),
+// oneDNN SGEMM with prepacked weights, and every GEMM backend (oneDNN, BLIS,
+// OpenBLAS) on SGEMM and model shapes (GFLOP/s and the fraction of this
 // machine's FP32 peak for the threads used).
 //   kernels_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "affinity/cpu_features.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemm/gemm_backend.h"
 #include "kernels/onednn/matmul_onednn.h"
 
 namespace {
@@ -91,6 +94,54 @@ BENCHMARK(BM_SgemmOnednn)
     ->Args({32, 1024, 1024})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// The same Y = X W through each GEMM backend's kernel (kernels/gemm), as the
+// engine runs it: weights prepared once, all OpenMP threads. The label names
+// the library and its kernel configuration (BLIS sub-configuration,
+// OpenBLAS core); NUMASERVE_BLIS_ARCH / NUMASERVE_OPENBLAS_CORE pick others.
+void BM_Gemm(benchmark::State& state, numaserve::kernels::GemmBackend backend) {
+  using numaserve::kernels::GemmBackendDetails;
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  if (absl::Status s = numaserve::kernels::GemmBackendAvailable(backend); !s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  std::vector<float> w = Random(k * n), x = Random(m * k), y(m * n);
+  numaserve::kernels::GemmOptions o;
+  o.k = k;
+  o.n = n;
+  o.weights = w.data();
+  auto kernel = numaserve::kernels::CreateGemmKernel(backend, o, engine);
+  if (!kernel.ok() || !(*kernel)->Run(m, x.data(), y.data()).ok()) {
+    state.SkipWithError("gemm failed");
+    return;
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize((*kernel)->Run(m, x.data(), y.data()));
+  }
+  const double flops = 2.0 * m * k * n;
+  const double peak =
+      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(GemmBackendDetails(backend));
+}
+
+// SGEMM 1024^3; the default MLP's first layer (784 -> 256) at batch 1, 32
+// and 256; BERT-base's attention projection and first FFN at 128 tokens.
+void GemmArgs(benchmark::internal::Benchmark* b) {
+  b->Args({1024, 1024, 1024});
+  for (int64_t m : {1, 32, 256}) b->Args({m, 784, 256});
+  b->Args({128, 768, 768});
+  b->Args({128, 768, 3072});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK_CAPTURE(BM_Gemm, onednn, numaserve::kernels::GemmBackend::kOnednn)->Apply(GemmArgs);
+BENCHMARK_CAPTURE(BM_Gemm, blis, numaserve::kernels::GemmBackend::kBlis)->Apply(GemmArgs);
+BENCHMARK_CAPTURE(BM_Gemm, openblas, numaserve::kernels::GemmBackend::kOpenblas)->Apply(GemmArgs);
 
 }  // namespace
 

@@ -27,31 +27,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/gemm/gemm_options.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::kernels {
 
-struct MatMulOnednnOptions {
-  int64_t k = 0;
-  int64_t n = 0;
-  // Row-major [K, N], or [N, K] when weights_transposed (Gemm transB).
-  // Read only during Create.
-  const float* weights = nullptr;
-  bool weights_transposed = false;
-  // Multiplies the weights once at Create (Gemm's alpha).
-  float weights_scale = 1.0f;
-  // Empty, or N values added to every row.
-  std::vector<float> bias;
-  // A arrives as [K, M] row-major (Gemm transA) and is read through strides.
-  bool src_transposed = false;
-  // When set, Y on entry holds a tensor to add, scaled by sum_scale
-  // (Gemm's beta * C where C is not a row vector).
-  bool accumulate = false;
-  float sum_scale = 1.0f;
-  bool relu = false;
-  // GELU in its erf form (x * 0.5 * (1 + erf(x / sqrt(2)))), after any relu.
-  bool gelu_erf = false;
-};
+// The options every GEMM backend shares (kernels/gemm/gemm_options.h).
+using MatMulOnednnOptions = GemmOptions;
 
 class MatMulOnednn {
  public:

@@ -1,0 +1,452 @@
+#include "kernels/gemm/blas_gemm.h"
+
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "affinity/cpu_features.h"
+
+namespace numaserve::kernels::blas {
+namespace {
+
+// Debian's OpenMP builds first (the libraries' alternatives may point the
+// plain sonames at another build), then whatever the loader finds.
+const std::vector<std::string>& BlisPaths() {
+  static const std::vector<std::string> kPaths = {
+      "/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", "libblis.so.4"};
+  return kPaths;
+}
+const std::vector<std::string>& OpenblasPaths() {
+  static const std::vector<std::string> kPaths = {
+      "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0", "libopenblas.so.0"};
+  return kPaths;
+}
+
+// BLIS 0.9 typed API (blis.h): dim_t and inc_t are int64_t; trans_t and
+// conj_t are enums (BLIS_TRANS_BIT is 1 << 3).
+constexpr int kBlisNoTranspose = 0;
+using BliSgemm = void (*)(int transa, int transb, int64_t m, int64_t n, int64_t k,
+                          const float* alpha, const float* a, int64_t rsa, int64_t csa,
+                          const float* b, int64_t rsb, int64_t csb, const float* beta, float* c,
+                          int64_t rsc, int64_t csc);
+using BliSetThreads = void (*)(int64_t);
+using BliArchQueryId = int (*)();
+using BliArchString = const char* (*)(int);
+using BliVersion = const char* (*)();
+using BliInit = void (*)();
+
+// CBLAS (cblas.h): CBLAS_ORDER and CBLAS_TRANSPOSE values.
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
+using CblasSgemm = void (*)(int order, int transa, int transb, int m, int n, int k, float alpha,
+                            const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                            int ldc);
+using CblasSgemv = void (*)(int order, int trans, int m, int n, float alpha, const float* a,
+                            int lda, const float* x, int incx, float beta, float* y, int incy);
+using OpenblasSetThreads = void (*)(int);
+using OpenblasString = char* (*)();
+
+struct Opened {
+  void* handle = nullptr;
+  std::string path;
+};
+
+absl::StatusOr<Opened> Open(const char* backend, const std::vector<std::string>& paths) {
+  std::vector<std::string> errors;
+  for (const std::string& path : paths) {
+    dlerror();
+    if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND); h != nullptr) {
+      return Opened{h, path};
+    }
+    const char* e = dlerror();
+    errors.push_back(e != nullptr ? e : path + ": cannot load");
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(backend, " is unavailable: ", absl::StrJoin(errors, "; ")));
+}
+
+// Looks up entry points and names the missing ones.
+class Binder {
+ public:
+  explicit Binder(void* handle) : handle_(handle) {}
+  template <typename F>
+  void Bind(const char* name, F* fn) {
+    *fn = reinterpret_cast<F>(dlsym(handle_, name));
+    if (*fn == nullptr) missing_.push_back(name);
+  }
+  absl::Status Check(const char* backend, const std::string& path) const {
+    if (missing_.empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(backend, " is unavailable: ", path, " lacks ", absl::StrJoin(missing_, ", ")));
+  }
+
+ private:
+  void* handle_;
+  std::vector<std::string> missing_;
+};
+
+// Sets an environment variable for the library's initialisation only.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (!value.empty()) set_ = setenv(name, value.c_str(), 1) == 0;
+  }
+  ~ScopedEnv() {
+    if (set_) unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool set_ = false;
+};
+
+bool HasAvx512(const affinity::CpuFeatures& f) {
+  return f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl;
+}
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+// ---- BLIS ----
+
+struct BlisApi {
+  absl::Status status;
+  std::string details;
+  BliSgemm sgemm = nullptr;
+  BliSetThreads set_threads = nullptr;
+  BliArchQueryId arch_query_id = nullptr;
+  BliArchString arch_string = nullptr;
+  BliVersion version = nullptr;
+  BliInit init = nullptr;
+  std::atomic<int> threads{0};
+
+  void SetThreads(int n) {
+    if (threads.exchange(n) != n) set_threads(n);
+  }
+};
+
+absl::Status BindBlis(void* handle, const std::string& path, BlisApi* api) {
+  Binder b(handle);
+  b.Bind("bli_sgemm", &api->sgemm);
+  b.Bind("bli_thread_set_num_threads", &api->set_threads);
+  b.Bind("bli_arch_query_id", &api->arch_query_id);
+  b.Bind("bli_arch_string", &api->arch_string);
+  b.Bind("bli_info_get_version_str", &api->version);
+  b.Bind("bli_init", &api->init);
+  return b.Check("blis", path);
+}
+
+// The sub-configuration for this CPU: BLIS 0.9's own table knows neither
+// Zen 4/5 nor every hypervisor's CPUID, and falls back to 'generic'.
+// Measured on a 2-vCPU AMD Zen 5 (KVM), SGEMM 1024^3 on 2 threads: see
+// README ("GEMM backends").
+std::pair<std::string, std::string> ChooseBlisArch() {
+  if (const std::string forced = EnvOr("NUMASERVE_BLIS_ARCH", ""); !forced.empty()) {
+    return {forced, "NUMASERVE_BLIS_ARCH"};
+  }
+  const affinity::CpuFeatures& f = affinity::GetCpuFeatures();
+  if (HasAvx512(f)) return {"skx", "the CPU's AVX-512"};
+  if (f.avx2 && f.fma) {
+    return {f.vendor == "AuthenticAMD" ? "zen3" : "haswell", "the CPU's AVX2 and FMA"};
+  }
+  return {"", ""};
+}
+
+// BLIS_ARCH_TYPE takes arch_t's value. The ids below are BLIS 0.9's enum
+// (blis.h); each is confirmed against the library's own name for it.
+int BlisArchId(const BlisApi& api, const std::string& name) {
+  static constexpr std::pair<const char*, int> kIds[] = {
+      {"skx", 0},  {"knl", 1},  {"haswell", 3}, {"sandybridge", 4}, {"penryn", 5},
+      {"zen3", 6}, {"zen2", 7}, {"zen", 8},     {"generic", 25}};
+  if (!absl::StartsWith(api.version(), "0.9")) return -1;
+  for (const auto& [n, id] : kIds) {
+    if (name == n && name == api.arch_string(id)) return id;
+  }
+  return -1;
+}
+
+BlisApi* LoadBlis() {
+  auto* api = new BlisApi;
+  auto opened = Open("blis", BlisPaths());
+  if (!opened.ok()) {
+    api->status = opened.status();
+    return api;
+  }
+  api->status = BindBlis(opened->handle, opened->path, api);
+  if (!api->status.ok()) return api;
+  std::string why;
+  std::string arch_env;
+  if (const char* user = std::getenv("BLIS_ARCH_TYPE"); user != nullptr) {
+    why = absl::StrCat("BLIS_ARCH_TYPE=", user, " from the environment");
+  } else if (auto [name, reason] = ChooseBlisArch(); !name.empty()) {
+    if (const int id = BlisArchId(*api, name); id >= 0) {
+      arch_env = absl::StrCat(id);
+      why = absl::StrCat("chosen from ", reason);
+    } else {
+      why = absl::StrCat("'", name, "' is not a sub-configuration of this BLIS; its own choice");
+    }
+  }
+  {
+    // BLIS reads BLIS_ARCH_TYPE once, when it initialises.
+    ScopedEnv env("BLIS_ARCH_TYPE", arch_env);
+    api->init();
+    api->arch_query_id();
+  }
+  api->details = absl::StrCat("BLIS ", api->version(), " (", opened->path, "), sub-configuration ",
+                              api->arch_string(api->arch_query_id()),
+                              why.empty() ? "" : absl::StrCat(" (", why, ")"));
+  return api;
+}
+
+BlisApi& Blis() {
+  static BlisApi* api = LoadBlis();  // never freed: the library stays loaded
+  return *api;
+}
+
+// ---- OpenBLAS ----
+
+struct OpenblasApi {
+  absl::Status status;
+  std::string details;
+  CblasSgemm sgemm = nullptr;
+  CblasSgemv sgemv = nullptr;
+  OpenblasSetThreads set_threads = nullptr;
+  OpenblasString corename = nullptr;
+  OpenblasString config = nullptr;
+  std::atomic<int> threads{0};
+
+  void SetThreads(int n) {
+    if (threads.exchange(n) != n) set_threads(n);
+  }
+};
+
+absl::Status BindOpenblas(void* handle, const std::string& path, OpenblasApi* api) {
+  Binder b(handle);
+  b.Bind("cblas_sgemm", &api->sgemm);
+  b.Bind("cblas_sgemv", &api->sgemv);
+  b.Bind("openblas_set_num_threads", &api->set_threads);
+  b.Bind("openblas_get_corename", &api->corename);
+  b.Bind("openblas_get_config", &api->config);
+  return b.Check("openblas", path);
+}
+
+// OpenBLAS 0.3.21 (DYNAMIC_ARCH) takes an AMD Zen 5 for 'Haswell'.
+std::pair<std::string, std::string> ChooseOpenblasCore() {
+  if (const std::string forced = EnvOr("NUMASERVE_OPENBLAS_CORE", ""); !forced.empty()) {
+    return {forced, "NUMASERVE_OPENBLAS_CORE"};
+  }
+  const affinity::CpuFeatures& f = affinity::GetCpuFeatures();
+  if (HasAvx512(f)) return {"SkylakeX", "the CPU's AVX-512"};
+  if (f.avx2 && f.fma) {
+    return {f.vendor == "AuthenticAMD" ? "Zen" : "Haswell", "the CPU's AVX2 and FMA"};
+  }
+  return {"", ""};
+}
+
+OpenblasApi* LoadOpenblas() {
+  auto* api = new OpenblasApi;
+  std::string why, core_env;
+  if (const char* user = std::getenv("OPENBLAS_CORETYPE"); user != nullptr) {
+    why = absl::StrCat("OPENBLAS_CORETYPE=", user, " from the environment");
+  } else if (auto [name, reason] = ChooseOpenblasCore(); !name.empty()) {
+    core_env = name;
+    why = absl::StrCat("chosen from ", reason);
+  }
+  absl::StatusOr<Opened> opened;
+  {
+    // OpenBLAS reads OPENBLAS_CORETYPE in its constructor, at dlopen.
+    ScopedEnv env("OPENBLAS_CORETYPE", core_env);
+    opened = Open("openblas", OpenblasPaths());
+  }
+  if (!opened.ok()) {
+    api->status = opened.status();
+    return api;
+  }
+  api->status = BindOpenblas(opened->handle, opened->path, api);
+  if (!api->status.ok()) return api;
+  std::string config = api->config();
+  if (const size_t space = config.find(' ', config.find(' ') + 1); space != std::string::npos) {
+    config.resize(space);  // "OpenBLAS 0.3.21"
+  }
+  api->details = absl::StrCat(config, " (", opened->path, "), core ", api->corename(),
+                              why.empty() ? "" : absl::StrCat(" (", why, ")"));
+  return api;
+}
+
+OpenblasApi& Openblas() {
+  static OpenblasApi* api = LoadOpenblas();  // never freed: the library stays loaded
+  return *api;
+}
+
+// ---- the kernel ----
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// Output elements above which the epilogue runs on all threads.
+constexpr int64_t kParallelEpilogueElements = int64_t{1} << 15;
+
+class BlasKernel final : public GemmKernel {
+ public:
+  BlasKernel(GemmBackend backend, GemmOptions options, std::unique_ptr<float, FreeDeleter> weights)
+      : backend_(backend), options_(std::move(options)), weights_(std::move(weights)) {
+    options_.weights = nullptr;  // only read at creation
+  }
+  GemmBackend backend() const override { return backend_; }
+  const GemmOptions& options() const override { return options_; }
+  int64_t weight_bytes() const override {
+    return options_.k * options_.n * static_cast<int64_t>(sizeof(float));
+  }
+  absl::Status Run(int64_t m, const float* src, float* dst) override;
+
+ private:
+  GemmBackend backend_;
+  GemmOptions options_;
+  std::unique_ptr<float, FreeDeleter> weights_;  // [K, N] row-major, scaled
+};
+
+absl::Status BlasKernel::Run(int64_t m, const float* src, float* dst) {
+  if (m <= 0 || m > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(GemmBackendName(backend_), " gemm: M = ", m));
+  }
+  const int64_t k = options_.k, n = options_.n;
+  const float one = 1.0f;
+  const float beta = options_.accumulate ? options_.sum_scale : 0.0f;
+  const float* w = weights_.get();
+  const int threads = omp_get_max_threads();
+  if (backend_ == GemmBackend::kBlis) {
+    BlisApi& api = Blis();
+    api.SetThreads(threads);
+    // op(A) through strides: [M,K] rows, or [K,M] read column by column.
+    const int64_t rsa = options_.src_transposed ? 1 : k;
+    const int64_t csa = options_.src_transposed ? m : 1;
+    api.sgemm(kBlisNoTranspose, kBlisNoTranspose, m, n, k, &one, src, rsa, csa, w, n, 1, &beta, dst,
+              n, 1);
+  } else {
+    OpenblasApi& api = Openblas();
+    api.SetThreads(threads);
+    const int mi = static_cast<int>(m), ki = static_cast<int>(k), ni = static_cast<int>(n);
+    if (m == 1) {
+      // One row is a matrix-vector product; [K,1] and [1,K] are the same bytes.
+      if (beta == 0.0f) std::memset(dst, 0, n * sizeof(float));  // never read stale NaNs
+      api.sgemv(kCblasRowMajor, kCblasTrans, ki, ni, 1.0f, w, ni, src, 1, beta, dst, 1);
+    } else {
+      api.sgemm(kCblasRowMajor, options_.src_transposed ? kCblasTrans : kCblasNoTrans,
+                kCblasNoTrans, mi, ni, ki, 1.0f, src, options_.src_transposed ? mi : ki, w, ni,
+                beta, dst, ni);
+    }
+  }
+  ApplyEpilogue(options_, m, dst);
+  return absl::OkStatus();
+}
+
+// W (scaled) into [K, N] row-major, transposing [N, K] in tiles.
+void CopyWeights(const GemmOptions& o, float* out) {
+  const int64_t k = o.k, n = o.n;
+  const float s = o.weights_scale;
+  if (!o.weights_transposed) {
+    for (int64_t i = 0; i < k * n; ++i) out[i] = o.weights[i] * s;
+    return;
+  }
+  constexpr int64_t kTile = 32;
+  for (int64_t j0 = 0; j0 < n; j0 += kTile) {
+    for (int64_t i0 = 0; i0 < k; i0 += kTile) {
+      for (int64_t j = j0; j < std::min(n, j0 + kTile); ++j) {
+        for (int64_t i = i0; i < std::min(k, i0 + kTile); ++i) {
+          out[i * n + j] = o.weights[j * k + i] * s;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void ApplyEpilogue(const GemmOptions& o, int64_t m, float* dst) {
+  const bool bias = !o.bias.empty();
+  if (!bias && !o.relu && !o.gelu_erf) return;
+  const int64_t n = o.n;
+  const float* b = o.bias.data();
+  const bool relu = o.relu, gelu = o.gelu_erf;
+#pragma omp parallel for schedule(static) if (m > 1 && m * n >= kParallelEpilogueElements)
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = dst + i * n;
+    if (bias) {
+      for (int64_t j = 0; j < n; ++j) row[j] += b[j];
+    }
+    if (relu) {
+      for (int64_t j = 0; j < n; ++j) row[j] = std::max(row[j], 0.0f);
+    }
+    if (gelu) {
+      constexpr float kInvSqrt2 = 0.70710678118654752f;
+      for (int64_t j = 0; j < n; ++j)
+        row[j] = 0.5f * row[j] * (1.0f + std::erf(row[j] * kInvSqrt2));
+    }
+  }
+}
+
+absl::Status Available(GemmBackend backend) {
+  return backend == GemmBackend::kBlis ? Blis().status : Openblas().status;
+}
+
+std::string Details(GemmBackend backend) {
+  if (absl::Status s = Available(backend); !s.ok()) return std::string(s.message());
+  return backend == GemmBackend::kBlis ? Blis().details : Openblas().details;
+}
+
+absl::StatusOr<std::unique_ptr<GemmKernel>> CreateKernel(GemmBackend backend,
+                                                         const GemmOptions& options) {
+  if (absl::Status s = Available(backend); !s.ok()) return s;
+  const char* name = GemmBackendName(backend);
+  if (options.k <= 0 || options.n <= 0 || options.weights == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " gemm: K, N and weights are required"));
+  }
+  if (options.k > INT_MAX || options.n > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " gemm: K=", options.k, " N=", options.n, " exceed the BLAS int"));
+  }
+  if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " gemm: bias has ", options.bias.size(), " values, N is ", options.n));
+  }
+  constexpr size_t kAlign = 64;
+  const size_t bytes = (options.k * options.n * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  std::unique_ptr<float, FreeDeleter> weights(
+      static_cast<float*>(std::aligned_alloc(kAlign, bytes)));
+  if (weights == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name, " gemm: cannot allocate ", bytes, " bytes of weights"));
+  }
+  CopyWeights(options, weights.get());
+  return std::unique_ptr<GemmKernel>(new BlasKernel(backend, options, std::move(weights)));
+}
+
+absl::Status CheckLibrary(GemmBackend backend, const std::string& path) {
+  const bool blis = backend == GemmBackend::kBlis;
+  auto opened = Open(GemmBackendName(backend), {path});
+  if (!opened.ok()) return opened.status();
+  absl::Status s;
+  if (blis) {
+    BlisApi api;
+    s = BindBlis(opened->handle, path, &api);
+  } else {
+    OpenblasApi api;
+    s = BindOpenblas(opened->handle, path, &api);
+  }
+  dlclose(opened->handle);
+  return s;
+}
+
+}  // namespace numaserve::kernels::blas

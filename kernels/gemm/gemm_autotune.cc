@@ -1,0 +1,209 @@
+#include "kernels/gemm/gemm_autotune.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace numaserve::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The fastest of several runs of `kernel` on m rows (after one warm-up).
+absl::StatusOr<double> TimeKernel(GemmKernel& kernel, int64_t m, const GemmTuneOptions& tune) {
+  std::vector<float> src(m * kernel.k()), dst(m * kernel.n(), 0.0f);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 0.01f * static_cast<float>(i % 7);
+  if (absl::Status s = kernel.Prepare(m); !s.ok()) return s;
+  if (absl::Status s = kernel.Run(m, src.data(), dst.data()); !s.ok()) return s;
+  double best = 1e30, spent = 0;
+  for (int run = 0; run < tune.max_runs && (run < tune.min_runs || spent < tune.min_seconds);
+       ++run) {
+    const auto t0 = Clock::now();
+    if (absl::Status s = kernel.Run(m, src.data(), dst.data()); !s.ok()) return s;
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::min(best, t);
+    spent += t;
+  }
+  return best;
+}
+
+std::string KeyText(const GemmChoiceCache::Key& key) {
+  return absl::StrJoin(
+      {key.model, absl::StrCat(key.k), absl::StrCat(key.n),
+       std::string(key.src_transposed ? "1" : "0"), absl::StrCat(key.threads), key.cpu},
+      "\t");
+}
+
+constexpr char kFileHeader[] = "# numaserve gemm choices v1";
+
+// Reads the cache file into key text -> backend name. A missing file is
+// empty; one that does not parse is reported and treated as empty.
+std::map<std::string, std::string> ReadCacheFile(const std::string& file) {
+  std::map<std::string, std::string> entries;
+  std::ifstream in(file);
+  if (!in) return entries;
+  std::string line;
+  int line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (line_number == 1 && line == kFileHeader) continue;
+    const std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    int64_t number = 0;
+    const bool ok =
+        line_number > 1 && fields.size() == 7 && absl::SimpleAtoi(fields[1], &number) &&
+        absl::SimpleAtoi(fields[2], &number) && (fields[3] == "0" || fields[3] == "1") &&
+        absl::SimpleAtoi(fields[4], &number) && GemmBackendFromName(fields[6]).has_value();
+    if (!ok) {
+      fprintf(stderr,
+              "numaserve: warning: gemm choice cache %s is corrupt at line %d; ignoring it\n",
+              file.c_str(), line_number);
+      return {};
+    }
+    entries[absl::StrJoin(fields.begin(), fields.begin() + 6, "\t")] = fields[6];
+  }
+  return entries;
+}
+
+bool Storable(const std::string& text) { return text.find_first_of("\t\n\r") == std::string::npos; }
+
+}  // namespace
+
+double GemmTiming::total() const {
+  double t = 0;
+  for (double s : seconds) t += s;
+  return t;
+}
+
+std::string GemmChoice::Summary() const {
+  if (!cached_from.empty()) {
+    return absl::StrCat(GemmBackendName(backend), " (cached in ", cached_from, ")");
+  }
+  std::vector<std::string> parts;
+  for (const GemmTiming& t : timings) {
+    if (!t.status.ok()) {
+      parts.push_back(absl::StrCat(GemmBackendName(t.backend), " n/a"));
+      continue;
+    }
+    std::vector<std::string> us;
+    for (double s : t.seconds) us.push_back(absl::StrCat(static_cast<int64_t>(s * 1e6 + 0.5)));
+    parts.push_back(absl::StrCat(GemmBackendName(t.backend), " ", absl::StrJoin(us, "+"), "us"));
+  }
+  return absl::StrCat(absl::StrJoin(parts, ", "), " (M=", absl::StrJoin(rows, "+"), ") -> ",
+                      GemmBackendName(backend));
+}
+
+absl::StatusOr<std::unique_ptr<GemmKernel>> CreateFastestGemmKernel(const GemmOptions& options,
+                                                                    const dnnl::engine& engine,
+                                                                    const GemmTuneOptions& tune,
+                                                                    GemmChoice* choice) {
+  *choice = GemmChoice{};
+  choice->rows = tune.rows;
+  std::unique_ptr<GemmKernel> best;
+  double best_total = 0;
+  absl::Status first_error;
+  for (GemmBackend backend : kAllGemmBackends) {
+    GemmTiming timing;
+    timing.backend = backend;
+    timing.status = GemmBackendAvailable(backend);
+    std::unique_ptr<GemmKernel> kernel;
+    if (timing.status.ok()) {
+      auto created = CreateGemmKernel(backend, options, engine);
+      if (created.ok()) {
+        kernel = *std::move(created);
+      } else {
+        timing.status = created.status();
+      }
+    }
+    for (size_t i = 0; timing.status.ok() && i < tune.rows.size(); ++i) {
+      auto t = TimeKernel(*kernel, tune.rows[i], tune);
+      if (t.ok()) {
+        timing.seconds.push_back(*t);
+      } else {
+        timing.status = t.status();
+      }
+    }
+    if (timing.status.ok() && (best == nullptr || timing.total() < best_total)) {
+      best = std::move(kernel);
+      best_total = timing.total();
+      choice->backend = backend;
+    }
+    if (!timing.status.ok() && first_error.ok() &&
+        timing.status.code() != absl::StatusCode::kFailedPrecondition) {
+      first_error = timing.status;
+    }
+    choice->timings.push_back(std::move(timing));
+  }
+  if (best == nullptr) {
+    return first_error.ok() ? choice->timings.front().status : first_error;
+  }
+  return best;
+}
+
+GemmChoiceCache& GemmChoiceCache::Global() {
+  static GemmChoiceCache* cache = new GemmChoiceCache;
+  return *cache;
+}
+
+std::optional<GemmBackend> GemmChoiceCache::Find(const Key& key, const std::string& file,
+                                                 std::string* where) {
+  const std::string text = KeyText(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = in_process_.find(text); it != in_process_.end()) {
+    *where = "this process";
+    return it->second;
+  }
+  if (file.empty()) return std::nullopt;
+  const auto entries = ReadCacheFile(file);
+  auto it = entries.find(text);
+  if (it == entries.end()) return std::nullopt;
+  const std::optional<GemmBackend> backend = GemmBackendFromName(it->second);
+  if (backend.has_value()) {
+    in_process_[text] = *backend;
+    *where = file;
+  }
+  return backend;
+}
+
+void GemmChoiceCache::Store(const Key& key, GemmBackend backend, const std::string& file) {
+  const std::string text = KeyText(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  in_process_[text] = backend;
+  if (file.empty() || !Storable(key.model) || !Storable(key.cpu)) return;
+  // Merge with what other processes wrote since, then replace atomically.
+  auto entries = ReadCacheFile(file);
+  entries[text] = GemmBackendName(backend);
+  static std::atomic<int> counter{0};
+  const std::filesystem::path path(file);
+  const std::string tmp = absl::StrCat(file, ".tmp.", getpid(), ".", counter++);
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kFileHeader << "\n";
+    for (const auto& [k, v] : entries) out << k << "\t" << v << "\n";
+    out.close();
+    if (!out) {
+      fprintf(stderr, "numaserve: warning: cannot write the gemm choice cache %s\n", tmp.c_str());
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    fprintf(stderr, "numaserve: warning: cannot replace the gemm choice cache %s: %s\n",
+            file.c_str(), ec.message().c_str());
+    std::filesystem::remove(tmp, ec);
+  }
+}
+
+}  // namespace numaserve::kernels

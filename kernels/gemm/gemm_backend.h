@@ -1,0 +1,81 @@
+// GEMM backends for Y = op(A) x W with constant weights (GemmOptions):
+//   onednn    oneDNN's matmul primitive on weights packed once (MatMulOnednn)
+//   blis      BLIS's OpenMP build (libblis.so.4), typed API bli_sgemm
+//   openblas  OpenBLAS's OpenMP build (libopenblas.so.0), cblas_sgemm, and
+//             cblas_sgemv for one row (0.3.21's sgemm does not switch to it)
+// BLIS and OpenBLAS both export the BLAS/CBLAS symbols, so linking both would
+// make one shadow the other: each is dlopen'ed (RTLD_LOCAL | RTLD_DEEPBIND)
+// from its Debian path (then by soname) and called through its own pointers.
+// A library that is missing, or lacks a symbol, makes its backend
+// unavailable with the reason; nothing crashes.
+//
+// Both libraries pick their kernels from CPUID tables that predate this
+// machine (BLIS 0.9.0 falls back to 'generic' on an AMD Zen 5, OpenBLAS
+// 0.3.21 to 'Haswell'), so the configuration comes from numaserve's own
+// feature probe (affinity/cpu_features.h) before the library initialises:
+// BLIS_ARCH_TYPE and OPENBLAS_CORETYPE, unless the user set them.
+// NUMASERVE_BLIS_ARCH (skx, zen3, zen2, zen, haswell, generic) and
+// NUMASERVE_OPENBLAS_CORE (SkylakeX, Zen, Haswell, ...) override the choice.
+//
+// Threads: the BLAS backends run with omp_get_max_threads() threads at each
+// call (the worker's cores: OMP_NUM_THREADS, or CompileOptions.num_threads).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/gemm/gemm_options.h"
+
+namespace numaserve::kernels {
+
+enum class GemmBackend { kOnednn, kBlis, kOpenblas };
+inline constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kOnednn, GemmBackend::kBlis,
+                                                   GemmBackend::kOpenblas};
+
+// "onednn", "blis", "openblas".
+const char* GemmBackendName(GemmBackend backend);
+std::optional<GemmBackend> GemmBackendFromName(std::string_view name);
+
+// OK when the backend can run here; FAILED_PRECONDITION with the reason
+// otherwise ("blis: cannot load /usr/lib/...: No such file or directory").
+// The first call for a BLAS backend loads its library.
+absl::Status GemmBackendAvailable(GemmBackend backend);
+
+// The library and the kernels it runs ("BLIS 0.9.0, sub-configuration skx
+// (from the CPU's AVX-512)"); the reason when unavailable.
+std::string GemmBackendDetails(GemmBackend backend);
+
+// One GEMM with its weights prepared in the backend's layout.
+class GemmKernel {
+ public:
+  virtual ~GemmKernel() = default;
+  virtual GemmBackend backend() const = 0;
+  virtual const GemmOptions& options() const = 0;
+  int64_t k() const { return options().k; }
+  int64_t n() const { return options().n; }
+  // One-time setup for m rows (oneDNN creates its primitive); Run does it
+  // lazily, so this only moves the cost earlier.
+  virtual absl::Status Prepare(int64_t m) { return absl::OkStatus(); }
+  // src: [M,K] (or [K,M] if src_transposed); dst: [M,N], holding the tensor
+  // to add when options().accumulate. Not thread-safe.
+  virtual absl::Status Run(int64_t m, const float* src, float* dst) = 0;
+  // Bytes of the prepared weights.
+  virtual int64_t weight_bytes() const = 0;
+};
+
+// The weights are read only during the call. `engine` is used by oneDNN.
+absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend,
+                                                             const GemmOptions& options,
+                                                             const dnnl::engine& engine);
+
+// Whether `path` is a usable library for a BLAS backend (it loads, and has
+// every entry point the backend calls); for tests and diagnostics.
+absl::Status CheckGemmLibrary(GemmBackend backend, const std::string& path);
+
+}  // namespace numaserve::kernels

@@ -1,0 +1,34 @@
+// What a GEMM with constant weights computes, for every backend:
+//   Y[M,N] = op(A)[M,K] x (weights_scale * W)[K,N] (+ bias[N])
+//            (+ sum_scale * Y on entry) (relu) (erf-GELU)
+// in that order (oneDNN's post-op order), with M (the batch) given per call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace numaserve::kernels {
+
+struct GemmOptions {
+  int64_t k = 0;
+  int64_t n = 0;
+  // Row-major [K, N], or [N, K] when weights_transposed (Gemm transB).
+  // Read only while the kernel is created.
+  const float* weights = nullptr;
+  bool weights_transposed = false;
+  // Multiplies the weights once at creation (Gemm's alpha).
+  float weights_scale = 1.0f;
+  // Empty, or N values added to every row.
+  std::vector<float> bias;
+  // A arrives as [K, M] row-major (Gemm transA) and is read through strides.
+  bool src_transposed = false;
+  // When set, Y on entry holds a tensor to add, scaled by sum_scale
+  // (Gemm's beta * C where C is not a row vector, or a residual Add).
+  bool accumulate = false;
+  float sum_scale = 1.0f;
+  bool relu = false;
+  // GELU in its erf form (x * 0.5 * (1 + erf(x / sqrt(2)))), after any relu.
+  bool gelu_erf = false;
+};
+
+}  // namespace numaserve::kernels

@@ -1,0 +1,314 @@
+// Every GEMM backend (oneDNN, BLIS, OpenBLAS) against the scalar reference
+// over shapes, transposes and epilogues; a backend whose library is missing
+// is skipped with the reason. Plus library loading errors, the "auto"
+// chooser and its cache.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "affinity/cpu_features.h"
+#include "kernels/gemm/gemm_autotune.h"
+#include "kernels/gemm/gemm_backend.h"
+#include "kernels/ref/add_ref.h"
+#include "kernels/ref/gemm_ref.h"
+#include "tests/kernels/test_util.h"
+
+namespace numaserve::kernels {
+namespace {
+
+using testing::NormalizedError;
+using testing::RandomTensor;
+
+struct GemmCase {
+  int64_t m, k, n;
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  bool bias = false;
+  bool relu = false;
+  bool gelu = false;
+  float beta_accumulate = 0.0f;  // != 0: Y += beta * C (full [M,N] C)
+
+  std::string Name() const {
+    return absl::StrCat("M", m, "_K", k, "_N", n, trans_a ? "_tA" : "", trans_b ? "_tB" : "",
+                        "_alpha", static_cast<int>(alpha * 100), bias ? "_bias" : "",
+                        relu ? "_relu" : "", gelu ? "_gelu" : "", "_beta",
+                        static_cast<int>(beta_accumulate * 100) + 1000);
+  }
+};
+
+std::vector<GemmCase> Cases() {
+  std::vector<GemmCase> cases;
+  for (int64_t m : {1, 2, 7, 32, 100}) {
+    cases.push_back({.m = m, .k = 784, .n = 256, .trans_b = true, .bias = true, .relu = true});
+    cases.push_back({.m = m, .k = 64, .n = 10});
+  }
+  cases.push_back({.m = 1, .k = 33, .n = 17, .trans_a = true, .bias = true});
+  cases.push_back({.m = 5, .k = 33, .n = 17, .trans_a = true, .trans_b = true, .alpha = 0.5f});
+  cases.push_back({.m = 16, .k = 48, .n = 96, .bias = true, .gelu = true});
+  cases.push_back({.m = 1, .k = 48, .n = 96, .bias = true, .gelu = true});
+  cases.push_back({.m = 9, .k = 20, .n = 30, .bias = true, .relu = true, .beta_accumulate = 0.7f});
+  cases.push_back({.m = 1, .k = 20, .n = 30, .beta_accumulate = 1.0f});
+  cases.push_back({.m = 300, .k = 128, .n = 300, .bias = true, .relu = true});  // parallel epilogue
+  return cases;
+}
+
+// The reference: alpha*op(A)op(B) + bias + beta*acc, then relu, then GELU.
+std::vector<float> Expected(const GemmCase& c, const Tensor& a, const Tensor& b, const Tensor& bias,
+                            const Tensor& acc) {
+  auto y = GemmRef(a, b, c.bias ? &bias : nullptr,
+                   {.alpha = c.alpha, .beta = 1.0f, .trans_a = c.trans_a, .trans_b = c.trans_b});
+  EXPECT_TRUE(y.ok()) << y.status();
+  for (int64_t i = 0; i < c.m * c.n; ++i) y->data[i] += c.beta_accumulate * acc.data[i];
+  if (c.relu) *y = ReluRef(*y);
+  if (c.gelu) {
+    for (float& v : y->data) v = 0.5f * v * (1.0f + std::erf(v / std::sqrt(2.0f)));
+  }
+  return y->data;
+}
+
+class GemmBackendTest : public ::testing::TestWithParam<std::tuple<GemmBackend, GemmCase>> {
+ protected:
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+};
+
+TEST_P(GemmBackendTest, MatchesReference) {
+  const auto [backend, c] = GetParam();
+  if (absl::Status s = GemmBackendAvailable(backend); !s.ok()) GTEST_SKIP() << s.message();
+  const Tensor a = RandomTensor(c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, 1);
+  const Tensor b = RandomTensor(c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}, 2);
+  const Tensor bias = RandomTensor({c.n}, 3);
+  const Tensor acc = RandomTensor({c.m, c.n}, 4);
+  const std::vector<float> expected = Expected(c, a, b, bias, acc);
+
+  GemmOptions options{.k = c.k,
+                      .n = c.n,
+                      .weights = b.data.data(),
+                      .weights_transposed = c.trans_b,
+                      .weights_scale = c.alpha,
+                      .bias = c.bias ? bias.data : std::vector<float>{},
+                      .src_transposed = c.trans_a,
+                      .accumulate = c.beta_accumulate != 0.0f,
+                      .sum_scale = c.beta_accumulate,
+                      .relu = c.relu,
+                      .gelu_erf = c.gelu};
+  auto kernel = CreateGemmKernel(backend, options, engine_);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  EXPECT_EQ((*kernel)->backend(), backend);
+  EXPECT_EQ((*kernel)->k(), c.k);
+  EXPECT_EQ((*kernel)->n(), c.n);
+  EXPECT_GE((*kernel)->weight_bytes(), c.k * c.n * static_cast<int64_t>(sizeof(float)));
+  // Twice: nothing may depend on state left by the first call. Without
+  // accumulation dst starts as NaNs, which must never leak through.
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<float> y =
+        c.beta_accumulate != 0.0f ? acc.data : std::vector<float>(c.m * c.n, std::nanf(""));
+    ASSERT_TRUE((*kernel)->Run(c.m, a.data.data(), y.data()).ok());
+    EXPECT_LT(NormalizedError(expected.data(), y.data(), c.m * c.n), 1e-10)
+        << GemmBackendName(backend) << " " << c.Name();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmBackendTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllGemmBackends),
+                                            ::testing::ValuesIn(Cases())),
+                         [](const auto& info) {
+                           return absl::StrCat(GemmBackendName(std::get<0>(info.param)), "_",
+                                               std::get<1>(info.param).Name());
+                         });
+
+TEST(GemmBackendNamesTest, RoundTrip) {
+  for (GemmBackend b : kAllGemmBackends) EXPECT_EQ(GemmBackendFromName(GemmBackendName(b)), b);
+  EXPECT_FALSE(GemmBackendFromName("auto").has_value());
+  EXPECT_FALSE(GemmBackendFromName("cublas").has_value());
+}
+
+TEST(GemmBackendLibraryTest, MissingLibraryIsAReasonNotACrash) {
+  for (GemmBackend b : {GemmBackend::kBlis, GemmBackend::kOpenblas}) {
+    absl::Status s = CheckGemmLibrary(b, "/nonexistent/libnothing.so.1");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("/nonexistent/libnothing.so.1"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(GemmBackendName(b)), std::string::npos) << s;
+  }
+}
+
+TEST(GemmBackendLibraryTest, LibraryWithoutTheEntryPointsIsNamed) {
+  // libm loads but has no BLAS.
+  absl::Status s = CheckGemmLibrary(GemmBackend::kBlis, "libm.so.6");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("lacks bli_sgemm"), std::string::npos) << s;
+  s = CheckGemmLibrary(GemmBackend::kOpenblas, "libm.so.6");
+  EXPECT_NE(s.message().find("lacks cblas_sgemm"), std::string::npos) << s;
+}
+
+TEST(GemmBackendLibraryTest, InstalledLibrariesPass) {
+  for (GemmBackend b : {GemmBackend::kBlis, GemmBackend::kOpenblas}) {
+    if (absl::Status s = GemmBackendAvailable(b); !s.ok()) {
+      std::printf("skipping %s: %s\n", GemmBackendName(b), std::string(s.message()).c_str());
+      continue;
+    }
+    EXPECT_FALSE(GemmBackendDetails(b).empty());
+  }
+}
+
+TEST(GemmBackendLibraryTest, BlisRunsAVectorSubConfiguration) {
+  if (absl::Status s = GemmBackendAvailable(GemmBackend::kBlis); !s.ok()) {
+    GTEST_SKIP() << s.message();
+  }
+  const affinity::CpuFeatures& f = affinity::GetCpuFeatures();
+  if (!f.avx2 || std::getenv("BLIS_ARCH_TYPE") != nullptr ||
+      std::getenv("NUMASERVE_BLIS_ARCH") != nullptr) {
+    GTEST_SKIP() << "no AVX2, or the configuration is forced from the environment";
+  }
+  // BLIS 0.9.0's own CPUID table takes a Zen 5 for 'generic' (scalar C).
+  const std::string details = GemmBackendDetails(GemmBackend::kBlis);
+  EXPECT_EQ(details.find("sub-configuration generic"), std::string::npos) << details;
+  if (f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl) {
+    EXPECT_NE(details.find("sub-configuration skx"), std::string::npos) << details;
+  }
+}
+
+TEST(GemmBackendLibraryTest, OneDnnRejectsALibraryPath) {
+  EXPECT_EQ(CheckGemmLibrary(GemmBackend::kOnednn, "x.so").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GemmBackendCreateTest, RejectsBadOptions) {
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  std::vector<float> w(6, 1.0f);
+  for (GemmBackend b : kAllGemmBackends) {
+    if (!GemmBackendAvailable(b).ok()) continue;
+    GemmOptions o;
+    o.k = 2;
+    o.n = 3;
+    EXPECT_FALSE(CreateGemmKernel(b, o, engine).ok()) << GemmBackendName(b);  // no weights
+    o.weights = w.data();
+    o.bias = {1.0f, 2.0f};
+    EXPECT_FALSE(CreateGemmKernel(b, o, engine).ok()) << GemmBackendName(b);  // bias of 2, N=3
+    o.bias.clear();
+    auto kernel = CreateGemmKernel(b, o, engine);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    std::vector<float> x(2), y(3);
+    EXPECT_FALSE((*kernel)->Run(0, x.data(), y.data()).ok()) << GemmBackendName(b);
+  }
+}
+
+TEST(GemmAutotuneTest, KeepsTheFastestTimedKernelAndItIsCorrect) {
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  const GemmCase c{.m = 8, .k = 96, .n = 64, .bias = true, .relu = true};
+  const Tensor a = RandomTensor({c.m, c.k}, 1);
+  const Tensor b = RandomTensor({c.k, c.n}, 2);
+  const Tensor bias = RandomTensor({c.n}, 3);
+  const Tensor acc = RandomTensor({c.m, c.n}, 4);
+  GemmOptions options{
+      .k = c.k, .n = c.n, .weights = b.data.data(), .bias = bias.data, .relu = true};
+  GemmChoice choice;
+  auto kernel = CreateFastestGemmKernel(options, engine, {.rows = {1, 8}, .min_runs = 2}, &choice);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  EXPECT_EQ((*kernel)->backend(), choice.backend);
+  ASSERT_EQ(choice.timings.size(), std::size(kAllGemmBackends));
+  double best = 1e30;
+  for (const GemmTiming& t : choice.timings) {
+    EXPECT_EQ(t.status.ok(), GemmBackendAvailable(t.backend).ok()) << t.status;
+    if (!t.status.ok()) continue;
+    ASSERT_EQ(t.seconds.size(), 2u);
+    for (double s : t.seconds) EXPECT_GT(s, 0.0);
+    best = std::min(best, t.total());
+  }
+  for (const GemmTiming& t : choice.timings) {
+    if (t.backend == choice.backend) {
+      EXPECT_EQ(t.total(), best);
+    }
+  }
+  EXPECT_NE(choice.Summary().find(absl::StrCat("-> ", GemmBackendName(choice.backend))),
+            std::string::npos)
+      << choice.Summary();
+  std::vector<float> y(c.m * c.n);
+  ASSERT_TRUE((*kernel)->Run(c.m, a.data.data(), y.data()).ok());
+  EXPECT_LT(NormalizedError(Expected(c, a, b, bias, acc).data(), y.data(), c.m * c.n), 1e-10);
+}
+
+class GemmChoiceCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("gemm_cache_test_", getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    file_ = (dir_ / "sub" / "choices.tsv").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  std::string file_;
+  const GemmChoiceCache::Key key_{
+      .model = "/m/model.onnx", .k = 784, .n = 1024, .threads = 2, .cpu = "AMD EPYC"};
+};
+
+TEST_F(GemmChoiceCacheTest, RemembersInProcessAndAcrossProcessesThroughTheFile) {
+  GemmChoiceCache writer;
+  std::string where;
+  EXPECT_FALSE(writer.Find(key_, file_, &where).has_value());
+  writer.Store(key_, GemmBackend::kOpenblas, file_);
+  EXPECT_EQ(writer.Find(key_, file_, &where), GemmBackend::kOpenblas);
+  EXPECT_EQ(where, "this process");
+
+  GemmChoiceCache reader;  // another process: only the file
+  EXPECT_EQ(reader.Find(key_, file_, &where), GemmBackend::kOpenblas);
+  EXPECT_EQ(where, file_);
+  // Another shape, thread count or CPU is another entry.
+  GemmChoiceCache::Key other = key_;
+  other.threads = 4;
+  EXPECT_FALSE(reader.Find(other, file_, &where).has_value());
+  other = key_;
+  other.src_transposed = true;
+  EXPECT_FALSE(reader.Find(other, file_, &where).has_value());
+  // Writers merge: a second entry keeps the first.
+  reader.Store(other, GemmBackend::kBlis, file_);
+  GemmChoiceCache third;
+  EXPECT_EQ(third.Find(key_, file_, &where), GemmBackend::kOpenblas);
+  EXPECT_EQ(third.Find(other, file_, &where), GemmBackend::kBlis);
+  // Nothing left behind but the file itself.
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ / "sub")) {
+    ++files;
+    EXPECT_EQ(e.path().string(), file_);
+  }
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(GemmChoiceCacheTest, CorruptFileIsIgnoredAndReplaced) {
+  std::filesystem::create_directories(dir_ / "sub");
+  {
+    std::ofstream out(file_);
+    out << "# numaserve gemm choices v1\n/m/model.onnx\t784\tgarbage\n";
+  }
+  GemmChoiceCache cache;
+  std::string where;
+  EXPECT_FALSE(cache.Find(key_, file_, &where).has_value());
+  cache.Store(key_, GemmBackend::kBlis, file_);
+  GemmChoiceCache reader;
+  EXPECT_EQ(reader.Find(key_, file_, &where), GemmBackend::kBlis);
+  // An unknown backend name is corruption too.
+  {
+    std::ofstream out(file_);
+    out << "# numaserve gemm choices v1\n/m/model.onnx\t784\t1024\t0\t2\tAMD EPYC\tcublas\n";
+  }
+  GemmChoiceCache again;
+  EXPECT_FALSE(again.Find(key_, file_, &where).has_value());
+}
+
+TEST_F(GemmChoiceCacheTest, UnwritableFileIsAWarningNotAnError) {
+  GemmChoiceCache cache;
+  cache.Store(key_, GemmBackend::kBlis, "/proc/no/such/dir/choices.tsv");
+  std::string where;
+  EXPECT_EQ(cache.Find(key_, "/proc/no/such/dir/choices.tsv", &where), GemmBackend::kBlis);
+  EXPECT_EQ(where, "this process");
+}
+
+}  // namespace
+}  // namespace numaserve::kernels
