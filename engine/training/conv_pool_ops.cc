@@ -1,10 +1,14 @@
 #include "engine/training/conv_pool_ops.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "engine/training/onednn_training_ops.h"
 #include "engine/training/training_ops.h"
 
 namespace numaserve::training::conv_pool {
@@ -24,14 +28,26 @@ std::vector<int64_t> Ints(const Node& node, const std::string& key, std::vector<
 }
 
 // Geometry of a 2-D window op over NCHW.
-struct Window {
-  int64_t n, c, h, w;      // input
-  int64_t kh, kw;          // kernel
-  int64_t sh, sw;          // strides
-  int64_t pt, pl, pb, pr;  // pads
-  int64_t dh, dw;          // dilations
-  int64_t oh, ow;          // output
-};
+using Window = onednn::Window2d;
+
+// NUMASERVE_TRAINING_REFERENCE_OPS=1 starts a process on the reference
+// (for comparing speed and results on a whole training run).
+Implementation InitialImplementation() {
+  const char* env = std::getenv("NUMASERVE_TRAINING_REFERENCE_OPS");
+  return env != nullptr && std::string(env) == "1" ? Implementation::kReference
+                                                   : Implementation::kOnednn;
+}
+
+std::atomic<Implementation> implementation{InitialImplementation()};
+
+bool UseOnednn() {
+  return implementation.load(std::memory_order_relaxed) == Implementation::kOnednn;
+}
+
+// oneDNN could not make a primitive for this geometry: the reference runs.
+bool FallBack(const absl::Status& s) {
+  return absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
+}
 
 absl::StatusOr<Window> MakeWindow(const Node& node, const Tensor& x, int64_t kh, int64_t kw) {
   if (x.rank() != 4)
@@ -142,10 +158,8 @@ std::vector<float>& Scratch(int which, size_t size) {
   return buffers[which];
 }
 
-}  // namespace
-
-absl::Status ConvForward(const engine::Graph&, const Node& node,
-                         const std::vector<const Tensor*>& in, std::vector<Tensor*>& out) {
+absl::Status ConvForwardReference(const Node& node, const std::vector<const Tensor*>& in,
+                                  std::vector<Tensor*>& out) {
   absl::StatusOr<ConvGeometry> g = MakeConv(node, *in[0], *in[1]);
   if (!g.ok()) return g.status();
   const Window& w = g->win;
@@ -174,9 +188,9 @@ absl::Status ConvForward(const engine::Graph&, const Node& node,
   return absl::OkStatus();
 }
 
-absl::Status ConvBackward(const engine::Graph&, const Node& node,
-                          const std::vector<const Tensor*>& in, const std::vector<const Tensor*>&,
-                          const std::vector<const Tensor*>& gout, std::vector<Tensor*>& gin) {
+absl::Status ConvBackwardReference(const Node& node, const std::vector<const Tensor*>& in,
+                                   const std::vector<const Tensor*>& gout,
+                                   std::vector<Tensor*>& gin) {
   absl::StatusOr<ConvGeometry> g = MakeConv(node, *in[0], *in[1]);
   if (!g.ok()) return g.status();
   const Window& w = g->win;
@@ -218,6 +232,57 @@ absl::Status ConvBackward(const engine::Graph&, const Node& node,
   return absl::OkStatus();
 }
 
+const float* BiasOf(const std::vector<const Tensor*>& in) {
+  return in.size() > 2 && in[2] != nullptr ? in[2]->data.data() : nullptr;
+}
+
+absl::StatusOr<onednn::ConvShape> OnednnConvShape(const Node& node,
+                                                  const std::vector<const Tensor*>& in) {
+  absl::StatusOr<ConvGeometry> g = MakeConv(node, *in[0], *in[1]);
+  if (!g.ok()) return g.status();
+  const bool bias = BiasOf(in) != nullptr;
+  if (bias && in[2]->size() != g->m)
+    return NodeError(node, absl::StrCat("the bias must have ", g->m, " elements"));
+  return onednn::ConvShape{.win = g->win, .m = g->m, .groups = g->groups, .bias = bias};
+}
+
+}  // namespace
+
+void SetImplementation(Implementation impl) { implementation.store(impl); }
+Implementation CurrentImplementation() { return implementation.load(); }
+
+absl::Status ConvForward(const engine::Graph&, const Node& node,
+                         const std::vector<const Tensor*>& in, std::vector<Tensor*>& out) {
+  absl::StatusOr<onednn::ConvShape> shape = OnednnConvShape(node, in);
+  if (!shape.ok()) return shape.status();
+  if (UseOnednn()) {
+    const Window& w = shape->win;
+    Tensor& y = *out[0];
+    y.shape = {w.n, shape->m, w.oh, w.ow};
+    y.data.resize(w.n * shape->m * w.oh * w.ow);
+    absl::Status s = onednn::ConvForward(*shape, in[0]->data.data(), in[1]->data.data(), BiasOf(in),
+                                         y.data.data());
+    if (!FallBack(s)) return s;
+  }
+  return ConvForwardReference(node, in, out);
+}
+
+absl::Status ConvBackward(const engine::Graph&, const Node& node,
+                          const std::vector<const Tensor*>& in, const std::vector<const Tensor*>&,
+                          const std::vector<const Tensor*>& gout, std::vector<Tensor*>& gin) {
+  absl::StatusOr<onednn::ConvShape> shape = OnednnConvShape(node, in);
+  if (!shape.ok()) return shape.status();
+  if (UseOnednn()) {
+    float* db = shape->bias && gin.size() > 2 && gin[2] != nullptr ? gin[2]->data.data() : nullptr;
+    absl::Status s =
+        onednn::ConvBackward(*shape, in[0]->data.data(), in[1]->data.data(), gout[0]->data.data(),
+                             gin[0] != nullptr ? gin[0]->data.data() : nullptr,
+                             gin[1] != nullptr ? gin[1]->data.data() : nullptr, db);
+    if (!FallBack(s)) return s;
+  }
+  return ConvBackwardReference(node, in, gout, gin);
+}
+
 namespace {
 
 absl::StatusOr<Window> PoolWindow(const Node& node, const Tensor& x) {
@@ -257,6 +322,18 @@ int64_t ArgMax(const Window& w, const float* plane, int64_t oy, int64_t ox) {
   return best;
 }
 
+// oneDNN pools when no window lies wholly in the padding (the reference
+// gives such a window 0).
+bool OnednnPools(const Window& w) {
+  const int64_t eh = (w.kh - 1) * w.dh + 1, ew = (w.kw - 1) * w.dw + 1;
+  return UseOnednn() && w.pt < eh && w.pb < eh && w.pl < ew && w.pr < ew;
+}
+
+onednn::PoolKind AverageKind(const Node& node) {
+  return node.GetInt("count_include_pad", 0) != 0 ? onednn::PoolKind::kAverageIncludePad
+                                                  : onednn::PoolKind::kAverageExcludePad;
+}
+
 }  // namespace
 
 absl::Status MaxPoolForward(const engine::Graph&, const Node& node,
@@ -267,6 +344,11 @@ absl::Status MaxPoolForward(const engine::Graph&, const Node& node,
   Tensor& y = *out[0];
   y.shape = {w->n, w->c, w->oh, w->ow};
   y.data.resize(w->n * w->c * w->oh * w->ow);
+  if (OnednnPools(*w)) {
+    absl::Status s = onednn::PoolForward(&node, onednn::PoolKind::kMax, *w, in[0]->data.data(),
+                                         y.data.data(), InTrainingMode());
+    if (!FallBack(s)) return s;
+  }
 #pragma omp parallel for
   for (int64_t nc = 0; nc < w->n * w->c; ++nc) {
     const float* plane = &in[0]->data[nc * w->h * w->w];
@@ -283,11 +365,17 @@ absl::Status MaxPoolForward(const engine::Graph&, const Node& node,
 
 absl::Status MaxPoolBackward(const engine::Graph&, const Node& node,
                              const std::vector<const Tensor*>& in,
-                             const std::vector<const Tensor*>&,
+                             const std::vector<const Tensor*>& out,
                              const std::vector<const Tensor*>& gout, std::vector<Tensor*>& gin) {
   if (gin[0] == nullptr) return absl::OkStatus();
   absl::StatusOr<Window> w = PoolWindow(node, *in[0]);
   if (!w.ok()) return w.status();
+  if (OnednnPools(*w)) {
+    absl::Status s =
+        onednn::PoolBackward(&node, onednn::PoolKind::kMax, *w, in[0]->data.data(),
+                             out[0]->data.data(), gout[0]->data.data(), gin[0]->data.data());
+    if (!FallBack(s)) return s;
+  }
 #pragma omp parallel for
   for (int64_t nc = 0; nc < w->n * w->c; ++nc) {
     const float* plane = &in[0]->data[nc * w->h * w->w];
@@ -335,6 +423,11 @@ absl::Status AveragePoolForward(const engine::Graph&, const Node& node,
   Tensor& y = *out[0];
   y.shape = {w->n, w->c, w->oh, w->ow};
   y.data.resize(w->n * w->c * w->oh * w->ow);
+  if (OnednnPools(*w)) {
+    absl::Status s = onednn::PoolForward(&node, AverageKind(node), *w, in[0]->data.data(),
+                                         y.data.data(), InTrainingMode());
+    if (!FallBack(s)) return s;
+  }
 #pragma omp parallel for
   for (int64_t nc = 0; nc < w->n * w->c; ++nc) {
     const float* plane = &in[0]->data[nc * w->h * w->w];
@@ -352,12 +445,18 @@ absl::Status AveragePoolForward(const engine::Graph&, const Node& node,
 
 absl::Status AveragePoolBackward(const engine::Graph&, const Node& node,
                                  const std::vector<const Tensor*>& in,
-                                 const std::vector<const Tensor*>&,
+                                 const std::vector<const Tensor*>& out,
                                  const std::vector<const Tensor*>& gout,
                                  std::vector<Tensor*>& gin) {
   if (gin[0] == nullptr) return absl::OkStatus();
   absl::StatusOr<Window> w = PoolWindow(node, *in[0]);
   if (!w.ok()) return w.status();
+  if (OnednnPools(*w)) {
+    absl::Status s =
+        onednn::PoolBackward(&node, AverageKind(node), *w, in[0]->data.data(), out[0]->data.data(),
+                             gout[0]->data.data(), gin[0]->data.data());
+    if (!FallBack(s)) return s;
+  }
   const bool count_pad = node.GetInt("count_include_pad", 0) != 0;
 #pragma omp parallel for
   for (int64_t nc = 0; nc < w->n * w->c; ++nc) {

@@ -1,7 +1,10 @@
 // Training forward and backward of the convolutional ops (2-D, NCHW):
-// Conv (groups, strides, pads, dilations) as im2col + oneDNN sgemm over the
-// whole batch, MaxPool, AveragePool and GlobalAveragePool as OpenMP loops.
-// Signatures are TrainingOp's (training_ops.h).
+// Conv (groups, strides, pads, dilations), MaxPool and AveragePool run on
+// oneDNN's training primitives (onednn_training_ops.h). The reference
+// implementation, kept for tests and for geometries oneDNN rejects, is
+// im2col + oneDNN sgemm over the whole batch for Conv and OpenMP loops for
+// the pools; GlobalAveragePool is a loop. Signatures are TrainingOp's
+// (training_ops.h).
 #pragma once
 
 #include <vector>
@@ -13,6 +16,12 @@
 namespace numaserve::training::conv_pool {
 
 using kernels::Tensor;
+
+// Which implementation Conv, MaxPool and AveragePool use, process-wide:
+// oneDNN (the default) or the reference (tests compare the two).
+enum class Implementation { kOnednn, kReference };
+void SetImplementation(Implementation implementation);
+Implementation CurrentImplementation();
 
 #define NUMASERVE_TRAINING_OP(Name)                                                        \
   absl::Status Name##Forward(const engine::Graph& graph, const engine::Node& node,         \

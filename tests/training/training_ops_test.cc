@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "engine/training/conv_pool_ops.h"
 #include "engine/training/training_net.h"
 #include "tests/training/graph_builder.h"
 
@@ -149,6 +150,26 @@ TEST(GradCheckTest, InnerSoftmax) {
   GradCheck(b.Build(), {3, 4}, "Softmax (not final)");
 }
 
+// Conv, MaxPool and AveragePool are checked on both implementations.
+const char* ImplementationName(conv_pool::Implementation impl) {
+  return impl == conv_pool::Implementation::kOnednn ? " (oneDNN)" : " (reference)";
+}
+
+class ScopedImplementation {
+ public:
+  explicit ScopedImplementation(conv_pool::Implementation impl)
+      : previous_(conv_pool::CurrentImplementation()) {
+    conv_pool::SetImplementation(impl);
+  }
+  ~ScopedImplementation() { conv_pool::SetImplementation(previous_); }
+
+ private:
+  conv_pool::Implementation previous_;
+};
+
+constexpr conv_pool::Implementation kImplementations[] = {conv_pool::Implementation::kOnednn,
+                                                          conv_pool::Implementation::kReference};
+
 TEST(GradCheckTest, ConvStridesPadsDilationsGroupsBias) {
   using Attrs = std::map<std::string, engine::AttributeValue>;
   struct Case {
@@ -169,11 +190,14 @@ TEST(GradCheckTest, ConvStridesPadsDilationsGroupsBias) {
        {3, 1, 3, 3},
        {{"group", int64_t{3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
   };
-  for (const Case& c : cases) {
-    GraphBuilder b;
-    b.Input("x").Output("y").Weight("w", c.w).Weight("bias", {c.w[0]});
-    b.Node("Conv", {"x", "w", "bias"}, {"y"}, c.attrs);
-    GradCheck(b.Build(), c.x, std::string("Conv ") + c.what);
+  for (conv_pool::Implementation impl : kImplementations) {
+    ScopedImplementation scoped(impl);
+    for (const Case& c : cases) {
+      GraphBuilder b;
+      b.Input("x").Output("y").Weight("w", c.w).Weight("bias", {c.w[0]});
+      b.Node("Conv", {"x", "w", "bias"}, {"y"}, c.attrs);
+      GradCheck(b.Build(), c.x, std::string("Conv ") + c.what + ImplementationName(impl));
+    }
   }
 }
 
@@ -184,19 +208,24 @@ TEST(GradCheckTest, Pooling) {
   const Attrs k3s2p1 = {{"kernel_shape", std::vector<int64_t>{3, 3}},
                         {"strides", std::vector<int64_t>{2, 2}},
                         {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
-  for (const Attrs& attrs : {k2s2, k3s2p1}) {
-    GraphBuilder b;
-    b.Input("x").Output("y");
-    b.Node("MaxPool", {"x"}, {"y"}, attrs);
-    GradCheck(b.Build(), {2, 2, 6, 6}, "MaxPool", /*spaced=*/true);
-    for (int64_t count_pad : {0, 1}) {
-      Attrs avg = attrs;
-      avg["count_include_pad"] = count_pad;
-      GraphBuilder a;
-      a.Input("x").Output("y");
-      a.Node("AveragePool", {"x"}, {"y"}, avg);
-      GradCheck(a.Build(), {2, 2, 6, 6},
-                "AveragePool count_include_pad=" + std::to_string(count_pad));
+  for (conv_pool::Implementation impl : kImplementations) {
+    ScopedImplementation scoped(impl);
+    for (const Attrs& attrs : {k2s2, k3s2p1}) {
+      GraphBuilder b;
+      b.Input("x").Output("y");
+      b.Node("MaxPool", {"x"}, {"y"}, attrs);
+      GradCheck(b.Build(), {2, 2, 6, 6}, std::string("MaxPool") + ImplementationName(impl),
+                /*spaced=*/true);
+      for (int64_t count_pad : {0, 1}) {
+        Attrs avg = attrs;
+        avg["count_include_pad"] = count_pad;
+        GraphBuilder a;
+        a.Input("x").Output("y");
+        a.Node("AveragePool", {"x"}, {"y"}, avg);
+        GradCheck(a.Build(), {2, 2, 6, 6},
+                  "AveragePool count_include_pad=" + std::to_string(count_pad) +
+                      ImplementationName(impl));
+      }
     }
   }
   GraphBuilder g;
@@ -317,21 +346,24 @@ TEST(BatchNormTest, RunningStatisticsAndInferenceMode) {
 
 TEST(ConvForwardTest, HandComputed) {
   // 1x1x3x3 input, 2x2 all-ones kernel, bias 10: window sums + 10.
-  GraphBuilder b;
-  b.Input("x").Output("y");
-  engine::Graph graph = b.Weight("w", {1, 1, 2, 2})
-                            .Weight("bias", {1})
-                            .Node("Conv", {"x", "w", "bias"}, {"y"})
-                            .Build();
-  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(std::move(graph));
-  ASSERT_TRUE(net.ok()) << net.status();
-  (*net)->parameters()[0].data->data = {1, 1, 1, 1};
-  (*net)->parameters()[1].data->data = {10};
-  absl::StatusOr<const Tensor*> y =
-      (*net)->Forward(Tensor({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}));
-  ASSERT_TRUE(y.ok()) << y.status();
-  EXPECT_EQ((*y)->shape, (Shape{1, 1, 2, 2}));
-  EXPECT_EQ((*y)->data, (std::vector<float>{22, 26, 34, 38}));
+  for (conv_pool::Implementation impl : kImplementations) {
+    ScopedImplementation scoped(impl);
+    GraphBuilder b;
+    b.Input("x").Output("y");
+    engine::Graph graph = b.Weight("w", {1, 1, 2, 2})
+                              .Weight("bias", {1})
+                              .Node("Conv", {"x", "w", "bias"}, {"y"})
+                              .Build();
+    absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(std::move(graph));
+    ASSERT_TRUE(net.ok()) << net.status();
+    (*net)->parameters()[0].data->data = {1, 1, 1, 1};
+    (*net)->parameters()[1].data->data = {10};
+    absl::StatusOr<const Tensor*> y =
+        (*net)->Forward(Tensor({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ((*y)->shape, (Shape{1, 1, 2, 2})) << ImplementationName(impl);
+    EXPECT_EQ((*y)->data, (std::vector<float>{22, 26, 34, 38})) << ImplementationName(impl);
+  }
 }
 
 TEST(TrainingNetTest, FinalSoftmaxIsFusedWithTheLoss) {

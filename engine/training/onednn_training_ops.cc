@@ -1,0 +1,374 @@
+#include "engine/training/onednn_training_ops.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/onednn/onednn_common.h"
+
+namespace numaserve::training::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+using md = dnnl::memory::desc;
+using kernels::DnnlErrorToStatus;
+
+const dnnl::engine& Engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& Stream() {
+  thread_local dnnl::stream stream(Engine());
+  return stream;
+}
+
+md Plain(const dnnl::memory::dims& dims) {
+  const tag t = dims.size() == 1 ? tag::a : dims.size() == 4 ? tag::abcd : tag::abcde;
+  return md(dims, dt::f32, t);
+}
+
+// Moves one tensor between the plain layout of the ops' interface and the
+// layout a primitive works in. When the two agree, the caller's buffer is
+// used as it is; otherwise a reorder goes through a scratch buffer owned
+// here. With `accumulate`, output transfers add into the caller's buffer.
+class Relayout {
+ public:
+  Relayout() = default;
+  Relayout(const md& plain, const md& inner, bool accumulate) {
+    direct_ = plain == inner && !accumulate;
+    user_ = kernels::UnboundMemory(plain, Engine());
+    if (direct_) return;
+    inner_ = dnnl::memory(inner, Engine());
+    attr_ = dnnl::primitive_attr();
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr_.set_post_ops(ops);
+    }
+  }
+
+  // An input: a memory in the inner layout holding the plain data at `src`.
+  dnnl::memory In(const float* src) {
+    user_.set_data_handle(const_cast<float*>(src));
+    if (direct_) return user_;
+    if (!to_inner_) to_inner_ = dnnl::reorder(user_, inner_);
+    to_inner_.execute(Stream(), user_, inner_);
+    return inner_;
+  }
+
+  // An output: the memory the primitive writes; Finish moves it to `dst`.
+  dnnl::memory Out(float* dst) {
+    user_.set_data_handle(dst);
+    return direct_ ? user_ : inner_;
+  }
+  void Finish() {
+    if (direct_) return;
+    if (!to_user_) {
+      to_user_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), inner_.get_desc(), Engine(),
+                                                             user_.get_desc(), attr_));
+    }
+    to_user_.execute(Stream(), inner_, user_);
+  }
+
+ private:
+  bool direct_ = true;
+  dnnl::memory user_, inner_;
+  dnnl::primitive_attr attr_;
+  dnnl::reorder to_inner_, to_user_;
+};
+
+dnnl::memory::dims Pair(int64_t a, int64_t b) { return {a, b}; }
+
+// --- Conv ---------------------------------------------------------------------
+struct ConvEntry {
+  md src, weights, bias, dst;  // plain
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_forward fwd;
+  Relayout fwd_src, fwd_weights, fwd_bias, fwd_dst;
+  // Made at the first backward.
+  bool backward_ready = false;
+  dnnl::convolution_backward_data bwd_data;
+  Relayout bd_weights, bd_dst, bd_src;
+  dnnl::convolution_backward_weights bwd_weights;
+  Relayout bw_src, bw_dst, bw_weights, bw_bias;
+  dnnl::memory::dims strides, dilates, pad_l, pad_r;
+};
+
+std::vector<int64_t> ConvKey(const ConvShape& s) {
+  const Window2d& w = s.win;
+  return {w.n,  w.c,  w.h,  w.w,  w.kh, w.kw, w.sh, w.sw,     w.pt,  w.pl,
+          w.pb, w.pr, w.dh, w.dw, w.oh, w.ow, s.m,  s.groups, s.bias};
+}
+
+absl::StatusOr<ConvEntry*> GetConv(const ConvShape& s) {
+  thread_local std::map<std::vector<int64_t>, std::unique_ptr<ConvEntry>> cache;
+  std::vector<int64_t> key = ConvKey(s);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  const Window2d& w = s.win;
+  auto e = std::make_unique<ConvEntry>();
+  try {
+    e->src = Plain({w.n, w.c, w.h, w.w});
+    e->dst = Plain({w.n, s.m, w.oh, w.ow});
+    e->weights = s.groups > 1 ? Plain({s.groups, s.m / s.groups, w.c / s.groups, w.kh, w.kw})
+                              : Plain({s.m, w.c, w.kh, w.kw});
+    if (s.bias) e->bias = Plain({s.m});
+    e->strides = Pair(w.sh, w.sw);
+    e->dilates = Pair(w.dh - 1, w.dw - 1);
+    e->pad_l = Pair(w.pt, w.pl);
+    e->pad_r = Pair(w.pb, w.pr);
+    const md any_src(e->src.dims(), dt::f32, tag::any);
+    const md any_dst(e->dst.dims(), dt::f32, tag::any);
+    const md any_weights(e->weights.dims(), dt::f32, tag::any);
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_src,
+        any_weights, e->bias, any_dst, e->strides, e->dilates, e->pad_l, e->pad_r);
+    e->fwd_pd = dnnl::convolution_forward::primitive_desc(desc, Engine());
+    e->fwd = dnnl::convolution_forward(e->fwd_pd);
+    e->fwd_src = Relayout(e->src, e->fwd_pd.src_desc(), false);
+    e->fwd_weights = Relayout(e->weights, e->fwd_pd.weights_desc(), false);
+    if (s.bias) e->fwd_bias = Relayout(e->bias, e->fwd_pd.bias_desc(), false);
+    e->fwd_dst = Relayout(e->dst, e->fwd_pd.dst_desc(), false);
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "creating a training convolution");
+  }
+  return cache.emplace(std::move(key), std::move(e)).first->second.get();
+}
+
+void PrepareConvBackward(ConvEntry& e, bool bias) {
+  const md any_src(e.src.dims(), dt::f32, tag::any);
+  const md any_dst(e.dst.dims(), dt::f32, tag::any);
+  const md any_weights(e.weights.dims(), dt::f32, tag::any);
+  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any_src,
+                                           any_weights, any_dst, e.strides, e.dilates, e.pad_l,
+                                           e.pad_r);
+  dnnl::convolution_backward_data::primitive_desc bd_pd(bd, Engine(), e.fwd_pd);
+  e.bwd_data = dnnl::convolution_backward_data(bd_pd);
+  e.bd_weights = Relayout(e.weights, bd_pd.weights_desc(), false);
+  e.bd_dst = Relayout(e.dst, bd_pd.diff_dst_desc(), false);
+  e.bd_src = Relayout(e.src, bd_pd.diff_src_desc(), true);
+  const md any_bias = bias ? md(e.bias.dims(), dt::f32, tag::any) : md();
+  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, any_src,
+                                              any_weights, any_bias, any_dst, e.strides, e.dilates,
+                                              e.pad_l, e.pad_r);
+  dnnl::convolution_backward_weights::primitive_desc bw_pd(bw, Engine(), e.fwd_pd);
+  e.bwd_weights = dnnl::convolution_backward_weights(bw_pd);
+  e.bw_src = Relayout(e.src, bw_pd.src_desc(), false);
+  e.bw_dst = Relayout(e.dst, bw_pd.diff_dst_desc(), false);
+  e.bw_weights = Relayout(e.weights, bw_pd.diff_weights_desc(), true);
+  if (bias) e.bw_bias = Relayout(e.bias, bw_pd.diff_bias_desc(), true);
+  e.backward_ready = true;
+}
+
+// --- pooling ------------------------------------------------------------------
+struct PoolEntry {
+  md src, dst;  // plain
+  dnnl::pooling_v2_forward::primitive_desc train_pd;
+  dnnl::pooling_v2_forward train, infer;
+  bool backward_ready = false;
+  dnnl::pooling_v2_backward bwd;
+  Relayout bwd_src;  // diff_src, accumulated into the caller's gradient
+  dnnl::memory src_mem, dst_mem, diff_dst_mem;
+};
+
+// The max-pooling workspace of one node's last training forward, valid for
+// the input and output buffers it was computed from.
+struct PoolWorkspace {
+  dnnl::memory memory;
+  const float* x = nullptr;
+  const float* y = nullptr;
+};
+
+dnnl::algorithm PoolAlgorithm(PoolKind kind) {
+  switch (kind) {
+    case PoolKind::kMax:
+      return dnnl::algorithm::pooling_max;
+    case PoolKind::kAverageIncludePad:
+      return dnnl::algorithm::pooling_avg_include_padding;
+    case PoolKind::kAverageExcludePad:
+      break;
+  }
+  return dnnl::algorithm::pooling_avg_exclude_padding;
+}
+
+std::vector<int64_t> PoolKey(PoolKind kind, const Window2d& w) {
+  return {static_cast<int64_t>(kind),
+          w.n,
+          w.c,
+          w.h,
+          w.w,
+          w.kh,
+          w.kw,
+          w.sh,
+          w.sw,
+          w.pt,
+          w.pl,
+          w.pb,
+          w.pr,
+          w.dh,
+          w.dw,
+          w.oh,
+          w.ow};
+}
+
+absl::StatusOr<PoolEntry*> GetPool(PoolKind kind, const Window2d& w) {
+  thread_local std::map<std::vector<int64_t>, std::unique_ptr<PoolEntry>> cache;
+  std::vector<int64_t> key = PoolKey(kind, w);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  auto e = std::make_unique<PoolEntry>();
+  try {
+    e->src = Plain({w.n, w.c, w.h, w.w});
+    e->dst = Plain({w.n, w.c, w.oh, w.ow});
+    const auto strides = Pair(w.sh, w.sw), kernel = Pair(w.kh, w.kw);
+    const auto dilation = Pair(w.dh - 1, w.dw - 1);
+    const auto pad_l = Pair(w.pt, w.pl), pad_r = Pair(w.pb, w.pr);
+    dnnl::pooling_v2_forward::desc train(dnnl::prop_kind::forward_training, PoolAlgorithm(kind),
+                                         e->src, e->dst, strides, kernel, dilation, pad_l, pad_r);
+    e->train_pd = dnnl::pooling_v2_forward::primitive_desc(train, Engine());
+    e->train = dnnl::pooling_v2_forward(e->train_pd);
+    dnnl::pooling_v2_forward::desc infer(dnnl::prop_kind::forward_inference, PoolAlgorithm(kind),
+                                         e->src, e->dst, strides, kernel, dilation, pad_l, pad_r);
+    e->infer = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(infer, Engine()));
+    dnnl::pooling_v2_backward::desc bwd(PoolAlgorithm(kind), e->src, e->dst, strides, kernel,
+                                        dilation, pad_l, pad_r);
+    dnnl::pooling_v2_backward::primitive_desc bwd_pd(bwd, Engine(), e->train_pd);
+    e->bwd = dnnl::pooling_v2_backward(bwd_pd);
+    e->bwd_src = Relayout(e->src, bwd_pd.diff_src_desc(), true);
+    e->src_mem = kernels::UnboundMemory(e->src, Engine());
+    e->dst_mem = kernels::UnboundMemory(e->dst, Engine());
+    e->diff_dst_mem = kernels::UnboundMemory(e->dst, Engine());
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "creating a training pooling");
+  }
+  return cache.emplace(std::move(key), std::move(e)).first->second.get();
+}
+
+PoolWorkspace& Workspace(const void* node, PoolKind kind, const Window2d& w) {
+  thread_local std::map<std::tuple<const void*, std::vector<int64_t>>, PoolWorkspace> workspaces;
+  return workspaces[{node, PoolKey(kind, w)}];
+}
+
+}  // namespace
+
+absl::Status ConvForward(const ConvShape& s, const float* x, const float* w, const float* b,
+                         float* y) {
+  absl::StatusOr<ConvEntry*> entry = GetConv(s);
+  if (!entry.ok()) return entry.status();
+  ConvEntry& e = **entry;
+  try {
+    std::unordered_map<int, dnnl::memory> args;
+    args[DNNL_ARG_SRC] = e.fwd_src.In(x);
+    args[DNNL_ARG_WEIGHTS] = e.fwd_weights.In(w);
+    if (s.bias) args[DNNL_ARG_BIAS] = e.fwd_bias.In(b);
+    args[DNNL_ARG_DST] = e.fwd_dst.Out(y);
+    e.fwd.execute(Stream(), args);
+    e.fwd_dst.Finish();
+    Stream().wait();
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "training convolution forward");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConvBackward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                          float* dx, float* dw, float* db) {
+  absl::StatusOr<ConvEntry*> entry = GetConv(s);
+  if (!entry.ok()) return entry.status();
+  ConvEntry& e = **entry;
+  try {
+    if (!e.backward_ready) PrepareConvBackward(e, s.bias);
+    if (dw != nullptr || db != nullptr) {
+      // Both gradients land in scratch buffers (added to the caller's
+      // buffers by Finish), so one that is not wanted is simply dropped.
+      std::unordered_map<int, dnnl::memory> args;
+      args[DNNL_ARG_SRC] = e.bw_src.In(x);
+      args[DNNL_ARG_DIFF_DST] = e.bw_dst.In(dy);
+      args[DNNL_ARG_DIFF_WEIGHTS] = e.bw_weights.Out(dw);
+      if (s.bias) args[DNNL_ARG_DIFF_BIAS] = e.bw_bias.Out(db);
+      e.bwd_weights.execute(Stream(), args);
+      if (dw != nullptr) e.bw_weights.Finish();
+      if (s.bias && db != nullptr) e.bw_bias.Finish();
+      Stream().wait();
+    }
+    if (dx != nullptr) {
+      std::unordered_map<int, dnnl::memory> args;
+      args[DNNL_ARG_DIFF_DST] = e.bd_dst.In(dy);
+      args[DNNL_ARG_WEIGHTS] = e.bd_weights.In(w);
+      args[DNNL_ARG_DIFF_SRC] = e.bd_src.Out(dx);
+      e.bwd_data.execute(Stream(), args);
+      e.bd_src.Finish();
+      Stream().wait();
+    }
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "training convolution backward");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PoolForward(const void* node, PoolKind kind, const Window2d& win, const float* x,
+                         float* y, bool training) {
+  absl::StatusOr<PoolEntry*> entry = GetPool(kind, win);
+  if (!entry.ok()) return entry.status();
+  PoolEntry& e = **entry;
+  PoolWorkspace& ws = Workspace(node, kind, win);
+  ws.x = ws.y = nullptr;  // invalid until a training forward completes
+  try {
+    e.src_mem.set_data_handle(const_cast<float*>(x));
+    e.dst_mem.set_data_handle(y);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.src_mem},
+                                               {DNNL_ARG_DST, e.dst_mem}};
+    const bool keep = training && kind == PoolKind::kMax;
+    if (keep) {
+      if (!ws.memory) ws.memory = dnnl::memory(e.train_pd.workspace_desc(), Engine());
+      args[DNNL_ARG_WORKSPACE] = ws.memory;
+      e.train.execute(Stream(), args);
+    } else {
+      e.infer.execute(Stream(), args);
+    }
+    Stream().wait();
+    if (keep) ws.x = x, ws.y = y;
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "training pooling forward");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PoolBackward(const void* node, PoolKind kind, const Window2d& win, const float* x,
+                          const float* y, const float* dy, float* dx) {
+  absl::StatusOr<PoolEntry*> entry = GetPool(kind, win);
+  if (!entry.ok()) return entry.status();
+  PoolEntry& e = **entry;
+  try {
+    std::unordered_map<int, dnnl::memory> args;
+    if (kind == PoolKind::kMax) {
+      PoolWorkspace& ws = Workspace(node, kind, win);
+      if (ws.x != x || ws.y != y) {
+        // Not from this forward (or none kept): recompute it into scratch.
+        std::vector<float> y_again(win.n * win.c * win.oh * win.ow);
+        if (absl::Status s = PoolForward(node, kind, win, x, y_again.data(), true); !s.ok())
+          return s;
+        ws.x = x, ws.y = y;
+      }
+      args[DNNL_ARG_WORKSPACE] = ws.memory;
+    }
+    e.diff_dst_mem.set_data_handle(const_cast<float*>(dy));
+    args[DNNL_ARG_DIFF_DST] = e.diff_dst_mem;
+    args[DNNL_ARG_DIFF_SRC] = e.bwd_src.Out(dx);
+    e.bwd.execute(Stream(), args);
+    e.bwd_src.Finish();
+    Stream().wait();
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "training pooling backward");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace numaserve::training::onednn

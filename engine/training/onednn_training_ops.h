@@ -1,0 +1,58 @@
+// Conv, MaxPool and AveragePool training (forward_training, backward data,
+// backward weights and bias) on oneDNN primitives. Tensors cross this
+// interface in plain NCHW (weights as ONNX stores them); inside, each
+// primitive takes the layout oneDNN prefers and reorders happen only where
+// layouts differ. Primitives, reorders and their scratch buffers are made
+// once per geometry and kept per thread. Backward ADDS into the gradients
+// it is given, like every training op (training_ops.h).
+//
+// conv_pool_ops.cc keeps its own loops as the reference these are tested
+// against and as the fallback when oneDNN has no implementation.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace numaserve::training::onednn {
+
+// A 2-D window over NCHW: input, kernel, strides, pads (top, left,
+// bottom, right), dilations (1 = dense) and output extents.
+struct Window2d {
+  int64_t n, c, h, w;
+  int64_t kh, kw;
+  int64_t sh, sw;
+  int64_t pt, pl, pb, pr;
+  int64_t dh, dw;
+  int64_t oh, ow;
+};
+
+struct ConvShape {
+  Window2d win;
+  int64_t m;       // output channels
+  int64_t groups;  // weights are [m, c / groups, kh, kw]
+  bool bias;       // a bias input [m] exists
+};
+
+// y[n, m, oh, ow] = conv(x, w) + b (b may be null when !shape.bias).
+absl::Status ConvForward(const ConvShape& shape, const float* x, const float* w, const float* b,
+                         float* y);
+
+// dx += d/dx, dw += d/dw, db += d/db for output gradient dy; a null
+// gradient is not computed.
+absl::Status ConvBackward(const ConvShape& shape, const float* x, const float* w, const float* dy,
+                          float* dx, float* dw, float* db);
+
+enum class PoolKind { kMax, kAverageIncludePad, kAverageExcludePad };
+
+// y = pool(x). `training`: max pooling also keeps the arg-max workspace for
+// `node` (any address that identifies the op instance), which a following
+// PoolBackward of the same node, x and y reuses instead of recomputing it.
+absl::Status PoolForward(const void* node, PoolKind kind, const Window2d& win, const float* x,
+                         float* y, bool training);
+
+// dx += d/dx for output gradient dy; x and y are the forward's input and output.
+absl::Status PoolBackward(const void* node, PoolKind kind, const Window2d& win, const float* x,
+                          const float* y, const float* dy, float* dx);
+
+}  // namespace numaserve::training::onednn
