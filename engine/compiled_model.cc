@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -345,7 +346,9 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
     if (*backend != kernels::GemmBackend::kOnednn) *note = options_.gemm_backend;
     return kernels::CreateGemmKernel(*backend, options, engine_);
   }
-  kernels::GemmChoiceCache::Key key{.model = info_.path,
+  std::error_code ec;
+  const std::filesystem::path model = std::filesystem::weakly_canonical(info_.path, ec);
+  kernels::GemmChoiceCache::Key key{.model = ec ? info_.path : model.string(),
                                     .k = options.k,
                                     .n = options.n,
                                     .src_transposed = options.src_transposed,

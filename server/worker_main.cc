@@ -90,6 +90,10 @@ class Worker {
               std::string(model.status().message()).c_str());
       return;
     }
+    if (options.gemm_backend != "auto") {
+      fprintf(stderr, "numaserve: worker %d: %s: gemm backend %s\n", index_, load.key().c_str(),
+              options.gemm_backend.c_str());
+    }
     reply->set_weight_bytes((*model)->info().parameter_bytes);
     models_[load.key()] = *std::move(model);
     reply->set_ok(true);

@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""GEMM backends from the command line and the server: `bench --gemm` and
+`serve --gemm` refuse unknown names with the accepted ones; `bench --plan`
+names each matmul's backend and `auto` logs and caches its choices; models
+served on BLIS (config.pbtxt gemm_backend) and OpenBLAS (serve --gemm, for
+a model whose config names none) answer like the NumPy reference. A backend
+whose library is missing is skipped with the reason."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
+import numaserve_client as nc  # noqa: E402
+
+MODEL = nc.DEFAULT_MODEL_NAME
+TIMEOUT_S = 120
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def run(args, env):
+    return subprocess.run([nc.default_binary()] + list(args), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=TIMEOUT_S, env=env)
+
+
+def describe(args, result):
+    return "numaserve %s -> exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+        " ".join(args), result.returncode, result.stdout, result.stderr)
+
+
+class GemmBackendsTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="numaserve_gemm_")
+        cls.repo = os.path.join(cls.tmp, "models")
+        os.makedirs(cls.repo)
+        cls.model_path = os.path.realpath(nc.write_default_model(cls.repo))
+        cls.cache = os.path.join(cls.tmp, "cache", "gemm_choices.tsv")
+        cls.env = dict(os.environ, NUMASERVE_GEMM_CACHE=cls.cache)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def bench(self, *extra):
+        args = ("bench", "--model", self.model_path, "--batch", "1,4", "--seconds", "0.05") + extra
+        return args, run(args, self.env)
+
+    def unavailable(self, backend):
+        """The reason `backend` cannot run here, or None."""
+        args, result = self.bench("--gemm", backend)
+        match = re.search(r"%s is unavailable: .*" % backend, result.stderr)
+        if result.returncode != 0 and match:
+            return match.group(0)
+        self.assertEqual(result.returncode, 0, describe(args, result))
+        return None
+
+    def test_bench_refuses_an_unknown_backend(self):
+        args, result = self.bench("--gemm", "bogus")
+        self.assertEqual(result.returncode, 2, describe(args, result))
+        self.assertIn("numaserve bench: --gemm: gemm backend 'bogus' is not one of onednn, blis, "
+                      "openblas, auto", result.stderr, describe(args, result))
+
+    def test_serve_refuses_an_unknown_backend(self):
+        args = ("serve", "--model-repository", self.repo, "--grpc-port", "0", "--metrics-port",
+                "0", "--gemm", "cublas")
+        result = run(args, self.env)
+        self.assertNotEqual(result.returncode, 0, describe(args, result))
+        self.assertIn("--gemm: gemm backend 'cublas' is not one of onednn, blis, openblas, auto",
+                      result.stderr, describe(args, result))
+
+    def test_bench_plan_names_the_backend(self):
+        for backend in ("onednn", "blis", "openblas"):
+            with self.subTest(backend=backend):
+                reason = self.unavailable(backend)
+                if reason:
+                    self.skipTest(reason)
+                args, result = self.bench("--gemm", backend, "--plan")
+                self.assertEqual(result.returncode, 0, describe(args, result))
+                steps = [l for l in result.stdout.splitlines() if l.startswith("matmul: ")]
+                self.assertEqual(len(steps), 3, describe(args, result))
+                for step in steps:
+                    if backend == "onednn":
+                        self.assertNotIn("[", step, describe(args, result))
+                    else:
+                        self.assertTrue(step.endswith("[%s]" % backend), describe(args, result))
+                # The libraries and their kernels are listed first.
+                self.assertRegex(result.stdout, r"gemm blis: ", describe(args, result))
+
+    def test_auto_logs_and_caches_its_choices(self):
+        args, result = self.bench("--gemm", "auto", "--plan")
+        self.assertEqual(result.returncode, 0, describe(args, result))
+        logged = re.findall(r"numaserve: gemm \S+ K=\d+ N=\d+: .* -> (onednn|blis|openblas)",
+                            result.stderr)
+        self.assertEqual(len(logged), 3, describe(args, result))
+        self.assertEqual(result.stdout.count("[auto: "), 3, describe(args, result))
+        with open(self.cache) as f:
+            lines = f.read().splitlines()
+        self.assertTrue(lines[0].startswith("# numaserve gemm choices"), lines)
+        self.assertEqual(sum(1 for l in lines if l.startswith(self.model_path + "\t")), 3, lines)
+        # A second process finds every choice in the file and times nothing.
+        args, result = self.bench("--gemm", "auto", "--plan")
+        self.assertEqual(result.returncode, 0, describe(args, result))
+        self.assertEqual(result.stderr.count("(cached in %s)" % self.cache), 3,
+                         describe(args, result))
+        self.assertEqual(result.stdout.count(", cached]"), 3, describe(args, result))
+
+    def test_served_on_blis_and_openblas(self):
+        for backend in ("blis", "openblas"):
+            reason = self.unavailable(backend)
+            if reason:
+                self.skipTest(reason)
+        repo = os.path.join(self.tmp, "served")
+        shutil.copytree(self.repo, repo)
+        # One model names BLIS in its config; the other names nothing and
+        # gets serve --gemm openblas.
+        shutil.copytree(os.path.join(repo, MODEL), os.path.join(repo, "on_blis"))
+        with open(os.path.join(repo, "on_blis", "config.pbtxt"), "w") as f:
+            f.write('gemm_backend: "blis"\n')
+        reference = nc.ReferenceModel(self.model_path)
+        server = nc.ServerProcess(repo, ["--gemm", "openblas"], env=self.env).start()
+        try:
+            stub = server.stub()
+            for model in (MODEL, "on_blis"):
+                for batch in (1, 5):
+                    images = nc.random_images(batch, seed=batch)
+                    got = nc.infer(stub, model, {"image": images})
+                    want = reference.run({"image": images})
+                    for name, value in want.items():
+                        self.assertTrue(
+                            np.allclose(got[name], value, rtol=RTOL, atol=ATOL),
+                            "%s batch %d output %s: max diff %g\n%s" % (
+                                model, batch, name, abs(got[name] - value).max(),
+                                server.stderr_text()))
+            log = server.stderr_text()
+            self.assertRegex(log, r"worker \d+: on_blis\S*: gemm backend blis", log)
+            self.assertRegex(log, r"worker \d+: %s\S*: gemm backend openblas" % MODEL, log)
+        finally:
+            nc.stop_server_and_remove(server, repo)
+
+
+if __name__ == "__main__":
+    unittest.main()
