@@ -144,6 +144,20 @@ Clock::TimePoint DynamicBatcher::Poll() {
   }
 }
 
+bool DynamicBatcher::Cancel(const BatchRequest* request, const absl::Status& why) {
+  std::shared_ptr<BatchRequest> found;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [&](const auto& r) { return r.get() == request; });
+    if (it == queue_.end()) return false;
+    found = std::move(*it);
+    queue_.erase(it);
+  }
+  if (found->reject) found->reject(why);
+  return true;
+}
+
 void DynamicBatcher::Stop(const absl::Status& why) {
   std::deque<std::shared_ptr<BatchRequest>> queued;
   {

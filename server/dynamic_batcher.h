@@ -5,7 +5,8 @@
 // max_queue_delay. A request is never split across batches; a request of
 // several rows counts as several rows. The queue is bounded: a full queue
 // refuses at once. Requests whose deadline passes, or whose call is
-// cancelled, leave the queue without being computed.
+// cancelled, leave the queue without being computed: at the next Poll(), or
+// at once through Cancel() when the caller learns of the cancellation.
 //
 // The batcher has no thread of its own: Enqueue() and Poll() do the work on
 // the caller's thread, and Poll() says when it next needs to run. The server
@@ -72,6 +73,10 @@ class DynamicBatcher {
   // while workers can take one. Returns when it next needs to run if nothing
   // else happens (TimePoint::max() when the queue is empty).
   Clock::TimePoint Poll();
+  // Takes `request` out of the queue and rejects it with `why` (the call
+  // was cancelled). False if it is not queued (already batched, rejected or
+  // never enqueued): then nothing happens.
+  bool Cancel(const BatchRequest* request, const absl::Status& why);
   // Rejects everything queued with `why`; later Enqueue calls fail.
   void Stop(const absl::Status& why);
 

@@ -1,5 +1,6 @@
 #include "server/inference_service.h"
 
+#include <algorithm>
 #include <cctype>
 #include <deque>
 #include <mutex>
@@ -73,7 +74,11 @@ InferenceService::InferenceService(const Options& options, ModelManager* models,
       workers_(workers),
       scheduler_(scheduler),
       metrics_(metrics),
-      statistics_(options.statistics) {}
+      statistics_(options.statistics) {
+  lifecycle_ = std::thread([this] { LifecycleLoop(); });
+}
+
+InferenceService::~InferenceService() { StopLifecycle(); }
 
 bool InferenceService::Ready() const {
   if (shutting_down_) return false;
@@ -89,7 +94,12 @@ bool InferenceService::WaitUntilIdle(std::chrono::steady_clock::time_point deadl
     const auto now = std::chrono::steady_clock::now();
     const auto last_call =
         std::chrono::steady_clock::time_point(std::chrono::nanoseconds(last_call_ns_.load()));
-    if (in_flight_.load() == 0 && now - last_call >= quiet) return true;
+    bool streams_open = false;
+    {
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      streams_open = !streams_.empty();
+    }
+    if (in_flight_.load() == 0 && !streams_open && now - last_call >= quiet) return true;
     if (now >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -152,16 +162,64 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   return FinishNow(context, grpc::Status::OK);
 }
 
+namespace {
+
+// Why a cancelled call's queued requests are answered as they are: gRPC
+// cancels a call whose deadline passed too, and that is a timeout.
+absl::Status CancellationStatus(const CallCancellation& cancel) {
+  if (std::chrono::system_clock::now() + std::chrono::milliseconds(5) >= cancel.deadline) {
+    return absl::DeadlineExceededError(
+        "the request's deadline passed while it was queued; it was not computed");
+  }
+  return absl::CancelledError("the call was cancelled while queued; it was not computed");
+}
+
+}  // namespace
+
+// One ModelInfer call. gRPC calls OnCancel when the client cancels or the
+// call's deadline passes: a request still queued then leaves its queue at
+// once instead of waiting for a batcher poll.
+class InferCall final : public grpc::ServerUnaryReactor {
+ public:
+  InferCall(InferenceService* service, grpc::CallbackServerContext* context)
+      : service_(service), cancel_(std::make_shared<CallCancellation>()) {
+    cancel_->deadline = context->deadline();
+  }
+  void OnCancel() override { service_->CancelCall(*cancel_); }
+  void OnDone() override { delete this; }
+  const std::shared_ptr<CallCancellation>& cancellation() const { return cancel_; }
+
+ private:
+  InferenceService* const service_;
+  const std::shared_ptr<CallCancellation> cancel_;
+};
+
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  StartInference(context, request, response,
-                 [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
-  return reactor;
+  auto* call = new InferCall(this, context);
+  StartInference(context, call->cancellation(), request, response,
+                 [call](const absl::Status& status) { call->Finish(ToGrpcStatus(status)); });
+  return call;
+}
+
+void InferenceService::CancelCall(CallCancellation& cancel) {
+  std::vector<std::shared_ptr<PendingInference>> queued;
+  {
+    std::lock_guard<std::mutex> lock(cancel.mu);
+    cancel.cancelled = true;
+    for (const auto& weak : cancel.queued) {
+      if (auto p = weak.lock()) queued.push_back(std::move(p));
+    }
+    cancel.queued.clear();
+  }
+  if (queued.empty()) return;
+  const absl::Status why = CancellationStatus(cancel);
+  for (const auto& p : queued) scheduler_->Cancel(p, why);
 }
 
 void InferenceService::StartInference(grpc::CallbackServerContext* context,
+                                      const std::shared_ptr<CallCancellation>& cancel,
                                       const inference::ModelInferRequest* request,
                                       inference::ModelInferResponse* response,
                                       std::function<void(const absl::Status&)> answer) {
@@ -180,9 +238,16 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
   };
   auto call = std::make_shared<Call>();
   call->model = request->model_name();
-  auto finish = [this, call, received, answer = std::move(answer)](const absl::Status& status) {
+  auto finish = [this, call, cancel, received,
+                 answer = std::move(answer)](const absl::Status& answered) {
     const double total =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
+    // A result computed for a call cancelled meanwhile never reaches the
+    // client: it counts as cancelled.
+    const absl::Status status =
+        answered.ok() && cancel->cancelled.load()
+            ? absl::CancelledError("the call was cancelled before its answer was sent")
+            : answered;
     if (metrics_) {
       metrics_->RecordRequest(call->model, OutcomeName(status.code()), total);
       if (!status.ok()) metrics_->RecordFailure(call->model, FailureReason(status.code()));
@@ -197,7 +262,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
         statistics_->RecordFailure(call->model, call->version, total);
       }
     }
-    answer(status);
+    answer(answered);
     in_flight_.fetch_sub(1);
   };
 
@@ -238,7 +303,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
                                                                               now_system);
   }
   pending->deadline = received + timeout;
-  pending->is_cancelled = [context] { return context->IsCancelled(); };
+  pending->is_cancelled = [cancel] { return cancel->cancelled.load(); };
   pending->reject = [finish](const absl::Status& status) { finish(status); };
   response->set_model_name(model->name);
   response->set_model_version(absl::StrCat(model->version));
@@ -264,11 +329,23 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     }
     finish(status);
   };
+  {
+    std::lock_guard<std::mutex> lock(cancel->mu);
+    if (cancel->cancelled) {
+      return finish(absl::CancelledError("the call was cancelled before it was queued"));
+    }
+    // A stream's finished requests leave the list now and then.
+    if (cancel->queued.size() >= 64) {
+      std::erase_if(cancel->queued, [](const auto& w) { return w.expired(); });
+    }
+    cancel->queued.push_back(pending);
+  }
   absl::Status submitted = scheduler_->Submit(pending);
-  if (submitted.code() == absl::StatusCode::kUnavailable && request->model_version().empty()) {
-    // The version this request resolved to was switched out meanwhile: the
-    // newly served version takes it (same inputs, as the model name promises).
-    auto again = Resolve(request->model_name(), "");
+  if (submitted.code() == absl::StatusCode::kUnavailable) {
+    // The version this request resolved to was switched out meanwhile (a
+    // newer version, or the same version reloaded with an edited config):
+    // what the request names now takes it.
+    auto again = Resolve(request->model_name(), request->model_version());
     if (again.ok() && *again != model) {
       auto parsed_again = ParseInferRequest((*again)->info, *request, options_.max_message_bytes);
       if (parsed_again.ok()) {
@@ -280,47 +357,59 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
       }
     }
   }
-  if (!submitted.ok()) finish(submitted);
+  if (!submitted.ok()) return finish(submitted);
+  // Cancelled between the check above and the queueing: OnCancel may have
+  // missed it in the queue.
+  if (cancel->cancelled.load()) scheduler_->Cancel(pending, CancellationStatus(*cancel));
 }
-
-namespace {
 
 // One ModelStreamInfer call: every request read starts an inference; the
 // answers are written back one at a time as they complete. The call ends
-// when the client has finished writing and every answer has been written.
+// when the client has finished writing and every answer has been written,
+// or, once the server drains, when every request read so far is answered.
 class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                                                          inference::ModelStreamInferResponse> {
  public:
-  using StartFn =
-      std::function<void(const inference::ModelInferRequest*, inference::ModelInferResponse*,
-                         std::function<void(const absl::Status&)>)>;
-  explicit InferStream(StartFn start) : start_(std::move(start)) { ReadNext(); }
+  InferStream(InferenceService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context), cancel_(std::make_shared<CallCancellation>()) {
+    cancel_->deadline = context->deadline();
+    if (service_->AddStream(this)) {
+      ReadNext();
+    } else {
+      finished_ = true;
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+    }
+  }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {
-      std::lock_guard<std::mutex> lock(mu_);
-      reads_done_ = true;
-      MaybeFinishLocked();
-      return;
-    }
-    std::shared_ptr<Item> item = std::move(reading_);
+    bool read_more = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (!ok || finished_) {
+        reads_done_ = true;
+        MaybeFinishLocked();
+        return;
+      }
       ++outstanding_;
+      // Draining: this request is answered (UNAVAILABLE), no more are read.
+      read_more = !draining_;
+      if (!read_more) reads_done_ = true;
     }
-    start_(&item->request, item->reply.mutable_infer_response(),
-           [this, item](const absl::Status& status) {
-             if (!status.ok()) {
-               const std::string id = item->request.id();
-               item->reply.Clear();
-               item->reply.set_error_message(
-                   absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
-               item->reply.mutable_infer_response()->set_id(id);
-               item->reply.mutable_infer_response()->set_model_name(item->request.model_name());
-             }
-             Write(item);
-           });
-    ReadNext();
+    std::shared_ptr<Item> item = std::move(reading_);
+    service_->StartInference(
+        context_, cancel_, &item->request, item->reply.mutable_infer_response(),
+        [this, item](const absl::Status& status) {
+          if (!status.ok()) {
+            const std::string id = item->request.id();
+            item->reply.Clear();
+            item->reply.set_error_message(
+                absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
+            item->reply.mutable_infer_response()->set_id(id);
+            item->reply.mutable_infer_response()->set_model_name(item->request.model_name());
+          }
+          Write(item);
+        });
+    if (read_more) ReadNext();
   }
 
   void OnWriteDone(bool) override {
@@ -335,7 +424,20 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
     MaybeFinishLocked();
   }
 
-  void OnDone() override { delete this; }
+  void OnCancel() override { service_->CancelCall(*cancel_); }
+
+  void OnDone() override {
+    service_->RemoveStream(this);
+    delete this;
+  }
+
+  // The server is shutting down: stop reading, end the call once every
+  // request read so far has been answered.
+  void Drain() {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    MaybeFinishLocked();
+  }
 
  private:
   struct Item {
@@ -358,52 +460,75 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   }
 
   void MaybeFinishLocked() {
-    if (reads_done_ && outstanding_ == 0 && !writing_ && !finished_) {
-      finished_ = true;
+    if ((!reads_done_ && !draining_) || outstanding_ > 0 || writing_ || finished_) return;
+    finished_ = true;
+    if (reads_done_ && !draining_) {
       Finish(grpc::Status::OK);
+    } else {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the server is shutting down; every request read on this stream "
+                          "has been answered"));
     }
   }
 
-  const StartFn start_;
+  InferenceService* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<CallCancellation> cancel_;
   std::shared_ptr<Item> reading_;  // only touched by the read chain
   std::mutex mu_;
   std::deque<std::shared_ptr<Item>> writes_;  // front: being written
   int64_t outstanding_ = 0;                   // read, not yet written
   bool writing_ = false;
   bool reads_done_ = false;
+  bool draining_ = false;
   bool finished_ = false;
 };
 
-// The config completed with the model's tensors where it lists none.
-config::ModelConfig CompletedConfig(const RepositoryModel& m) {
-  config::ModelConfig c = m.config;
-  c.set_name(m.name);
-  const bool batched = c.max_batch_size() > 0;
-  auto add = [&](const engine::TensorInfo& t, config::ModelTensor* out) {
-    out->set_name(t.name);
-    out->set_data_type(engine::DataTypeName(t.type));
-    for (size_t d = batched ? 1 : 0; d < t.shape.size(); ++d) out->add_dims(t.shape[d]);
-  };
-  if (c.input_size() == 0) {
-    for (const auto& t : m.info.inputs) add(t, c.add_input());
-  }
-  if (c.output_size() == 0) {
-    for (const auto& t : m.info.outputs) add(t, c.add_output());
-  }
-  if (c.gemm_backend().empty()) c.set_gemm_backend("auto");
-  return c;
+bool InferenceService::AddStream(InferStream* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.insert(stream);
+  return !shutting_down_;
 }
 
-}  // namespace
+void InferenceService::RemoveStream(InferStream* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.erase(stream);
+}
+
+void InferenceService::SetShuttingDown() {
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    shutting_down_ = true;
+    for (InferStream* stream : streams_) stream->Drain();
+  }
+  // Loads and unloads not yet started are refused; the one under way ends.
+  std::deque<LifecycleJob> refused;
+  {
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    refused.swap(lifecycle_jobs_);
+  }
+  for (auto& job : refused) {
+    job.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  }
+}
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new InferStream([this, context](const inference::ModelInferRequest* request,
-                                         inference::ModelInferResponse* response,
-                                         std::function<void(const absl::Status&)> answer) {
-    StartInference(context, request, response, std::move(answer));
-  });
+  return new InferStream(this, context);
 }
+
+namespace {
+
+// Triton's TYPE_* for a KServe datatype name ("FP32" -> TYPE_FP32).
+inference::DataType TritonDataType(engine::DataType type) {
+  inference::DataType out = inference::TYPE_INVALID;
+  if (!inference::DataType_Parse(absl::StrCat("TYPE_", engine::DataTypeName(type)), &out)) {
+    return inference::TYPE_INVALID;
+  }
+  return out;
+}
+
+}  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
@@ -425,7 +550,67 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     inference::ModelConfigResponse* response) {
   auto model = Resolve(request->name(), request->version());
   if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
-  *response->mutable_config() = CompletedConfig(**model);
+  const RepositoryModel& m = **model;
+  const config::ModelConfig& c = m.config;
+  inference::ModelConfig* out = response->mutable_config();
+  out->set_name(m.name);
+  out->set_platform("onnxruntime_onnx");
+  out->set_backend("numaserve");
+  out->set_max_batch_size(c.max_batch_size());
+  switch (c.version_policy().policy_choice_case()) {
+    case config::VersionPolicy::kAll:
+      out->mutable_version_policy()->mutable_all();
+      break;
+    case config::VersionPolicy::kSpecific:
+      for (int64_t v : c.version_policy().specific().versions()) {
+        out->mutable_version_policy()->mutable_specific()->add_versions(v);
+      }
+      break;
+    default:
+      out->mutable_version_policy()->mutable_latest()->set_num_versions(
+          std::max<uint32_t>(1, c.version_policy().latest().num_versions()));
+  }
+  // Inputs and outputs from the ONNX file (the config's lists were checked
+  // against it); dims without the batch dimension when batched, -1 dynamic.
+  const size_t first_dim = c.max_batch_size() > 0 ? 1 : 0;
+  for (const auto& t : m.info.inputs) {
+    auto* in = out->add_input();
+    in->set_name(t.name);
+    in->set_data_type(TritonDataType(t.type));
+    for (size_t d = first_dim; d < t.shape.size(); ++d) in->add_dims(t.shape[d]);
+  }
+  for (const auto& t : m.info.outputs) {
+    auto* o = out->add_output();
+    o->set_name(t.name);
+    o->set_data_type(TritonDataType(t.type));
+    for (size_t d = first_dim; d < t.shape.size(); ++d) o->add_dims(t.shape[d]);
+  }
+  const int instances = std::max(1, c.instance_placement().instances_per_domain());
+  auto* group = out->add_instance_group();
+  group->set_name(absl::StrCat(m.name, "_0"));
+  group->set_kind(inference::ModelInstanceGroup::KIND_CPU);
+  group->set_count(static_cast<int32_t>(m.workers.size()) * instances);
+  // The batcher the version runs with, the server's defaults applied.
+  if (c.has_dynamic_batching()) {
+    const auto& d = c.dynamic_batching();
+    auto* batching = out->mutable_dynamic_batching();
+    for (int32_t p : d.preferred_batch_size()) batching->add_preferred_batch_size(p);
+    batching->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
+    auto* queue = batching->mutable_default_queue_policy();
+    queue->set_timeout_action(inference::ModelQueuePolicy::REJECT);
+    queue->set_default_timeout_microseconds(
+        d.default_timeout_microseconds() > 0
+            ? d.default_timeout_microseconds()
+            : static_cast<uint64_t>(options_.default_timeout.count()) * 1000);
+    queue->set_allow_timeout_override(true);  // a shorter client deadline wins
+    queue->set_max_queue_size(static_cast<uint32_t>(
+        d.max_queue_size() > 0 ? d.max_queue_size() : options_.default_max_queue_size));
+  }
+  auto& parameters = *out->mutable_parameters();
+  parameters["gemm_backend"].set_string_value(c.gemm_backend().empty() ? "auto" : c.gemm_backend());
+  parameters["instance_placement.domains"].set_string_value(
+      c.instance_placement().domains_size() == 0 ? "all" : absl::StrJoin(m.workers, ","));
+  parameters["instance_placement.instances_per_domain"].set_string_value(absl::StrCat(instances));
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -448,19 +633,47 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
   return FinishNow(context, grpc::Status::OK);
 }
 
-namespace {
-
-// Runs a (slow) load or unload off the gRPC threads and finishes the call.
-template <typename Fn>
-grpc::ServerUnaryReactor* RunDetached(grpc::CallbackServerContext* context, Fn fn) {
+grpc::ServerUnaryReactor* InferenceService::RunLifecycle(grpc::CallbackServerContext* context,
+                                                         std::function<absl::Status()> fn) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([reactor, fn = std::move(fn)]() mutable {
-    reactor->Finish(ToGrpcStatus(fn()));
-  }).detach();
+  {
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    if (!lifecycle_stopping_ && !shutting_down_) {
+      lifecycle_jobs_.push_back({reactor, std::move(fn)});
+      lifecycle_cv_.notify_one();
+      return reactor;
+    }
+  }
+  reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
   return reactor;
 }
 
-}  // namespace
+void InferenceService::LifecycleLoop() {
+  std::unique_lock<std::mutex> lock(lifecycle_mu_);
+  while (true) {
+    lifecycle_cv_.wait(lock, [&] { return lifecycle_stopping_ || !lifecycle_jobs_.empty(); });
+    if (lifecycle_jobs_.empty()) return;  // stopping, nothing left
+    LifecycleJob job = std::move(lifecycle_jobs_.front());
+    lifecycle_jobs_.pop_front();
+    lock.unlock();
+    job.reactor->Finish(ToGrpcStatus(job.run()));
+    lock.lock();
+  }
+}
+
+void InferenceService::StopLifecycle() {
+  std::deque<LifecycleJob> refused;
+  {
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    lifecycle_stopping_ = true;
+    refused.swap(lifecycle_jobs_);
+  }
+  lifecycle_cv_.notify_all();
+  for (auto& job : refused) {
+    job.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  }
+  if (lifecycle_.joinable()) lifecycle_.join();
+}
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
@@ -475,7 +688,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
                      grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
   }
   std::string name = request->model_name();
-  return RunDetached(context, [this, name] { return models_->Load(name); });
+  return RunLifecycle(context, [this, name] { return models_->Load(name); });
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
@@ -486,8 +699,12 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
                                            "unloading models by request needs "
                                            "--model-control-mode explicit"));
   }
+  if (shutting_down_) {
+    return FinishNow(context,
+                     grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  }
   std::string name = request->model_name();
-  return RunDetached(context, [this, name] { return models_->Unload(name); });
+  return RunLifecycle(context, [this, name] { return models_->Unload(name); });
 }
 
 }  // namespace numaserve::server

@@ -7,8 +7,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "grpc_service.grpc.pb.h"
 #include "server/model_manager.h"
@@ -19,6 +26,16 @@ namespace numaserve::server {
 
 class Metrics;
 class WorkerSupervisor;
+class InferStream;
+
+// What a call's cancellation needs: whether it happened, the call's
+// deadline, and the requests the call has queued (a stream queues many).
+struct CallCancellation {
+  std::mutex mu;
+  std::atomic<bool> cancelled{false};
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  std::vector<std::weak_ptr<PendingInference>> queued;  // under mu
+};
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
@@ -31,18 +48,30 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     size_t max_message_bytes = size_t{64} << 20;
     // Where per-version counters for ModelStatistics go (not owned; may be null).
     server::ModelStatistics* statistics = nullptr;
+    // The queue bound of a model whose config sets none (--max-queue-size),
+    // reported by ModelConfig.
+    size_t default_max_queue_size = 4096;
   };
 
   InferenceService(const Options& options, ModelManager* models, WorkerSupervisor* workers,
                    ModelScheduler* scheduler, Metrics* metrics);
+  ~InferenceService() override;
 
-  // Readiness turns false; new inferences get UNAVAILABLE.
-  void SetShuttingDown() { shutting_down_ = true; }
-  // Waits until every accepted ModelInfer call has been answered and no new
-  // call has come for `quiet` (late callers get UNAVAILABLE rather than a
-  // cancelled call once gRPC stops), or until `deadline`; true if idle.
+  // Readiness turns false; new inferences and repository requests get
+  // UNAVAILABLE. Every open ModelStreamInfer stream stops reading and ends
+  // (UNAVAILABLE, "shutting down") once each request it has read is
+  // answered; load and unload requests not yet started are refused.
+  void SetShuttingDown();
+  // Waits until every accepted inference (unary or streamed) has been
+  // answered, every stream has ended and no new call has come for `quiet`
+  // (late callers get UNAVAILABLE rather than a cancelled call once gRPC
+  // stops), or until `deadline`; true if idle.
   bool WaitUntilIdle(std::chrono::steady_clock::time_point deadline,
                      std::chrono::milliseconds quiet) const;
+  // Waits for the load or unload under way (if any) to finish and be
+  // answered, then stops the thread that runs them. Call it before gRPC
+  // shuts down; idempotent.
+  void StopLifecycle();
   bool Ready() const;
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
@@ -82,15 +111,32 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
+  friend class InferCall;
+  friend class InferStream;
+
   // NOT_FOUND for an unknown model or version; the model otherwise.
   absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version) const;
   // Validates `request` and queues it; `answer` runs exactly once, after
   // `response` is filled (on success). `request` and `response` must live
-  // until then. Used by ModelInfer and ModelStreamInfer.
+  // until then. `cancel` is the call's: once the call is cancelled the
+  // request leaves its queue at once. Used by ModelInfer and ModelStreamInfer.
   void StartInference(grpc::CallbackServerContext* context,
+                      const std::shared_ptr<CallCancellation>& cancel,
                       const inference::ModelInferRequest* request,
                       inference::ModelInferResponse* response,
                       std::function<void(const absl::Status&)> answer);
+  // The call's OnCancel: its queued requests are answered CANCELLED (or
+  // DEADLINE_EXCEEDED when the call's deadline is what cancelled it) and
+  // leave their queues without being computed.
+  void CancelCall(CallCancellation& cancel);
+  // Runs `fn` (a load or unload) on the lifecycle thread and finishes the
+  // call with its status.
+  grpc::ServerUnaryReactor* RunLifecycle(grpc::CallbackServerContext* context,
+                                         std::function<absl::Status()> fn);
+  void LifecycleLoop();
+  // False (not added) once the server is shutting down.
+  bool AddStream(InferStream* stream);
+  void RemoveStream(InferStream* stream);
 
   const Options options_;
   ModelManager* const models_;
@@ -99,8 +145,22 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   Metrics* const metrics_;
   server::ModelStatistics* const statistics_;
   std::atomic<bool> shutting_down_{false};
-  std::atomic<int64_t> in_flight_{0};     // ModelInfer calls not yet finished
-  std::atomic<int64_t> last_call_ns_{0};  // steady clock, when the last ModelInfer arrived
+  std::atomic<int64_t> in_flight_{0};     // inferences not yet answered
+  std::atomic<int64_t> last_call_ns_{0};  // steady clock, when the last inference arrived
+
+  mutable std::mutex streams_mu_;
+  std::set<InferStream*> streams_;  // open ModelStreamInfer calls
+
+  // RepositoryModelLoad / RepositoryModelUnload run one at a time here.
+  struct LifecycleJob {
+    grpc::ServerUnaryReactor* reactor;
+    std::function<absl::Status()> run;
+  };
+  std::mutex lifecycle_mu_;
+  std::condition_variable lifecycle_cv_;
+  std::deque<LifecycleJob> lifecycle_jobs_;
+  bool lifecycle_stopping_ = false;
+  std::thread lifecycle_;
 };
 
 // One mapping from absl::Status to grpc::Status, used at the edge only.

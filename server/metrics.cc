@@ -141,6 +141,48 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& addr
                                 .Name("numaserve_model_weight_bytes")
                                 .Help("Bytes of model weights resident on each worker")
                                 .Register(r);
+  m->training_jobs_ = &BuildGauge()
+                           .Name("numaserve_training_jobs")
+                           .Help(
+                               "Training jobs the server started, by state (running, "
+                               "succeeded, failed, cancelled)")
+                           .Register(r);
+  for (const char* state : {"running", "succeeded", "failed", "cancelled"}) {
+    m->training_jobs_->Add({{"state", state}}).Set(0);
+  }
+  m->training_epoch_ = &BuildGauge()
+                            .Name("numaserve_training_epoch")
+                            .Help("Epoch (1-based) of a training job's latest progress line")
+                            .Register(r);
+  m->training_step_ = &BuildGauge()
+                           .Name("numaserve_training_step")
+                           .Help("Steps a training job has completed")
+                           .Register(r);
+  m->training_total_steps_ = &BuildGauge()
+                                  .Name("numaserve_training_total_steps")
+                                  .Help("Steps a training job runs in all")
+                                  .Register(r);
+  m->training_loss_ = &BuildGauge()
+                           .Name("numaserve_training_loss")
+                           .Help("Mean training loss (cross-entropy) over the last log interval")
+                           .Register(r);
+  m->training_accuracy_ = &BuildGauge()
+                               .Name("numaserve_training_accuracy_ratio")
+                               .Help("Training accuracy over the last log interval, 0..1")
+                               .Register(r);
+  m->training_test_accuracy_ = &BuildGauge()
+                                    .Name("numaserve_training_test_accuracy_ratio")
+                                    .Help("Test-set accuracy after the last finished epoch, 0..1")
+                                    .Register(r);
+  m->training_images_per_second_ =
+      &BuildGauge()
+           .Name("numaserve_training_images_per_second")
+           .Help("Training throughput over the last log interval, all ranks together")
+           .Register(r);
+  m->training_eta_ = &BuildGauge()
+                          .Name("numaserve_training_eta_seconds")
+                          .Help("Estimated time until a training job's last step (0 once ended)")
+                          .Register(r);
   m->exposer_->RegisterCollectable(m->registry_);
   return m;
 }
@@ -238,6 +280,32 @@ void Metrics::SetModelWeightBytes(const std::string& model, const std::string& v
   labels["model"] = model;
   labels["version"] = version;
   model_weight_bytes_->Add(labels).Set(bytes);
+}
+
+void Metrics::SetTrainingProgress(const std::string& job, const std::string& model,
+                                  const TrainingFigures& f) {
+  const prometheus::Labels labels = {{"job_id", job}, {"model", model}};
+  training_epoch_->Add(labels).Set(static_cast<double>(f.epoch));
+  training_step_->Add(labels).Set(static_cast<double>(f.step));
+  training_total_steps_->Add(labels).Set(static_cast<double>(f.total_steps));
+  training_loss_->Add(labels).Set(f.loss);
+  training_accuracy_->Add(labels).Set(f.accuracy);
+  training_images_per_second_->Add(labels).Set(f.images_per_second);
+  training_eta_->Add(labels).Set(f.eta_seconds);
+  if (f.test_accuracy >= 0) training_test_accuracy_->Add(labels).Set(f.test_accuracy);
+}
+
+void Metrics::SetTrainingState(const std::string& job, const std::string& model,
+                               const std::string& state) {
+  std::lock_guard<std::mutex> lock(training_mu_);
+  auto [it, inserted] = training_states_.try_emplace(job, state);
+  if (!inserted) {
+    if (it->second == state) return;
+    training_jobs_->Add({{"state", it->second}}).Decrement();
+    it->second = state;
+  }
+  training_jobs_->Add({{"state", state}}).Increment();
+  if (state != "running") training_eta_->Add({{"job_id", job}, {"model", model}}).Set(0);
 }
 
 }  // namespace numaserve::server

@@ -58,6 +58,24 @@ class Metrics {
   void SetModelLoadSeconds(const std::string& model, const std::string& version, int worker,
                            int numa_node, double seconds);
 
+  // Training jobs the server runs (training_service.h), labelled by job id
+  // and model: the figures of the job's latest progress line.
+  struct TrainingFigures {
+    int64_t epoch = 0;
+    int64_t step = 0;
+    int64_t total_steps = 0;
+    double loss = 0;
+    double accuracy = 0;  // 0..1, over the last log interval
+    double images_per_second = 0;
+    double eta_seconds = 0;
+    double test_accuracy = -1;  // after the last epoch; < 0: none yet
+  };
+  void SetTrainingProgress(const std::string& job, const std::string& model,
+                           const TrainingFigures& figures);
+  // A job's state: running, succeeded, failed or cancelled; jobs_by_state
+  // counts them.
+  void SetTrainingState(const std::string& job, const std::string& model, const std::string& state);
+
  private:
   Metrics() = default;
   int port_ = 0;
@@ -93,6 +111,17 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* worker_ready_ = nullptr;
   prometheus::Family<prometheus::Gauge>* model_ready_ = nullptr;
   prometheus::Family<prometheus::Gauge>* model_weight_bytes_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_jobs_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_epoch_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_step_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_total_steps_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_loss_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_accuracy_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_test_accuracy_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_images_per_second_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* training_eta_ = nullptr;
+  std::mutex training_mu_;
+  std::map<std::string, std::string> training_states_;  // job -> state
 };
 
 }  // namespace numaserve::server

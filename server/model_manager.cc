@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/metrics.h"
 #include "server/model_scheduler.h"
 #include "server/worker_supervisor.h"
@@ -17,6 +18,17 @@ namespace {
 
 WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m) {
   return {m.key(), m.name, absl::StrCat(m.version), m.path, m.workers, m.config.gemm_backend()};
+}
+
+// The reason a served version keeps its previous config.
+constexpr char kNotApplied[] =
+    "config.pbtxt change not applied; the served versions keep their previous config: ";
+
+// True when `serving` already serves what `scanned` describes: same file,
+// same config, same workers.
+bool ServesAs(const RepositoryModel& serving, const RepositoryModel& scanned) {
+  return serving.path == scanned.path && serving.workers == scanned.workers &&
+         google::protobuf::util::MessageDifferencer::Equals(serving.config, scanned.config);
 }
 
 // A scan result that is about the model as a whole (bad config, no version).
@@ -107,7 +119,8 @@ absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64
     std::string reason = s.reason;
     if (s.state == ModelState::kUnloading) reason = "it is being unloaded";
     if (reason.empty()) {
-      reason = workers_->LoadError(absl::StrCat(name, ":", v));
+      reason =
+          workers_->LoadError(s.handle != nullptr ? s.handle->key() : absl::StrCat(name, ":", v));
       if (reason.empty()) reason = "no worker has finished loading it";
     }
     return absl::UnavailableError(
@@ -203,40 +216,53 @@ absl::Status ModelManager::Load(const std::string& name) {
   if (IsModelLevelError(scanned)) {
     std::lock_guard<std::mutex> lock(mu_);
     ModelEntry& entry = models_[name];
-    entry.error = scanned[0].error;
-    entry.fingerprint = fingerprint;
+    bool serving = false;
+    for (const auto& [n, v] : entry.versions) serving |= v.handle != nullptr;
     // Whatever was serving keeps serving; the index shows why it did not change.
+    entry.error = serving ? absl::StrCat(kNotApplied, scanned[0].error) : scanned[0].error;
+    entry.fingerprint = fingerprint;
     return absl::InvalidArgumentError(scanned[0].error);
   }
-  // Load the new versions while the current ones serve.
+  // Load the new versions, and new loads of served versions whose config
+  // changed, while the current ones serve.
   std::vector<ModelHandle> loaded;
+  std::vector<ModelHandle> replaced;  // the previous loads of reloaded versions
   std::string first_error;
   std::set<int64_t> wanted;
   for (const auto& m : scanned) {
     wanted.insert(m.version);
+    ModelHandle serving;
     {
       std::lock_guard<std::mutex> lock(mu_);
       ModelEntry& entry = models_[name];
-      auto it = entry.versions.find(m.version);
-      const bool serving = it != entry.versions.end() && it->second.handle != nullptr &&
-                           it->second.state == ModelState::kReady;
-      // A served version directory is taken as immutable: changes are
-      // published as new versions.
-      if (serving) continue;
-      if (!m.error.empty()) {
-        if (first_error.empty()) first_error = m.error;
-        VersionState& v = entry.versions[m.version];
-        if (!serving) v.state = ModelState::kUnavailable;
-        v.reason = m.error;
+      VersionState& v = entry.versions[m.version];
+      if (v.handle != nullptr && v.state == ModelState::kReady) serving = v.handle;
+      if (serving != nullptr && ServesAs(*serving, m)) {
+        // Unchanged. The model file of a served version is taken as
+        // immutable (changes are published as new versions); its config is
+        // not. A reason left by an earlier rejected edit is obsolete now.
+        v.reason.clear();
         continue;
       }
-      if (!serving) entry.versions[m.version].state = ModelState::kLoading;
+      if (!m.error.empty()) {
+        const std::string reason =
+            serving != nullptr ? absl::StrCat(kNotApplied, m.error) : m.error;
+        if (first_error.empty()) first_error = reason;
+        if (serving == nullptr) v.state = ModelState::kUnavailable;
+        v.reason = reason;
+        continue;
+      }
+      if (serving == nullptr) v.state = ModelState::kLoading;
     }
-    absl::Status s = workers_->LoadModel(ToLoad(m), options_.load_timeout);
-    auto handle = std::make_shared<const RepositoryModel>(m);
+    RepositoryModel next = m;
+    if (serving != nullptr) next.generation = serving->generation + 1;
+    auto handle = std::make_shared<const RepositoryModel>(std::move(next));
+    absl::Status s = workers_->LoadModel(ToLoad(*handle), options_.load_timeout);
     if (s.ok()) s = scheduler_->AddModel(handle);
     if (!s.ok()) {
-      const std::string reason = absl::StrCat("version ", m.version, ": ", s.message());
+      workers_->UnloadModel(handle->key());
+      const std::string reason = absl::StrCat(serving != nullptr ? kNotApplied : "", "version ",
+                                              m.version, ": ", s.message());
       if (first_error.empty()) first_error = reason;
       std::lock_guard<std::mutex> lock(mu_);
       VersionState& v = models_[name].versions[m.version];
@@ -244,9 +270,11 @@ absl::Status ModelManager::Load(const std::string& name) {
       v.reason = reason;
       continue;
     }
+    if (serving != nullptr) replaced.push_back(serving);
     loaded.push_back(std::move(handle));
   }
-  // Switch: every loaded version becomes ready at once.
+  // Switch: every loaded version becomes ready at once; requests resolved
+  // from now on go to the new loads.
   std::vector<int64_t> retired;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -270,9 +298,21 @@ absl::Status ModelManager::Load(const std::string& name) {
   }
   for (const auto& h : loaded) {
     if (metrics_) metrics_->SetModelReady(h->name, absl::StrCat(h->version), true);
-    fprintf(stderr, "numaserve: model %s version %d loaded (%.2f s)\n", h->name.c_str(),
+    fprintf(stderr, "numaserve: model %s version %d %s (%.2f s)\n", h->name.c_str(),
             static_cast<int>(h->version),
+            h->generation > 0 ? "reloaded with its edited config.pbtxt" : "loaded",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  // The previous loads of reloaded versions: what they queued or run
+  // finishes on them, then the workers free them.
+  for (const auto& h : replaced) {
+    if (!scheduler_->RemoveModel(h->key(), options_.drain_timeout)) {
+      fprintf(stderr,
+              "numaserve: model %s version %d: requests still queued on the previous "
+              "config after the drain timeout were answered UNAVAILABLE\n",
+              h->name.c_str(), static_cast<int>(h->version));
+    }
+    workers_->UnloadModel(h->key());
   }
   if (!retired.empty()) {
     // The new versions already serve; a retired one that fails to unload is

@@ -3,7 +3,11 @@
 // they are in flight. A (re)load reads the model's directory again, loads
 // new versions on the workers while the old ones keep serving, then swaps
 // the served set in one step; versions no longer wanted are drained and
-// unloaded. A failed load keeps what was serving and records the reason.
+// unloaded. A served version whose config.pbtxt changed is loaded again with
+// the new config under a new key (RepositoryModel::generation) and switched
+// to the same way; its previous load drains, then leaves the workers. A
+// failed load, or an edited config that does not validate, keeps what was
+// serving and records the reason.
 // In poll mode a thread re-reads the repository every few seconds.
 #pragma once
 

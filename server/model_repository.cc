@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -26,7 +29,10 @@ const char* ModelStateName(ModelState state) {
   return "UNKNOWN";
 }
 
-std::string RepositoryModel::key() const { return absl::StrCat(name, ":", version); }
+std::string RepositoryModel::key() const {
+  if (generation == 0) return absl::StrCat(name, ":", version);
+  return absl::StrCat(name, ":", version, "#", generation);
+}
 
 std::vector<std::string> ModelRepository::ListModels(const std::string& dir) {
   std::vector<std::string> names;
@@ -55,6 +61,15 @@ std::string ModelRepository::Fingerprint(const std::string& dir, const std::stri
                                  static_cast<int64_t>(time.time_since_epoch().count())));
   };
   stamp(root / kModelConfigFile);
+  {
+    // An edit that keeps the size within the clock's resolution still shows.
+    std::ifstream config(root / kModelConfigFile, std::ios::binary);
+    if (config) {
+      std::ostringstream text;
+      text << config.rdbuf();
+      parts.push_back(absl::StrCat("config:", std::hash<std::string>{}(text.str())));
+    }
+  }
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     if (entry.is_directory(ec)) stamp(entry.path() / "model.onnx");
   }

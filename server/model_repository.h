@@ -36,7 +36,11 @@ struct RepositoryModel {
   config::ModelConfig config;     // config.pbtxt, or the defaults without one
   std::vector<int> workers;       // the workers that load it (instance_placement)
   std::string error;              // why the model cannot be served, empty if it can
-  std::string key() const;        // "name:version"
+  // How many times this version was reloaded with an edited config.pbtxt;
+  // each load of a version has its own key, so the new one loads on the
+  // workers while the old one still serves.
+  int64_t generation = 0;
+  std::string key() const;  // "name:version", "name:version#generation" after a reload
 };
 
 class ModelRepository {
@@ -53,8 +57,9 @@ class ModelRepository {
                                                 int num_workers);
   // Names of the model directories in DIR, sorted.
   static std::vector<std::string> ListModels(const std::string& dir);
-  // Changes whenever the model's config or any version's model.onnx changes
-  // (names, sizes, modification times): what repository polling compares.
+  // Changes whenever the model's config (its content, size or modification
+  // time) or any version's model.onnx (name, size, modification time)
+  // changes: what repository polling compares.
   static std::string Fingerprint(const std::string& dir, const std::string& name);
 
   const std::string& dir() const { return dir_; }

@@ -106,6 +106,19 @@ absl::Status ModelScheduler::Submit(std::shared_ptr<PendingInference> request) {
   return absl::OkStatus();
 }
 
+bool ModelScheduler::Cancel(const std::shared_ptr<PendingInference>& request,
+                            const absl::Status& why) {
+  // Every queue is looked at: the request's model may be switched to a
+  // newer version by the thread submitting it while this runs.
+  for (const auto& queue : Queues()) {
+    if (queue->batcher->Cancel(request.get(), why)) {
+      ReportPending(queue.get());
+      return true;
+    }
+  }
+  return false;
+}
+
 void ModelScheduler::ReportPending(Queue* queue) {
   if (metrics_ == nullptr) return;
   metrics_->SetPendingRequests(queue->model->name, queue->version,

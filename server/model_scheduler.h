@@ -74,6 +74,9 @@ class ModelScheduler {
   // Queues the request on its model version's batcher. Not OK (and `done` is
   // not called) when the queue is full (RESOURCE_EXHAUSTED) or closed.
   absl::Status Submit(std::shared_ptr<PendingInference> request);
+  // Takes a queued request out of its batcher and answers it with `why`
+  // (its call was cancelled). False if it is no longer queued.
+  bool Cancel(const std::shared_ptr<PendingInference>& request, const absl::Status& why);
   // Sends whatever is due; the supervisor's cue that a worker freed up.
   void Pump();
   // Answers every queued request UNAVAILABLE and stops the timer.

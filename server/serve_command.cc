@@ -272,6 +272,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   service_options.default_timeout = std::chrono::milliseconds(o.default_timeout_ms);
   service_options.max_message_bytes = static_cast<size_t>(o.grpc_max_message_bytes);
   service_options.statistics = &statistics;
+  service_options.default_max_queue_size = static_cast<size_t>(o.max_queue_size);
   InferenceService service(service_options, &models, workers->get(), &scheduler, metrics->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -286,7 +287,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   builder.RegisterService(&service);
   // --- Training service (server/training_service.h): jobs run as child
   // `numaserve train` processes.
-  TrainingService training_service({});
+  TrainingService training_service({.metrics = metrics->get()});
   builder.RegisterService(&training_service);
   // --- end training service
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -328,13 +329,16 @@ int ServeCommand(const std::vector<std::string>& args) {
     std::lock_guard<std::mutex> lock(health_mu);
     server->GetHealthCheckService()->SetServingStatus(false);
   }
-  // Every accepted call is answered before gRPC stops; calls arriving
-  // meanwhile are refused UNAVAILABLE by the service.
+  // Every accepted call (unary or read on a stream) is answered before gRPC
+  // stops, and every stream ends once its requests are answered; calls
+  // arriving meanwhile are refused UNAVAILABLE by the service. A load or
+  // unload under way finishes and is answered.
   const auto drain_deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(o.shutdown_timeout_s);
   if (!service.WaitUntilIdle(drain_deadline, std::chrono::milliseconds(100))) {
     fprintf(stderr, "numaserve: accepted requests still running after --shutdown-timeout\n");
   }
+  service.StopLifecycle();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   models.Stop();
   scheduler_ptr = nullptr;

@@ -1,9 +1,11 @@
 #include "server/train_command.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,8 +32,20 @@ int EnvInt(const char* name, int default_value) {
   return out;
 }
 
+volatile std::sig_atomic_t stop_requested = 0;
+void RequestStop(int) { stop_requested = 1; }
+
 // One rank of the job (under mpirun, or alone as an MPI singleton).
 int RunRank(const std::string& config_path, bool resume) {
+  // SIGUSR1 (mpirun forwards it to every rank) and SIGTERM (mpirun sends it
+  // when it is told to stop, then SIGKILL a second later): stop after the
+  // step in flight, with a checkpoint.
+  struct sigaction stop_action = {};
+  stop_action.sa_handler = RequestStop;
+  stop_action.sa_flags = SA_RESTART;
+  sigemptyset(&stop_action.sa_mask);
+  sigaction(SIGUSR1, &stop_action, nullptr);
+  sigaction(SIGTERM, &stop_action, nullptr);
   // Bind before MPI and OpenMP start threads, like an inference worker.
   const int local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
   const int local_size = EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
@@ -47,6 +61,7 @@ int RunRank(const std::string& config_path, bool resume) {
   fprintf(stderr, "numaserve train: %s\n", binding->description.c_str());
   training::TrainOptions options;
   options.resume = resume;
+  options.stop = &stop_requested;
   absl::StatusOr<training::TrainResult> result =
       training::RunTraining(*config, options, MPI_COMM_WORLD);
   if (!result.ok()) {
@@ -55,7 +70,7 @@ int RunRank(const std::string& config_path, bool resume) {
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
-  if (rank == 0) {
+  if (rank == 0 && !result->stopped) {
     printf("done: %lld steps, %.0f images/s, %.1f GFLOP/s (%.1f%% of FP32 peak)",
            static_cast<long long>(result->steps), result->images_per_second, result->gflops,
            100.0 * result->peak_fraction);

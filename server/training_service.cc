@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/training/trainer.h"
+#include "server/metrics.h"
 
 namespace numaserve::server {
 
@@ -31,14 +34,22 @@ struct WatchSink {
 
 class TrainingJob {
  public:
-  TrainingJob(std::string id, pid_t pid, int output_fd) : id_(std::move(id)), pid_(pid) {
+  TrainingJob(std::string id, std::string model, pid_t pid, int output_fd, Metrics* metrics,
+              std::chrono::milliseconds stop_grace)
+      : id_(std::move(id)),
+        model_(std::move(model)),
+        pid_(pid),
+        metrics_(metrics),
+        stop_grace_(stop_grace) {
     progress_.set_job_id(id_);
     progress_.set_state(TrainingProgress::RUNNING);
     progress_.set_test_accuracy(-1);
+    if (metrics_ != nullptr) metrics_->SetTrainingState(id_, model_, "running");
     reader_ = std::thread([this, output_fd] { ReadOutput(output_fd); });
   }
   ~TrainingJob() {
     if (reader_.joinable()) reader_.join();
+    if (stopper_.joinable()) stopper_.join();
   }
 
   const std::string& id() const { return id_; }
@@ -53,12 +64,15 @@ class TrainingJob {
     return progress_.state() != TrainingProgress::RUNNING;
   }
 
-  // Returns false when the job has already ended.
+  // Starts stopping the job (see training_service.h); returns false when it
+  // has already ended. A job already stopping stays so.
   bool Cancel() {
     std::lock_guard<std::mutex> lock(mu_);
     if (progress_.state() != TrainingProgress::RUNNING) return false;
+    if (cancelled_) return true;
     cancelled_ = true;
-    kill(-pid_, SIGTERM);
+    kill(-pid_, SIGUSR1);
+    stopper_ = std::thread([this] { Escalate(); });
     return true;
   }
 
@@ -73,6 +87,46 @@ class TrainingJob {
 
  private:
   void Notify();
+
+  // SIGTERM when the job has not ended stop_grace after SIGUSR1, SIGKILL
+  // 5 s later.
+  void Escalate() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (exited_cv_.wait_for(lock, stop_grace_, [&] { return exited_; })) return;
+    fprintf(stderr, "numaserve: training job %s still running %.0f s after SIGUSR1: SIGTERM\n",
+            id_.c_str(), stop_grace_.count() / 1000.0);
+    kill(-pid_, SIGTERM);
+    if (exited_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return exited_; })) return;
+    fprintf(stderr, "numaserve: training job %s still running 5 s after SIGTERM: SIGKILL\n",
+            id_.c_str());
+    kill(-pid_, SIGKILL);
+  }
+
+  // "eta 1:02:03" or "eta 2:03" in a progress line; -1 when absent.
+  static double ParseEta(const std::string& line) {
+    const size_t at = line.rfind(" eta ");
+    if (at == std::string::npos) return -1;
+    int a = 0, b = 0, c = 0;
+    const int n = sscanf(line.c_str() + at, " eta %d:%d:%d", &a, &b, &c);
+    if (n == 3) return a * 3600.0 + b * 60.0 + c;
+    if (n == 2) return a * 60.0 + b;
+    return -1;
+  }
+
+  void ExportFigures() {
+    if (metrics_ == nullptr) return;
+    Metrics::TrainingFigures f;
+    f.epoch = progress_.epoch();
+    f.step = progress_.step();
+    f.total_steps = progress_.total_steps();
+    f.loss = progress_.loss();
+    f.accuracy = progress_.accuracy();
+    f.images_per_second = progress_.images_per_second();
+    f.eta_seconds = eta_seconds_;
+    f.test_accuracy = progress_.test_accuracy();
+    metrics_->SetTrainingProgress(id_, model_, f);
+  }
+
   void ParseLine(const std::string& line) {
     std::lock_guard<std::mutex> lock(mu_);
     long long epoch = 0, epochs = 0, step = 0, total = 0;
@@ -86,12 +140,20 @@ class TrainingJob {
       progress_.set_loss(loss);
       progress_.set_accuracy(acc / 100.0);
       progress_.set_images_per_second(rate);
+      eta_seconds_ = std::max(0.0, ParseEta(line));
+      ExportFigures();
     } else if (const size_t at = line.find(" test acc ");
                line.rfind("epoch ", 0) == 0 && at != std::string::npos &&
                sscanf(line.c_str() + at, " test acc %lf%%", &test) == 1) {
       progress_.set_test_accuracy(test / 100.0);
+      ExportFigures();
     } else if (line.rfind("exported ", 0) == 0) {
       progress_.set_message(line);
+    } else if (sscanf(line.c_str(), "stopped at step %lld of %lld", &step, &total) == 2) {
+      progress_.set_step(step);
+      progress_.set_total_steps(total);
+      stop_line_ = line;
+      ExportFigures();
     } else if (line.find("numaserve train") != std::string::npos &&
                line.find("rank ") == std::string::npos &&
                line.find("mpirun") == std::string::npos) {
@@ -121,34 +183,53 @@ class TrainingJob {
     int status = 0;
     while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
+    std::string state;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      exited_ = true;
+      exited_cv_.notify_all();
       if (cancelled_) {
         progress_.set_state(TrainingProgress::CANCELLED);
-        progress_.set_message("cancelled");
+        progress_.set_message(stop_line_.empty() ? "cancelled"
+                                                 : absl::StrCat("cancelled: ", stop_line_));
+        state = "cancelled";
       } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         progress_.set_state(TrainingProgress::SUCCEEDED);
+        state = "succeeded";
       } else {
         progress_.set_state(TrainingProgress::FAILED);
         progress_.set_message(last_error_.empty()
                                   ? absl::StrCat("numaserve train exited with status ", status)
                                   : last_error_);
+        state = "failed";
       }
       ++version_;
+      fprintf(stderr, "numaserve: training job %s %s at step %lld%s%s\n", id_.c_str(),
+              state.c_str(), static_cast<long long>(progress_.step()),
+              progress_.message().empty() ? "" : ": ", progress_.message().c_str());
     }
+    if (metrics_ != nullptr) metrics_->SetTrainingState(id_, model_, state);
     Notify();
   }
 
   const std::string id_;
+  const std::string model_;  // metrics label
   const pid_t pid_;
+  Metrics* const metrics_;
+  const std::chrono::milliseconds stop_grace_;
   std::mutex mu_;  // guards the fields below
+  std::condition_variable exited_cv_;
   TrainingProgress progress_;
   int64_t version_ = 1;
   bool cancelled_ = false;
+  bool exited_ = false;
+  double eta_seconds_ = 0;
   std::string last_error_;
+  std::string stop_line_;
   std::mutex sinks_mu_;  // guards sinks_ only; never held while notifying
   std::vector<std::shared_ptr<WatchSink>> sinks_;
   std::thread reader_;
+  std::thread stopper_;
 };
 
 // Streams a job's progress: each new version once, the final state last.
@@ -250,13 +331,27 @@ TrainingService::TrainingService(TrainingServiceOptions options) : options_(std:
   }
 }
 
+void TrainingService::StopAll() {
+  std::vector<std::shared_ptr<TrainingJob>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs = jobs_;
+  }
+  for (auto& job : jobs) {
+    if (job->Cancel()) {
+      fprintf(stderr, "numaserve: stopping training job %s (checkpoint, then exit)\n",
+              job->id().c_str());
+    }
+  }
+}
+
 TrainingService::~TrainingService() {
+  StopAll();
   std::vector<std::shared_ptr<TrainingJob>> jobs;
   {
     std::lock_guard<std::mutex> lock(mu_);
     jobs.swap(jobs_);
   }
-  for (auto& job : jobs) job->Cancel();
   jobs.clear();  // joins the readers once the children have exited
 }
 
@@ -324,7 +419,10 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   }
   setpgid(pid, pid);
   close(pipe_fds[1]);
-  auto job = std::make_shared<TrainingJob>(id, pid, pipe_fds[0]);
+  const std::string model =
+      !config->export_model_name().empty() ? config->export_model_name() : config->model();
+  auto job = std::make_shared<TrainingJob>(id, model, pid, pipe_fds[0], options_.metrics,
+                                           options_.stop_grace);
   {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(job);

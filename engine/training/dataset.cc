@@ -75,4 +75,10 @@ void GatherBatch(const Dataset& data, const int64_t* indices, int64_t count, ker
   }
 }
 
+absl::Status InMemorySource::Gather(const int64_t* indices, int64_t count, kernels::Tensor* batch,
+                                    std::vector<uint8_t>* labels) {
+  GatherBatch(*data_, indices, count, batch, labels);
+  return absl::OkStatus();
+}
+
 }  // namespace numaserve::training

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -155,12 +156,24 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   TrainingNet& net = **created;
   std::vector<Parameter>& params = net.parameters();
 
+  // The training set: a record file is read on demand, each rank only the
+  // records of its shard (a step ahead, by the prefetcher); IDX files are
+  // small and gzipped, so every rank loads them whole.
   const DatasetConfig& dc = config.dataset();
-  absl::StatusOr<Dataset> train =
-      !dc.train_records().empty()
-          ? ReadRecordFile(dc.train_records(), dc.max_train_examples())
-          : LoadIdxDataset(dc.train_images(), dc.train_labels(), dc.max_train_examples());
-  if (!train.ok()) return train.status();
+  std::optional<Dataset> train_in_memory;
+  std::unique_ptr<ExampleSource> train;
+  if (!dc.train_records().empty()) {
+    absl::StatusOr<std::unique_ptr<RecordFileReader>> reader =
+        RecordFileReader::Open(dc.train_records(), dc.max_train_examples());
+    if (!reader.ok()) return reader.status();
+    train = std::move(*reader);
+  } else {
+    absl::StatusOr<Dataset> loaded =
+        LoadIdxDataset(dc.train_images(), dc.train_labels(), dc.max_train_examples());
+    if (!loaded.ok()) return loaded.status();
+    train_in_memory = std::move(*loaded);
+    train = std::make_unique<InMemorySource>(&*train_in_memory);
+  }
   std::optional<Dataset> test;
   if (leader && (!dc.test_images().empty() || !dc.test_records().empty())) {
     absl::StatusOr<Dataset> t =
@@ -170,9 +183,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
     if (!t.ok()) return t.status();
     test = std::move(*t);
   }
-  const int64_t steps_per_epoch = train->size / global_batch;
+  const int64_t steps_per_epoch = train->size() / global_batch;
   if (steps_per_epoch == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the training set has ", train->size,
+    return absl::InvalidArgumentError(absl::StrCat("the training set has ", train->size(),
                                                    " examples, fewer than one global batch of ",
                                                    global_batch));
   }
@@ -240,8 +253,11 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   }
 
   TrainResult result;
-  BatchPrefetcher prefetcher(
-      &*train, {.seed = config.seed(), .global_batch = global_batch, .rank = rank, .ranks = ranks});
+  BatchPrefetcher prefetcher(train.get(), {.seed = config.seed(),
+                                           .global_batch = global_batch,
+                                           .rank = rank,
+                                           .ranks = ranks,
+                                           .total_steps = total_steps});
   Tensor batch, logits_grad;
   std::vector<uint8_t> labels;
   // Loss sum, correct, examples, training FLOPs (this rank).
@@ -264,6 +280,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   Timeline timeline(!config.timeline().empty());
   const int64_t timeline_steps = config.timeline_steps() > 0 ? config.timeline_steps() : 20;
   while (step < total_steps) {
+    if (options.stop != nullptr) {
+      // One int all-reduce a step (microseconds): every rank stops at the
+      // same step even when the signal reached them at different times.
+      int local = *options.stop != 0 ? 1 : 0, any = 0;
+      MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, comm);
+      if (any != 0) {
+        result.stopped = true;
+        break;
+      }
+    }
     const int64_t epoch = step / steps_per_epoch;
     // The timeline covers the first timeline_steps steps of this invocation.
     Timeline* tl = timeline.enabled() && step - first_step < timeline_steps ? &timeline : nullptr;
@@ -275,7 +301,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
       tl->Add(name, 0, t0, t1);
       t0 = t1;
     };
-    prefetcher.Get(step, &batch, &labels);
+    if (absl::Status s = prefetcher.Get(step, &batch, &labels); !s.ok()) return s;
     span("wait for batch");
     net.SetDropoutContext(config.seed(), step, rank * local_batch);
     absl::StatusOr<const Tensor*> logits = net.Forward(batch);
@@ -362,6 +388,18 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   result.gflops = run_flops / run_seconds / 1e9;
   result.peak_fraction = peak_gflops > 0 ? result.gflops / peak_gflops : 0;
   if (absl::Status s = write_checkpoint(); !s.ok()) return s;
+  if (result.stopped) {
+    if (leader) {
+      fprintf(options.progress, "stopped at step %lld of %lld%s\n", static_cast<long long>(step),
+              static_cast<long long>(total_steps),
+              config.checkpoint().empty()
+                  ? " (no checkpoint in the config)"
+                  : absl::StrCat(": checkpoint ", config.checkpoint(), " (--resume continues)")
+                        .c_str());
+      fflush(options.progress);
+    }
+    return result;
+  }
   if (leader && !config.final_weights().empty()) {
     Checkpoint c;
     c.step = step;

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -22,6 +23,10 @@ struct TrainOptions {
   bool resume = false;
   // Where rank 0 writes progress lines.
   FILE* progress = stdout;
+  // Set (by a signal handler) to stop early: the ranks agree on it before
+  // every step, stop together after the step in flight, and rank 0 writes
+  // the checkpoint (when the config has one); no final weights, no export.
+  const volatile std::sig_atomic_t* stop = nullptr;
 };
 
 struct TrainResult {
@@ -35,6 +40,7 @@ struct TrainResult {
   double gflops = 0;
   double peak_fraction = 0;
   std::string exported_model;  // path, when exported
+  bool stopped = false;        // `stop` ended the run before its last step
 };
 
 // Runs the whole job on `comm` (MPI must be initialized).

@@ -7,7 +7,9 @@ What is here:
   * gRPC stubs for proto/grpc_service.proto (KServe v2) and the standard
     health service (tests/clients/health.proto), generated with
     grpc_tools.protoc at import time into a temporary directory, never
-    checked in: ``pb``, ``pb_grpc``, ``health_pb``, ``health_pb_grpc``.
+    checked in: ``pb``, ``pb_grpc``, ``health_pb``, ``health_pb_grpc``;
+    ``config_pb`` (numaserve's config.pbtxt schema) and ``triton_config_pb``
+    (the Triton-numbered ModelConfig the ModelConfig RPC answers).
   * ServerProcess: starts ``numaserve serve`` on 127.0.0.1 with free ports,
     waits for its ports line, keeps its stderr, stops it with SIGTERM.
   * make_request / infer / decode_outputs: KServe v2 requests from NumPy
@@ -47,7 +49,7 @@ DEFAULT_MODEL_SCRIPT = os.path.join(SOURCE_DIR, "models", "generate_default_mode
 DEFAULT_MODEL_NAME = "fashion_classifier"
 
 __all__ = [
-    "pb", "pb_grpc", "health_pb", "health_pb_grpc", "config_pb", "SOURCE_DIR",
+    "pb", "pb_grpc", "health_pb", "health_pb_grpc", "config_pb", "triton_config_pb", "SOURCE_DIR",
     "DEFAULT_MODEL_NAME",
     "default_binary", "write_default_model", "deep_mlp_model", "write_model",
     "ServerProcess", "ServerStartError", "child_pids", "insecure_channel", "wait_until",
@@ -74,7 +76,8 @@ def _generate_stubs():
     args = ["grpc_tools.protoc"]
     args += ["-I" + d for d in includes]
     args += ["--python_out=" + out_dir, "--grpc_python_out=" + out_dir,
-             "grpc_service.proto", "model_config.proto", "health.proto"]
+             "grpc_service.proto", "triton_model_config.proto", "model_config.proto",
+             "health.proto"]
     rc = protoc.main(args)
     if rc != 0:
         raise RuntimeError("grpc_tools.protoc failed (%d) on %s" % (rc, " ".join(args)))
@@ -88,6 +91,7 @@ import grpc_service_pb2 as pb  # noqa: E402  (generated just above)
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 import health_pb2 as health_pb  # noqa: E402
 import model_config_pb2 as config_pb  # noqa: E402
+import triton_model_config_pb2 as triton_config_pb  # noqa: E402
 import health_pb2_grpc as health_pb_grpc  # noqa: E402
 
 

@@ -102,18 +102,94 @@ class ExtensionsTest(unittest.TestCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND)
 
     def test_model_config(self):
+        """ModelConfig answers Triton's inference.ModelConfig: decoded with a
+        Triton-numbered message, and checked field number by field number on
+        the wire."""
+        tc = nc.triton_config_pb
         config = self.stub.ModelConfig(nc.pb.ModelConfigRequest(name=MODEL), timeout=10).config
         self.assertEqual(config.name, MODEL)
+        self.assertEqual(config.platform, "onnxruntime_onnx")
+        self.assertEqual(config.backend, "numaserve")
         self.assertEqual(config.max_batch_size, 8)
-        self.assertEqual(list(config.dynamic_batching.preferred_batch_size), [4])
-        self.assertEqual(config.dynamic_batching.max_queue_delay_microseconds, 2000)
+        self.assertEqual(config.version_policy.WhichOneof("policy_choice"), "latest")
+        self.assertEqual(config.version_policy.latest.num_versions, 1)
         self.assertEqual([(t.name, t.data_type, list(t.dims)) for t in config.input],
-                         [("image", "FP32", [1, 28, 28])])
-        self.assertEqual([(t.name, list(t.dims)) for t in config.output],
-                         [("probabilities", [10])])
+                         [("image", tc.TYPE_FP32, [1, 28, 28])])
+        self.assertEqual([(t.name, t.data_type, list(t.dims)) for t in config.output],
+                         [("probabilities", tc.TYPE_FP32, [10])])
+        batching = config.dynamic_batching
+        self.assertEqual(list(batching.preferred_batch_size), [4])
+        self.assertEqual(batching.max_queue_delay_microseconds, 2000)
+        # The server's defaults, since the config sets neither.
+        self.assertEqual(batching.default_queue_policy.max_queue_size, 4096)
+        self.assertEqual(batching.default_queue_policy.default_timeout_microseconds, 60000000)
+        self.assertEqual(len(config.instance_group), 1)
+        group = config.instance_group[0]
+        self.assertEqual(group.kind, tc.ModelInstanceGroup.KIND_CPU)
+        self.assertGreaterEqual(group.count, 1)
+        parameters = {k: v.string_value for k, v in config.parameters.items()}
+        self.assertEqual(parameters, {"gemm_backend": "auto",
+                                      "instance_placement.domains": "all",
+                                      "instance_placement.instances_per_domain": "1"})
+
+        # The same answer as raw bytes, walked by Triton's field numbers.
+        raw = self.server.channel().unary_unary(
+            "/inference.GRPCInferenceService/ModelConfig",
+            request_serializer=nc.pb.ModelConfigRequest.SerializeToString,
+            response_deserializer=None)(nc.pb.ModelConfigRequest(name=MODEL), timeout=10)
+        (body,) = wire_fields(raw)[1]                  # ModelConfigResponse.config = 1
+        fields = wire_fields(body)
+        self.assertEqual(fields[1], [MODEL.encode()])  # name = 1
+        self.assertEqual(fields[2], [b"onnxruntime_onnx"])  # platform = 2
+        self.assertEqual(fields[4], [8])               # max_batch_size = 4
+        self.assertEqual(fields[17], [b"numaserve"])   # backend = 17
+        self.assertEqual(len(fields[5]), 1)            # input = 5
+        self.assertEqual(len(fields[6]), 1)            # output = 6
+        self.assertEqual(len(fields[7]), 1)            # instance_group = 7
+        self.assertEqual(len(fields[11]), 1)           # dynamic_batching = 11
+        self.assertEqual(len(fields[14]), 3)           # parameters = 14 (map entries)
+        model_input = wire_fields(fields[5][0])
+        self.assertEqual(model_input[1], [b"image"])   # ModelInput.name = 1
+        self.assertEqual(model_input[2], [11])         # data_type = 2: TYPE_FP32 = 11
+        self.assertIn(4, model_input)                  # dims = 4
+        model_output = wire_fields(fields[6][0])
+        self.assertEqual(model_output[2], [11])
+        self.assertIn(3, model_output)                 # ModelOutput.dims = 3
+        self.assertEqual(wire_fields(fields[7][0])[4], [2])  # kind = 4: KIND_CPU = 2
+        self.assertEqual(wire_fields(fields[11][0])[2], [2000])  # max_queue_delay = 2
+
         with self.assertRaises(grpc.RpcError) as caught:
             self.stub.ModelConfig(nc.pb.ModelConfigRequest(name=MODEL, version="7"), timeout=10)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+
+def wire_fields(data):
+    """{field number: [value, ...]} of a serialized protobuf message: ints for
+    varints, bytes for length-delimited fields (fixed-width fields are not
+    expected here)."""
+    def varint(pos):
+        value, shift = 0, 0
+        while True:
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value, pos
+
+    fields, pos = {}, 0
+    while pos < len(data):
+        key, pos = varint(pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, pos = varint(pos)
+        elif wire_type == 2:
+            length, pos = varint(pos)
+            value, pos = data[pos:pos + length], pos + length
+        else:
+            raise AssertionError("unexpected wire type %d for field %d" % (wire_type, number))
+        fields.setdefault(number, []).append(value)
+    return fields
 
 
 if __name__ == "__main__":

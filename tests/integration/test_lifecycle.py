@@ -2,8 +2,9 @@
 """Model lifecycle against the real server: in poll mode a new version
 dropped into the repository is served without a failed request and a broken
 one leaves the previous version serving with the reason in RepositoryIndex;
-in explicit mode RepositoryModelLoad / RepositoryModelUnload load and drain
-models."""
+an edited config.pbtxt is applied the same way, and a bad edit keeps the
+previous config serving; in explicit mode RepositoryModelLoad /
+RepositoryModelUnload load (or reload) and drain models."""
 
 import os
 import shutil
@@ -42,6 +43,15 @@ def publish(repo, name, version, model=None, raw=None):
         with open(path, "wb") as f:
             f.write(raw)
     os.rename(staging, os.path.join(repo, name, str(version)))
+
+
+def replace_config(repo, name, text):
+    """Writes DIR/NAME/config.pbtxt under another name, then renames it into
+    place, so a poll never reads half of it."""
+    path = os.path.join(repo, name, "config.pbtxt")
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 def index(stub):
@@ -125,6 +135,116 @@ class PollModeTest(unittest.TestCase):
             shutil.rmtree(repo, ignore_errors=True)
 
 
+class ConfigEditTest(unittest.TestCase):
+    """Poll mode: an edited config.pbtxt of a served version is applied (the
+    version loads again with it and traffic switches without a failed
+    request); an edit that does not validate leaves the previous config
+    serving, with the reason in RepositoryIndex."""
+
+    def test_edited_config_is_applied_and_a_bad_edit_keeps_the_old_one(self):
+        repo = tempfile.mkdtemp(prefix="numaserve_config_edit_")
+        try:
+            model = model_version(31)
+            nc.write_model(repo, NAME, model, version=1)
+            replace_config(repo, NAME,
+                           "max_batch_size: 4\n"
+                           "dynamic_batching { max_queue_delay_microseconds: 100 }\n")
+            rng = np.random.default_rng(6)
+            x2 = rng.random((2, WIDTH), dtype=np.float32)
+            x6 = rng.random((6, WIDTH), dtype=np.float32)
+            reference = nc.ReferenceModel(model)
+            expected2 = reference.run({"x": x2})["y"]
+            expected6 = reference.run({"x": x6})["y"]
+            with nc.ServerProcess(repo, ["--model-control-mode", "poll",
+                                         "--repository-poll-secs", "1"]) as server:
+                stub = server.stub()
+
+                def config():
+                    return stub.ModelConfig(nc.pb.ModelConfigRequest(name=NAME),
+                                            timeout=10).config
+
+                self.assertEqual(config().max_batch_size, 4)
+                with self.assertRaises(grpc.RpcError) as caught:
+                    nc.infer(stub, NAME, {"x": x6})
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+                # Callers keep sending 2-row requests (valid under both
+                # configs) while the edit is picked up.
+                outcomes = []
+                lock = threading.Lock()
+                stop = threading.Event()
+
+                def caller():
+                    channel = server.new_channel()
+                    s = nc.pb_grpc.GRPCInferenceServiceStub(channel)
+                    while not stop.is_set():
+                        try:
+                            y = nc.decode_outputs(
+                                s.ModelInfer(nc.make_request(NAME, {"x": x2}), timeout=30))["y"]
+                            outcome = ("ok" if np.allclose(y, expected2, rtol=RTOL, atol=ATOL)
+                                       else "wrong rows")
+                        except grpc.RpcError as e:
+                            outcome = "%s: %s" % (e.code().name, e.details())
+                        with lock:
+                            outcomes.append(outcome)
+                    channel.close()
+
+                threads = [threading.Thread(target=caller, daemon=True) for _ in range(4)]
+                for t in threads:
+                    t.start()
+                time.sleep(0.5)
+                replace_config(repo, NAME,
+                               "max_batch_size: 8\n"
+                               "dynamic_batching { max_queue_delay_microseconds: 200 "
+                               "preferred_batch_size: [ 2 ] }\n")
+                switched = nc.wait_until(lambda: config().max_batch_size == 8, timeout=30)
+                time.sleep(0.5)
+                stop.set()
+                for t in threads:
+                    t.join(30)
+                self.assertTrue(switched, "the edited config was not applied within 30 s\n"
+                                + server.stderr_text(3000))
+                failures = [o for o in outcomes if o != "ok"]
+                self.assertEqual(failures, [], "requests failed during the reload")
+                self.assertGreater(len(outcomes), 0)
+                self.assertEqual(list(config().dynamic_batching.preferred_batch_size), [2])
+                self.assertEqual(config().dynamic_batching.max_queue_delay_microseconds, 200)
+                np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x6})["y"], expected6,
+                                           rtol=RTOL, atol=ATOL)
+                self.assertEqual(index(stub)[(NAME, "1")], ("READY", ""))
+                self.assertIn("reloaded with its edited config.pbtxt", server.stderr_text())
+
+                # Edits that do not validate: one that does not parse, one that
+                # contradicts the ONNX file. Each time the previous config keeps
+                # serving and the index says why.
+                for text, mentions in (
+                        ("max_batch_size: 16\nmax_batch_sise: 4\n", "max_batch_sise"),
+                        ('max_batch_size: 16\ninput { name: "pixels" data_type: "FP32" }\n',
+                         "pixels")):
+                    replace_config(repo, NAME, text)
+                    reported = nc.wait_until(
+                        lambda: mentions in index(stub)[(NAME, "1")][1], timeout=30)
+                    self.assertTrue(reported, "no reason for the bad edit: %r\n%s"
+                                    % (index(stub), server.stderr_text(3000)))
+                    state, reason = index(stub)[(NAME, "1")]
+                    self.assertEqual(state, "READY", reason)
+                    self.assertIn("not applied", reason)
+                    self.assertEqual(config().max_batch_size, 8)
+                    np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x6})["y"], expected6,
+                                               rtol=RTOL, atol=ATOL)
+
+                # Fixed: applied, and the reason is gone.
+                replace_config(repo, NAME, "max_batch_size: 16\n")
+                self.assertTrue(nc.wait_until(lambda: config().max_batch_size == 16, timeout=30),
+                                server.stderr_text(3000))
+                self.assertFalse(config().HasField("dynamic_batching"))
+                self.assertEqual(index(stub)[(NAME, "1")], ("READY", ""))
+                np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x6})["y"], expected6,
+                                           rtol=RTOL, atol=ATOL)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
 class ExplicitModeTest(unittest.TestCase):
 
     def test_load_and_unload_by_request(self):
@@ -167,6 +287,28 @@ class ExplicitModeTest(unittest.TestCase):
                         timeout=60)
                 self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND)
                 self.assertNotIn(("no_such_model", ""), index(stub))
+
+                # An edited config is applied by the next load request; one
+                # that does not parse is refused and the old one keeps serving.
+                config = lambda: stub.ModelConfig(nc.pb.ModelConfigRequest(name=NAME),
+                                                  timeout=10).config
+                self.assertEqual(config().max_batch_size, 0)
+                replace_config(repo, NAME, "max_batch_size: 4\n")
+                stub.RepositoryModelLoad(nc.pb.RepositoryModelLoadRequest(model_name=NAME),
+                                         timeout=120)
+                self.assertEqual(config().max_batch_size, 4)
+                replace_config(repo, NAME, "max_batch_size: [\n")
+                with self.assertRaises(grpc.RpcError) as caught:
+                    stub.RepositoryModelLoad(nc.pb.RepositoryModelLoadRequest(model_name=NAME),
+                                             timeout=120)
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("config.pbtxt", caught.exception.details())
+                self.assertEqual(config().max_batch_size, 4)
+                state, reason = index(stub)[(NAME, "1")]
+                self.assertEqual(state, "READY")
+                self.assertIn("not applied", reason)
+                np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x})["y"], expected,
+                                           rtol=RTOL, atol=ATOL)
         finally:
             shutil.rmtree(repo, ignore_errors=True)
 

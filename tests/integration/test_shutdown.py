@@ -1,6 +1,8 @@
 #!/usr/bin/python3
-"""Graceful shutdown: SIGTERM with requests in flight lets them finish
-successfully and the server exits 0 within a bounded time."""
+"""Graceful shutdown: SIGTERM with requests in flight (unary calls, or a
+stream the client keeps open) lets them finish successfully and the server
+exits 0 within a bounded time; a cancelled queued call leaves the queue at
+once without being computed."""
 
 import os
 import shutil
@@ -129,6 +131,135 @@ class ShutdownTest(unittest.TestCase):
         finally:
             code = server.stop()
         self.assertEqual(code, 0, "exit code after SIGTERM\n" + server.stderr_text(4000))
+
+    def test_sigterm_answers_every_request_read_on_a_stream(self):
+        """A ModelStreamInfer stream the client keeps open: at SIGTERM every
+        request it has sent is computed and answered, then the server ends
+        the stream itself (UNAVAILABLE, not a cancelled call) and exits 0."""
+        server = nc.ServerProcess(self.repo, ["--shutdown-timeout", "30"],
+                                  stop_timeout=EXIT_WITHIN_S).start()
+        channel = server.new_channel()
+        release = threading.Event()
+        ids = ["s%d" % i for i in range(REQUESTS)]
+        answers = {}
+        first = threading.Event()
+        final = {}
+
+        def requests():
+            for rid in ids:
+                yield nc.make_request(SLOW, {"x": self.x}, request_id=rid)
+            release.wait(120)  # the client never half-closes on its own
+
+        def read():
+            stub = nc.pb_grpc.GRPCInferenceServiceStub(channel)
+            try:
+                for reply in stub.ModelStreamInfer(requests(), timeout=120):
+                    answers[reply.infer_response.id] = reply
+                    first.set()
+                final["code"] = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                final["code"], final["details"] = e.code(), e.details()
+
+        reader = threading.Thread(target=read, daemon=True)
+        try:
+            reader.start()
+            self.assertTrue(first.wait(60), "no answer within 60 s\n" + server.stderr_text(4000))
+            os.kill(server.pid, signal.SIGTERM)
+            answered_before = len(answers)
+            reader.join(70)
+            self.assertFalse(reader.is_alive(), "the stream was still open 70 s after SIGTERM\n"
+                             + server.stderr_text(4000))
+            try:
+                server.proc.wait(EXIT_WITHIN_S)
+            except Exception:
+                self.fail("numaserve still running %.0f s after SIGTERM\n%s"
+                          % (EXIT_WITHIN_S, server.stderr_text(4000)))
+        finally:
+            release.set()
+            code = server.stop()
+            channel.close()
+
+        log = "\n--- server stderr ---\n" + server.stderr_text(4000)
+        self.assertLess(answered_before, REQUESTS,
+                        "the test needs requests in flight at SIGTERM (make the model slower)")
+        self.assertEqual(sorted(answers), sorted(ids), "requests left unanswered" + log)
+        for rid in ids:
+            reply = answers[rid]
+            self.assertEqual(reply.error_message, "", rid + log)
+            np.testing.assert_allclose(nc.decode_outputs(reply.infer_response)["y"],
+                                       self.expected, rtol=1e-3, atol=1e-4, err_msg=rid)
+        self.assertEqual(final.get("code"), grpc.StatusCode.UNAVAILABLE, repr(final) + log)
+        self.assertIn("shutting down", final.get("details", ""))
+        self.assertEqual(code, 0, "exit code after SIGTERM" + log)
+        print("\n%d of %d stream requests in flight at SIGTERM, all answered"
+              % (REQUESTS - answered_before, REQUESTS), file=sys.stderr)
+
+    def test_cancelled_request_leaves_the_queue_at_once(self):
+        """A queued call the client cancels is answered at once (counted as
+        a failure, reason canceled) and never computed, while the worker is
+        still busy with the calls ahead of it."""
+        server = nc.ServerProcess(self.repo, ["--max-workers", "1"],
+                                  stop_timeout=EXIT_WITHIN_S).start()
+        try:
+            stub = server.stub()
+            busy_x = np.tile(self.x, (4, 1))  # a good part of a second each
+
+            def statistics():
+                stats = stub.ModelStatistics(nc.pb.ModelStatisticsRequest(name=SLOW),
+                                             timeout=10).model_stats
+                return stats[0] if stats else nc.pb.ModelStatistics()
+
+            def counts():
+                m = server.metrics()
+                return (m.sum("numaserve_request_failures_total", model=SLOW,
+                              reason="canceled"),
+                        m.sum("numaserve_pending_requests", model=SLOW))
+
+            before_stats = statistics()
+            canceled_before, _ = counts()
+            busy_results = []
+
+            def busy():
+                channel = server.new_channel()
+                try:
+                    nc.infer(nc.pb_grpc.GRPCInferenceServiceStub(channel), SLOW,
+                             {"x": busy_x}, deadline=120)
+                    busy_results.append("ok")
+                except grpc.RpcError as e:
+                    busy_results.append(e.code())
+                finally:
+                    channel.close()
+
+            # The one worker takes two commands at once: two busy calls fill
+            # it and a third waits in the queue; the victim queues behind it.
+            busy_threads = [threading.Thread(target=busy, daemon=True) for _ in range(3)]
+            for t in busy_threads:
+                t.start()
+            self.assertTrue(nc.wait_until(lambda: counts()[1] == 1, timeout=30),
+                            "the third busy call never waited in the queue: %r" % (counts(),))
+            victim = stub.ModelInfer.future(nc.make_request(SLOW, {"x": self.x[:1]}),
+                                            timeout=60)
+            self.assertTrue(nc.wait_until(lambda: counts()[1] == 2, timeout=30),
+                            "the victim never waited in the queue: %r" % (counts(),))
+            self.assertTrue(victim.cancel())
+            left = nc.wait_until(lambda: counts() == (canceled_before + 1, 1), timeout=20)
+            still_busy = [t for t in busy_threads if t.is_alive()]
+            self.assertTrue(left, "the cancelled call did not leave the queue: %r"
+                            % (counts(),))
+            self.assertTrue(still_busy, "the cancelled call left the queue only once the "
+                            "worker was free")
+            for t in busy_threads:
+                t.join(120)
+            self.assertEqual(busy_results, ["ok"] * 3)
+            after = statistics()
+            # The cancelled row was never computed.
+            self.assertEqual(after.inference_count - before_stats.inference_count,
+                             3 * busy_x.shape[0])
+            self.assertEqual(after.inference_stats.fail.count
+                             - before_stats.inference_stats.fail.count, 1)
+        finally:
+            code = server.stop()
+        self.assertEqual(code, 0, server.stderr_text(4000))
 
     def test_sigint_when_idle(self):
         server = nc.ServerProcess(self.repo, stop_timeout=EXIT_WITHIN_S).start()

@@ -9,7 +9,8 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
   * the exported model is a new version of the repository that a real
     server serves, with outputs matching a NumPy evaluation of the file;
   * IDX files converted to packed records (numaserve-dataset) train to
-    the same weights;
+    the same weights, on 2 ranks that each read only their shard of the
+    record file;
   * configuration errors name the file, line and field.
 """
 
@@ -216,14 +217,15 @@ class TrainingTest(unittest.TestCase):
         self.assertTrue(os.path.exists(records + ".idx"))
         from_idx = os.path.join(self.dir, "from_idx.weights")
         from_records = os.path.join(self.dir, "from_records.weights")
-        self.run_train(self.config("idx", final_weights='"%s"' % from_idx, max_steps=16), "--ranks", "1")
+        self.run_train(self.config("idx", final_weights='"%s"' % from_idx, max_steps=16),
+                       "--ranks", "2")
         path = self.config("records", final_weights='"%s"' % from_records, max_steps=16)
         with open(path) as f:
             text = f.read().replace('train_images: "%s" train_labels: "%s"' % self.train,
                                     'train_records: "%s"' % records)
         with open(path, "w") as f:
             f.write(text)
-        self.run_train(path, "--ranks", "1")
+        self.run_train(path, "--ranks", "2")
         _, a = read_weights(from_idx)
         _, b = read_weights(from_records)
         for name in a:

@@ -165,6 +165,26 @@ TEST_F(BatcherTest, CancelledCallsLeaveTheQueue) {
   EXPECT_EQ(batches_, (Rows{{1}}));
 }
 
+TEST_F(BatcherTest, CancelTakesAQueuedRequestOutAtOnceWithoutAPoll) {
+  Make({.max_batch_rows = 4, .max_queue_delay = microseconds(1000)});
+  auto first = Request(1);
+  auto second = Request(2);
+  ASSERT_TRUE(batcher_->Enqueue(first).ok());
+  ASSERT_TRUE(batcher_->Enqueue(second).ok());
+  EXPECT_TRUE(batcher_->Cancel(first.get(), absl::CancelledError("cancelled")));
+  // Answered by Cancel itself: no clock advance, no Poll.
+  EXPECT_EQ(rejected_, std::vector<absl::StatusCode>{absl::StatusCode::kCancelled});
+  EXPECT_EQ(batcher_->queued_requests(), 1u);
+  // A second cancel, or one of a request that is not queued, does nothing.
+  EXPECT_FALSE(batcher_->Cancel(first.get(), absl::CancelledError("again")));
+  EXPECT_EQ(rejected_.size(), 1u);
+  // The cancelled rows no longer count toward the batch: 2 + 2 fill it.
+  Enqueue(2);
+  EXPECT_EQ(batches_, (Rows{{2, 2}}));
+  EXPECT_FALSE(batcher_->Cancel(second.get(), absl::CancelledError("too late")));
+  EXPECT_EQ(rejected_.size(), 1u);
+}
+
 TEST_F(BatcherTest, FullQueueRefusesAtOnceAndRecovers) {
   Make({.max_batch_rows = 8, .max_queue_size = 2});
   worker_free_ = false;

@@ -99,5 +99,25 @@ TEST_F(RepositoryTest, FingerprintFollowsNewVersionsAndConfigChanges) {
   EXPECT_EQ(ModelRepository::ListModels(dir_.string()), std::vector<std::string>{"mlp"});
 }
 
+TEST_F(RepositoryTest, FingerprintSeesAConfigEditOfTheSameSizeAndTime) {
+  AddVersion("mlp", 1);
+  WriteConfig("mlp", "max_batch_size: 8\n");
+  const fs::path config = dir_ / "mlp" / "config.pbtxt";
+  const auto written = fs::last_write_time(config);
+  const std::string before = ModelRepository::Fingerprint(dir_.string(), "mlp");
+  WriteConfig("mlp", "max_batch_size: 4\n");
+  fs::last_write_time(config, written);  // as if within the clock's resolution
+  EXPECT_NE(ModelRepository::Fingerprint(dir_.string(), "mlp"), before);
+}
+
+TEST(RepositoryModelKey, AReloadedVersionHasItsOwnKey) {
+  RepositoryModel m;
+  m.name = "mlp";
+  m.version = 3;
+  EXPECT_EQ(m.key(), "mlp:3");
+  m.generation = 2;
+  EXPECT_EQ(m.key(), "mlp:3#2");
+}
+
 }  // namespace
 }  // namespace numaserve::server

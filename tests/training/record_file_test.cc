@@ -60,6 +60,70 @@ TEST(RecordFileTest, TruncatedDataAndWrongIndexAreNamed) {
   EXPECT_NE(d.status().message().find(".idx: lists 2 records"), std::string::npos) << d.status();
 }
 
+Dataset Numbered(int64_t n) {
+  Dataset d;
+  d.size = n;
+  d.example_dims = {3};
+  for (int64_t i = 0; i < n; ++i) {
+    for (int k = 0; k < 3; ++k) d.images.push_back(static_cast<uint8_t>((i * 3 + k) % 256));
+    d.labels.push_back(static_cast<uint8_t>(i % 10));
+  }
+  return d;
+}
+
+TEST(RecordFileReaderTest, GathersOnlyTheRecordsAskedForOneReadPerAdjacentRun) {
+  const std::string path = Temp("reader.nsrec");
+  const Dataset data = Numbered(10);
+  ASSERT_TRUE(WriteRecordFile(path, data).ok());
+  absl::StatusOr<std::unique_ptr<RecordFileReader>> reader = RecordFileReader::Open(path, 0);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  RecordFileReader& r = **reader;
+  EXPECT_EQ(r.size(), 10);
+  EXPECT_EQ(r.example_dims(), data.example_dims);
+  EXPECT_EQ(r.record_bytes(), 4);
+  const RecordFileReader::Stats opened = r.stats();
+  EXPECT_EQ(opened.records, 0);  // Open reads the header and the index only
+  EXPECT_LT(opened.bytes, 12 + 8 + 8 + 1);
+
+  const int64_t indices[] = {7, 3, 5, 4};  // runs 3..5 and 7: two reads
+  kernels::Tensor got, want;
+  std::vector<uint8_t> got_labels, want_labels;
+  ASSERT_TRUE(r.Gather(indices, 4, &got, &got_labels).ok());
+  GatherBatch(data, indices, 4, &want, &want_labels);
+  EXPECT_EQ(got.shape, want.shape);
+  EXPECT_EQ(got.data, want.data);
+  EXPECT_EQ(got_labels, want_labels);
+  const RecordFileReader::Stats after = r.stats();
+  EXPECT_EQ(after.records - opened.records, 4);
+  EXPECT_EQ(after.bytes - opened.bytes, 4 * r.record_bytes());
+  EXPECT_EQ(after.reads - opened.reads, 2);
+
+  const int64_t out_of_range[] = {10};
+  EXPECT_FALSE(r.Gather(out_of_range, 1, &got, &got_labels).ok());
+}
+
+TEST(RecordFileReaderTest, LimitAndAFileTruncatedAfterOpenNameTheOffset) {
+  const std::string path = Temp("cut.nsrec");
+  ASSERT_TRUE(WriteRecordFile(path, Numbered(10)).ok());
+  absl::StatusOr<std::unique_ptr<RecordFileReader>> limited = RecordFileReader::Open(path, 6);
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ((*limited)->size(), 6);
+  absl::StatusOr<std::unique_ptr<RecordFileReader>> reader = RecordFileReader::Open(path, 0);
+  ASSERT_TRUE(reader.ok());
+  const uintmax_t size = fs::file_size(path);
+  fs::resize_file(path, size - 6);  // record 9 and half of record 8
+  const int64_t indices[] = {1, 8, 9};
+  kernels::Tensor batch;
+  std::vector<uint8_t> labels;
+  absl::Status s = (*reader)->Gather(indices, 3, &batch, &labels);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find(path + ": truncated at offset " + std::to_string(size - 6)),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("from record 8"), std::string::npos) << s;
+}
+
 TEST(RecordFileTest, RawTensorDirectory) {
   const std::string dir = Temp("raw");
   fs::create_directories(dir + "/1");
