@@ -260,8 +260,8 @@ absl::Status ConvForward(const engine::Graph&, const Node& node,
     Tensor& y = *out[0];
     y.shape = {w.n, shape->m, w.oh, w.ow};
     y.data.resize(w.n * shape->m * w.oh * w.ow);
-    absl::Status s = onednn::ConvForward(*shape, in[0]->data.data(), in[1]->data.data(), BiasOf(in),
-                                         y.data.data());
+    absl::Status s = onednn::ConvForward(&node, *shape, in[0]->data.data(), in[1]->data.data(),
+                                         BiasOf(in), y.data.data(), InTrainingMode());
     if (!FallBack(s)) return s;
   }
   return ConvForwardReference(node, in, out);
@@ -274,10 +274,10 @@ absl::Status ConvBackward(const engine::Graph&, const Node& node,
   if (!shape.ok()) return shape.status();
   if (UseOnednn()) {
     float* db = shape->bias && gin.size() > 2 && gin[2] != nullptr ? gin[2]->data.data() : nullptr;
-    absl::Status s =
-        onednn::ConvBackward(*shape, in[0]->data.data(), in[1]->data.data(), gout[0]->data.data(),
-                             gin[0] != nullptr ? gin[0]->data.data() : nullptr,
-                             gin[1] != nullptr ? gin[1]->data.data() : nullptr, db);
+    absl::Status s = onednn::ConvBackward(&node, *shape, in[0]->data.data(), in[1]->data.data(),
+                                          gout[0]->data.data(),
+                                          gin[0] != nullptr ? gin[0]->data.data() : nullptr,
+                                          gin[1] != nullptr ? gin[1]->data.data() : nullptr, db);
     if (!FallBack(s)) return s;
   }
   return ConvBackwardReference(node, in, gout, gin);

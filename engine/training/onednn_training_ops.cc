@@ -68,6 +68,10 @@ class Relayout {
     user_.set_data_handle(dst);
     return direct_ ? user_ : inner_;
   }
+  // Where In() last put the data (the caller's buffer or the scratch).
+  const dnnl::memory& inner() const { return direct_ ? user_ : inner_; }
+  const dnnl::memory::desc& inner_desc() const { return (direct_ ? user_ : inner_).get_desc(); }
+
   void Finish() {
     if (direct_) return;
     if (!to_user_) {
@@ -87,8 +91,11 @@ class Relayout {
 dnnl::memory::dims Pair(int64_t a, int64_t b) { return {a, b}; }
 
 // --- Conv ---------------------------------------------------------------------
+// One Conv node's primitives for one geometry and what its last training
+// forward leaves for backward: the input in the primitive's layout.
 struct ConvEntry {
-  md src, weights, bias, dst;  // plain
+  md src, weights, bias, dst;          // plain
+  const float* forward_src = nullptr;  // fwd_src holds it (null: nothing kept)
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
   Relayout fwd_src, fwd_weights, fwd_bias, fwd_dst;
@@ -98,6 +105,8 @@ struct ConvEntry {
   Relayout bd_weights, bd_dst, bd_src;
   dnnl::convolution_backward_weights bwd_weights;
   Relayout bw_src, bw_dst, bw_weights, bw_bias;
+  bool bw_src_as_forward = false;  // bwd_weights reads src in the forward's layout
+  bool bd_dst_as_bw = false;       // both backward primitives read dy in one layout
   dnnl::memory::dims strides, dilates, pad_l, pad_r;
 };
 
@@ -107,9 +116,10 @@ std::vector<int64_t> ConvKey(const ConvShape& s) {
           w.pb, w.pr, w.dh, w.dw, w.oh, w.ow, s.m,  s.groups, s.bias};
 }
 
-absl::StatusOr<ConvEntry*> GetConv(const ConvShape& s) {
-  thread_local std::map<std::vector<int64_t>, std::unique_ptr<ConvEntry>> cache;
-  std::vector<int64_t> key = ConvKey(s);
+absl::StatusOr<ConvEntry*> GetConv(const void* node, const ConvShape& s) {
+  thread_local std::map<std::tuple<const void*, std::vector<int64_t>>, std::unique_ptr<ConvEntry>>
+      cache;
+  std::tuple<const void*, std::vector<int64_t>> key(node, ConvKey(s));
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.get();
   const Window2d& w = s.win;
@@ -164,6 +174,8 @@ void PrepareConvBackward(ConvEntry& e, bool bias) {
   e.bw_dst = Relayout(e.dst, bw_pd.diff_dst_desc(), false);
   e.bw_weights = Relayout(e.weights, bw_pd.diff_weights_desc(), true);
   if (bias) e.bw_bias = Relayout(e.bias, bw_pd.diff_bias_desc(), true);
+  e.bw_src_as_forward = bw_pd.src_desc() == e.fwd_pd.src_desc();
+  e.bd_dst_as_bw = bd_pd.diff_dst_desc() == bw_pd.diff_dst_desc();
   e.backward_ready = true;
 }
 
@@ -258,11 +270,12 @@ PoolWorkspace& Workspace(const void* node, PoolKind kind, const Window2d& w) {
 
 }  // namespace
 
-absl::Status ConvForward(const ConvShape& s, const float* x, const float* w, const float* b,
-                         float* y) {
-  absl::StatusOr<ConvEntry*> entry = GetConv(s);
+absl::Status ConvForward(const void* node, const ConvShape& s, const float* x, const float* w,
+                         const float* b, float* y, bool training) {
+  absl::StatusOr<ConvEntry*> entry = GetConv(node, s);
   if (!entry.ok()) return entry.status();
   ConvEntry& e = **entry;
+  e.forward_src = nullptr;
   try {
     std::unordered_map<int, dnnl::memory> args;
     args[DNNL_ARG_SRC] = e.fwd_src.In(x);
@@ -275,38 +288,42 @@ absl::Status ConvForward(const ConvShape& s, const float* x, const float* w, con
   } catch (const dnnl::error& error) {
     return DnnlErrorToStatus(error, "training convolution forward");
   }
+  if (training) e.forward_src = x;
   return absl::OkStatus();
 }
 
-absl::Status ConvBackward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                          float* dx, float* dw, float* db) {
-  absl::StatusOr<ConvEntry*> entry = GetConv(s);
+absl::Status ConvBackward(const void* node, const ConvShape& s, const float* x, const float* w,
+                          const float* dy, float* dx, float* dw, float* db) {
+  absl::StatusOr<ConvEntry*> entry = GetConv(node, s);
   if (!entry.ok()) return entry.status();
   ConvEntry& e = **entry;
   try {
     if (!e.backward_ready) PrepareConvBackward(e, s.bias);
-    if (dw != nullptr || db != nullptr) {
+    bool dy_ready = false;
+    if (dw != nullptr || (db != nullptr && s.bias)) {
       // Both gradients land in scratch buffers (added to the caller's
       // buffers by Finish), so one that is not wanted is simply dropped.
       std::unordered_map<int, dnnl::memory> args;
-      args[DNNL_ARG_SRC] = e.bw_src.In(x);
+      // The forward's reordered input, when it is this x's.
+      args[DNNL_ARG_SRC] =
+          e.bw_src_as_forward && e.forward_src == x ? e.fwd_src.inner() : e.bw_src.In(x);
       args[DNNL_ARG_DIFF_DST] = e.bw_dst.In(dy);
+      dy_ready = true;
       args[DNNL_ARG_DIFF_WEIGHTS] = e.bw_weights.Out(dw);
       if (s.bias) args[DNNL_ARG_DIFF_BIAS] = e.bw_bias.Out(db);
       e.bwd_weights.execute(Stream(), args);
       if (dw != nullptr) e.bw_weights.Finish();
       if (s.bias && db != nullptr) e.bw_bias.Finish();
-      Stream().wait();
     }
     if (dx != nullptr) {
       std::unordered_map<int, dnnl::memory> args;
-      args[DNNL_ARG_DIFF_DST] = e.bd_dst.In(dy);
+      args[DNNL_ARG_DIFF_DST] = dy_ready && e.bd_dst_as_bw ? e.bw_dst.inner() : e.bd_dst.In(dy);
       args[DNNL_ARG_WEIGHTS] = e.bd_weights.In(w);
       args[DNNL_ARG_DIFF_SRC] = e.bd_src.Out(dx);
       e.bwd_data.execute(Stream(), args);
       e.bd_src.Finish();
-      Stream().wait();
     }
+    Stream().wait();
   } catch (const dnnl::error& error) {
     return DnnlErrorToStatus(error, "training convolution backward");
   }

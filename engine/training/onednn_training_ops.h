@@ -3,7 +3,8 @@
 // interface in plain NCHW (weights as ONNX stores them); inside, each
 // primitive takes the layout oneDNN prefers and reorders happen only where
 // layouts differ. Primitives, reorders and their scratch buffers are made
-// once per geometry and kept per thread. Backward ADDS into the gradients
+// once (per op instance and geometry for Conv, per geometry for pooling)
+// and kept per thread. Backward ADDS into the gradients
 // it is given, like every training op (training_ops.h).
 //
 // conv_pool_ops.cc keeps its own loops as the reference these are tested
@@ -35,13 +36,16 @@ struct ConvShape {
 };
 
 // y[n, m, oh, ow] = conv(x, w) + b (b may be null when !shape.bias).
-absl::Status ConvForward(const ConvShape& shape, const float* x, const float* w, const float* b,
-                         float* y);
+// `node` is any address that identifies the op instance: its primitives and
+// what a `training` forward keeps for backward (x in oneDNN's layout) are
+// its own. A following ConvBackward of the same node and x reuses that.
+absl::Status ConvForward(const void* node, const ConvShape& shape, const float* x, const float* w,
+                         const float* b, float* y, bool training);
 
 // dx += d/dx, dw += d/dw, db += d/db for output gradient dy; a null
 // gradient is not computed.
-absl::Status ConvBackward(const ConvShape& shape, const float* x, const float* w, const float* dy,
-                          float* dx, float* dw, float* db);
+absl::Status ConvBackward(const void* node, const ConvShape& shape, const float* x, const float* w,
+                          const float* dy, float* dx, float* dw, float* db);
 
 enum class PoolKind { kMax, kAverageIncludePad, kAverageExcludePad };
 

@@ -333,8 +333,36 @@ struct Eltwise {
   }
 };
 
-float ReluF(const Node&, float x) { return x > 0 ? x : 0.0f; }
-float ReluD(const Node&, float x, float) { return x > 0 ? 1.0f : 0.0f; }
+// Relu on its own: the generic backward's dy * f'(x) compiles to a branch
+// per element (mispredicted half the time), several times slower than this
+// select, which vectorizes because both operands are loaded unconditionally.
+absl::Status ReluForward(const Graph&, const Node&, const std::vector<const Tensor*>& in,
+                         std::vector<Tensor*>& out) {
+  Resize(out[0], in[0]->shape);
+  const int64_t n = in[0]->size();
+  const float* __restrict x = in[0]->data.data();
+  float* __restrict y = out[0]->data.data();
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  return absl::OkStatus();
+}
+
+absl::Status ReluBackward(const Graph&, const Node&, const std::vector<const Tensor*>& in,
+                          const std::vector<const Tensor*>&, const std::vector<const Tensor*>& gout,
+                          std::vector<Tensor*>& gin) {
+  if (gin[0] == nullptr) return absl::OkStatus();
+  const int64_t n = in[0]->size();
+  const float* __restrict x = in[0]->data.data();
+  const float* __restrict dy = gout[0]->data.data();
+  float* __restrict dx = gin[0]->data.data();
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = dy[i];
+    dx[i] = dx[i] + (x[i] > 0.0f ? g : 0.0f);
+  }
+  return absl::OkStatus();
+}
+
 float LeakyReluF(const Node& n, float x) { return x >= 0 ? x : n.GetFloat("alpha", 0.01f) * x; }
 float LeakyReluD(const Node& n, float x, float) {
   return x >= 0 ? 1.0f : n.GetFloat("alpha", 0.01f);
@@ -492,7 +520,7 @@ const TrainingOp kOps[] = {
     {"Gemm", GemmForward, GemmBackward},
     {"MatMul", MatMulForward, MatMulBackward},
     {"Add", AddForward, AddBackward},
-    {"Relu", Eltwise<ReluF, ReluD>::Forward, Eltwise<ReluF, ReluD>::Backward},
+    {"Relu", ReluForward, ReluBackward},
     {"LeakyRelu", Eltwise<LeakyReluF, LeakyReluD>::Forward,
      Eltwise<LeakyReluF, LeakyReluD>::Backward},
     {"Sigmoid", Eltwise<SigmoidF, SigmoidD>::Forward, Eltwise<SigmoidF, SigmoidD>::Backward},

@@ -164,10 +164,15 @@ TEST(OnednnTrainingOpsTest, ConvMatchesReference) {
     ExpectSame(
         dnn, ref, std::string("Conv ") + c.what,
         c.bias ? std::vector<std::string>{"dX", "dW", "dB"} : std::vector<std::string>{"dX", "dW"});
-    // The same primitives again (cached) give the same results.
+    // The same primitives again (cached) give the same results, also when
+    // backward cannot reuse what a training forward keeps.
     const OpResult again = RunOp(graph, inputs, dy, Implementation::kOnednn);
     EXPECT_EQ(again.y.data, dnn.y.data) << c.what;
     EXPECT_EQ(again.grads[1].data, dnn.grads[1].data) << c.what;
+    const OpResult infer = RunOp(graph, inputs, dy, Implementation::kOnednn, /*training=*/false);
+    EXPECT_EQ(infer.y.data, dnn.y.data) << c.what;
+    for (size_t i = 0; i < dnn.grads.size(); ++i)
+      EXPECT_EQ(infer.grads[i].data, dnn.grads[i].data) << c.what << " after inference mode";
   }
 }
 
