@@ -334,9 +334,11 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     if (cancel->cancelled) {
       return finish(absl::CancelledError("the call was cancelled before it was queued"));
     }
-    // A stream's finished requests leave the list now and then.
-    if (cancel->queued.size() >= 64) {
+    // A stream's answered requests leave the list now and then (amortised:
+    // the list at most doubles between two sweeps).
+    if (cancel->queued.size() >= cancel->prune_at) {
       std::erase_if(cancel->queued, [](const auto& w) { return w.expired(); });
+      cancel->prune_at = std::max<size_t>(64, 2 * cancel->queued.size());
     }
     cancel->queued.push_back(pending);
   }

@@ -35,6 +35,7 @@ struct CallCancellation {
   std::atomic<bool> cancelled{false};
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   std::vector<std::weak_ptr<PendingInference>> queued;  // under mu
+  size_t prune_at = 64;  // under mu: when answered entries leave `queued`
 };
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {

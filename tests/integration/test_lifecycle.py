@@ -212,7 +212,7 @@ class ConfigEditTest(unittest.TestCase):
                 np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x6})["y"], expected6,
                                            rtol=RTOL, atol=ATOL)
                 self.assertEqual(index(stub)[(NAME, "1")], ("READY", ""))
-                self.assertIn("reloaded with its edited config.pbtxt", server.stderr_text())
+                self.assertIn("reloaded with its edited config.pbtxt", server.stderr_text(0))
 
                 # Edits that do not validate: one that does not parse, one that
                 # contradicts the ONNX file. Each time the previous config keeps
