@@ -8,6 +8,7 @@ RepositoryModelUnload load (or reload) and drain models."""
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -246,6 +247,50 @@ class ConfigEditTest(unittest.TestCase):
 
 
 class ExplicitModeTest(unittest.TestCase):
+
+    def test_sigterm_answers_load_requests_in_progress_and_queued(self):
+        """Loads run one at a time on a thread the server owns: at SIGTERM
+        the load under way finishes and is answered OK, the ones waiting
+        for it are refused UNAVAILABLE, none is left hanging or cancelled,
+        and the server exits 0."""
+        repo = tempfile.mkdtemp(prefix="numaserve_load_shutdown_")
+        names = ["slow%d" % i for i in range(3)]
+        try:
+            # 64 layers of 1024 x 1024: a load that takes a while.
+            model = nc.deep_mlp_model(1024, 64, seed=40)
+            for name in names:
+                nc.write_model(repo, name, model)
+            server = nc.ServerProcess(repo, ["--model-control-mode", "explicit"]).start()
+            try:
+                stub = server.stub()
+                calls = [stub.RepositoryModelLoad.future(
+                    nc.pb.RepositoryModelLoadRequest(model_name=name), timeout=120)
+                    for name in names]
+                started = nc.wait_until(
+                    lambda: any(state in ("LOADING", "READY") for (n, _), (state, _r)
+                                in index(stub).items() if n in names), timeout=60)
+                self.assertTrue(started, "no load started: %r" % index(stub))
+                os.kill(server.pid, signal.SIGTERM)
+                outcomes = []
+                for call in calls:
+                    try:
+                        call.result(timeout=120)
+                        outcomes.append((grpc.StatusCode.OK, ""))
+                    except grpc.FutureTimeoutError:
+                        outcomes.append(("hanging", ""))
+                    except grpc.RpcError as e:
+                        outcomes.append((e.code(), e.details()))
+            finally:
+                code = server.stop()
+            log = "\n--- server stderr ---\n" + server.stderr_text(4000)
+            self.assertIn((grpc.StatusCode.OK, ""), outcomes, repr(outcomes) + log)
+            for status, details in outcomes:
+                if status != grpc.StatusCode.OK:
+                    self.assertEqual(status, grpc.StatusCode.UNAVAILABLE, repr(outcomes) + log)
+                    self.assertIn("shutting down", details)
+            self.assertEqual(code, 0, "exit code after SIGTERM" + log)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
 
     def test_load_and_unload_by_request(self):
         repo = tempfile.mkdtemp(prefix="numaserve_explicit_")
