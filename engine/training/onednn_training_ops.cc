@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::training::onednn {
@@ -46,19 +47,20 @@ class Relayout {
     user_ = kernels::UnboundMemory(plain, Engine());
     if (direct_) return;
     inner_ = dnnl::memory(inner, Engine());
-    attr_ = dnnl::primitive_attr();
+    dnnl::primitive_attr attr;
     if (accumulate) {
       dnnl::post_ops ops;
       ops.append_sum(1.0f);
-      attr_.set_post_ops(ops);
+      attr.set_post_ops(ops);
     }
+    to_inner_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), plain, Engine(), inner));
+    to_user_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), inner, Engine(), plain, attr));
   }
 
   // An input: a memory in the inner layout holding the plain data at `src`.
   dnnl::memory In(const float* src) {
     user_.set_data_handle(const_cast<float*>(src));
     if (direct_) return user_;
-    if (!to_inner_) to_inner_ = dnnl::reorder(user_, inner_);
     to_inner_.execute(Stream(), user_, inner_);
     return inner_;
   }
@@ -70,25 +72,26 @@ class Relayout {
   }
   // Where In() last put the data (the caller's buffer or the scratch).
   const dnnl::memory& inner() const { return direct_ ? user_ : inner_; }
-  const dnnl::memory::desc& inner_desc() const { return (direct_ ? user_ : inner_).get_desc(); }
 
   void Finish() {
     if (direct_) return;
-    if (!to_user_) {
-      to_user_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), inner_.get_desc(), Engine(),
-                                                             user_.get_desc(), attr_));
-    }
     to_user_.execute(Stream(), inner_, user_);
   }
 
  private:
   bool direct_ = true;
   dnnl::memory user_, inner_;
-  dnnl::primitive_attr attr_;
   dnnl::reorder to_inner_, to_user_;
 };
 
 dnnl::memory::dims Pair(int64_t a, int64_t b) { return {a, b}; }
+
+// An error while executing: never a reason to fall back to the reference,
+// which would add to gradients a second time.
+absl::Status ExecutionError(const dnnl::error& e, absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat(what, ": oneDNN error ", static_cast<int>(e.status), ": ", e.what()));
+}
 
 // --- Conv ---------------------------------------------------------------------
 // One Conv node's primitives for one geometry and what its last training
@@ -286,7 +289,7 @@ absl::Status ConvForward(const void* node, const ConvShape& s, const float* x, c
     e.fwd_dst.Finish();
     Stream().wait();
   } catch (const dnnl::error& error) {
-    return DnnlErrorToStatus(error, "training convolution forward");
+    return ExecutionError(error, "training convolution forward");
   }
   if (training) e.forward_src = x;
   return absl::OkStatus();
@@ -297,8 +300,14 @@ absl::Status ConvBackward(const void* node, const ConvShape& s, const float* x, 
   absl::StatusOr<ConvEntry*> entry = GetConv(node, s);
   if (!entry.ok()) return entry.status();
   ConvEntry& e = **entry;
+  if (!e.backward_ready) {
+    try {
+      PrepareConvBackward(e, s.bias);
+    } catch (const dnnl::error& error) {
+      return DnnlErrorToStatus(error, "creating a training convolution backward");
+    }
+  }
   try {
-    if (!e.backward_ready) PrepareConvBackward(e, s.bias);
     bool dy_ready = false;
     if (dw != nullptr || (db != nullptr && s.bias)) {
       // Both gradients land in scratch buffers (added to the caller's
@@ -325,7 +334,7 @@ absl::Status ConvBackward(const void* node, const ConvShape& s, const float* x, 
     }
     Stream().wait();
   } catch (const dnnl::error& error) {
-    return DnnlErrorToStatus(error, "training convolution backward");
+    return ExecutionError(error, "training convolution backward");
   }
   return absl::OkStatus();
 }
@@ -353,7 +362,7 @@ absl::Status PoolForward(const void* node, PoolKind kind, const Window2d& win, c
     Stream().wait();
     if (keep) ws.x = x, ws.y = y;
   } catch (const dnnl::error& error) {
-    return DnnlErrorToStatus(error, "training pooling forward");
+    return ExecutionError(error, "training pooling forward");
   }
   return absl::OkStatus();
 }
@@ -383,7 +392,7 @@ absl::Status PoolBackward(const void* node, PoolKind kind, const Window2d& win, 
     e.bwd_src.Finish();
     Stream().wait();
   } catch (const dnnl::error& error) {
-    return DnnlErrorToStatus(error, "training pooling backward");
+    return ExecutionError(error, "training pooling backward");
   }
   return absl::OkStatus();
 }

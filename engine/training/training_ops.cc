@@ -305,8 +305,9 @@ absl::Status AddBackward(const Graph&, const Node&, const std::vector<const Tens
 }
 
 // --- element-wise activations -------------------------------------------------
-// y = f(x); dx += dy * f'(x, y).
-template <float (*F)(const Node&, float), float (*DF)(const Node&, float x, float y)>
+// y = f(x); dx += dy * f'(x, y). `alpha` is the node's attribute of that
+// name (LeakyRelu's), read once per call rather than once per element.
+template <float (*F)(float alpha, float), float (*DF)(float alpha, float x, float y)>
 struct Eltwise {
   static absl::Status Forward(const Graph&, const Node& node, const std::vector<const Tensor*>& in,
                               std::vector<Tensor*>& out) {
@@ -314,8 +315,9 @@ struct Eltwise {
     const int64_t n = in[0]->size();
     const float* x = in[0]->data.data();
     float* y = out[0]->data.data();
+    const float alpha = node.GetFloat("alpha", 0.01f);
 #pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) y[i] = F(node, x[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = F(alpha, x[i]);
     return absl::OkStatus();
   }
   static absl::Status Backward(const Graph&, const Node& node, const std::vector<const Tensor*>& in,
@@ -327,8 +329,9 @@ struct Eltwise {
     const float* y = out[0]->data.data();
     const float* dy = gout[0]->data.data();
     float* dx = gin[0]->data.data();
+    const float alpha = node.GetFloat("alpha", 0.01f);
 #pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * DF(node, x[i], y[i]);
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * DF(alpha, x[i], y[i]);
     return absl::OkStatus();
   }
 };
@@ -363,18 +366,14 @@ absl::Status ReluBackward(const Graph&, const Node&, const std::vector<const Ten
   return absl::OkStatus();
 }
 
-float LeakyReluF(const Node& n, float x) { return x >= 0 ? x : n.GetFloat("alpha", 0.01f) * x; }
-float LeakyReluD(const Node& n, float x, float) {
-  return x >= 0 ? 1.0f : n.GetFloat("alpha", 0.01f);
-}
-float SigmoidF(const Node&, float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float SigmoidD(const Node&, float, float y) { return y * (1.0f - y); }
-float TanhF(const Node&, float x) { return std::tanh(x); }
-float TanhD(const Node&, float, float y) { return 1.0f - y * y; }
-float ErfF(const Node&, float x) { return std::erf(x); }
-float ErfD(const Node&, float x, float) {
-  return 1.1283791670955126f * std::exp(-x * x);
-}  // 2/sqrt(pi)
+float LeakyReluF(float alpha, float x) { return x >= 0 ? x : alpha * x; }
+float LeakyReluD(float alpha, float x, float) { return x >= 0 ? 1.0f : alpha; }
+float SigmoidF(float, float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float SigmoidD(float, float, float y) { return y * (1.0f - y); }
+float TanhF(float, float x) { return std::tanh(x); }
+float TanhD(float, float, float y) { return 1.0f - y * y; }
+float ErfF(float, float x) { return std::erf(x); }
+float ErfD(float, float x, float) { return 1.1283791670955126f * std::exp(-x * x); }  // 2/sqrt(pi)
 
 // --- shape-only ops -------------------------------------------------------------
 absl::Status ViewForward(const Graph& graph, const Node& node, const std::vector<const Tensor*>& in,
