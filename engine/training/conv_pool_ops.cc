@@ -45,8 +45,12 @@ bool UseOnednn() {
 }
 
 // oneDNN could not make a primitive for this geometry: the reference runs.
+std::atomic<int64_t> fallbacks{0};
+
 bool FallBack(const absl::Status& s) {
-  return absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
+  const bool fall_back = absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
+  if (fall_back) fallbacks.fetch_add(1, std::memory_order_relaxed);
+  return fall_back;
 }
 
 absl::StatusOr<Window> MakeWindow(const Node& node, const Tensor& x, int64_t kh, int64_t kw) {
@@ -250,6 +254,7 @@ absl::StatusOr<onednn::ConvShape> OnednnConvShape(const Node& node,
 
 void SetImplementation(Implementation impl) { implementation.store(impl); }
 Implementation CurrentImplementation() { return implementation.load(); }
+int64_t ReferenceFallbacks() { return fallbacks.load(); }
 
 absl::Status ConvForward(const engine::Graph&, const Node& node,
                          const std::vector<const Tensor*>& in, std::vector<Tensor*>& out) {

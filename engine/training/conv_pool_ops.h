@@ -22,6 +22,8 @@ using kernels::Tensor;
 enum class Implementation { kOnednn, kReference };
 void SetImplementation(Implementation implementation);
 Implementation CurrentImplementation();
+// Calls that oneDNN could not make a primitive for and the reference ran.
+int64_t ReferenceFallbacks();
 
 #define NUMASERVE_TRAINING_OP(Name)                                                        \
   absl::Status Name##Forward(const engine::Graph& graph, const engine::Node& node,         \

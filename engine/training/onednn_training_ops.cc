@@ -86,6 +86,11 @@ class Relayout {
 
 dnnl::memory::dims Pair(int64_t a, int64_t b) { return {a, b}; }
 
+std::vector<int64_t> WindowKey(const Window2d& w) {
+  return {w.n,  w.c,  w.h,  w.w,  w.kh, w.kw, w.sh, w.sw,
+          w.pt, w.pl, w.pb, w.pr, w.dh, w.dw, w.oh, w.ow};
+}
+
 // An error while executing: never a reason to fall back to the reference,
 // which would add to gradients a second time.
 absl::Status ExecutionError(const dnnl::error& e, absl::string_view what) {
@@ -114,9 +119,9 @@ struct ConvEntry {
 };
 
 std::vector<int64_t> ConvKey(const ConvShape& s) {
-  const Window2d& w = s.win;
-  return {w.n,  w.c,  w.h,  w.w,  w.kh, w.kw, w.sh, w.sw,     w.pt,  w.pl,
-          w.pb, w.pr, w.dh, w.dw, w.oh, w.ow, s.m,  s.groups, s.bias};
+  std::vector<int64_t> key = WindowKey(s.win);
+  key.insert(key.end(), {s.m, s.groups, s.bias});
+  return key;
 }
 
 absl::StatusOr<ConvEntry*> GetConv(const void* node, const ConvShape& s) {
@@ -185,8 +190,11 @@ void PrepareConvBackward(ConvEntry& e, bool bias) {
 // --- pooling ------------------------------------------------------------------
 struct PoolEntry {
   md src, dst;  // plain
+  dnnl::memory::dims strides, kernel, dilation, pad_l, pad_r;
+  dnnl::algorithm algorithm;
   dnnl::pooling_v2_forward::primitive_desc train_pd;
   dnnl::pooling_v2_forward train, infer;
+  // Made at the first backward (evaluation-only geometries never need it).
   bool backward_ready = false;
   dnnl::pooling_v2_backward bwd;
   Relayout bwd_src;  // diff_src, accumulated into the caller's gradient
@@ -214,23 +222,9 @@ dnnl::algorithm PoolAlgorithm(PoolKind kind) {
 }
 
 std::vector<int64_t> PoolKey(PoolKind kind, const Window2d& w) {
-  return {static_cast<int64_t>(kind),
-          w.n,
-          w.c,
-          w.h,
-          w.w,
-          w.kh,
-          w.kw,
-          w.sh,
-          w.sw,
-          w.pt,
-          w.pl,
-          w.pb,
-          w.pr,
-          w.dh,
-          w.dw,
-          w.oh,
-          w.ow};
+  std::vector<int64_t> key = WindowKey(w);
+  key.push_back(static_cast<int64_t>(kind));
+  return key;
 }
 
 absl::StatusOr<PoolEntry*> GetPool(PoolKind kind, const Window2d& w) {
@@ -242,21 +236,21 @@ absl::StatusOr<PoolEntry*> GetPool(PoolKind kind, const Window2d& w) {
   try {
     e->src = Plain({w.n, w.c, w.h, w.w});
     e->dst = Plain({w.n, w.c, w.oh, w.ow});
-    const auto strides = Pair(w.sh, w.sw), kernel = Pair(w.kh, w.kw);
-    const auto dilation = Pair(w.dh - 1, w.dw - 1);
-    const auto pad_l = Pair(w.pt, w.pl), pad_r = Pair(w.pb, w.pr);
-    dnnl::pooling_v2_forward::desc train(dnnl::prop_kind::forward_training, PoolAlgorithm(kind),
-                                         e->src, e->dst, strides, kernel, dilation, pad_l, pad_r);
+    e->strides = Pair(w.sh, w.sw);
+    e->kernel = Pair(w.kh, w.kw);
+    e->dilation = Pair(w.dh - 1, w.dw - 1);
+    e->pad_l = Pair(w.pt, w.pl);
+    e->pad_r = Pair(w.pb, w.pr);
+    e->algorithm = PoolAlgorithm(kind);
+    dnnl::pooling_v2_forward::desc train(dnnl::prop_kind::forward_training, e->algorithm, e->src,
+                                         e->dst, e->strides, e->kernel, e->dilation, e->pad_l,
+                                         e->pad_r);
     e->train_pd = dnnl::pooling_v2_forward::primitive_desc(train, Engine());
     e->train = dnnl::pooling_v2_forward(e->train_pd);
-    dnnl::pooling_v2_forward::desc infer(dnnl::prop_kind::forward_inference, PoolAlgorithm(kind),
-                                         e->src, e->dst, strides, kernel, dilation, pad_l, pad_r);
+    dnnl::pooling_v2_forward::desc infer(dnnl::prop_kind::forward_inference, e->algorithm, e->src,
+                                         e->dst, e->strides, e->kernel, e->dilation, e->pad_l,
+                                         e->pad_r);
     e->infer = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(infer, Engine()));
-    dnnl::pooling_v2_backward::desc bwd(PoolAlgorithm(kind), e->src, e->dst, strides, kernel,
-                                        dilation, pad_l, pad_r);
-    dnnl::pooling_v2_backward::primitive_desc bwd_pd(bwd, Engine(), e->train_pd);
-    e->bwd = dnnl::pooling_v2_backward(bwd_pd);
-    e->bwd_src = Relayout(e->src, bwd_pd.diff_src_desc(), true);
     e->src_mem = kernels::UnboundMemory(e->src, Engine());
     e->dst_mem = kernels::UnboundMemory(e->dst, Engine());
     e->diff_dst_mem = kernels::UnboundMemory(e->dst, Engine());
@@ -264,6 +258,15 @@ absl::StatusOr<PoolEntry*> GetPool(PoolKind kind, const Window2d& w) {
     return DnnlErrorToStatus(error, "creating a training pooling");
   }
   return cache.emplace(std::move(key), std::move(e)).first->second.get();
+}
+
+void PreparePoolBackward(PoolEntry& e) {
+  dnnl::pooling_v2_backward::desc bwd(e.algorithm, e.src, e.dst, e.strides, e.kernel, e.dilation,
+                                      e.pad_l, e.pad_r);
+  dnnl::pooling_v2_backward::primitive_desc bwd_pd(bwd, Engine(), e.train_pd);
+  e.bwd = dnnl::pooling_v2_backward(bwd_pd);
+  e.bwd_src = Relayout(e.src, bwd_pd.diff_src_desc(), true);
+  e.backward_ready = true;
 }
 
 PoolWorkspace& Workspace(const void* node, PoolKind kind, const Window2d& w) {
@@ -372,6 +375,13 @@ absl::Status PoolBackward(const void* node, PoolKind kind, const Window2d& win, 
   absl::StatusOr<PoolEntry*> entry = GetPool(kind, win);
   if (!entry.ok()) return entry.status();
   PoolEntry& e = **entry;
+  if (!e.backward_ready) {
+    try {
+      PreparePoolBackward(e);
+    } catch (const dnnl::error& error) {
+      return DnnlErrorToStatus(error, "creating a training pooling backward");
+    }
+  }
   try {
     std::unordered_map<int, dnnl::memory> args;
     if (kind == PoolKind::kMax) {

@@ -106,6 +106,7 @@ struct ConvCase {
 };
 
 TEST(OnednnTrainingOpsTest, ConvMatchesReference) {
+  const int64_t fallbacks = conv_pool::ReferenceFallbacks();
   const std::vector<ConvCase> cases = {
       {"3x3 pad 1", {4, 3, 8, 8}, {8, 3, 3, 3}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
       {"first layer of the CNN (1 channel)",
@@ -174,6 +175,7 @@ TEST(OnednnTrainingOpsTest, ConvMatchesReference) {
     for (size_t i = 0; i < dnn.grads.size(); ++i)
       EXPECT_EQ(infer.grads[i].data, dnn.grads[i].data) << c.what << " after inference mode";
   }
+  EXPECT_EQ(conv_pool::ReferenceFallbacks(), fallbacks) << "oneDNN rejected a geometry";
 }
 
 TEST(OnednnTrainingOpsTest, ConvWithoutSomeGradients) {
@@ -222,6 +224,7 @@ struct PoolCase {
 };
 
 TEST(OnednnTrainingOpsTest, PoolingMatchesReference) {
+  const int64_t fallbacks = conv_pool::ReferenceFallbacks();
   const auto ints = [](std::vector<int64_t> v) { return engine::AttributeValue(v); };
   const std::vector<PoolCase> cases = {
       {"2x2 stride 2 (the CNN's)",
@@ -282,6 +285,7 @@ TEST(OnednnTrainingOpsTest, PoolingMatchesReference) {
     const OpResult infer = RunOp(graph, inputs, dy, Implementation::kOnednn, /*training=*/false);
     ExpectSame(infer, ref, what + " after inference mode", {"dX"});
   }
+  EXPECT_EQ(conv_pool::ReferenceFallbacks(), fallbacks) << "oneDNN rejected a geometry";
 }
 
 // Forward and backward of whole nets (every parameter's gradient and the
