@@ -1,6 +1,7 @@
 // GEMM backends for Y = op(A) x W with constant weights (GemmOptions):
 //   onednn    oneDNN's matmul primitive on weights packed once (MatMulOnednn)
-//   blis      BLIS's OpenMP build (libblis.so.4), typed API bli_sgemm
+//   blis      BLIS's OpenMP build (libblis.so.4), typed API bli_sgemm, and
+//             bli_sgemv for one row (its sgemm packs even then)
 //   openblas  OpenBLAS's OpenMP build (libopenblas.so.0), cblas_sgemm, and
 //             cblas_sgemv for one row (0.3.21's sgemm does not switch to it)
 // BLIS and OpenBLAS both export the BLAS/CBLAS symbols, so linking both would
