@@ -19,22 +19,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The fastest of several runs of `kernel` on m rows (after one warm-up).
-absl::StatusOr<double> TimeKernel(GemmKernel& kernel, int64_t m, const GemmTuneOptions& tune) {
-  std::vector<float> src(m * kernel.k()), dst(m * kernel.n(), 0.0f);
+// Times one run of each kernel on m rows per round, round after round, and
+// keeps each kernel's fastest run: load from other processes then falls on
+// every backend alike instead of on whichever was being timed. A kernel
+// that fails gets its status in `failed` and is left out of later rounds.
+void TimeKernels(const std::vector<GemmKernel*>& kernels, int64_t m, const GemmTuneOptions& tune,
+                 std::vector<double>* best, std::vector<absl::Status>* failed) {
+  const int64_t k = kernels.front()->k(), n = kernels.front()->n();
+  std::vector<float> src(m * k), dst(m * n, 0.0f);
   for (size_t i = 0; i < src.size(); ++i) src[i] = 0.01f * static_cast<float>(i % 7);
-  if (absl::Status s = kernel.Prepare(m); !s.ok()) return s;
-  if (absl::Status s = kernel.Run(m, src.data(), dst.data()); !s.ok()) return s;
-  double best = 1e30, spent = 0;
-  for (int run = 0; run < tune.max_runs && (run < tune.min_runs || spent < tune.min_seconds);
-       ++run) {
+  best->assign(kernels.size(), 1e30);
+  auto run = [&](size_t i) {
+    if (!(*failed)[i].ok()) return 0.0;
     const auto t0 = Clock::now();
-    if (absl::Status s = kernel.Run(m, src.data(), dst.data()); !s.ok()) return s;
-    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::min(best, t);
-    spent += t;
+    if (absl::Status s = kernels[i]->Run(m, src.data(), dst.data()); !s.ok()) (*failed)[i] = s;
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if ((*failed)[i].ok()) (*failed)[i] = kernels[i]->Prepare(m);
+    run(i);  // warm-up: primitive creation, packing buffers, first touch
   }
-  return best;
+  double spent = 0;
+  for (int round = 0; round < tune.max_runs && (round < tune.min_runs || spent < tune.min_seconds);
+       ++round) {
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const double t = run(i);
+      (*best)[i] = std::min((*best)[i], t);
+      spent += t;
+    }
+  }
 }
 
 std::string KeyText(const GemmChoiceCache::Key& key) {
@@ -108,9 +121,7 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateFastestGemmKernel(const GemmOp
                                                                     GemmChoice* choice) {
   *choice = GemmChoice{};
   choice->rows = tune.rows;
-  std::unique_ptr<GemmKernel> best;
-  double best_total = 0;
-  absl::Status first_error;
+  std::vector<std::unique_ptr<GemmKernel>> kernels;  // by timing, null if not created
   for (GemmBackend backend : kAllGemmBackends) {
     GemmTiming timing;
     timing.backend = backend;
@@ -124,29 +135,48 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateFastestGemmKernel(const GemmOp
         timing.status = created.status();
       }
     }
-    for (size_t i = 0; timing.status.ok() && i < tune.rows.size(); ++i) {
-      auto t = TimeKernel(*kernel, tune.rows[i], tune);
-      if (t.ok()) {
-        timing.seconds.push_back(*t);
-      } else {
-        timing.status = t.status();
-      }
-    }
-    if (timing.status.ok() && (best == nullptr || timing.total() < best_total)) {
-      best = std::move(kernel);
-      best_total = timing.total();
-      choice->backend = backend;
-    }
-    if (!timing.status.ok() && first_error.ok() &&
-        timing.status.code() != absl::StatusCode::kFailedPrecondition) {
-      first_error = timing.status;
-    }
     choice->timings.push_back(std::move(timing));
+    kernels.push_back(std::move(kernel));
   }
-  if (best == nullptr) {
+  std::vector<GemmKernel*> timed;
+  std::vector<size_t> index;  // into choice->timings
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (kernels[i] != nullptr) {
+      timed.push_back(kernels[i].get());
+      index.push_back(i);
+    }
+  }
+  for (int64_t m : tune.rows) {
+    if (timed.empty()) break;
+    std::vector<double> best;
+    std::vector<absl::Status> failed(timed.size());
+    for (size_t j = 0; j < timed.size(); ++j) failed[j] = choice->timings[index[j]].status;
+    TimeKernels(timed, m, tune, &best, &failed);
+    for (size_t j = 0; j < timed.size(); ++j) {
+      GemmTiming& t = choice->timings[index[j]];
+      t.status = failed[j];
+      if (t.status.ok()) t.seconds.push_back(best[j]);
+    }
+  }
+  std::unique_ptr<GemmKernel> fastest;
+  double fastest_total = 0;
+  absl::Status first_error;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const GemmTiming& t = choice->timings[i];
+    if (t.status.ok() && (fastest == nullptr || t.total() < fastest_total)) {
+      fastest = std::move(kernels[i]);
+      fastest_total = t.total();
+      choice->backend = t.backend;
+    }
+    if (!t.status.ok() && first_error.ok() &&
+        t.status.code() != absl::StatusCode::kFailedPrecondition) {
+      first_error = t.status;
+    }
+  }
+  if (fastest == nullptr) {
     return first_error.ok() ? choice->timings.front().status : first_error;
   }
-  return best;
+  return fastest;
 }
 
 GemmChoiceCache& GemmChoiceCache::Global() {

@@ -24,12 +24,14 @@ struct GemmTuneOptions {
   // the micro-kernel dominate. The two favour different libraries, and both
   // are what a serving worker runs.
   std::vector<int64_t> rows = {1, 32};
-  // Each (backend, M) runs once to warm up, then until it has run min_runs
-  // times and min_seconds have passed, at most max_runs times; the fastest
-  // run counts (the least disturbed by other load).
-  int min_runs = 3;
-  int max_runs = 50;
-  double min_seconds = 0.004;
+  // Per M, each backend runs once to warm up, then the backends take turns,
+  // one run each per round, until min_runs rounds and min_seconds (all
+  // backends together) have passed, at most max_runs rounds. Each backend's
+  // fastest run counts: the one least disturbed by other load, which taking
+  // turns spreads over all backends alike.
+  int min_runs = 5;
+  int max_runs = 100;
+  double min_seconds = 0.02;
 };
 
 struct GemmTiming {
