@@ -1,26 +1,40 @@
 // Load against a running numaserve over gRPC, bounded in time.
 //   closed loop: N callers, each with one request in flight, back to back
 //     (throughput at a given concurrency; saturation with enough callers).
+//     Callers are asynchronous calls restarted from their own completion, so
+//     64 callers cost no more client threads than 1.
 //   open loop: requests sent at a fixed rate whatever the answers do, each
 //     latency measured from its scheduled send time, so a server that falls
 //     behind shows it (no coordinated omission).
-// Prints requests/s, rows/s and latency p50/p90/p99/p99.9 (text, then JSON).
-//   grpc_loadgen --url 127.0.0.1:8001 --model fashion_classifier --batch 1 \
-//     --mode closed --concurrency 16 --seconds 10
+// The request is serialized once and sent as the same bytes every time
+// (answers are not parsed, only their status read), so the load generator's
+// own CPU time per request, printed with the results, is little more than
+// gRPC's: on a machine where it shares cores with the server, it takes as
+// little from the server as a client can.
+// Prints requests/s, rows/s, latency p50/p90/p99/p99.9 and that CPU time
+// (text, then JSON).
+//   grpc_loadgen --url 127.0.0.1:8001 --model fashion_classifier --rows 16
+//     --mode closed --concurrency 16 --seconds 10 --cpus 0
 //   grpc_loadgen --url 127.0.0.1:8001 --model fashion_classifier --mode open --rate 2000
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "affinity/topology.h"
 #include "grpc_service.grpc.pb.h"
 #include "server/args.h"
 
@@ -35,12 +49,24 @@ double Percentile(std::vector<double>& v, double p) {
   return v[k];
 }
 
-// Latencies of answers that arrive in the measured window, and failures by code.
+// User + system CPU seconds of this process so far.
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
+// Latencies of answers to requests sent in the measured window, failures by
+// code, and every answer (warm-up included) for the CPU-per-request figure.
 class Recorder {
  public:
   explicit Recorder(Clock::time_point measure_from) : from_(measure_from) {}
   void Record(Clock::time_point sent, Clock::time_point answered, const grpc::Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
+    ++answered_;
     if (sent < from_) return;  // warm-up
     if (!status.ok()) {
       ++errors_[status.error_code()];
@@ -49,6 +75,7 @@ class Recorder {
     latencies_ms_.push_back(std::chrono::duration<double, std::milli>(answered - sent).count());
   }
   std::vector<double>& latencies() { return latencies_ms_; }
+  int64_t answered() const { return answered_; }
   int64_t errors() const {
     int64_t n = 0;
     for (const auto& [code, count] : errors_) n += count;
@@ -57,8 +84,10 @@ class Recorder {
   std::string ErrorSummary() const {
     std::string s;
     for (const auto& [code, count] : errors_) {
-      s += (s.empty() ? "" : ",") + std::to_string(static_cast<int>(code)) + ":" +
-           std::to_string(count);
+      if (!s.empty()) s += ',';
+      s += std::to_string(static_cast<int>(code));
+      s += ':';
+      s += std::to_string(count);
     }
     return s.empty() ? "none" : s;
   }
@@ -66,25 +95,97 @@ class Recorder {
  private:
   const Clock::time_point from_;
   std::mutex mu_;
+  int64_t answered_ = 0;
   std::vector<double> latencies_ms_;
   std::map<grpc::StatusCode, int64_t> errors_;
+};
+
+// Counts calls in flight; Wait() returns once none is left (or at `until`).
+class InFlight {
+ public:
+  void Add() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++n_;
+  }
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--n_ == 0) cv_.notify_all();
+  }
+  int64_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return n_;
+  }
+  bool Wait(Clock::time_point until) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, until, [&] { return n_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t n_ = 0;
+};
+
+constexpr char kModelInfer[] = "/inference.GRPCInferenceService/ModelInfer";
+
+struct Call {
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer response;
+  Clock::time_point sent;
+};
+
+// One closed-loop caller: sends, and from the answer's callback sends again
+// until `end`.
+class Caller {
+ public:
+  Caller(grpc::GenericStub* stub, const grpc::ByteBuffer* request, Recorder* recorder,
+         InFlight* in_flight, Clock::time_point end)
+      : stub_(stub), request_(request), recorder_(recorder), in_flight_(in_flight), end_(end) {}
+
+  void Send() {
+    const auto now = Clock::now();
+    if (now >= end_) {
+      in_flight_->Done();
+      return;
+    }
+    auto* call = new Call();
+    call->sent = now;
+    call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    stub_->UnaryCall(&call->ctx, kModelInfer, grpc::StubOptions(), request_, &call->response,
+                     [this, call](grpc::Status s) {
+                       recorder_->Record(call->sent, Clock::now(), s);
+                       delete call;
+                       Send();
+                     });
+  }
+
+ private:
+  grpc::GenericStub* const stub_;
+  const grpc::ByteBuffer* const request_;
+  Recorder* const recorder_;
+  InFlight* const in_flight_;
+  const Clock::time_point end_;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string url = "127.0.0.1:8001", model = "fashion_classifier", mode = "closed";
-  int64_t batch = 1, concurrency = 1, max_outstanding = 4096;
+  std::string url = "127.0.0.1:8001", model = "fashion_classifier", mode = "closed", cpus;
+  int64_t rows = 1, concurrency = 1, max_outstanding = 4096, channels = 1;
   double seconds = 5, warmup = 1, rate = 1000;
   numaserve::server::ArgParser parser("loadgen", "gRPC load generator (closed or open loop).");
   parser.AddString("url", &url, "server HOST:PORT");
   parser.AddString("model", &model, "model name");
-  parser.AddInt("batch", &batch, "rows per request");
+  parser.AddInt("rows", &rows, "rows per request (the input's first dimension)");
+  parser.AddInt("batch", &rows, "same as --rows");
   parser.AddString("mode", &mode, "closed (fixed concurrency) | open (fixed rate)");
   parser.AddInt("concurrency", &concurrency, "closed loop: callers, one request in flight each");
   parser.AddDouble("rate", &rate, "open loop: requests per second");
   parser.AddInt("max-outstanding", &max_outstanding,
                 "open loop: requests in flight before sends are counted as dropped");
+  parser.AddInt("channels", &channels,
+                "gRPC channels (connections); calls are spread over them (bounded to 64)");
+  parser.AddString("cpus", &cpus, "run the load generator only on these cpus, e.g. 0 or 0-1");
   parser.AddDouble("seconds", &seconds, "measured duration (bounded to 600)");
   parser.AddDouble("warmup-seconds", &warmup, "load before measuring (bounded to 60)");
   if (auto s = parser.Parse(std::vector<std::string>(argv + 1, argv + argc)); !s.ok()) {
@@ -99,17 +200,43 @@ int main(int argc, char** argv) {
     fprintf(stderr, "--mode must be closed or open, not '%s'\n", mode.c_str());
     return 2;
   }
-  if (batch < 1 || concurrency < 1 || rate <= 0 || max_outstanding < 1) {
-    fprintf(stderr, "--batch, --concurrency, --rate and --max-outstanding must be positive\n");
+  if (rows < 1 || concurrency < 1 || rate <= 0 || max_outstanding < 1 || channels < 1) {
+    fprintf(stderr,
+            "--rows, --concurrency, --rate, --max-outstanding and --channels must be positive\n");
     return 2;
   }
+  if (!cpus.empty()) {
+    auto list = numaserve::affinity::ParseCpuList(cpus);
+    if (!list.ok()) {
+      fprintf(stderr, "--cpus: %s\n", std::string(list.status().message()).c_str());
+      return 2;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : *list) {
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+    }
+    // Before gRPC starts its threads: they inherit the mask.
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+      fprintf(stderr, "--cpus %s: cannot bind to these cpus\n", cpus.c_str());
+      return 2;
+    }
+  }
+  channels = std::min<int64_t>(channels, 64);
   seconds = std::clamp(seconds, 0.1, 600.0);
   warmup = std::clamp(warmup, 0.0, 60.0);
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args);
-  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> typed;
+  for (int64_t c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    // Distinct arguments keep channels from sharing one connection.
+    args.SetInt("numaserve.loadgen_channel", static_cast<int>(c));
+    auto channel = grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args);
+    if (c == 0) typed = inference::GRPCInferenceService::NewStub(channel);
+    stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
+  }
 
   inference::ModelMetadataRequest meta_request;
   meta_request.set_name(model);
@@ -117,7 +244,7 @@ int main(int argc, char** argv) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    auto s = stub->ModelMetadata(&ctx, meta_request, &meta);
+    auto s = typed->ModelMetadata(&ctx, meta_request, &meta);
     if (!s.ok()) {
       fprintf(stderr, "ModelMetadata: %s\n", s.error_message().c_str());
       return 1;
@@ -133,7 +260,7 @@ int main(int argc, char** argv) {
     in->set_datatype(t.datatype());
     int64_t n = 1;
     for (int i = 0; i < t.shape_size(); ++i) {
-      int64_t d = t.shape(i) < 0 ? (i == 0 ? batch : 1) : t.shape(i);
+      int64_t d = t.shape(i) < 0 ? (i == 0 ? rows : 1) : t.shape(i);
       in->add_shape(d);
       n *= d;
     }
@@ -141,63 +268,66 @@ int main(int argc, char** argv) {
     raw->resize(static_cast<size_t>(n) * 4);
     for (int64_t i = 0; i < n; ++i) reinterpret_cast<float*>(raw->data())[i] = u(rng);
   }
+  const std::string serialized = request.SerializeAsString();
+  grpc::Slice slice(serialized);
+  const grpc::ByteBuffer request_bytes(&slice, 1);
 
+  const double cpu_start = ProcessCpuSeconds();
   const auto start = Clock::now();
   const auto measure_from =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
   const auto end = measure_from + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(seconds));
   Recorder recorder(measure_from);
+  InFlight in_flight;
   int64_t dropped = 0;
 
   if (mode == "closed") {
-    std::vector<std::thread> callers;
+    std::vector<std::unique_ptr<Caller>> callers;
     for (int64_t c = 0; c < concurrency; ++c) {
-      callers.emplace_back([&] {
-        inference::ModelInferResponse response;
-        while (Clock::now() < end) {
-          grpc::ClientContext ctx;
-          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-          auto t0 = Clock::now();
-          auto s = stub->ModelInfer(&ctx, request, &response);
-          recorder.Record(t0, Clock::now(), s);
-        }
-      });
+      callers.push_back(std::make_unique<Caller>(stubs[static_cast<size_t>(c % channels)].get(),
+                                                 &request_bytes, &recorder, &in_flight, end));
     }
-    for (auto& t : callers) t.join();
+    for (auto& caller : callers) {
+      in_flight.Add();
+      caller->Send();
+    }
+    if (!in_flight.Wait(end + std::chrono::seconds(60))) {
+      fprintf(stderr, "closed loop: %ld calls still unanswered 60 s after the end\n",
+              in_flight.count());
+      _exit(1);  // callers still referenced by gRPC: do not destroy them
+    }
   } else {
-    struct Call {
-      grpc::ClientContext ctx;
-      inference::ModelInferResponse response;
-      Clock::time_point scheduled;
-    };
-    std::atomic<int64_t> outstanding{0};
     const auto interval =
         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
     for (int64_t k = 0;; ++k) {
       const auto scheduled = start + interval * k;
       if (scheduled >= end) break;
       std::this_thread::sleep_until(scheduled);
-      if (outstanding.load() >= max_outstanding) {
+      if (in_flight.count() >= max_outstanding) {
         if (scheduled >= measure_from) ++dropped;
         continue;
       }
       auto* call = new Call();
-      call->scheduled = scheduled;
+      call->sent = scheduled;
       call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-      ++outstanding;
-      stub->async()->ModelInfer(&call->ctx, &request, &call->response,
-                                [call, &recorder, &outstanding](grpc::Status s) {
-                                  recorder.Record(call->scheduled, Clock::now(), s);
-                                  delete call;
-                                  --outstanding;
-                                });
+      in_flight.Add();
+      stubs[static_cast<size_t>(k % channels)]->UnaryCall(
+          &call->ctx, kModelInfer, grpc::StubOptions(), &request_bytes, &call->response,
+          [call, &recorder, &in_flight](grpc::Status s) {
+            recorder.Record(call->sent, Clock::now(), s);
+            delete call;
+            in_flight.Done();
+          });
     }
-    const auto give_up = Clock::now() + std::chrono::seconds(60);
-    while (outstanding.load() > 0 && Clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!in_flight.Wait(Clock::now() + std::chrono::seconds(60))) {
+      fprintf(stderr, "open loop: %ld calls still unanswered 60 s after the end\n",
+              in_flight.count());
+      _exit(1);
     }
   }
+  const double cpu_us_per_request = (ProcessCpuSeconds() - cpu_start) * 1e6 /
+                                    static_cast<double>(std::max<int64_t>(1, recorder.answered()));
 
   std::vector<double>& lat = recorder.latencies();
   const double rps = static_cast<double>(lat.size()) / seconds;
@@ -206,16 +336,18 @@ int main(int argc, char** argv) {
   const std::string load = mode == "closed" ? "concurrency=" + std::to_string(concurrency)
                                             : "rate=" + std::to_string(static_cast<int64_t>(rate));
   printf(
-      "model=%s batch=%ld mode=%s %s: %.0f req/s, %.0f rows/s, latency p50 %.3f ms p90 %.3f ms "
-      "p99 %.3f ms p99.9 %.3f ms, errors %s, dropped %ld\n",
-      model.c_str(), batch, mode.c_str(), load.c_str(), rps, rps * static_cast<double>(batch), p50,
-      p90, p99, p999, recorder.ErrorSummary().c_str(), dropped);
+      "model=%s rows=%ld mode=%s %s: %.0f req/s, %.0f rows/s, latency p50 %.3f ms p90 %.3f ms "
+      "p99 %.3f ms p99.9 %.3f ms, errors %s, dropped %ld, client cpu %.1f us/req\n",
+      model.c_str(), rows, mode.c_str(), load.c_str(), rps, rps * static_cast<double>(rows), p50,
+      p90, p99, p999, recorder.ErrorSummary().c_str(), dropped, cpu_us_per_request);
   printf(
-      "{\"model\":\"%s\",\"batch\":%ld,\"mode\":\"%s\",\"concurrency\":%ld,\"rate\":%.1f,"
+      "{\"model\":\"%s\",\"rows\":%ld,\"mode\":\"%s\",\"concurrency\":%ld,\"rate\":%.1f,"
       "\"requests_per_second\":%.1f,\"rows_per_second\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
-      "\"p99_ms\":%.4f,\"p999_ms\":%.4f,\"errors\":%ld,\"dropped\":%ld}\n",
-      model.c_str(), batch, mode.c_str(), mode == "closed" ? concurrency : 0,
-      mode == "open" ? rate : 0.0, rps, rps * static_cast<double>(batch), p50, p90, p99, p999,
-      recorder.errors(), dropped);
+      "\"p99_ms\":%.4f,\"p999_ms\":%.4f,\"errors\":%ld,\"dropped\":%ld,"
+      "\"client_cpu_us_per_request\":%.2f}\n",
+      model.c_str(), rows, mode.c_str(), mode == "closed" ? concurrency : 0,
+      mode == "open" ? rate : 0.0, rps, rps * static_cast<double>(rows), p50, p90, p99, p999,
+      recorder.errors(), dropped, cpu_us_per_request);
+  fflush(stdout);
   return recorder.errors() == 0 && dropped == 0 ? 0 : 1;
 }

@@ -1,26 +1,92 @@
 #!/usr/bin/env bash
-# Serving benchmark: for each model and max_queue_delay setting, start the
-# real server on a temporary repository (config.pbtxt with dynamic
-# batching), then drive it with grpc_loadgen in closed loop (saturation) and
-# open loop (fixed rate); finally `numaserve bench` runs the same model in
-# process at the largest batch, so serving overhead = server rows/s at
-# saturation / in-process rows/s.
+# Serving benchmark: dynamic-batching delays, closed and open loop, and the
+# serving overhead against the engine in process.
 #   benchmarks/e2e/serving_bench.sh [build dir]
-# Environment: SECONDS_PER_RUN (default 5), DELAYS_US (default "0 1000 5000"),
-#   MODELS ("name=path:max_batch:concurrency:open_rate ...").
+#
+# For each case (model, rows per request) and each max_queue_delay, the real
+# server is started on a temporary repository (config.pbtxt with dynamic
+# batching) and driven by grpc_loadgen: closed loop with 1 caller, closed
+# loop with many callers (saturation), open loop at a fixed rate (latency
+# from each request's scheduled send time).
+#
+# Overhead measurement (the same compute on both sides):
+#   * compute cpus (COMPUTE_CPUS, default the last cpu): the server's worker
+#     (`serve --cpuset`, so one OpenMP thread per compute cpu) and, for the
+#     reference, `numaserve bench --threads <that count>` pinned there too,
+#     at batch max_batch_size.
+#   * front cpus (FRONT_CPUS, default every other cpu): the server process
+#     (gRPC front end, batcher, router: every thread moved with `taskset -a
+#     -p` once it is up; the worker is a process of its own and stays on the
+#     compute cpus) and the load generator (--cpus).
+#   overhead ratio = served rows/s at saturation / in-process rows/s.
+#   A ratio near 1 means the worker's cpus never wait for the front end; if
+#   the front cpus saturate first, the ratio measures the front end instead.
+#   Where the time goes, per saturation run:
+#     fe_us/req  server process CPU (utime+stime from /proc/PID/stat, the
+#                worker excluded: it is a process of its own) per request;
+#     cli_us/req the load generator's CPU per request;
+#     worker%    worker CPU time / wall time (100% = its cpu never idles);
+#     batch      mean rows per execution (numaserve_inferences_total /
+#                numaserve_executions_total over the run).
+#   On a machine with one cpu everything shares it and no pinning is done.
+#
+# Environment:
+#   SECONDS_PER_RUN (default 5), DELAYS_US (default "0 1000 5000"),
+#   COMPUTE_CPUS / FRONT_CPUS (cpu lists, see above),
+#   CASES ("name=path:max_batch:rows:concurrency:open_rate ...").
 set -euo pipefail
 build=${1:-build/release}
 bin=$build/bin
 secs=${SECONDS_PER_RUN:-5}
 delays=${DELAYS_US:-"0 1000 5000"}
-models=${MODELS:-"mlp=models/fashion_classifier/1/model.onnx:64:64:2000 cnn=benchmarks/models/out/mobilenetv2.onnx:16:16:40"}
+cases=${CASES:-"mlp=models/fashion_classifier/1/model.onnx:64:1:128:2000 \
+mlp=models/fashion_classifier/1/model.onnx:64:16:16:500 \
+cnn=benchmarks/models/out/mobilenetv2.onnx:16:1:32:40"}
+
+ncpu=$(nproc)
+if [ "$ncpu" -ge 2 ]; then
+  compute=${COMPUTE_CPUS:-$((ncpu - 1))}
+  front=${FRONT_CPUS:-0-$((ncpu - 2))}
+  pin_compute=(taskset -c "$compute")
+  loadgen_cpus=(--cpus "$front")
+  serve_cpus=(--cpuset "$compute")
+  threads=$(python3 -c "import sys
+n=0
+for p in sys.argv[1].split(','):
+    a,_,b=p.partition('-'); n+=int(b or a)-int(a)+1
+print(n)" "$compute")
+else
+  front="" pin_compute=() loadgen_cpus=() serve_cpus=()
+  threads=1
+fi
+tick=$(getconf CLK_TCK)
+
+# utime+stime of a process, in seconds.
+cpu_seconds() {
+  awk -v t="$tick" '{ sub(/^.*\) /, ""); print ($12 + $13) / t }' "/proc/$1/stat" 2>/dev/null ||
+    echo 0
+}
+metric() {  # metric NAME MODEL: a counter's value on the server's /metrics page
+  curl -s "http://$metrics/metrics" |
+    awk -v n="$1" -v m="$2" '$1 ~ "^"n"\\{model=\""m"\"" { s += $2 } END { print s + 0 }'
+}
+field() {  # field KEY JSON_LINE
+  sed -E "s/.*\"$1\": *([^,}]*).*/\1/" <<<"$2"
+}
 
 echo "== load: $(uptime)"
-for spec in $models; do
+echo "== compute cpus: ${compute:-all} ($threads threads), front end and load generator: ${front:-all}"
+summary=()
+for spec in $cases; do
   name=${spec%%=*}
   rest=${spec#*=}
-  IFS=: read -r path max_batch conc rate <<<"$rest"
+  IFS=: read -r path max_batch rows conc rate <<<"$rest"
   [ -f "$path" ] || { echo "skip $name: $path missing"; continue; }
+  echo "== $name in process (numaserve bench, batch $max_batch, $threads threads)"
+  inproc_line=$("${pin_compute[@]}" "$bin/numaserve" bench --model "$path" --batch "$max_batch" \
+    --threads "$threads" --seconds "$secs" --json | tail -1)
+  echo "   $inproc_line"
+  inproc=$(field inferences_per_second "$inproc_line")
   for delay in $delays; do
     repo=$(mktemp -d)
     mkdir -p "$repo/$name/1"
@@ -30,27 +96,75 @@ max_batch_size: $max_batch
 dynamic_batching { max_queue_delay_microseconds: $delay }
 CONFIG
     out=$(mktemp)
-    "$bin/numaserve" serve --model-repository "$repo" --grpc-port 0 --metrics-port 0 \
-      >"$out" 2>/dev/null &
+    log=$(mktemp)
+    "$bin/numaserve" serve --model-repository "$repo" --grpc-port 0 \
+      --metrics-port 0 "${serve_cpus[@]}" >"$out" 2>"$log" &
     pid=$!
-    for _ in $(seq 1 1200); do grep -q grpc= "$out" && break; sleep 0.1; done
+    for _ in $(seq 1 1200); do
+      grep -q grpc= "$out" && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if ! grep -q grpc= "$out"; then
+      echo "skip $name delay $delay: the server did not start:"
+      cat "$log"
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      rm -rf "$repo" "$out" "$log"
+      continue
+    fi
+    # The front end onto the front cpus: every thread the server has now
+    # (threads started later inherit it); the worker, a process of its own,
+    # stays on the compute cpus. (Pinning before start-up would hide the
+    # compute cpus from the server's topology discovery.)
+    if [ -n "$front" ]; then taskset -a -p -c "$front" "$pid" >/dev/null; fi
     url=$(sed -E 's/grpc=([^ ]+).*/\1/' "$out")
     metrics=$(sed -E 's/.*metrics=([^ ]+).*/\1/' "$out")
-    echo "== $name max_queue_delay_us=$delay"
-    "$bin/grpc_loadgen" --url "$url" --model "$name" --mode closed --concurrency 1 \
-      --seconds "$secs" | head -1 || true
-    "$bin/grpc_loadgen" --url "$url" --model "$name" --mode closed --concurrency "$conc" \
-      --seconds "$secs" | head -1 || true
-    "$bin/grpc_loadgen" --url "$url" --model "$name" --mode open --rate "$rate" \
-      --seconds "$secs" | head -1 || true
-    page=$(curl -s "http://$metrics/metrics" || true)
-    inf=$(awk -v m="$name" '$1 ~ "^numaserve_inferences_total\\{model=\""m"\"" {print $2}' <<<"$page")
-    exe=$(awk -v m="$name" '$1 ~ "^numaserve_executions_total\\{model=\""m"\"" {print $2}' <<<"$page")
-    echo "   mean batch size (rows/execution): $(awk -v a="${inf:-0}" -v b="${exe:-0}" \
-      'BEGIN { if (b > 0) printf "%.1f", a / b; else print "n/a" }')"
-    kill "$pid"; wait "$pid" 2>/dev/null || true
-    rm -rf "$repo" "$out"
+    worker=$(pgrep -P "$pid" | head -1 || true)
+    echo "== $name rows=$rows max_queue_delay_us=$delay ($(grep -m1 -o 'worker 0 pid.*' "$log" |
+      cut -c1-80))"
+    lg=("$bin/grpc_loadgen" --url "$url" --model "$name" --rows "$rows" "${loadgen_cpus[@]}"
+      --seconds "$secs")
+    "${lg[@]}" --mode closed --concurrency 1 | head -1 || true
+    inf0=$(metric numaserve_inferences_total "$name")
+    exe0=$(metric numaserve_executions_total "$name")
+    fe0=$(cpu_seconds "$pid")
+    wk0=$(cpu_seconds "${worker:-$pid}")
+    t0=$(date +%s.%N)
+    sat=$("${lg[@]}" --mode closed --concurrency "$conc" || true)
+    t1=$(date +%s.%N)
+    fe1=$(cpu_seconds "$pid")
+    wk1=$(cpu_seconds "${worker:-$pid}")
+    inf1=$(metric numaserve_inferences_total "$name")
+    exe1=$(metric numaserve_executions_total "$name")
+    echo "${sat%%$'\n'*}"
+    "${lg[@]}" --mode open --rate "$rate" | head -1 || true
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    rm -rf "$repo" "$out" "$log"
+
+    json=${sat#*$'\n'}
+    served=$(field rows_per_second "$json")
+    line=$(awk -v name="$name" -v rows="$rows" -v delay="$delay" -v conc="$conc" \
+      -v served="$served" -v p50="$(field p50_ms "$json")" -v p90="$(field p90_ms "$json")" \
+      -v p99="$(field p99_ms "$json")" -v p999="$(field p999_ms "$json")" \
+      -v cli="$(field client_cpu_us_per_request "$json")" -v inproc="$inproc" \
+      -v inf="$(awk -v a="$inf0" -v b="$inf1" 'BEGIN { print b - a }')" \
+      -v exe="$(awk -v a="$exe0" -v b="$exe1" 'BEGIN { print b - a }')" \
+      -v fe="$(awk -v a="$fe0" -v b="$fe1" 'BEGIN { print b - a }')" \
+      -v wk="$(awk -v a="$wk0" -v b="$wk1" 'BEGIN { print b - a }')" \
+      -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" 'BEGIN {
+        reqs = inf / rows
+        printf "| %s | %d | %g | %d | %.0f | %.2f / %.2f / %.2f / %.2f | %s | %.0f | %.2f | %s | %.0f | %s |",
+          name, rows, delay / 1000, conc, served, p50, p90, p99, p999,
+          (exe > 0 ? sprintf("%.1f", inf / exe) : "n/a"), inproc,
+          (inproc > 0 ? served / inproc : 0),
+          (reqs > 0 ? sprintf("%.1f", fe * 1e6 / reqs) : "n/a"), cli,
+          (wall > 0 ? sprintf("%.0f%%", 100 * wk / wall) : "n/a") }')
+    summary+=("$line")
   done
-  echo "== $name in process (numaserve bench, batch $max_batch)"
-  "$bin/numaserve" bench --model "$path" --batch "$max_batch" --seconds "$secs" | tail -2
 done
+echo "== summary (saturation runs; load: $(uptime | sed 's/.*load average/load average/'))"
+echo "| model | rows/request | max_queue_delay ms | callers | served rows/s | p50 / p90 / p99 / p99.9 ms | batch | in-process rows/s | ratio | fe_us/req | cli_us/req | worker% |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${summary[@]}"
