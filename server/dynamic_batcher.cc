@@ -42,7 +42,8 @@ absl::StatusOr<std::unique_ptr<DynamicBatcher>> DynamicBatcher::Create(const Opt
       new DynamicBatcher(options, clock, std::move(can_dispatch), std::move(dispatch)));
 }
 
-absl::Status DynamicBatcher::Enqueue(std::shared_ptr<BatchRequest> request) {
+absl::Status DynamicBatcher::Enqueue(std::shared_ptr<BatchRequest> request,
+                                     Clock::TimePoint* next_poll) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return absl::UnavailableError("the model's queue is closed (shutting down)");
@@ -54,43 +55,34 @@ absl::Status DynamicBatcher::Enqueue(std::shared_ptr<BatchRequest> request) {
     request->enqueued = clock_->Now();
     queue_.push_back(std::move(request));
   }
-  Poll();
+  const Clock::TimePoint next = Poll();
+  if (next_poll != nullptr) *next_poll = next;
   return absl::OkStatus();
 }
 
 size_t DynamicBatcher::DueBatchSize(Clock::TimePoint now) const {
   if (queue_.empty()) return 0;
   if (options_.max_batch_rows <= 0) return 1;
-  int64_t total = 0;
-  size_t count = 0;
-  bool full = false;
-  std::vector<int64_t> prefix;  // rows of the first k+1 requests
-  for (const auto& r : queue_) {
-    if (count > 0 && total + r->rows > options_.max_batch_rows) {
-      full = true;
-      break;
-    }
-    total += r->rows;
-    ++count;
-    prefix.push_back(total);
-    if (total >= options_.max_batch_rows) {
-      full = true;
-      break;
-    }
-  }
-  if (full) return count;
   const auto& preferred = options_.preferred_batch_rows;
   auto is_preferred = [&](int64_t rows) {
     return std::find(preferred.begin(), preferred.end(), rows) != preferred.end();
   };
-  if (is_preferred(total)) return count;
+  // The batch the queue's front would form now: `count` requests, `total`
+  // rows; `best` is the longest prefix of it whose rows are a preferred size.
+  int64_t total = 0;
+  size_t count = 0, best = 0;
+  for (const auto& r : queue_) {
+    if (count > 0 && total + r->rows > options_.max_batch_rows) return count;  // full
+    total += r->rows;
+    ++count;
+    if (!preferred.empty() && is_preferred(total)) best = count;
+    if (total >= options_.max_batch_rows) return count;  // full
+  }
+  if (best == count) return count;  // a preferred size
   if (now - queue_.front()->enqueued < options_.max_queue_delay) return 0;
   // The oldest request has waited long enough: the largest preferred batch
   // that can be formed, else everything queued.
-  for (size_t k = count; k >= 1 && !preferred.empty(); --k) {
-    if (is_preferred(prefix[k - 1])) return k;
-  }
-  return count;
+  return best > 0 ? best : count;
 }
 
 Clock::TimePoint DynamicBatcher::NextWakeLocked() const {

@@ -67,8 +67,11 @@ class DynamicBatcher {
                                                                 DispatchFn dispatch);
 
   // Queues the request and polls. RESOURCE_EXHAUSTED (request not taken) if
-  // the queue is full; UNAVAILABLE after Stop().
-  absl::Status Enqueue(std::shared_ptr<BatchRequest> request);
+  // the queue is full; UNAVAILABLE after Stop(). When `next_poll` is given,
+  // it receives what that poll returned (see Poll()), so a caller with a
+  // timer needs no second poll.
+  absl::Status Enqueue(std::shared_ptr<BatchRequest> request,
+                       Clock::TimePoint* next_poll = nullptr);
   // Drops expired and cancelled requests, sends every batch that is due
   // while workers can take one. Returns when it next needs to run if nothing
   // else happens (TimePoint::max() when the queue is empty).

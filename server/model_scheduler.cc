@@ -99,9 +99,11 @@ absl::Status ModelScheduler::Submit(std::shared_ptr<PendingInference> request) {
                                                request->model->version,
                                                " is not loaded (or is being unloaded)"));
   }
-  DynamicBatcher& batcher = *queue->batcher;
-  if (absl::Status s = batcher.Enqueue(std::move(request)); !s.ok()) return s;
-  if (batcher.queued_requests() > 0) WakeBy(batcher.Poll());
+  // Enqueue polls once (sending the batch if one is due); the timer covers
+  // what that poll left waiting.
+  Clock::TimePoint next = Clock::TimePoint::max();
+  if (absl::Status s = queue->batcher->Enqueue(std::move(request), &next); !s.ok()) return s;
+  if (next != Clock::TimePoint::max()) WakeBy(next);
   ReportPending(queue.get());
   return absl::OkStatus();
 }
