@@ -209,13 +209,19 @@ void GemmChoiceCache::Store(const Key& key, GemmBackend backend, const std::stri
   std::lock_guard<std::mutex> lock(mu_);
   in_process_[text] = backend;
   if (file.empty() || !Storable(key.model) || !Storable(key.cpu)) return;
-  // Merge with what other processes wrote since, then replace atomically.
+  // Merge with what other processes wrote since, less the entries of model
+  // files that are gone (temporary models must not grow the file forever),
+  // then replace atomically.
   auto entries = ReadCacheFile(file);
+  std::error_code ec;
+  for (auto it = entries.begin(); it != entries.end();) {
+    const std::string model = it->first.substr(0, it->first.find('\t'));
+    it = std::filesystem::exists(model, ec) ? std::next(it) : entries.erase(it);
+  }
   entries[text] = GemmBackendName(backend);
   static std::atomic<int> counter{0};
   const std::filesystem::path path(file);
   const std::string tmp = absl::StrCat(file, ".tmp.", getpid(), ".", counter++);
-  std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   {
     std::ofstream out(tmp, std::ios::trunc);

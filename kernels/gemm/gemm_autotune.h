@@ -61,8 +61,9 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateFastestGemmKernel(const GemmOp
 
 // Remembered "auto" choices. The file (optional) is plain text, one choice
 // a line, tab-separated: model, K, N, transA, threads, CPU, backend. It is
-// replaced atomically (written aside, then renamed); a file that does not
-// parse is ignored with a warning and rewritten on the next Store.
+// replaced atomically (written aside, then renamed), dropping the entries of
+// model files that no longer exist; a file that does not parse is ignored
+// with a warning and rewritten on the next Store.
 class GemmChoiceCache {
  public:
   struct Key {

@@ -241,12 +241,15 @@ class GemmChoiceCacheTest : public ::testing::Test {
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     file_ = (dir_ / "sub" / "choices.tsv").string();
+    // Entries of models that no longer exist are dropped: give it a file.
+    std::filesystem::create_directories(dir_);
+    key_.model = (dir_ / "model.onnx").string();
+    std::ofstream(key_.model) << "onnx";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
   std::string file_;
-  const GemmChoiceCache::Key key_{
-      .model = "/m/model.onnx", .k = 784, .n = 1024, .threads = 2, .cpu = "AMD EPYC"};
+  GemmChoiceCache::Key key_{.model = "", .k = 784, .n = 1024, .threads = 2, .cpu = "AMD EPYC"};
 };
 
 TEST_F(GemmChoiceCacheTest, RemembersInProcessAndAcrossProcessesThroughTheFile) {
@@ -279,6 +282,15 @@ TEST_F(GemmChoiceCacheTest, RemembersInProcessAndAcrossProcessesThroughTheFile) 
     EXPECT_EQ(e.path().string(), file_);
   }
   EXPECT_EQ(files, 1);
+  // Once the model file is gone, the next Store drops its entries.
+  GemmChoiceCache::Key kept = key_;
+  kept.model = file_;  // a file that exists
+  std::filesystem::remove(key_.model);
+  third.Store(kept, GemmBackend::kOnednn, file_);
+  GemmChoiceCache fourth;
+  EXPECT_FALSE(fourth.Find(key_, file_, &where).has_value());
+  EXPECT_FALSE(fourth.Find(other, file_, &where).has_value());
+  EXPECT_EQ(fourth.Find(kept, file_, &where), GemmBackend::kOnednn);
 }
 
 TEST_F(GemmChoiceCacheTest, CorruptFileIsIgnoredAndReplaced) {
@@ -296,7 +308,7 @@ TEST_F(GemmChoiceCacheTest, CorruptFileIsIgnoredAndReplaced) {
   // An unknown backend name is corruption too.
   {
     std::ofstream out(file_);
-    out << "# numaserve gemm choices v1\n/m/model.onnx\t784\t1024\t0\t2\tAMD EPYC\tcublas\n";
+    out << "# numaserve gemm choices v1\n" << key_.model << "\t784\t1024\t0\t2\tAMD EPYC\tcublas\n";
   }
   GemmChoiceCache again;
   EXPECT_FALSE(again.Find(key_, file_, &where).has_value());
