@@ -3,6 +3,10 @@
 //     (throughput at a given concurrency; saturation with enough callers).
 //     Callers are asynchronous calls restarted from their own completion, so
 //     64 callers cost no more client threads than 1.
+//   stream: closed loop over ModelStreamInfer: each of --channels streams
+//     keeps concurrency/channels requests in flight, sending one more for
+//     each answer (no per-call set-up; latency pairs answers with sends in
+//     order, exact with one worker, which answers a stream in order).
 //   open loop: requests sent at a fixed rate whatever the answers do, each
 //     latency measured from its scheduled send time, so a server that falls
 //     behind shows it (no coordinated omission).
@@ -26,6 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -127,6 +132,7 @@ class InFlight {
 };
 
 constexpr char kModelInfer[] = "/inference.GRPCInferenceService/ModelInfer";
+constexpr char kModelStreamInfer[] = "/inference.GRPCInferenceService/ModelStreamInfer";
 
 struct Call {
   grpc::ClientContext ctx;
@@ -167,6 +173,92 @@ class Caller {
   const Clock::time_point end_;
 };
 
+// One ModelStreamInfer stream with `window` requests in flight until `end`.
+class StreamCaller final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamCaller(grpc::GenericStub* stub, const grpc::ByteBuffer* request, int64_t window,
+               Recorder* recorder, InFlight* in_flight, Clock::time_point end)
+      : request_(request), recorder_(recorder), in_flight_(in_flight), end_(end) {
+    ctx_.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::duration_cast<std::chrono::seconds>(end - Clock::now()) +
+                      std::chrono::seconds(60));
+    stub->PrepareBidiStreamingCall(&ctx_, kModelStreamInfer, grpc::StubOptions(), this);
+    StartRead(&answer_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      to_send_ = window;
+      SendLocked();
+    }
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      to_send_ = 0;
+      return;
+    }
+    SendLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows
+    const auto now = Clock::now();
+    inference::ModelStreamInferResponse answer;
+    grpc::Status status = grpc::Status::OK;
+    if (!grpc::SerializationTraits<inference::ModelStreamInferResponse>::Deserialize(&answer_,
+                                                                                     &answer)
+             .ok() ||
+        !answer.error_message().empty()) {
+      status = grpc::Status(grpc::StatusCode::UNKNOWN, answer.error_message());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      recorder_->Record(sent_.front(), now, status);
+      sent_.pop_front();
+      if (now < end_) {
+        ++to_send_;
+        SendLocked();
+      } else if (sent_.empty() && !writes_done_) {
+        writes_done_ = true;
+        if (!writing_) StartWritesDone();
+      }
+    }
+    StartRead(&answer_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    if (!status.ok()) recorder_->Record(end_, Clock::now(), status);
+    in_flight_->Done();
+    delete this;
+  }
+
+ private:
+  void SendLocked() {
+    if (writing_ || to_send_ == 0 || writes_done_) {
+      if (!writing_ && writes_done_) StartWritesDone();
+      return;
+    }
+    --to_send_;
+    writing_ = true;
+    sent_.push_back(Clock::now());
+    StartWrite(request_);
+  }
+
+  grpc::ClientContext ctx_;
+  const grpc::ByteBuffer* const request_;
+  Recorder* const recorder_;
+  InFlight* const in_flight_;
+  const Clock::time_point end_;
+  grpc::ByteBuffer answer_;  // only touched by the read chain
+  std::mutex mu_;
+  std::deque<Clock::time_point> sent_;  // written, not yet answered
+  int64_t to_send_ = 0;
+  bool writing_ = false;
+  bool writes_done_ = false;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -178,7 +270,9 @@ int main(int argc, char** argv) {
   parser.AddString("model", &model, "model name");
   parser.AddInt("rows", &rows, "rows per request (the input's first dimension)");
   parser.AddInt("batch", &rows, "same as --rows");
-  parser.AddString("mode", &mode, "closed (fixed concurrency) | open (fixed rate)");
+  parser.AddString("mode", &mode,
+                   "closed (fixed concurrency) | open (fixed rate) | stream (closed loop over "
+                   "ModelStreamInfer)");
   parser.AddInt("concurrency", &concurrency, "closed loop: callers, one request in flight each");
   parser.AddDouble("rate", &rate, "open loop: requests per second");
   parser.AddInt("max-outstanding", &max_outstanding,
@@ -196,8 +290,8 @@ int main(int argc, char** argv) {
     printf("%s", parser.Usage().c_str());
     return 0;
   }
-  if (mode != "closed" && mode != "open") {
-    fprintf(stderr, "--mode must be closed or open, not '%s'\n", mode.c_str());
+  if (mode != "closed" && mode != "open" && mode != "stream") {
+    fprintf(stderr, "--mode must be closed, open or stream, not '%s'\n", mode.c_str());
     return 2;
   }
   if (rows < 1 || concurrency < 1 || rate <= 0 || max_outstanding < 1 || channels < 1) {
@@ -282,7 +376,19 @@ int main(int argc, char** argv) {
   InFlight in_flight;
   int64_t dropped = 0;
 
-  if (mode == "closed") {
+  if (mode == "stream") {
+    const int64_t streams = std::min(channels, concurrency);
+    for (int64_t c = 0; c < streams; ++c) {
+      const int64_t window = concurrency / streams + (c < concurrency % streams ? 1 : 0);
+      in_flight.Add();
+      new StreamCaller(stubs[static_cast<size_t>(c)].get(), &request_bytes, window, &recorder,
+                       &in_flight, end);
+    }
+    if (!in_flight.Wait(end + std::chrono::seconds(60))) {
+      fprintf(stderr, "stream: %ld streams still open 60 s after the end\n", in_flight.count());
+      _exit(1);
+    }
+  } else if (mode == "closed") {
     std::vector<std::unique_ptr<Caller>> callers;
     for (int64_t c = 0; c < concurrency; ++c) {
       callers.push_back(std::make_unique<Caller>(stubs[static_cast<size_t>(c % channels)].get(),
@@ -333,8 +439,8 @@ int main(int argc, char** argv) {
   const double rps = static_cast<double>(lat.size()) / seconds;
   const double p50 = Percentile(lat, 0.50), p90 = Percentile(lat, 0.90),
                p99 = Percentile(lat, 0.99), p999 = Percentile(lat, 0.999);
-  const std::string load = mode == "closed" ? "concurrency=" + std::to_string(concurrency)
-                                            : "rate=" + std::to_string(static_cast<int64_t>(rate));
+  const std::string load = mode != "open" ? "concurrency=" + std::to_string(concurrency)
+                                          : "rate=" + std::to_string(static_cast<int64_t>(rate));
   printf(
       "model=%s rows=%ld mode=%s %s: %.0f req/s, %.0f rows/s, latency p50 %.3f ms p90 %.3f ms "
       "p99 %.3f ms p99.9 %.3f ms, errors %s, dropped %ld, client cpu %.1f us/req\n",
@@ -345,7 +451,7 @@ int main(int argc, char** argv) {
       "\"requests_per_second\":%.1f,\"rows_per_second\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
       "\"p99_ms\":%.4f,\"p999_ms\":%.4f,\"errors\":%ld,\"dropped\":%ld,"
       "\"client_cpu_us_per_request\":%.2f}\n",
-      model.c_str(), rows, mode.c_str(), mode == "closed" ? concurrency : 0,
+      model.c_str(), rows, mode.c_str(), mode != "open" ? concurrency : 0,
       mode == "open" ? rate : 0.0, rps, rps * static_cast<double>(rows), p50, p90, p99, p999,
       recorder.errors(), dropped, cpu_us_per_request);
   fflush(stdout);

@@ -6,8 +6,9 @@
 # For each case (model, rows per request) and each max_queue_delay, the real
 # server is started on a temporary repository (config.pbtxt with dynamic
 # batching) and driven by grpc_loadgen: closed loop with 1 caller, closed
-# loop with many callers (saturation), open loop at a fixed rate (latency
-# from each request's scheduled send time).
+# loop with many callers (saturation), the same callers over 4
+# ModelStreamInfer streams (saturation without per-call set-up), and open
+# loop at a fixed rate (latency from each request's scheduled send time).
 #
 # Overhead measurement (the same compute on both sides):
 #   * compute cpus (COMPUTE_CPUS, default the last cpu): the server's worker
@@ -40,7 +41,8 @@ bin=$build/bin
 secs=${SECONDS_PER_RUN:-5}
 delays=${DELAYS_US:-"0 1000 5000"}
 cases=${CASES:-"mlp=models/fashion_classifier/1/model.onnx:64:1:128:2000 \
-mlp=models/fashion_classifier/1/model.onnx:64:16:16:500 \
+mlp=models/fashion_classifier/1/model.onnx:64:16:32:500 \
+mlp=models/fashion_classifier/1/model.onnx:64:64:4:200 \
 cnn=benchmarks/models/out/mobilenetv2.onnx:16:1:32:40"}
 
 ncpu=$(nproc)
@@ -72,6 +74,46 @@ metric() {  # metric NAME MODEL: a counter's value on the server's /metrics page
 }
 field() {  # field KEY JSON_LINE
   sed -E "s/.*\"$1\": *([^,}]*).*/\1/" <<<"$2"
+}
+
+# measure LOAD CALLERS LOADGEN_ARGS...: one grpc_loadgen run against the
+# server, with the server's CPU, the worker's CPU and the batches formed
+# during it; prints the run and adds a row to the summary.
+measure() {
+  local load=$1 callers=$2
+  shift 2
+  local inf0 exe0 fe0 wk0 t0 result
+  inf0=$(metric numaserve_inferences_total "$name")
+  exe0=$(metric numaserve_executions_total "$name")
+  fe0=$(cpu_seconds "$pid")
+  wk0=$(cpu_seconds "${worker:-$pid}")
+  t0=$(date +%s.%N)
+  result=$("${lg[@]}" "$@" || true)
+  local t1 fe1 wk1 inf1 exe1
+  t1=$(date +%s.%N)
+  fe1=$(cpu_seconds "$pid")
+  wk1=$(cpu_seconds "${worker:-$pid}")
+  inf1=$(metric numaserve_inferences_total "$name")
+  exe1=$(metric numaserve_executions_total "$name")
+  echo "${result%%$'\n'*}"
+  local json=${result#*$'\n'}
+  summary+=("$(awk -v name="$name" -v rows="$rows" -v delay="$delay" -v load="$load" \
+    -v callers="$callers" -v served="$(field rows_per_second "$json")" \
+    -v p50="$(field p50_ms "$json")" -v p90="$(field p90_ms "$json")" \
+    -v p99="$(field p99_ms "$json")" -v p999="$(field p999_ms "$json")" \
+    -v cli="$(field client_cpu_us_per_request "$json")" -v inproc="$inproc" \
+    -v inf="$(awk -v a="$inf0" -v b="$inf1" 'BEGIN { print b - a }')" \
+    -v exe="$(awk -v a="$exe0" -v b="$exe1" 'BEGIN { print b - a }')" \
+    -v fe="$(awk -v a="$fe0" -v b="$fe1" 'BEGIN { print b - a }')" \
+    -v wk="$(awk -v a="$wk0" -v b="$wk1" 'BEGIN { print b - a }')" \
+    -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" 'BEGIN {
+      reqs = inf / rows
+      printf "| %s | %d | %g | %s | %s | %.0f | %.2f / %.2f / %.2f / %.2f | %s | %.0f | %.2f | %s | %.0f | %s |",
+        name, rows, delay / 1000, load, (callers > 0 ? callers : "-"), served, p50, p90, p99,
+        p999, (exe > 0 ? sprintf("%.1f", inf / exe) : "n/a"), inproc,
+        (inproc > 0 ? served / inproc : 0),
+        (reqs > 0 ? sprintf("%.1f", fe * 1e6 / reqs) : "n/a"), cli,
+        (wall > 0 ? sprintf("%.0f%%", 100 * wk / wall) : "n/a") }')")
 }
 
 echo "== load: $(uptime)"
@@ -125,46 +167,16 @@ CONFIG
       cut -c1-80))"
     lg=("$bin/grpc_loadgen" --url "$url" --model "$name" --rows "$rows" "${loadgen_cpus[@]}"
       --seconds "$secs")
-    "${lg[@]}" --mode closed --concurrency 1 | head -1 || true
-    inf0=$(metric numaserve_inferences_total "$name")
-    exe0=$(metric numaserve_executions_total "$name")
-    fe0=$(cpu_seconds "$pid")
-    wk0=$(cpu_seconds "${worker:-$pid}")
-    t0=$(date +%s.%N)
-    sat=$("${lg[@]}" --mode closed --concurrency "$conc" || true)
-    t1=$(date +%s.%N)
-    fe1=$(cpu_seconds "$pid")
-    wk1=$(cpu_seconds "${worker:-$pid}")
-    inf1=$(metric numaserve_inferences_total "$name")
-    exe1=$(metric numaserve_executions_total "$name")
-    echo "${sat%%$'\n'*}"
-    "${lg[@]}" --mode open --rate "$rate" | head -1 || true
+    measure "closed" 1 --mode closed --concurrency 1
+    measure "closed" "$conc" --mode closed --concurrency "$conc"
+    measure "stream" "$conc" --mode stream --concurrency "$conc" --channels 4
+    measure "open $rate/s" 0 --mode open --rate "$rate"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
     rm -rf "$repo" "$out" "$log"
-
-    json=${sat#*$'\n'}
-    served=$(field rows_per_second "$json")
-    line=$(awk -v name="$name" -v rows="$rows" -v delay="$delay" -v conc="$conc" \
-      -v served="$served" -v p50="$(field p50_ms "$json")" -v p90="$(field p90_ms "$json")" \
-      -v p99="$(field p99_ms "$json")" -v p999="$(field p999_ms "$json")" \
-      -v cli="$(field client_cpu_us_per_request "$json")" -v inproc="$inproc" \
-      -v inf="$(awk -v a="$inf0" -v b="$inf1" 'BEGIN { print b - a }')" \
-      -v exe="$(awk -v a="$exe0" -v b="$exe1" 'BEGIN { print b - a }')" \
-      -v fe="$(awk -v a="$fe0" -v b="$fe1" 'BEGIN { print b - a }')" \
-      -v wk="$(awk -v a="$wk0" -v b="$wk1" 'BEGIN { print b - a }')" \
-      -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" 'BEGIN {
-        reqs = inf / rows
-        printf "| %s | %d | %g | %d | %.0f | %.2f / %.2f / %.2f / %.2f | %s | %.0f | %.2f | %s | %.0f | %s |",
-          name, rows, delay / 1000, conc, served, p50, p90, p99, p999,
-          (exe > 0 ? sprintf("%.1f", inf / exe) : "n/a"), inproc,
-          (inproc > 0 ? served / inproc : 0),
-          (reqs > 0 ? sprintf("%.1f", fe * 1e6 / reqs) : "n/a"), cli,
-          (wall > 0 ? sprintf("%.0f%%", 100 * wk / wall) : "n/a") }')
-    summary+=("$line")
   done
 done
-echo "== summary (saturation runs; load: $(uptime | sed 's/.*load average/load average/'))"
-echo "| model | rows/request | max_queue_delay ms | callers | served rows/s | p50 / p90 / p99 / p99.9 ms | batch | in-process rows/s | ratio | fe_us/req | cli_us/req | worker% |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "== summary (ratio = served / in-process rows/s, meaningful for the saturation runs; load: $(uptime | sed 's/.*load average/load average/'))"
+echo "| model | rows/request | max_queue_delay ms | load | callers | served rows/s | p50 / p90 / p99 / p99.9 ms | batch | in-process rows/s | ratio | fe_us/req | cli_us/req | worker% |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${summary[@]}"
