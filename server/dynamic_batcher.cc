@@ -60,7 +60,8 @@ absl::Status DynamicBatcher::Enqueue(std::shared_ptr<BatchRequest> request,
   return absl::OkStatus();
 }
 
-size_t DynamicBatcher::DueBatchSize(Clock::TimePoint now) const {
+size_t DynamicBatcher::DueBatchSize(Clock::TimePoint now, bool* full) const {
+  *full = true;
   if (queue_.empty()) return 0;
   if (options_.max_batch_rows <= 0) return 1;
   const auto& preferred = options_.preferred_batch_rows;
@@ -81,8 +82,10 @@ size_t DynamicBatcher::DueBatchSize(Clock::TimePoint now) const {
   if (best == count) return count;  // a preferred size
   if (now - queue_.front()->enqueued < options_.max_queue_delay) return 0;
   // The oldest request has waited long enough: the largest preferred batch
-  // that can be formed, else everything queued.
-  return best > 0 ? best : count;
+  // that can be formed, else everything queued (a partial batch).
+  if (best > 0) return best;
+  *full = false;
+  return count;
 }
 
 Clock::TimePoint DynamicBatcher::NextWakeLocked() const {
@@ -119,8 +122,9 @@ Clock::TimePoint DynamicBatcher::Poll() {
         it = queue_.erase(it);
       }
       if (!stopped_) {
-        size_t n = DueBatchSize(now);
-        if (n > 0 && can_dispatch_()) {
+        bool full = true;
+        size_t n = DueBatchSize(now, &full);
+        if (n > 0 && can_dispatch_(full)) {
           batch.assign(std::make_move_iterator(queue_.begin()),
                        std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
           queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));

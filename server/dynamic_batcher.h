@@ -2,11 +2,14 @@
 // when a worker can take it (`can_dispatch`) and one of these holds: the
 // queued rows reach max_batch_rows (or the next request would overflow it),
 // the queued rows form a preferred size, or the oldest request has waited
-// max_queue_delay. A request is never split across batches; a request of
-// several rows counts as several rows. The queue is bounded: a full queue
-// refuses at once. Requests whose deadline passes, or whose call is
-// cancelled, leave the queue without being computed: at the next Poll(), or
-// at once through Cancel() when the caller learns of the cancellation.
+// max_queue_delay. `can_dispatch` is told whether the batch is full (max
+// rows or a preferred size): the server takes a partial batch only when a
+// worker is idle, so requests that arrive while every worker computes join
+// it instead of following in a small batch of their own. A request is never split across batches; a
+// request of several rows counts as several rows. The queue is bounded: a full queue refuses at
+// once. Requests whose deadline passes, or whose call is cancelled, leave the queue without being
+// computed: at the next Poll(), or at once through Cancel() when the caller learns of the
+// cancellation.
 //
 // The batcher has no thread of its own: Enqueue() and Poll() do the work on
 // the caller's thread, and Poll() says when it next needs to run. The server
@@ -56,8 +59,9 @@ class DynamicBatcher {
     // Queued requests before Enqueue refuses (RESOURCE_EXHAUSTED). At least 1.
     size_t max_queue_size = 4096;
   };
-  // True when a worker could take a batch now.
-  using CanDispatchFn = std::function<bool()>;
+  // True when a worker could take a batch now; `full`: the batch has
+  // max_batch_rows rows (or a preferred size, or batching is off).
+  using CanDispatchFn = std::function<bool(bool full)>;
   // Takes a formed batch (called without the batcher's lock held).
   using DispatchFn = std::function<void(Batch batch)>;
 
@@ -90,8 +94,8 @@ class DynamicBatcher {
   DynamicBatcher(const Options& options, const Clock* clock, CanDispatchFn can_dispatch,
                  DispatchFn dispatch);
   // Under mu_: how many requests from the front make the batch due now; 0 if
-  // none is due yet.
-  size_t DueBatchSize(Clock::TimePoint now) const;
+  // none is due yet. `full` says whether that batch is full (see CanDispatchFn).
+  size_t DueBatchSize(Clock::TimePoint now, bool* full) const;
   Clock::TimePoint NextWakeLocked() const;
 
   const Options options_;

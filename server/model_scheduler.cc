@@ -31,7 +31,7 @@ absl::Status ModelScheduler::AddModel(std::shared_ptr<const RepositoryModel> mod
   const std::string key = model->key();
   Queue* q = queue.get();
   auto batcher = DynamicBatcher::Create(
-      o, clock_, [this, key] { return router_->HasCapacity(key); },
+      o, clock_, [this, key](bool full) { return router_->HasCapacity(key, full); },
       [this, q](Batch batch) { Dispatch(q, std::move(batch)); });
   if (!batcher.ok()) {
     return absl::InvalidArgumentError(

@@ -205,13 +205,12 @@ void Router::Stop() {
   for (auto& task : queued) Fail(task, absl::UnavailableError("the server is shutting down"));
 }
 
-bool Router::HasCapacity(const std::string& model_key) const {
+bool Router::HasCapacity(const std::string& model_key, bool full_batch) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || !queue_.empty()) return false;
+  const int limit = full_batch ? options_.max_inflight_per_worker : 1;
   for (int w = 0; w < workers_->size(); ++w) {
-    if (inflight_[w] < options_.max_inflight_per_worker && workers_->HasModel(w, model_key)) {
-      return true;
-    }
+    if (inflight_[w] < limit && workers_->HasModel(w, model_key)) return true;
   }
   return false;
 }

@@ -73,10 +73,12 @@ class Router {
   void Stop();
 
   size_t queued() const;
-  // True when a task for `model_key` would go to a worker at once (nothing
-  // queued here and a worker that holds it has a free slot): the batcher's
-  // cue that a batch can leave.
-  bool HasCapacity(const std::string& model_key) const;
+  // The batcher's cue that a batch for `model_key` can leave: nothing is
+  // queued here and a worker that holds the model is idle, or, for a full
+  // batch, has a free slot (a full batch gains nothing by waiting, and its
+  // inputs are copied while the worker computes the one before; a partial
+  // one waits in the batcher, where later requests can still join it).
+  bool HasCapacity(const std::string& model_key, bool full_batch) const;
 
  private:
   bool TryDispatch(const std::shared_ptr<InferenceTask>& task);  // under mu_

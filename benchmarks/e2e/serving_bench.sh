@@ -6,8 +6,8 @@
 # For each case (model, rows per request) and each max_queue_delay, the real
 # server is started on a temporary repository (config.pbtxt with dynamic
 # batching) and driven by grpc_loadgen: closed loop with 1 caller, closed
-# loop with many callers (saturation), the same callers over 4
-# ModelStreamInfer streams (saturation without per-call set-up), and open
+# loop with many callers over 4 connections (saturation), the same callers
+# over 4 ModelStreamInfer streams (saturation without per-call set-up), and open
 # loop at a fixed rate (latency from each request's scheduled send time).
 #
 # Overhead measurement (the same compute on both sides):
@@ -27,6 +27,9 @@
 #                worker excluded: it is a process of its own) per request;
 #     cli_us/req the load generator's CPU per request;
 #     worker%    worker CPU time / wall time (100% = its cpu never idles);
+#     wait%      time the worker was ready to run but another process held
+#                its cpu (/proc/PID/task/*/schedstat): other load on the
+#                machine, not serving overhead;
 #     batch      mean rows per execution (numaserve_inferences_total /
 #                numaserve_executions_total over the run).
 #   On a machine with one cpu everything shares it and no pinning is done.
@@ -68,6 +71,11 @@ cpu_seconds() {
   awk -v t="$tick" '{ sub(/^.*\) /, ""); print ($12 + $13) / t }' "/proc/$1/stat" 2>/dev/null ||
     echo 0
 }
+# Nanoseconds a process's threads spent runnable but waiting for their cpu
+# (another process had it), from /proc/PID/task/*/schedstat.
+wait_seconds() {
+  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $2 } END { print s / 1e9 }'
+}
 metric() {  # metric NAME MODEL: a counter's value on the server's /metrics page
   curl -s "http://$metrics/metrics" |
     awk -v n="$1" -v m="$2" '$1 ~ "^"n"\\{model=\""m"\"" { s += $2 } END { print s + 0 }'
@@ -82,17 +90,19 @@ field() {  # field KEY JSON_LINE
 measure() {
   local load=$1 callers=$2
   shift 2
-  local inf0 exe0 fe0 wk0 t0 result
+  local inf0 exe0 fe0 wk0 ww0 t0 result
   inf0=$(metric numaserve_inferences_total "$name")
   exe0=$(metric numaserve_executions_total "$name")
   fe0=$(cpu_seconds "$pid")
   wk0=$(cpu_seconds "${worker:-$pid}")
+  ww0=$(wait_seconds "${worker:-$pid}")
   t0=$(date +%s.%N)
   result=$("${lg[@]}" "$@" || true)
-  local t1 fe1 wk1 inf1 exe1
+  local t1 fe1 wk1 ww1 inf1 exe1
   t1=$(date +%s.%N)
   fe1=$(cpu_seconds "$pid")
   wk1=$(cpu_seconds "${worker:-$pid}")
+  ww1=$(wait_seconds "${worker:-$pid}")
   inf1=$(metric numaserve_inferences_total "$name")
   exe1=$(metric numaserve_executions_total "$name")
   echo "${result%%$'\n'*}"
@@ -106,14 +116,16 @@ measure() {
     -v exe="$(awk -v a="$exe0" -v b="$exe1" 'BEGIN { print b - a }')" \
     -v fe="$(awk -v a="$fe0" -v b="$fe1" 'BEGIN { print b - a }')" \
     -v wk="$(awk -v a="$wk0" -v b="$wk1" 'BEGIN { print b - a }')" \
+    -v ww="$(awk -v a="$ww0" -v b="$ww1" 'BEGIN { print b - a }')" \
     -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" 'BEGIN {
       reqs = inf / rows
-      printf "| %s | %d | %g | %s | %s | %.0f | %.2f / %.2f / %.2f / %.2f | %s | %.0f | %.2f | %s | %.0f | %s |",
+      printf "| %s | %d | %g | %s | %s | %.0f | %.2f / %.2f / %.2f / %.2f | %s | %.0f | %.2f | %s | %.0f | %s | %s |",
         name, rows, delay / 1000, load, (callers > 0 ? callers : "-"), served, p50, p90, p99,
         p999, (exe > 0 ? sprintf("%.1f", inf / exe) : "n/a"), inproc,
         (inproc > 0 ? served / inproc : 0),
         (reqs > 0 ? sprintf("%.1f", fe * 1e6 / reqs) : "n/a"), cli,
-        (wall > 0 ? sprintf("%.0f%%", 100 * wk / wall) : "n/a") }')")
+        (wall > 0 ? sprintf("%.0f%%", 100 * wk / wall) : "n/a"),
+        (wall > 0 ? sprintf("%.0f%%", 100 * ww / wall) : "n/a") }')")
 }
 
 echo "== load: $(uptime)"
@@ -168,7 +180,7 @@ CONFIG
     lg=("$bin/grpc_loadgen" --url "$url" --model "$name" --rows "$rows" "${loadgen_cpus[@]}"
       --seconds "$secs")
     measure "closed" 1 --mode closed --concurrency 1
-    measure "closed" "$conc" --mode closed --concurrency "$conc"
+    measure "closed" "$conc" --mode closed --concurrency "$conc" --channels 4
     measure "stream" "$conc" --mode stream --concurrency "$conc" --channels 4
     measure "open $rate/s" 0 --mode open --rate "$rate"
     kill "$pid"
@@ -177,6 +189,6 @@ CONFIG
   done
 done
 echo "== summary (ratio = served / in-process rows/s, meaningful for the saturation runs; load: $(uptime | sed 's/.*load average/load average/'))"
-echo "| model | rows/request | max_queue_delay ms | load | callers | served rows/s | p50 / p90 / p99 / p99.9 ms | batch | in-process rows/s | ratio | fe_us/req | cli_us/req | worker% |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | rows/request | max_queue_delay ms | load | callers | served rows/s | p50 / p90 / p99 / p99.9 ms | batch | in-process rows/s | ratio | fe_us/req | cli_us/req | worker% | wait% |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${summary[@]}"

@@ -16,7 +16,11 @@ class BatcherTest : public ::testing::Test {
  protected:
   void Make(DynamicBatcher::Options options) {
     auto b = DynamicBatcher::Create(
-        options, &clock_, [this] { return worker_free_; },
+        options, &clock_,
+        [this](bool full) {
+          fulls_.push_back(full);
+          return worker_free_ || (full && slot_free_);
+        },
         [this](Batch batch) {
           std::vector<int64_t> rows;
           for (const auto& r : batch) rows.push_back(r->rows);
@@ -36,7 +40,9 @@ class BatcherTest : public ::testing::Test {
   void Enqueue(int64_t rows) { ASSERT_TRUE(batcher_->Enqueue(Request(rows)).ok()); }
 
   FakeClock clock_;
-  bool worker_free_ = true;
+  bool worker_free_ = true;  // an idle worker: takes any batch
+  bool slot_free_ = false;   // a busy worker with a free slot: takes only full batches
+  std::vector<bool> fulls_;  // what can_dispatch was told, in order
   std::unique_ptr<DynamicBatcher> batcher_;
   std::vector<std::vector<int64_t>> batches_;
   std::vector<absl::StatusCode> rejected_;
@@ -66,6 +72,58 @@ TEST_F(BatcherTest, WaitsForTheDelayThenSendsWhatIsQueued) {
   EXPECT_EQ(batcher_->Poll(), Clock::TimePoint::max());
   EXPECT_EQ(batches_, (Rows{{1, 2}}));
   EXPECT_EQ(batcher_->queued_requests(), 0u);
+}
+
+TEST_F(BatcherTest, EnqueueHandsBackWhenItsQueueNeedsPollingAgain) {
+  Make({.max_batch_rows = 8, .max_queue_delay = microseconds(100)});
+  Clock::TimePoint next{};
+  ASSERT_TRUE(batcher_->Enqueue(Request(1), &next).ok());
+  EXPECT_EQ(next, clock_.Now() + microseconds(100));  // waiting for company
+  ASSERT_TRUE(batcher_->Enqueue(Request(7), &next).ok());
+  EXPECT_EQ(batches_, (Rows{{1, 7}}));  // full: sent at once
+  EXPECT_EQ(next, Clock::TimePoint::max());
+}
+
+TEST_F(BatcherTest, FullBatchTakesABusyWorkersFreeSlotPartialOneWaitsForAnIdleWorker) {
+  Make({.max_batch_rows = 4});
+  worker_free_ = false;
+  slot_free_ = true;
+  Enqueue(1);
+  EXPECT_TRUE(batches_.empty());  // partial: later requests may still join it
+  EXPECT_FALSE(fulls_.back());
+  Enqueue(1);
+  Enqueue(2);  // 4 rows: full
+  EXPECT_EQ(batches_, (Rows{{1, 1, 2}}));
+  Enqueue(1);
+  Enqueue(2);
+  EXPECT_EQ(batches_.size(), 1u);
+  worker_free_ = true;  // the worker finished: whatever is queued goes
+  batcher_->Poll();
+  EXPECT_EQ(batches_, (Rows{{1, 1, 2}, {1, 2}}));
+}
+
+TEST_F(BatcherTest, DelayedPartialBatchStillWaitsForAnIdleWorker) {
+  Make({.max_batch_rows = 8, .max_queue_delay = microseconds(100)});
+  worker_free_ = false;
+  slot_free_ = true;
+  Enqueue(1);
+  clock_.Advance(microseconds(100));
+  batcher_->Poll();
+  EXPECT_TRUE(batches_.empty());
+  EXPECT_FALSE(fulls_.back());
+  worker_free_ = true;
+  batcher_->Poll();
+  EXPECT_EQ(batches_, (Rows{{1}}));
+}
+
+TEST_F(BatcherTest, PreferredSizeCountsAsFull) {
+  Make({.max_batch_rows = 8, .preferred_batch_rows = {2}, .max_queue_delay = microseconds(1000)});
+  worker_free_ = false;
+  slot_free_ = true;
+  Enqueue(1);
+  Enqueue(1);
+  EXPECT_EQ(batches_, (Rows{{1, 1}}));
+  EXPECT_TRUE(fulls_.back());
 }
 
 TEST_F(BatcherTest, ZeroDelaySendsAtOnceWhenAWorkerIsFree) {
@@ -210,7 +268,7 @@ TEST_F(BatcherTest, StopRejectsWhatIsQueuedAndRefusesMore) {
 
 TEST(DynamicBatcherCreate, RejectsInconsistentOptions) {
   FakeClock clock;
-  auto yes = [] { return true; };
+  auto yes = [](bool) { return true; };
   auto sink = [](Batch) {};
   EXPECT_FALSE(
       DynamicBatcher::Create({.max_batch_rows = 4, .preferred_batch_rows = {8}}, &clock, yes, sink)
