@@ -54,6 +54,15 @@ struct BatchState {
   std::vector<int64_t> arena_offset;  // by ValueId, for kArena roots
   std::vector<float*> data;           // by ValueId, refreshed per Run
   int64_t arena_bytes = 0;            // peak activation bytes (the plan's size)
+  std::vector<double> step_flops;     // by step, per Run (for the profile)
+};
+
+// Per step, while profiling.
+struct StepTimes {
+  int64_t calls = 0;
+  double seconds = 0;           // the step, its residual copy excluded
+  double residual_seconds = 0;  // copying/reordering its residual into dst
+  double flops = 0;
 };
 
 class CompiledModelImpl final : public CompiledModel {
@@ -68,6 +77,14 @@ class CompiledModelImpl final : public CompiledModel {
 
   absl::Status Compile();
   ~CompiledModelImpl() override { PrintProfile(); }
+  void SetProfiling(bool on) override {
+    profiling_ = on;
+    if (on) {
+      times_.assign(steps_.size(), StepTimes());
+      profile_runs_ = 0;
+    }
+  }
+  std::vector<StepProfile> Profile() const override;
 
   const ModelInfo& info() const override { return info_; }
   std::string DescribePlan() const override;
@@ -109,9 +126,12 @@ class CompiledModelImpl final : public CompiledModel {
   // The fast step for an element-wise/layout op, or null.
   std::unique_ptr<Step> FastStep(int node_index, const std::vector<Shape>& shapes1);
   void AssignStorage();
-  // With NUMASERVE_PROFILE_STEPS set, Run times every step; the totals per
-  // step kind ("conv", "matmul", ...) go to stderr when the model is freed.
+  // With NUMASERVE_PROFILE_STEPS set, Run times every step from the start;
+  // the profile goes to stderr when the model is freed.
   void PrintProfile() const;
+  // Run's step loop, timing each step when `profile`.
+  template <bool kProfile>
+  absl::Status RunSteps(const StepContext& ctx, const BatchState& state);
   // Keeps conv/pool activations in oneDNN's blocked layout where every
   // reader accepts it (conv chains); plain elsewhere.
   void ChooseLayouts(const std::vector<Shape>& shapes1);
@@ -163,27 +183,50 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::map<int64_t, BatchState> per_batch_;
-  std::vector<double> profile_;  // seconds per step; empty unless profiling
+  bool profiling_ = false;
+  bool print_profile_at_exit_ = false;  // NUMASERVE_PROFILE_STEPS
+  std::vector<StepTimes> times_;        // by step, since profiling started
+  int64_t profile_runs_ = 0;
+  const std::vector<Shape>* last_shapes_ = nullptr;  // the last Run's, for Profile
   bool unavailable_logged_[std::size(kernels::kAllGemmBackends)] = {};  // by GemmBackend
 };
 
 void CompiledModelImpl::PrintProfile() const {
-  if (profile_.empty()) return;
-  std::map<std::string, std::pair<double, int>> by_kind;
-  double total = 0;
+  if (!print_profile_at_exit_ || times_.empty() || profile_runs_ == 0) return;
+  std::fprintf(stderr, "numaserve: step profile for %s\n%s", info_.path.c_str(),
+               FormatStepProfile(Profile(), profile_runs_, 15).c_str());
+}
+
+std::vector<StepProfile> CompiledModelImpl::Profile() const {
+  std::vector<StepProfile> rows;
+  if (times_.size() != steps_.size()) return rows;
   for (size_t k = 0; k < steps_.size(); ++k) {
-    const std::string d = steps_[k]->Describe();
-    auto& e = by_kind[d.substr(0, d.find(':'))];
-    e.first += profile_[k];
-    e.second += 1;
-    total += profile_[k];
+    const Step& step = *steps_[k];
+    const std::string d = step.Describe();
+    StepProfile row;
+    row.index = static_cast<int>(k);
+    row.kind = d.substr(0, d.find(':'));
+    row.description = d;
+    row.layouts = step.Layouts();
+    if (last_shapes_ != nullptr) row.implementation = step.Implementation(*last_shapes_);
+    row.calls = times_[k].calls;
+    row.seconds = times_[k].seconds;
+    row.flops = times_[k].flops;
+    rows.push_back(row);
+    if (step.ResidualInput() != kNoValue) {
+      StepProfile r;
+      r.index = static_cast<int>(k);
+      r.kind = "reorder";
+      r.description = absl::StrCat("reorder: residual into ", d);
+      if (const auto* conv = dynamic_cast<const ConvStep*>(&step); conv != nullptr) {
+        r.layouts = conv->ResidualLayouts();
+      }
+      r.calls = times_[k].calls;
+      r.seconds = times_[k].residual_seconds;
+      rows.push_back(r);
+    }
   }
-  std::fprintf(stderr, "numaserve: step profile for %s (%.3f s in all steps)\n", info_.path.c_str(),
-               total);
-  for (const auto& [kind, e] : by_kind) {
-    std::fprintf(stderr, "  %-16s %4d steps %10.3f s %6.1f%%\n", kind.c_str(), e.second, e.first,
-                 total > 0 ? 100.0 * e.first / total : 0.0);
-  }
+  return rows;
 }
 
 int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
@@ -498,6 +541,7 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
   }
   if (has_bias) o.bias = std::move(bias);
   o.weights = weights.data();
+  o.winograd = options_.conv_algorithm == "winograd";
   auto conv = kernels::ConvOnednn::Create(engine_, std::move(o));
   if (!conv.ok()) {
     return absl::Status(conv.status().code(),
@@ -681,7 +725,10 @@ absl::Status CompiledModelImpl::Compile() {
   }
   AssignStorage();
   ChooseLayouts(*shapes1);
-  if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) profile_.assign(steps_.size(), 0.0);
+  if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) {
+    SetProfiling(true);
+    print_profile_at_exit_ = true;
+  }
   PlanLifetimes(producer, consumers);
   return absl::OkStatus();
 }
@@ -823,6 +870,7 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     if (absl::Status s = step->Prepare(state.shapes); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
     }
+    state.step_flops.push_back(step->Flops(state.shapes));
   }
   return &per_batch_.emplace(batch, std::move(state)).first->second;
 }
@@ -840,6 +888,43 @@ std::vector<std::vector<int64_t>> CompiledModelImpl::OutputShapes(int64_t batch)
   std::vector<std::vector<int64_t>> out;
   for (ValueId v : graph_.outputs()) out.push_back(shapes[v]);
   return out;
+}
+
+template <bool kProfile>
+absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, const BatchState& state) {
+  using Clock = std::chrono::steady_clock;
+  double residual = 0;
+  StepContext timed = ctx;
+  if constexpr (kProfile) {
+    timed.residual_seconds = &residual;
+    last_shapes_ = &state.shapes;
+    ++profile_runs_;
+  }
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    Clock::time_point t0;
+    if constexpr (kProfile) {
+      residual = 0;
+      t0 = Clock::now();
+    }
+    if (absl::Status s = steps_[k]->Run(timed); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(steps_[k]->Describe(), ": ", s.message()));
+    }
+    if constexpr (kProfile) {
+      // The CPU stream is in order and synchronous: the primitive is done.
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      StepTimes& t = times_[k];
+      ++t.calls;
+      t.seconds += dt - residual;
+      t.residual_seconds += residual;
+      t.flops += state.step_flops[k];
+    }
+  }
+  try {
+    stream_.wait();
+  } catch (const dnnl::error& e) {
+    return kernels::DnnlErrorToStatus(e, "waiting for the stream");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*>& inputs,
@@ -891,20 +976,9 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
   for (ValueId v = 0; v < graph_.num_values(); ++v) data[v] = data[root_[v]];
 
   const StepContext ctx{stream_, state.shapes, data};
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    const auto t0 = profile_.empty() ? std::chrono::steady_clock::time_point()
-                                     : std::chrono::steady_clock::now();
-    if (absl::Status s = steps_[k]->Run(ctx); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(steps_[k]->Describe(), ": ", s.message()));
-    }
-    if (!profile_.empty()) {
-      profile_[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-  }
-  try {
-    stream_.wait();
-  } catch (const dnnl::error& e) {
-    return kernels::DnnlErrorToStatus(e, "waiting for the stream");
+  if (absl::Status s = profiling_ ? RunSteps<true>(ctx, state) : RunSteps<false>(ctx, state);
+      !s.ok()) {
+    return s;
   }
   for (size_t j = 0; j < outputs.size(); ++j) {
     const ValueId v = graph_.outputs()[j];
@@ -930,6 +1004,139 @@ absl::Status CheckGemmBackendChoice(const std::string& name) {
       absl::StrCat("gemm backend '", name, "' is not one of ", absl::StrJoin(choices, ", ")));
 }
 
+namespace {
+
+std::string ProfileRowNote(const StepProfile& row) {
+  std::string note = row.layouts;
+  if (!row.implementation.empty()) {
+    absl::StrAppend(&note, note.empty() ? "" : ", ", row.implementation);
+  }
+  return note.empty() ? "" : absl::StrCat(" [", note, "]");
+}
+
+std::string Gflops(const StepProfile& row) {
+  if (row.flops <= 0 || row.seconds <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", row.flops / row.seconds / 1e9);
+  return buf;
+}
+
+bool IsBoundary(const StepProfile& row) {
+  if (row.kind == "reorder") return true;
+  const size_t arrow = row.layouts.find("->");
+  return arrow != std::string::npos &&
+         row.layouts.substr(0, arrow) != row.layouts.substr(arrow + 2);
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string FormatStepProfile(const std::vector<StepProfile>& profile, int64_t runs, int top,
+                              double wall_seconds) {
+  const double per_run = 1e3 / static_cast<double>(std::max<int64_t>(runs, 1));  // s -> ms/run
+  double total = 0;
+  std::map<std::string, StepProfile> kinds;  // summed per kind
+  std::map<std::string, int> kind_rows;
+  for (const StepProfile& row : profile) {
+    total += row.seconds;
+    StepProfile& k = kinds[row.kind];
+    k.seconds += row.seconds;
+    k.flops += row.flops;
+    ++kind_rows[row.kind];
+  }
+  auto share = [&](double seconds) { return total > 0 ? 100.0 * seconds / total : 0.0; };
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof(line), "  %lld runs: %.3f ms per run in %zu profiled rows",
+                static_cast<long long>(runs), total * per_run, profile.size());
+  out += line;
+  if (wall_seconds > 0) {
+    std::snprintf(line, sizeof(line), ", %.3f ms outside steps (run wall %.3f ms)",
+                  std::max(0.0, wall_seconds - total) * per_run, wall_seconds * per_run);
+    out += line;
+  }
+  out += "\n";
+  std::vector<std::pair<std::string, StepProfile>> by_kind(kinds.begin(), kinds.end());
+  std::stable_sort(by_kind.begin(), by_kind.end(), [](const auto& a, const auto& b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  std::snprintf(line, sizeof(line), "  %-16s %5s %10s %7s %8s\n", "kind", "rows", "ms/run", "share",
+                "GFLOP/s");
+  out += line;
+  for (const auto& [kind, k] : by_kind) {
+    std::snprintf(line, sizeof(line), "  %-16s %5d %10.3f %6.1f%% %8s\n", kind.c_str(),
+                  kind_rows[kind], k.seconds * per_run, share(k.seconds), Gflops(k).c_str());
+    out += line;
+  }
+  std::vector<const StepProfile*> sorted;
+  for (const StepProfile& row : profile) sorted.push_back(&row);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const StepProfile* a, const StepProfile* b) {
+    return a->seconds > b->seconds;
+  });
+  const size_t shown = top <= 0 ? sorted.size() : std::min(sorted.size(), static_cast<size_t>(top));
+  std::snprintf(line, sizeof(line), "  top %zu of %zu rows %7s %7s %8s  step\n", shown,
+                sorted.size(), "ms/run", "share", "GFLOP/s");
+  out += line;
+  auto print_row = [&](const StepProfile& row) {
+    std::snprintf(line, sizeof(line), "  #%-4d %15.3f %6.1f%% %8s  ", row.index,
+                  row.seconds * per_run, share(row.seconds), Gflops(row).c_str());
+    absl::StrAppend(&out, line, row.description, ProfileRowNote(row), "\n");
+  };
+  for (size_t i = 0; i < shown; ++i) print_row(*sorted[i]);
+  double boundary = 0;
+  int boundaries = 0;
+  for (const StepProfile& row : profile) {
+    if (IsBoundary(row)) {
+      boundary += row.seconds;
+      ++boundaries;
+    }
+  }
+  std::snprintf(line, sizeof(line),
+                "  layout boundaries and residual reorders: %d rows, %.3f ms per run, %.1f%%\n",
+                boundaries, boundary * per_run, share(boundary));
+  out += line;
+  for (const StepProfile& row : profile) {
+    if (IsBoundary(row)) print_row(row);
+  }
+  return out;
+}
+
+std::string StepProfileJson(const std::vector<StepProfile>& profile, int64_t runs,
+                            double wall_seconds) {
+  const double per_run = 1e3 / static_cast<double>(std::max<int64_t>(runs, 1));
+  double total = 0;
+  for (const StepProfile& row : profile) total += row.seconds;
+  std::string out = absl::StrCat("{\"runs\": ", runs, ", \"step_ms\": ", total * per_run,
+                                 ", \"wall_ms\": ", wall_seconds * per_run, ", \"rows\": [");
+  for (size_t i = 0; i < profile.size(); ++i) {
+    const StepProfile& row = profile[i];
+    absl::StrAppend(
+        &out, i == 0 ? "" : ", ", "{\"index\": ", row.index, ", \"kind\": ", JsonString(row.kind),
+        ", \"step\": ", JsonString(row.description), ", \"layouts\": ", JsonString(row.layouts),
+        ", \"implementation\": ", JsonString(row.implementation),
+        ", \"ms\": ", row.seconds * per_run, ", \"share\": ", total > 0 ? row.seconds / total : 0.0,
+        ", \"gflops\": ", row.seconds > 0 ? row.flops / row.seconds / 1e9 : 0.0,
+        ", \"boundary\": ", IsBoundary(row) ? "true" : "false", "}");
+  }
+  return out + "]}";
+}
+
 std::string DefaultGemmCacheFile() {
   if (const char* file = std::getenv("NUMASERVE_GEMM_CACHE"); file != nullptr) return file;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
@@ -948,6 +1155,10 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
         absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
   }
   if (absl::Status s = CheckGemmBackendChoice(options.gemm_backend); !s.ok()) return s;
+  if (options.conv_algorithm != "direct" && options.conv_algorithm != "winograd") {
+    return absl::InvalidArgumentError(absl::StrCat("conv algorithm '", options.conv_algorithm,
+                                                   "' is not one of direct, winograd"));
+  }
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
   // The ISA tier (and oneDNN's cap) is fixed before any primitive exists.
   kernels::GetKernelTable();

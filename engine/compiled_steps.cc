@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -19,6 +20,11 @@ int64_t RowsOf(const Shape& dst, int64_t n) { return kernels::NumElements(dst) /
 
 absl::Status MatMulStep::Prepare(const std::vector<Shape>& shapes) {
   return kernel_->Prepare(RowsOf(shapes[dst_], kernel_->n()));
+}
+
+double MatMulStep::Flops(const std::vector<Shape>& shapes) const {
+  return 2.0 * static_cast<double>(RowsOf(shapes[dst_], kernel_->n())) *
+         static_cast<double>(kernel_->n()) * static_cast<double>(kernel_->k());
 }
 
 absl::Status MatMulStep::Run(const StepContext& ctx) {
@@ -84,14 +90,34 @@ absl::Status ReferenceStep::Run(const StepContext& ctx) {
 
 namespace numaserve::engine {
 
+double ConvStep::Flops(const std::vector<Shape>& shapes) const {
+  const kernels::ConvOnednnOptions& o = kernel_->options();
+  double k = 1;
+  for (int64_t e : o.kernel) k *= static_cast<double>(e);
+  // Each output (conv) or input (deconv) element: (channels in per group) x
+  // kernel multiply-adds.
+  if (o.transposed) {
+    return 2.0 * static_cast<double>(kernels::NumElements(shapes[src_])) *
+           static_cast<double>(o.out_channels / o.group) * k;
+  }
+  return 2.0 * static_cast<double>(kernels::NumElements(shapes[dst_])) *
+         static_cast<double>(o.in_channels / o.group) * k;
+}
+
 absl::Status ConvStep::Run(const StepContext& ctx) {
   float* dst = ctx.data[dst_];
   if (sum_from_ != kNoValue) {
     // The residual enters dst in dst's layout; the conv adds onto it.
+    const auto t0 = ctx.residual_seconds != nullptr ? std::chrono::steady_clock::now()
+                                                    : std::chrono::steady_clock::time_point();
     if (absl::Status s = reorder_->Execute(ctx.stream, ctx.shapes[dst_], ctx.data[sum_from_],
                                            sum_blocked_, dst, dst_blocked_);
         !s.ok()) {
       return s;
+    }
+    if (ctx.residual_seconds != nullptr) {
+      *ctx.residual_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
   return kernel_->Execute(ctx.stream, ctx.shapes[src_], ctx.shapes[dst_], ctx.data[src_], dst);
@@ -208,6 +234,13 @@ absl::Status BinaryStep::Run(const StepContext& ctx) {
 #undef NUMASERVE_BINARY_CASE
   }
   return absl::OkStatus();
+}
+
+double BatchedMatMulStep::Flops(const std::vector<Shape>& shapes) const {
+  const Shape& a = shapes[a_];
+  return a.empty() ? 0.0
+                   : 2.0 * static_cast<double>(kernels::NumElements(shapes[dst_])) *
+                         static_cast<double>(a.back());
 }
 
 absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {

@@ -26,6 +26,10 @@ struct StepContext {
   dnnl::stream& stream;
   const std::vector<Shape>& shapes;  // concrete, by ValueId
   const std::vector<float*>& data;   // by ValueId (views resolved)
+  // Profiling only (null otherwise): a step adds here the seconds it spends
+  // copying or reordering a residual into its output, so the profile shows
+  // that time as a reorder of its own.
+  double* residual_seconds = nullptr;
 };
 
 class Step {
@@ -47,7 +51,19 @@ class Step {
   virtual ValueId BlockedWrite() const { return kNoValue; }
   // The layouts chosen (by ValueId), before the first Prepare.
   virtual void SetLayouts(const std::vector<bool>& blocked) {}
+
+  // For the profile: the multiply-adds x2 one Run does at these shapes (0
+  // for steps without counted FLOPs), the layouts it reads and writes where
+  // it has a choice ("nChw16c->plain"), and the oneDNN implementation.
+  virtual double Flops(const std::vector<Shape>& shapes) const { return 0; }
+  virtual std::string Layouts() const { return ""; }
+  virtual std::string Implementation(const std::vector<Shape>& shapes) const { return ""; }
+  // The residual this step copies into its output first, if any.
+  virtual ValueId ResidualInput() const { return kNoValue; }
 };
+
+// "plain" or "nChw16c" (any rank: the blocked layout's name at rank 4).
+inline const char* LayoutName(bool blocked) { return blocked ? "nChw16c" : "plain"; }
 
 // Gemm / MatMul with constant weights on one GEMM backend (kernels/gemm),
 // with bias, Gemm's beta*C or a residual (copied into the output, then
@@ -70,6 +86,7 @@ class MatMulStep final : public Step {
     return "matmul: " + name_ + (backend_note_.empty() ? "" : " [" + backend_note_ + "]");
   }
   std::vector<ValueId> Reads() const override { return {src_, accumulate_from_}; }
+  double Flops(const std::vector<Shape>& shapes) const override;
   const kernels::GemmKernel& kernel() const { return *kernel_; }
 
  private:
@@ -149,6 +166,18 @@ class ConvStep final : public Step {
     dst_blocked_ = blocked[dst_];
     sum_blocked_ = sum_from_ != kNoValue && blocked[sum_from_];
   }
+  double Flops(const std::vector<Shape>& shapes) const override;
+  std::string Layouts() const override {
+    return std::string(LayoutName(src_blocked_)) + "->" + LayoutName(dst_blocked_);
+  }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return kernel_->ImplementationName(shapes[src_]);
+  }
+  ValueId ResidualInput() const override { return sum_from_; }
+  // The residual's layout -> dst's ("plain->plain" is a copy).
+  std::string ResidualLayouts() const {
+    return std::string(LayoutName(sum_blocked_)) + "->" + LayoutName(dst_blocked_);
+  }
 
  private:
   std::unique_ptr<kernels::ConvOnednn> kernel_;
@@ -173,6 +202,9 @@ class PoolStep final : public Step {
   void SetLayouts(const std::vector<bool>& blocked) override {
     src_blocked_ = blocked[src_];
     dst_blocked_ = blocked[dst_];
+  }
+  std::string Layouts() const override {
+    return std::string(LayoutName(src_blocked_)) + "->" + LayoutName(dst_blocked_);
   }
 
  private:
@@ -232,6 +264,7 @@ class BatchedMatMulStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "batched_matmul: " + name_; }
   std::vector<ValueId> Reads() const override { return {a_, b_}; }
+  double Flops(const std::vector<Shape>& shapes) const override;
 
  private:
   dnnl::engine engine_;

@@ -64,6 +64,10 @@ struct CompileOptions {
   // "auto" only: a file that remembers the choices across processes (see
   // DefaultGemmCacheFile); empty: remembered in this process only.
   std::string gemm_cache_file;
+  // Conv algorithm for 3x3 stride-1 convolutions: "direct" or "winograd"
+  // (oneDNN's Winograd F(4x4,3x3) where it has one for the layer, direct
+  // elsewhere: fewer FLOPs, results differing in the last bits).
+  std::string conv_algorithm = "direct";
 };
 
 // The backends CompileOptions::gemm_backend accepts: "onednn", "blis",
@@ -76,6 +80,31 @@ absl::Status CheckGemmBackendChoice(const std::string& name);
 // is set (empty: none), else $XDG_CACHE_HOME/numaserve/gemm_choices.tsv,
 // else ~/.cache/numaserve/gemm_choices.tsv ("" without a home).
 std::string DefaultGemmCacheFile();
+
+// One row of a CompiledModel's step profile: a compiled step, or the
+// residual a conv step copies/reorders into its output before it runs
+// (kind "reorder", same index as its step).
+struct StepProfile {
+  int index = 0;               // the step's position in the plan
+  std::string kind;            // "conv", "matmul", "pool", ..., "reorder"
+  std::string description;     // the plan line ("conv: conv1+bn1+relu1")
+  std::string layouts;         // "nChw16c->plain" where the step has a layout choice
+  std::string implementation;  // oneDNN's implementation name where known
+  int64_t calls = 0;
+  double seconds = 0;  // wall time summed over calls
+  double flops = 0;    // multiply-adds x2 summed over calls; 0 if not counted
+};
+
+// The profile as text: the time per run by step kind, the `top` costliest
+// rows (0: all) with their share of the time in steps and their GFLOP/s,
+// then every layout boundary (a step reading one layout and writing
+// another) and residual reorder/copy. `runs` divides the sums; `wall_seconds`
+// (the runs' total wall time, 0 if unknown) adds the time outside steps.
+std::string FormatStepProfile(const std::vector<StepProfile>& profile, int64_t runs, int top,
+                              double wall_seconds = 0);
+// The same as one JSON object (every row, no trailing newline).
+std::string StepProfileJson(const std::vector<StepProfile>& profile, int64_t runs,
+                            double wall_seconds = 0);
 
 class CompiledModel {
  public:
@@ -106,6 +135,13 @@ class CompiledModel {
   // The compiled plan, one line per kernel step with the graph nodes it
   // stands for ("matmul: fc1+relu1"), for logs and tests.
   virtual std::string DescribePlan() const { return ""; }
+
+  // Starts (true: from zero) or stops timing every step of Run. Off by
+  // default; when off, Run pays nothing for it.
+  virtual void SetProfiling(bool on) {}
+  // The timings collected since profiling last started, one row per step
+  // in plan order (a conv's residual reorder follows its step).
+  virtual std::vector<StepProfile> Profile() const { return {}; }
 };
 
 }  // namespace numaserve::engine

@@ -32,12 +32,19 @@ double Percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
-absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch, double seconds,
-                                     double peak_gflops) {
+// Random inputs and room for the outputs of `batch` rows.
+struct Buffers {
+  std::vector<std::vector<float>> inputs, outputs;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+};
+
+Buffers MakeBuffers(engine::CompiledModel& model, int64_t batch) {
   const engine::ModelInfo& info = model.info();
+  Buffers b;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<std::vector<float>> inputs;
+  auto& inputs = b.inputs;
   for (const engine::TensorInfo& t : info.inputs) {
     int64_t n = 1;
     for (size_t d = 0; d < t.shape.size(); ++d)
@@ -45,16 +52,22 @@ absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch
     inputs.emplace_back(n);
     for (float& v : inputs.back()) v = dist(rng);
   }
-  std::vector<std::vector<float>> outputs;
   for (const auto& s : model.OutputShapes(batch)) {
     int64_t n = 1;
     for (int64_t d : s) n *= d;
-    outputs.emplace_back(std::max<int64_t>(n, 1));
+    b.outputs.emplace_back(std::max<int64_t>(n, 1));
   }
-  std::vector<const void*> in_ptrs;
-  std::vector<void*> out_ptrs;
-  for (auto& v : inputs) in_ptrs.push_back(v.data());
-  for (auto& v : outputs) out_ptrs.push_back(v.data());
+  for (auto& v : inputs) b.in_ptrs.push_back(v.data());
+  for (auto& v : b.outputs) b.out_ptrs.push_back(v.data());
+  return b;
+}
+
+absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch, double seconds,
+                                     double peak_gflops) {
+  const engine::ModelInfo& info = model.info();
+  Buffers buffers = MakeBuffers(model, batch);
+  const auto& in_ptrs = buffers.in_ptrs;
+  const auto& out_ptrs = buffers.out_ptrs;
   using Clock = std::chrono::steady_clock;
   // Warm-up: primitive creation, weight layouts, page faults.
   for (int i = 0; i < 2; ++i) {
@@ -82,13 +95,47 @@ absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch
   return r;
 }
 
+// Runs `batch` rows for `seconds` (at least 5 runs) with every step timed,
+// after the measured runs (whose figures the timing does not touch), and
+// prints the step profile.
+absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double seconds, int top,
+                          bool json) {
+  Buffers buffers = MakeBuffers(model, batch);
+  using Clock = std::chrono::steady_clock;
+  model.SetProfiling(true);
+  int64_t runs = 0;
+  const auto start = Clock::now();
+  auto now = start;
+  while (runs < 5 || std::chrono::duration<double>(now - start).count() < seconds) {
+    absl::Status s = model.Run(batch, buffers.in_ptrs, buffers.out_ptrs);
+    if (!s.ok()) {
+      model.SetProfiling(false);
+      return s;
+    }
+    ++runs;
+    now = Clock::now();
+  }
+  model.SetProfiling(false);
+  const double wall = std::chrono::duration<double>(now - start).count();
+  const std::vector<engine::StepProfile> profile = model.Profile();
+  if (json) {
+    printf("{\"model\": \"%s\", \"batch\": %lld, \"profile\": %s}\n", model.info().path.c_str(),
+           static_cast<long long>(batch), engine::StepProfileJson(profile, runs, wall).c_str());
+  } else {
+    printf("profile at batch %lld:\n%s", static_cast<long long>(batch),
+           engine::FormatStepProfile(profile, runs, top, wall).c_str());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int BenchCommand(const std::vector<std::string>& args) {
-  std::string model_path, batches_text = "1,8,32", gemm = "auto";
+  std::string model_path, batches_text = "1,8,32", gemm = "auto", conv = "direct";
   int64_t threads = 0;
   double seconds = 3.0;
-  bool json = false, plan = false;
+  bool json = false, plan = false, profile = false;
+  int64_t top = 15;
   ArgParser parser("bench",
                    "run a model in process per batch size: inferences/s, p50/p99 latency, "
                    "GFLOP/s and the fraction of FP32 peak");
@@ -99,6 +146,14 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddBool("json", &json, "one JSON object per line per batch size");
   parser.AddBool("plan", &plan,
                  "print the GEMM libraries and the compiled plan (one line per kernel step) first");
+  parser.AddBool("profile", &profile,
+                 "after each batch size's measured runs, time every compiled step for as long "
+                 "again and print where the time goes: per step kind, the costliest steps (share "
+                 "of the time in steps, GFLOP/s) and every layout boundary and residual reorder");
+  parser.AddInt("top", &top, "--profile: the costliest steps listed (0 = all)");
+  parser.AddString("conv", &conv,
+                   "3x3 stride-1 conv algorithm: direct | winograd (oneDNN's, where it has one "
+                   "for the layer)");
   parser.AddString("gemm", &gemm,
                    "GEMM backend: onednn | blis | openblas | auto (each timed once per shape at "
                    "load, the fastest kept)");
@@ -128,6 +183,14 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: --threads must be >= 0 and --seconds > 0\n");
     return 2;
   }
+  if (conv != "direct" && conv != "winograd") {
+    fprintf(stderr, "numaserve bench: --conv: '%s' is not one of direct, winograd\n", conv.c_str());
+    return 2;
+  }
+  if (top < 0) {
+    fprintf(stderr, "numaserve bench: --top must be >= 0\n");
+    return 2;
+  }
   if (absl::Status s = engine::CheckGemmBackendChoice(gemm); !s.ok()) {
     fprintf(stderr, "numaserve bench: --gemm: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -135,7 +198,8 @@ int BenchCommand(const std::vector<std::string>& args) {
   auto model =
       engine::CompiledModel::Load(model_path, {.num_threads = static_cast<int>(threads),
                                                .gemm_backend = gemm,
-                                               .gemm_cache_file = engine::DefaultGemmCacheFile()});
+                                               .gemm_cache_file = engine::DefaultGemmCacheFile(),
+                                               .conv_algorithm = conv});
   if (!model.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
     return 1;
@@ -178,6 +242,14 @@ int BenchCommand(const std::vector<std::string>& args) {
       printf("%6lld %12.1f %10.3f %10.3f %10.1f %8.3f %10.1f\n", static_cast<long long>(r->batch),
              r->inferences_per_second, r->p50_ms, r->p99_ms, r->gflops, r->peak_fraction,
              r->activation_bytes / 1e6);
+    }
+    if (profile) {
+      if (absl::Status s = ProfileBatch(**model, batch, seconds, static_cast<int>(top), json);
+          !s.ok()) {
+        fprintf(stderr, "numaserve bench: profiling batch %lld: %s\n",
+                static_cast<long long>(batch), std::string(s.message()).c_str());
+        return 1;
+      }
     }
     fflush(stdout);
   }

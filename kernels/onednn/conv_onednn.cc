@@ -118,6 +118,15 @@ dnnl::memory::desc ConvOnednn::UserWeightsDesc() const {
   return dnnl::memory::desc(dims, dt::f32, strides);
 }
 
+bool ConvOnednn::WinogradCandidate() const {
+  const ConvOnednnOptions& o = options_;
+  if (!o.winograd || o.transposed || o.group != 1 || o.kernel.size() != 2) return false;
+  for (size_t d = 0; d < 2; ++d) {
+    if (o.kernel[d] != 3 || o.strides[d] != 1 || o.dilations[d] != 1) return false;
+  }
+  return true;
+}
+
 dnnl::primitive_attr ConvOnednn::Attr() const {
   dnnl::post_ops ops;
   if (options_.sum) ops.append_sum(1.0f);
@@ -170,11 +179,21 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
       entry.impl = pd.impl_info_str();
       entry.call.primitive = dnnl::deconvolution_forward(pd);
     } else {
-      dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
-          bias_md, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0),
-          Dims(o.pads_end, 0));
-      dnnl::convolution_forward::primitive_desc pd(desc, Attr(), engine_);
+      auto make_pd = [&](dnnl::algorithm algorithm) {
+        dnnl::convolution_forward::desc desc(
+            dnnl::prop_kind::forward_inference, algorithm, src_md, any_w, bias_md, dst_md,
+            Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
+        return dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
+      };
+      dnnl::convolution_forward::primitive_desc pd;
+      if (WinogradCandidate()) {
+        try {
+          pd = make_pd(dnnl::algorithm::convolution_winograd);
+        } catch (const dnnl::error&) {
+          // Not implemented for this shape, layout or CPU: direct.
+        }
+      }
+      if (!pd) pd = make_pd(dnnl::algorithm::convolution_direct);
       weights_md = pd.weights_desc();
       src_desc = pd.src_desc();
       dst_desc = pd.dst_desc();
