@@ -36,10 +36,11 @@ inline double NormalizedError(const std::vector<float>& expected, const float* a
 
 inline void ExpectCompiledMatchesReference(const std::string& name, const std::string& path,
                                            const std::vector<int64_t>& batches,
-                                           double tolerance = 1e-6) {
+                                           double tolerance = 1e-6,
+                                           const CompileOptions& options = {}) {
   auto graph = ImportOnnxModel(path);
   ASSERT_TRUE(graph.ok()) << name << ": " << graph.status();
-  auto model = CompiledModel::Load(path, {});
+  auto model = CompiledModel::Load(path, options);
   ASSERT_TRUE(model.ok()) << name << ": " << model.status();
   uint32_t seed = 1;
   for (int64_t batch : batches) {
