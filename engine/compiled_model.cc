@@ -55,6 +55,7 @@ struct BatchState {
   std::vector<float*> data;           // by ValueId, refreshed per Run
   int64_t arena_bytes = 0;            // peak activation bytes (the plan's size)
   std::vector<double> step_flops;     // by step, per Run (for the profile)
+  std::vector<char> serial;           // by step: runs on the calling thread alone
 };
 
 // Per step, while profiling.
@@ -183,6 +184,8 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::map<int64_t, BatchState> per_batch_;
+  int threads_ = 1;                         // kernel threads for steps not run serially
+  const BatchState* last_state_ = nullptr;  // the last profiled Run's
   bool profiling_ = false;
   bool print_profile_at_exit_ = false;  // NUMASERVE_PROFILE_STEPS
   std::vector<StepTimes> times_;        // by step, since profiling started
@@ -209,6 +212,7 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
     row.description = d;
     row.layouts = step.Layouts();
     if (last_shapes_ != nullptr) row.implementation = step.Implementation(*last_shapes_);
+    if (last_state_ != nullptr) row.threads = last_state_->serial[k] ? 1 : threads_;
     row.calls = times_[k].calls;
     row.seconds = times_[k].seconds;
     row.flops = times_[k].flops;
@@ -725,6 +729,7 @@ absl::Status CompiledModelImpl::Compile() {
   }
   AssignStorage();
   ChooseLayouts(*shapes1);
+  threads_ = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
   if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) {
     SetProfiling(true);
     print_profile_at_exit_ = true;
@@ -867,10 +872,21 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   }
   state.data.assign(num_values, nullptr);
   for (const auto& step : steps_) {
-    if (absl::Status s = step->Prepare(state.shapes); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
+    const double flops = step->Flops(state.shapes);
+    int64_t elements = 0;
+    for (ValueId v : step->Reads()) {
+      if (v != kNoValue) elements += kernels::NumElements(state.shapes[v]);
     }
-    state.step_flops.push_back(step->Flops(state.shapes));
+    const bool serial = threads_ > 1 && (flops > 0 ? flops < options_.serial_below_flops
+                                                   : elements < options_.serial_below_elements);
+    state.step_flops.push_back(flops);
+    state.serial.push_back(serial);
+    // oneDNN sizes a primitive's thread split when it is created: create it
+    // with the threads it will run on.
+    omp_set_num_threads(serial ? 1 : threads_);
+    absl::Status s = step->Prepare(state.shapes);
+    omp_set_num_threads(threads_);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
   }
   return &per_batch_.emplace(batch, std::move(state)).first->second;
 }
@@ -898,15 +914,23 @@ absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, const BatchStat
   if constexpr (kProfile) {
     timed.residual_seconds = &residual;
     last_shapes_ = &state.shapes;
+    last_state_ = &state;
     ++profile_runs_;
   }
+  bool serial = false;
   for (size_t k = 0; k < steps_.size(); ++k) {
+    if (state.serial[k] != serial) {
+      serial = state.serial[k];
+      omp_set_num_threads(serial ? 1 : threads_);
+    }
     Clock::time_point t0;
     if constexpr (kProfile) {
       residual = 0;
       t0 = Clock::now();
     }
-    if (absl::Status s = steps_[k]->Run(timed); !s.ok()) {
+    absl::Status s = steps_[k]->Run(timed);
+    if (!s.ok()) {
+      if (serial) omp_set_num_threads(threads_);
       return absl::Status(s.code(), absl::StrCat(steps_[k]->Describe(), ": ", s.message()));
     }
     if constexpr (kProfile) {
@@ -919,6 +943,7 @@ absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, const BatchStat
       t.flops += state.step_flops[k];
     }
   }
+  if (serial) omp_set_num_threads(threads_);
   try {
     stream_.wait();
   } catch (const dnnl::error& e) {
@@ -1008,6 +1033,7 @@ namespace {
 
 std::string ProfileRowNote(const StepProfile& row) {
   std::string note = row.layouts;
+  if (row.threads == 1) absl::StrAppend(&note, note.empty() ? "" : ", ", "1 thread");
   if (!row.implementation.empty()) {
     absl::StrAppend(&note, note.empty() ? "" : ", ", row.implementation);
   }
@@ -1129,7 +1155,7 @@ std::string StepProfileJson(const std::vector<StepProfile>& profile, int64_t run
     absl::StrAppend(
         &out, i == 0 ? "" : ", ", "{\"index\": ", row.index, ", \"kind\": ", JsonString(row.kind),
         ", \"step\": ", JsonString(row.description), ", \"layouts\": ", JsonString(row.layouts),
-        ", \"implementation\": ", JsonString(row.implementation),
+        ", \"implementation\": ", JsonString(row.implementation), ", \"threads\": ", row.threads,
         ", \"ms\": ", row.seconds * per_run, ", \"share\": ", total > 0 ? row.seconds / total : 0.0,
         ", \"gflops\": ", row.seconds > 0 ? row.flops / row.seconds / 1e9 : 0.0,
         ", \"boundary\": ", IsBoundary(row) ? "true" : "false", "}");

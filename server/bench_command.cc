@@ -131,7 +131,7 @@ absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double se
 }  // namespace
 
 int BenchCommand(const std::vector<std::string>& args) {
-  std::string model_path, batches_text = "1,8,32", gemm = "auto", conv = "direct";
+  std::string model_path, batches_text = "1,8,32", gemm = "auto", conv = "winograd";
   int64_t threads = 0;
   double seconds = 3.0;
   bool json = false, plan = false, profile = false;

@@ -61,7 +61,7 @@ TEST(ConvWinogradTest, OnlyBlockedThreeByThreeStrideOneConvsUseIt) {
   const std::string path = ThreeByThreeChain();
   auto model = CompiledModel::Load(path, {.conv_algorithm = "winograd"});
   ASSERT_TRUE(model.ok()) << model.status();
-  auto direct = CompiledModel::Load(path, {});
+  auto direct = CompiledModel::Load(path, {.conv_algorithm = "direct"});
   ASSERT_TRUE(direct.ok()) << direct.status();
   const std::vector<float> x = RandomTensor({2, 16, 14, 14}, 9).data;
   (*model)->SetProfiling(true);
@@ -103,7 +103,7 @@ TEST(ConvWinogradTest, ResNet50LogitsStayClose) {
   const std::string path = NUMASERVE_BENCHMARK_MODELS "/resnet50.onnx";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not generated";
   auto wino = CompiledModel::Load(path, {.conv_algorithm = "winograd"});
-  auto direct = CompiledModel::Load(path, {});
+  auto direct = CompiledModel::Load(path, {.conv_algorithm = "direct"});
   ASSERT_TRUE(wino.ok()) << wino.status();
   ASSERT_TRUE(direct.ok()) << direct.status();
   const std::vector<float> x = RandomTensor({2, 3, 224, 224}, 11).data;
