@@ -324,6 +324,9 @@ int ServeCommand(const std::vector<std::string>& args) {
 
   // Stop taking work, finish what was accepted, then stop the workers.
   service.SetShuttingDown();
+  // Training jobs stop after their current step with a checkpoint
+  // (training_service.h); ~TrainingService waits for them.
+  training_service.StopAll();
   on_workers_changed = nullptr;
   {
     std::lock_guard<std::mutex> lock(health_mu);
