@@ -149,5 +149,28 @@ TEST(StepProfileTest, TextSharesAddUpToTheTimeInSteps) {
   EXPECT_THAT(json, HasSubstr("\"step\": \"matmul: fc"));
 }
 
+// Small steps run on the calling thread alone unless the thresholds are 0;
+// both ways give the reference's results.
+TEST(StepProfileTest, SmallStepsRunOnOneThread) {
+  const std::string path = ResidualModel();
+  testing::ExpectCompiledMatchesReference("serial", path, {1, 3}, 1e-9, {.num_threads = 2});
+  testing::ExpectCompiledMatchesReference(
+      "parallel", path, {1, 3}, 1e-9,
+      {.num_threads = 2, .serial_below_flops = 0, .serial_below_elements = 0});
+  std::vector<float> x(8 * 12 * 12, 0.25f), y(4);
+  for (bool serial : {true, false}) {
+    CompileOptions options{.num_threads = 2};
+    if (!serial) options.serial_below_flops = 0, options.serial_below_elements = 0;
+    auto model = CompiledModel::Load(path, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    (*model)->SetProfiling(true);
+    ASSERT_TRUE((*model)->Run(1, {x.data()}, {y.data()}).ok());
+    for (const StepProfile& row : (*model)->Profile()) {
+      if (row.kind == "reorder") continue;
+      EXPECT_EQ(row.threads, serial ? 1 : 2) << row.description;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace numaserve::engine
