@@ -189,9 +189,36 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& addr
 
 Metrics::~Metrics() = default;
 
+Metrics::PerModel& Metrics::ModelChildren(const std::string& model) {
+  auto it = per_model_.find(model);
+  if (it != per_model_.end()) return it->second;
+  PerModel& m = per_model_[model];
+  const prometheus::Labels labels = {{"model", model}};
+  m.request_duration = &request_duration_->Add(labels, LatencyBuckets());
+  m.inferences = &inferences_->Add(labels);
+  m.queue_duration = &queue_duration_->Add(labels, LatencyBuckets());
+  m.compute_input_duration = &compute_input_duration_->Add(labels, LatencyBuckets());
+  m.compute_duration = &compute_duration_->Add(labels, LatencyBuckets());
+  m.compute_output_duration = &compute_output_duration_->Add(labels, LatencyBuckets());
+  return m;
+}
+
 void Metrics::RecordRequest(const std::string& model, const std::string& outcome, double seconds) {
-  requests_->Add({{"model", model}, {"outcome", outcome}}).Increment();
-  request_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(seconds);
+  prometheus::Counter* requests = nullptr;
+  prometheus::Histogram* duration = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(children_mu_);
+    PerModel& m = ModelChildren(model);
+    auto it = m.requests.find(outcome);
+    if (it == m.requests.end()) {
+      it = m.requests.emplace(outcome, &requests_->Add({{"model", model}, {"outcome", outcome}}))
+               .first;
+    }
+    requests = it->second;
+    duration = m.request_duration;
+  }
+  requests->Increment();
+  duration->Observe(seconds);
 }
 
 void Metrics::RecordFailure(const std::string& model, const std::string& reason) {
@@ -201,12 +228,16 @@ void Metrics::RecordFailure(const std::string& model, const std::string& reason)
 void Metrics::RecordInference(const std::string& model, int64_t rows, double queue_seconds,
                               double compute_input_seconds, double compute_seconds,
                               double compute_output_seconds) {
-  inferences_->Add({{"model", model}}).Increment(static_cast<double>(rows));
-  queue_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(queue_seconds);
-  compute_input_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(compute_input_seconds);
-  compute_duration_->Add({{"model", model}}, LatencyBuckets()).Observe(compute_seconds);
-  compute_output_duration_->Add({{"model", model}}, LatencyBuckets())
-      .Observe(compute_output_seconds);
+  PerModel* m = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(children_mu_);
+    m = &ModelChildren(model);  // std::map nodes do not move
+  }
+  m->inferences->Increment(static_cast<double>(rows));
+  m->queue_duration->Observe(queue_seconds);
+  m->compute_input_duration->Observe(compute_input_seconds);
+  m->compute_duration->Observe(compute_seconds);
+  m->compute_output_duration->Observe(compute_output_seconds);
 }
 
 void Metrics::RecordExecution(const std::string& model, const std::string& version, int64_t rows) {

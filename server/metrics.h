@@ -122,6 +122,22 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* training_eta_ = nullptr;
   std::mutex training_mu_;
   std::map<std::string, std::string> training_states_;  // job -> state
+
+  // The children every request updates, looked up once per model (and
+  // outcome) instead of hashing label sets on each call. prometheus-cpp keeps
+  // a child until it is removed, and numaserve never removes these.
+  struct PerModel {
+    prometheus::Histogram* request_duration = nullptr;
+    prometheus::Counter* inferences = nullptr;
+    prometheus::Histogram* queue_duration = nullptr;
+    prometheus::Histogram* compute_input_duration = nullptr;
+    prometheus::Histogram* compute_duration = nullptr;
+    prometheus::Histogram* compute_output_duration = nullptr;
+    std::map<std::string, prometheus::Counter*, std::less<>> requests;  // by outcome
+  };
+  PerModel& ModelChildren(const std::string& model);  // with children_mu_ held
+  std::mutex children_mu_;
+  std::map<std::string, PerModel, std::less<>> per_model_;
 };
 
 }  // namespace numaserve::server
