@@ -1,8 +1,11 @@
 #include "engine/training/batch_norm_op.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/training/conv_pool_ops.h"
+#include "engine/training/onednn_training_ops.h"
 #include "engine/training/training_ops.h"
 
 namespace numaserve::training::batch_norm {
@@ -53,7 +56,32 @@ void BatchStats(const Tensor& x, const Layout& l, std::vector<double>* mean,
   }
 }
 
+bool UseOnednn() {
+  return conv_pool::CurrentImplementation() == conv_pool::Implementation::kOnednn;
+}
+
+// oneDNN could not make a primitive for this shape: the reference runs.
+// Never after an execution error (backward would add its gradients twice).
+std::atomic<int64_t> fallbacks{0};
+
+bool FallBack(const absl::Status& s) {
+  const bool fall_back = absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
+  if (fall_back) fallbacks.fetch_add(1, std::memory_order_relaxed);
+  return fall_back;
+}
+
+onednn::BatchNormShape OnednnShape(const Layout& l, float eps) {
+  return {.n = l.n, .c = l.c, .spatial = l.spatial, .epsilon = eps};
+}
+
+// running = momentum * running + (1 - momentum) * batch (ONNX's convention).
+void UpdateRunning(float momentum, int64_t c, const float* batch, float* running) {
+  for (int64_t i = 0; i < c; ++i) running[i] = momentum * running[i] + (1 - momentum) * batch[i];
+}
+
 }  // namespace
+
+int64_t ReferenceFallbacks() { return fallbacks.load(); }
 
 absl::Status Forward(const engine::Graph&, const engine::Node& node,
                      const std::vector<const Tensor*>& in, std::vector<Tensor*>& out) {
@@ -61,16 +89,35 @@ absl::Status Forward(const engine::Graph&, const engine::Node& node,
   if (!l.ok()) return l.status();
   const float eps = node.GetFloat("epsilon", 1e-5f), momentum = node.GetFloat("momentum", 0.9f);
   const Tensor& x = *in[0];
+  if (UseOnednn()) {
+    Tensor& y = *out[0];
+    y.shape = x.shape;
+    y.data.resize(x.data.size());
+    // The running statistics are net-owned state, updated in place.
+    float* running_mean = const_cast<float*>(in[3]->data.data());
+    float* running_var = const_cast<float*>(in[4]->data.data());
+    const bool training = InTrainingMode();
+    std::vector<float> mean(training ? l->c : 0), var(training ? l->c : 0);
+    absl::Status s =
+        onednn::BatchNormForward(&node, OnednnShape(*l, eps), x.data.data(), in[1]->data.data(),
+                                 in[2]->data.data(), training ? mean.data() : running_mean,
+                                 training ? var.data() : running_var, y.data.data(), training);
+    if (s.ok() && training) {
+      UpdateRunning(momentum, l->c, mean.data(), running_mean);
+      UpdateRunning(momentum, l->c, var.data(), running_var);
+    }
+    if (!FallBack(s)) return s;
+  }
   std::vector<double> mean(l->c), var(l->c);
   if (InTrainingMode()) {
     BatchStats(x, *l, &mean, &var);
     // The running statistics are net-owned state, updated in place.
     float* running_mean = const_cast<float*>(in[3]->data.data());
     float* running_var = const_cast<float*>(in[4]->data.data());
-    for (int64_t c = 0; c < l->c; ++c) {
-      running_mean[c] = momentum * running_mean[c] + (1 - momentum) * static_cast<float>(mean[c]);
-      running_var[c] = momentum * running_var[c] + (1 - momentum) * static_cast<float>(var[c]);
-    }
+    const std::vector<float> batch_mean(mean.begin(), mean.end());
+    const std::vector<float> batch_var(var.begin(), var.end());
+    UpdateRunning(momentum, l->c, batch_mean.data(), running_mean);
+    UpdateRunning(momentum, l->c, batch_var.data(), running_var);
   } else {
     for (int64_t c = 0; c < l->c; ++c) {
       mean[c] = in[3]->data[c];
@@ -100,6 +147,13 @@ absl::Status Backward(const engine::Graph&, const engine::Node& node,
   const float eps = node.GetFloat("epsilon", 1e-5f);
   const Tensor& x = *in[0];
   const Tensor& dy = *gout[0];
+  if (UseOnednn()) {
+    auto data = [&](int i) { return gin[i] != nullptr ? gin[i]->data.data() : nullptr; };
+    absl::Status s =
+        onednn::BatchNormBackward(&node, OnednnShape(*l, eps), x.data.data(), in[1]->data.data(),
+                                  in[2]->data.data(), dy.data.data(), data(0), data(1), data(2));
+    if (!FallBack(s)) return s;
+  }
   std::vector<double> mean, var;
   BatchStats(x, *l, &mean, &var);
   const double count = static_cast<double>(l->n * l->spatial);

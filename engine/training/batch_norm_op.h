@@ -3,8 +3,14 @@
 // variance (the node's inputs 3 and 4, state the net owns) move toward them
 // by `momentum`; in inference mode the running statistics are used.
 // Signatures are TrainingOp's (training_ops.h).
+//
+// Forward and backward run on oneDNN's batch normalization primitives
+// (onednn_training_ops.h) unless conv_pool::SetImplementation (or
+// NUMASERVE_TRAINING_REFERENCE_OPS=1) selects the reference, the loops kept
+// here, which also run when oneDNN rejects a shape.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -12,6 +18,9 @@
 #include "kernels/tensor.h"
 
 namespace numaserve::training::batch_norm {
+
+// Calls that oneDNN could not make a primitive for and the reference ran.
+int64_t ReferenceFallbacks();
 
 absl::Status Forward(const engine::Graph& graph, const engine::Node& node,
                      const std::vector<const kernels::Tensor*>& inputs,

@@ -1,6 +1,7 @@
 #include "engine/training/onednn_training_ops.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -274,6 +275,85 @@ PoolWorkspace& Workspace(const void* node, PoolKind kind, const Window2d& w) {
   return workspaces[{node, PoolKey(kind, w)}];
 }
 
+// --- batch normalization -------------------------------------------------------
+// One BatchNormalization node's primitives for one shape and the batch
+// statistics its last training forward computed (for backward).
+struct BatchNormEntry {
+  md data, stats;  // plain [n, c, spatial, 1] and [c]
+  dnnl::batch_normalization_forward::primitive_desc train_pd;
+  dnnl::batch_normalization_forward train, infer;
+  dnnl::memory src, dst, scale, shift, mean, variance;  // point at the caller's buffers
+  const float* forward_src = nullptr;                   // kept_* are this x's (null: none)
+  std::vector<float> kept_mean, kept_variance;
+  // Made at the first backward.
+  bool backward_ready = false;
+  dnnl::batch_normalization_backward bwd;
+  dnnl::memory diff_dst, diff_src, diff_scale, diff_shift;
+  std::vector<float> scratch_dx, scratch_dscale, scratch_dshift;
+};
+
+dnnl::normalization_flags ScaleShift() {
+  return dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+}
+
+absl::StatusOr<BatchNormEntry*> GetBatchNorm(const void* node, const BatchNormShape& s) {
+  thread_local std::map<std::tuple<const void*, std::vector<int64_t>>,
+                        std::unique_ptr<BatchNormEntry>>
+      cache;
+  int32_t eps_bits;
+  static_assert(sizeof(eps_bits) == sizeof(s.epsilon));
+  std::memcpy(&eps_bits, &s.epsilon, sizeof(eps_bits));
+  std::tuple<const void*, std::vector<int64_t>> key(node, {s.n, s.c, s.spatial, eps_bits});
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  auto e = std::make_unique<BatchNormEntry>();
+  try {
+    e->data = Plain({s.n, s.c, s.spatial, 1});
+    e->stats = Plain({s.c});
+    dnnl::batch_normalization_forward::desc train(dnnl::prop_kind::forward_training, e->data,
+                                                  s.epsilon, ScaleShift());
+    e->train_pd = dnnl::batch_normalization_forward::primitive_desc(train, Engine());
+    e->train = dnnl::batch_normalization_forward(e->train_pd);
+    dnnl::batch_normalization_forward::desc infer(
+        dnnl::prop_kind::forward_inference, e->data, s.epsilon,
+        ScaleShift() | dnnl::normalization_flags::use_global_stats);
+    e->infer = dnnl::batch_normalization_forward(
+        dnnl::batch_normalization_forward::primitive_desc(infer, Engine()));
+    e->src = kernels::UnboundMemory(e->data, Engine());
+    e->dst = kernels::UnboundMemory(e->data, Engine());
+    e->scale = kernels::UnboundMemory(e->stats, Engine());
+    e->shift = kernels::UnboundMemory(e->stats, Engine());
+    e->mean = kernels::UnboundMemory(e->stats, Engine());
+    e->variance = kernels::UnboundMemory(e->stats, Engine());
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "creating a training batch normalization");
+  }
+  e->kept_mean.resize(s.c);
+  e->kept_variance.resize(s.c);
+  return cache.emplace(std::move(key), std::move(e)).first->second.get();
+}
+
+void PrepareBatchNormBackward(BatchNormEntry& e, const BatchNormShape& s) {
+  dnnl::batch_normalization_backward::desc bwd(dnnl::prop_kind::backward, e.data, e.data, s.epsilon,
+                                               ScaleShift());
+  e.bwd = dnnl::batch_normalization_backward(
+      dnnl::batch_normalization_backward::primitive_desc(bwd, Engine(), e.train_pd));
+  e.scratch_dx.resize(s.n * s.c * s.spatial);
+  e.scratch_dscale.resize(s.c);
+  e.scratch_dshift.resize(s.c);
+  e.diff_dst = kernels::UnboundMemory(e.data, Engine());
+  e.diff_src = dnnl::memory(e.data, Engine(), e.scratch_dx.data());
+  e.diff_scale = dnnl::memory(e.stats, Engine(), e.scratch_dscale.data());
+  e.diff_shift = dnnl::memory(e.stats, Engine(), e.scratch_dshift.data());
+  e.backward_ready = true;
+}
+
+void AddInto(const std::vector<float>& from, float* to) {
+  const int64_t size = static_cast<int64_t>(from.size());
+#pragma omp parallel for if (size > (1 << 16))
+  for (int64_t i = 0; i < size; ++i) to[i] += from[i];
+}
+
 }  // namespace
 
 absl::Status ConvForward(const void* node, const ConvShape& s, const float* x, const float* w,
@@ -404,6 +484,89 @@ absl::Status PoolBackward(const void* node, PoolKind kind, const Window2d& win, 
   } catch (const dnnl::error& error) {
     return ExecutionError(error, "training pooling backward");
   }
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormForward(const void* node, const BatchNormShape& s, const float* x,
+                              const float* scale, const float* shift, float* mean, float* variance,
+                              float* y, bool training) {
+  absl::StatusOr<BatchNormEntry*> entry = GetBatchNorm(node, s);
+  if (!entry.ok()) return entry.status();
+  BatchNormEntry& e = **entry;
+  e.forward_src = nullptr;
+  try {
+    e.src.set_data_handle(const_cast<float*>(x));
+    e.dst.set_data_handle(y);
+    e.scale.set_data_handle(const_cast<float*>(scale));
+    e.shift.set_data_handle(const_cast<float*>(shift));
+    // Training: the primitive writes the batch statistics where backward
+    // finds them, then they are copied out.
+    e.mean.set_data_handle(training ? e.kept_mean.data() : mean);
+    e.variance.set_data_handle(training ? e.kept_variance.data() : variance);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, e.src},     {DNNL_ARG_DST, e.dst},   {DNNL_ARG_SCALE, e.scale},
+        {DNNL_ARG_SHIFT, e.shift}, {DNNL_ARG_MEAN, e.mean}, {DNNL_ARG_VARIANCE, e.variance}};
+    (training ? e.train : e.infer).execute(Stream(), args);
+    Stream().wait();
+  } catch (const dnnl::error& error) {
+    return ExecutionError(error, "training batch normalization forward");
+  }
+  if (training) {
+    std::copy(e.kept_mean.begin(), e.kept_mean.end(), mean);
+    std::copy(e.kept_variance.begin(), e.kept_variance.end(), variance);
+    e.forward_src = x;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormBackward(const void* node, const BatchNormShape& s, const float* x,
+                               const float* scale, const float* shift, const float* dy, float* dx,
+                               float* dscale, float* dshift) {
+  absl::StatusOr<BatchNormEntry*> entry = GetBatchNorm(node, s);
+  if (!entry.ok()) return entry.status();
+  BatchNormEntry& e = **entry;
+  if (!e.backward_ready) {
+    try {
+      PrepareBatchNormBackward(e, s);
+    } catch (const dnnl::error& error) {
+      return DnnlErrorToStatus(error, "creating a training batch normalization backward");
+    }
+  }
+  if (e.forward_src != x) {
+    // Not from this x's training forward (or none kept): compute the batch
+    // statistics again, the output going to the dx scratch.
+    std::vector<float> mean(s.c), variance(s.c);
+    if (absl::Status st = BatchNormForward(node, s, x, scale, shift, mean.data(), variance.data(),
+                                           e.scratch_dx.data(), true);
+        !st.ok())
+      return st;
+  }
+  try {
+    e.src.set_data_handle(const_cast<float*>(x));
+    e.scale.set_data_handle(const_cast<float*>(scale));
+    // oneDNN 2.6 takes the shift as an input of backward too (with
+    // use_shift), though no gradient depends on it.
+    e.shift.set_data_handle(const_cast<float*>(shift));
+    e.mean.set_data_handle(e.kept_mean.data());
+    e.variance.set_data_handle(e.kept_variance.data());
+    e.diff_dst.set_data_handle(const_cast<float*>(dy));
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.src},
+                                               {DNNL_ARG_MEAN, e.mean},
+                                               {DNNL_ARG_VARIANCE, e.variance},
+                                               {DNNL_ARG_DIFF_DST, e.diff_dst},
+                                               {DNNL_ARG_SCALE, e.scale},
+                                               {DNNL_ARG_SHIFT, e.shift},
+                                               {DNNL_ARG_DIFF_SRC, e.diff_src},
+                                               {DNNL_ARG_DIFF_SCALE, e.diff_scale},
+                                               {DNNL_ARG_DIFF_SHIFT, e.diff_shift}};
+    e.bwd.execute(Stream(), args);
+    Stream().wait();
+  } catch (const dnnl::error& error) {
+    return ExecutionError(error, "training batch normalization backward");
+  }
+  if (dx != nullptr) AddInto(e.scratch_dx, dx);
+  if (dscale != nullptr) AddInto(e.scratch_dscale, dscale);
+  if (dshift != nullptr) AddInto(e.scratch_dshift, dshift);
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
-// Conv, MaxPool and AveragePool training (forward_training, backward data,
-// backward weights and bias) on oneDNN primitives. Tensors cross this
+// Conv, MaxPool, AveragePool and BatchNormalization training
+// (forward_training, backward data, backward weights and bias) on oneDNN
+// primitives. Tensors cross this
 // interface in plain NCHW (weights as ONNX stores them); inside, each
 // primitive takes the layout oneDNN prefers and reorders happen only where
 // layouts differ. Primitives, reorders and their scratch buffers are made
@@ -7,7 +8,7 @@
 // and kept per thread. Backward ADDS into the gradients
 // it is given, like every training op (training_ops.h).
 //
-// conv_pool_ops.cc keeps its own loops as the reference these are tested
+// conv_pool_ops.cc and batch_norm_op.cc keep their own loops as the reference these are tested
 // against and as the fallback when oneDNN has no implementation.
 #pragma once
 
@@ -58,5 +59,29 @@ absl::Status PoolForward(const void* node, PoolKind kind, const Window2d& win, c
 // dx += d/dx for output gradient dy; x and y are the forward's input and output.
 absl::Status PoolBackward(const void* node, PoolKind kind, const Window2d& win, const float* x,
                           const float* y, const float* dy, float* dx);
+
+// BatchNormalization over x viewed as [n, c, spatial] (plain, channels
+// second).
+struct BatchNormShape {
+  int64_t n, c, spatial;
+  float epsilon;
+};
+
+// y = scale * (x - mean) / sqrt(variance + epsilon) + shift per channel.
+// `training`: mean and variance are the batch's (biased variance), written
+// to `mean` and `variance`, and kept for `node` (any address that
+// identifies the op instance) so that a following BatchNormBackward of the
+// same node and x reuses them. Otherwise `mean` and `variance` are read
+// (the running statistics).
+absl::Status BatchNormForward(const void* node, const BatchNormShape& shape, const float* x,
+                              const float* scale, const float* shift, float* mean, float* variance,
+                              float* y, bool training);
+
+// dx += d/dx, dscale += d/dscale, dshift += d/dshift for output gradient dy,
+// through the batch statistics of x (training mode); a null gradient is not
+// computed.
+absl::Status BatchNormBackward(const void* node, const BatchNormShape& shape, const float* x,
+                               const float* scale, const float* shift, const float* dy, float* dx,
+                               float* dscale, float* dshift);
 
 }  // namespace numaserve::training::onednn

@@ -1,12 +1,15 @@
-// oneDNN training primitives (Conv, MaxPool, AveragePool) against the
-// reference implementation: forward, dX, dW and dB over many geometries,
-// gradients added to what the buffers already hold, and whole nets.
+// oneDNN training primitives (Conv, MaxPool, AveragePool,
+// BatchNormalization) against the reference implementation: forward, dX,
+// dW and dB over many geometries (for BatchNormalization also the running
+// statistics), gradients added to what the buffers already hold, and whole
+// nets.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "engine/training/batch_norm_op.h"
 #include "engine/training/conv_pool_ops.h"
 #include "engine/training/training_net.h"
 #include "engine/training/training_ops.h"
@@ -347,6 +350,122 @@ TEST(OnednnTrainingOpsTest, SameGeometryTwiceInOneNetAgrees) {
       .Node("MaxPool", {"b"}, {"pb"}, pool)
       .Node("Add", {"pa", "pb"}, {"y"});
   ExpectNetsAgree(b.Build(), {2, 3, 10, 10}, "shared geometry");
+}
+
+// BatchNormalization inputs: x, scale, bias, running mean, running
+// variance (positive). x is offset per seed so that the means are not ~0.
+std::vector<Tensor> BatchNormInputs(const Shape& x, uint32_t seed) {
+  const int64_t c = x[1];
+  Tensor data = Random(x, seed);
+  for (float& v : data.data) v = 2.0f * v + 0.5f;
+  Tensor var = Random({c}, seed + 4);
+  for (float& v : var.data) v = 1.0f + 0.5f * v;
+  return {data, Random({c}, seed + 1), Random({c}, seed + 2), Random({c}, seed + 3), var};
+}
+
+engine::Graph BatchNormGraph(int64_t c, float epsilon, float momentum) {
+  GraphBuilder b;
+  b.Input("x")
+      .Output("y")
+      .Weight("scale", {c})
+      .Weight("bias", {c})
+      .Weight("mean", {c})
+      .Weight("var", {c});
+  b.Node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"},
+         {{"epsilon", epsilon}, {"momentum", momentum}});
+  return b.Build();
+}
+
+TEST(OnednnTrainingOpsTest, BatchNormMatchesReference) {
+  const int64_t fallbacks = batch_norm::ReferenceFallbacks();
+  const std::vector<Shape> shapes = {{4, 3, 5, 5},   {8, 16, 1, 1},   {6, 1, 4, 4},
+                                     {2, 256, 3, 3}, {1, 8, 7, 7},    {32, 64},
+                                     {7, 1},         {2, 4, 3, 2, 2}, {16, 32, 14, 14}};
+  for (const Shape& x : shapes) {
+    for (bool training : {true, false}) {
+      const std::string what = "BatchNormalization " + kernels::ShapeToString(x) +
+                               (training ? " training" : " inference");
+      const engine::Graph graph = BatchNormGraph(x[1], 1e-3f, 0.8f);
+      const Tensor dy = training ? Random(x, 9) : Tensor();
+      std::vector<Tensor> inputs[2];
+      OpResult results[2];
+      for (Implementation impl : {Implementation::kReference, Implementation::kOnednn}) {
+        const int k = impl == Implementation::kOnednn;
+        inputs[k] = BatchNormInputs(x, 1);
+        results[k] = RunOp(graph, inputs[k], dy, impl, training);
+      }
+      ExpectSame(results[1], results[0], what,
+                 training ? std::vector<std::string>{"dX", "dScale", "dBias"}
+                          : std::vector<std::string>{});
+      // The running statistics (updated in place in training mode only).
+      for (int i : {3, 4}) {
+        EXPECT_LT(RelativeDifference(inputs[1][i].data, inputs[0][i].data), 1e-5)
+            << what << ": running " << (i == 3 ? "mean" : "variance");
+      }
+      if (training) {
+        EXPECT_NE(inputs[1][3].data, BatchNormInputs(x, 1)[3].data) << what;
+      } else {
+        EXPECT_EQ(inputs[1][4].data, BatchNormInputs(x, 1)[4].data) << what;
+      }
+    }
+  }
+  EXPECT_EQ(batch_norm::ReferenceFallbacks(), fallbacks) << "oneDNN rejected a shape";
+}
+
+TEST(OnednnTrainingOpsTest, BatchNormBackwardWithoutItsForwardAndSomeGradients) {
+  // Backward of an x other than the last forward's recomputes the batch
+  // statistics; gradients not asked for stay untouched.
+  const Shape shape = {4, 6, 3, 3};
+  const engine::Graph graph = BatchNormGraph(6, 1e-5f, 0.9f);
+  const engine::Node& node = graph.nodes()[0];
+  const std::vector<Tensor> other = BatchNormInputs(shape, 30);
+  const Tensor dy = Random(shape, 8);
+  for (int mask = 1; mask < 8; ++mask) {
+    std::vector<Tensor> results[2];
+    for (Implementation impl : {Implementation::kReference, Implementation::kOnednn}) {
+      ScopedImplementation scoped(impl);
+      ScopedTrainingContext context({.training = true});
+      std::vector<Tensor> inputs = BatchNormInputs(shape, 1);
+      Tensor y;
+      std::vector<Tensor*> out = {&y};
+      std::vector<const Tensor*> other_in = {&other[0], &inputs[1], &inputs[2], &inputs[3],
+                                             &inputs[4]};
+      ASSERT_TRUE(FindTrainingOp("BatchNormalization")->forward(graph, node, other_in, out).ok());
+      std::vector<const Tensor*> in = {&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]};
+      std::vector<Tensor> grads = {Random(shape, 5), Random({6}, 6), Random({6}, 7)};
+      std::vector<Tensor*> gins;
+      for (int i = 0; i < 3; ++i) gins.push_back((mask >> i) & 1 ? &grads[i] : nullptr);
+      gins.push_back(nullptr);
+      gins.push_back(nullptr);
+      std::vector<const Tensor*> outs = {&y}, gouts = {&dy};
+      absl::Status s =
+          FindTrainingOp("BatchNormalization")->backward(graph, node, in, outs, gouts, gins);
+      ASSERT_TRUE(s.ok()) << s;
+      results[impl == Implementation::kOnednn] = grads;
+    }
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_LT(RelativeDifference(results[1][i].data, results[0][i].data), 1e-5)
+          << "mask " << mask << " gradient " << i;
+      if (((mask >> i) & 1) == 0) {
+        EXPECT_EQ(results[1][i].data, Random(results[1][i].shape, 5 + i).data)
+            << "mask " << mask << " gradient " << i << " changed";
+      }
+    }
+  }
+}
+
+TEST(OnednnTrainingOpsTest, ConvBatchNormNetAgrees) {
+  const Attrs pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  GraphBuilder b;
+  b.Input("x").Output("y");
+  b.Weight("w1", {8, 3, 3, 3}).Weight("s1", {8}).Weight("b1", {8}).Weight("m1", {8});
+  b.Weight("v1", {8}).Weight("w2", {10, 8 * 6 * 6});
+  b.Node("Conv", {"x", "w1"}, {"c1"}, pad1)
+      .Node("BatchNormalization", {"c1", "s1", "b1", "m1", "v1"}, {"n1"})
+      .Node("Relu", {"n1"}, {"r1"})
+      .Node("Flatten", {"r1"}, {"f"}, {{"axis", int64_t{1}}})
+      .Node("Gemm", {"f", "w2"}, {"y"}, {{"transB", int64_t{1}}});
+  ExpectNetsAgree(b.Build(), {4, 3, 6, 6}, "Conv + BatchNormalization");
 }
 
 }  // namespace

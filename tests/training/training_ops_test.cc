@@ -65,7 +65,8 @@ void GradCheck(engine::Graph graph, const Shape& input_shape, const std::string&
   ASSERT_TRUE(y.ok()) << what << ": " << y.status();
   Tensor r((*y)->shape);
   for (float& v : r.data) v = u(rng);
-  ASSERT_TRUE((*net)->Backward(r, nullptr).ok());
+  const absl::Status backward = (*net)->Backward(r, nullptr);
+  ASSERT_TRUE(backward.ok()) << what << ": " << backward;
   const std::vector<float> dx = (*net)->input_grad().data;
   std::vector<std::vector<float>> dparams;
   for (const Parameter& p : (*net)->parameters()) dparams.push_back(p.grad->data);
@@ -235,17 +236,22 @@ TEST(GradCheckTest, Pooling) {
 }
 
 TEST(GradCheckTest, BatchNormalizationTrainingMode) {
-  for (const Shape& x : {Shape{4, 3, 2, 2}, Shape{5, 3}}) {
-    GraphBuilder b;
-    b.Input("x")
-        .Output("y")
-        .Weight("scale", {3})
-        .Weight("bias", {3})
-        .Weight("mean", {3})
-        .Weight("var", {3});
-    b.Node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"},
-           {{"epsilon", 1e-3f}});
-    GradCheck(b.Build(), x, "BatchNormalization " + kernels::ShapeToString(x));
+  for (conv_pool::Implementation impl : kImplementations) {
+    ScopedImplementation scoped(impl);
+    for (const Shape& x :
+         {Shape{4, 3, 2, 2}, Shape{5, 3}, Shape{3, 3, 1, 1}, Shape{2, 3, 2, 1, 2}}) {
+      GraphBuilder b;
+      b.Input("x")
+          .Output("y")
+          .Weight("scale", {3})
+          .Weight("bias", {3})
+          .Weight("mean", {3})
+          .Weight("var", {3});
+      b.Node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"},
+             {{"epsilon", 1e-3f}});
+      GradCheck(b.Build(), x,
+                "BatchNormalization " + kernels::ShapeToString(x) + ImplementationName(impl));
+    }
   }
 }
 
@@ -312,36 +318,40 @@ TEST(LayerNormTest, HandComputed) {
 }
 
 TEST(BatchNormTest, RunningStatisticsAndInferenceMode) {
-  GraphBuilder b;
-  b.Input("x")
-      .Output("y")
-      .Weight("scale", {1})
-      .Weight("bias", {1})
-      .Weight("mean", {1})
-      .Weight("var", {1});
-  b.Node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"},
-         {{"epsilon", 0.0f}, {"momentum", 0.5f}});
-  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
-  ASSERT_TRUE(net.ok()) << net.status();
-  std::vector<Parameter>& p = (*net)->parameters();
-  ASSERT_EQ(p.size(), 4u);
-  EXPECT_TRUE(p[0].trainable);
-  EXPECT_FALSE(p[2].trainable);  // running mean
-  EXPECT_FALSE(p[3].trainable);  // running variance
-  p[0].data->data = {2};
-  p[1].data->data = {1};
-  p[2].data->data = {0};
-  p[3].data->data = {1};
-  const Tensor x({4, 1}, {1, 3, 5, 7});  // mean 4, variance 5
-  absl::StatusOr<const Tensor*> y = (*net)->Forward(x);
-  ASSERT_TRUE(y.ok());
-  EXPECT_NEAR((*y)->data[0], 2 * (1 - 4) / std::sqrt(5.0f) + 1, 1e-5);
-  EXPECT_FLOAT_EQ(p[2].data->data[0], 0.5f * 0 + 0.5f * 4);
-  EXPECT_FLOAT_EQ(p[3].data->data[0], 0.5f * 1 + 0.5f * 5);
-  y = (*net)->Forward(x, /*training=*/false);  // running mean 2, variance 3
-  ASSERT_TRUE(y.ok());
-  EXPECT_NEAR((*y)->data[3], 2 * (7 - 2) / std::sqrt(3.0f) + 1, 1e-5);
-  EXPECT_FLOAT_EQ(p[2].data->data[0], 2.0f);  // unchanged in inference mode
+  for (conv_pool::Implementation impl : kImplementations) {
+    SCOPED_TRACE(ImplementationName(impl));
+    ScopedImplementation scoped(impl);
+    GraphBuilder b;
+    b.Input("x")
+        .Output("y")
+        .Weight("scale", {1})
+        .Weight("bias", {1})
+        .Weight("mean", {1})
+        .Weight("var", {1});
+    b.Node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"},
+           {{"epsilon", 0.0f}, {"momentum", 0.5f}});
+    absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
+    ASSERT_TRUE(net.ok()) << net.status();
+    std::vector<Parameter>& p = (*net)->parameters();
+    ASSERT_EQ(p.size(), 4u);
+    EXPECT_TRUE(p[0].trainable);
+    EXPECT_FALSE(p[2].trainable);  // running mean
+    EXPECT_FALSE(p[3].trainable);  // running variance
+    p[0].data->data = {2};
+    p[1].data->data = {1};
+    p[2].data->data = {0};
+    p[3].data->data = {1};
+    const Tensor x({4, 1}, {1, 3, 5, 7});  // mean 4, variance 5
+    absl::StatusOr<const Tensor*> y = (*net)->Forward(x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_NEAR((*y)->data[0], 2 * (1 - 4) / std::sqrt(5.0f) + 1, 1e-5);
+    EXPECT_FLOAT_EQ(p[2].data->data[0], 0.5f * 0 + 0.5f * 4);
+    EXPECT_FLOAT_EQ(p[3].data->data[0], 0.5f * 1 + 0.5f * 5);
+    y = (*net)->Forward(x, /*training=*/false);  // running mean 2, variance 3
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_NEAR((*y)->data[3], 2 * (7 - 2) / std::sqrt(3.0f) + 1, 1e-5);
+    EXPECT_FLOAT_EQ(p[2].data->data[0], 2.0f);  // unchanged in inference mode
+  }
 }
 
 TEST(ConvForwardTest, HandComputed) {
