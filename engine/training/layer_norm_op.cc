@@ -1,9 +1,13 @@
 #include "engine/training/layer_norm_op.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "engine/training/conv_pool_ops.h"
+#include "engine/training/onednn_training_ops.h"
+#include "engine/training/training_ops.h"
 #include "kernels/shape_ops.h"
 
 namespace numaserve::training::layer_norm {
@@ -45,7 +49,31 @@ std::pair<double, double> RowStats(const float* x, int64_t n, float eps) {
   return {mean, 1.0 / std::sqrt(s2 / n + eps)};
 }
 
+bool UseOnednn() {
+  return conv_pool::CurrentImplementation() == conv_pool::Implementation::kOnednn;
+}
+
+// oneDNN could not make a primitive for this shape: the reference runs.
+// Never after an execution error (backward would add its gradients twice).
+std::atomic<int64_t> fallbacks{0};
+
+bool FallBack(const absl::Status& s) {
+  const bool fall_back = absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
+  if (fall_back) fallbacks.fetch_add(1, std::memory_order_relaxed);
+  return fall_back;
+}
+
+const float* Bias(const std::vector<const Tensor*>& in) {
+  return in.size() > 2 && in[2] != nullptr ? in[2]->data.data() : nullptr;
+}
+
+onednn::LayerNormShape OnednnShape(const Rows& r, float eps, const float* bias) {
+  return {.rows = r.rows, .inner = r.inner, .epsilon = eps, .shift = bias != nullptr};
+}
+
 }  // namespace
+
+int64_t ReferenceFallbacks() { return fallbacks.load(); }
 
 absl::Status Forward(const engine::Graph&, const engine::Node& node,
                      const std::vector<const Tensor*>& in, std::vector<Tensor*>& out) {
@@ -54,10 +82,15 @@ absl::Status Forward(const engine::Graph&, const engine::Node& node,
   const float eps = node.GetFloat("epsilon", 1e-5f);
   const Tensor& x = *in[0];
   const float* scale = in[1]->data.data();
-  const float* bias = in.size() > 2 && in[2] != nullptr ? in[2]->data.data() : nullptr;
+  const float* bias = Bias(in);
   Tensor& y = *out[0];
   y.shape = x.shape;
   y.data.resize(x.data.size());
+  if (UseOnednn()) {
+    absl::Status s = onednn::LayerNormForward(&node, OnednnShape(*r, eps, bias), x.data.data(),
+                                              scale, bias, y.data.data(), InTrainingMode());
+    if (!FallBack(s)) return s;
+  }
 #pragma omp parallel for
   for (int64_t row = 0; row < r->rows; ++row) {
     const float* xr = &x.data[row * r->inner];
@@ -80,6 +113,15 @@ absl::Status Backward(const engine::Graph&, const engine::Node& node,
   const Tensor& x = *in[0];
   const Tensor& dy = *gout[0];
   const float* scale = in[1]->data.data();
+  if (UseOnednn()) {
+    const float* bias = Bias(in);
+    float* dx = gin[0] != nullptr ? gin[0]->data.data() : nullptr;
+    float* dscale = gin[1] != nullptr ? gin[1]->data.data() : nullptr;
+    float* dbias = gin.size() > 2 && gin[2] != nullptr ? gin[2]->data.data() : nullptr;
+    absl::Status s = onednn::LayerNormBackward(&node, OnednnShape(*r, eps, bias), x.data.data(),
+                                               scale, bias, dy.data.data(), dx, dscale, dbias);
+    if (!FallBack(s)) return s;
+  }
   const int64_t n = r->inner;
   std::vector<double> xhat(n);
   for (int64_t row = 0; row < r->rows; ++row) {

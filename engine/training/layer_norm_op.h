@@ -1,8 +1,14 @@
 // LayerNormalization for training: each row (the dims from `axis` on) is
 // normalized with its own mean and variance, then scaled and shifted.
 // Signatures are TrainingOp's (training_ops.h). Only the Y output.
+//
+// Forward and backward run on oneDNN's layer normalization primitives
+// (onednn_training_ops.h) unless conv_pool::SetImplementation (or
+// NUMASERVE_TRAINING_REFERENCE_OPS=1) selects the reference, the loops kept
+// here, which also run when oneDNN rejects a shape.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -10,6 +16,9 @@
 #include "kernels/tensor.h"
 
 namespace numaserve::training::layer_norm {
+
+// Calls that oneDNN could not make a primitive for and the reference ran.
+int64_t ReferenceFallbacks();
 
 absl::Status Forward(const engine::Graph& graph, const engine::Node& node,
                      const std::vector<const kernels::Tensor*>& inputs,

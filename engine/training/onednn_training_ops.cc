@@ -354,6 +354,72 @@ void AddInto(const std::vector<float>& from, float* to) {
   for (int64_t i = 0; i < size; ++i) to[i] += from[i];
 }
 
+// --- layer normalization -------------------------------------------------------
+// One LayerNormalization node's primitives for one shape and the row
+// statistics its last training forward computed (for backward).
+struct LayerNormEntry {
+  md data, stats, weights;  // plain [rows, inner], [rows] and [inner]
+  dnnl::normalization_flags flags;
+  dnnl::layer_normalization_forward::primitive_desc train_pd;
+  dnnl::layer_normalization_forward train;
+  dnnl::memory src, dst, scale, shift, mean, variance;
+  const float* forward_src = nullptr;  // mean and variance are this x's (null: none)
+  std::vector<float> kept_mean, kept_variance;
+  // Made at the first backward.
+  bool backward_ready = false;
+  dnnl::layer_normalization_backward bwd;
+  dnnl::memory diff_dst, diff_src, diff_scale, diff_shift;
+  std::vector<float> scratch_dx, scratch_dscale, scratch_dshift;
+};
+
+absl::StatusOr<LayerNormEntry*> GetLayerNorm(const void* node, const LayerNormShape& s) {
+  thread_local std::map<std::tuple<const void*, std::vector<int64_t>>,
+                        std::unique_ptr<LayerNormEntry>>
+      cache;
+  int32_t eps_bits;
+  std::memcpy(&eps_bits, &s.epsilon, sizeof(eps_bits));
+  std::tuple<const void*, std::vector<int64_t>> key(node, {s.rows, s.inner, eps_bits, s.shift});
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  auto e = std::make_unique<LayerNormEntry>();
+  try {
+    e->data = md({s.rows, s.inner}, dt::f32, tag::ab);
+    e->stats = Plain({s.rows});
+    e->weights = Plain({s.inner});
+    e->flags = s.shift ? ScaleShift() : dnnl::normalization_flags::use_scale;
+    dnnl::layer_normalization_forward::desc train(dnnl::prop_kind::forward_training, e->data,
+                                                  e->stats, s.epsilon, e->flags);
+    e->train_pd = dnnl::layer_normalization_forward::primitive_desc(train, Engine());
+    e->train = dnnl::layer_normalization_forward(e->train_pd);
+    e->src = kernels::UnboundMemory(e->data, Engine());
+    e->dst = kernels::UnboundMemory(e->data, Engine());
+    e->scale = kernels::UnboundMemory(e->weights, Engine());
+    e->shift = kernels::UnboundMemory(e->weights, Engine());
+    e->kept_mean.resize(s.rows);
+    e->kept_variance.resize(s.rows);
+    e->mean = dnnl::memory(e->stats, Engine(), e->kept_mean.data());
+    e->variance = dnnl::memory(e->stats, Engine(), e->kept_variance.data());
+  } catch (const dnnl::error& error) {
+    return DnnlErrorToStatus(error, "creating a training layer normalization");
+  }
+  return cache.emplace(std::move(key), std::move(e)).first->second.get();
+}
+
+void PrepareLayerNormBackward(LayerNormEntry& e, const LayerNormShape& s) {
+  dnnl::layer_normalization_backward::desc bwd(dnnl::prop_kind::backward, e.data, e.data, e.stats,
+                                               s.epsilon, e.flags);
+  e.bwd = dnnl::layer_normalization_backward(
+      dnnl::layer_normalization_backward::primitive_desc(bwd, Engine(), e.train_pd));
+  e.scratch_dx.resize(s.rows * s.inner);
+  e.scratch_dscale.resize(s.inner);
+  e.scratch_dshift.resize(s.inner);
+  e.diff_dst = kernels::UnboundMemory(e.data, Engine());
+  e.diff_src = dnnl::memory(e.data, Engine(), e.scratch_dx.data());
+  e.diff_scale = dnnl::memory(e.weights, Engine(), e.scratch_dscale.data());
+  e.diff_shift = dnnl::memory(e.weights, Engine(), e.scratch_dshift.data());
+  e.backward_ready = true;
+}
+
 }  // namespace
 
 absl::Status ConvForward(const void* node, const ConvShape& s, const float* x, const float* w,
@@ -567,6 +633,83 @@ absl::Status BatchNormBackward(const void* node, const BatchNormShape& s, const 
   if (dx != nullptr) AddInto(e.scratch_dx, dx);
   if (dscale != nullptr) AddInto(e.scratch_dscale, dscale);
   if (dshift != nullptr) AddInto(e.scratch_dshift, dshift);
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormForward(const void* node, const LayerNormShape& s, const float* x,
+                              const float* scale, const float* shift, float* y, bool training) {
+  absl::StatusOr<LayerNormEntry*> entry = GetLayerNorm(node, s);
+  if (!entry.ok()) return entry.status();
+  LayerNormEntry& e = **entry;
+  e.forward_src = nullptr;
+  try {
+    e.src.set_data_handle(const_cast<float*>(x));
+    e.dst.set_data_handle(y);
+    e.scale.set_data_handle(const_cast<float*>(scale));
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.src},
+                                               {DNNL_ARG_DST, e.dst},
+                                               {DNNL_ARG_SCALE, e.scale},
+                                               {DNNL_ARG_MEAN, e.mean},
+                                               {DNNL_ARG_VARIANCE, e.variance}};
+    if (s.shift) {
+      e.shift.set_data_handle(const_cast<float*>(shift));
+      args[DNNL_ARG_SHIFT] = e.shift;
+    }
+    e.train.execute(Stream(), args);
+    Stream().wait();
+  } catch (const dnnl::error& error) {
+    return ExecutionError(error, "training layer normalization forward");
+  }
+  if (training) e.forward_src = x;
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormBackward(const void* node, const LayerNormShape& s, const float* x,
+                               const float* scale, const float* shift, const float* dy, float* dx,
+                               float* dscale, float* dshift) {
+  absl::StatusOr<LayerNormEntry*> entry = GetLayerNorm(node, s);
+  if (!entry.ok()) return entry.status();
+  LayerNormEntry& e = **entry;
+  if (!e.backward_ready) {
+    try {
+      PrepareLayerNormBackward(e, s);
+    } catch (const dnnl::error& error) {
+      return DnnlErrorToStatus(error, "creating a training layer normalization backward");
+    }
+  }
+  if (e.forward_src != x) {
+    // Not from this x's training forward: compute the row statistics again,
+    // the output going to the dx scratch.
+    if (absl::Status st = LayerNormForward(node, s, x, scale, shift, e.scratch_dx.data(), true);
+        !st.ok())
+      return st;
+  }
+  try {
+    e.src.set_data_handle(const_cast<float*>(x));
+    e.scale.set_data_handle(const_cast<float*>(scale));
+    e.diff_dst.set_data_handle(const_cast<float*>(dy));
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.src},
+                                               {DNNL_ARG_MEAN, e.mean},
+                                               {DNNL_ARG_VARIANCE, e.variance},
+                                               {DNNL_ARG_DIFF_DST, e.diff_dst},
+                                               {DNNL_ARG_SCALE, e.scale},
+                                               {DNNL_ARG_DIFF_SRC, e.diff_src},
+                                               {DNNL_ARG_DIFF_SCALE, e.diff_scale}};
+    if (s.shift) {
+      // Taken as an input of backward too (with use_shift), though no
+      // gradient depends on it.
+      e.shift.set_data_handle(const_cast<float*>(shift));
+      args[DNNL_ARG_SHIFT] = e.shift;
+      args[DNNL_ARG_DIFF_SHIFT] = e.diff_shift;
+    }
+    e.bwd.execute(Stream(), args);
+    Stream().wait();
+  } catch (const dnnl::error& error) {
+    return ExecutionError(error, "training layer normalization backward");
+  }
+  if (dx != nullptr) AddInto(e.scratch_dx, dx);
+  if (dscale != nullptr) AddInto(e.scratch_dscale, dscale);
+  if (dshift != nullptr && s.shift) AddInto(e.scratch_dshift, dshift);
   return absl::OkStatus();
 }
 

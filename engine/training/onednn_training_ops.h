@@ -1,4 +1,4 @@
-// Conv, MaxPool, AveragePool and BatchNormalization training
+// Conv, MaxPool, AveragePool, BatchNormalization and LayerNormalization training
 // (forward_training, backward data, backward weights and bias) on oneDNN
 // primitives. Tensors cross this
 // interface in plain NCHW (weights as ONNX stores them); inside, each
@@ -8,8 +8,8 @@
 // and kept per thread. Backward ADDS into the gradients
 // it is given, like every training op (training_ops.h).
 //
-// conv_pool_ops.cc and batch_norm_op.cc keep their own loops as the reference these are tested
-// against and as the fallback when oneDNN has no implementation.
+// conv_pool_ops.cc, batch_norm_op.cc and layer_norm_op.cc keep their own loops as the reference
+// these are tested against and as the fallback when oneDNN has no implementation.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +81,27 @@ absl::Status BatchNormForward(const void* node, const BatchNormShape& shape, con
 // through the batch statistics of x (training mode); a null gradient is not
 // computed.
 absl::Status BatchNormBackward(const void* node, const BatchNormShape& shape, const float* x,
+                               const float* scale, const float* shift, const float* dy, float* dx,
+                               float* dscale, float* dshift);
+
+// LayerNormalization over x viewed as [rows, inner]: each row normalized
+// with its own mean and (biased) variance, then scaled and (with `shift`)
+// shifted per inner element.
+struct LayerNormShape {
+  int64_t rows, inner;
+  float epsilon;
+  bool shift;  // a shift (bias) input exists
+};
+
+// y = scale * (x - mean) / sqrt(variance + epsilon) + shift. `training`
+// keeps the row statistics for `node` (any address that identifies the op
+// instance) for a following LayerNormBackward of the same node and x.
+absl::Status LayerNormForward(const void* node, const LayerNormShape& shape, const float* x,
+                              const float* scale, const float* shift, float* y, bool training);
+
+// dx += d/dx, dscale += d/dscale, dshift += d/dshift for output gradient
+// dy; a null gradient is not computed.
+absl::Status LayerNormBackward(const void* node, const LayerNormShape& shape, const float* x,
                                const float* scale, const float* shift, const float* dy, float* dx,
                                float* dscale, float* dshift);
 

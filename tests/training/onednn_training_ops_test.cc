@@ -1,5 +1,5 @@
 // oneDNN training primitives (Conv, MaxPool, AveragePool,
-// BatchNormalization) against the reference implementation: forward, dX,
+// BatchNormalization, LayerNormalization) against the reference implementation: forward, dX,
 // dW and dB over many geometries (for BatchNormalization also the running
 // statistics), gradients added to what the buffers already hold, and whole
 // nets.
@@ -11,6 +11,7 @@
 
 #include "engine/training/batch_norm_op.h"
 #include "engine/training/conv_pool_ops.h"
+#include "engine/training/layer_norm_op.h"
 #include "engine/training/training_net.h"
 #include "engine/training/training_ops.h"
 #include "tests/training/graph_builder.h"
@@ -466,6 +467,54 @@ TEST(OnednnTrainingOpsTest, ConvBatchNormNetAgrees) {
       .Node("Flatten", {"r1"}, {"f"}, {{"axis", int64_t{1}}})
       .Node("Gemm", {"f", "w2"}, {"y"}, {{"transB", int64_t{1}}});
   ExpectNetsAgree(b.Build(), {4, 3, 6, 6}, "Conv + BatchNormalization");
+}
+
+TEST(OnednnTrainingOpsTest, LayerNormMatchesReference) {
+  const int64_t fallbacks = layer_norm::ReferenceFallbacks();
+  struct Case {
+    Shape x;
+    int64_t axis;
+    bool bias;
+  };
+  const std::vector<Case> cases = {{{4, 16}, -1, true},      {{2, 3, 8}, -1, true},
+                                   {{2, 3, 8}, 1, true},     {{8, 32, 256}, -1, true},
+                                   {{5, 1}, -1, true},       {{3, 7}, -1, false},
+                                   {{2, 2, 3, 5}, 2, false}, {{6, 768}, -1, true}};
+  for (const Case& c : cases) {
+    const std::string what = "LayerNormalization " + kernels::ShapeToString(c.x) + " axis " +
+                             std::to_string(c.axis) + (c.bias ? "" : " without bias");
+    const int64_t first = c.axis < 0 ? static_cast<int64_t>(c.x.size()) + c.axis : c.axis;
+    const Shape normalized(c.x.begin() + first, c.x.end());
+    GraphBuilder b;
+    b.Input("x").Output("y").Weight("scale", normalized);
+    if (c.bias) b.Weight("bias", normalized);
+    b.Node("LayerNormalization",
+           c.bias ? std::vector<std::string>{"x", "scale", "bias"}
+                  : std::vector<std::string>{"x", "scale"},
+           {"y"}, {{"axis", c.axis}, {"epsilon", 1e-5f}});
+    const engine::Graph graph = b.Build();
+    Tensor x = Random(c.x, 1);
+    for (float& v : x.data) v = 3.0f * v + 1.0f;
+    std::vector<Tensor> inputs = {x, Random(normalized, 2)};
+    if (c.bias) inputs.push_back(Random(normalized, 3));
+    const Tensor dy = Random(c.x, 4);
+    std::vector<std::string> names = {"dX", "dScale"};
+    if (c.bias) names.push_back("dBias");
+    ExpectSame(RunOp(graph, inputs, dy, Implementation::kOnednn),
+               RunOp(graph, inputs, dy, Implementation::kReference), what, names);
+  }
+  EXPECT_EQ(layer_norm::ReferenceFallbacks(), fallbacks) << "oneDNN rejected a shape";
+}
+
+TEST(OnednnTrainingOpsTest, LayerNormGemmNetAgrees) {
+  GraphBuilder b;
+  b.Input("x").Output("y");
+  b.Weight("w1", {32, 16}).Weight("s", {32}).Weight("b", {32}).Weight("w2", {10, 32});
+  b.Node("Gemm", {"x", "w1"}, {"h"}, {{"transB", int64_t{1}}})
+      .Node("LayerNormalization", {"h", "s", "b"}, {"n"})
+      .Node("Relu", {"n"}, {"r"})
+      .Node("Gemm", {"r", "w2"}, {"y"}, {{"transB", int64_t{1}}});
+  ExpectNetsAgree(b.Build(), {8, 16}, "Gemm + LayerNormalization");
 }
 
 }  // namespace

@@ -256,15 +256,23 @@ TEST(GradCheckTest, BatchNormalizationTrainingMode) {
 }
 
 TEST(GradCheckTest, LayerNormalization) {
-  for (int64_t axis : {-1, 1}) {
-    GraphBuilder b;
-    b.Input("x")
-        .Output("y")
-        .Weight("scale", axis == -1 ? Shape{4} : Shape{3, 4})
-        .Weight("bias", axis == -1 ? Shape{4} : Shape{3, 4});
-    b.Node("LayerNormalization", {"x", "scale", "bias"}, {"y"},
-           {{"axis", axis}, {"epsilon", 1e-3f}});
-    GradCheck(b.Build(), {2, 3, 4}, "LayerNormalization axis " + std::to_string(axis));
+  for (conv_pool::Implementation impl : kImplementations) {
+    ScopedImplementation scoped(impl);
+    for (int64_t axis : {-1, 1}) {
+      for (bool bias : {true, false}) {
+        GraphBuilder b;
+        const Shape normalized = axis == -1 ? Shape{4} : Shape{3, 4};
+        b.Input("x").Output("y").Weight("scale", normalized);
+        if (bias) b.Weight("bias", normalized);
+        b.Node("LayerNormalization",
+               bias ? std::vector<std::string>{"x", "scale", "bias"}
+                    : std::vector<std::string>{"x", "scale"},
+               {"y"}, {{"axis", axis}, {"epsilon", 1e-3f}});
+        GradCheck(b.Build(), {2, 3, 4},
+                  "LayerNormalization axis " + std::to_string(axis) +
+                      (bias ? "" : " without bias") + ImplementationName(impl));
+      }
+    }
   }
 }
 
@@ -304,17 +312,21 @@ TEST(DropoutTest, MaskRateModesStepsAndRankSlices) {
 }
 
 TEST(LayerNormTest, HandComputed) {
-  GraphBuilder b;
-  b.Input("x").Output("y").Weight("scale", {2}).Weight("bias", {2});
-  b.Node("LayerNormalization", {"x", "scale", "bias"}, {"y"}, {{"epsilon", 0.0f}});
-  absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
-  ASSERT_TRUE(net.ok());
-  (*net)->parameters()[0].data->data = {2, 3};
-  (*net)->parameters()[1].data->data = {10, 20};
-  absl::StatusOr<const Tensor*> y = (*net)->Forward(Tensor({1, 2}, {1, 3}));  // mean 2, std 1
-  ASSERT_TRUE(y.ok());
-  EXPECT_NEAR((*y)->data[0], -2 + 10, 1e-5);
-  EXPECT_NEAR((*y)->data[1], 3 + 20, 1e-5);
+  for (conv_pool::Implementation impl : kImplementations) {
+    SCOPED_TRACE(ImplementationName(impl));
+    ScopedImplementation scoped(impl);
+    GraphBuilder b;
+    b.Input("x").Output("y").Weight("scale", {2}).Weight("bias", {2});
+    b.Node("LayerNormalization", {"x", "scale", "bias"}, {"y"}, {{"epsilon", 0.0f}});
+    absl::StatusOr<std::unique_ptr<TrainingNet>> net = TrainingNet::Create(b.Build());
+    ASSERT_TRUE(net.ok());
+    (*net)->parameters()[0].data->data = {2, 3};
+    (*net)->parameters()[1].data->data = {10, 20};
+    absl::StatusOr<const Tensor*> y = (*net)->Forward(Tensor({1, 2}, {1, 3}));  // mean 2, std 1
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_NEAR((*y)->data[0], -2 + 10, 1e-5);
+    EXPECT_NEAR((*y)->data[1], 3 + 20, 1e-5);
+  }
 }
 
 TEST(BatchNormTest, RunningStatisticsAndInferenceMode) {
