@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/row_kernels.h"
+
 namespace numaserve::kernels {
 
 enum class IsaTier { kScalar, kAvx2, kAvx512 };
@@ -22,6 +24,8 @@ struct KernelTable {
                           float* y, int64_t rows, int64_t len);
   void (*add_row_broadcast)(const float* x, const float* v, float* y, int64_t rows, int64_t len);
   void (*mul_row_broadcast)(const float* x, const float* v, float* y, int64_t rows, int64_t len);
+  void (*reduce_rows)(const float* x, float* out, int64_t rows, int64_t len, cpu::ReduceOp op);
+  void (*transpose_2d)(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols);
 };
 
 struct DispatchDecision {

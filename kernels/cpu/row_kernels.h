@@ -32,4 +32,19 @@ void mul_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t
 void mul_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len);
 void mul_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows, int64_t len);
 
+// out[r] = sum / max / min of x[r, :] for `rows` rows of `len` >= 1 floats
+// (mean = sum / len is left to the caller). Max and min are exact; sums
+// are accumulated in a different order per ISA (vector lanes, then lanes
+// added together), so they match the scalar one to rounding only.
+enum class ReduceOp { kSum, kMax, kMin };
+void reduce_rows__scalar(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op);
+void reduce_rows__avx2(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op);
+void reduce_rows__avx512(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op);
+
+// y[b, c, r] = x[b, r, c]: `batch` row-major [rows, cols] matrices back to
+// back, each transposed into [cols, rows]. x and y must not overlap.
+void transpose_2d__scalar(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols);
+void transpose_2d__avx2(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols);
+void transpose_2d__avx512(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols);
+
 }  // namespace numaserve::kernels::cpu

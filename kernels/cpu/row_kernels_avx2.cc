@@ -20,6 +20,7 @@ struct Avx2 {
   static Reg Sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
   static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
   static Reg Max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg Min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
   static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg Round(Reg a) {
     return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -41,6 +42,12 @@ struct Avx2 {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static float ReduceMin(Reg v) {
+    __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_min_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_min_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
 };
 
 #include "kernels/cpu/row_kernels_simd.inc"
@@ -59,6 +66,13 @@ void add_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t r
 }
 void mul_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   RowBroadcast<Avx2, true>(x, v, y, rows, len);
+}
+
+void reduce_rows__avx2(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
+  ReduceRows<Avx2>(x, out, rows, len, op);
+}
+void transpose_2d__avx2(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
+  Transpose2dTiled8(x, y, batch, rows, cols);
 }
 
 }  // namespace numaserve::kernels::cpu

@@ -21,6 +21,7 @@ struct Avx512 {
   static Reg Sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
   static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg Max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static Reg Min(Reg a, Reg b) { return _mm512_min_ps(a, b); }
   static Reg Fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg Round(Reg a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -28,6 +29,7 @@ struct Avx512 {
   static Reg Pow2(Reg n) { return _mm512_scalef_ps(_mm512_set1_ps(1.0f), n); }
   static float ReduceAdd(Reg v) { return _mm512_reduce_add_ps(v); }
   static float ReduceMax(Reg v) { return _mm512_reduce_max_ps(v); }
+  static float ReduceMin(Reg v) { return _mm512_reduce_min_ps(v); }
 };
 
 #include "kernels/cpu/row_kernels_simd.inc"
@@ -48,6 +50,13 @@ void add_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t
 void mul_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows,
                                int64_t len) {
   RowBroadcast<Avx512, true>(x, v, y, rows, len);
+}
+
+void reduce_rows__avx512(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
+  ReduceRows<Avx512>(x, out, rows, len, op);
+}
+void transpose_2d__avx512(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
+  Transpose2dTiled8(x, y, batch, rows, cols);
 }
 
 }  // namespace numaserve::kernels::cpu

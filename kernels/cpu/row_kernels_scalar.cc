@@ -50,4 +50,31 @@ void mul_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t
   }
 }
 
+void reduce_rows__scalar(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * len;
+    float acc = op == ReduceOp::kSum ? 0.0f : xr[0];
+    for (int64_t i = 0; i < len; ++i) {
+      if (op == ReduceOp::kSum) {
+        acc += xr[i];
+      } else if (op == ReduceOp::kMax) {
+        acc = std::max(acc, xr[i]);
+      } else {
+        acc = std::min(acc, xr[i]);
+      }
+    }
+    out[r] = acc;
+  }
+}
+
+void transpose_2d__scalar(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* xb = x + b * rows * cols;
+    float* yb = y + b * rows * cols;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) yb[c * rows + r] = xb[r * cols + c];
+    }
+  }
+}
+
 }  // namespace numaserve::kernels::cpu
