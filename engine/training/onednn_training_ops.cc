@@ -276,20 +276,25 @@ PoolWorkspace& Workspace(const void* node, PoolKind kind, const Window2d& w) {
 }
 
 // --- batch normalization -------------------------------------------------------
-// One BatchNormalization node's primitives for one shape and the batch
-// statistics its last training forward computed (for backward).
+// One BatchNormalization node's primitives for one shape and what its last
+// training forward leaves for backward: the input in the primitives' layout
+// and the batch statistics. With 16 or more channels the primitives work
+// on channel blocks of 16 (oneDNN's vectorized kernels; plain NCHW only has
+// its scalar one), with reorders from and to NCHW.
 struct BatchNormEntry {
-  md data, stats;  // plain [n, c, spatial, 1] and [c]
+  md plain, data, stats;  // [n, c, spatial, 1] plain and in the primitives' layout; [c]
   dnnl::batch_normalization_forward::primitive_desc train_pd;
   dnnl::batch_normalization_forward train, infer;
-  dnnl::memory src, dst, scale, shift, mean, variance;  // point at the caller's buffers
-  const float* forward_src = nullptr;                   // kept_* are this x's (null: none)
+  Relayout fwd_src, fwd_dst;
+  dnnl::memory scale, shift, mean, variance;  // point at the caller's buffers
+  const float* forward_src = nullptr;         // fwd_src and kept_* are this x's (null: none)
   std::vector<float> kept_mean, kept_variance;
   // Made at the first backward.
   bool backward_ready = false;
   dnnl::batch_normalization_backward bwd;
-  dnnl::memory diff_dst, diff_src, diff_scale, diff_shift;
-  std::vector<float> scratch_dx, scratch_dscale, scratch_dshift;
+  Relayout bwd_dst, bwd_src;  // dy in; dx out, added to the caller's buffer
+  dnnl::memory diff_scale, diff_shift;
+  std::vector<float> scratch_y, scratch_dscale, scratch_dshift;
 };
 
 dnnl::normalization_flags ScaleShift() {
@@ -308,7 +313,8 @@ absl::StatusOr<BatchNormEntry*> GetBatchNorm(const void* node, const BatchNormSh
   if (it != cache.end()) return it->second.get();
   auto e = std::make_unique<BatchNormEntry>();
   try {
-    e->data = Plain({s.n, s.c, s.spatial, 1});
+    e->plain = Plain({s.n, s.c, s.spatial, 1});
+    e->data = s.c >= 16 ? md(e->plain.dims(), dt::f32, tag::aBcd16b) : e->plain;
     e->stats = Plain({s.c});
     dnnl::batch_normalization_forward::desc train(dnnl::prop_kind::forward_training, e->data,
                                                   s.epsilon, ScaleShift());
@@ -319,8 +325,8 @@ absl::StatusOr<BatchNormEntry*> GetBatchNorm(const void* node, const BatchNormSh
         ScaleShift() | dnnl::normalization_flags::use_global_stats);
     e->infer = dnnl::batch_normalization_forward(
         dnnl::batch_normalization_forward::primitive_desc(infer, Engine()));
-    e->src = kernels::UnboundMemory(e->data, Engine());
-    e->dst = kernels::UnboundMemory(e->data, Engine());
+    e->fwd_src = Relayout(e->plain, e->data, false);
+    e->fwd_dst = Relayout(e->plain, e->data, false);
     e->scale = kernels::UnboundMemory(e->stats, Engine());
     e->shift = kernels::UnboundMemory(e->stats, Engine());
     e->mean = kernels::UnboundMemory(e->stats, Engine());
@@ -338,11 +344,10 @@ void PrepareBatchNormBackward(BatchNormEntry& e, const BatchNormShape& s) {
                                                ScaleShift());
   e.bwd = dnnl::batch_normalization_backward(
       dnnl::batch_normalization_backward::primitive_desc(bwd, Engine(), e.train_pd));
-  e.scratch_dx.resize(s.n * s.c * s.spatial);
+  e.bwd_dst = Relayout(e.plain, e.data, false);
+  e.bwd_src = Relayout(e.plain, e.data, true);
   e.scratch_dscale.resize(s.c);
   e.scratch_dshift.resize(s.c);
-  e.diff_dst = kernels::UnboundMemory(e.data, Engine());
-  e.diff_src = dnnl::memory(e.data, Engine(), e.scratch_dx.data());
   e.diff_scale = dnnl::memory(e.stats, Engine(), e.scratch_dscale.data());
   e.diff_shift = dnnl::memory(e.stats, Engine(), e.scratch_dshift.data());
   e.backward_ready = true;
@@ -561,8 +566,6 @@ absl::Status BatchNormForward(const void* node, const BatchNormShape& s, const f
   BatchNormEntry& e = **entry;
   e.forward_src = nullptr;
   try {
-    e.src.set_data_handle(const_cast<float*>(x));
-    e.dst.set_data_handle(y);
     e.scale.set_data_handle(const_cast<float*>(scale));
     e.shift.set_data_handle(const_cast<float*>(shift));
     // Training: the primitive writes the batch statistics where backward
@@ -570,9 +573,11 @@ absl::Status BatchNormForward(const void* node, const BatchNormShape& s, const f
     e.mean.set_data_handle(training ? e.kept_mean.data() : mean);
     e.variance.set_data_handle(training ? e.kept_variance.data() : variance);
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, e.src},     {DNNL_ARG_DST, e.dst},   {DNNL_ARG_SCALE, e.scale},
-        {DNNL_ARG_SHIFT, e.shift}, {DNNL_ARG_MEAN, e.mean}, {DNNL_ARG_VARIANCE, e.variance}};
+        {DNNL_ARG_SRC, e.fwd_src.In(x)}, {DNNL_ARG_DST, e.fwd_dst.Out(y)},
+        {DNNL_ARG_SCALE, e.scale},       {DNNL_ARG_SHIFT, e.shift},
+        {DNNL_ARG_MEAN, e.mean},         {DNNL_ARG_VARIANCE, e.variance}};
     (training ? e.train : e.infer).execute(Stream(), args);
+    e.fwd_dst.Finish();
     Stream().wait();
   } catch (const dnnl::error& error) {
     return ExecutionError(error, "training batch normalization forward");
@@ -600,37 +605,36 @@ absl::Status BatchNormBackward(const void* node, const BatchNormShape& s, const 
   }
   if (e.forward_src != x) {
     // Not from this x's training forward (or none kept): compute the batch
-    // statistics again, the output going to the dx scratch.
+    // statistics (and x in the primitives' layout) again.
     std::vector<float> mean(s.c), variance(s.c);
+    e.scratch_y.resize(s.n * s.c * s.spatial);
     if (absl::Status st = BatchNormForward(node, s, x, scale, shift, mean.data(), variance.data(),
-                                           e.scratch_dx.data(), true);
+                                           e.scratch_y.data(), true);
         !st.ok())
       return st;
   }
   try {
-    e.src.set_data_handle(const_cast<float*>(x));
     e.scale.set_data_handle(const_cast<float*>(scale));
     // oneDNN 2.6 takes the shift as an input of backward too (with
     // use_shift), though no gradient depends on it.
     e.shift.set_data_handle(const_cast<float*>(shift));
     e.mean.set_data_handle(e.kept_mean.data());
     e.variance.set_data_handle(e.kept_variance.data());
-    e.diff_dst.set_data_handle(const_cast<float*>(dy));
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.src},
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.fwd_src.inner()},
                                                {DNNL_ARG_MEAN, e.mean},
                                                {DNNL_ARG_VARIANCE, e.variance},
-                                               {DNNL_ARG_DIFF_DST, e.diff_dst},
+                                               {DNNL_ARG_DIFF_DST, e.bwd_dst.In(dy)},
                                                {DNNL_ARG_SCALE, e.scale},
                                                {DNNL_ARG_SHIFT, e.shift},
-                                               {DNNL_ARG_DIFF_SRC, e.diff_src},
+                                               {DNNL_ARG_DIFF_SRC, e.bwd_src.Out(dx)},
                                                {DNNL_ARG_DIFF_SCALE, e.diff_scale},
                                                {DNNL_ARG_DIFF_SHIFT, e.diff_shift}};
     e.bwd.execute(Stream(), args);
+    if (dx != nullptr) e.bwd_src.Finish();
     Stream().wait();
   } catch (const dnnl::error& error) {
     return ExecutionError(error, "training batch normalization backward");
   }
-  if (dx != nullptr) AddInto(e.scratch_dx, dx);
   if (dscale != nullptr) AddInto(e.scratch_dscale, dscale);
   if (dshift != nullptr) AddInto(e.scratch_dshift, dshift);
   return absl::OkStatus();

@@ -381,7 +381,8 @@ TEST(OnednnTrainingOpsTest, BatchNormMatchesReference) {
   const int64_t fallbacks = batch_norm::ReferenceFallbacks();
   const std::vector<Shape> shapes = {{4, 3, 5, 5},   {8, 16, 1, 1},   {6, 1, 4, 4},
                                      {2, 256, 3, 3}, {1, 8, 7, 7},    {32, 64},
-                                     {7, 1},         {2, 4, 3, 2, 2}, {16, 32, 14, 14}};
+                                     {7, 1},         {2, 4, 3, 2, 2}, {16, 32, 14, 14},
+                                     {4, 24, 5, 5},  {3, 17, 2, 3},   {2, 40, 1, 1}};
   for (const Shape& x : shapes) {
     for (bool training : {true, false}) {
       const std::string what = "BatchNormalization " + kernels::ShapeToString(x) +
