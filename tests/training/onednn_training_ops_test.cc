@@ -416,41 +416,45 @@ TEST(OnednnTrainingOpsTest, BatchNormMatchesReference) {
 
 TEST(OnednnTrainingOpsTest, BatchNormBackwardWithoutItsForwardAndSomeGradients) {
   // Backward of an x other than the last forward's recomputes the batch
-  // statistics; gradients not asked for stay untouched.
-  const Shape shape = {4, 6, 3, 3};
-  const engine::Graph graph = BatchNormGraph(6, 1e-5f, 0.9f);
-  const engine::Node& node = graph.nodes()[0];
-  const std::vector<Tensor> other = BatchNormInputs(shape, 30);
-  const Tensor dy = Random(shape, 8);
-  for (int mask = 1; mask < 8; ++mask) {
-    std::vector<Tensor> results[2];
-    for (Implementation impl : {Implementation::kReference, Implementation::kOnednn}) {
-      ScopedImplementation scoped(impl);
-      ScopedTrainingContext context({.training = true});
-      std::vector<Tensor> inputs = BatchNormInputs(shape, 1);
-      Tensor y;
-      std::vector<Tensor*> out = {&y};
-      std::vector<const Tensor*> other_in = {&other[0], &inputs[1], &inputs[2], &inputs[3],
-                                             &inputs[4]};
-      ASSERT_TRUE(FindTrainingOp("BatchNormalization")->forward(graph, node, other_in, out).ok());
-      std::vector<const Tensor*> in = {&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]};
-      std::vector<Tensor> grads = {Random(shape, 5), Random({6}, 6), Random({6}, 7)};
-      std::vector<Tensor*> gins;
-      for (int i = 0; i < 3; ++i) gins.push_back((mask >> i) & 1 ? &grads[i] : nullptr);
-      gins.push_back(nullptr);
-      gins.push_back(nullptr);
-      std::vector<const Tensor*> outs = {&y}, gouts = {&dy};
-      absl::Status s =
-          FindTrainingOp("BatchNormalization")->backward(graph, node, in, outs, gouts, gins);
-      ASSERT_TRUE(s.ok()) << s;
-      results[impl == Implementation::kOnednn] = grads;
-    }
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_LT(RelativeDifference(results[1][i].data, results[0][i].data), 1e-5)
-          << "mask " << mask << " gradient " << i;
-      if (((mask >> i) & 1) == 0) {
-        EXPECT_EQ(results[1][i].data, Random(results[1][i].shape, 5 + i).data)
-            << "mask " << mask << " gradient " << i << " changed";
+  // statistics; gradients not asked for stay untouched. 6 channels run on
+  // plain NCHW, 32 on channel blocks.
+  for (int64_t c : {6, 32}) {
+    const Shape shape = {4, c, 3, 3};
+    const engine::Graph graph = BatchNormGraph(c, 1e-5f, 0.9f);
+    const engine::Node& node = graph.nodes()[0];
+    const std::vector<Tensor> other = BatchNormInputs(shape, 30);
+    const Tensor dy = Random(shape, 8);
+    for (int mask = 1; mask < 8; ++mask) {
+      std::vector<Tensor> results[2];
+      for (Implementation impl : {Implementation::kReference, Implementation::kOnednn}) {
+        ScopedImplementation scoped(impl);
+        ScopedTrainingContext context({.training = true});
+        std::vector<Tensor> inputs = BatchNormInputs(shape, 1);
+        Tensor y;
+        std::vector<Tensor*> out = {&y};
+        std::vector<const Tensor*> other_in = {&other[0], &inputs[1], &inputs[2], &inputs[3],
+                                               &inputs[4]};
+        ASSERT_TRUE(FindTrainingOp("BatchNormalization")->forward(graph, node, other_in, out).ok());
+        std::vector<const Tensor*> in = {&inputs[0], &inputs[1], &inputs[2], &inputs[3],
+                                         &inputs[4]};
+        std::vector<Tensor> grads = {Random(shape, 5), Random({c}, 6), Random({c}, 7)};
+        std::vector<Tensor*> gins;
+        for (int i = 0; i < 3; ++i) gins.push_back((mask >> i) & 1 ? &grads[i] : nullptr);
+        gins.push_back(nullptr);
+        gins.push_back(nullptr);
+        std::vector<const Tensor*> outs = {&y}, gouts = {&dy};
+        absl::Status s =
+            FindTrainingOp("BatchNormalization")->backward(graph, node, in, outs, gouts, gins);
+        ASSERT_TRUE(s.ok()) << s;
+        results[impl == Implementation::kOnednn] = grads;
+      }
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_LT(RelativeDifference(results[1][i].data, results[0][i].data), 1e-5)
+            << c << " channels, mask " << mask << " gradient " << i;
+        if (((mask >> i) & 1) == 0) {
+          EXPECT_EQ(results[1][i].data, Random(results[1][i].shape, 5 + i).data)
+              << c << " channels, mask " << mask << " gradient " << i << " changed";
+        }
       }
     }
   }
@@ -460,8 +464,8 @@ TEST(OnednnTrainingOpsTest, ConvBatchNormNetAgrees) {
   const Attrs pad1 = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
   GraphBuilder b;
   b.Input("x").Output("y");
-  b.Weight("w1", {8, 3, 3, 3}).Weight("s1", {8}).Weight("b1", {8}).Weight("m1", {8});
-  b.Weight("v1", {8}).Weight("w2", {10, 8 * 6 * 6});
+  b.Weight("w1", {16, 3, 3, 3}).Weight("s1", {16}).Weight("b1", {16}).Weight("m1", {16});
+  b.Weight("v1", {16}).Weight("w2", {10, 16 * 6 * 6});
   b.Node("Conv", {"x", "w1"}, {"c1"}, pad1)
       .Node("BatchNormalization", {"c1", "s1", "b1", "m1", "v1"}, {"n1"})
       .Node("Relu", {"n1"}, {"r1"})
