@@ -1,15 +1,16 @@
-// Conv, MaxPool, AveragePool, BatchNormalization and LayerNormalization training
-// (forward_training, backward data, backward weights and bias) on oneDNN
-// primitives. Tensors cross this
-// interface in plain NCHW (weights as ONNX stores them); inside, each
-// primitive takes the layout oneDNN prefers and reorders happen only where
-// layouts differ. Primitives, reorders and their scratch buffers are made
-// once (per op instance and geometry for Conv, per geometry for pooling)
-// and kept per thread. Backward ADDS into the gradients
-// it is given, like every training op (training_ops.h).
+// Conv, MaxPool, AveragePool, BatchNormalization and LayerNormalization
+// training (forward_training, backward data, backward weights and bias or
+// scale and shift) on oneDNN primitives. Tensors cross this interface in
+// plain NCHW (weights as ONNX stores them); inside, each primitive takes
+// the layout oneDNN prefers and reorders happen only where layouts differ.
+// Primitives, reorders and their scratch buffers are made once (per op
+// instance and geometry for Conv and the normalizations, per geometry for
+// pooling) and kept per thread. Backward ADDS into the gradients it is
+// given, like every training op (training_ops.h).
 //
-// conv_pool_ops.cc, batch_norm_op.cc and layer_norm_op.cc keep their own loops as the reference
-// these are tested against and as the fallback when oneDNN has no implementation.
+// conv_pool_ops.cc, batch_norm_op.cc and layer_norm_op.cc keep their own
+// loops as the reference these are tested against and as the fallback when
+// oneDNN has no implementation.
 #pragma once
 
 #include <cstdint>
