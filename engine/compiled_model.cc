@@ -30,6 +30,7 @@
 #include "engine/onnx_import.h"
 #include "engine/op_registry.h"
 #include "engine/ops/op_tables.h"
+#include "engine/ops/op_util.h"
 #include "engine/shape_propagation.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_autotune.h"
@@ -633,6 +634,33 @@ std::unique_ptr<Step> CompiledModelImpl::FastStep(int node_index,
       if (p < 0) p += static_cast<int64_t>(perm.size());
     }
     return std::make_unique<TransposeStep>(perm, in, out, node.name);
+  }
+  if ((op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin") &&
+      node.outputs.size() == 1) {
+    // Only reductions over trailing axes (contiguous rows) with the axes
+    // known at compile time; anything else stays on the reference.
+    const int64_t rank = static_cast<int64_t>(shapes1[in].size());
+    auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 1);
+    if (!axes.ok() || rank == 0) return nullptr;
+    int64_t first_axis = 0;  // no axes: all of them
+    if (axes->has_value() && !(*axes)->empty()) {
+      auto norm = ops::NormalizeAxes(node, **axes, rank);
+      if (!norm.ok()) return nullptr;
+      std::vector<int64_t> sorted = *norm;
+      std::sort(sorted.begin(), sorted.end());
+      sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+      first_axis = rank - static_cast<int64_t>(sorted.size());
+      for (size_t j = 0; j < sorted.size(); ++j) {
+        if (sorted[j] != first_axis + static_cast<int64_t>(j)) return nullptr;
+      }
+    } else if (node.GetInt("noop_with_empty_axes", 0) != 0) {
+      return nullptr;
+    }
+    const auto kind = op == "ReduceSum"    ? ReduceRowsStep::Kind::kSum
+                      : op == "ReduceMean" ? ReduceRowsStep::Kind::kMean
+                      : op == "ReduceMax"  ? ReduceRowsStep::Kind::kMax
+                                           : ReduceRowsStep::Kind::kMin;
+    return std::make_unique<ReduceRowsStep>(kind, first_axis, in, out, node.name);
   }
   if (op == "MatMul" && shapes1[in].size() >= 2 && shapes1[node.inputs[1]].size() >= 2) {
     return std::make_unique<BatchedMatMulStep>(engine_, in, node.inputs[1], out, node.name);

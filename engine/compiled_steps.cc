@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -306,13 +307,30 @@ absl::Status TransposeStep::Run(const StepContext& ctx) {
     ctx.data[dst_][0] = ctx.data[src_][0];
     return absl::OkStatus();
   }
+  const float* x = ctx.data[src_];
+  float* y = ctx.data[dst_];
+  bool last_two_swapped = rank >= 2 && perm_[rank - 2] == static_cast<int64_t>(rank) - 1 &&
+                          perm_[rank - 1] == static_cast<int64_t>(rank) - 2;
+  for (size_t d = 0; d + 2 < rank; ++d) last_two_swapped &= perm_[d] == static_cast<int64_t>(d);
+  if (last_two_swapped) {
+    const int64_t rows = in[rank - 2], cols = in[rank - 1];
+    const int64_t batch = rows * cols == 0 ? 0 : kernels::NumElements(in) / (rows * cols);
+    const kernels::KernelTable& k = kernels::GetKernelTable();
+#pragma omp parallel
+    {
+      const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+      const int64_t begin = batch * id / threads, end = batch * (id + 1) / threads;
+      if (end > begin) {
+        k.transpose_2d(x + begin * rows * cols, y + begin * rows * cols, end - begin, rows, cols);
+      }
+    }
+    return absl::OkStatus();
+  }
   const std::vector<int64_t> in_strides = kernels::RowMajorStrides(in);
   std::vector<int64_t> src_stride(rank);  // input stride for each output dim
   for (size_t d = 0; d < rank; ++d) src_stride[d] = in_strides[perm_[d]];
   const int64_t inner = out[rank - 1], inner_stride = src_stride[rank - 1];
   const int64_t rows = kernels::NumElements(out) / std::max<int64_t>(inner, 1);
-  const float* x = ctx.data[src_];
-  float* y = ctx.data[dst_];
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     int64_t rem = r, off = 0;
@@ -323,6 +341,41 @@ absl::Status TransposeStep::Run(const StepContext& ctx) {
     const float* xp = x + off;
     float* yp = y + r * inner;
     for (int64_t i = 0; i < inner; ++i) yp[i] = xp[i * inner_stride];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReduceRowsStep::Run(const StepContext& ctx) {
+  const Shape& in = ctx.shapes[src_];
+  int64_t len = 1;
+  for (size_t d = static_cast<size_t>(first_axis_); d < in.size(); ++d) len *= in[d];
+  const int64_t rows = kernels::NumElements(ctx.shapes[dst_]);
+  const float* x = ctx.data[src_];
+  float* y = ctx.data[dst_];
+  if (len == 0) {  // as the reference: the identity of each reduction
+    const float v = kind_ == Kind::kMax   ? -INFINITY
+                    : kind_ == Kind::kMin ? INFINITY
+                    : kind_ == Kind::kSum ? 0.0f
+                                          : NAN;
+    std::fill(y, y + rows, v);
+    return absl::OkStatus();
+  }
+  const kernels::cpu::ReduceOp op = kind_ == Kind::kMax   ? kernels::cpu::ReduceOp::kMax
+                                    : kind_ == Kind::kMin ? kernels::cpu::ReduceOp::kMin
+                                                          : kernels::cpu::ReduceOp::kSum;
+  const kernels::KernelTable& k = kernels::GetKernelTable();
+  const float inv_len = 1.0f / static_cast<float>(len);
+  const bool mean = kind_ == Kind::kMean;
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t begin = rows * id / threads, end = rows * (id + 1) / threads;
+    if (end > begin) {
+      k.reduce_rows(x + begin * len, y + begin, end - begin, len, op);
+      if (mean) {
+        for (int64_t r = begin; r < end; ++r) y[r] *= inv_len;
+      }
+    }
   }
   return absl::OkStatus();
 }

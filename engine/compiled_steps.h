@@ -296,7 +296,9 @@ class LayerNormStep final : public Step {
   std::string name_;
 };
 
-// Transpose as a strided copy, OpenMP-parallel over output rows.
+// Transpose as a strided copy, OpenMP-parallel over output rows; a
+// batched swap of the last two axes (perm = [0 .. k-1, k+1, k]) runs on
+// the own tiled transpose_2d kernel, parallel over the matrices.
 class TransposeStep final : public Step {
  public:
   TransposeStep(std::vector<int64_t> perm, ValueId src, ValueId dst, std::string name)
@@ -307,6 +309,26 @@ class TransposeStep final : public Step {
 
  private:
   std::vector<int64_t> perm_;
+  ValueId src_, dst_;
+  std::string name_;
+};
+
+// ReduceSum/Mean/Max/Min over trailing axes (contiguous in memory) on the
+// own reduce_rows kernel, OpenMP-parallel over the kept elements; the
+// reduced axes are [first_axis, rank). keepdims only changes the output
+// shape, which shape propagation already gives.
+class ReduceRowsStep final : public Step {
+ public:
+  enum class Kind { kSum, kMean, kMax, kMin };
+  ReduceRowsStep(Kind kind, int64_t first_axis, ValueId src, ValueId dst, std::string name)
+      : kind_(kind), first_axis_(first_axis), src_(src), dst_(dst), name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "reduce_rows: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
+
+ private:
+  Kind kind_;
+  int64_t first_axis_;
   ValueId src_, dst_;
   std::string name_;
 };
