@@ -60,6 +60,48 @@ BENCHMARK(BM_SoftmaxRows)->Apply(RowArgs);
 BENCHMARK(BM_LayerNormRows)->Apply(RowArgs);
 BENCHMARK(BM_AddRowBroadcast)->Apply(RowArgs);
 
+// Row sums (max and min run the same loop with a different op):
+// range(0): tier, range(1): rows, range(2): row length.
+void BM_ReduceRowsSum(benchmark::State& state) {
+  const auto* t = numaserve::kernels::KernelTableFor(static_cast<IsaTier>(state.range(0)));
+  if (t == nullptr) {
+    state.SkipWithError("this CPU lacks the tier");
+    return;
+  }
+  const int64_t rows = state.range(1), len = state.range(2);
+  std::vector<float> x = Random(rows * len), y(rows);
+  for (auto _ : state) {
+    t->reduce_rows(x.data(), y.data(), rows, len, numaserve::kernels::cpu::ReduceOp::kSum);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(numaserve::kernels::IsaTierName(t->tier));
+  state.SetBytesProcessed(state.iterations() * rows * (len + 1) * sizeof(float));
+}
+BENCHMARK(BM_ReduceRowsSum)->Apply(RowArgs);
+
+// range(0): tier, range(1): batch, range(2): rows, range(3): cols.
+void BM_Transpose2d(benchmark::State& state) {
+  const auto* t = numaserve::kernels::KernelTableFor(static_cast<IsaTier>(state.range(0)));
+  if (t == nullptr) {
+    state.SkipWithError("this CPU lacks the tier");
+    return;
+  }
+  const int64_t batch = state.range(1), rows = state.range(2), cols = state.range(3);
+  std::vector<float> x = Random(batch * rows * cols), y(x.size());
+  for (auto _ : state) {
+    t->transpose_2d(x.data(), y.data(), batch, rows, cols);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(numaserve::kernels::IsaTierName(t->tier));
+  state.SetBytesProcessed(state.iterations() * batch * rows * cols * 2 * sizeof(float));
+}
+BENCHMARK(BM_Transpose2d)->Apply([](benchmark::internal::Benchmark* b) {
+  for (int tier : {0, 1, 2}) {
+    b->Args({tier, 12, 128, 64});  // attention K^T per head (seq 128, head 64)
+    b->Args({tier, 1, 768, 768});  // a square weight-sized matrix
+  }
+});
+
 // Y[M,N] = X[M,K] W[K,N] on oneDNN with prepacked weights, all OpenMP threads.
 void BM_SgemmOnednn(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
