@@ -129,11 +129,8 @@ absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::
     }
   }
   const auto& p = c.instance_placement();
-  if (p.instances_per_domain() > 1) {
-    return Invalid(model, "instance_placement.instances_per_domain",
-                   absl::StrCat(p.instances_per_domain(),
-                                " is not supported; a worker holds one instance of a model"));
-  }
+  // Whether N copies fit is checked by each worker when it loads the model
+  // (CheckInstancesFit), against its own cores.
   if (p.instances_per_domain() < 0) {
     return Invalid(model, "instance_placement.instances_per_domain", "is negative");
   }
@@ -174,6 +171,13 @@ absl::Status ValidateModelConfig(const config::ModelConfig& c, const std::string
     return s;
   }
   return CheckTensors(model, "output", c.output(), info.outputs, batched);
+}
+
+absl::Status CheckInstancesFit(const std::string& model, int instances, int worker, int cores) {
+  if (instances <= 1 || instances <= cores) return absl::OkStatus();
+  return Invalid(model, "instance_placement.instances_per_domain",
+                 absl::StrFormat("%d instances need a core each, but worker %d has %d core%s",
+                                 instances, worker, cores, cores == 1 ? "" : "s"));
 }
 
 absl::StatusOr<std::vector<int64_t>> SelectVersions(const config::ModelConfig& c,

@@ -42,6 +42,12 @@ absl::StatusOr<std::vector<int64_t>> SelectVersions(const config::ModelConfig& c
 // The workers that load the model, out of 0..num_workers-1.
 std::vector<int> PlacementWorkers(const config::ModelConfig& config, int num_workers);
 
+// Checks that `instances` copies of `model` (instance_placement.
+// instances_per_domain) fit on `worker`, which has `cores` cores: each copy
+// needs at least one core of its own. INVALID_ARGUMENT naming the file and
+// field otherwise.
+absl::Status CheckInstancesFit(const std::string& model, int instances, int worker, int cores);
+
 // Matrix-multiply backends the engine is built with ("auto" picks).
 const std::vector<std::string>& KnownGemmBackends();
 

@@ -17,7 +17,13 @@ namespace numaserve::server {
 namespace {
 
 WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m) {
-  return {m.key(), m.name, absl::StrCat(m.version), m.path, m.workers, m.config.gemm_backend()};
+  return {m.key(),
+          m.name,
+          absl::StrCat(m.version),
+          m.path,
+          m.workers,
+          m.config.gemm_backend(),
+          m.config.instance_placement().instances_per_domain()};
 }
 
 // The reason a served version keeps its previous config.

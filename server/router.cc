@@ -48,7 +48,7 @@ void Router::Submit(std::shared_ptr<InferenceTask> task) {
 bool Router::TryDispatch(const std::shared_ptr<InferenceTask>& task) {
   int best = -1;
   for (int w = 0; w < workers_->size(); ++w) {
-    if (inflight_[w] >= options_.max_inflight_per_worker) continue;
+    if (inflight_[w] >= InflightLimit(w, task->model_key)) continue;
     if (!workers_->HasModel(w, task->model_key)) continue;
     if (best < 0 || inflight_[w] < inflight_[best]) best = w;
   }
@@ -59,6 +59,11 @@ bool Router::TryDispatch(const std::shared_ptr<InferenceTask>& task) {
   Dispatch(best, task);
   mu_.lock();
   return true;
+}
+
+int Router::InflightLimit(int worker, const std::string& model_key) const {
+  // One batch per instance, plus the pipelining slot(s) beyond the first.
+  return options_.max_inflight_per_worker - 1 + workers_->Instances(worker, model_key);
 }
 
 void Router::Pump() {
@@ -208,8 +213,10 @@ void Router::Stop() {
 bool Router::HasCapacity(const std::string& model_key, bool full_batch) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || !queue_.empty()) return false;
-  const int limit = full_batch ? options_.max_inflight_per_worker : 1;
   for (int w = 0; w < workers_->size(); ++w) {
+    // A partial batch leaves when an instance is idle, a full one when the
+    // worker can take it at all.
+    const int limit = full_batch ? InflightLimit(w, model_key) : workers_->Instances(w, model_key);
     if (inflight_[w] < limit && workers_->HasModel(w, model_key)) return true;
   }
   return false;

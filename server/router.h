@@ -55,6 +55,8 @@ class Router {
   struct Options {
     // Commands in flight per worker: 2 lets the next batch's inputs be copied
     // while the current one computes; more only adds queueing in the worker.
+    // For a model with N instances on the worker (instances_per_domain) the
+    // limit is N - 1 more: N computing at once, plus the one being copied.
     int max_inflight_per_worker = 2;
     // Tasks waiting for a worker before new ones get RESOURCE_EXHAUSTED.
     size_t max_queue = 4096;
@@ -82,6 +84,8 @@ class Router {
 
  private:
   bool TryDispatch(const std::shared_ptr<InferenceTask>& task);  // under mu_
+  // Commands of `model_key` worker `worker` may have in flight.
+  int InflightLimit(int worker, const std::string& model_key) const;
   void Dispatch(int worker, std::shared_ptr<InferenceTask> task);
   void OnReply(int worker, std::shared_ptr<InferenceTask> task, std::vector<uint64_t> offsets,
                const worker::Reply& reply, bool lost);

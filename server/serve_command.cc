@@ -212,8 +212,9 @@ int ServeCommand(const std::vector<std::string>& args) {
   std::vector<WorkerSupervisor::ModelToLoad> to_load;
   for (const auto& m : initial) {
     if (m.error.empty()) {
-      to_load.push_back(
-          {m.key(), m.name, absl::StrCat(m.version), m.path, m.workers, m.config.gemm_backend()});
+      to_load.push_back({m.key(), m.name, absl::StrCat(m.version), m.path, m.workers,
+                         m.config.gemm_backend(),
+                         m.config.instance_placement().instances_per_domain()});
       fprintf(stderr, "numaserve: model %s version %d: %s\n", m.name.c_str(),
               static_cast<int>(m.version), m.path.c_str());
     } else {

@@ -96,4 +96,12 @@ size_t ArenaAllocator::used() const {
   return n;
 }
 
+size_t ArenaBytesForBatches(size_t bytes_for_two, int batches) {
+  if (batches <= 2) return bytes_for_two;
+  // Rounded up to whole pages so every worker's mapping stays page-sized.
+  const size_t bytes = bytes_for_two / 2 * static_cast<size_t>(batches);
+  constexpr size_t kPage = 4096;
+  return (bytes + kPage - 1) / kPage * kPage;
+}
+
 }  // namespace numaserve::server

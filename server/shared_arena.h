@@ -38,6 +38,11 @@ class SharedArena {
   size_t size_;
 };
 
+// The arena size for `batches` commands in flight when `bytes_for_two` holds
+// two (one computing, the next one's inputs being copied): it grows in
+// proportion, and never shrinks below `bytes_for_two`.
+size_t ArenaBytesForBatches(size_t bytes_for_two, int batches);
+
 // First-fit allocation of 64-byte aligned ranges of an arena. Thread-safe.
 class ArenaAllocator {
  public:

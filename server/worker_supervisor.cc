@@ -55,11 +55,20 @@ absl::StatusOr<std::unique_ptr<WorkerSupervisor>> WorkerSupervisor::Create(
     auto slot = std::make_unique<Slot>();
     slot->index = placement.index;
     slot->placement = placement;
-    auto arena = SharedArena::Create(absl::StrCat("numaserve-worker-", placement.index),
-                                     options.arena_bytes);
+    // Room for the most batches the router may have in flight here: N + 1
+    // for a model with N instances (a model loaded later with more
+    // instances shares this arena; a batch that does not fit is refused).
+    int most_instances = 1;
+    for (const auto& model : s->models_) {
+      if (model.LoadsOn(placement.index))
+        most_instances = std::max(most_instances, model.instances);
+    }
+    const size_t arena_bytes = ArenaBytesForBatches(options.arena_bytes, most_instances + 1);
+    auto arena =
+        SharedArena::Create(absl::StrCat("numaserve-worker-", placement.index), arena_bytes);
     if (!arena.ok()) return arena.status();
     slot->arena = *std::move(arena);
-    slot->allocator = std::make_unique<ArenaAllocator>(options.arena_bytes);
+    slot->allocator = std::make_unique<ArenaAllocator>(arena_bytes);
     s->slots_.push_back(std::move(slot));
   }
   return s;
@@ -152,6 +161,7 @@ worker::Command WorkerSupervisor::LoadCommand(const ModelToLoad& model) {
   load.mutable_load()->set_key(model.key);
   load.mutable_load()->set_path(model.path);
   load.mutable_load()->set_gemm_backend(model.gemm_backend);
+  load.mutable_load()->set_instances(model.instances);
   return load;
 }
 
@@ -161,6 +171,11 @@ void WorkerSupervisor::RecordLoad(Slot* slot, const ModelToLoad& model,
     std::lock_guard<std::mutex> lock(slot->mu);
     if (reply.ok()) {
       slot->models.insert(model.key);
+      if (model.instances > 1) {
+        slot->instances[model.key] = model.instances;
+      } else {
+        slot->instances.erase(model.key);
+      }
     } else {
       slot->load_errors[model.key] = reply.error();
     }
@@ -180,6 +195,7 @@ void WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
     pending.swap(slot->pending);
     slot->ready = false;
     slot->models.clear();
+    slot->instances.clear();
     if (slot->fd >= 0) close(slot->fd);
     slot->fd = -1;
   }
@@ -350,6 +366,12 @@ bool WorkerSupervisor::HasModel(int w, const std::string& key) const {
   return slots_[w]->ready && slots_[w]->models.count(key) > 0;
 }
 
+int WorkerSupervisor::Instances(int w, const std::string& key) const {
+  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  auto it = slots_[w]->instances.find(key);
+  return it == slots_[w]->instances.end() ? 1 : it->second;
+}
+
 int WorkerSupervisor::Outstanding(int w) const {
   std::lock_guard<std::mutex> lock(slots_[w]->mu);
   return static_cast<int>(slots_[w]->pending.size());
@@ -425,6 +447,7 @@ void WorkerSupervisor::UnloadModel(const std::string& key) {
     Slot* slot = slot_ptr.get();
     std::lock_guard<std::mutex> lock(slot->mu);
     slot->load_errors.erase(key);
+    slot->instances.erase(key);
     if (slot->models.erase(key) == 0) continue;
     worker::Command unload;
     unload.mutable_unload()->set_key(key);

@@ -35,6 +35,9 @@ class WorkerSupervisor {
     std::string executable = "/proc/self/exe";
     // Shared arena per worker: the largest batch's inputs plus outputs must
     // fit, times the commands in flight. Pages cost memory only when touched.
+    // This is the size for the usual two commands in flight; a worker whose
+    // models have N instances takes N + 1 and gets an arena of
+    // ArenaBytesForBatches(arena_bytes, N + 1).
     size_t arena_bytes = size_t{256} << 20;
     // Pause before restarting a worker that exited, so a worker that dies at
     // start-up does not spin.
@@ -50,6 +53,10 @@ class WorkerSupervisor {
     std::string path;          // model.onnx
     std::vector<int> workers;  // the workers that load it; empty: every worker
     std::string gemm_backend;  // config.pbtxt's choice; empty: the engine's
+    // config.pbtxt's instance_placement.instances_per_domain: copies of the
+    // model per worker, each on its share of the worker's cores, running up
+    // to this many batches at once (0 or 1: one copy on every core).
+    int instances = 1;
     bool LoadsOn(int worker) const;
   };
 
@@ -77,6 +84,8 @@ class WorkerSupervisor {
   bool Ready(int w) const;
   bool HasModel(int w, const std::string& key) const;
   int Outstanding(int w) const;
+  // Batches of `key` worker w computes at once: its instances_per_domain.
+  int Instances(int w, const std::string& key) const;
   pid_t Pid(int w) const;
   SharedArena& arena(int w) const { return *slots_[w]->arena; }
   ArenaAllocator& allocator(int w) const { return *slots_[w]->allocator; }
@@ -115,6 +124,7 @@ class WorkerSupervisor {
     uint64_t next_id = 1;
     std::map<uint64_t, ReplyFn> pending;
     std::set<std::string> models;
+    std::map<std::string, int> instances;  // of each loaded model, when > 1
     std::map<std::string, std::string> load_errors;
     std::mutex write_mu;  // one writer at a time on fd
   };

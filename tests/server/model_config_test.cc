@@ -77,7 +77,7 @@ TEST(ModelConfig, ContradictionsWithTheOnnxModelAreErrors) {
       {"max_batch_size: 4 input { name: \"input\" data_type: \"FP32\" dims: [ 28, 28 ] }", "dims"},
       {"output { name: \"probabilities\" dims: [ 10 ] }", "dims"},  // no batch: rank 2
       {"instance_placement { domains: [ 3 ] }", "worker 3 does not exist"},
-      {"instance_placement { instances_per_domain: 2 }", "instances_per_domain"},
+      {"instance_placement { instances_per_domain: -1 }", "instances_per_domain"},
       {"gemm_backend: \"cublas\"", "gemm_backend"},
   };
   for (const auto& c : cases) {
@@ -85,6 +85,23 @@ TEST(ModelConfig, ContradictionsWithTheOnnxModelAreErrors) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.expect)) << c.text << " -> " << s;
   }
+}
+
+TEST(ModelConfig, SeveralInstancesPerDomainAreAccepted) {
+  EXPECT_TRUE(
+      ValidateModelConfig(Parse("instance_placement { instances_per_domain: 2 }"), "mlp", Mlp(), 2)
+          .ok());
+  EXPECT_TRUE(CheckInstancesFit("mlp", 2, 0, 2).ok());
+  EXPECT_TRUE(CheckInstancesFit("mlp", 1, 0, 1).ok());
+  EXPECT_TRUE(CheckInstancesFit("mlp", 0, 0, 1).ok());  // unset: one
+}
+
+TEST(ModelConfig, MoreInstancesThanCoresAreRefused) {
+  absl::Status s = CheckInstancesFit("mlp", 3, 1, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model 'mlp' config.pbtxt"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("instance_placement.instances_per_domain"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("worker 1 has 2 cores"));
 }
 
 TEST(ModelConfig, BatchingNeedsADynamicBatchDimension) {
