@@ -73,5 +73,15 @@ TEST(ArenaAllocatorTest, RandomAllocationsNeverOverlapAndAllCoalesce) {
   EXPECT_TRUE(a.Allocate(1 << 16).has_value());
 }
 
+TEST(ArenaBytesForBatches, GrowsWithTheBatchesInFlight) {
+  const size_t two = size_t{256} << 20;
+  EXPECT_EQ(ArenaBytesForBatches(two, 1), two);  // never smaller
+  EXPECT_EQ(ArenaBytesForBatches(two, 2), two);
+  EXPECT_EQ(ArenaBytesForBatches(two, 3), two / 2 * 3);  // two instances + one being copied
+  EXPECT_EQ(ArenaBytesForBatches(two, 9), two / 2 * 9);
+  EXPECT_EQ(ArenaBytesForBatches(4096 * 3, 3) % 4096, 0u);  // whole pages
+  EXPECT_GE(ArenaBytesForBatches(4096 * 3, 3), size_t{4096} * 3 / 2 * 3);
+}
+
 }  // namespace
 }  // namespace numaserve::server
