@@ -82,7 +82,7 @@ TEST_P(Transpose2dTest, MatchesDefinitionOverManyShapes) {
   if (t == nullptr) GTEST_SKIP() << "CPU lacks " << IsaTierName(GetParam());
   for (int64_t batch = 1; batch <= 3; ++batch) {
     for (int64_t rows = 1; rows <= 33; ++rows) {
-      for (int64_t cols : {1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 70}) {
+      for (int64_t cols : {1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 70, 137}) {
         const std::vector<float> x =
             Random(batch * rows * cols, static_cast<uint32_t>(batch * 10000 + rows * 100 + cols));
         std::vector<float> y(x.size(), NAN);
