@@ -33,10 +33,6 @@
 #include "server/shared_arena.h"
 #include "worker.pb.h"
 
-// libgomp's entry point for a parallel region (this file is not compiled
-// with -fopenmp; the engine links the runtime).
-extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
-
 namespace numaserve::server {
 namespace {
 
@@ -67,12 +63,15 @@ absl::Status PinThisThread(const std::vector<int>& cpus) {
   return absl::OkStatus();
 }
 
-// Runs in each thread of an OpenMP team: pins thread t (t > 0; the team's
-// first thread is the caller, already pinned) to the t-th of `arg`'s cpus.
-void PinTeamMember(void* arg) {
-  const auto& cpus = *static_cast<const std::vector<int>*>(arg);
-  const int t = omp_get_thread_num();
-  if (t > 0 && t < static_cast<int>(cpus.size())) (void)PinThisThread({cpus[t]});
+// Pins each thread of a new OpenMP team of cpus.size() threads to its own
+// cpu of `cpus` (thread 0, the caller, is already pinned to the share).
+void PinTeam(const std::vector<int>& cpus) {
+  const int n = static_cast<int>(cpus.size());
+#pragma omp parallel num_threads(n)
+  {
+    const int t = omp_get_thread_num();
+    if (t > 0 && t < n) (void)PinThisThread({cpus[t]});
+  }
 }
 
 // Copies of one model (config.pbtxt instance_placement.instances_per_domain
@@ -116,10 +115,8 @@ class InstancePool {
           // Pin the team too, one thread per core of the share, before the
           // model's first parallel region: OMP_PROC_BIND places its threads
           // on the worker's places, not the share's. libgomp keeps these
-          // threads for every later region this thread starts. (The libgomp
-          // entry point a `#pragma omp parallel` compiles to.)
-          GOMP_parallel(&PinTeamMember, const_cast<std::vector<int>*>(&shares[i]),
-                        static_cast<unsigned>(own.num_threads), 0);
+          // threads for every later region this thread starts.
+          PinTeam(shares[i]);
           auto loaded = engine::CompiledModel::Load(path, own);
           if (loaded.ok()) {
             model = *std::move(loaded);
