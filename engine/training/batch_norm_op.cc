@@ -64,11 +64,7 @@ bool UseOnednn() {
 // Never after an execution error (backward would add its gradients twice).
 std::atomic<int64_t> fallbacks{0};
 
-bool FallBack(const absl::Status& s) {
-  const bool fall_back = absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
-  if (fall_back) fallbacks.fetch_add(1, std::memory_order_relaxed);
-  return fall_back;
-}
+bool FallBack(const absl::Status& s) { return onednn::ShapeRejected(s, fallbacks); }
 
 onednn::BatchNormShape OnednnShape(const Layout& l, float eps) {
   return {.n = l.n, .c = l.c, .spatial = l.spatial, .epsilon = eps};

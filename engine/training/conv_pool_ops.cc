@@ -47,11 +47,7 @@ bool UseOnednn() {
 // oneDNN could not make a primitive for this geometry: the reference runs.
 std::atomic<int64_t> fallbacks{0};
 
-bool FallBack(const absl::Status& s) {
-  const bool fall_back = absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
-  if (fall_back) fallbacks.fetch_add(1, std::memory_order_relaxed);
-  return fall_back;
-}
+bool FallBack(const absl::Status& s) { return onednn::ShapeRejected(s, fallbacks); }
 
 absl::StatusOr<Window> MakeWindow(const Node& node, const Tensor& x, int64_t kh, int64_t kw) {
   if (x.rank() != 4)

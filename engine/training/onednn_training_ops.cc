@@ -717,4 +717,10 @@ absl::Status LayerNormBackward(const void* node, const LayerNormShape& s, const 
   return absl::OkStatus();
 }
 
+bool ShapeRejected(const absl::Status& s, std::atomic<int64_t>& fallbacks) {
+  const bool rejected = absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
+  if (rejected) fallbacks.fetch_add(1, std::memory_order_relaxed);
+  return rejected;
+}
+
 }  // namespace numaserve::training::onednn

@@ -13,6 +13,7 @@
 // oneDNN has no implementation.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -105,5 +106,11 @@ absl::Status LayerNormForward(const void* node, const LayerNormShape& shape, con
 absl::Status LayerNormBackward(const void* node, const LayerNormShape& shape, const float* x,
                                const float* scale, const float* shift, const float* dy, float* dx,
                                float* dscale, float* dshift);
+
+// True when `s` says oneDNN could not make a primitive for the shape
+// (Unimplemented or InvalidArgument): the caller then runs its reference
+// and `fallbacks` counts it. Any other error is the caller's to return,
+// never followed by the reference (backward would add its gradients twice).
+bool ShapeRejected(const absl::Status& s, std::atomic<int64_t>& fallbacks);
 
 }  // namespace numaserve::training::onednn
