@@ -184,6 +184,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<bool> blocked_;                // by root ValueId: nC[D]HW16c layout
   std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
+  std::vector<bool> internal_;               // by arena root: read only inside its step
   std::map<int64_t, BatchState> per_batch_;
   int threads_ = 1;                         // kernel threads for steps not run serially
   const BatchState* last_state_ = nullptr;  // the last profiled Run's
@@ -495,7 +496,10 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
   std::string name = node.name;
   ValueId out = node.outputs[0];
   // BatchNormalization with constant parameters folds into weights + bias.
-  if (int j = SoleConsumer(out, "BatchNormalization", consumers); j >= 0) {
+  auto fold_bn = [&](ValueId& value, int64_t channels, std::vector<float>& wts,
+                     std::vector<float>& bs, std::string& label) {
+    const int j = SoleConsumer(value, "BatchNormalization", consumers);
+    if (j < 0) return false;
     const Node& bn = graph_.nodes()[j];
     std::vector<const Constant*> p;
     for (size_t i = 1; i < 5 && i < bn.inputs.size(); ++i)
@@ -503,23 +507,22 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     bool foldable = p.size() == 4 && bn.outputs.size() == 1;
     for (const Constant* c : p) {
       foldable = foldable && c != nullptr && c->type == DataType::kFloat32 &&
-                 static_cast<int64_t>(c->f32.data.size()) == o.out_channels;
+                 static_cast<int64_t>(c->f32.data.size()) == channels;
     }
-    if (foldable) {
-      const float eps = bn.GetFloat("epsilon", 1e-5f);
-      const int64_t per_out = static_cast<int64_t>(weights.size()) / o.out_channels;
-      for (int64_t m = 0; m < o.out_channels; ++m) {
-        const double a =
-            p[0]->f32.data[m] / std::sqrt(static_cast<double>(p[3]->f32.data[m]) + eps);
-        for (int64_t i = 0; i < per_out; ++i) weights[m * per_out + i] *= static_cast<float>(a);
-        bias[m] = static_cast<float>(a * (bias[m] - p[2]->f32.data[m]) + p[1]->f32.data[m]);
-      }
-      has_bias = true;
-      fused[j] = true;
-      out = bn.outputs[0];
-      absl::StrAppend(&name, "+", bn.name);
+    if (!foldable) return false;
+    const float eps = bn.GetFloat("epsilon", 1e-5f);
+    const int64_t per_out = static_cast<int64_t>(wts.size()) / channels;
+    for (int64_t m = 0; m < channels; ++m) {
+      const double a = p[0]->f32.data[m] / std::sqrt(static_cast<double>(p[3]->f32.data[m]) + eps);
+      for (int64_t i = 0; i < per_out; ++i) wts[m * per_out + i] *= static_cast<float>(a);
+      bs[m] = static_cast<float>(a * (bs[m] - p[2]->f32.data[m]) + p[1]->f32.data[m]);
     }
-  }
+    fused[j] = true;
+    value = bn.outputs[0];
+    absl::StrAppend(&label, "+", bn.name);
+    return true;
+  };
+  if (fold_bn(out, o.out_channels, weights, bias, name)) has_bias = true;
   // A residual Add whose other operand is ready before this conv runs.
   ValueId sum_from = kNoValue;
   if (int j = SoleConsumer(out, "Add", consumers); j >= 0) {
@@ -535,18 +538,82 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     }
   }
   // Activations (a chain of them).
-  while (!is_output_[out] && consumers[out].size() == 1) {
-    const Node& act = graph_.nodes()[consumers[out][0]];
-    auto post = ActivationPostOp(graph_, act);
-    if (!post.has_value()) break;
-    o.eltwise.push_back(*post);
-    fused[consumers[out][0]] = true;
-    out = act.outputs[0];
-    absl::StrAppend(&name, "+", act.name);
-  }
+  auto fuse_activations = [&](ValueId& value, std::vector<kernels::EltwisePostOp>& posts,
+                              std::string& label) {
+    while (!is_output_[value] && consumers[value].size() == 1) {
+      const Node& act = graph_.nodes()[consumers[value][0]];
+      auto post = ActivationPostOp(graph_, act);
+      if (!post.has_value()) break;
+      posts.push_back(*post);
+      fused[consumers[value][0]] = true;
+      value = act.outputs[0];
+      absl::StrAppend(&label, "+", act.name);
+    }
+  };
+  fuse_activations(out, o.eltwise, name);
   if (has_bias) o.bias = std::move(bias);
   o.weights = weights.data();
   o.winograd = options_.conv_algorithm == "winograd";
+  // A depthwise 3x3 conv (pad 1, stride 1 or 2, with its BatchNormalization
+  // and activations) reading only this 1x1 conv's output runs as oneDNN's
+  // depthwise post-op, so the expanded tensor is never written out, where
+  // oneDNN has a non-reference implementation for it.
+  bool one_by_one = !o.sum && o.group == 1 && x_shape.size() == 4;
+  for (size_t d = 0; d < o.kernel.size() && one_by_one; ++d) {
+    one_by_one = o.kernel[d] == 1 && o.strides[d] == 1 && o.dilations[d] == 1 &&
+                 o.pads_begin[d] == 0 && o.pads_end[d] == 0;
+  }
+  if (const int d = one_by_one ? SoleConsumer(out, "Conv", consumers) : -1; d >= 0) {
+    const Node& dn = graph_.nodes()[d];
+    const int64_t c = o.out_channels;
+    const Constant* dw_w = dn.inputs.size() > 1 ? graph_.FindConstant(dn.inputs[1]) : nullptr;
+    const bool has_dw_b = dn.inputs.size() > 2 && dn.inputs[2] != kNoValue;
+    const Constant* dw_b = has_dw_b ? graph_.FindConstant(dn.inputs[2]) : nullptr;
+    bool ok = dn.inputs[0] == out && dn.outputs.size() == 1 && dw_w != nullptr &&
+              dw_w->type == DataType::kFloat32 && dw_w->shape == Shape{c, 1, 3, 3} &&
+              dn.GetInt("group", 1) == c &&
+              (!has_dw_b || (dw_b != nullptr && dw_b->type == DataType::kFloat32 &&
+                             static_cast<int64_t>(dw_b->f32.data.size()) == c));
+    int64_t stride = 0;
+    if (ok) {
+      auto w = ops::ResolveWindow(dn, shapes1[out], {3, 3});
+      ok = w.ok() && w->kernel == std::vector<int64_t>{3, 3} && w->strides[0] == w->strides[1] &&
+           (w->strides[0] == 1 || w->strides[0] == 2) &&
+           w->dilations == std::vector<int64_t>{1, 1} &&
+           w->pads_begin == std::vector<int64_t>{1, 1} && w->pads_end == std::vector<int64_t>{1, 1};
+      if (ok) stride = w->strides[0];
+    }
+    if (ok) {
+      const std::vector<bool> saved = fused;
+      kernels::DepthwisePostOp dw;
+      dw.weights = dw_w->f32.data;
+      dw.bias = has_dw_b ? dw_b->f32.data : std::vector<float>(c, 0.0f);
+      dw.stride = stride;
+      ValueId dw_out = dn.outputs[0];
+      std::string dw_name = absl::StrCat(name, "+", dn.name);
+      fused[d] = true;
+      fold_bn(dw_out, c, dw.weights, dw.bias, dw_name);
+      fuse_activations(dw_out, dw.eltwise, dw_name);
+      kernels::ConvOnednnOptions trial = o;
+      trial.dw = dw;
+      trial.winograd = false;
+      // Blocked activations (what conv chains get; plain ones run oneDNN's
+      // reference with or without the fusion).
+      const Shape& src_shape = shapes1[node.inputs[0]];
+      auto conv = kernels::ConvOnednn::Create(engine_, std::move(trial));
+      const bool fast = conv.ok() &&
+                        (*conv)->Prepare(src_shape, shapes1[dw_out], true, true).ok() &&
+                        (*conv)->ImplementationName(src_shape).find("ref:") == std::string::npos;
+      if (fast) {
+        o.dw = std::move(dw);
+        o.winograd = false;
+        out = dw_out;
+        name = std::move(dw_name);
+      } else {
+        fused = saved;
+      }
+    }
+  }
   auto conv = kernels::ConvOnednn::Create(engine_, std::move(o));
   if (!conv.ok()) {
     return absl::Status(conv.status().code(),
@@ -781,6 +848,23 @@ void CompiledModelImpl::PlanLifetimes(const std::vector<int>& producer,
     last_step_[r] = std::max(last_step_[r], first_step_[r]);
     for (int c : consumers[v]) last_step_[r] = std::max(last_step_[r], step_of_node_[c]);
   }
+  // A value that only the step producing it reads (a conv's output before
+  // its fused BatchNormalization, activation or depthwise conv) is never
+  // stored: it needs no space.
+  internal_.assign(num_values, false);
+  std::vector<int> readers(num_values, 0), outside(num_values, 0);
+  for (ValueId v = 0; v < num_values; ++v) {
+    const ValueId r = root_[v];
+    if (storage_[r] != Storage::kArena || first_step_[r] < 0) continue;
+    for (int c : consumers[v]) {
+      ++readers[r];
+      if (step_of_node_[c] != first_step_[r]) ++outside[r];
+    }
+  }
+  for (ValueId v = 0; v < num_values; ++v) {
+    internal_[v] = root_[v] == v && storage_[v] == Storage::kArena && first_step_[v] >= 0 &&
+                   readers[v] > 0 && outside[v] == 0;
+  }
 }
 
 void CompiledModelImpl::ChooseLayouts(const std::vector<Shape>& shapes1) {
@@ -858,7 +942,7 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   };
   std::vector<Block> blocks;
   for (ValueId v = 0; v < num_values; ++v) {
-    if (root_[v] != v || storage_[v] != Storage::kArena) continue;
+    if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
     const int64_t n = blocked_[v] ? kernels::ActivationBytes(state.shapes[v], true) /
                                         static_cast<int64_t>(sizeof(float))
                                   : kernels::NumElements(state.shapes[v]);

@@ -101,6 +101,15 @@ double ConvStep::Flops(const std::vector<Shape>& shapes) const {
     return 2.0 * static_cast<double>(kernels::NumElements(shapes[src_])) *
            static_cast<double>(o.out_channels / o.group) * k;
   }
+  if (o.dw.has_value()) {
+    // The 1x1 conv over the depthwise input's extent, then 9 per output.
+    const Shape& src = shapes[src_];
+    const Shape& dst = shapes[dst_];
+    const double expanded = static_cast<double>(src[0]) * static_cast<double>(dst[1]) *
+                            static_cast<double>(src[2]) * static_cast<double>(src[3]);
+    return 2.0 * expanded * static_cast<double>(o.in_channels) +
+           2.0 * 9.0 * static_cast<double>(kernels::NumElements(dst));
+  }
   return 2.0 * static_cast<double>(kernels::NumElements(shapes[dst_])) *
          static_cast<double>(o.in_channels / o.group) * k;
 }

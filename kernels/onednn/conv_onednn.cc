@@ -76,6 +76,22 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
   if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.out_channels) {
     return absl::InvalidArgumentError("ConvOnednn: bias must have out_channels values");
   }
+  if (options.dw.has_value()) {
+    const DepthwisePostOp& dw = *options.dw;
+    bool one_by_one = spatial == 2 && options.group == 1 && !options.transposed && !options.sum;
+    for (size_t d = 0; d < spatial && one_by_one; ++d) {
+      one_by_one = options.kernel[d] == 1 && options.strides[d] == 1 && options.dilations[d] == 1 &&
+                   options.pads_begin[d] == 0 && options.pads_end[d] == 0;
+    }
+    if (!one_by_one || (dw.stride != 1 && dw.stride != 2) ||
+        static_cast<int64_t>(dw.weights.size()) != options.out_channels * 9 ||
+        static_cast<int64_t>(dw.bias.size()) != options.out_channels) {
+      return absl::InvalidArgumentError(
+          "ConvOnednn: a depthwise post-op needs a 1x1 stride-1 unpadded 2D conv, "
+          "[C,1,3,3] weights, C bias values and stride 1 or 2");
+    }
+    options.winograd = false;
+  }
   std::unique_ptr<ConvOnednn> conv(new ConvOnednn(engine, std::move(options)));
   int64_t count = conv->options_.out_channels * conv->options_.in_channels / conv->options_.group;
   for (int64_t k : conv->options_.kernel) count *= k;
@@ -89,6 +105,16 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
                   conv->options_.bias.size() * sizeof(float));
     } catch (const dnnl::error& e) {
       return DnnlErrorToStatus(e, "allocating conv bias");
+    }
+  }
+  if (conv->options_.dw.has_value()) {
+    try {
+      conv->dw_bias_ =
+          dnnl::memory(dnnl::memory::desc({conv->options_.out_channels}, dt::f32, tag::a), engine);
+      std::memcpy(conv->dw_bias_.get_data_handle(), conv->options_.dw->bias.data(),
+                  conv->options_.dw->bias.size() * sizeof(float));
+    } catch (const dnnl::error& e) {
+      return DnnlErrorToStatus(e, "allocating depthwise bias");
     }
   }
   return conv;
@@ -133,6 +159,12 @@ dnnl::primitive_attr ConvOnednn::Attr() const {
   for (const EltwisePostOp& e : options_.eltwise) {
     ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
   }
+  if (options_.dw.has_value()) {
+    ops.append_dw(dt::f32, dt::f32, dt::f32, 3, options_.dw->stride, 1, 0, {});
+    for (const EltwisePostOp& e : options_.dw->eltwise) {
+      ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
+    }
+  }
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   return attr;
@@ -165,8 +197,18 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
     dnnl::memory::desc any_w(wdims, dt::f32, tag::any);
     dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
     const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
-    const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
-    dnnl::memory::desc weights_md, src_desc, dst_desc;
+    const dnnl::memory::desc final_dst_md = ActivationDesc(dst_shape, dst_blocked);
+    // With a depthwise post-op the conv itself is described by the 1x1
+    // output (dst's channels at src's extent) in dst's layout.
+    dnnl::memory::desc dst_md = final_dst_md;
+    if (o.dw.has_value()) {
+      if (src_shape.size() != 4 || dst_shape.size() != 4) {
+        return absl::InvalidArgumentError("ConvOnednn: a depthwise post-op needs 4D tensors");
+      }
+      dst_md =
+          ActivationDesc({src_shape[0], dst_shape[1], src_shape[2], src_shape[3]}, dst_blocked);
+    }
+    dnnl::memory::desc weights_md, src_desc, dst_desc, dw_weights_md;
     if (o.transposed) {
       dnnl::deconvolution_forward::desc desc(
           dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_md, any_w,
@@ -194,6 +236,10 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
         }
       }
       if (!pd) pd = make_pd(dnnl::algorithm::convolution_direct);
+      if (o.dw.has_value()) {
+        dw_weights_md =
+            pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+      }
       weights_md = pd.weights_desc();
       src_desc = pd.src_desc();
       dst_desc = pd.dst_desc();
@@ -206,6 +252,20 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
     entry.call.args[DNNL_ARG_WEIGHTS] = *weights;
     entry.call.args[DNNL_ARG_DST] = UnboundMemory(dst_desc, engine_);
     if (bias_) entry.call.args[DNNL_ARG_BIAS] = bias_;
+    if (o.dw.has_value()) {
+      if (dst_desc != final_dst_md) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ConvOnednn: the fused depthwise output is not ", ShapeToString(dst_shape)));
+      }
+      dnnl::memory user(dnnl::memory::desc({o.out_channels, 1, 1, 3, 3}, dt::f32, tag::goihw),
+                        engine_, const_cast<float*>(o.dw->weights.data()));
+      dnnl::memory dw_weights(dw_weights_md, engine_);
+      dnnl::stream stream(engine_);
+      dnnl::reorder(user, dw_weights).execute(stream, user, dw_weights);
+      stream.wait();
+      entry.call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS] = dw_weights;
+      entry.call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS] = dw_bias_;
+    }
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, absl::StrCat("creating conv for input ", ShapeToString(src_shape)));
   }

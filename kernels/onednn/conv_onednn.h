@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -47,6 +48,16 @@ struct EltwisePostOp {
   float beta = 0.0f;
 };
 
+// A depthwise 3x3 conv (pad 1) fused after a 1x1 conv as oneDNN's
+// depthwise post-op: the 1x1 output stays in cache and only the depthwise
+// output is written.
+struct DepthwisePostOp {
+  std::vector<float> weights;          // [C, 1, 3, 3] row-major
+  std::vector<float> bias;             // C values
+  int64_t stride = 1;                  // 1 or 2 (both spatial dims)
+  std::vector<EltwisePostOp> eltwise;  // after the depthwise conv, in order
+};
+
 struct ConvOnednnOptions {
   int64_t in_channels = 0;
   int64_t out_channels = 0;
@@ -70,6 +81,9 @@ struct ConvOnednnOptions {
   // for those layers, slightly different rounding.
   bool winograd = false;
   std::vector<EltwisePostOp> eltwise;  // applied after the sum, in order
+  // With a 1x1, stride 1, unpadded 2D conv only: the depthwise conv that
+  // follows (Prepare/Execute then take the depthwise output's shape).
+  std::optional<DepthwisePostOp> dw;
 };
 
 class ConvOnednn {
@@ -107,6 +121,7 @@ class ConvOnednn {
   std::vector<float> user_weights_;   // kept until every shape is prepared
   std::vector<dnnl::memory> packed_;  // one per distinct preferred layout
   dnnl::memory bias_;
+  dnnl::memory dw_bias_;
   std::map<Shape, PerShape> per_shape_;
 };
 
