@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/typed_exec.h"
 #include "kernels/dispatch.h"
 #include "kernels/ref/add_ref.h"
 #include "kernels/shape_ops.h"
@@ -87,6 +88,60 @@ absl::Status ReferenceStep::Run(const StepContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<TypedReferenceStep>> TypedReferenceStep::Create(const Graph* graph,
+                                                                               int node_index) {
+  std::unique_ptr<TypedReferenceStep> step(new TypedReferenceStep(graph, node_index));
+  const Node& node = graph->nodes()[node_index];
+  step->constants_.resize(node.inputs.size());
+  step->inputs_.resize(node.inputs.size());
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const ValueId v = node.inputs[i];
+    const Constant* c = v == kNoValue ? nullptr : graph->FindConstant(v);
+    if (c == nullptr) continue;
+    auto t = ConstantAsTyped(*c);
+    if (!t.ok()) {
+      return absl::UnimplementedError(absl::StrCat(
+          node.Describe(), ": input '", graph->value(v).name, "': ", t.status().message()));
+    }
+    step->constants_[i] = *std::move(t);
+  }
+  return step;
+}
+
+absl::Status TypedReferenceStep::Run(const StepContext& ctx) {
+  const Node& node = graph_->nodes()[node_index_];
+  std::vector<const TypedTensor*> in(node.inputs.size(), nullptr);
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const ValueId v = node.inputs[i];
+    if (v == kNoValue) continue;
+    if (constants_[i].has_value()) {
+      in[i] = &*constants_[i];
+      continue;
+    }
+    TypedTensor& t = inputs_[i];
+    t.type = RuntimeType(*graph_, v);
+    t.shape = ctx.shapes[v];
+    const size_t bytes = kernels::NumElements(t.shape) * DataTypeSize(t.type);
+    t.bytes.resize(bytes);
+    if (bytes > 0) std::memcpy(t.bytes.data(), ctx.data[v], bytes);
+    in[i] = &t;
+  }
+  auto out = RunTypedNode(*graph_, node, in);
+  if (!out.ok()) return out.status();
+  for (size_t j = 0; j < node.outputs.size() && j < out->size(); ++j) {
+    const ValueId v = node.outputs[j];
+    const TypedTensor& t = (*out)[j];
+    if (t.shape != ctx.shapes[v] || t.type != RuntimeType(*graph_, v)) {
+      return absl::InternalError(absl::StrCat(
+          node.Describe(), ": output ", j, " is ", DataTypeName(t.type), " ",
+          kernels::ShapeToString(t.shape), ", planned ", DataTypeName(RuntimeType(*graph_, v)), " ",
+          kernels::ShapeToString(ctx.shapes[v])));
+    }
+    if (!t.bytes.empty()) std::memcpy(ctx.data[v], t.bytes.data(), t.bytes.size());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace numaserve::engine
 
 namespace numaserve::engine {
@@ -116,7 +171,9 @@ double ConvStep::Flops(const std::vector<Shape>& shapes) const {
 
 absl::Status ConvStep::Run(const StepContext& ctx) {
   float* dst = ctx.data[dst_];
-  if (sum_from_ != kNoValue) {
+  // When the plan gives dst the residual's bytes (the residual dies here),
+  // the residual is already in place.
+  if (sum_from_ != kNoValue && ctx.data[sum_from_] != dst) {
     // The residual enters dst in dst's layout; the conv adds onto it.
     const auto t0 = ctx.residual_seconds != nullptr ? std::chrono::steady_clock::now()
                                                     : std::chrono::steady_clock::time_point();

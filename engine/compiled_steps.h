@@ -6,12 +6,14 @@
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "engine/graph.h"
 #include "engine/op_registry.h"
+#include "engine/typed_tensor.h"
 #include "kernels/gemm/gemm_backend.h"
 #include "kernels/onednn/conv_onednn.h"
 #include "kernels/onednn/elementwise_onednn.h"
@@ -174,6 +176,8 @@ class ConvStep final : public Step {
     return kernel_->ImplementationName(shapes[src_]);
   }
   ValueId ResidualInput() const override { return sum_from_; }
+  ValueId Source() const { return src_; }
+  ValueId Output() const { return dst_; }
   // The residual's layout -> dst's ("plain->plain" is a copy).
   std::string ResidualLayouts() const {
     return std::string(LayoutName(sum_blocked_)) + "->" + LayoutName(dst_blocked_);
@@ -352,6 +356,29 @@ class ReferenceStep final : public Step {
   int node_index_;
   const OpSchema* schema_;
   std::vector<kernels::Tensor> inputs_;  // reused buffers
+};
+
+// A node that reads or writes a value of a type other than FP32, on its
+// op's typed reference: runtime inputs are copied into typed tensors of
+// their types (constants converted once, here), outputs copied back by
+// their byte size. ctx.data holds every value's bytes whatever its type.
+class TypedReferenceStep final : public Step {
+ public:
+  // Fails when a constant input has no readable data.
+  static absl::StatusOr<std::unique_ptr<TypedReferenceStep>> Create(const Graph* graph,
+                                                                    int node_index);
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override {
+    return "typed_reference: " + graph_->nodes()[node_index_].name;
+  }
+  std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
+
+ private:
+  TypedReferenceStep(const Graph* graph, int node_index) : graph_(graph), node_index_(node_index) {}
+  const Graph* graph_;
+  int node_index_;
+  std::vector<std::optional<TypedTensor>> constants_;  // by input index
+  std::vector<TypedTensor> inputs_;                    // reused buffers
 };
 
 }  // namespace numaserve::engine

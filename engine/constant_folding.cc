@@ -5,25 +5,39 @@
 
 #include "engine/op_registry.h"
 #include "engine/shape_propagation.h"
+#include "engine/typed_exec.h"
 
 namespace numaserve::engine {
 namespace {
 
-bool IsIntegerType(DataType type) {
-  return type == DataType::kInt64 || type == DataType::kInt32 || type == DataType::kBool ||
-         type == DataType::kInt8 || type == DataType::kUint8;
+Constant MakeConstant(DataType type, kernels::Tensor t) {
+  const DataType to = type == DataType::kUnknown ? DataType::kFloat32 : type;
+  if (to == DataType::kFloat32) {
+    Constant c;
+    c.type = to;
+    c.shape = t.shape;
+    c.f32 = std::move(t);
+    return c;
+  }
+  // An FP32 reference's result for a non-FP32 value (integers rounded).
+  if (IsIntegerType(to) || to == DataType::kBool) {
+    for (float& v : t.data) v = std::nearbyint(v);
+  }
+  return ConstantFromTyped(TypedTensor::FromFloat(t).CastTo(to));
 }
 
-Constant MakeConstant(DataType type, kernels::Tensor t) {
-  Constant c;
-  c.type = type == DataType::kUnknown ? DataType::kFloat32 : type;
-  c.shape = t.shape;
-  if (IsIntegerType(c.type)) {
-    c.i64.reserve(t.data.size());
-    for (float v : t.data) c.i64.push_back(static_cast<int64_t>(std::llround(v)));
+// True when the node's constants or outputs are not all FP32: folded
+// through the typed reference when the op has one for those types.
+bool FoldTyped(const Graph& graph, const Node& node) {
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue) continue;
+    const Constant* c = graph.FindConstant(v);
+    if (c != nullptr && c->type != DataType::kFloat32) return true;
   }
-  c.f32 = std::move(t);
-  return c;
+  for (ValueId v : node.outputs) {
+    if (RuntimeType(graph, v) != DataType::kFloat32) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -52,19 +66,55 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
       all_const = all_const && graph.IsConstant(v);
       shapes_known = shapes_known && at1[v].has_value() && at2[v].has_value();
     }
-    std::optional<std::vector<kernels::Tensor>> result;
+    std::optional<std::vector<Constant>> result;
+    const bool typed = FoldTyped(graph, node) && schema->typed_reference != nullptr &&
+                       CheckTypedNode(graph, node).ok();
     if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok()) {
-      std::vector<const kernels::Tensor*> in;
-      for (ValueId v : node.inputs) {
-        in.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->f32);
+      if (typed) {
+        // Exact: integer constants never go through FP32 here.
+        std::vector<TypedTensor> held;
+        held.reserve(node.inputs.size());
+        std::vector<const TypedTensor*> in;
+        bool readable = true;
+        for (ValueId v : node.inputs) {
+          if (v == kNoValue) {
+            in.push_back(nullptr);
+            continue;
+          }
+          auto t = ConstantAsTyped(*graph.FindConstant(v));
+          if (!t.ok()) {
+            readable = false;
+            break;
+          }
+          held.push_back(*std::move(t));
+          in.push_back(&held.back());
+        }
+        if (readable) {
+          if (auto out = RunTypedNode(graph, node, in); out.ok()) {
+            result.emplace();
+            for (TypedTensor& t : *out) result->push_back(ConstantFromTyped(std::move(t)));
+          }
+        }
+      } else {
+        std::vector<const kernels::Tensor*> in;
+        for (ValueId v : node.inputs) {
+          in.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->f32);
+        }
+        if (auto out = schema->reference(graph, node, in); out.ok()) {
+          result.emplace();
+          for (size_t j = 0; j < out->size() && j < node.outputs.size(); ++j) {
+            result->push_back(
+                MakeConstant(graph.value(node.outputs[j]).type, std::move((*out)[j])));
+          }
+        }
       }
-      if (auto out = schema->reference(graph, node, in); out.ok()) result = *std::move(out);
     } else if ((node.op_type == "Shape" || node.op_type == "Size") && shapes_known &&
                *at1[node.inputs[0]] == *at2[node.inputs[0]]) {
       // Only the shape is read (Size reads the element count).
-      kernels::Tensor placeholder(*at1[node.inputs[0]]);
-      if (auto out = schema->reference(graph, node, {&placeholder}); out.ok()) {
-        result = *std::move(out);
+      const TypedTensor placeholder(DataType::kBool, *at1[node.inputs[0]]);
+      if (auto out = RunTypedNode(graph, node, {&placeholder}); out.ok()) {
+        result.emplace();
+        for (TypedTensor& t : *out) result->push_back(ConstantFromTyped(std::move(t)));
       }
     }
     if (result.has_value() && result->size() == node.outputs.size()) {
@@ -74,7 +124,7 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
         value.shape = (*result)[j].shape;
         value.has_shape = true;
         at1[out] = at2[out] = value.shape;
-        graph.SetConstant(out, MakeConstant(value.type, std::move((*result)[j])));
+        graph.SetConstant(out, std::move((*result)[j]));
         if (value.type == DataType::kUnknown) value.type = graph.FindConstant(out)->type;
       }
       folded[i] = true;

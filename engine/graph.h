@@ -29,13 +29,16 @@ struct Value {
   bool has_shape = false;
 };
 
-// A constant tensor (initializer). FP32 data lives in `f32`, integer data
-// (e.g. Reshape's target shape) in `i64`.
+// A constant tensor (initializer). FP32 data lives in `f32`; every other
+// type keeps its exact elements in `bytes`, integer and boolean data
+// (e.g. Reshape's target shape) also in `i64`, and non-FP32 types an FP32
+// copy in `f32` for the FP32 references.
 struct Constant {
   DataType type = DataType::kUnknown;
   kernels::Tensor f32;  // shape + data when type is kFloat32
   Shape shape;
-  std::vector<int64_t> i64;  // when type is kInt64 / kInt32
+  std::vector<int64_t> i64;    // integer and BOOL types (UINT64 as its bits)
+  std::vector<uint8_t> bytes;  // non-FP32 types: the elements as stored at runtime
 
   int64_t ByteSize() const;
 };
@@ -49,6 +52,9 @@ struct Node {
   std::vector<ValueId> inputs;  // kNoValue for an omitted optional input
   std::vector<ValueId> outputs;
   std::map<std::string, AttributeValue> attributes;
+  // TENSOR attributes (ConstantOfShape's value) with their exact elements;
+  // an FP32 copy is also in `attributes` as a float list.
+  std::map<std::string, Constant> tensor_attributes;
 
   int64_t GetInt(const std::string& key, int64_t default_value) const;
   float GetFloat(const std::string& key, float default_value) const;

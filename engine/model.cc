@@ -19,12 +19,16 @@ struct TypeRow {
   size_t size;
 };
 
-constexpr std::array<TypeRow, 9> kTypes = {{
+constexpr std::array<TypeRow, 13> kTypes = {{
     {DataType::kBool, "BOOL", 1},
     {DataType::kUint8, "UINT8", 1},
     {DataType::kInt8, "INT8", 1},
+    {DataType::kInt16, "INT16", 2},
+    {DataType::kUint16, "UINT16", 2},
     {DataType::kInt32, "INT32", 4},
+    {DataType::kUint32, "UINT32", 4},
     {DataType::kInt64, "INT64", 8},
+    {DataType::kUint64, "UINT64", 8},
     {DataType::kFloat16, "FP16", 2},
     {DataType::kBFloat16, "BF16", 2},
     {DataType::kFloat32, "FP32", 4},

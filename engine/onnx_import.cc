@@ -15,6 +15,7 @@
 #include "engine/constant_folding.h"
 #include "engine/op_registry.h"
 #include "engine/shape_propagation.h"
+#include "engine/typed_exec.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::engine {
@@ -28,10 +29,18 @@ DataType FromOnnxType(int32_t t) {
       return DataType::kUint8;
     case onnx::TensorProto::INT8:
       return DataType::kInt8;
+    case onnx::TensorProto::UINT16:
+      return DataType::kUint16;
+    case onnx::TensorProto::INT16:
+      return DataType::kInt16;
     case onnx::TensorProto::INT32:
       return DataType::kInt32;
+    case onnx::TensorProto::UINT32:
+      return DataType::kUint32;
     case onnx::TensorProto::INT64:
       return DataType::kInt64;
+    case onnx::TensorProto::UINT64:
+      return DataType::kUint64;
     case onnx::TensorProto::FLOAT16:
       return DataType::kFloat16;
     case onnx::TensorProto::BFLOAT16:
@@ -41,15 +50,16 @@ DataType FromOnnxType(int32_t t) {
     case onnx::TensorProto::DOUBLE:
       return DataType::kFloat64;
     default:
-      return DataType::kUnknown;
+      return DataType::kUnknown;  // STRING, complex, FP8, ...
   }
 }
 
-// Copies a repeated field or little-endian raw_data into `out`.
+// Copies a repeated field (one entry per element, converted to T) or
+// little-endian raw_data into `out`.
 template <typename T, typename Repeated>
 absl::Status ReadElements(const onnx::TensorProto& t, const Repeated& field, int64_t count,
-                          std::vector<T>& out) {
-  out.resize(count);
+                          std::vector<uint8_t>& out) {
+  out.resize(count * sizeof(T));
   if (!t.raw_data().empty()) {
     if (t.raw_data().size() != count * sizeof(T)) {
       return absl::InvalidArgumentError(absl::StrCat("initializer '", t.name(), "' has ",
@@ -63,7 +73,8 @@ absl::Status ReadElements(const onnx::TensorProto& t, const Repeated& field, int
     return absl::InvalidArgumentError(absl::StrCat("initializer '", t.name(), "' has ",
                                                    field.size(), " values, expected ", count));
   }
-  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(field.Get(i));
+  T* dst = reinterpret_cast<T*>(out.data());
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(field.Get(i));
   return absl::OkStatus();
 }
 
@@ -76,44 +87,60 @@ absl::StatusOr<Constant> ReadConstant(const onnx::TensorProto& t) {
   c.type = FromOnnxType(t.data_type());
   c.shape.assign(t.dims().begin(), t.dims().end());
   const int64_t count = kernels::NumElements(c.shape);
+  std::vector<uint8_t> bytes;
   absl::Status status;
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT:
-      c.f32.shape = c.shape;
-      status = ReadElements<float>(t, t.float_data(), count, c.f32.data);
+      status = ReadElements<float>(t, t.float_data(), count, bytes);
+      break;
+    case onnx::TensorProto::DOUBLE:
+      status = ReadElements<double>(t, t.double_data(), count, bytes);
       break;
     case onnx::TensorProto::INT64:
-      status = ReadElements<int64_t>(t, t.int64_data(), count, c.i64);
+      status = ReadElements<int64_t>(t, t.int64_data(), count, bytes);
       break;
-    case onnx::TensorProto::INT32: {
-      std::vector<int32_t> v;
-      status = ReadElements<int32_t>(t, t.int32_data(), count, v);
-      c.i64.assign(v.begin(), v.end());
+    case onnx::TensorProto::UINT64:
+      status = ReadElements<uint64_t>(t, t.uint64_data(), count, bytes);
       break;
-    }
-    case onnx::TensorProto::BOOL: {
-      std::vector<uint8_t> v;
-      if (!t.raw_data().empty()) {
-        status = ReadElements<uint8_t>(t, t.int32_data(), count, v);
-      } else {
-        std::vector<int32_t> w;
-        status = ReadElements<int32_t>(t, t.int32_data(), count, w);
-        v.assign(w.begin(), w.end());
-      }
-      c.i64.assign(v.begin(), v.end());
+    case onnx::TensorProto::UINT32:
+      status = ReadElements<uint32_t>(t, t.uint64_data(), count, bytes);
       break;
-    }
+    case onnx::TensorProto::INT32:
+      status = ReadElements<int32_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::INT16:
+      status = ReadElements<int16_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::UINT16:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      // FP16/BF16 bits are stored in int32_data.
+      status = ReadElements<uint16_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::INT8:
+      status = ReadElements<int8_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::UINT8:
+      status = ReadElements<uint8_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::BOOL:
+      status = ReadElements<uint8_t>(t, t.int32_data(), count, bytes);
+      for (uint8_t& b : bytes) b = b != 0;
+      break;
     default:
-      break;  // kept as type + shape; ops that need the data reject it
+      return c;  // kept as type + shape; ops that need the data reject it
   }
   if (!status.ok()) return status;
-  // Integer and boolean constants also get an FP32 copy: the reference
-  // path and folded shape arithmetic read every operand as FP32.
-  if (c.type != DataType::kFloat32 && static_cast<int64_t>(c.i64.size()) == count) {
+  if (c.type == DataType::kFloat32) {
     c.f32.shape = c.shape;
-    c.f32.data.assign(c.i64.begin(), c.i64.end());
+    c.f32.data.resize(count);
+    if (count > 0) std::memcpy(c.f32.data.data(), bytes.data(), count * sizeof(float));
+    return c;
   }
-  return c;
+  // Non-FP32 constants keep their exact elements and also get an FP32 copy
+  // (the FP32 references read every operand as FP32); integer and boolean
+  // ones their values as int64 for shape arithmetic.
+  return ConstantFromTyped(TypedTensor::FromBytes(c.type, c.shape, bytes.data()));
 }
 
 void ReadValueInfo(const onnx::ValueInfoProto& info, Value& value) {
@@ -168,7 +195,8 @@ absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& gr
         node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
         break;
       case onnx::AttributeProto::TENSOR: {
-        // A small tensor attribute (ConstantOfShape's value), read as FP32.
+        // A small tensor attribute (ConstantOfShape's value): exact, and as
+        // FP32 for the FP32 references.
         auto c = ReadConstant(a.t());
         if (!c.ok()) return c.status();
         if (static_cast<int64_t>(c->f32.data.size()) != kernels::NumElements(c->shape)) {
@@ -176,6 +204,7 @@ absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& gr
                                                        a.name(), "' has an unsupported type"));
         }
         node.attributes[a.name()] = c->f32.data;
+        node.tensor_attributes[a.name()] = *std::move(c);
         break;
       }
       default:
@@ -254,10 +283,11 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
     const ValueId id = graph.GetOrAddValue(in.name());
     ReadValueInfo(in, graph.value(id));
     const Value& v = graph.value(id);
-    if (v.type != DataType::kFloat32) {
-      return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' has type ",
-                                                   DataTypeName(v.type),
-                                                   "; only FP32 inputs are supported"));
+    if (v.type == DataType::kUnknown) {
+      return absl::UnimplementedError(
+          absl::StrCat("input '", in.name(), "' has an unsupported type (element type ",
+                       in.type().has_tensor_type() ? in.type().tensor_type().elem_type() : -1,
+                       "); supported: numeric tensors and BOOL"));
     }
     if (!v.has_shape) {
       return absl::InvalidArgumentError(absl::StrCat("input '", in.name(), "' has no shape"));
@@ -287,16 +317,23 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
   for (const onnx::ValueInfoProto& out : g.output()) {
     const ValueId id = graph.GetOrAddValue(out.name());
     ReadValueInfo(out, graph.value(id));
-    if (graph.value(id).type != DataType::kFloat32) {
-      return absl::UnimplementedError(absl::StrCat("output '", out.name(), "' has type ",
-                                                   DataTypeName(graph.value(id).type),
-                                                   "; only FP32 outputs are supported"));
+    if (graph.value(id).type == DataType::kUnknown) {
+      return absl::UnimplementedError(
+          absl::StrCat("output '", out.name(), "' has an unsupported type (element type ",
+                       out.type().has_tensor_type() ? out.type().tensor_type().elem_type() : -1,
+                       "); supported: numeric tensors and BOOL"));
     }
     graph.outputs().push_back(id);
   }
   if (auto folded = FoldConstants(graph); !folded.ok()) return folded.status();
   for (const Node& node : graph.nodes()) {
     if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
+  }
+  // Values of types other than FP32 at runtime: only ops with a typed
+  // reference for those types may touch them.
+  for (const Node& node : graph.nodes()) {
+    if (!NeedsTypedRun(graph, node)) continue;
+    if (absl::Status s = CheckTypedNode(graph, node); !s.ok()) return s;
   }
   // Validates every shape at a concrete batch (Reshape targets, broadcasts).
   if (auto shapes = PropagateShapes(graph, InputShapesForBatch(graph, 1)); !shapes.ok()) {

@@ -190,6 +190,7 @@ const std::vector<OpSchema>& AllOps() {
     ops::AddNnOps(*table);
     ops::AddNormOps(*table);
     ops::AddTensorOps(*table);
+    ops::AddTypedOps(*table);
     std::sort(table->begin(), table->end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return table;

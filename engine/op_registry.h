@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/graph.h"
+#include "engine/typed_tensor.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::engine {
@@ -28,6 +29,18 @@ struct OpSchema {
       const Graph& graph, const Node& node, const std::vector<const kernels::Tensor*>& inputs);
   // Floating-point operations (2 per multiply-add) for the given shapes.
   double (*flops)(const Node& node, const std::vector<const Shape*>& inputs);
+  // The typed reference (engine/ops/typed_ops.cc), for nodes that read or
+  // write a runtime value of a type other than FP32; null when the op runs
+  // on FP32 only. Every input is given (constants too; null only for an
+  // omitted optional input); outputs have the node's output types.
+  absl::StatusOr<std::vector<TypedTensor>> (*typed_reference)(
+      const Graph& graph, const Node& node,
+      const std::vector<const TypedTensor*>& inputs) = nullptr;
+  // Whether typed_reference accepts these input/output element types (null
+  // entries: kUnknown for omitted inputs); an UNIMPLEMENTED status naming
+  // what it does not accept otherwise. Checked at load.
+  absl::Status (*typed_accepts)(const Node& node, const std::vector<DataType>& inputs,
+                                const std::vector<DataType>& outputs) = nullptr;
 };
 
 // Null when the op is not supported.

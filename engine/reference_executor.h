@@ -6,12 +6,19 @@
 
 #include "absl/status/statusor.h"
 #include "engine/graph.h"
+#include "engine/typed_tensor.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::engine {
 
-// inputs[i] is graph.inputs()[i] with its concrete shape; returns the
-// graph outputs in order.
+// inputs[i] is graph.inputs()[i] with its concrete shape and its type;
+// returns the graph outputs in order, each of its type. Nodes touching
+// values of types other than FP32 run on their typed reference, the others
+// on the FP32 one.
+absl::StatusOr<std::vector<TypedTensor>> RunReferenceTyped(const Graph& graph,
+                                                           const std::vector<TypedTensor>& inputs);
+
+// The same for a graph whose inputs are FP32: outputs converted to FP32.
 absl::StatusOr<std::vector<kernels::Tensor>> RunReference(
     const Graph& graph, const std::vector<kernels::Tensor>& inputs);
 

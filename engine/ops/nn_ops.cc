@@ -199,7 +199,10 @@ double ConvTransposeFlops(const Node&, const std::vector<const Shape*>& in) {
 // --- Pooling ------------------------------------------------------------------------
 
 absl::Status PoolValidate(const Graph&, const Node& node) {
-  if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
+  // MaxPool's optional Indices output (INT64) runs on the typed reference.
+  if (absl::Status s = CheckArity(node, 1, 1, 1, node.op_type == "MaxPool" ? 2 : 1); !s.ok()) {
+    return s;
+  }
   const bool global = node.op_type.rfind("Global", 0) == 0;
   if (!global && !node.HasAttribute("kernel_shape")) {
     return NodeError(node, "kernel_shape is required");
@@ -229,7 +232,7 @@ ShapesOr PoolShapes(const Graph&, const Node& node, const std::vector<const Shap
   if (!p.ok()) return p.status();
   Shape out = {(*in[0])[0], (*in[0])[1]};
   for (int64_t o : WindowOutput(*in[0], *p, node.GetInt("ceil_mode", 0) != 0)) out.push_back(o);
-  return std::vector<Shape>{out};
+  return std::vector<Shape>(std::max<size_t>(node.outputs.size(), 1), out);
 }
 
 TensorsOr PoolReference(const Graph& graph, const Node& node,

@@ -19,6 +19,9 @@ void AddElementwiseOps(std::vector<OpSchema>& table);
 void AddNnOps(std::vector<OpSchema>& table);
 void AddNormOps(std::vector<OpSchema>& table);
 void AddTensorOps(std::vector<OpSchema>& table);
+// Sets typed_reference/typed_accepts on the rows of ops with a typed
+// reference (call last).
+void AddTypedOps(std::vector<OpSchema>& table);
 
 // Element-wise parameters of a unary op (incl. Clip with constant bounds).
 absl::StatusOr<kernels::UnaryParams> UnaryParamsOf(const Graph& graph, const Node& node);

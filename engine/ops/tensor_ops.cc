@@ -219,8 +219,12 @@ TensorsOr SliceReference(const Graph& graph, const Node& node,
 
 // --- Gather ----------------------------------------------------------------------------------
 
+// Constant indices run on the FP32 reference; runtime INT64/INT32 indices
+// on the typed one (engine/ops/typed_ops.cc).
 absl::Status GatherValidate(const Graph& graph, const Node& node) {
   if (absl::Status s = CheckArity(node, 2, 2); !s.ok()) return s;
+  if (node.inputs[1] == kNoValue) return NodeError(node, "indices are required");
+  if (!graph.IsConstant(node.inputs[1])) return absl::OkStatus();
   return ConstInts(graph, node, 1, "indices").status();
 }
 
@@ -455,7 +459,9 @@ absl::Status CastValidate(const Graph&, const Node& node) {
   if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
   const int64_t to = node.GetInt("to", 0);
   // FLOAT=1 UINT8=2 INT8=3 UINT16=4 INT16=5 INT32=6 INT64=7 BOOL=9 DOUBLE=11 UINT32=12 UINT64=13
-  const bool ok = to == 1 || (to >= 2 && to <= 7) || to == 9 || to == 11 || to == 12 || to == 13;
+  // FLOAT16=10 BFLOAT16=16: on the typed reference (engine/ops/typed_ops.cc).
+  const bool ok = to == 1 || (to >= 2 && to <= 7) || to == 9 || to == 10 || to == 11 || to == 12 ||
+                  to == 13 || to == 16;
   if (!ok) return NodeUnsupported(node, absl::StrCat("cast to element type ", to));
   return absl::OkStatus();
 }
@@ -472,7 +478,8 @@ TensorsOr CastReference(const Graph&, const Node& node, const std::vector<const 
 }
 
 absl::Status DropoutValidate(const Graph& graph, const Node& node) {
-  if (absl::Status s = CheckArity(node, 1, 3); !s.ok()) return s;
+  // The optional mask output (BOOL, all true at inference) is typed.
+  if (absl::Status s = CheckArity(node, 1, 3, 1, 2); !s.ok()) return s;
   if (node.GetInt("is_test", 1) == 0 && graph.opset() < 7) {
     return NodeUnsupported(node, "training-mode dropout is not supported");
   }
@@ -486,6 +493,11 @@ absl::Status DropoutValidate(const Graph& graph, const Node& node) {
 
 TensorsOr IdentityReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
   return One(*in[0]);
+}
+
+// Output and mask have the input's shape.
+ShapesOr DropoutShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  return std::vector<Shape>(node.outputs.size(), *in[0]);
 }
 
 // --- Resize / Upsample
@@ -628,7 +640,7 @@ void AddTensorOps(std::vector<OpSchema>& table) {
   table.push_back({"ConstantOfShape", ConstantOfShapeValidate, ConstantOfShapeShapes,
                    ConstantOfShapeReference, NoFlops});
   table.push_back({"Cast", CastValidate, SameShape, CastReference, NoFlops});
-  table.push_back({"Dropout", DropoutValidate, SameShape, IdentityReference, NoFlops});
+  table.push_back({"Dropout", DropoutValidate, DropoutShapes, IdentityReference, NoFlops});
   table.push_back({"Resize", ResizeValidate, ResizeShapes, ResizeReference, NoFlops});
   table.push_back({"Upsample", ResizeValidate, ResizeShapes, ResizeReference, NoFlops});
   table.push_back({"DepthToSpace", BlockValidate, BlockShapes, BlockReference, NoFlops});

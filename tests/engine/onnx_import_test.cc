@@ -96,20 +96,31 @@ TEST(OnnxImportTest, UnsupportedOpNamesOpAndNode) {
   EXPECT_THAT(message, HasSubstr(".onnx"));
 }
 
-TEST(OnnxImportTest, NonFloatInputIsRejectedByName) {
+TEST(OnnxImportTest, StringInputIsRejectedByName) {
+  // Numeric and BOOL inputs run (typed references); STRING has no DataType.
   OnnxModelBuilder b;
-  b.Input("ids", {-1, 4}, onnx::TensorProto::INT64).Output("y", {-1, 4});
+  b.Input("ids", {-1, 4}, onnx::TensorProto::STRING).Output("y", {-1, 4});
   b.Node("Identity", {"ids"}, {"y"});
   b.proto()
       .mutable_graph()
       ->mutable_output(0)
       ->mutable_type()
       ->mutable_tensor_type()
-      ->set_elem_type(onnx::TensorProto::INT64);
-  auto graph = ImportOnnxModel(b.Save("int_input"));
+      ->set_elem_type(onnx::TensorProto::STRING);
+  auto graph = ImportOnnxModel(b.Save("string_input"));
   ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(graph.status().message()), HasSubstr("'ids'"));
-  EXPECT_THAT(std::string(graph.status().message()), HasSubstr("FP32"));
+  EXPECT_THAT(std::string(graph.status().message()), HasSubstr("unsupported type"));
+}
+
+TEST(OnnxImportTest, Int64InputIsAccepted) {
+  OnnxModelBuilder b;
+  b.Input("ids", {-1, 4}, onnx::TensorProto::INT64).Output("y", {-1, 4}, onnx::TensorProto::INT64);
+  b.Node("Identity", {"ids"}, {"y"});
+  auto graph = ImportOnnxModel(b.Save("int_input"));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->value(graph->inputs()[0]).type, DataType::kInt64);
 }
 
 TEST(OnnxImportTest, DynamicNonBatchDimIsRejected) {

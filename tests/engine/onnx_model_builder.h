@@ -39,8 +39,9 @@ class OnnxModelBuilder {
 
   // The checker requires a shape on graph outputs; -1 is "batch" as above
   // and kUnknownDim a dim with neither value nor name.
-  OnnxModelBuilder& Output(const std::string& name, const std::vector<int64_t>& dims) {
-    SetType(model_.mutable_graph()->add_output(), name, &dims, onnx::TensorProto::FLOAT);
+  OnnxModelBuilder& Output(const std::string& name, const std::vector<int64_t>& dims,
+                           int32_t elem_type = onnx::TensorProto::FLOAT) {
+    SetType(model_.mutable_graph()->add_output(), name, &dims, elem_type);
     return *this;
   }
 
@@ -60,6 +61,18 @@ class OnnxModelBuilder {
     p->set_data_type(onnx::TensorProto::INT64);
     p->add_dims(static_cast<int64_t>(v.size()));
     for (int64_t x : v) p->add_int64_data(x);
+    return *this;
+  }
+
+  // An initializer of any element type from its little-endian element bytes.
+  OnnxModelBuilder& RawInitializer(const std::string& name, int32_t elem_type,
+                                   const std::vector<int64_t>& dims, const void* data,
+                                   size_t bytes) {
+    onnx::TensorProto* p = model_.mutable_graph()->add_initializer();
+    p->set_name(name);
+    p->set_data_type(elem_type);
+    for (int64_t d : dims) p->add_dims(d);
+    p->set_raw_data(std::string(static_cast<const char*>(data), bytes));
     return *this;
   }
 
