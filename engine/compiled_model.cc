@@ -141,6 +141,12 @@ class CompiledModelImpl final : public CompiledModel {
   // (views included), for the activation memory plan.
   void PlanLifetimes(const std::vector<int>& producer,
                      const std::vector<std::vector<int>>& consumers);
+  // A conv that adds a residual dying at its step writes into the
+  // residual's bytes instead of copying it into its own (same layout).
+  void PlanInPlaceResiduals();
+  // The arena root whose bytes `v` (an arena root) takes at these shapes,
+  // following in-place links that hold (equal shapes); `v` itself if none.
+  ValueId BytesOwner(ValueId v, const std::vector<Shape>& shapes) const;
 
   // Records, when a node's step has been added, which step stands for it
   // and for the nodes it fused.
@@ -185,6 +191,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::vector<bool> internal_;               // by arena root: read only inside its step
+  std::vector<ValueId> in_place_of_;         // by arena root: the residual whose bytes it takes
   std::map<int64_t, BatchState> per_batch_;
   int threads_ = 1;                         // kernel threads for steps not run serially
   const BatchState* last_state_ = nullptr;  // the last profiled Run's
@@ -219,6 +226,12 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
     row.seconds = times_[k].seconds;
     row.flops = times_[k].flops;
     rows.push_back(row);
+    // A conv writing into its residual's bytes has nothing to copy.
+    const auto* in_place = dynamic_cast<const ConvStep*>(&step);
+    if (in_place != nullptr && last_shapes_ != nullptr &&
+        BytesOwner(in_place->Output(), *last_shapes_) != in_place->Output()) {
+      continue;
+    }
     if (step.ResidualInput() != kNoValue) {
       StepProfile r;
       r.index = static_cast<int>(k);
@@ -830,7 +843,36 @@ absl::Status CompiledModelImpl::Compile() {
     print_profile_at_exit_ = true;
   }
   PlanLifetimes(producer, consumers);
+  PlanInPlaceResiduals();
   return absl::OkStatus();
+}
+
+void CompiledModelImpl::PlanInPlaceResiduals() {
+  in_place_of_.assign(graph_.num_values(), kNoValue);
+  if (!options_.in_place_residuals) return;
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const auto* conv = dynamic_cast<const ConvStep*>(steps_[k].get());
+    if (conv == nullptr || conv->ResidualInput() == kNoValue) continue;
+    const ValueId s = root_[conv->ResidualInput()];
+    const ValueId d = conv->Output();
+    if (root_[d] != d || storage_[s] != Storage::kArena || storage_[d] != Storage::kArena ||
+        internal_[s] || internal_[d] || first_step_[s] < 0 || first_step_[d] < 0 ||
+        last_step_[s] != static_cast<int>(k) || root_[conv->Source()] == s ||
+        blocked_[s] != blocked_[d]) {
+      continue;
+    }
+    in_place_of_[d] = s;
+    // The bytes now live until d's last reader: extend every owner's
+    // lifetime along the chain (residual blocks chain through each other).
+    for (ValueId t = s; t != kNoValue; t = in_place_of_[t]) {
+      last_step_[t] = std::max(last_step_[t], last_step_[d]);
+    }
+  }
+}
+
+ValueId CompiledModelImpl::BytesOwner(ValueId v, const std::vector<Shape>& shapes) const {
+  while (in_place_of_[v] != kNoValue && shapes[in_place_of_[v]] == shapes[v]) v = in_place_of_[v];
+  return v;
 }
 
 void CompiledModelImpl::PlanLifetimes(const std::vector<int>& producer,
@@ -943,6 +985,7 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   std::vector<Block> blocks;
   for (ValueId v = 0; v < num_values; ++v) {
     if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
+    if (BytesOwner(v, state.shapes) != v) continue;  // placed with the residual it replaces
     const int64_t n = blocked_[v] ? kernels::ActivationBytes(state.shapes[v], true) /
                                         static_cast<int64_t>(sizeof(float))
                                   : kernels::NumElements(state.shapes[v]);
@@ -974,6 +1017,11 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     state.arena_offset[b.v] = offset;
     floats = std::max(floats, offset + b.size);
     placed.push_back(b);
+  }
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
+    const ValueId owner = BytesOwner(v, state.shapes);
+    if (owner != v) state.arena_offset[v] = state.arena_offset[owner];
   }
   state.arena_bytes = floats * static_cast<int64_t>(sizeof(float));
   const size_t bytes = std::max<int64_t>(floats, 1) * sizeof(float);
