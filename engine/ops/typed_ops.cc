@@ -1,10 +1,11 @@
 // Typed references: the ops that run on values of any supported element
-// type (engine/typed_tensor.h), for nodes that read or write a runtime value
-// other than FP32. Numeric ops compute in the element's own type (INT64
-// exactly), FP16/BF16 in float rounded back, FP64 in double. Data-movement
-// ops run the FP32 reference on the positions of the elements and move the
-// typed elements to where their positions landed (exact at any size: above
-// 2^24 elements the positions go through two passes of 12-bit halves).
+// type (engine/typed_tensor.h), for nodes that read or write a runtime
+// value other than FP32; also the CastLike row. Numeric ops compute in the
+// element's own type (INT64 exactly), FP16/BF16 in float rounded back, FP64
+// in double. Data-movement ops run the FP32 reference on the positions of
+// the elements and move the typed elements to where their positions landed
+// (exact at any size: from 2^24 elements the positions go through two
+// passes of 12-bit halves).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -880,6 +881,28 @@ absl::StatusOr<DataType> CastTarget(const Node& node) {
   }
 }
 
+// CastLike: Cast to the element type of input 1 (only its type is read).
+absl::Status CastLikeValidate(const Graph&, const Node& node) {
+  if (absl::Status s = CheckArity(node, 2, 2); !s.ok()) return s;
+  if (node.inputs[1] == kNoValue) return NodeError(node, "target_type (input 1) is required");
+  return absl::OkStatus();
+}
+
+// Both FP32: a copy.
+TensorsOr CastLikeReference(const Graph&, const Node&, const std::vector<const Tensor*>& in) {
+  return One(*in[0]);
+}
+
+TypedOr CastLikeTyped(const Graph&, const Node&, const TypedIn& in) {
+  return OneT(in[0]->CastTo(in[1]->type));
+}
+
+absl::Status CastLikeAccepts(const Node& node, const Types& in, const Types& out) {
+  if (absl::Status s = AllKnown(node, in, out); !s.ok()) return s;
+  if (out[0] != in[1]) return NodeError(node, "output type differs from target_type's");
+  return absl::OkStatus();
+}
+
 struct TypedRow {
   absl::string_view op;
   absl::StatusOr<std::vector<TypedTensor>> (*run)(const Graph&, const Node&, const TypedIn&);
@@ -904,6 +927,7 @@ const TypedRow kTypedRows[] = {
     {"Identity", ViewTyped, MoveAccepts},
     {"Dropout", ViewTyped, DropoutAccepts},
     {"Cast", CastTyped, CastAccepts},
+    {"CastLike", CastLikeTyped, CastLikeAccepts},
     {"Shape", ShapeTyped, Int64Output},
     {"Size", SizeTyped, Int64Output},
     {"ConstantOfShape", ConstantOfShapeTyped, ConstantOfShapeAccepts},
@@ -939,6 +963,7 @@ const TypedRow kTypedRows[] = {
 }  // namespace
 
 void AddTypedOps(std::vector<OpSchema>& table) {
+  table.push_back({"CastLike", CastLikeValidate, SameShape, CastLikeReference, NoFlops});
   for (OpSchema& schema : table) {
     for (const TypedRow& row : kTypedRows) {
       if (row.op == schema.op_type) {

@@ -110,10 +110,11 @@ TEST(TypedOpsTest, Int64ArithmeticIsExactAboveTwoTo53) {
   const auto out = RunBoth(builder.Save("typed_int64"), 1,
                            {Make<int64_t>(DataType::kInt64, {3}, {big, -7, 5}),
                             Make<int64_t>(DataType::kInt64, {3}, {1, 0, 0}),
-                            Make<int64_t>(DataType::kInt64, {3}, {2, 1, 3}),
+                            Make<int64_t>(DataType::kInt64, {3}, {2, 2, 3}),
                             Make<int64_t>(DataType::kInt64, {3}, {1, 2, -4})});
   ASSERT_EQ(out.size(), 1u);
-  // (big+1)*2 - big = big + 2; -7/2 truncates to -3; (15-5)/-4 = -2.
+  // (big+1)*2 - big = big + 2; (-7*2 + 7)/2 = -7/2 truncates to -3;
+  // (15-5)/-4 = -2.5 truncates to -2.
   EXPECT_EQ(Values<int64_t>(out[0]), (std::vector<int64_t>{big + 2, -3, -2}));
 }
 
