@@ -5,6 +5,10 @@
 // once. Per batch size, the concrete shapes, an activation arena and the
 // primitives are created on first use and cached, so a Run at a batch size
 // already seen allocates nothing of its own.
+// Nodes touching a value of a type other than FP32 run on their op's typed
+// reference (TypedReferenceStep); such values take their own byte size in
+// the arena, and Run reads and writes every input and output as the bytes of
+// its type.
 #include <omp.h>
 
 #include <algorithm>
@@ -32,6 +36,7 @@
 #include "engine/ops/op_tables.h"
 #include "engine/ops/op_util.h"
 #include "engine/shape_propagation.h"
+#include "engine/typed_exec.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_autotune.h"
 
@@ -806,6 +811,15 @@ absl::Status CompiledModelImpl::Compile() {
     const Node& node = graph_.nodes()[i];
     const std::string& op = node.op_type;
     const ValueId in = node.inputs[0], out = node.outputs[0];
+    const bool view = op == "Flatten" || op == "Reshape" || op == "Identity" || op == "Squeeze" ||
+                      op == "Unsqueeze" || (op == "Dropout" && node.outputs.size() == 1);
+    if (!view && NeedsTypedRun(graph_, node)) {
+      // A value other than FP32 at runtime: the op's typed reference.
+      auto step = TypedReferenceStep::Create(&graph_, i);
+      if (!step.ok()) return step.status();
+      steps_.push_back(*std::move(step));
+      continue;
+    }
     if (op == "Conv") {
       auto done = CompileConv(i, consumers, *shapes1, producer, fused);
       if (!done.ok()) return done.status();
@@ -986,9 +1000,13 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   for (ValueId v = 0; v < num_values; ++v) {
     if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
     if (BytesOwner(v, state.shapes) != v) continue;  // placed with the residual it replaces
+    // Values of other types take their bytes, rounded up to whole floats.
+    const int64_t bytes = kernels::NumElements(state.shapes[v]) *
+                          static_cast<int64_t>(DataTypeSize(RuntimeType(graph_, v)));
     const int64_t n = blocked_[v] ? kernels::ActivationBytes(state.shapes[v], true) /
                                         static_cast<int64_t>(sizeof(float))
-                                  : kernels::NumElements(state.shapes[v]);
+                                  : (bytes + static_cast<int64_t>(sizeof(float)) - 1) /
+                                        static_cast<int64_t>(sizeof(float));
     blocks.push_back({v, (std::max<int64_t>(n, 1) + kAlign - 1) / kAlign * kAlign});
   }
   std::stable_sort(blocks.begin(), blocks.end(),
@@ -1147,7 +1165,10 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
         break;
       case Storage::kConstant: {
         const Constant* c = graph_.FindConstant(v);
-        data[v] = const_cast<float*>(c->f32.data.data());
+        // Constants of other types: their exact bytes.
+        data[v] = c->type == DataType::kFloat32 || c->type == DataType::kUnknown
+                      ? const_cast<float*>(c->f32.data.data())
+                      : reinterpret_cast<float*>(const_cast<uint8_t*>(c->bytes.data()));
         break;
       }
       case Storage::kArena:
@@ -1170,7 +1191,8 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
     if (storage_[root_[v]] == Storage::kOutput && output_slot_[root_[v]] == static_cast<int>(j)) {
       continue;  // written in place
     }
-    std::memcpy(outputs[j], data[v], kernels::NumElements(state.shapes[v]) * sizeof(float));
+    std::memcpy(outputs[j], data[v],
+                kernels::NumElements(state.shapes[v]) * DataTypeSize(RuntimeType(graph_, v)));
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
+#include "engine/typed_tensor.h"
 
 namespace numaserve::conformance {
 namespace {
@@ -26,44 +27,125 @@ bool ReadProto(const fs::path& path, google::protobuf::Message& message) {
   return message.ParseFromString(bytes.str());
 }
 
-bool IsFrozenType(int32_t t) {
-  return t == onnx::TensorProto::INT64 || t == onnx::TensorProto::INT32 ||
-         t == onnx::TensorProto::BOOL;
+engine::DataType FromOnnxType(int32_t t) {
+  switch (t) {
+    case onnx::TensorProto::BOOL:
+      return engine::DataType::kBool;
+    case onnx::TensorProto::UINT8:
+      return engine::DataType::kUint8;
+    case onnx::TensorProto::INT8:
+      return engine::DataType::kInt8;
+    case onnx::TensorProto::UINT16:
+      return engine::DataType::kUint16;
+    case onnx::TensorProto::INT16:
+      return engine::DataType::kInt16;
+    case onnx::TensorProto::INT32:
+      return engine::DataType::kInt32;
+    case onnx::TensorProto::UINT32:
+      return engine::DataType::kUint32;
+    case onnx::TensorProto::INT64:
+      return engine::DataType::kInt64;
+    case onnx::TensorProto::UINT64:
+      return engine::DataType::kUint64;
+    case onnx::TensorProto::FLOAT16:
+      return engine::DataType::kFloat16;
+    case onnx::TensorProto::BFLOAT16:
+      return engine::DataType::kBFloat16;
+    case onnx::TensorProto::FLOAT:
+      return engine::DataType::kFloat32;
+    case onnx::TensorProto::DOUBLE:
+      return engine::DataType::kFloat64;
+    default:
+      return engine::DataType::kUnknown;
+  }
 }
 
-// FP32 elements of a FLOAT tensor proto.
-bool FloatData(const onnx::TensorProto& t, std::vector<float>& out) {
+template <typename T, typename Repeated>
+bool CopyField(const Repeated& field, int64_t count, std::vector<uint8_t>& out) {
+  if (field.size() != count) return false;
+  T* dst = reinterpret_cast<T*>(out.data());
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(field.Get(i));
+  return true;
+}
+
+// The tensor's elements as a typed tensor (raw_data or the typed field).
+bool ReadTensor(const onnx::TensorProto& t, engine::TypedTensor& out) {
+  const engine::DataType type = FromOnnxType(t.data_type());
+  if (type == engine::DataType::kUnknown) return false;
   int64_t count = 1;
   for (int64_t d : t.dims()) {
     if (d < 0 || d > (int64_t{1} << 30)) return false;
     count *= d;
     if (count > (int64_t{1} << 30)) return false;
   }
-  out.resize(count);
+  out = engine::TypedTensor(type, engine::Shape(t.dims().begin(), t.dims().end()));
   if (!t.raw_data().empty()) {
-    if (t.raw_data().size() != static_cast<size_t>(count) * sizeof(float)) return false;
-    std::memcpy(out.data(), t.raw_data().data(), t.raw_data().size());
+    if (t.raw_data().size() != out.bytes.size()) return false;
+    std::memcpy(out.bytes.data(), t.raw_data().data(), out.bytes.size());
     return true;
   }
-  if (t.float_data_size() != count) return false;
-  std::copy(t.float_data().begin(), t.float_data().end(), out.begin());
-  return true;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      return CopyField<float>(t.float_data(), count, out.bytes);
+    case onnx::TensorProto::DOUBLE:
+      return CopyField<double>(t.double_data(), count, out.bytes);
+    case onnx::TensorProto::INT64:
+      return CopyField<int64_t>(t.int64_data(), count, out.bytes);
+    case onnx::TensorProto::UINT64:
+      return CopyField<uint64_t>(t.uint64_data(), count, out.bytes);
+    case onnx::TensorProto::UINT32:
+      return CopyField<uint32_t>(t.uint64_data(), count, out.bytes);
+    case onnx::TensorProto::INT32:
+      return CopyField<int32_t>(t.int32_data(), count, out.bytes);
+    case onnx::TensorProto::INT16:
+      return CopyField<int16_t>(t.int32_data(), count, out.bytes);
+    case onnx::TensorProto::UINT16:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      return CopyField<uint16_t>(t.int32_data(), count, out.bytes);
+    case onnx::TensorProto::INT8:
+      return CopyField<int8_t>(t.int32_data(), count, out.bytes);
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::BOOL:
+      return CopyField<uint8_t>(t.int32_data(), count, out.bytes);
+    default:
+      return false;
+  }
 }
 
-// True when every use of graph input `name` is a parameter the engine needs
-// as a constant (Resize/Upsample's roi, scales, sizes): frozen like integer
-// inputs, since the test data are fixed.
-bool OnlyParameterInput(const onnx::GraphProto& graph, const std::string& name) {
-  bool used = false;
+// The suite stores BFLOAT16 data as UINT16 tensors (the same bits, as
+// numpy has no bfloat16): read them as the BFLOAT16 the graph declares.
+void AdoptBFloat16(const onnx::ValueInfoProto& info, onnx::TensorProto& t) {
+  if (t.data_type() == onnx::TensorProto::UINT16 && info.type().has_tensor_type() &&
+      info.type().tensor_type().elem_type() == onnx::TensorProto::BFLOAT16) {
+    t.set_data_type(onnx::TensorProto::BFLOAT16);
+  }
+}
+
+// Inputs the engine needs as constants (shapes, axes, pads, slice bounds,
+// resize parameters, ...), by op: the input indices. A graph input used in
+// such a slot is frozen into an initializer (the test data are fixed).
+bool IsParameterSlot(const std::string& op, int index) {
+  if (index == 0) return op == "ConstantOfShape";
+  if (op == "Reshape" || op == "Expand" || op == "Tile" || op == "Split" || op == "Squeeze" ||
+      op == "Unsqueeze" || op == "TopK" || op == "Upsample" || op == "Resize" || op == "Slice" ||
+      op == "OneHot" || op == "CumSum" || op == "Range") {
+    return true;
+  }
+  if (op == "Pad") return index == 1 || index == 3;
+  if (op == "Dropout") return true;  // ratio, training_mode
+  if (op.rfind("Reduce", 0) == 0) return index == 1;
+  return false;
+}
+
+// True when some use of graph input `name` is a parameter slot.
+bool ParameterInput(const onnx::GraphProto& graph, const std::string& name) {
   for (const auto& node : graph.node()) {
     for (int i = 0; i < node.input_size(); ++i) {
-      if (node.input(i) != name) continue;
-      used = true;
-      const bool parameter = (node.op_type() == "Resize" || node.op_type() == "Upsample") && i >= 1;
-      if (!parameter) return false;
+      if (node.input(i) == name && IsParameterSlot(node.op_type(), i)) return true;
     }
   }
-  return used;
+  return false;
 }
 
 std::vector<fs::path> Sorted(const fs::path& dir, const std::string& prefix) {
@@ -106,7 +188,7 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
                   absl::StrCat(input_files.size(), " input files for ", runtime_inputs.size(),
                                " graph inputs (optional inputs)"));
   }
-  std::vector<std::vector<float>> inputs;
+  std::vector<engine::TypedTensor> inputs;
   std::vector<int> frozen;
   for (size_t i = 0; i < input_files.size(); ++i) {
     onnx::TensorProto t;
@@ -120,19 +202,20 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
                     absl::StrCat(input_files[i].string(), " is not a TensorProto"));
     }
     const onnx::ValueInfoProto& info = graph.input(runtime_inputs[i]);
-    if (t.data_type() == onnx::TensorProto::FLOAT && !OnlyParameterInput(graph, info.name())) {
-      std::vector<float> data;
-      if (!FloatData(t, data)) return Result(name, Outcome::kFailed, "bad FP32 input data");
-      if (data.empty()) data.push_back(0.0f);  // a valid pointer for an empty tensor
-      inputs.push_back(std::move(data));
-    } else if (IsFrozenType(t.data_type()) || t.data_type() == onnx::TensorProto::FLOAT) {
-      t.set_name(info.name());
-      *graph.add_initializer() = t;
-      frozen.push_back(runtime_inputs[i]);
-    } else {
+    AdoptBFloat16(info, t);
+    if (FromOnnxType(t.data_type()) == engine::DataType::kUnknown) {
       return Result(name, Outcome::kUnsupported,
                     absl::StrCat("input '", info.name(), "' has element type ", t.data_type()));
     }
+    if (ParameterInput(graph, info.name())) {
+      t.set_name(info.name());
+      *graph.add_initializer() = t;
+      frozen.push_back(runtime_inputs[i]);
+      continue;
+    }
+    engine::TypedTensor data;
+    if (!ReadTensor(t, data)) return Result(name, Outcome::kFailed, "bad input data");
+    inputs.push_back(std::move(data));
   }
   // Drop frozen inputs from the graph's input list (from IR version 4,
   // initializers need not be listed as inputs; before, they must be).
@@ -150,7 +233,8 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
     if (!ReadProto(output_files[j], expected[j])) {
       return Result(name, Outcome::kUnsupported, "unreadable output file");
     }
-    if (expected[j].data_type() != onnx::TensorProto::FLOAT) {
+    if (j < static_cast<size_t>(graph.output_size())) AdoptBFloat16(graph.output(j), expected[j]);
+    if (FromOnnxType(expected[j].data_type()) == engine::DataType::kUnknown) {
       return Result(name, Outcome::kUnsupported,
                     absl::StrCat("output ", j, " has element type ", expected[j].data_type()));
     }
@@ -181,20 +265,45 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
     ReadProto(input_files[0], t);
     batch = t.dims_size() > 0 ? t.dims(0) : 1;
   }
+  if (m.info().inputs.size() != inputs.size()) {
+    return Result(
+        name, Outcome::kFailed,
+        absl::StrCat("model has ", m.info().inputs.size(), " inputs, data ", inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (m.info().inputs[i].type != inputs[i].type) {
+      return Result(
+          name, Outcome::kFailed,
+          absl::StrCat("input ", i, " is ", engine::DataTypeName(inputs[i].type),
+                       ", the model expects ", engine::DataTypeName(m.info().inputs[i].type)));
+    }
+  }
   const auto shapes = m.OutputShapes(batch);
-  std::vector<std::vector<float>> outputs(expected.size());
+  std::vector<engine::TypedTensor> outputs;
   std::vector<const void*> in_ptrs;
   std::vector<void*> out_ptrs;
-  for (const auto& v : inputs) in_ptrs.push_back(v.data());
+  std::vector<std::vector<uint8_t>> empty(inputs.size() + expected.size(),
+                                          std::vector<uint8_t>(8));  // for empty tensors
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    in_ptrs.push_back(inputs[i].bytes.empty() ? empty[i].data() : inputs[i].bytes.data());
+  }
   for (size_t j = 0; j < expected.size(); ++j) {
     std::vector<int64_t> want_shape(expected[j].dims().begin(), expected[j].dims().end());
     if (j >= shapes.size() || shapes[j] != want_shape) {
       return Result(name, Outcome::kFailed, absl::StrCat("output ", j, " shape differs"));
     }
-    int64_t count = 1;
-    for (int64_t d : want_shape) count *= d;
-    outputs[j].assign(std::max<int64_t>(count, 1), 0.0f);
-    out_ptrs.push_back(outputs[j].data());
+    const engine::DataType want_type = FromOnnxType(expected[j].data_type());
+    if (m.info().outputs[j].type != want_type) {
+      return Result(
+          name, Outcome::kFailed,
+          absl::StrCat("output ", j, " is ", engine::DataTypeName(m.info().outputs[j].type),
+                       ", the data ", engine::DataTypeName(want_type)));
+    }
+    outputs.emplace_back(want_type, want_shape);
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    out_ptrs.push_back(outputs[j].bytes.empty() ? empty[inputs.size() + j].data()
+                                                : outputs[j].bytes.data());
   }
   if (absl::Status s = m.Run(batch, in_ptrs, out_ptrs); !s.ok()) {
     return Result(
@@ -203,10 +312,21 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
         std::string(s.message()));
   }
   for (size_t j = 0; j < expected.size(); ++j) {
-    std::vector<float> want;
-    if (!FloatData(expected[j], want)) return Result(name, Outcome::kFailed, "bad output data");
-    for (size_t i = 0; i < want.size(); ++i) {
-      const float got = outputs[j][i], w = want[i];
+    engine::TypedTensor want;
+    if (!ReadTensor(expected[j], want)) return Result(name, Outcome::kFailed, "bad output data");
+    const bool exact = !engine::IsFloatType(want.type);
+    for (int64_t i = 0; i < want.size(); ++i) {
+      if (exact) {
+        // Integers and BOOL: the same bits.
+        const size_t es = want.element_size();
+        if (std::memcmp(outputs[j].bytes.data() + i * es, want.bytes.data() + i * es, es) != 0) {
+          return Result(name, Outcome::kFailed,
+                        absl::StrCat("output ", j, " element ", i, ": got ", outputs[j].GetInt64(i),
+                                     ", want ", want.GetInt64(i)));
+        }
+        continue;
+      }
+      const double got = outputs[j].GetDouble(i), w = want.GetDouble(i);
       const bool both_nan = std::isnan(got) && std::isnan(w);
       const bool same_inf = std::isinf(got) && std::isinf(w) && (got > 0) == (w > 0);
       if (both_nan || same_inf) continue;

@@ -4,11 +4,15 @@
 //
 // A case is unsupported when the engine declines it at load with
 // UNIMPLEMENTED (an op, attribute or data type it does not support), or when
-// its inputs/outputs are of a type other than FP32 after integer and boolean
-// inputs, and FP32 inputs used only as Resize/Upsample roi/scales/sizes, are
+// an input or output has a type the engine has no DataType for (STRING,
+// sequences, optionals). Inputs of every supported type are fed at runtime,
+// except inputs used in a slot the engine needs as a constant (shapes, axes,
+// pads, slice bounds, resize parameters, ...: see IsParameterSlot), which are
 // frozen into the model as initializers (the test data are fixed, so those
-// parameters become the constants the engine requires and folds).
-// Everything else that does not match within tolerance is a failure.
+// parameters become the constants the engine requires and folds). Outputs
+// are compared as their type: integers and BOOL exactly, floating types as
+// double within the tolerances. Everything else that does not match is a
+// failure.
 #pragma once
 
 #include <cstdint>
