@@ -522,7 +522,8 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     std::vector<const Constant*> p;
     for (size_t i = 1; i < 5 && i < bn.inputs.size(); ++i)
       p.push_back(graph_.FindConstant(bn.inputs[i]));
-    bool foldable = p.size() == 4 && bn.outputs.size() == 1;
+    // Training mode normalises with the batch's statistics: not a constant.
+    bool foldable = p.size() == 4 && bn.outputs.size() == 1 && bn.GetInt("training_mode", 0) == 0;
     for (const Constant* c : p) {
       foldable = foldable && c != nullptr && c->type == DataType::kFloat32 &&
                  static_cast<int64_t>(c->f32.data.size()) == channels;

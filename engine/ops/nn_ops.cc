@@ -248,20 +248,77 @@ TensorsOr PoolReference(const Graph& graph, const Node& node,
 
 // --- BatchNormalization ---------------------------------------------------------------
 
-absl::Status BatchNormValidate(const Graph&, const Node& node) {
-  if (absl::Status s = CheckArity(node, 5, 5); !s.ok()) return s;
-  if (node.GetInt("training_mode", 0) != 0) {
-    return NodeUnsupported(node, "training_mode=1 is not supported (inference only)");
+// training_mode=1 (opset 14+): normalise with the batch's own mean and
+// (biased) variance; the optional outputs 1 and 2 are the running mean and
+// variance updated with `momentum`.
+bool BatchNormTraining(const Node& node) { return node.GetInt("training_mode", 0) != 0; }
+
+absl::Status BatchNormValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 5, 5, 1, 3); !s.ok()) return s;
+  if (node.outputs.size() > 1 && (graph.opset() < 14 || !BatchNormTraining(node))) {
+    return NodeUnsupported(node, "outputs beyond Y need training_mode=1 (opset 14 and later)");
   }
+  if (node.outputs.size() == 2) return NodeError(node, "running_mean without running_var");
   return absl::OkStatus();
+}
+
+ShapesOr BatchNormShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  const Shape& x = *in[0];
+  if (x.size() < 2) return NodeError(node, "input must have rank >= 2");
+  std::vector<Shape> out{x};
+  for (size_t j = 1; j < node.outputs.size(); ++j) out.push_back({x[1]});
+  return out;
 }
 
 TensorsOr BatchNormReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {
   for (const Tensor* t : in) {
     if (t == nullptr) return NodeError(node, "all five inputs are required");
   }
-  return One(kernels::BatchNormRef(*in[0], *in[1], *in[2], *in[3], *in[4],
-                                   node.GetFloat("epsilon", 1e-5f)));
+  const float epsilon = node.GetFloat("epsilon", 1e-5f);
+  if (!BatchNormTraining(node)) {
+    return One(kernels::BatchNormRef(*in[0], *in[1], *in[2], *in[3], *in[4], epsilon));
+  }
+  const Tensor& x = *in[0];
+  if (x.rank() < 2) return NodeError(node, "input must have rank >= 2");
+  const int64_t n = x.shape[0], c = x.shape[1], inner = x.size() / std::max<int64_t>(n * c, 1);
+  for (int i = 1; i < 5; ++i) {
+    if (in[i]->size() != c)
+      return NodeError(node, absl::StrCat("input ", i, " needs ", c, " values"));
+  }
+  // The batch's statistics per channel, in double.
+  Tensor mean({c}), var({c});
+  const double count = static_cast<double>(n * inner);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      const float* p = x.data.data() + (b * c + ch) * inner;
+      for (int64_t i = 0; i < inner; ++i) sum += p[i];
+    }
+    const double m = count > 0 ? sum / count : 0;
+    double sq = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      const float* p = x.data.data() + (b * c + ch) * inner;
+      for (int64_t i = 0; i < inner; ++i) sq += (p[i] - m) * (p[i] - m);
+    }
+    mean.data[ch] = static_cast<float>(m);
+    var.data[ch] = static_cast<float>(count > 0 ? sq / count : 0);
+  }
+  auto y = kernels::BatchNormRef(x, *in[1], *in[2], mean, var, epsilon);
+  if (!y.ok()) return y.status();
+  std::vector<Tensor> out{*std::move(y)};
+  if (node.outputs.size() == 3) {
+    const double momentum = node.GetFloat("momentum", 0.9f);
+    Tensor running_mean({c}), running_var({c});
+    for (int64_t ch = 0; ch < c; ++ch) {
+      running_mean.data[ch] =
+          static_cast<float>(in[3]->data[ch] * momentum + mean.data[ch] * (1 - momentum));
+      running_var.data[ch] =
+          static_cast<float>(in[4]->data[ch] * momentum + var.data[ch] * (1 - momentum));
+    }
+    out.push_back(std::move(running_mean));
+    out.push_back(std::move(running_var));
+  }
+  return out;
 }
 
 }  // namespace
@@ -274,7 +331,7 @@ void AddNnOps(std::vector<OpSchema>& table) {
     table.push_back({op, PoolValidate, PoolShapes, PoolReference, NoFlops});
   }
   table.push_back(
-      {"BatchNormalization", BatchNormValidate, SameShape, BatchNormReference, NoFlops});
+      {"BatchNormalization", BatchNormValidate, BatchNormShapes, BatchNormReference, NoFlops});
 }
 
 }  // namespace numaserve::engine::ops

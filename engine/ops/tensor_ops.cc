@@ -529,8 +529,18 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
   }
   const std::string& ctm = p.coordinate_transformation_mode;
   if (ctm != "half_pixel" && ctm != "asymmetric" && ctm != "align_corners" &&
-      ctm != "pytorch_half_pixel") {
+      ctm != "pytorch_half_pixel" && ctm != "tf_half_pixel_for_nn" && ctm != "tf_crop_and_resize") {
     return NodeUnsupported(node, absl::StrCat("coordinate_transformation_mode '", ctm, "'"));
+  }
+  if (ctm == "tf_crop_and_resize") {
+    auto roi = ConstFloats(graph, node, 1, "roi");
+    if (!roi.ok()) return roi.status();
+    if (!roi->has_value() || (*roi)->size() != 2 * x.size()) {
+      return NodeError(node, absl::StrCat("tf_crop_and_resize needs a constant roi of ",
+                                          2 * x.size(), " values"));
+    }
+    p.roi = **roi;
+    p.extrapolation_value = node.GetFloat("extrapolation_value", 0.0f);
   }
   const size_t scales_index = upsample || opset10 ? 1 : 2;
   std::vector<float> scales = node.GetFloats("scales", {});

@@ -175,10 +175,17 @@ Tensor TileRef(const Tensor& x, const std::vector<int64_t>& repeats) {
 namespace {
 
 // Input coordinate for output coordinate `o` along a dim.
-double SourceCoordinate(const ResizeParams& p, int64_t o, int64_t in_len, int64_t out_len,
-                        float scale) {
+double SourceCoordinate(const ResizeParams& p, size_t dim, int64_t o, int64_t in_len,
+                        int64_t out_len, float scale) {
   const std::string& m = p.coordinate_transformation_mode;
   if (m == "asymmetric") return o / static_cast<double>(scale);
+  if (m == "tf_half_pixel_for_nn") return (o + 0.5) / scale;
+  if (m == "tf_crop_and_resize") {
+    const size_t rank = p.roi.size() / 2;
+    const double start = p.roi[dim], end = p.roi[rank + dim];
+    return out_len > 1 ? start * (in_len - 1) + o * (end - start) * (in_len - 1) / (out_len - 1)
+                       : 0.5 * (start + end) * (in_len - 1);
+  }
   if (m == "align_corners") {
     // The resized length is in_len * scale, not rounded (as ONNX defines it).
     const double resized = static_cast<double>(in_len) * scale;
@@ -214,13 +221,21 @@ absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const S
     std::vector<int64_t> index;
     std::vector<double> weight;
   };
+  const bool crop = p.coordinate_transformation_mode == "tf_crop_and_resize";
+  if (crop && p.roi.size() != 2 * rank) {
+    return absl::InvalidArgumentError(absl::StrCat("Resize tf_crop_and_resize needs ", 2 * rank,
+                                                   " roi values, got ", p.roi.size()));
+  }
   std::vector<std::vector<Taps>> taps(rank);
   for (size_t d = 0; d < rank; ++d) {
     const int64_t in_len = x.shape[d];
     for (int64_t o = 0; o < out_shape[d]; ++o) {
-      const double c = SourceCoordinate(p, o, in_len, out_shape[d], p.scales[d]);
+      const double c = SourceCoordinate(p, d, o, in_len, out_shape[d], p.scales[d]);
       Taps t;
-      if (p.mode == "nearest") {
+      if (crop && (c < 0 || c > in_len - 1)) {
+        // Outside the input: the output point is extrapolation_value (no
+        // taps along this dim).
+      } else if (p.mode == "nearest") {
         t.index.push_back(std::clamp<int64_t>(NearestIndex(p.nearest_mode, c), 0, in_len - 1));
         t.weight.push_back(1.0);
       } else if (p.mode == "linear") {
@@ -261,6 +276,12 @@ absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const S
   Tensor y(out_shape);
   std::vector<size_t> k(rank);
   ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
+    for (size_t d = 0; d < rank; ++d) {
+      if (taps[d][idx[d]].index.empty()) {
+        y.data[i] = p.extrapolation_value;
+        return;
+      }
+    }
     // Sum over every combination of per-dim taps (mixed-radix counter).
     double acc = 0.0;
     std::fill(k.begin(), k.end(), 0);

@@ -42,6 +42,11 @@ struct ResizeParams {
   std::vector<float> scales;  // per dim, out/in
   float cubic_coeff_a = -0.75f;
   bool exclude_outside = false;  // cubic: drop taps outside the input
+  // tf_crop_and_resize: the region of interest, starts for every dim then
+  // ends (normalised to [0, 1]), and the value of output points whose
+  // source lies outside the input.
+  std::vector<float> roi;
+  float extrapolation_value = 0.0f;
 };
 absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape);
 
