@@ -13,6 +13,7 @@
 #include "engine/model.h"
 #include "kernels/gemm/gemm_backend.h"
 #include "server/args.h"
+#include "server/datatypes.h"
 
 namespace numaserve::server {
 namespace {
@@ -32,32 +33,40 @@ double Percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
-// Random inputs and room for the outputs of `batch` rows.
+// Random inputs and room for the outputs of `batch` rows, each in its own
+// datatype (storage in 8-byte words, so every element type is aligned).
 struct Buffers {
-  std::vector<std::vector<float>> inputs, outputs;
+  std::vector<std::vector<uint64_t>> inputs, outputs;
   std::vector<const void*> in_ptrs;
   std::vector<void*> out_ptrs;
 };
+
+std::vector<uint64_t> Words(int64_t elements, engine::DataType type) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(elements, 1)) *
+                       std::max<size_t>(engine::DataTypeSize(type), 1);
+  return std::vector<uint64_t>((bytes + 7) / 8);
+}
 
 Buffers MakeBuffers(engine::CompiledModel& model, int64_t batch) {
   const engine::ModelInfo& info = model.info();
   Buffers b;
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto& inputs = b.inputs;
   for (const engine::TensorInfo& t : info.inputs) {
     int64_t n = 1;
     for (size_t d = 0; d < t.shape.size(); ++d)
       n *= (d == 0 && t.shape[d] < 0) ? batch : t.shape[d];
-    inputs.emplace_back(n);
-    for (float& v : inputs.back()) v = dist(rng);
+    b.inputs.push_back(Words(n, t.type));
+    // Floats in [-1, 1); integers 0..9; booleans.
+    FillRandom(engine::DataTypeName(t.type), n, -1.0f, 1.0f, &rng,
+               reinterpret_cast<char*>(b.inputs.back().data()));
   }
-  for (const auto& s : model.OutputShapes(batch)) {
+  const auto shapes = model.OutputShapes(batch);
+  for (size_t i = 0; i < shapes.size(); ++i) {
     int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    b.outputs.emplace_back(std::max<int64_t>(n, 1));
+    for (int64_t d : shapes[i]) n *= d;
+    b.outputs.push_back(Words(n, info.outputs[i].type));
   }
-  for (auto& v : inputs) b.in_ptrs.push_back(v.data());
+  for (auto& v : b.inputs) b.in_ptrs.push_back(v.data());
   for (auto& v : b.outputs) b.out_ptrs.push_back(v.data());
   return b;
 }

@@ -16,6 +16,7 @@
 #include "engine/model.h"
 #include "grpc_service.grpc.pb.h"
 #include "server/args.h"
+#include "server/datatypes.h"
 #include "server/infer_request.h"
 #include "server/npy.h"
 
@@ -64,34 +65,70 @@ absl::StatusOr<std::pair<std::string, InputSpec>> ParseInputFlag(const std::stri
   return std::make_pair(name, spec);
 }
 
-std::string NpyDtypeFor(const std::string& datatype) {
-  static const std::map<std::string, std::string> kMap = {
-      {"FP32", "<f4"},  {"FP64", "<f8"}, {"INT32", "<i4"}, {"INT64", "<i8"},
-      {"UINT8", "|u1"}, {"INT8", "|i1"}, {"BOOL", "|b1"}};
-  auto it = kMap.find(datatype);
-  return it == kMap.end() ? "" : it->second;
+// The bytes of input `name` of `datatype` from a .npy file: NumPy's dtype
+// for that datatype (see NpyDescrFor); BF16, which NumPy lacks, from a
+// float32 array rounded to nearest even.
+absl::Status NpyContents(const std::string& path, const std::string& name,
+                         const std::string& datatype, NpyArray* array) {
+  if (datatype == "BF16") {
+    if (array->dtype != "<f4") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": dtype ", array->dtype, " but input '", name,
+                       "' is BF16: save a float32 (<f4) array, it is rounded to BF16"));
+    }
+    std::string bf16(array->data.size() / 2, '\0');
+    for (size_t i = 0; i < array->data.size() / 4; ++i) {
+      float v;
+      memcpy(&v, array->data.data() + 4 * i, 4);
+      const uint16_t bits = FloatToBFloat16(v);
+      memcpy(bf16.data() + 2 * i, &bits, 2);
+    }
+    array->data = std::move(bf16);
+    return absl::OkStatus();
+  }
+  const std::string want = NpyDescrFor(datatype);
+  if (want.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", name, "' is ", datatype, ", which a .npy file cannot hold"));
+  }
+  if (array->dtype != want) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": dtype ", array->dtype, " but input '",
+                                                   name, "' is ", datatype, " (", want, ")"));
+  }
+  return absl::OkStatus();
 }
 
 void PrintOutput(const inference::ModelInferResponse::InferOutputTensor& out,
                  const std::string& raw) {
   std::vector<int64_t> shape(out.shape().begin(), out.shape().end());
-  printf("%s %s %s\n", out.name().c_str(), out.datatype().c_str(), ShapeString(shape).c_str());
-  if (out.datatype() != "FP32") {
+  const std::string& type = out.datatype();
+  printf("%s %s %s\n", out.name().c_str(), type.c_str(), ShapeString(shape).c_str());
+  const size_t size = engine::DataTypeSize(engine::DataTypeFromName(type));
+  if (size == 0 || raw.size() % size != 0) {
     printf("  (%zu bytes)\n", raw.size());
     return;
   }
-  const float* v = reinterpret_cast<const float*>(raw.data());
-  size_t n = raw.size() / sizeof(float);
-  size_t cols = shape.empty() ? n : static_cast<size_t>(shape.back());
-  size_t rows = cols == 0 ? 0 : n / cols;
+  const bool floating = type == "FP32" || type == "FP64" || type == "FP16" || type == "BF16";
+  const size_t n = raw.size() / size;
+  const size_t cols = shape.empty() || shape.back() <= 0 ? n : static_cast<size_t>(shape.back());
+  const size_t rows = cols == 0 ? 0 : n / cols;
+  auto at = [&](size_t i) { return raw.data() + i * size; };
   for (size_t r = 0; r < std::min<size_t>(rows, 16); ++r) {
     std::string line;
     for (size_t c = 0; c < std::min<size_t>(cols, 10); ++c) {
-      absl::StrAppend(&line, c ? " " : "", absl::StrFormat("%.4f", v[r * cols + c]));
+      absl::StrAppend(&line, c ? " " : "", FormatElement(type, at(r * cols + c)));
     }
     if (cols > 10) absl::StrAppend(&line, " ...");
-    size_t best = std::max_element(v + r * cols, v + (r + 1) * cols) - (v + r * cols);
-    printf("  [%zu] %s  argmax=%zu\n", r, line.c_str(), best);
+    if (floating) {
+      size_t best = 0;
+      for (size_t c = 1; c < cols; ++c) {
+        if (ElementAsDouble(type, at(r * cols + c)) > ElementAsDouble(type, at(r * cols + best))) {
+          best = c;
+        }
+      }
+      absl::StrAppend(&line, "  argmax=", best);
+    }
+    printf("  [%zu] %s\n", r, line.c_str());
   }
   if (rows > 16) printf("  ... %zu rows\n", rows);
 }
@@ -108,8 +145,10 @@ int InferCommand(const std::vector<std::string>& args) {
   parser.AddString("model", &model, "model name");
   parser.AddString("version", &version, "model version (empty: the served one)");
   parser.AddRepeated("input", &input_flags,
-                     "NAME=SHAPE:random (e.g. image=4,1,28,28:random) or NAME=FILE.npy; "
-                     "inputs not given get random values with batch 1");
+                     "NAME=SHAPE:random (e.g. image=4,1,28,28:random) or NAME=FILE.npy "
+                     "(NumPy's dtype for the input's datatype; float32 for BF16); inputs not "
+                     "given get random values with batch 1 (floats in [0,1), integers 0..9, "
+                     "booleans)");
   parser.AddInt("seed", &seed, "seed for random inputs");
   parser.AddInt("timeout-ms", &timeout_ms, "deadline of the request");
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
@@ -145,7 +184,6 @@ int InferCommand(const std::vector<std::string>& args) {
   request.set_model_name(model);
   request.set_model_version(version);
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   for (const auto& t : meta.inputs()) {
     auto* in = request.add_inputs();
     in->set_name(t.name());
@@ -156,9 +194,8 @@ int InferCommand(const std::vector<std::string>& args) {
     if (!spec.npy.empty()) {
       auto array = ReadNpy(spec.npy);
       if (!array.ok()) return Fail(std::string(array.status().message()));
-      if (array->dtype != NpyDtypeFor(t.datatype())) {
-        return Fail(absl::StrCat(spec.npy, ": dtype ", array->dtype, " but input '", t.name(),
-                                 "' is ", t.datatype(), " (", NpyDtypeFor(t.datatype()), ")"));
+      if (absl::Status st = NpyContents(spec.npy, t.name(), t.datatype(), &*array); !st.ok()) {
+        return Fail(std::string(st.message()));
       }
       for (int64_t d : array->shape) in->add_shape(d);
       *raw = std::move(array->data);
@@ -173,13 +210,12 @@ int InferCommand(const std::vector<std::string>& args) {
       in->add_shape(d);
       elements *= d;
     }
-    if (t.datatype() != "FP32") {
+    raw->resize(static_cast<size_t>(elements) *
+                engine::DataTypeSize(engine::DataTypeFromName(t.datatype())));
+    if (!FillRandom(t.datatype(), elements, 0.0f, 1.0f, &rng, raw->data())) {
       return Fail(absl::StrCat("input '", t.name(), "' is ", t.datatype(),
-                               ": random values are FP32 only; pass a .npy file"));
+                               ": no random values for it; pass a .npy file"));
     }
-    raw->resize(static_cast<size_t>(elements) * sizeof(float));
-    float* p = reinterpret_cast<float*>(raw->data());
-    for (int64_t i = 0; i < elements; ++i) p[i] = uniform(rng);
   }
   if (!specs.empty()) {
     return Fail(absl::StrCat("model '", model, "' has no input '", specs.begin()->first, "'"));

@@ -1,40 +1,118 @@
 #include "server/infer_request.h"
 
+#include <cstring>
+#include <limits>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/datatypes.h"
 
 namespace numaserve::server {
 namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-// Bytes of the typed `contents` field for `type`, or nullptr when that
-// datatype has no typed field numaserve reads.
-std::pair<const char*, size_t> TypedContents(engine::DataType type,
-                                             const inference::InferTensorContents& c) {
-  switch (type) {
-    case engine::DataType::kFloat32:
-      return {reinterpret_cast<const char*>(c.fp32_contents().data()),
-              c.fp32_contents_size() * sizeof(float)};
-    case engine::DataType::kFloat64:
-      return {reinterpret_cast<const char*>(c.fp64_contents().data()),
-              c.fp64_contents_size() * sizeof(double)};
-    case engine::DataType::kInt64:
-      return {reinterpret_cast<const char*>(c.int64_contents().data()),
-              c.int64_contents_size() * sizeof(int64_t)};
-    case engine::DataType::kInt32:
-      return {reinterpret_cast<const char*>(c.int_contents().data()),
-              c.int_contents_size() * sizeof(int32_t)};
-    default:
-      return {nullptr, 0};
+using Bytes = std::pair<const char*, size_t>;
+
+template <typename T>
+Bytes BytesOf(const google::protobuf::RepeatedField<T>& values) {
+  return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)};
+}
+
+// The values of a typed field narrowed to `To` (INT8/INT16 from int32,
+// UINT8/UINT16 from uint32), kept in parsed->converted; a value outside
+// `To`'s range is refused naming the input, the field and the index.
+template <typename To, typename From>
+absl::StatusOr<Bytes> Narrow(const google::protobuf::RepeatedField<From>& values,
+                             const std::string& input, const std::string& datatype,
+                             const std::string& field, ParsedRequest* parsed) {
+  auto bytes = std::make_shared<std::string>(values.size() * sizeof(To), '\0');
+  char* out = bytes->data();
+  for (int i = 0; i < values.size(); ++i) {
+    const From v = values[i];
+    if (!std::in_range<To>(v)) {
+      return Invalid(absl::StrFormat("input '%s' (%s): %s[%d] = %d is outside %s's range [%d, %d]",
+                                     input, datatype, field, i, v, datatype,
+                                     int64_t{std::numeric_limits<To>::min()},
+                                     int64_t{std::numeric_limits<To>::max()}));
+    }
+    const To narrowed = static_cast<To>(v);
+    memcpy(out + i * sizeof(To), &narrowed, sizeof(To));
   }
+  parsed->converted.push_back(bytes);
+  return Bytes{bytes->data(), bytes->size()};
+}
+
+// Every typed field of `c` with its name and number of values.
+std::vector<std::pair<std::string, int64_t>> TypedFields(const inference::InferTensorContents& c) {
+  return {
+      {"bool_contents", c.bool_contents_size()},     {"int_contents", c.int_contents_size()},
+      {"int64_contents", c.int64_contents_size()},   {"uint_contents", c.uint_contents_size()},
+      {"uint64_contents", c.uint64_contents_size()}, {"fp32_contents", c.fp32_contents_size()},
+      {"fp64_contents", c.fp64_contents_size()},     {"bytes_contents", c.bytes_contents_size()}};
 }
 
 int64_t TypedCount(const inference::InferTensorContents& c) {
-  return c.bool_contents_size() + c.int_contents_size() + c.int64_contents_size() +
-         c.uint_contents_size() + c.uint64_contents_size() + c.fp32_contents_size() +
-         c.fp64_contents_size() + c.bytes_contents_size();
+  int64_t n = 0;
+  for (const auto& [field, count] : TypedFields(c)) n += count;
+  return n;
+}
+
+// The bytes of input `name` of `datatype` from its typed contents (KServe
+// v2: one field per datatype, see ParseInferRequest), `elements` values.
+absl::StatusOr<Bytes> ReadTypedContents(const std::string& name, const std::string& datatype,
+                                        const std::vector<int64_t>& shape, int64_t elements,
+                                        const inference::InferTensorContents& c,
+                                        ParsedRequest* parsed) {
+  const std::string field = ContentsFieldFor(datatype);
+  if (field.empty()) {
+    return Invalid(absl::StrFormat(
+        "input '%s' (%s): %s has no typed contents field; send it in raw_input_contents", name,
+        datatype, datatype));
+  }
+  int64_t count = 0;
+  for (const auto& [other, n] : TypedFields(c)) {
+    if (other == field) {
+      count = n;
+    } else if (n > 0) {
+      return Invalid(absl::StrFormat("input '%s' (%s) has values in %s; %s values go in %s", name,
+                                     datatype, other, datatype, field));
+    }
+  }
+  if (count != elements) {
+    return Invalid(absl::StrFormat("input '%s': shape %s of %s needs %d values in %s, got %d", name,
+                                   ShapeString(shape), datatype, elements, field, count));
+  }
+  static_assert(sizeof(bool) == 1, "bool_contents is read as BOOL bytes");
+  if (datatype == "BOOL") return BytesOf(c.bool_contents());
+  if (datatype == "INT8") return Narrow<int8_t>(c.int_contents(), name, datatype, field, parsed);
+  if (datatype == "INT16") return Narrow<int16_t>(c.int_contents(), name, datatype, field, parsed);
+  if (datatype == "INT32") return BytesOf(c.int_contents());
+  if (datatype == "INT64") return BytesOf(c.int64_contents());
+  if (datatype == "UINT8") return Narrow<uint8_t>(c.uint_contents(), name, datatype, field, parsed);
+  if (datatype == "UINT16") {
+    return Narrow<uint16_t>(c.uint_contents(), name, datatype, field, parsed);
+  }
+  if (datatype == "UINT32") return BytesOf(c.uint_contents());
+  if (datatype == "UINT64") return BytesOf(c.uint64_contents());
+  if (datatype == "FP32") return BytesOf(c.fp32_contents());
+  if (datatype == "FP64") return BytesOf(c.fp64_contents());
+  return Invalid(absl::StrFormat("input '%s': %s tensors are not supported", name, datatype));
+}
+
+// BOOL bytes must be 0 or 1 (NumPy's and ONNX's encoding).
+absl::Status CheckBoolBytes(const std::string& name, Bytes data) {
+  for (size_t i = 0; i < data.second; ++i) {
+    const auto b = static_cast<unsigned char>(data.first[i]);
+    if (b > 1) {
+      return Invalid(absl::StrFormat(
+          "input '%s' (BOOL): raw_input_contents byte %d is %d; BOOL bytes must be 0 or 1", name, i,
+          b));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -111,7 +189,7 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
           "input '%s' shape %s of %s needs %d bytes, more than the %d-byte message limit",
           in.name(), ShapeString(shape), want_type, want_bytes, max_bytes));
     }
-    std::pair<const char*, size_t> data;
+    Bytes data;
     if (raw) {
       if (TypedCount(in.contents()) > 0) {
         return Invalid(absl::StrFormat(
@@ -121,20 +199,16 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
       const std::string& bytes = request.raw_input_contents(r);
       data = {bytes.data(), bytes.size()};
     } else {
-      data = TypedContents(expected.type, in.contents());
-      if (data.first == nullptr) {
-        return Invalid(absl::StrFormat("input '%s' (%s): send it in raw_input_contents", in.name(),
-                                       want_type));
-      }
-      if (TypedCount(in.contents()) * static_cast<int64_t>(engine::DataTypeSize(expected.type)) !=
-          static_cast<int64_t>(data.second)) {
-        return Invalid(absl::StrFormat("input '%s' (%s) has contents of another datatype",
-                                       in.name(), want_type));
-      }
+      auto typed = ReadTypedContents(in.name(), want_type, shape, elements, in.contents(), &parsed);
+      if (!typed.ok()) return typed.status();
+      data = *typed;
     }
     if (data.second != want_bytes) {
       return Invalid(absl::StrFormat("input '%s': shape %s of %s needs %d bytes, got %d", in.name(),
                                      ShapeString(shape), want_type, want_bytes, data.second));
+    }
+    if (expected.type == engine::DataType::kBool) {
+      if (absl::Status s = CheckBoolBytes(in.name(), data); !s.ok()) return s;
     }
     parsed.inputs[index] = data;
   }

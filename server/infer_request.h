@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,8 +17,14 @@ namespace numaserve::server {
 
 struct ParsedRequest {
   int64_t rows = 1;  // the batch dimension's size (1 for unbatched models)
-  // Per model input, in model order: the bytes of the tensor in the request.
+  // Per model input, in model order: the tensor's bytes in the model's
+  // datatype, pointing into the request, or into `converted` where typed
+  // contents had to be narrowed (int_contents for INT8/INT16, uint_contents
+  // for UINT8/UINT16).
   std::vector<std::pair<const char*, size_t>> inputs;
+  // Owns the narrowed copies `inputs` points to (shared, so a copy of the
+  // ParsedRequest points to the same live bytes).
+  std::vector<std::shared_ptr<const std::string>> converted;
   // Which model outputs to return, in the order asked for (all if none asked).
   std::vector<int> outputs;
   // Bytes of every model output for `rows` rows, in model order.
@@ -25,10 +32,21 @@ struct ParsedRequest {
   std::vector<std::vector<int64_t>> output_shapes;
 };
 
+// Inputs come in raw_input_contents (little-endian bytes of the model's
+// datatype; BOOL bytes 0 or 1) or in the KServe v2 typed field of their
+// datatype: bool_contents (BOOL), int_contents (INT8, INT16, INT32),
+// int64_contents (INT64), uint_contents (UINT8, UINT16, UINT32),
+// uint64_contents (UINT64), fp32_contents (FP32), fp64_contents (FP64).
+// FP16 and BF16 have no typed field and travel raw only.
+//
 // INVALID_ARGUMENT naming the tensor and what was expected, for: a missing,
-// unknown or repeated input; a datatype other than the model's; a shape of
-// the wrong rank or dimensions, or inconsistent batch sizes; raw contents of
-// the wrong byte count; a mix of raw and typed contents; an unknown output.
+// unknown or repeated input; a datatype other than the model's (naming the
+// given and the expected one); a shape of the wrong rank or dimensions, or
+// inconsistent batch sizes; raw contents of the wrong byte count, or a raw
+// BOOL byte other than 0 or 1; typed values in another datatype's field, of
+// the wrong count, or outside the datatype's range (int_contents value 300
+// for INT8); FP16/BF16 in typed contents; a mix of raw and typed contents;
+// an unknown output.
 // An input whose declared shape needs more than `max_bytes` bytes (0: no
 // limit) is refused from its shape alone, before its contents are looked at.
 absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/datatypes.h"
 #include "server/infer_request.h"
 #include "server/metrics.h"
 #include "server/worker_supervisor.h"
@@ -518,19 +519,6 @@ grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInfe
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   return new InferStream(this, context);
 }
-
-namespace {
-
-// Triton's TYPE_* for a KServe datatype name ("FP32" -> TYPE_FP32).
-inference::DataType TritonDataType(engine::DataType type) {
-  inference::DataType out = inference::TYPE_INVALID;
-  if (!inference::DataType_Parse(absl::StrCat("TYPE_", engine::DataTypeName(type)), &out)) {
-    return inference::TYPE_INVALID;
-  }
-  return out;
-}
-
-}  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,

@@ -26,6 +26,30 @@ std::string DictValue(const std::string& header, const std::string& key) {
 
 }  // namespace
 
+absl::StatusOr<size_t> NormalizeDescr(std::string* descr) {
+  const std::string given = *descr;
+  int64_t size = 0;
+  if (given.size() < 3 || std::string("<>|=").find(given[0]) == std::string::npos ||
+      std::string("fiub").find(given[1]) == std::string::npos ||
+      !absl::SimpleAtoi(given.substr(2), &size)) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported dtype '", given, "'"));
+  }
+  const char kind = given[1];
+  const bool known = kind == 'b'   ? size == 1
+                     : kind == 'f' ? (size == 2 || size == 4 || size == 8)
+                                   : (size == 1 || size == 2 || size == 4 || size == 8);
+  if (!known) return absl::InvalidArgumentError(absl::StrCat("unsupported dtype '", given, "'"));
+  if (size == 1) {
+    *descr = absl::StrCat("|", given.substr(1));
+  } else if (given[0] == '>') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "big-endian dtype '", given, "' is not supported; save it as '<", given.substr(1), "'"));
+  } else {  // '=' is native order: little-endian on the machines numaserve runs on
+    *descr = absl::StrCat("<", given.substr(1));
+  }
+  return static_cast<size_t>(size);
+}
+
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
@@ -62,20 +86,14 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   for (absl::string_view dim : absl::StrSplit(shape_text, ',', absl::SkipWhitespace())) {
     int64_t d = 0;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(dim), &d) || d < 0) return bad("bad shape");
+    if (d > 0 && elements > (int64_t{1} << 40) / d) return bad("shape too large");
     array.shape.push_back(d);
     elements *= d;
   }
-  size_t item = 0;
-  if (array.dtype == "<f4" || array.dtype == "<i4" || array.dtype == "<u4")
-    item = 4;
-  else if (array.dtype == "<f8" || array.dtype == "<i8" || array.dtype == "<u8")
-    item = 8;
-  else if (array.dtype == "|u1" || array.dtype == "|i1" || array.dtype == "|b1")
-    item = 1;
-  else
-    return bad(absl::StrCat("unsupported dtype '", array.dtype, "'"));
+  auto item = NormalizeDescr(&array.dtype);
+  if (!item.ok()) return bad(std::string(item.status().message()));
   size_t data_start = header_start + header_len;
-  size_t want = static_cast<size_t>(elements) * item;
+  size_t want = static_cast<size_t>(elements) * *item;
   if (bytes.size() - data_start != want) {
     return bad(absl::StrCat("expected ", want, " bytes of data for the shape, found ",
                             bytes.size() - data_start));

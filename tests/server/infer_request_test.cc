@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 namespace numaserve::server {
 namespace {
@@ -113,7 +115,7 @@ TEST(InferRequestTest, RejectsBadInputsNamingTheTensor) {
 
   r = Request(2, /*raw=*/false);
   r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
-  ExpectInvalid(r, "bytes");
+  ExpectInvalid(r, "needs 1568 values in fp32_contents, got 1569");
 
   r = Request(2);
   r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
@@ -153,6 +155,282 @@ TEST(InferRequestTest, FillsResponseFromOutputs) {
   float first = 0;
   memcpy(&first, response.raw_output_contents(1).data(), 4);
   EXPECT_EQ(first, 2.0f);
+}
+
+// --- Every datatype -----------------------------------------------------------
+
+// The KServe v2 datatypes numeric tensors use. Those the engine does not
+// name yet (DataTypeFromName gives kUnknown) are skipped.
+const std::vector<std::string>& AllTypes() {
+  static const std::vector<std::string> kTypes = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64",
+                                                  "INT8", "INT16", "INT32",  "INT64",  "FP16",
+                                                  "BF16", "FP32",  "FP64"};
+  return kTypes;
+}
+
+bool Known(const std::string& type) {
+  return engine::DataTypeFromName(type) != engine::DataType::kUnknown;
+}
+
+// x [batch, 3] of `type` -> y [batch, 3] of `type`.
+engine::ModelInfo OneTensor(const std::string& type) {
+  engine::ModelInfo m;
+  m.inputs = {{"x", engine::DataTypeFromName(type), {-1, 3}}};
+  m.outputs = {{"y", engine::DataTypeFromName(type), {-1, 3}}};
+  m.batched = true;
+  return m;
+}
+
+inference::ModelInferRequest TwoRows(const std::string& type) {
+  inference::ModelInferRequest r;
+  auto* in = r.add_inputs();
+  in->set_name("x");
+  in->set_datatype(type);
+  in->add_shape(2);
+  in->add_shape(3);
+  return r;
+}
+
+// `values` as little-endian bytes of `type`.
+std::string Encode(const std::string& type, const std::vector<int64_t>& values) {
+  std::string out;
+  auto put = [&out](auto v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (int64_t v : values) {
+    if (type == "BOOL" || type == "UINT8") put(static_cast<uint8_t>(v));
+    if (type == "INT8") put(static_cast<int8_t>(v));
+    if (type == "INT16") put(static_cast<int16_t>(v));
+    if (type == "UINT16") put(static_cast<uint16_t>(v));
+    if (type == "INT32") put(static_cast<int32_t>(v));
+    if (type == "UINT32") put(static_cast<uint32_t>(v));
+    if (type == "INT64") put(v);
+    if (type == "UINT64") put(static_cast<uint64_t>(v));
+    if (type == "FP32") put(static_cast<float>(v));
+    if (type == "FP64") put(static_cast<double>(v));
+  }
+  return out;
+}
+
+// Puts `values` in the typed field KServe v2 gives `type`.
+void AddTyped(const std::string& type, const std::vector<int64_t>& values,
+              inference::InferTensorContents* c) {
+  for (int64_t v : values) {
+    if (type == "BOOL") c->add_bool_contents(v != 0);
+    if (type == "INT8" || type == "INT16" || type == "INT32") {
+      c->add_int_contents(static_cast<int32_t>(v));
+    }
+    if (type == "INT64") c->add_int64_contents(v);
+    if (type == "UINT8" || type == "UINT16" || type == "UINT32") {
+      c->add_uint_contents(static_cast<uint32_t>(v));
+    }
+    if (type == "UINT64") c->add_uint64_contents(static_cast<uint64_t>(v));
+    if (type == "FP32") c->add_fp32_contents(static_cast<float>(v));
+    if (type == "FP64") c->add_fp64_contents(static_cast<double>(v));
+  }
+}
+
+std::string InputBytes(const ParsedRequest& parsed, int i = 0) {
+  return std::string(parsed.inputs[i].first, parsed.inputs[i].second);
+}
+
+void ExpectInvalidFor(const engine::ModelInfo& m, const inference::ModelInferRequest& r,
+                      const std::vector<std::string>& fragments) {
+  auto parsed = ParseInferRequest(m, r);
+  ASSERT_FALSE(parsed.ok()) << "accepted: " << r.ShortDebugString().substr(0, 200);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const auto& fragment : fragments) {
+    EXPECT_NE(parsed.status().message().find(fragment), absl::string_view::npos)
+        << parsed.status() << " should mention '" << fragment << "'";
+  }
+}
+
+TEST(InferRequestTypesTest, EveryDatatypeTravelsRawInAndOut) {
+  int tested = 0;
+  for (const std::string& type : AllTypes()) {
+    if (!Known(type)) continue;
+    SCOPED_TRACE(type);
+    ++tested;
+    const size_t size = engine::DataTypeSize(engine::DataTypeFromName(type));
+    ASSERT_GT(size, 0u);
+    auto r = TwoRows(type);
+    std::string bytes(6 * size, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i % 2);
+    r.add_raw_input_contents(bytes);
+    engine::ModelInfo m = OneTensor(type);
+    auto parsed = ParseInferRequest(m, r);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->inputs[0].first, r.raw_input_contents(0).data()) << "raw bytes are copied";
+    EXPECT_EQ(InputBytes(*parsed), bytes);
+    EXPECT_EQ(parsed->output_bytes, (std::vector<size_t>{6 * size}));
+
+    std::string out(6 * size, '\x01');
+    inference::ModelInferResponse response;
+    FillInferResponse(m, *parsed, {out.data()}, &response);
+    ASSERT_EQ(response.outputs_size(), 1);
+    EXPECT_EQ(response.outputs(0).datatype(), type);
+    EXPECT_EQ(response.raw_output_contents(0), out);
+  }
+  EXPECT_GE(tested, 9);  // the types the engine has always named
+}
+
+TEST(InferRequestTypesTest, EveryTypedFieldCarriesItsDatatypes) {
+  for (const std::string& type : AllTypes()) {
+    if (!Known(type) || type == "FP16" || type == "BF16") continue;
+    SCOPED_TRACE(type);
+    const std::vector<int64_t> values = type == "BOOL"
+                                            ? std::vector<int64_t>{1, 0, 0, 1, 1, 0}
+                                            : std::vector<int64_t>{0, 1, 7, 100, 127, 42};
+    auto r = TwoRows(type);
+    AddTyped(type, values, r.mutable_inputs(0)->mutable_contents());
+    auto parsed = ParseInferRequest(OneTensor(type), r);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(InputBytes(*parsed), Encode(type, values));
+    EXPECT_EQ(parsed->rows, 2);
+  }
+}
+
+TEST(InferRequestTypesTest, NarrowingKeepsTheRangeEndsAndRefusesBeyond) {
+  struct Case {
+    std::string type;
+    int64_t low, high;
+  };
+  for (const Case& c : {Case{"INT8", -128, 127}, Case{"INT16", -32768, 32767},
+                        Case{"UINT8", 0, 255}, Case{"UINT16", 0, 65535}}) {
+    if (!Known(c.type)) continue;
+    SCOPED_TRACE(c.type);
+    const std::vector<int64_t> ends = {c.low, c.high, c.low, 0, 1, c.high};
+    auto r = TwoRows(c.type);
+    AddTyped(c.type, ends, r.mutable_inputs(0)->mutable_contents());
+    auto parsed = ParseInferRequest(OneTensor(c.type), r);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(InputBytes(*parsed), Encode(c.type, ends));
+    // A copy of the request's parse points at the same live narrowed bytes.
+    ParsedRequest copy = *parsed;
+    parsed = absl::InvalidArgumentError("dropped");
+    EXPECT_EQ(InputBytes(copy), Encode(c.type, ends));
+
+    const bool is_signed = c.type[0] == 'I';
+    auto above = TwoRows(c.type);
+    AddTyped(c.type, {0, 0, 0, 0, c.high + 1, 0}, above.mutable_inputs(0)->mutable_contents());
+    const std::string field = is_signed ? "int_contents" : "uint_contents";
+    ExpectInvalidFor(OneTensor(c.type), above,
+                     {"'x'", c.type, field + "[4] = " + std::to_string(c.high + 1), "range"});
+    if (is_signed) {
+      auto below = TwoRows(c.type);
+      AddTyped(c.type, {c.low - 1, 0, 0, 0, 0, 0}, below.mutable_inputs(0)->mutable_contents());
+      ExpectInvalidFor(OneTensor(c.type), below,
+                       {"'x'", field + "[0] = " + std::to_string(c.low - 1), "range"});
+    }
+  }
+  // A negative number a client put in uint_contents arrives wrapped: refused, not truncated.
+  auto negative = TwoRows("UINT8");
+  for (int i = 0; i < 6; ++i)
+    negative.mutable_inputs(0)->mutable_contents()->add_uint_contents(i == 2 ? 0xffffffffu : 1u);
+  ExpectInvalidFor(OneTensor("UINT8"), negative, {"uint_contents[2] = 4294967295"});
+}
+
+TEST(InferRequestTypesTest, ValuesInAnotherDatatypesFieldAreRefused) {
+  struct Case {
+    std::string type, wrong_type, wrong_field, field;
+  };
+  for (const Case& c : {Case{"INT64", "INT32", "int_contents", "int64_contents"},
+                        Case{"FP32", "FP64", "fp64_contents", "fp32_contents"},
+                        Case{"UINT8", "INT32", "int_contents", "uint_contents"},
+                        Case{"BOOL", "UINT8", "uint_contents", "bool_contents"},
+                        Case{"INT32", "INT64", "int64_contents", "int_contents"},
+                        Case{"FP64", "FP32", "fp32_contents", "fp64_contents"},
+                        Case{"UINT64", "INT64", "int64_contents", "uint64_contents"}}) {
+    if (!Known(c.type)) continue;
+    SCOPED_TRACE(c.type);
+    auto r = TwoRows(c.type);
+    AddTyped(c.wrong_type, {1, 2, 3, 4, 5, 6}, r.mutable_inputs(0)->mutable_contents());
+    ExpectInvalidFor(OneTensor(c.type), r, {"'x'", c.type, c.wrong_field, c.field});
+  }
+}
+
+TEST(InferRequestTypesTest, HalfAndBFloat16TravelRawOnly) {
+  for (const std::string type : {"FP16", "BF16"}) {
+    auto r = TwoRows(type);
+    AddTyped("FP32", {1, 2, 3, 4, 5, 6}, r.mutable_inputs(0)->mutable_contents());
+    ExpectInvalidFor(OneTensor(type), r, {"'x'", type, "raw_input_contents"});
+  }
+}
+
+TEST(InferRequestTypesTest, TypedValueCountMustMatchTheShape) {
+  auto r = TwoRows("INT64");
+  AddTyped("INT64", {1, 2, 3, 4, 5}, r.mutable_inputs(0)->mutable_contents());
+  ExpectInvalidFor(OneTensor("INT64"), r, {"'x'", "[2,3]", "needs 6 values", "got 5"});
+  auto none = TwoRows("INT64");
+  ExpectInvalidFor(OneTensor("INT64"), none, {"'x'", "int64_contents", "got 0"});
+}
+
+TEST(InferRequestTypesTest, WrongDatatypeNamesTheInputTheGivenAndTheExpectedType) {
+  for (const std::string& want : AllTypes()) {
+    if (!Known(want)) continue;
+    for (const std::string& given : AllTypes()) {
+      if (given == want) continue;
+      SCOPED_TRACE(want + " given " + given);
+      auto r = TwoRows(given);
+      r.add_raw_input_contents(std::string(6 * 8, '\0'));
+      ExpectInvalidFor(OneTensor(want), r, {"'x'", "'" + given + "'", "expects " + want});
+    }
+  }
+  auto lower = TwoRows("int64");
+  lower.add_raw_input_contents(std::string(48, '\0'));
+  ExpectInvalidFor(OneTensor("INT64"), lower, {"'int64'", "expects INT64"});
+}
+
+TEST(InferRequestTypesTest, RawBoolBytesAreZeroOrOne) {
+  auto r = TwoRows("BOOL");
+  r.add_raw_input_contents(std::string("\x01\x00\x01\x02\x00\x01", 6));
+  ExpectInvalidFor(OneTensor("BOOL"), r, {"'x'", "byte 3 is 2", "0 or 1"});
+  r.set_raw_input_contents(0, std::string("\x01\x00\x01\x01\x00\x01", 6));
+  EXPECT_TRUE(ParseInferRequest(OneTensor("BOOL"), r).ok());
+}
+
+TEST(InferRequestTypesTest, OutputBytesFollowEachOutputsOwnType) {
+  engine::ModelInfo m;
+  m.inputs = {{"ids", engine::DataType::kInt64, {-1, 8}},
+              {"mask", engine::DataType::kBool, {-1, 8}}};
+  m.outputs = {{"keep", engine::DataType::kBool, {-1, 4}},
+               {"next", engine::DataType::kInt64, {-1, 2}},
+               {"half", engine::DataType::kFloat16, {-1, 3}},
+               {"score", engine::DataType::kFloat64, {-1}},
+               {"small", engine::DataType::kInt8, {-1, 5}}};
+  m.batched = true;
+  inference::ModelInferRequest r;
+  auto* ids = r.add_inputs();
+  ids->set_name("ids");
+  ids->set_datatype("INT64");
+  ids->add_shape(3);
+  ids->add_shape(8);
+  for (int i = 0; i < 24; ++i) ids->mutable_contents()->add_int64_contents(i);
+  auto* mask = r.add_inputs();
+  mask->set_name("mask");
+  mask->set_datatype("BOOL");
+  mask->add_shape(3);
+  mask->add_shape(8);
+  for (int i = 0; i < 24; ++i) mask->mutable_contents()->add_bool_contents(i % 3 == 0);
+  auto parsed = ParseInferRequest(m, r);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->rows, 3);
+  EXPECT_EQ(parsed->inputs[0].second, 3u * 8 * 8);
+  EXPECT_EQ(parsed->inputs[1].second, 3u * 8);
+  EXPECT_EQ(parsed->output_bytes, (std::vector<size_t>{3 * 4, 3 * 2 * 8, 3 * 3 * 2, 3 * 8, 3 * 5}));
+  EXPECT_EQ(parsed->output_shapes[3], (std::vector<int64_t>{3}));
+
+  std::vector<std::string> outs;
+  for (size_t i = 0; i < m.outputs.size(); ++i)
+    outs.push_back(std::string(parsed->output_bytes[i], static_cast<char>('a' + i)));
+  inference::ModelInferResponse response;
+  FillInferResponse(
+      m, *parsed, {outs[0].data(), outs[1].data(), outs[2].data(), outs[3].data(), outs[4].data()},
+      &response);
+  ASSERT_EQ(response.outputs_size(), 5);
+  const std::vector<std::string> names = {"BOOL", "INT64", "FP16", "FP64", "INT8"};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(response.outputs(i).datatype(), names[i]);
+    EXPECT_EQ(response.raw_output_contents(i), outs[i]);
+  }
 }
 
 }  // namespace

@@ -53,5 +53,46 @@ TEST(NpyTest, ErrorsNameTheFile) {
   EXPECT_FALSE(ReadNpy(WriteFile("g.npy", "garbage")).ok());
 }
 
+TEST(NpyTest, ReadsEveryNumericDtype) {
+  struct Case {
+    std::string descr, normalized;
+    size_t item;
+  };
+  for (const Case& c :
+       {Case{"<i8", "<i8", 8}, Case{"<u8", "<u8", 8}, Case{"<f8", "<f8", 8}, Case{"<i4", "<i4", 4},
+        Case{"<u4", "<u4", 4}, Case{"<f4", "<f4", 4}, Case{"<i2", "<i2", 2}, Case{"<u2", "<u2", 2},
+        Case{"<f2", "<f2", 2}, Case{"|i1", "|i1", 1}, Case{"|u1", "|u1", 1}, Case{"|b1", "|b1", 1},
+        Case{"=i8", "<i8", 8}, Case{"<u1", "|u1", 1}, Case{"=b1", "|b1", 1}}) {
+    SCOPED_TRACE(c.descr);
+    std::string data(3 * c.item, '\x01');
+    std::string path = WriteFile(
+        "typed.npy",
+        NpyBytes("{'descr': '" + c.descr + "', 'fortran_order': False, 'shape': (3,), }", data));
+    auto a = ReadNpy(path);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->dtype, c.normalized);
+    EXPECT_EQ(a->shape, (std::vector<int64_t>{3}));
+    EXPECT_EQ(a->data, data);
+  }
+}
+
+TEST(NpyTest, RefusesOtherDtypesNamingThem) {
+  for (const std::string descr : {">f4", ">i8", "<c8", "<f16", "|S5", "<U3", "<b2", "<i3", "O"}) {
+    SCOPED_TRACE(descr);
+    std::string path =
+        WriteFile("bad_dtype.npy",
+                  NpyBytes("{'descr': '" + descr + "', 'fortran_order': False, 'shape': (1,), }",
+                           std::string(16, '\0')));
+    auto a = ReadNpy(path);
+    ASSERT_FALSE(a.ok());
+    EXPECT_NE(a.status().message().find("bad_dtype.npy"), absl::string_view::npos) << a.status();
+    EXPECT_NE(a.status().message().find(descr), absl::string_view::npos) << a.status();
+  }
+  std::string big = ">f4";
+  auto s = NormalizeDescr(&big);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("'<f4'"), absl::string_view::npos) << s.status();
+}
+
 }  // namespace
 }  // namespace numaserve::server
