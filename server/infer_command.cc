@@ -147,8 +147,8 @@ int InferCommand(const std::vector<std::string>& args) {
   parser.AddRepeated("input", &input_flags,
                      "NAME=SHAPE:random (e.g. image=4,1,28,28:random) or NAME=FILE.npy "
                      "(NumPy's dtype for the input's datatype; float32 for BF16); inputs not "
-                     "given get random values with batch 1 (floats in [0,1), integers 0..9, "
-                     "booleans)");
+                     "given get random values (floats in [0,1), integers 0..9, booleans) with the "
+                     "batch of the inputs given, 1 if none");
   parser.AddInt("seed", &seed, "seed for random inputs");
   parser.AddInt("timeout-ms", &timeout_ms, "deadline of the request");
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
@@ -184,6 +184,27 @@ int InferCommand(const std::vector<std::string>& args) {
   request.set_model_name(model);
   request.set_model_version(version);
   std::mt19937 rng(static_cast<uint32_t>(seed));
+  // Files first: their batch (dim 0 where the model's is dynamic), or that
+  // of a NAME=SHAPE input, is the batch of the random inputs (1 if none).
+  std::map<std::string, NpyArray> files;
+  int64_t batch = 1;
+  for (const auto& t : meta.inputs()) {
+    auto it = specs.find(t.name());
+    if (it == specs.end()) continue;
+    const bool dynamic_batch = t.shape_size() > 0 && t.shape(0) < 0;
+    if (!it->second.npy.empty()) {
+      auto array = ReadNpy(it->second.npy);
+      if (!array.ok()) return Fail(std::string(array.status().message()));
+      if (absl::Status st = NpyContents(it->second.npy, t.name(), t.datatype(), &*array);
+          !st.ok()) {
+        return Fail(std::string(st.message()));
+      }
+      if (dynamic_batch && !array->shape.empty()) batch = array->shape[0];
+      files[t.name()] = *std::move(array);
+    } else if (dynamic_batch && !it->second.shape.empty()) {
+      batch = it->second.shape[0];
+    }
+  }
   for (const auto& t : meta.inputs()) {
     auto* in = request.add_inputs();
     in->set_name(t.name());
@@ -192,18 +213,16 @@ int InferCommand(const std::vector<std::string>& args) {
     specs.erase(t.name());
     std::string* raw = request.add_raw_input_contents();
     if (!spec.npy.empty()) {
-      auto array = ReadNpy(spec.npy);
-      if (!array.ok()) return Fail(std::string(array.status().message()));
-      if (absl::Status st = NpyContents(spec.npy, t.name(), t.datatype(), &*array); !st.ok()) {
-        return Fail(std::string(st.message()));
-      }
-      for (int64_t d : array->shape) in->add_shape(d);
-      *raw = std::move(array->data);
+      NpyArray& array = files[t.name()];
+      for (int64_t d : array.shape) in->add_shape(d);
+      *raw = std::move(array.data);
       continue;
     }
     std::vector<int64_t> shape = spec.shape;
     if (shape.empty()) {
-      for (int64_t d : t.shape()) shape.push_back(d < 0 ? 1 : d);
+      for (int i = 0; i < t.shape_size(); ++i) {
+        shape.push_back(t.shape(i) >= 0 ? t.shape(i) : i == 0 ? batch : 1);
+      }
     }
     int64_t elements = 1;
     for (int64_t d : shape) {
