@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace numaserve::server {
 namespace {
@@ -59,7 +60,9 @@ absl::Status CheckTensors(const std::string& model, const char* field,
                                   absl::StrJoin(names, ", "), ")"));
     }
     const std::string type = engine::DataTypeName(it->type);
-    if (!t.data_type().empty() && t.data_type() != type) {
+    // "INT64", or Triton's spelling "TYPE_INT64".
+    const absl::string_view given = absl::StripPrefix(t.data_type(), "TYPE_");
+    if (!t.data_type().empty() && given != type) {
       return Invalid(model, absl::StrCat(where, " data_type"),
                      absl::StrCat("'", t.data_type(), "' but the ONNX model says ", type));
     }

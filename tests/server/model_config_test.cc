@@ -87,6 +87,58 @@ TEST(ModelConfig, ContradictionsWithTheOnnxModelAreErrors) {
   }
 }
 
+TEST(ModelConfig, DataTypesOfEveryKindInKServeOrTritonSpelling) {
+  engine::ModelInfo info;
+  info.path = "bert/1/model.onnx";
+  info.batched = true;
+  info.inputs = {{"input_ids", engine::DataType::kInt64, {-1, 8}},
+                 {"scale", engine::DataType::kFloat16, {-1, 1}}};
+  info.outputs = {{"padding", engine::DataType::kBool, {-1, 8}}};
+  for (const char* text : {
+           R"pb(max_batch_size: 4
+                input {
+                  name: "input_ids"
+                  data_type: "INT64"
+                  dims: [ 8 ]
+                }
+                input {
+                  name: "scale"
+                  data_type: "FP16"
+                  dims: [ 1 ]
+                }
+                output {
+                  name: "padding"
+                  data_type: "BOOL"
+                  dims: [ 8 ]
+                })pb",
+           R"pb(max_batch_size: 4
+                input {
+                  name: "input_ids"
+                  data_type: "TYPE_INT64"
+                  dims: [ 8 ]
+                }
+                input {
+                  name: "scale"
+                  data_type: "TYPE_FP16"
+                  dims: [ 1 ]
+                }
+                output {
+                  name: "padding"
+                  data_type: "TYPE_BOOL"
+                  dims: [ 8 ]
+                })pb"}) {
+    absl::Status s = ValidateModelConfig(Parse(text), "bert", info, 1);
+    EXPECT_TRUE(s.ok()) << text << " -> " << s;
+  }
+  absl::Status s =
+      ValidateModelConfig(Parse(R"pb(max_batch_size: 4
+                                     input { name: "input_ids" data_type: "TYPE_INT32" })pb"),
+                          "bert", info, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("input 'input_ids' data_type"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'TYPE_INT32' but the ONNX model says INT64"));
+}
+
 TEST(ModelConfig, SeveralInstancesPerDomainAreAccepted) {
   EXPECT_TRUE(
       ValidateModelConfig(Parse("instance_placement { instances_per_domain: 2 }"), "mlp", Mlp(), 2)
