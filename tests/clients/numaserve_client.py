@@ -470,6 +470,8 @@ DATATYPES = {
     "BOOL": np.bool_,
 }
 _NUMPY_TO_DATATYPE = {np.dtype(v): k for k, v in DATATYPES.items()}
+# Outputs decode BF16 (which NumPy lacks) as its uint16 bit patterns.
+_OUTPUT_DTYPES = dict(DATATYPES, BF16=np.uint16)
 
 
 def datatype_of(array):
@@ -523,10 +525,10 @@ def _fill_contents(contents, datatype, array):
 
 
 def decode_outputs(response):
-    """{name: ndarray} from a ModelInferResponse (raw_output_contents)."""
+    """{name: ndarray} from a ModelInferResponse (raw_output_contents); BF16 as uint16 bits."""
     result = {}
     for i, tensor in enumerate(response.outputs):
-        dtype = DATATYPES[tensor.datatype]
+        dtype = _OUTPUT_DTYPES[tensor.datatype]
         shape = tuple(tensor.shape)
         if i < len(response.raw_output_contents):
             data = np.frombuffer(response.raw_output_contents[i], dtype=dtype)
