@@ -1,8 +1,7 @@
 // What each tensor datatype is called where the server meets the outside:
 // the KServe v2 `contents` field that carries it, Triton's TYPE_* enum, the
 // NumPy .npy descr, and how one element prints. Keyed by the KServe name
-// ("INT64"), so every type the engine names is covered without a list here
-// that could fall behind engine::DataType.
+// ("INT64"); sizes come from engine::DataTypeSize.
 #pragma once
 
 #include <cstdint>
