@@ -217,9 +217,11 @@ class TypedIoTest(unittest.TestCase):
     def test_metadata_and_config_name_every_datatype(self):
         meta = self.stub.ModelMetadata(nc.pb.ModelMetadataRequest(name=EMBED), timeout=10)
         self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in meta.inputs],
-                         [("input_ids", "INT64", [-1, SEQ]), ("attention_mask", "INT64", [-1, SEQ])])
-        self.assertEqual([(t.name, t.datatype) for t in meta.outputs],
-                         [("embeddings", "FP32"), ("next_ids", "INT64"), ("padding", "BOOL")])
+                         [("input_ids", "INT64", [-1, SEQ]),
+                          ("attention_mask", "INT64", [-1, SEQ])])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in meta.outputs],
+                         [("embeddings", "FP32", [-1, SEQ, DIM]), ("next_ids", "INT64", [-1, SEQ]),
+                          ("padding", "BOOL", [-1, SEQ])])
         meta = self.stub.ModelMetadata(nc.pb.ModelMetadataRequest(name=ECHO), timeout=10)
         self.assertEqual([t.datatype for t in meta.inputs], ECHO_TYPES)
         self.assertEqual([t.datatype for t in meta.outputs], ECHO_TYPES)
