@@ -264,6 +264,29 @@ class TypedIoTest(unittest.TestCase):
                 tensor.contents.fp32_contents.extend([0.5] * 6)
         self.assert_invalid(request, ("x_FP16", "FP16", "raw_input_contents"))
 
+    def test_stream_carries_typed_requests(self):
+        inputs = {i: embed_inputs(i + 1, seed=50 + i) for i in range(4)}
+
+        def requests():
+            for i, x in inputs.items():
+                request = make_request(EMBED, x, raw=i % 2 == 0)
+                request.id = str(i)
+                yield request
+            bad = make_request(EMBED, embed_inputs(1, seed=60), raw=False)
+            bad.inputs[1].datatype = "FP32"
+            bad.id = "bad"
+            yield bad
+
+        answers = {r.infer_response.id: r
+                   for r in self.stub.ModelStreamInfer(requests(), timeout=60)}
+        self.assertEqual(set(answers), {"0", "1", "2", "3", "bad"})
+        for i, x in inputs.items():
+            self.assertEqual(answers[str(i)].error_message, "", i)
+            self.assert_outputs(decode(answers[str(i)].infer_response), self.expected_embed(x),
+                                "stream request %d" % i)
+        for word in ("attention_mask", "FP32", "INT64"):
+            self.assertIn(word, answers["bad"].error_message)
+
     def test_concurrent_callers_get_their_own_rows_from_shared_batches(self):
         before = self.server.metrics()
         rows = [(i % 3) + 1 for i in range(CALLERS)]
