@@ -227,6 +227,10 @@ int InferCommand(const std::vector<std::string>& args) {
     int64_t elements = 1;
     for (int64_t d : shape) {
       in->add_shape(d);
+      if (elements > (int64_t{1} << 30) / d) {
+        return Fail(absl::StrCat("input '", t.name(), "' shape ", ShapeString(shape),
+                                 " is too large for random values"));
+      }
       elements *= d;
     }
     raw->resize(static_cast<size_t>(elements) *

@@ -402,6 +402,11 @@ class TypedIoTest(unittest.TestCase):
         self.assertNotEqual(result.returncode, 0)
         for word in (bad, "<i4", "INT64", "<i8"):
             self.assertIn(word, result.stderr)
+        # A shape too large for random values is refused, not allocated.
+        result = run_cli("infer", "--model", EMBED, "--url", self.server.grpc_address,
+                         "--input", "input_ids=100000,100000:random")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("input 'input_ids' shape [100000,100000] is too large", result.stderr)
 
     def test_cli_half_types_from_npy_and_random_integers(self):
         half = (np.arange(6, dtype=np.float32).reshape(2, 3) / 4 - 0.5).astype(np.float16)
