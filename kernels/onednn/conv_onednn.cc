@@ -153,6 +153,77 @@ bool ConvOnednn::WinogradCandidate() const {
   return true;
 }
 
+bool ConvOnednn::ChannelsLastCandidate(const Shape& src_shape, const Shape& dst_shape,
+                                       bool src_blocked, bool dst_blocked) const {
+  const ConvOnednnOptions& o = options_;
+  if (o.channels_last == ConvChannelsLast::kNever || o.transposed || o.sum || o.dw.has_value() ||
+      o.group != 1 || o.kernel.size() != 2 || src_shape.size() != 4 || dst_shape.size() != 4 ||
+      !src_blocked || !dst_blocked) {
+    return false;
+  }
+  if (o.channels_last == ConvChannelsLast::kAlways) return true;
+  for (size_t d = 0; d < 2; ++d) {
+    if (o.kernel[d] != 3 || o.strides[d] != 2 || o.dilations[d] != 1) return false;
+  }
+  return src_shape[0] > 1 || dst_shape[2] * dst_shape[3] <= 64;
+}
+
+float* ConvOnednn::Scratch(size_t floats) {
+  if (floats > scratch_floats_) {
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    scratch_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    scratch_floats_ = scratch_ ? floats : 0;
+  }
+  return scratch_.get();
+}
+
+absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, const Shape& dst_shape,
+                                                     bool src_blocked, bool dst_blocked,
+                                                     PerShape* entry) {
+  const ConvOnednnOptions& o = options_;
+  const dnnl::memory::desc nhwc_src(ToDnnlDims(src_shape), dt::f32, tag::nhwc);
+  const dnnl::memory::desc nhwc_dst(ToDnnlDims(dst_shape), dt::f32, tag::nhwc);
+  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::f32, tag::any);
+  const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                       dnnl::algorithm::convolution_direct, nhwc_src, any_w,
+                                       bias_md, nhwc_dst, Dims(o.strides, 0), Dims(o.dilations, 1),
+                                       Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    pd = dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  const std::string impl = pd.impl_info_str();
+  if (impl.rfind("brg", 0) != 0) return false;  // only the brgemm kernels win
+  const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
+  const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
+  auto weights = WeightsFor(pd.weights_desc());
+  if (!weights.ok()) return weights.status();
+  entry->channels_last = true;
+  entry->impl = absl::StrCat(impl, " (nhwc, reordered)");
+  entry->call.primitive = dnnl::convolution_forward(pd);
+  entry->call.args[DNNL_ARG_SRC] = UnboundMemory(nhwc_src, engine_);
+  entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
+  entry->call.args[DNNL_ARG_DST] = UnboundMemory(nhwc_dst, engine_);
+  if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
+  entry->to_nhwc.primitive =
+      dnnl::reorder(dnnl::reorder::primitive_desc(engine_, src_md, engine_, nhwc_src));
+  entry->to_nhwc.args[DNNL_ARG_FROM] = UnboundMemory(src_md, engine_);
+  entry->to_nhwc.args[DNNL_ARG_TO] = UnboundMemory(nhwc_src, engine_);
+  entry->from_nhwc.primitive =
+      dnnl::reorder(dnnl::reorder::primitive_desc(engine_, nhwc_dst, engine_, dst_md));
+  entry->from_nhwc.args[DNNL_ARG_FROM] = UnboundMemory(nhwc_dst, engine_);
+  entry->from_nhwc.args[DNNL_ARG_TO] = UnboundMemory(dst_md, engine_);
+  // dst after src in the scratch, 64-byte aligned.
+  entry->dst_offset = (nhwc_src.get_size() / sizeof(float) + 15) / 16 * 16;
+  if (Scratch(entry->dst_offset + nhwc_dst.get_size() / sizeof(float)) == nullptr) {
+    return absl::ResourceExhaustedError("ConvOnednn: cannot allocate the channels-last scratch");
+  }
+  return true;
+}
+
 dnnl::primitive_attr ConvOnednn::Attr() const {
   dnnl::post_ops ops;
   if (options_.sum) ops.append_sum(1.0f);
@@ -192,6 +263,21 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
   if (per_shape_.contains(src_shape)) return absl::OkStatus();
   const ConvOnednnOptions& o = options_;
   PerShape entry;
+  if (ChannelsLastCandidate(src_shape, dst_shape, src_blocked, dst_blocked)) {
+    absl::StatusOr<bool> done;
+    try {
+      done = PrepareChannelsLast(src_shape, dst_shape, src_blocked, dst_blocked, &entry);
+    } catch (const dnnl::error& e) {
+      return DnnlErrorToStatus(
+          e, absl::StrCat("creating channels-last conv for input ", ShapeToString(src_shape)));
+    }
+    if (!done.ok()) return done.status();
+    if (*done) {
+      per_shape_.emplace(src_shape, std::move(entry));
+      return absl::OkStatus();
+    }
+    entry = PerShape();
+  }
   try {
     dnnl::memory::dims wdims = UserWeightsDesc().dims();
     dnnl::memory::desc any_w(wdims, dt::f32, tag::any);
@@ -280,10 +366,25 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
     if (absl::Status s = Prepare(src_shape, dst_shape); !s.ok()) return s;
     it = per_shape_.find(src_shape);
   }
+  PerShape& e = it->second;
   try {
-    it->second.call.SetHandle(DNNL_ARG_SRC, src);
-    it->second.call.SetHandle(DNNL_ARG_DST, dst);
-    it->second.call.Execute(stream);
+    if (e.channels_last) {
+      float* nhwc_src = scratch_.get();
+      float* nhwc_dst = nhwc_src + e.dst_offset;
+      e.to_nhwc.SetHandle(DNNL_ARG_FROM, src);
+      e.to_nhwc.SetHandle(DNNL_ARG_TO, nhwc_src);
+      e.to_nhwc.Execute(stream);
+      e.call.SetHandle(DNNL_ARG_SRC, nhwc_src);
+      e.call.SetHandle(DNNL_ARG_DST, nhwc_dst);
+      e.call.Execute(stream);
+      e.from_nhwc.SetHandle(DNNL_ARG_FROM, nhwc_dst);
+      e.from_nhwc.SetHandle(DNNL_ARG_TO, dst);
+      e.from_nhwc.Execute(stream);
+      return absl::OkStatus();
+    }
+    e.call.SetHandle(DNNL_ARG_SRC, src);
+    e.call.SetHandle(DNNL_ARG_DST, dst);
+    e.call.Execute(stream);
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "executing conv");
   }
