@@ -1,5 +1,6 @@
 #include "engine/constant_folding.h"
 
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -25,6 +26,9 @@ Constant MakeConstant(DataType type, kernels::Tensor t) {
   }
   return ConstantFromTyped(TypedTensor::FromFloat(t).CastTo(to));
 }
+
+// Shape arithmetic tracked at two batch sizes stays this small.
+constexpr int64_t kMaxTrackedElements = 64;
 
 // True when the node's constants or outputs are not all FP32: folded
 // through the typed reference when the op has one for those types.
@@ -54,6 +58,8 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
   }
   for (const auto& [id, c] : graph.constants()) at1[id] = at2[id] = c.shape;
 
+  // Small non-FP32 values computed from shapes, at batch 1 and 2.
+  std::vector<std::optional<std::array<TypedTensor, 2>>> at_batch(n);
   std::vector<bool> folded(graph.nodes().size(), false);
   int count = 0;
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -108,13 +114,68 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
           }
         }
       }
-    } else if ((node.op_type == "Shape" || node.op_type == "Size") && shapes_known &&
-               *at1[node.inputs[0]] == *at2[node.inputs[0]]) {
-      // Only the shape is read (Size reads the element count).
-      const TypedTensor placeholder(DataType::kBool, *at1[node.inputs[0]]);
-      if (auto out = RunTypedNode(graph, node, {&placeholder}); out.ok()) {
-        result.emplace();
-        for (TypedTensor& t : *out) result->push_back(ConstantFromTyped(std::move(t)));
+    } else if ((node.op_type == "Shape" || node.op_type == "Size") && shapes_known) {
+      // Only the shape is read (Size reads the element count). A shape that
+      // depends on the batch is kept at both batch sizes, so that shape
+      // arithmetic picking batch-independent dims still folds.
+      const TypedTensor p1(DataType::kBool, *at1[node.inputs[0]]);
+      const TypedTensor p2(DataType::kBool, *at2[node.inputs[0]]);
+      auto out1 = RunTypedNode(graph, node, {&p1});
+      auto out2 = RunTypedNode(graph, node, {&p2});
+      if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
+        if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
+          result.emplace();
+          result->push_back(ConstantFromTyped(std::move((*out1)[0])));
+        } else {
+          at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
+        }
+      }
+    } else if (typed && node.outputs.size() == 1 && schema->validate(graph, node).ok()) {
+      // Inputs that are constants or known at both batch sizes (a Shape's
+      // output and what is computed from it): the same result at both
+      // batch sizes folds.
+      std::vector<const TypedTensor*> in1, in2;
+      std::vector<TypedTensor> held;
+      held.reserve(node.inputs.size());
+      bool known = false;  // some input tracked, every other one constant
+      for (ValueId v : node.inputs) {
+        if (v == kNoValue || graph.IsConstant(v)) continue;
+        known = at_batch[v].has_value();
+        if (!known) break;
+      }
+      for (ValueId v : node.inputs) {
+        if (!known) break;
+        if (v == kNoValue) {
+          in1.push_back(nullptr);
+          in2.push_back(nullptr);
+        } else if (at_batch[v].has_value()) {
+          in1.push_back(&(*at_batch[v])[0]);
+          in2.push_back(&(*at_batch[v])[1]);
+        } else if (const Constant* c = graph.FindConstant(v); c != nullptr) {
+          auto t = ConstantAsTyped(*c);
+          if (!t.ok()) {
+            known = false;
+            break;
+          }
+          held.push_back(*std::move(t));
+          in1.push_back(&held.back());
+          in2.push_back(&held.back());
+        } else {
+          known = false;
+          break;
+        }
+      }
+      if (known) {
+        auto out1 = RunTypedNode(graph, node, in1);
+        auto out2 = RunTypedNode(graph, node, in2);
+        if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
+          if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
+            result.emplace();
+            result->push_back(ConstantFromTyped(std::move((*out1)[0])));
+          } else if ((*out1)[0].size() <= kMaxTrackedElements) {
+            at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
+          }
+        }
       }
     }
     if (result.has_value() && result->size() == node.outputs.size()) {
@@ -143,6 +204,28 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
     for (size_t j = 0; j < node.outputs.size() && j < o1->size(); ++j) {
       at1[node.outputs[j]] = (*o1)[j];
       at2[node.outputs[j]] = (*o2)[j];
+    }
+  }
+  // Shape arithmetic whose every use folded (a Shape read only for its
+  // batch-independent dims) is dead: dropped, last first.
+  std::vector<int> readers(n, 0);
+  for (ValueId v : graph.outputs()) ++readers[v];
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    if (folded[i]) continue;
+    for (ValueId v : graph.nodes()[i].inputs) {
+      if (v != kNoValue) ++readers[v];
+    }
+  }
+  for (size_t i = graph.nodes().size(); i-- > 0;) {
+    const Node& node = graph.nodes()[i];
+    if (folded[i]) continue;
+    bool dead = true;
+    for (ValueId v : node.outputs) dead = dead && readers[v] == 0 && at_batch[v].has_value();
+    if (!dead) continue;
+    folded[i] = true;
+    ++count;
+    for (ValueId v : node.inputs) {
+      if (v != kNoValue) --readers[v];
     }
   }
   if (count > 0) {

@@ -177,6 +177,54 @@ TEST(TypedOpsTest, EmbeddingFromInt64IdsAndMaskCastToFloat) {
   EXPECT_EQ(Values<float>(out[0]), (std::vector<float>{0, 1, 40, 41, 0, 0, 20, 21, 0, 0, 10, 11}));
 }
 
+TEST(TypedOpsTest, ExportedBertInputStageFoldsItsShapeArithmetic) {
+  // The input stage of a BERT exported from PyTorch: position ids sliced to
+  // the sequence length read from Shape(input_ids) (batch-independent, so
+  // folded at import though the batch is dynamic), word + position
+  // embeddings, and the extended attention mask (1 - mask) * -10000 from
+  // the int64 mask.
+  OnnxModelBuilder builder;
+  builder.Input("input_ids", {-1, 3}, P::INT64).Input("attention_mask", {-1, 3}, P::INT64);
+  builder.Output("emb", {-1, 3, 2}).Output("ext", {-1, 1, 1, 3});
+  builder.Initializer("word", kernels::Tensor({4, 2}, {0, 1, 10, 11, 20, 21, 30, 31}));
+  builder.Initializer("pos_table",
+                      kernels::Tensor({5, 2}, {100, 200, 300, 400, 500, 600, 700, 800, 900, 1000}));
+  const std::vector<int64_t> positions = {0, 1, 2, 3, 4};
+  builder.RawInitializer("position_ids", P::INT64, {1, 5}, positions.data(), 40);
+  const int64_t one = 1;
+  builder.RawInitializer("one", P::INT64, {}, &one, 8);
+  builder.Int64Initializer("zero1", {0}).Int64Initializer("one1", {1});
+  builder.Int64Initializer("axes0", {0}).Int64Initializer("axes12", {1, 2});
+  builder.Initializer("onef", kernels::Tensor({}, {1.0f}));
+  builder.Initializer("big", kernels::Tensor({}, {-10000.0f}));
+  builder.Node("Shape", {"input_ids"}, {"shape"});
+  builder.Node("Gather", {"shape", "one"}, {"seq"});
+  builder.Node("Unsqueeze", {"seq", "axes0"}, {"seq1"});
+  builder.Node("Slice", {"position_ids", "zero1", "seq1", "one1"}, {"pos"});
+  builder.Node("Gather", {"word", "input_ids"}, {"w"});
+  builder.Node("Gather", {"pos_table", "pos"}, {"p"});
+  builder.Node("Add", {"w", "p"}, {"emb"});
+  builder.Node("Unsqueeze", {"attention_mask", "axes12"}, {"m4"});
+  auto& cast = builder.Node("Cast", {"m4"}, {"mf"});
+  OnnxModelBuilder::AttrInt(cast, "to", P::FLOAT);
+  builder.Node("Sub", {"onef", "mf"}, {"inv"});
+  builder.Node("Mul", {"inv", "big"}, {"ext"});
+  const std::string path = builder.Save("typed_bert_inputs");
+  auto graph = ImportOnnxModel(path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (const Node& node : graph->nodes()) {
+    EXPECT_NE(node.op_type, "Shape") << "the sequence length should fold";
+    EXPECT_NE(node.op_type, "Slice") << "the position ids should fold";
+  }
+  const auto out = RunBoth(path, 2,
+                           {Make<int64_t>(DataType::kInt64, {2, 3}, {3, 0, 2, 1, 1, 0}),
+                            Make<int64_t>(DataType::kInt64, {2, 3}, {1, 1, 0, 1, 0, 0})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(Values<float>(out[0]), (std::vector<float>{130, 231, 300, 401, 520, 621,  //
+                                                       110, 211, 310, 411, 500, 601}));
+  EXPECT_EQ(Values<float>(out[1]), (std::vector<float>{0, 0, -10000, 0, -10000, -10000}));
+}
+
 TEST(TypedOpsTest, GatherIndexOutOfRangeIsAnError) {
   OnnxModelBuilder builder;
   builder.Input("ids", {2}, P::INT64).Output("y", {2, 2});
