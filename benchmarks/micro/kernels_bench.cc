@@ -1,11 +1,19 @@
 // numaserve's own kernels per ISA tier (GB/s of input+output traffic),
 // oneDNN SGEMM with prepacked weights, and every GEMM backend (oneDNN, BLIS,
 // OpenBLAS) on SGEMM and model shapes (GFLOP/s and the fraction of this
-// machine's FP32 peak for the threads used).
+// machine's FP32 peak for the threads used), and ResNet-50's stride-2 convs
+// on ConvOnednn with the blocked layouts the compiled model gives them, on
+// the direct blocked kernel and on the channels-last path. Compare paths
+// only within one run, interleaved:
+//   kernels_bench --benchmark_filter=ConvResNet50 --benchmark_repetitions=5
+//     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+// (the least disturbed repetition: time in the "_min" row, GFLOP/s and
+// peak_fraction in the "_max" row).
 //   kernels_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +21,7 @@
 #include "affinity/cpu_features.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_backend.h"
+#include "kernels/onednn/conv_onednn.h"
 #include "kernels/onednn/matmul_onednn.h"
 
 namespace {
@@ -135,7 +144,16 @@ BENCHMARK(BM_SgemmOnednn)
     ->Args({1024, 768, 3072})
     ->Args({32, 1024, 1024})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    // With other load on the cores, the least disturbed repetition: its
+    // time is the "_min" row's, its GFLOP/s the "_max" row's.
+    ->ComputeStatistics("min",
+                        [](const std::vector<double>& v) {
+                          return *std::min_element(v.begin(), v.end());
+                        })
+    ->ComputeStatistics("max", [](const std::vector<double>& v) {
+      return *std::max_element(v.begin(), v.end());
+    });
 
 // The same Y = X W through each GEMM backend's kernel (kernels/gemm), as the
 // engine runs it: weights prepared once, all OpenMP threads. The label names
@@ -186,5 +204,80 @@ BENCHMARK_CAPTURE(BM_Gemm, blis, numaserve::kernels::GemmBackend::kBlis)->Apply(
 BENCHMARK_CAPTURE(BM_Gemm, openblas, numaserve::kernels::GemmBackend::kOpenblas)->Apply(GemmArgs);
 
 }  // namespace
+
+// ResNet-50 convs (bias + Relu, as after BatchNormalization folding):
+// range(0): which (0: the 7x7 stride-2 stem, 3 -> 64 on 224x224, plain src;
+// 1-3: the 3x3 stride-2 convs conv_108 (128 ch, 56x56), conv_215 (256 ch,
+// 28x28), conv_372 (512 ch, 14x14), blocked src), range(1): batch,
+// range(2): 0 = the blocked direct kernel (ConvChannelsLast::kNever), 1 =
+// the default choice (kAuto), 2 = channels-last whenever possible (kAlways).
+// dst is blocked. Includes the channels-last path's reorders.
+void BM_ConvResNet50(benchmark::State& state) {
+  struct ConvShape {
+    int64_t c, m, hw, k, stride, pad;
+  };
+  static constexpr ConvShape kShapes[] = {{3, 64, 224, 7, 2, 3},
+                                          {128, 128, 56, 3, 2, 1},
+                                          {256, 256, 28, 3, 2, 1},
+                                          {512, 512, 14, 3, 2, 1}};
+  const ConvShape& c = kShapes[state.range(0)];
+  const int64_t n = state.range(1);
+  using numaserve::kernels::ConvChannelsLast;
+  const ConvChannelsLast layout = state.range(2) == 0   ? ConvChannelsLast::kNever
+                                  : state.range(2) == 1 ? ConvChannelsLast::kAuto
+                                                        : ConvChannelsLast::kAlways;
+  const int64_t out = (c.hw + 2 * c.pad - c.k) / c.stride + 1;
+  const numaserve::kernels::Shape src{n, c.c, c.hw, c.hw}, dst{n, c.m, out, out};
+  const bool src_blocked = c.c % 16 == 0;
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  std::vector<float> w = Random(c.m * c.c * c.k * c.k);
+  numaserve::kernels::ConvOnednnOptions o;
+  o.in_channels = c.c;
+  o.out_channels = c.m;
+  o.kernel = {c.k, c.k};
+  o.strides = {c.stride, c.stride};
+  o.dilations = {1, 1};
+  o.pads_begin = o.pads_end = {c.pad, c.pad};
+  o.weights = w.data();
+  o.bias = Random(c.m);
+  o.eltwise.push_back({dnnl::algorithm::eltwise_relu, 0.0f, 0.0f});
+  o.channels_last = layout;
+  auto conv = numaserve::kernels::ConvOnednn::Create(engine, std::move(o));
+  std::vector<float> x =
+      Random(numaserve::kernels::ActivationBytes(src, src_blocked) / sizeof(float));
+  std::vector<float> y(numaserve::kernels::ActivationBytes(dst, true) / sizeof(float));
+  if (!conv.ok() || !(*conv)->Prepare(src, dst, src_blocked, true).ok() ||
+      !(*conv)->Execute(stream, src, dst, x.data(), y.data()).ok()) {
+    state.SkipWithError("conv failed");
+    return;
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize((*conv)->Execute(stream, src, dst, x.data(), y.data()));
+    stream.wait();
+  }
+  const double flops = 2.0 * n * c.m * out * out * c.c * c.k * c.k;
+  const double peak =
+      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel((*conv)->ImplementationName(src));
+}
+BENCHMARK(BM_ConvResNet50)
+    ->ArgNames({"conv", "batch", "path"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 32}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    // With other load on the cores, the least disturbed repetition: its
+    // time is the "_min" row's, its GFLOP/s the "_max" row's.
+    ->ComputeStatistics("min",
+                        [](const std::vector<double>& v) {
+                          return *std::min_element(v.begin(), v.end());
+                        })
+    ->ComputeStatistics("max", [](const std::vector<double>& v) {
+      return *std::max_element(v.begin(), v.end());
+    });
 
 BENCHMARK_MAIN();
