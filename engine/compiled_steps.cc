@@ -118,13 +118,8 @@ absl::Status TypedReferenceStep::Run(const StepContext& ctx) {
       in[i] = &*constants_[i];
       continue;
     }
-    TypedTensor& t = inputs_[i];
-    t.type = RuntimeType(*graph_, v);
-    t.shape = ctx.shapes[v];
-    const size_t bytes = kernels::NumElements(t.shape) * DataTypeSize(t.type);
-    t.bytes.resize(bytes);
-    if (bytes > 0) std::memcpy(t.bytes.data(), ctx.data[v], bytes);
-    in[i] = &t;
+    inputs_[i] = TypedTensor::View(RuntimeType(*graph_, v), ctx.shapes[v], ctx.data[v]);
+    in[i] = &inputs_[i];
   }
   auto out = RunTypedNode(*graph_, node, in);
   if (!out.ok()) return out.status();

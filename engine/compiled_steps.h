@@ -359,9 +359,9 @@ class ReferenceStep final : public Step {
 };
 
 // A node that reads or writes a value of a type other than FP32, on its
-// op's typed reference: runtime inputs are copied into typed tensors of
-// their types (constants converted once, here), outputs copied back by
-// their byte size. ctx.data holds every value's bytes whatever its type.
+// op's typed reference: inputs are read in place (typed views of the
+// buffers and constants), outputs copied back by their byte size. ctx.data
+// holds every value's bytes whatever its type.
 class TypedReferenceStep final : public Step {
  public:
   // Fails when a constant input has no readable data.
@@ -378,7 +378,7 @@ class TypedReferenceStep final : public Step {
   const Graph* graph_;
   int node_index_;
   std::vector<std::optional<TypedTensor>> constants_;  // by input index
-  std::vector<TypedTensor> inputs_;                    // reused buffers
+  std::vector<TypedTensor> inputs_;                    // views, per Run
 };
 
 }  // namespace numaserve::engine

@@ -98,7 +98,7 @@ absl::StatusOr<std::vector<TypedTensor>> RunReferenceTyped(const Graph& graph,
       return absl::InvalidArgumentError(
           absl::StrCat("output '", graph.value(id).name, "' was not computed"));
     }
-    outputs.push_back(**t);
+    outputs.push_back((*t)->Owned());  // constants are views
   }
   return outputs;
 }

@@ -74,18 +74,20 @@ absl::Status CheckTypedNode(const Graph& graph, const Node& node) {
 
 absl::StatusOr<TypedTensor> ConstantAsTyped(const Constant& c) {
   const int64_t n = kernels::NumElements(c.shape);
+  // Views: a large table (an embedding) is not copied.
   if (c.type == DataType::kFloat32 && static_cast<int64_t>(c.f32.data.size()) == n) {
-    return TypedTensor::FromBytes(DataType::kFloat32, c.shape, c.f32.data.data());
+    return TypedTensor::View(DataType::kFloat32, c.shape, c.f32.data.data());
   }
   if (c.type != DataType::kUnknown && c.type != DataType::kFloat32 &&
       c.bytes.size() == n * DataTypeSize(c.type)) {
-    return TypedTensor::FromBytes(c.type, c.shape, c.bytes.data());
+    return TypedTensor::View(c.type, c.shape, c.bytes.data());
   }
   return absl::UnimplementedError(
       absl::StrCat("a constant of type ", DataTypeName(c.type), " has no readable data"));
 }
 
 Constant ConstantFromTyped(TypedTensor t) {
+  if (t.view != nullptr) t = t.Owned();
   Constant c;
   c.type = t.type;
   c.shape = t.shape;
@@ -115,6 +117,7 @@ absl::StatusOr<std::vector<TypedTensor>> RunTypedNode(
                                             out->size(), " outputs for ", node.outputs.size()));
   }
   for (size_t j = 0; j < node.outputs.size(); ++j) {
+    if ((*out)[j].view != nullptr) (*out)[j] = (*out)[j].Owned();  // an input passed through
     const DataType want = graph.value(node.outputs[j]).type;
     if (want != DataType::kUnknown && (*out)[j].type != want) (*out)[j] = (*out)[j].CastTo(want);
   }

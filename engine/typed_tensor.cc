@@ -79,6 +79,19 @@ TypedTensor TypedTensor::FromFloat(const kernels::Tensor& t) {
   return FromBytes(DataType::kFloat32, t.shape, t.data.data());
 }
 
+TypedTensor TypedTensor::View(DataType type, Shape shape, const void* data) {
+  TypedTensor t;
+  t.type = type;
+  t.shape = std::move(shape);
+  t.view = static_cast<const uint8_t*>(data);
+  return t;
+}
+
+TypedTensor TypedTensor::Owned() const {
+  if (view == nullptr) return *this;
+  return FromBytes(type, shape, view);
+}
+
 TypedTensor TypedTensor::FromBytes(DataType type, Shape shape, const void* data) {
   TypedTensor t(type, std::move(shape));
   if (!t.bytes.empty()) std::memcpy(t.bytes.data(), data, t.bytes.size());

@@ -213,6 +213,9 @@ struct TypedTensor {
   DataType type = DataType::kFloat32;
   Shape shape;
   std::vector<uint8_t> bytes;  // NumElements(shape) * DataTypeSize(type)
+  // When set, the elements live there, not owned (a graph constant, a value
+  // in a compiled model's buffers) and `bytes` is empty: read-only.
+  const uint8_t* view = nullptr;
 
   TypedTensor() = default;
   // Zero-filled.
@@ -220,13 +223,15 @@ struct TypedTensor {
 
   int64_t size() const { return kernels::NumElements(shape); }
   size_t element_size() const { return DataTypeSize(type); }
+  // The elements, owned or viewed.
+  const uint8_t* raw() const { return view != nullptr ? view : bytes.data(); }
   template <typename T>
-  T* data() {
+  T* data() {  // owned tensors only
     return reinterpret_cast<T*>(bytes.data());
   }
   template <typename T>
   const T* data() const {
-    return reinterpret_cast<const T*>(bytes.data());
+    return reinterpret_cast<const T*>(raw());
   }
 
   // Element i converted to double / int64 (Cast semantics).
@@ -234,6 +239,10 @@ struct TypedTensor {
   int64_t GetInt64(int64_t i) const;
 
   static TypedTensor FromFloat(const kernels::Tensor& t);
+  // A view of `data`, which must outlive it.
+  static TypedTensor View(DataType type, Shape shape, const void* data);
+  // An owning copy (of a view's elements too).
+  TypedTensor Owned() const;
   // A copy of `count` elements of `type` at `data`.
   static TypedTensor FromBytes(DataType type, Shape shape, const void* data);
   template <typename T>

@@ -133,7 +133,7 @@ TypedOr GatherPositions(const Node& node, const TypedIn& in, const std::vector<s
   int64_t total = 0;
   for (size_t k : data_inputs) {
     if (in[k]->type != type) return NodeError(node, "data inputs differ in element type");
-    base.push_back(in[k]->bytes.data());
+    base.push_back(in[k]->raw());
     starts.push_back(total);
     total += in[k]->size();
   }
@@ -144,7 +144,7 @@ TypedOr GatherPositions(const Node& node, const TypedIn& in, const std::vector<s
       const int64_t p = positions[e];
       uint8_t* dst = t.bytes.data() + e * es;
       if (p < 0 || p >= total) {
-        if (fill != nullptr && fill->size() > 0) std::memcpy(dst, fill->bytes.data(), es);
+        if (fill != nullptr && fill->size() > 0) std::memcpy(dst, fill->raw(), es);
         continue;
       }
       const size_t k = std::upper_bound(starts.begin(), starts.end(), p) - starts.begin() - 1;
@@ -185,7 +185,7 @@ TypedOr PadTyped(const Graph& graph, const Node& node, const TypedIn& in) {
   if (!moved.ok()) return moved.status();
   TypedTensor fill(in[0]->type, Shape{});
   if (in.size() > 2 && in[2] != nullptr && in[2]->size() > 0) {
-    fill = TypedTensor::FromBytes(in[2]->type, Shape{}, in[2]->bytes.data()).CastTo(in[0]->type);
+    fill = TypedTensor::FromBytes(in[2]->type, Shape{}, in[2]->raw()).CastTo(in[0]->type);
   } else {
     const kernels::Tensor v(Shape{}, {node.GetFloat("value", 0.0f)});
     fill = TypedTensor::FromFloat(v).CastTo(in[0]->type);
@@ -246,7 +246,7 @@ TypedOr GatherTyped(const Graph& graph, const Node& node, const TypedIn& in) {
     }
     for (int64_t o = 0; o < outer; ++o) {
       std::memcpy(y.bytes.data() + ((o * n + i) * inner) * es,
-                  x.bytes.data() + ((o * dim + k) * inner) * es, inner * es);
+                  x.raw() + ((o * dim + k) * inner) * es, inner * es);
     }
   }
   return OneT(std::move(y));
@@ -319,7 +319,7 @@ TypedOr ConstantOfShapeTyped(const Graph& graph, const Node& node, const TypedIn
                         : TypedTensor::FromBytes(c.type, Shape{}, c.bytes.data());
     v = v.CastTo(type);
     const size_t es = DataTypeSize(type);
-    for (int64_t i = 0; i < y.size(); ++i) std::memcpy(y.bytes.data() + i * es, v.bytes.data(), es);
+    for (int64_t i = 0; i < y.size(); ++i) std::memcpy(y.bytes.data() + i * es, v.raw(), es);
   }
   return OneT(std::move(y));
 }
@@ -592,8 +592,7 @@ TypedOr WhereTyped(const Graph&, const Node& node, const TypedIn& in) {
   const size_t es = x.element_size();
   for (size_t i = 0; i < oc.size(); ++i) {
     const bool pick_x = cond.data<bool>()[oc[i]];
-    std::memcpy(y.bytes.data() + i * es,
-                pick_x ? x.bytes.data() + ox[i] * es : z.bytes.data() + oz[i] * es, es);
+    std::memcpy(y.bytes.data() + i * es, pick_x ? x.raw() + ox[i] * es : z.raw() + oz[i] * es, es);
   }
   return OneT(std::move(y));
 }
