@@ -332,6 +332,67 @@ TEST(TypedOpsTest, MaxPoolUint8WithIndices) {
   EXPECT_EQ(Values<int64_t>(out[1]), (std::vector<int64_t>{3, 3, 5, 8}));
 }
 
+TEST(TypedOpsTest, ReductionsSplitExpandAndLogicOfIntegers) {
+  OnnxModelBuilder builder;
+  builder.Input("x", {2, 3}, P::INT64).Input("b", {3}, P::BOOL).Input("i", {3}, P::INT32);
+  builder.Output("sum", {2}, P::INT64).Output("max", {1, 3}, P::INT64);
+  builder.Output("lo", {2, 1}, P::INT64).Output("hi", {2, 2}, P::INT64);
+  builder.Output("wide", {2, 3}, P::INT32).Output("nb", {3}, P::BOOL);
+  builder.Output("neg", {3}, P::INT32).Output("abs", {3}, P::INT32);
+  builder.Int64Initializer("axis1", {1});
+  builder.Int64Initializer("parts", {1, 2}).Int64Initializer("shape", {2, 3});
+  auto& sum = builder.Node("ReduceSum", {"x", "axis1"}, {"sum"});
+  OnnxModelBuilder::AttrInt(sum, "keepdims", 0);
+  auto& max = builder.Node("ReduceMax", {"x"}, {"max"});  // axes: an attribute before opset 18
+  OnnxModelBuilder::AttrInts(max, "axes", {0});
+  auto& split = builder.Node("Split", {"x", "parts"}, {"lo", "hi"});
+  OnnxModelBuilder::AttrInt(split, "axis", 1);
+  builder.Node("Expand", {"i", "shape"}, {"wide"});
+  builder.Node("Not", {"b"}, {"nb"});
+  builder.Node("Neg", {"i"}, {"neg"});
+  builder.Node("Abs", {"i"}, {"abs"});
+  const int64_t b = (int64_t{1} << 60) + 1;
+  const auto out =
+      RunBoth(builder.Save("typed_reduce"), 1,
+              {Make<int64_t>(DataType::kInt64, {2, 3}, {b, b, 5, -b, 2, -3}),
+               Make<uint8_t>(DataType::kBool, {3}, {1, 0, 1}),
+               Make<int32_t>(DataType::kInt32, {3}, {-5, 0, std::numeric_limits<int32_t>::max()})});
+  ASSERT_EQ(out.size(), 8u);
+  EXPECT_EQ(Values<int64_t>(out[0]), (std::vector<int64_t>{2 * b + 5, -b - 1}));
+  EXPECT_EQ(Values<int64_t>(out[1]), (std::vector<int64_t>{b, b, 5}));
+  EXPECT_EQ(Values<int64_t>(out[2]), (std::vector<int64_t>{b, -b}));
+  EXPECT_EQ(Values<int64_t>(out[3]), (std::vector<int64_t>{b, 5, 2, -3}));
+  const int32_t m = std::numeric_limits<int32_t>::max();
+  EXPECT_EQ(Values<int32_t>(out[4]), (std::vector<int32_t>{-5, 0, m, -5, 0, m}));
+  EXPECT_EQ(Values<bool>(out[5]), (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(Values<int32_t>(out[6]), (std::vector<int32_t>{5, 0, -m}));
+  EXPECT_EQ(Values<int32_t>(out[7]), (std::vector<int32_t>{5, 0, m}));
+}
+
+TEST(TypedOpsTest, MovingMoreThanTwoTo24ElementsStaysExact) {
+  // Element positions above 2^24 are not exact in FP32: Concat's typed
+  // reference moves them in two passes. Every element is checked.
+  const int64_t n0 = (int64_t{1} << 23) + 3, n1 = (int64_t{1} << 23) + 5;
+  OnnxModelBuilder builder;
+  builder.Input("a", {n0}, P::UINT8).Input("b", {n1}, P::UINT8);
+  builder.Output("y", {n0 + n1}, P::UINT8);
+  auto& concat = builder.Node("Concat", {"b", "a"}, {"y"});
+  OnnxModelBuilder::AttrInt(concat, "axis", 0);
+  auto graph = ImportOnnxModel(builder.Save("typed_big_concat"));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::vector<uint8_t> a(n0), b(n1);
+  for (int64_t i = 0; i < n0; ++i) a[i] = static_cast<uint8_t>((i * 7) % 251);
+  for (int64_t i = 0; i < n1; ++i) b[i] = static_cast<uint8_t>((i * 13 + 1) % 241);
+  auto out = RunReferenceTyped(
+      *graph, {Make<uint8_t>(DataType::kUint8, {n0}, a), Make<uint8_t>(DataType::kUint8, {n1}, b)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const uint8_t* y = (*out)[0].data<uint8_t>();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n1; ++i) wrong += y[i] != b[i];
+  for (int64_t i = 0; i < n0; ++i) wrong += y[n1 + i] != a[i];
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(TypedOpsTest, NonFp32ValueIntoFp32OnlyOpIsRefusedAtLoad) {
   OnnxModelBuilder builder;
   builder.Input("a", {2, 2}, P::INT32).Input("b", {2, 2}, P::INT32);
