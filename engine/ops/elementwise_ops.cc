@@ -163,14 +163,16 @@ bool IsVariadic(const Node& node) {
          node.op_type == "Mean";
 }
 
-absl::Status BinaryValidate(const Graph&, const Node& node) {
+absl::Status BinaryValidate(const Graph& graph, const Node& node) {
   const bool variadic = IsVariadic(node);
   if (absl::Status s = CheckArity(node, variadic ? 1 : 2, variadic ? 64 : 2); !s.ok()) return s;
   for (ValueId v : node.inputs) {
     if (v == kNoValue) return NodeError(node, "inputs may not be omitted");
   }
-  if (node.op_type == "Mod" && node.GetInt("fmod", 0) == 0) {
-    return NodeUnsupported(node, "integer Mod (fmod=0) is not supported; only fmod=1");
+  // Integer Mod (fmod=0, the divisor's sign) runs on the typed reference.
+  if (node.op_type == "Mod" && node.GetInt("fmod", 0) == 0 &&
+      !IsIntegerType(graph.value(node.inputs[0]).type)) {
+    return NodeError(node, "fmod=0 needs integer inputs; floating-point Mod needs fmod=1");
   }
   return absl::OkStatus();
 }

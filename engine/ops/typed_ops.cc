@@ -347,7 +347,24 @@ B IntPow(B base, int64_t e) {
   return static_cast<B>(r);
 }
 
-enum class Bin { kAdd, kSub, kMul, kDiv, kMin, kMax, kEq, kLt, kLe, kGt, kGe, kAnd, kOr, kXor };
+enum class Bin {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMod,
+  kFmod,
+  kMin,
+  kMax,
+  kEq,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kAnd,
+  kOr,
+  kXor
+};
 
 absl::StatusOr<Bin> BinOf(const Node& node) {
   const std::string& op = node.op_type;
@@ -355,6 +372,7 @@ absl::StatusOr<Bin> BinOf(const Node& node) {
   if (op == "Sub") return Bin::kSub;
   if (op == "Mul") return Bin::kMul;
   if (op == "Div") return Bin::kDiv;
+  if (op == "Mod") return node.GetInt("fmod", 0) != 0 ? Bin::kFmod : Bin::kMod;
   if (op == "Min") return Bin::kMin;
   if (op == "Max") return Bin::kMax;
   if (op == "Equal") return Bin::kEq;
@@ -453,6 +471,18 @@ absl::StatusOr<TypedTensor> BinaryOf(const Node& node, Bin op, const TypedTensor
             r = static_cast<C>(x / z);
           }
           break;
+        case Bin::kMod:
+        case Bin::kFmod:
+          if (z == 0) {
+            div_by_zero = true;
+          } else if constexpr (std::is_signed_v<C>) {
+            r = z == C(-1) ? C(0) : static_cast<C>(x % z);  // truncated (fmod=1)
+            // fmod=0: the result takes the divisor's sign.
+            if (op == Bin::kMod && r != 0 && ((r < 0) != (z < 0))) r = static_cast<C>(r + z);
+          } else {
+            r = static_cast<C>(x % z);
+          }
+          break;
         case Bin::kMin:
           r = std::min(x, z);
           break;
@@ -476,6 +506,10 @@ absl::StatusOr<TypedTensor> BinaryOf(const Node& node, Bin op, const TypedTensor
         case Bin::kDiv:
           r = x / z;
           break;
+        case Bin::kMod:
+        case Bin::kFmod:
+          r = std::fmod(x, z);
+          break;
         // NaN propagates (ONNX Runtime's Min/Max).
         case Bin::kMin:
           r = (std::isnan(x) || std::isnan(z)) ? C(NAN) : std::min(x, z);
@@ -490,7 +524,8 @@ absl::StatusOr<TypedTensor> BinaryOf(const Node& node, Bin op, const TypedTensor
     y.data<T>()[i] = FromCompute<T>(r);
   });
   if (div_by_zero) {
-    return NodeError(node, "integer division by zero (a divisor element is 0)");
+    return NodeError(node, absl::StrCat("integer ", op == Bin::kDiv ? "division" : "modulo",
+                                        " by zero (a divisor element is 0)"));
   }
   return y;
 }
@@ -934,6 +969,7 @@ const TypedRow kTypedRows[] = {
     {"Sub", BinaryTyped, BinaryAccepts},
     {"Mul", BinaryTyped, BinaryAccepts},
     {"Div", BinaryTyped, BinaryAccepts},
+    {"Mod", BinaryTyped, BinaryAccepts},
     {"Min", BinaryTyped, BinaryAccepts},
     {"Max", BinaryTyped, BinaryAccepts},
     {"Sum", BinaryTyped, BinaryAccepts},

@@ -132,6 +132,21 @@ TEST(TypedOpsTest, IntegerDivisionByZeroIsAnError) {
   EXPECT_NE(s.message().find("'div'"), std::string::npos) << s;
 }
 
+TEST(TypedOpsTest, IntegerModTakesTheDivisorsSignOrTruncates) {
+  OnnxModelBuilder builder;
+  builder.Input("a", {4}, P::INT32).Input("b", {4}, P::INT32);
+  builder.Output("mod", {4}, P::INT32).Output("fmod", {4}, P::INT32);
+  builder.Node("Mod", {"a", "b"}, {"mod"});
+  auto& fmod = builder.Node("Mod", {"a", "b"}, {"fmod"});
+  OnnxModelBuilder::AttrInt(fmod, "fmod", 1);
+  const auto out = RunBoth(builder.Save("typed_mod"), 1,
+                           {Make<int32_t>(DataType::kInt32, {4}, {-7, 7, -7, 6}),
+                            Make<int32_t>(DataType::kInt32, {4}, {3, -3, -3, 4})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(Values<int32_t>(out[0]), (std::vector<int32_t>{2, -2, -1, 2}));
+  EXPECT_EQ(Values<int32_t>(out[1]), (std::vector<int32_t>{-1, 1, -1, 2}));
+}
+
 TEST(TypedOpsTest, ConstantFoldingKeepsInt64Exact) {
   // y = x + (c1 + c2): the constant sum is folded at import, and so is
   // n = Shape(x), a constant graph output.
