@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/model.h"
+#include "engine/typed_tensor.h"
 #include "triton_model_config.pb.h"
 
 namespace numaserve::server {
@@ -44,11 +45,11 @@ double ElementAsDouble(const std::string& datatype, const char* data);
 bool FillRandom(const std::string& datatype, int64_t elements, float low, float high,
                 std::mt19937* rng, char* out);
 
-// IEEE half and bfloat16 bit patterns <-> float (round to nearest even;
-// NaN stays NaN, overflow becomes infinity).
-float HalfToFloat(uint16_t bits);
-uint16_t FloatToHalf(float value);
-float BFloat16ToFloat(uint16_t bits);
-uint16_t FloatToBFloat16(float value);
+// IEEE half and bfloat16 bit patterns <-> float: the engine's conversions
+// (round to nearest even; NaN stays NaN, overflow becomes infinity).
+using engine::BFloat16ToFloat;
+using engine::FloatToBFloat16;
+using engine::FloatToHalf;
+using engine::HalfToFloat;
 
 }  // namespace numaserve::server
