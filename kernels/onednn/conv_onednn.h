@@ -67,12 +67,15 @@ struct DepthwisePostOp {
 // (src reordered to nhwc, oneDNN's brgemm conv, dst reordered back). On
 // AVX-512 oneDNN's brgemm convs take only nhwc activations, and for 3x3
 // stride-2 convs they beat the blocked direct kernel by more than the two
-// reorders cost at batch 32 (ResNet-50's three: 1.2-1.8x) and at batch 1
-// with a small output (7x7: 1.25x); at batch 1 on larger outputs both are
-// even. The brgemm kernel must exist for the shape, else the blocked one runs.
+// reorders cost where the output is small or the batch large (ResNet-50's
+// three at batch 32: 1.1-1.6x; the 7x7-output one at batch 1: 1.15x); at
+// batch 1 on larger outputs both are even. 1x1 stride-2 convs lose (the
+// blocked 1x1 kernel is as fast). The brgemm kernel must exist for the
+// shape, else the blocked one runs.
 enum class ConvChannelsLast {
   kAuto,    // 2D 3x3, stride 2, group 1, no sum or depthwise post-op, blocked
-            // src and dst, and batch > 1 or an output of at most 8x8
+            // src and dst, and an output of at most 8x8, at most 14x14 at
+            // batch >= 2, or batch x output pixels >= 16384
   kNever,   // always the layouts the caller gave
   kAlways,  // whenever the conv is 2D, group 1, no sum or depthwise post-op,
             // with blocked src and dst (tests, benchmarks)

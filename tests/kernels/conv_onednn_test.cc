@@ -152,7 +152,9 @@ TEST(ConvOnednnChannelsLastTest, AutoPicksStrideTwoThreeByThreeOnAvx512) {
   const auto nhwc = [](const std::string& impl) { return impl.find("(nhwc") != std::string::npos; };
   EXPECT_EQ(nhwc(impl_for(3, 2, 4, 28, true, ConvChannelsLast::kAuto)), avx512);
   EXPECT_EQ(nhwc(impl_for(3, 2, 1, 14, true, ConvChannelsLast::kAuto)), avx512);
-  EXPECT_FALSE(nhwc(impl_for(3, 2, 1, 56, true, ConvChannelsLast::kAuto)));  // batch 1, 28x28
+  EXPECT_FALSE(nhwc(impl_for(3, 2, 1, 28, true, ConvChannelsLast::kAuto)));        // batch 1, 14x14
+  EXPECT_FALSE(nhwc(impl_for(3, 2, 8, 56, true, ConvChannelsLast::kAuto)));        // batch 8, 28x28
+  EXPECT_EQ(nhwc(impl_for(3, 2, 21, 56, true, ConvChannelsLast::kAuto)), avx512);  // 21 x 28x28
   EXPECT_FALSE(nhwc(impl_for(3, 1, 4, 28, true, ConvChannelsLast::kAuto)));
   EXPECT_FALSE(nhwc(impl_for(3, 2, 4, 28, false, ConvChannelsLast::kAuto)));  // plain activations
   EXPECT_FALSE(nhwc(impl_for(3, 2, 4, 28, true, ConvChannelsLast::kNever)));
