@@ -1,6 +1,8 @@
 #include "kernels/onednn/conv_onednn.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 
@@ -18,6 +20,23 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
   dnnl::memory::dims out;
   for (int64_t x : v) out.push_back(x - minus);
   return out;
+}
+
+// The calling thread's channels-last scratch, grown to at least `floats`
+// (64-byte aligned); null when it cannot be allocated. One per thread: a
+// thread runs one conv at a time, and a model's convs run one after another,
+// so it holds the largest conv's activations, not their sum.
+float* ChannelsLastScratch(size_t floats) {
+  thread_local std::unique_ptr<float, void (*)(void*)> buffer{nullptr, &std::free};
+  thread_local size_t capacity = 0;
+  if (floats > capacity) {
+    buffer.reset();
+    capacity = 0;
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buffer.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (buffer) capacity = floats;
+  }
+  return buffer.get();
 }
 
 }  // namespace
@@ -174,15 +193,6 @@ bool ConvOnednn::ChannelsLastCandidate(const Shape& src_shape, const Shape& dst_
   return pixels <= 64 || (pixels <= 196 && n >= 2) || n * pixels >= 16384;
 }
 
-float* ConvOnednn::Scratch(size_t floats) {
-  if (floats > scratch_floats_) {
-    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    scratch_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    scratch_floats_ = scratch_ ? floats : 0;
-  }
-  return scratch_.get();
-}
-
 absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, const Shape& dst_shape,
                                                      bool src_blocked, bool dst_blocked,
                                                      PerShape* entry) {
@@ -224,9 +234,7 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
   entry->from_nhwc.args[DNNL_ARG_TO] = UnboundMemory(dst_md, engine_);
   // dst after src in the scratch, 64-byte aligned.
   entry->dst_offset = (nhwc_src.get_size() / sizeof(float) + 15) / 16 * 16;
-  if (Scratch(entry->dst_offset + nhwc_dst.get_size() / sizeof(float)) == nullptr) {
-    return absl::ResourceExhaustedError("ConvOnednn: cannot allocate the channels-last scratch");
-  }
+  entry->scratch_floats = entry->dst_offset + nhwc_dst.get_size() / sizeof(float);
   return true;
 }
 
@@ -375,7 +383,12 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   PerShape& e = it->second;
   try {
     if (e.channels_last) {
-      float* nhwc_src = scratch_.get();
+      float* nhwc_src = ChannelsLastScratch(e.scratch_floats);
+      if (nhwc_src == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("ConvOnednn: cannot allocate ", e.scratch_floats * sizeof(float),
+                         " bytes of channels-last scratch for input ", ShapeToString(src_shape)));
+      }
       float* nhwc_dst = nhwc_src + e.dst_offset;
       e.to_nhwc.SetHandle(DNNL_ARG_FROM, src);
       e.to_nhwc.SetHandle(DNNL_ARG_TO, nhwc_src);

@@ -8,12 +8,11 @@
 // weights are shared by every shape that prefers the same layout.
 // Strided 3x3 convs between blocked activations may run channels-last
 // (nhwc) on oneDNN's brgemm kernels instead, with the activations reordered
-// at the boundary through a scratch buffer the kernel owns (see
-// ConvChannelsLast).
+// at the boundary through a scratch buffer of the calling thread, shared by
+// every conv that thread runs (see ConvChannelsLast).
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -130,11 +129,12 @@ class ConvOnednn {
   struct PerShape {
     BoundPrimitive call;
     std::string impl;
-    // Channels-last: src reordered into scratch_ (from offset 0), the conv
-    // writes nhwc at scratch offset dst_offset, reordered into dst.
+    // Channels-last: src reordered into the thread's scratch (from offset
+    // 0), the conv writes nhwc at dst_offset, reordered into dst.
     bool channels_last = false;
     BoundPrimitive to_nhwc, from_nhwc;
-    size_t dst_offset = 0;  // floats
+    size_t dst_offset = 0;      // floats
+    size_t scratch_floats = 0;  // src and dst together
   };
   ConvOnednn(const dnnl::engine& engine, ConvOnednnOptions options)
       : engine_(engine), options_(std::move(options)) {}
@@ -148,7 +148,6 @@ class ConvOnednn {
   // has no brgemm kernel for the shape (the blocked path is used then).
   absl::StatusOr<bool> PrepareChannelsLast(const Shape& src_shape, const Shape& dst_shape,
                                            bool src_blocked, bool dst_blocked, PerShape* entry);
-  float* Scratch(size_t floats);
   // The weights in layout `md`, reordered once from the user copy.
   absl::StatusOr<dnnl::memory> WeightsFor(const dnnl::memory::desc& md);
 
@@ -159,9 +158,6 @@ class ConvOnednn {
   dnnl::memory bias_;
   dnnl::memory dw_bias_;
   std::map<Shape, PerShape> per_shape_;
-  // Shared by every channels-last shape (one Execute at a time).
-  std::unique_ptr<float, void (*)(void*)> scratch_{nullptr, &std::free};
-  size_t scratch_floats_ = 0;
 };
 
 }  // namespace numaserve::kernels
