@@ -97,6 +97,32 @@ TEST(TypedTensorTest, CastSemantics) {
   EXPECT_EQ(Values<uint8_t>(i.CastTo(DataType::kUint8)), (std::vector<uint8_t>{7, 255}));
 }
 
+TEST(TypedTensorTest, CastBetweenEveryPairOfTypes) {
+  // Small non-negative integers are exact in every type: each pair must
+  // keep them (BOOL: 0 stays false, the rest become true).
+  const std::vector<DataType> types = {DataType::kBool,    DataType::kUint8,    DataType::kInt8,
+                                       DataType::kInt16,   DataType::kUint16,   DataType::kInt32,
+                                       DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
+                                       DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                       DataType::kFloat64};
+  const TypedTensor source = Make<float>(DataType::kFloat32, {5}, {0.0f, 1.0f, 2.0f, 7.0f, 100.0f});
+  for (DataType from : types) {
+    const TypedTensor x = source.CastTo(from);
+    for (DataType to : types) {
+      const TypedTensor y = x.CastTo(to);
+      ASSERT_EQ(y.type, to);
+      ASSERT_EQ(y.bytes.size(), 5 * DataTypeSize(to));
+      for (int64_t i = 0; i < 5; ++i) {
+        const double want = (from == DataType::kBool || to == DataType::kBool)
+                                ? (source.GetDouble(i) != 0 ? 1.0 : 0.0)
+                                : source.GetDouble(i);
+        EXPECT_EQ(y.GetDouble(i), want)
+            << DataTypeName(from) << " -> " << DataTypeName(to) << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(TypedOpsTest, Int64ArithmeticIsExactAboveTwoTo53) {
   // y = ((a + b) * c - a) / d, elementwise, INT64 all the way.
   OnnxModelBuilder builder;
