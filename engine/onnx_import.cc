@@ -261,6 +261,21 @@ absl::Status CheckOpsSupported(const onnx::GraphProto& g) {
   return absl::OkStatus();
 }
 
+// Why a graph input/output's type is not supported, for the error.
+std::string TypeProblem(const onnx::ValueInfoProto& info) {
+  if (!info.type().has_tensor_type()) {
+    return "is not a tensor (sequences, maps and optionals are not supported)";
+  }
+  const int32_t t = info.type().tensor_type().elem_type();
+  const std::string name =
+      onnx::TensorProto::DataType_IsValid(t)
+          ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t))
+          : absl::StrCat(t);
+  return absl::StrCat("has element type ", name,
+                      ", which is not supported (supported: BOOL, UINT8/16/32/64, INT8/16/32/64, "
+                      "FLOAT16, BFLOAT16, FLOAT, DOUBLE)");
+}
+
 absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
   Graph graph;
   for (const auto& opset : model.opset_import()) {
@@ -284,10 +299,7 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
     ReadValueInfo(in, graph.value(id));
     const Value& v = graph.value(id);
     if (v.type == DataType::kUnknown) {
-      return absl::UnimplementedError(
-          absl::StrCat("input '", in.name(), "' has an unsupported type (element type ",
-                       in.type().has_tensor_type() ? in.type().tensor_type().elem_type() : -1,
-                       "); supported: numeric tensors and BOOL"));
+      return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' ", TypeProblem(in)));
     }
     if (!v.has_shape) {
       return absl::InvalidArgumentError(absl::StrCat("input '", in.name(), "' has no shape"));
@@ -318,10 +330,7 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
     const ValueId id = graph.GetOrAddValue(out.name());
     ReadValueInfo(out, graph.value(id));
     if (graph.value(id).type == DataType::kUnknown) {
-      return absl::UnimplementedError(
-          absl::StrCat("output '", out.name(), "' has an unsupported type (element type ",
-                       out.type().has_tensor_type() ? out.type().tensor_type().elem_type() : -1,
-                       "); supported: numeric tensors and BOOL"));
+      return absl::UnimplementedError(absl::StrCat("output '", out.name(), "' ", TypeProblem(out)));
     }
     graph.outputs().push_back(id);
   }
