@@ -133,6 +133,27 @@ absl::StatusOr<Domain> ParseDomain(const std::string& name) {
       absl::StrCat("unknown placement domain '", name, "' (expected numa, package, l3 or core)"));
 }
 
+absl::StatusOr<OmpWait> ParseOmpWait(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "passive") return OmpWait::kPassive;
+  if (lower == "short") return OmpWait::kShort;
+  if (lower == "spin" || lower == "active") return OmpWait::kSpin;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown OpenMP wait policy '", name, "' (expected passive, short or spin)"));
+}
+
+const char* OmpWaitName(OmpWait wait) {
+  switch (wait) {
+    case OmpWait::kPassive:
+      return "passive";
+    case OmpWait::kShort:
+      return "short";
+    case OmpWait::kSpin:
+      return "spin";
+  }
+  return "?";
+}
+
 const char* DomainName(Domain domain) {
   switch (domain) {
     case Domain::kNuma:
@@ -163,7 +184,7 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
   plan.topology_source = topology.source;
   plan.domain = options.domain;
   plan.use_smt = options.use_smt;
-  plan.spin_wait = options.spin_wait;
+  plan.omp_wait = options.omp_wait;
   for (const Group& group : *groups) {
     if (options.max_workers > 0 && static_cast<int>(plan.workers.size()) >= options.max_workers) {
       break;
@@ -182,14 +203,14 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
       }
     }
     worker.num_threads = static_cast<int>(worker.cpus.size());
-    worker.env = OpenMpEnvironment(worker.cpus, worker.num_threads, options.spin_wait);
+    worker.env = OpenMpEnvironment(worker.cpus, worker.num_threads, options.omp_wait);
     plan.workers.push_back(std::move(worker));
   }
   return plan;
 }
 
 std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::vector<int>& cpus,
-                                                                   int threads, bool spin_wait) {
+                                                                   int threads, OmpWait wait) {
   if (threads <= 0) threads = static_cast<int>(cpus.size());
   std::vector<std::pair<std::string, std::string>> env;
   env.emplace_back("OMP_NUM_THREADS", absl::StrCat(std::max(threads, 1)));
@@ -201,11 +222,11 @@ std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::ve
     env.emplace_back("OMP_PROC_BIND", "close");
   }
   // Spinning saves the wake-up between one operator's parallel region and
-  // the next, but only when the cores are the worker's alone. Otherwise the
-  // spinning threads take time from whatever shares them (see
-  // PlacementOptions::spin_wait). When spinning, it is bounded below, so an
-  // idle worker stops burning its cores soon after a batch.
-  env.emplace_back("OMP_WAIT_POLICY", spin_wait ? "active" : "passive");
+  // the next; long spinning only pays when the cores are the worker's alone
+  // (see OmpWait). Every spin is bounded below, so an idle worker stops
+  // burning its cores soon after a batch.
+  const bool spin = wait == OmpWait::kSpin;
+  env.emplace_back("OMP_WAIT_POLICY", spin ? "active" : "passive");
   if (!cpus.empty()) {
     // Intel/LLVM runtime. Explicit KMP_AFFINITY takes precedence over
     // OMP_PLACES there; nowarnings keeps it from complaining that both are set.
@@ -215,16 +236,18 @@ std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::ve
   // Intel/LLVM: spin 1 ms after a parallel region before sleeping (default
   // 200 ms), long enough to cover operator gaps and short enough when idle;
   // 0 sleeps at once.
-  env.emplace_back("KMP_BLOCKTIME", spin_wait ? "1" : "0");
+  // (Its unit is a millisecond, too coarse for the short spin: that sleeps.)
+  env.emplace_back("KMP_BLOCKTIME", spin ? "1" : "0");
   if (!cpus.empty()) {
     // libgomp (Debian's oneDNN and OpenBLAS): the same binding for runtimes
     // that predate OMP_PLACES; OMP_PLACES wins where both are understood.
     env.emplace_back("GOMP_CPU_AFFINITY", absl::StrJoin(cpus, " "));
   }
-  // libgomp: spins before sleeping. An explicit count overrides the 30e9
-  // (spin "forever") that OMP_WAIT_POLICY=active would imply there; at
-  // ~50-100 ns per pause-spin, 10000 spins is roughly KMP_BLOCKTIME's 1 ms.
-  env.emplace_back("GOMP_SPINCOUNT", spin_wait ? "10000" : "0");
+  // libgomp: pauses spun before sleeping. An explicit count overrides the
+  // 30e9 (spin "forever") that OMP_WAIT_POLICY=active implies there and the
+  // 0 of passive. A pause takes ~23 ns on the Zen 5 the README measures
+  // (more on older cores): 1000 is ~25 us, 10000 a few hundred us.
+  env.emplace_back("GOMP_SPINCOUNT", spin ? "10000" : wait == OmpWait::kShort ? "1000" : "0");
   return env;
 }
 
@@ -243,7 +266,7 @@ std::string FormatReport(const Topology& topology, const Plan& plan) {
                     FormatBytes(node.memory_bytes), ", cpus ", FormatCpuList(node.cpus), "\n");
   }
   absl::StrAppend(&out, "plan: domain ", DomainName(plan.domain), ", smt ",
-                  plan.use_smt ? "on" : "off", ", spin-wait ", plan.spin_wait ? "on" : "off", ", ",
+                  plan.use_smt ? "on" : "off", ", omp-wait ", OmpWaitName(plan.omp_wait), ", ",
                   Count(plan.workers.size(), "worker", "workers"), "\n");
   for (const WorkerPlacement& worker : plan.workers) {
     // Cores spanned: cpus grouped by the core that holds them.
@@ -287,7 +310,7 @@ std::string FormatReportJson(const Topology& topology, const Plan& plan) {
   }
   absl::StrAppend(&out, "]},\"plan\":{\"domain\":", JsonString(DomainName(plan.domain)),
                   ",\"use_smt\":", JsonBool(plan.use_smt),
-                  ",\"spin_wait\":", JsonBool(plan.spin_wait), ",\"workers\":[");
+                  ",\"omp_wait\":", JsonString(OmpWaitName(plan.omp_wait)), ",\"workers\":[");
   for (size_t i = 0; i < plan.workers.size(); ++i) {
     const WorkerPlacement& worker = plan.workers[i];
     absl::StrAppend(&out, i ? "," : "", "{\"index\":", worker.index,

@@ -21,6 +21,23 @@ enum class Domain {
 absl::StatusOr<Domain> ParseDomain(const std::string& name);  // "numa" | "package" | "l3" | "core"
 const char* DomainName(Domain domain);
 
+// How a worker's idle OpenMP threads wait for the next parallel region.
+enum class OmpWait {
+  // Sleep at once. Every parallel region then pays a wake-up (tens of
+  // microseconds here), once per operator.
+  kPassive,
+  // Spin ~1000 pauses (~25 us on the machine the README measures) before
+  // sleeping: covers the gap between one operator and the next inside a
+  // batch, and stops soon after the batch, so cores shared with the front
+  // end lose little. The default.
+  kShort,
+  // Spin ~1 ms: only when the workers' cores are theirs alone (no front
+  // end, clients or other processes on them).
+  kSpin,
+};
+absl::StatusOr<OmpWait> ParseOmpWait(const std::string& name);  // "passive" | "short" | "spin"
+const char* OmpWaitName(OmpWait wait);
+
 struct PlacementOptions {
   // Unit of one worker; NUMA keeps each worker's memory local.
   Domain domain = Domain::kNuma;
@@ -29,13 +46,11 @@ struct PlacementOptions {
   bool use_smt = false;
   // Cap on the number of workers (0 = one per domain). Domains are taken in order.
   int max_workers = 0;
-  // Let idle OpenMP threads spin briefly (~1 ms) between parallel regions
-  // instead of sleeping at once. It saves the wake-up between operators, but
-  // only pays when the workers' cores are theirs alone. When the front end,
-  // clients or other processes share those cores, spinning threads take
-  // their time, and small batches got several times slower in our
-  // measurements. So it is off by default.
-  bool spin_wait = false;
+  // How idle OpenMP threads wait (see OmpWait). Long spinning only pays
+  // when the workers' cores are theirs alone: when the front end, clients or
+  // other processes share them, spinning threads take their time, and small
+  // batches got several times slower in our measurements.
+  OmpWait omp_wait = OmpWait::kShort;
 };
 
 struct WorkerPlacement {
@@ -54,7 +69,7 @@ struct Plan {
   std::string topology_source;
   Domain domain = Domain::kNuma;
   bool use_smt = false;
-  bool spin_wait = false;
+  OmpWait omp_wait = OmpWait::kShort;
   std::vector<WorkerPlacement> workers;
 };
 
@@ -62,10 +77,10 @@ struct Plan {
 absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& options);
 
 // The OpenMP / KMP / GOMP environment of a worker on `cpus` with `threads` threads.
-// `spin_wait` as in PlacementOptions.
+// `wait` as in PlacementOptions.
 std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::vector<int>& cpus,
                                                                    int threads,
-                                                                   bool spin_wait = false);
+                                                                   OmpWait wait = OmpWait::kShort);
 
 // Human report, like `mpirun --report-bindings`: the topology, then one block per worker.
 std::string FormatReport(const Topology& topology, const Plan& plan);

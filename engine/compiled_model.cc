@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "affinity/cpu_features.h"
@@ -80,7 +81,9 @@ class CompiledModelImpl final : public CompiledModel {
         info_(std::move(info)),
         options_(options),
         engine_(engine),
-        stream_(engine_) {}
+        stream_(engine_) {
+    if (options_.serial_below_flops < 0) options_.serial_below_flops = DefaultSerialBelowFlops();
+  }
 
   absl::Status Compile();
   ~CompiledModelImpl() override { PrintProfile(); }
@@ -1199,6 +1202,15 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
 }
 
 }  // namespace
+
+double DefaultSerialBelowFlops() {
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const bool sleeps_at_once = spin != nullptr
+                                  ? std::strtod(spin, nullptr) == 0
+                                  : policy != nullptr && absl::AsciiStrToLower(policy) == "passive";
+  return sleeps_at_once ? 10e6 : 2e6;
+}
 
 const std::vector<std::string>& GemmBackendChoices() {
   static const std::vector<std::string> kChoices = {"onednn", "blis", "openblas", "auto"};

@@ -82,10 +82,18 @@ struct CompileOptions {
   // alone: those with fewer FLOPs than this (conv, matmul), or, for steps
   // without counted FLOPs, reading fewer floats than serial_below_elements.
   // Waking sleeping OpenMP threads costs tens of microseconds per step here
-  // (OMP_WAIT_POLICY=passive, VMs), more than such a step saves. 0: never.
-  double serial_below_flops = 10e6;
+  // (VMs), more than such a step saves; threads still spinning cost far
+  // less. 0: never; negative: DefaultSerialBelowFlops().
+  double serial_below_flops = -1;
   int64_t serial_below_elements = 256 * 1024;
 };
+
+// CompileOptions::serial_below_flops for how this process's idle OpenMP
+// threads wait (libgomp reads it from the environment at start): 10 MFLOP
+// when they sleep at once (GOMP_SPINCOUNT=0, or OMP_WAIT_POLICY=passive
+// without GOMP_SPINCOUNT), else 2 MFLOP (MobileNetV2 at batch 1 on 2 cores
+// ran 10-25% faster with 2 than with 10 when threads spin briefly).
+double DefaultSerialBelowFlops();
 
 // The backends CompileOptions::gemm_backend accepts: "onednn", "blis",
 // "openblas", "auto".

@@ -145,6 +145,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   double seconds = 3.0;
   bool json = false, plan = false, profile = false;
   int64_t top = 15;
+  double serial_below_mflops = -1;
   ArgParser parser("bench",
                    "run a model in process per batch size: inferences/s, p50/p99 latency, "
                    "GFLOP/s and the fraction of FP32 peak");
@@ -166,6 +167,9 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddString("gemm", &gemm,
                    "GEMM backend: onednn | blis | openblas | auto (each timed once per shape at "
                    "load, the fastest kept)");
+  parser.AddDouble("serial-below-mflops", &serial_below_mflops,
+                   "run steps below this many MFLOP on one thread (-1 = the engine's default for "
+                   "how idle OpenMP threads wait; 0 = never)");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -204,11 +208,12 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: --gemm: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  auto model =
-      engine::CompiledModel::Load(model_path, {.num_threads = static_cast<int>(threads),
-                                               .gemm_backend = gemm,
-                                               .gemm_cache_file = engine::DefaultGemmCacheFile(),
-                                               .conv_algorithm = conv});
+  engine::CompileOptions options{.num_threads = static_cast<int>(threads),
+                                 .gemm_backend = gemm,
+                                 .gemm_cache_file = engine::DefaultGemmCacheFile(),
+                                 .conv_algorithm = conv};
+  if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
+  auto model = engine::CompiledModel::Load(model_path, options);
   if (!model.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
     return 1;

@@ -44,6 +44,7 @@ struct ServeOptions {
   std::string cpuset;
   bool use_smt = false;
   bool omp_spin = false;
+  std::string omp_wait = "short";
   int64_t max_workers = 0;
   int64_t worker_arena_mb = 256;
   int64_t grpc_max_message_bytes = int64_t{64} << 20;
@@ -120,9 +121,11 @@ int ServeCommand(const std::vector<std::string>& args) {
                    "plan for an hwloc synthetic topology or XML file instead of this machine");
   parser.AddString("cpuset", &o.cpuset, "use only these cpus, e.g. 0-7");
   parser.AddBool("use-smt", &o.use_smt, "give workers the SMT siblings of their cores too");
-  parser.AddBool("omp-spin", &o.omp_spin,
-                 "let idle OpenMP threads spin ~1 ms between operators (only when workers' cores "
-                 "are not shared with the front end or other processes)");
+  parser.AddString("omp-wait", &o.omp_wait,
+                   "how idle OpenMP threads wait: passive (sleep at once) | short (spin ~25 us, "
+                   "then sleep) | spin (spin ~1 ms: only when workers' cores are not shared with "
+                   "the front end or other processes)");
+  parser.AddBool("omp-spin", &o.omp_spin, "the same as --omp-wait spin");
   parser.AddInt("max-workers", &o.max_workers, "at most this many workers (0: one per domain)");
   parser.AddInt("worker-arena-mb", &o.worker_arena_mb,
                 "shared memory per worker for batch inputs and outputs");
@@ -182,7 +185,9 @@ int ServeCommand(const std::vector<std::string>& args) {
   affinity::PlacementOptions placement;
   placement.domain = *domain;
   placement.use_smt = o.use_smt;
-  placement.spin_wait = o.omp_spin;
+  auto omp_wait = affinity::ParseOmpWait(o.omp_spin ? "spin" : o.omp_wait);
+  if (!omp_wait.ok()) return Fail(omp_wait.status());
+  placement.omp_wait = *omp_wait;
   placement.max_workers = static_cast<int>(o.max_workers);
   auto plan = affinity::MakePlan(*topology, placement);
   if (!plan.ok()) return Fail(plan.status());

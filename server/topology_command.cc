@@ -13,13 +13,16 @@ int TopologyCommand(const std::vector<std::string>& args) {
   std::string description, cpuset, domain = "numa";
   bool json = false, use_smt = false, features = true, omp_spin = false;
   int64_t max_workers = 0;
+  std::string omp_wait = "short";
   ArgParser parser("topology", "Print the machine as hwloc sees it and the worker plan.");
   parser.AddString("topology", &description,
                    "an hwloc synthetic description (\"package:2 numa:1 core:8 pu:2\") or XML file");
   parser.AddString("cpuset", &cpuset, "restrict to these cpus, e.g. 0-7");
   parser.AddString("domain", &domain, "one worker per: numa | package | l3 | core");
   parser.AddBool("use-smt", &use_smt, "give workers the SMT siblings of their cores too");
-  parser.AddBool("omp-spin", &omp_spin, "let idle OpenMP threads spin ~1 ms between operators");
+  parser.AddString("omp-wait", &omp_wait,
+                   "how idle OpenMP threads wait: passive | short (spin ~25 us) | spin (~1 ms)");
+  parser.AddBool("omp-spin", &omp_spin, "the same as --omp-wait spin");
   parser.AddInt("max-workers", &max_workers, "at most this many workers (0: one per domain)");
   parser.AddBool("json", &json, "print one JSON object");
   parser.AddBool("cpu-features", &features, "also probe this CPU's ISA and FP32 peak");
@@ -39,7 +42,9 @@ int TopologyCommand(const std::vector<std::string>& args) {
   affinity::PlacementOptions options;
   options.domain = *parsed_domain;
   options.use_smt = use_smt;
-  options.spin_wait = omp_spin;
+  auto wait = affinity::ParseOmpWait(omp_spin ? "spin" : omp_wait);
+  if (!wait.ok()) return fail(wait.status());
+  options.omp_wait = *wait;
   options.max_workers = static_cast<int>(max_workers);
   auto plan = affinity::MakePlan(*topology, options);
   if (!plan.ok()) return fail(plan.status());

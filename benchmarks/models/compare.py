@@ -3,7 +3,7 @@
 
   /usr/bin/python3 benchmarks/models/compare.py --numaserve BUILD/bin/numaserve
       [--models mlp,resnet50,mobilenetv2,bert_base] [--batch 1,8,32]
-      [--threads 2] [--seconds 5] [--wait passive|active]
+      [--threads 2] [--seconds 5] [--wait short|passive|active]
 
 Generates missing models (generate.py), runs `numaserve bench --json` and
 benchmarks/peers/ort_bench.js --json with the same model, batches and
@@ -13,12 +13,16 @@ both p50 latencies. ONNX Runtime is skipped (ratio "n/a") when
 benchmarks/peers/node_modules is missing: `cd benchmarks/peers && npm
 install --ignore-scripts`.
 
---wait sets how idle worker threads wait, the same way for both engines:
-OMP_WAIT_POLICY for numaserve (OpenMP) and session.intra_op.allow_spinning
-for ONNX Runtime. "passive" (the default) sleeps instead of spinning: on a
-machine whose cores are shared with other work, spinning threads steal the
-time slices the working threads need (measured here: up to 40x slower small
-batches); "active" is the better choice on dedicated, idle cores.
+--wait sets how idle worker threads wait, as the server's --omp-wait does:
+"short" (the default) is each engine as it ships: numaserve's workers spin
+~1000 pauses (~25 us here) before sleeping (OMP_WAIT_POLICY=passive,
+GOMP_SPINCOUNT=1000), ONNX Runtime spins as its default
+session.intra_op.allow_spinning=1 does. "passive" sleeps at once in both
+(GOMP_SPINCOUNT=0, allow_spinning=0): every operator then pays a thread
+wake-up. "active" spins long in both (OMP_WAIT_POLICY=active,
+GOMP_SPINCOUNT=10000, allow_spinning=1): the best choice only on dedicated,
+idle cores; on shared ones spinning threads steal the working threads'
+time slices (measured here: up to 40x slower small batches).
 """
 import argparse
 import json
@@ -44,7 +48,7 @@ def main():
     p.add_argument("--batch", default="1,8,32")
     p.add_argument("--threads", default="2")
     p.add_argument("--seconds", default="5")
-    p.add_argument("--wait", choices=["passive", "active"], default="passive")
+    p.add_argument("--wait", choices=["short", "passive", "active"], default="short")
     args = p.parse_args()
     models = args.models.split(",")
     out_dir = os.path.join(HERE, "out")
@@ -58,7 +62,8 @@ def main():
           f"{'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6}")
     for m in models:
         path = os.path.join(out_dir, m + ".onnx")
-        env = dict(os.environ, OMP_WAIT_POLICY=args.wait.upper())
+        env = dict(os.environ, OMP_WAIT_POLICY="ACTIVE" if args.wait == "active" else "PASSIVE",
+                   GOMP_SPINCOUNT={"short": "1000", "passive": "0", "active": "10000"}[args.wait])
         ours = run_json([args.numaserve, "bench", "--model", path, "--batch", args.batch,
                          "--threads", args.threads, "--seconds", args.seconds, "--json"], env)
         peer = {}

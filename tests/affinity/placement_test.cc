@@ -286,13 +286,17 @@ TEST(OpenMpEnvironmentTest, VariablesInStableOrder) {
   EXPECT_TRUE(absl::StrContains(EnvValue(worker, "KMP_AFFINITY"), "proclist=[4,5,6],explicit"));
 }
 
-TEST(OpenMpEnvironmentTest, IdleThreadsSleepUnlessSpinWaitIsAsked) {
-  WorkerPlacement passive, spin;
-  passive.env = OpenMpEnvironment({0, 1}, 2);
-  spin.env = OpenMpEnvironment({0, 1}, 2, /*spin_wait=*/true);
+TEST(OpenMpEnvironmentTest, IdleThreadsSpinShortlyByDefault) {
+  WorkerPlacement passive, short_spin, spin;
+  passive.env = OpenMpEnvironment({0, 1}, 2, OmpWait::kPassive);
+  short_spin.env = OpenMpEnvironment({0, 1}, 2);
+  spin.env = OpenMpEnvironment({0, 1}, 2, OmpWait::kSpin);
   EXPECT_EQ(EnvValue(passive, "OMP_WAIT_POLICY"), "passive");
   EXPECT_EQ(EnvValue(passive, "KMP_BLOCKTIME"), "0");
   EXPECT_EQ(EnvValue(passive, "GOMP_SPINCOUNT"), "0");
+  EXPECT_EQ(EnvValue(short_spin, "OMP_WAIT_POLICY"), "passive");
+  EXPECT_EQ(EnvValue(short_spin, "KMP_BLOCKTIME"), "0");
+  EXPECT_EQ(EnvValue(short_spin, "GOMP_SPINCOUNT"), "1000");
   EXPECT_EQ(EnvValue(spin, "OMP_WAIT_POLICY"), "active");
   EXPECT_EQ(EnvValue(spin, "KMP_BLOCKTIME"), "1");
   EXPECT_EQ(EnvValue(spin, "GOMP_SPINCOUNT"), "10000");
@@ -300,13 +304,30 @@ TEST(OpenMpEnvironmentTest, IdleThreadsSleepUnlessSpinWaitIsAsked) {
   auto topology = DiscoverTopology({"package:1 numa:1 core:2 pu:1", ""});
   ASSERT_TRUE(topology.ok()) << topology.status();
   PlacementOptions options;
-  options.spin_wait = true;
   auto plan = MakePlan(*topology, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(plan->spin_wait);
+  EXPECT_EQ(plan->omp_wait, OmpWait::kShort);
+  EXPECT_EQ(EnvValue(plan->workers[0], "GOMP_SPINCOUNT"), "1000");
+  EXPECT_TRUE(absl::StrContains(FormatReport(*topology, *plan), "omp-wait short"));
+  options.omp_wait = OmpWait::kSpin;
+  plan = MakePlan(*topology, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(EnvValue(plan->workers[0], "OMP_WAIT_POLICY"), "active");
-  EXPECT_TRUE(absl::StrContains(FormatReport(*topology, *plan), "spin-wait on"));
-  EXPECT_TRUE(absl::StrContains(FormatReportJson(*topology, *plan), "\"spin_wait\":true"));
+  EXPECT_TRUE(absl::StrContains(FormatReport(*topology, *plan), "omp-wait spin"));
+  EXPECT_TRUE(absl::StrContains(FormatReportJson(*topology, *plan), "\"omp_wait\":\"spin\""));
+}
+
+TEST(OmpWaitTest, ParsesTheThreePoliciesAndNamesTheChoicesOtherwise) {
+  EXPECT_EQ(*ParseOmpWait("passive"), OmpWait::kPassive);
+  EXPECT_EQ(*ParseOmpWait("SHORT"), OmpWait::kShort);
+  EXPECT_EQ(*ParseOmpWait("spin"), OmpWait::kSpin);
+  EXPECT_EQ(*ParseOmpWait("active"), OmpWait::kSpin);
+  auto bad = ParseOmpWait("lazy");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "passive, short or spin"));
+  for (OmpWait w : {OmpWait::kPassive, OmpWait::kShort, OmpWait::kSpin}) {
+    EXPECT_EQ(*ParseOmpWait(OmpWaitName(w)), w);
+  }
 }
 
 // Structural JSON check: balanced brackets outside strings, no trailing commas.
