@@ -182,6 +182,15 @@ class CompiledModelImpl final : public CompiledModel {
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
   // Follows a value's only consumer if it is `op_type` and the value is not
   // a graph output; -1 otherwise.
+  // A Transpose whose only reader is a MatMul of two runtime FP32 operands
+  // of the same rank: the matmul reads its input through strides instead.
+  bool TransposeFeedsBatchedMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
+                                   const std::vector<Shape>& shapes1) const;
+  // The matmul of two runtime operands, with the transposes before it, a
+  // scalar Mul/Div and a Transpose after it absorbed.
+  void CompileBatchedMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
+                            const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                            std::vector<bool>& fused);
   int SoleConsumer(ValueId v, const char* op_type,
                    const std::vector<std::vector<int>>& consumers) const;
 
@@ -199,6 +208,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::vector<bool> internal_;               // by arena root: read only inside its step
+  std::vector<bool> absorbed_transpose_;     // by node: read through strides by a matmul
   std::vector<ValueId> in_place_of_;         // by arena root: the residual whose bytes it takes
   std::map<int64_t, BatchState> per_batch_;
   int threads_ = 1;                         // kernel threads for steps not run serially
@@ -303,6 +313,95 @@ std::optional<CompiledModelImpl::GeluMatch> CompiledModelImpl::MatchErfGelu(
   return GeluMatch{{div, erf, add, mul, half}, nodes[half].outputs[0]};
 }
 
+namespace {
+
+// Transpose's permutation with negative entries and the default (reverse)
+// resolved.
+std::vector<int64_t> TransposePerm(const Node& node, size_t rank) {
+  auto perm = node.GetInts("perm", {});
+  if (perm.empty()) {
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) perm.push_back(d);
+  }
+  for (int64_t& p : perm) {
+    if (p < 0) p += static_cast<int64_t>(perm.size());
+  }
+  return perm;
+}
+
+}  // namespace
+
+bool CompiledModelImpl::TransposeFeedsBatchedMatMul(int node_index,
+                                                    const std::vector<std::vector<int>>& consumers,
+                                                    const std::vector<Shape>& shapes1) const {
+  const Node& t = graph_.nodes()[node_index];
+  if (t.inputs.empty() || t.outputs.size() != 1 || graph_.IsConstant(t.inputs[0])) return false;
+  const ValueId x = t.outputs[0];
+  const int j = SoleConsumer(x, "MatMul", consumers);
+  if (j < 0 || NeedsTypedRun(graph_, t)) return false;
+  const Node& mm = graph_.nodes()[j];
+  if (NeedsTypedRun(graph_, mm) || mm.inputs.size() != 2 || mm.inputs[0] == mm.inputs[1]) {
+    return false;
+  }
+  for (ValueId v : mm.inputs) {
+    if (graph_.IsConstant(v) || shapes1[v].size() < 2) return false;
+  }
+  // Same rank as the product: no broadcast padding of a strided operand.
+  return shapes1[x].size() == shapes1[mm.outputs[0]].size() &&
+         TransposePerm(t, shapes1[x].size()).size() == shapes1[x].size();
+}
+
+void CompiledModelImpl::CompileBatchedMatMul(int node_index,
+                                             const std::vector<std::vector<int>>& consumers,
+                                             const std::vector<Shape>& shapes1,
+                                             const std::vector<int>& producer,
+                                             std::vector<bool>& fused) {
+  const Node& node = graph_.nodes()[node_index];
+  std::string name = node.name;
+  const int step = static_cast<int>(steps_.size());
+  BatchedMatMulStep::Operand operands[2];
+  for (int k = 0; k < 2; ++k) {
+    const ValueId v = node.inputs[k];
+    operands[k].value = v;
+    const int t = producer[v];
+    if (t >= 0 && absorbed_transpose_[t]) {
+      const Node& tn = graph_.nodes()[t];
+      operands[k].value = tn.inputs[0];
+      operands[k].perm = TransposePerm(tn, shapes1[v].size());
+      step_of_node_[t] = step;  // its output is read inside this step only
+      absl::StrAppend(&name, "+", tn.name);
+    }
+  }
+  ValueId out = node.outputs[0];
+  float alpha = 1.0f;
+  for (const char* op : {"Mul", "Div"}) {
+    const int j = SoleConsumer(out, op, consumers);
+    if (j < 0 || NeedsTypedRun(graph_, graph_.nodes()[j])) continue;
+    const Node& scale = graph_.nodes()[j];
+    const auto c = ScalarOperand(graph_, scale, out);
+    if (!c.has_value() || (scale.op_type == "Div" && (scale.inputs[0] != out || *c == 0))) {
+      continue;
+    }
+    if (shapes1[scale.outputs[0]] != shapes1[out]) continue;  // the scalar broadcasts nothing
+    alpha = scale.op_type == "Mul" ? *c : 1.0f / *c;
+    fused[j] = true;
+    absl::StrAppend(&name, "+", scale.name);
+    out = scale.outputs[0];
+    break;
+  }
+  std::vector<int64_t> dst_perm;
+  if (const int j = SoleConsumer(out, "Transpose", consumers);
+      j >= 0 && !NeedsTypedRun(graph_, graph_.nodes()[j]) &&
+      shapes1[graph_.nodes()[j].outputs[0]].size() == shapes1[out].size()) {
+    const Node& t = graph_.nodes()[j];
+    dst_perm = TransposePerm(t, shapes1[out].size());
+    fused[j] = true;
+    absl::StrAppend(&name, "+", t.name);
+    out = t.outputs[0];
+  }
+  steps_.push_back(std::make_unique<BatchedMatMulStep>(engine_, operands[0], operands[1], out,
+                                                       std::move(dst_perm), alpha, name));
+}
+
 absl::Status CompiledModelImpl::CompileMatMul(int node_index,
                                               const std::vector<std::vector<int>>& consumers,
                                               const std::vector<Shape>& shapes1,
@@ -314,7 +413,10 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
   if (weights == nullptr || weights->type != DataType::kFloat32 || weights->shape.size() != 2 ||
       shapes1[node.inputs[0]].size() < 2) {
     // Not a weight matmul (B computed at run time, or a 1-D A).
-    if (auto fast = FastStep(node_index, shapes1); fast != nullptr) {
+    if (node.op_type == "MatMul" && shapes1[node.inputs[0]].size() >= 2 &&
+        shapes1[node.inputs[1]].size() >= 2) {
+      CompileBatchedMatMul(node_index, consumers, shapes1, producer, fused);
+    } else if (auto fast = FastStep(node_index, shapes1); fast != nullptr) {
       steps_.push_back(std::move(fast));
     } else {
       steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
@@ -804,6 +906,7 @@ absl::Status CompiledModelImpl::Compile() {
   if (!shapes1.ok()) return shapes1.status();
   std::vector<bool> fused(graph_.nodes().size(), false);
   step_of_node_.assign(graph_.nodes().size(), -1);
+  absorbed_transpose_.assign(graph_.nodes().size(), false);
   std::vector<int> producer(num_values, -1);  // node index, -1 for inputs/constants
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
@@ -822,6 +925,10 @@ absl::Status CompiledModelImpl::Compile() {
       auto step = TypedReferenceStep::Create(&graph_, i);
       if (!step.ok()) return step.status();
       steps_.push_back(*std::move(step));
+      continue;
+    }
+    if (op == "Transpose" && TransposeFeedsBatchedMatMul(i, consumers, *shapes1)) {
+      absorbed_transpose_[i] = true;  // no step: the matmul after it reads through strides
       continue;
     }
     if (op == "Conv") {

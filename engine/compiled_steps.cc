@@ -298,30 +298,79 @@ absl::Status BinaryStep::Run(const StepContext& ctx) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The logical shape and strides (in elements) of `perm` applied to a
+// row-major tensor of `stored` shape; as stored when `perm` is empty.
+std::pair<Shape, Shape> PermutedView(const Shape& stored, const std::vector<int64_t>& perm) {
+  const Shape strides = kernels::RowMajorStrides(stored);
+  if (perm.empty()) return {stored, strides};
+  Shape shape(perm.size()), view(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) {
+    shape[k] = stored[perm[k]];
+    view[k] = strides[perm[k]];
+  }
+  return {shape, view};
+}
+
+// Left-pads a shape/strides pair to `rank` with size-1 dims.
+std::pair<Shape, Shape> PadView(std::pair<Shape, Shape> v, size_t rank) {
+  while (v.first.size() < rank) {
+    const int64_t outer = v.first.empty() ? 1 : v.first[0] * v.second[0];
+    v.first.insert(v.first.begin(), 1);
+    v.second.insert(v.second.begin(), outer);
+  }
+  return v;
+}
+
+}  // namespace
+
 double BatchedMatMulStep::Flops(const std::vector<Shape>& shapes) const {
-  const Shape& a = shapes[a_];
+  const Shape a = PermutedView(shapes[a_.value], a_.perm).first;
   return a.empty() ? 0.0
                    : 2.0 * static_cast<double>(kernels::NumElements(shapes[dst_])) *
                          static_cast<double>(a.back());
 }
 
+std::string BatchedMatMulStep::Implementation(const std::vector<Shape>& shapes) const {
+  auto it = impl_.find(std::make_pair(shapes[a_.value], shapes[b_.value]));
+  return it == impl_.end() ? "" : it->second;
+}
+
 absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
-  const Shape& sa = ctx.shapes[a_];
-  const Shape& sb = ctx.shapes[b_];
+  const Shape& sa = ctx.shapes[a_.value];
+  const Shape& sb = ctx.shapes[b_.value];
   auto key = std::make_pair(sa, sb);
   auto it = per_shape_.find(key);
   if (it == per_shape_.end()) {
-    const Shape& sy = ctx.shapes[dst_];
-    const size_t rank = std::max<size_t>(sy.size(), 2);
-    const Shape pa = kernels::PadShapeLeft(sa, rank), pb = kernels::PadShapeLeft(sb, rank);
-    const Shape py = kernels::PadShapeLeft(sy, rank);
-    auto plain = [](const Shape& s) {
-      return dnnl::memory::desc(kernels::ToDnnlDims(s), dnnl::memory::data_type::f32,
-                                kernels::ToDnnlDims(kernels::RowMajorStrides(s)));
+    // The product's shape and strides: the output stored is the product
+    // transposed by dst_perm, so product dim perm[k] is stored dim k.
+    const Shape& stored = ctx.shapes[dst_];
+    std::pair<Shape, Shape> y{stored, kernels::RowMajorStrides(stored)};
+    if (!dst_perm_.empty()) {
+      for (size_t k = 0; k < dst_perm_.size(); ++k) {
+        y.first[dst_perm_[k]] = stored[k];
+        y.second[dst_perm_[k]] = kernels::RowMajorStrides(stored)[k];
+      }
+    }
+    const size_t rank = std::max<size_t>(y.first.size(), 2);
+    const auto a = PadView(PermutedView(sa, a_.perm), rank);
+    const auto b = PadView(PermutedView(sb, b_.perm), rank);
+    y = PadView(y, rank);
+    auto desc = [](const std::pair<Shape, Shape>& v) {
+      return dnnl::memory::desc(kernels::ToDnnlDims(v.first), dnnl::memory::data_type::f32,
+                                kernels::ToDnnlDims(v.second));
     };
     kernels::BoundPrimitive call;
     try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plain(pa), plain(pb), plain(py)), engine_);
+      dnnl::primitive_attr attr;
+      if (alpha_ != 1.0f) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, alpha_, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(desc(a), desc(b), desc(y)), attr, engine_);
+      impl_[key] = pd.impl_info_str();
       call.primitive = dnnl::matmul(pd);
       call.args[DNNL_ARG_SRC] = kernels::UnboundMemory(pd.src_desc(), engine_);
       call.args[DNNL_ARG_WEIGHTS] = kernels::UnboundMemory(pd.weights_desc(), engine_);
@@ -332,8 +381,8 @@ absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
     it = per_shape_.emplace(key, std::move(call)).first;
   }
   try {
-    it->second.SetHandle(DNNL_ARG_SRC, ctx.data[a_]);
-    it->second.SetHandle(DNNL_ARG_WEIGHTS, ctx.data[b_]);
+    it->second.SetHandle(DNNL_ARG_SRC, ctx.data[a_.value]);
+    it->second.SetHandle(DNNL_ARG_WEIGHTS, ctx.data[b_.value]);
     it->second.SetHandle(DNNL_ARG_DST, ctx.data[dst_]);
     it->second.Execute(ctx.stream);
   } catch (const dnnl::error& e) {

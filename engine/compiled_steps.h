@@ -260,21 +260,46 @@ class BinaryStep final : public Step {
 };
 
 // MatMul of two runtime operands (attention scores and context) on oneDNN,
-// batch dims broadcast; one primitive per shape pair.
+// batch dims broadcast; one primitive per shape pair. A Transpose feeding
+// an operand, or reading the product, is absorbed as strides: an operand
+// (or the output) is then a permutation of the tensor stored (`perm`, as
+// ONNX Transpose's: logical dim k is stored dim perm[k]; empty: as stored),
+// so the attention heads' [B,S,H,D] <-> [B,H,S,D] copies disappear. A
+// scalar Mul/Div of the product (the 1/sqrt(d) scale) is `alpha`, applied
+// as an eltwise_linear post-op.
 class BatchedMatMulStep final : public Step {
  public:
+  struct Operand {
+    ValueId value = kNoValue;   // the tensor stored
+    std::vector<int64_t> perm;  // empty: read as stored
+  };
   BatchedMatMulStep(const dnnl::engine& engine, ValueId a, ValueId b, ValueId dst, std::string name)
-      : engine_(engine), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
+      : BatchedMatMulStep(engine, {a, {}}, {b, {}}, dst, {}, 1.0f, std::move(name)) {}
+  // dst_perm: the output stored is Transpose(product, dst_perm).
+  BatchedMatMulStep(const dnnl::engine& engine, Operand a, Operand b, ValueId dst,
+                    std::vector<int64_t> dst_perm, float alpha, std::string name)
+      : engine_(engine),
+        a_(std::move(a)),
+        b_(std::move(b)),
+        dst_(dst),
+        dst_perm_(std::move(dst_perm)),
+        alpha_(alpha),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "batched_matmul: " + name_; }
-  std::vector<ValueId> Reads() const override { return {a_, b_}; }
+  std::vector<ValueId> Reads() const override { return {a_.value, b_.value}; }
   double Flops(const std::vector<Shape>& shapes) const override;
+  std::string Implementation(const std::vector<Shape>& shapes) const override;
 
  private:
   dnnl::engine engine_;
-  ValueId a_, b_, dst_;
+  Operand a_, b_;
+  ValueId dst_;
+  std::vector<int64_t> dst_perm_;
+  float alpha_;
   std::string name_;
   std::map<std::pair<Shape, Shape>, kernels::BoundPrimitive> per_shape_;
+  std::map<std::pair<Shape, Shape>, std::string> impl_;  // oneDNN's implementation per shape
 };
 
 // LayerNormalization over the last axis with constant scale/bias,

@@ -229,6 +229,55 @@ TEST(CompiledOpsTest, AttentionBlockWithGeluAndLayerNorm) {
   EXPECT_THAT(plan, ::testing::Not(HasSubstr("reference")));
 }
 
+// BERT's self-attention as PyTorch exports it: Q, K, V split into heads
+// by Reshape + Transpose, scores scaled by 1/sqrt(d), the context
+// transposed back. The matmuls read the heads through strides, write the
+// context in [B,S,H,D] order and apply the scale: no transpose or binary
+// step is left.
+TEST(CompiledOpsTest, AttentionHeadTransposesAndScaleFoldIntoBatchedMatMuls) {
+  constexpr int64_t kSeq = 6, kHidden = 12, kHeads = 3, kHead = kHidden / kHeads;
+  for (const char* scale_op : {"Mul", "Div"}) {
+    SCOPED_TRACE(scale_op);
+    OnnxModelBuilder b(17);
+    b.Input("x", {-1, kSeq, kHidden}).Output("y", {-1, kSeq, kHidden});
+    b.Initializer("wq", RandomTensor({kHidden, kHidden}, 1))
+        .Initializer("wk", RandomTensor({kHidden, kHidden}, 2))
+        .Initializer("wv", RandomTensor({kHidden, kHidden}, 3))
+        .Initializer("scale", kernels::Tensor({}, {std::string(scale_op) == "Mul" ? 0.5f : 2.0f}))
+        .Int64Initializer("heads_shape", {0, kSeq, kHeads, kHead})
+        .Int64Initializer("merged_shape", {0, kSeq, kHidden});
+    for (const char* t : {"q", "k", "v"}) {
+      const std::string n = t;
+      b.Node("MatMul", {"x", "w" + n}, {n + "0"}, "proj_" + n);
+      b.Node("Reshape", {n + "0", "heads_shape"}, {n + "1"});
+      OnnxModelBuilder::AttrInts(
+          b.Node("Transpose", {n + "1"}, {n + "2"}, "heads_" + n), "perm",
+          n == "k" ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1, 3});
+    }
+    b.Node("MatMul", {"q2", "k2"}, {"s0"}, "scores");
+    b.Node(scale_op, {"s0", "scale"}, {"s1"}, "scale");
+    OnnxModelBuilder::AttrInt(b.Node("Softmax", {"s1"}, {"p"}, "softmax"), "axis", -1);
+    b.Node("MatMul", {"p", "v2"}, {"c0"}, "context");
+    OnnxModelBuilder::AttrInts(b.Node("Transpose", {"c0"}, {"c1"}, "merge"), "perm", {0, 2, 1, 3});
+    b.Node("Reshape", {"c1", "merged_shape"}, {"y"});
+    const std::string path = b.Save("attention_strided");
+    ExpectCompiledMatchesReference("attention_strided", path, {1, 3}, 1e-10);
+    auto model = CompiledModel::Load(path, {});
+    ASSERT_TRUE(model.ok()) << model.status();
+    const std::string plan = (*model)->DescribePlan();
+    EXPECT_THAT(plan, HasSubstr("batched_matmul: scores+heads_q+heads_k+scale\n"));
+    EXPECT_THAT(plan, HasSubstr("batched_matmul: context+heads_v+merge\n"));
+    EXPECT_THAT(plan, ::testing::Not(HasSubstr("transpose:")));
+    EXPECT_THAT(plan, ::testing::Not(HasSubstr("binary:")));
+    // The heads and the scores before the scale are never stored: only
+    // the projections, the scores and the probabilities are.
+    auto bytes = (*model)->ActivationBytes(1);
+    ASSERT_TRUE(bytes.ok());
+    EXPECT_LE(*bytes, static_cast<int64_t>(sizeof(float)) *
+                          (3 * kSeq * kHidden + 2 * kHeads * kSeq * kSeq + 64 * 8));
+  }
+}
+
 TEST(CompiledOpsTest, FeedForwardFusesErfGeluAndResidualIntoMatMuls) {
   OnnxModelBuilder b(17);
   b.Input("x", {-1, 4, 8}).Output("y", {-1, 4, 8});
