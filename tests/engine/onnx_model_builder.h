@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <initializer_list>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -113,19 +116,48 @@ class OnnxModelBuilder {
     a->set_s(v);
   }
 
-  // Writes the model under the test temp dir; returns the path.
+  // Writes the model under the test temp dir; returns the path. The name
+  // holds the process id: ctest runs each test of a binary in its own
+  // process, two at once under -j2, and a name shared between processes
+  // would let one truncate the file while another reads it. The files are
+  // removed when the process that wrote them exits.
   std::string Save(const std::string& stem) const {
     static std::atomic<int> counter{0};
-    const std::string path =
-        absl::StrCat(::testing::TempDir(), "/numaserve_", stem, "_", counter++, ".onnx");
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    model_.SerializeToOstream(&out);
+    const std::string path = absl::StrCat(::testing::TempDir(), "/numaserve_", stem, "_", getpid(),
+                                          "_", counter++, ".onnx");
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      model_.SerializeToOstream(&out);
+    }
+    SavedFiles::Get().Add(path);
     return path;
   }
 
   onnx::ModelProto& proto() { return model_; }
 
  private:
+  // Paths this process saved, removed at exit (not by a forked child).
+  class SavedFiles {
+   public:
+    static SavedFiles& Get() {
+      static SavedFiles files;
+      return files;
+    }
+    void Add(const std::string& path) {
+      std::lock_guard<std::mutex> lock(mu_);
+      paths_.push_back(path);
+    }
+    ~SavedFiles() {
+      if (getpid() != owner_) return;
+      for (const std::string& path : paths_) std::remove(path.c_str());
+    }
+
+   private:
+    const pid_t owner_ = getpid();
+    std::mutex mu_;
+    std::vector<std::string> paths_;
+  };
+
   static void SetType(onnx::ValueInfoProto* v, const std::string& name,
                       const std::vector<int64_t>* dims, int32_t elem_type) {
     v->set_name(name);
