@@ -22,8 +22,14 @@ TWO = "two_instances"
 ONE = "one_instance"
 TOO_MANY = "too_many_instances"
 CALLERS = 16
-REQUESTS_PER_CALLER = 6
-WIDTH, LAYERS, ROWS = 256, 24, 8
+REQUESTS_PER_CALLER = 2
+# A batch of 256 rows is about 0.8 GFLOP, a few milliseconds on one core:
+# long beside the time a request takes to reach the worker, so batches queue
+# there and the second instance starts one while the first computes, even
+# when other processes delay every thread's wake-up by a time slice. With 8
+# rows (0.2 ms) on a loaded machine the batches arrived and finished one at
+# a time, and the two instances were sometimes never busy at once.
+WIDTH, LAYERS, ROWS = 256, 24, 256
 RTOL, ATOL = 1e-4, 1e-4
 
 
@@ -42,7 +48,7 @@ class InstancesTest(unittest.TestCase):
         nc.write_model(cls.repo, ONE, model)
         nc.write_model(cls.repo, TOO_MANY, model)
         cls.reference = nc.ReferenceModel(path)
-        # No batching: every request is its own batch, so 16 callers keep
+        # No batching: every request is its own batch, so the callers keep
         # several batches of the model in flight on the one worker.
         write_config(cls.repo, TWO, "instance_placement { instances_per_domain: 2 }\n")
         write_config(cls.repo, ONE, "")
@@ -70,10 +76,16 @@ class InstancesTest(unittest.TestCase):
             stub = nc.pb_grpc.GRPCInferenceServiceStub(channel)
             try:
                 start.wait(30)
-                for j in range(REQUESTS_PER_CALLER):
-                    results[i][j] = nc.infer(stub, model, {"x": inputs[i][j]}, deadline=60)["y"]
-            except grpc.RpcError as e:
-                results[i][j] = e
+                # Every request of the caller is sent before any reply is
+                # read, so the batches wait in the server however slowly
+                # this process gets the CPU back between calls.
+                futures = [stub.ModelInfer.future(nc.make_request(model, {"x": x}), timeout=60)
+                           for x in inputs[i]]
+                for j, future in enumerate(futures):
+                    try:
+                        results[i][j] = nc.decode_outputs(future.result())["y"]
+                    except grpc.RpcError as e:
+                        results[i][j] = e
             finally:
                 channel.close()
 
