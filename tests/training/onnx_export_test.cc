@@ -158,6 +158,11 @@ TEST(OnnxExportTest, BatchNormIsFoldedIntoTheConv) {
   std::vector<NamedWeights> weights;
   for (const Parameter& p : (*net)->parameters()) weights.push_back({p.name, &p.data->data});
   const std::string out = source + ".trained.onnx";
+  // Removed at the end like the source model (its name holds the pid).
+  struct RemoveAtEnd {
+    std::string path;
+    ~RemoveAtEnd() { std::filesystem::remove(path); }
+  } remove_out{out};
   ASSERT_TRUE(ExportOnnx(source, weights, out).ok());
 
   onnx::ModelProto exported;
