@@ -449,6 +449,33 @@ def insecure_channel(address, max_message_bytes=MAX_MESSAGE_BYTES):
         ("grpc.max_receive_message_length", max_message_bytes)])
 
 
+def call_together(server, count, call, timeout=120):
+    """Runs call(i, stub) for i in range(count), each on its own thread and
+    gRPC channel, released together by a barrier so their requests meet in
+    the server's queue. Returns each call's result, or the grpc.RpcError it
+    raised (None if it did not finish within `timeout` seconds)."""
+    results = [None] * count
+    start = threading.Barrier(count)
+
+    def run(i):
+        channel = server.new_channel()
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            start.wait(30)
+            results[i] = call(i, stub)
+        except grpc.RpcError as e:
+            results[i] = e
+        finally:
+            channel.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return results
+
+
 def wait_until(predicate, timeout, interval=0.05):
     """Polls PREDICATE until it returns a true value or TIMEOUT s pass."""
     deadline = time.monotonic() + timeout

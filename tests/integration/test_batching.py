@@ -90,26 +90,10 @@ class BatchingTest(unittest.TestCase):
         rows = [(i % 3) + 1 for i in range(CALLERS)]
         images = [nc.random_images(r, seed=100 + i) for i, r in enumerate(rows)]
         expected = [self.reference.run({"image": x})["probabilities"] for x in images]
-        results = [None] * CALLERS
-        start = threading.Barrier(CALLERS)
-
-        def call(i):
-            channel = self.server.new_channel()
-            stub = nc.pb_grpc.GRPCInferenceServiceStub(channel)
-            try:
-                start.wait(30)
-                results[i] = nc.infer(stub, MODEL, {"image": images[i]},
-                                      deadline=60)["probabilities"]
-            except grpc.RpcError as e:
-                results[i] = e
-            finally:
-                channel.close()
-
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(CALLERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        results = nc.call_together(
+            self.server, CALLERS,
+            lambda i, stub: nc.infer(stub, MODEL, {"image": images[i]},
+                                     deadline=60)["probabilities"])
         for i, got in enumerate(results):
             self.assertIsInstance(got, np.ndarray, "caller %d: %r%s" % (i, got, self.log()))
             np.testing.assert_allclose(got, expected[i], rtol=RTOL, atol=ATOL,

@@ -24,7 +24,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import unittest
 
 import grpc
@@ -295,28 +294,13 @@ class TypedIoTest(unittest.TestCase):
         echo_model = [ECHO if i % 2 == 0 else ECHO_TYPED for i in range(CALLERS)]
         echo = [echo_inputs(r, seed=200 + i, types=ECHO_TYPES if i % 2 == 0 else TYPED_TYPES)
                 for i, r in enumerate(rows)]
-        results = [None] * CALLERS
-        start = threading.Barrier(CALLERS)
+        def call(i, stub):
+            a = self.infer(EMBED, embed[i], raw=i % 2 == 0, stub=stub)
+            b = self.infer(echo_model[i], echo[i], raw=i % 2 == 0,
+                           datatypes={"x_BF16": "BF16"}, stub=stub)
+            return (a, b)
 
-        def call(i):
-            channel = self.server.new_channel()
-            stub = nc.pb_grpc.GRPCInferenceServiceStub(channel)
-            try:
-                start.wait(30)
-                a = self.infer(EMBED, embed[i], raw=i % 2 == 0, stub=stub)
-                b = self.infer(echo_model[i], echo[i], raw=i % 2 == 0,
-                               datatypes={"x_BF16": "BF16"}, stub=stub)
-                results[i] = (a, b)
-            except grpc.RpcError as e:
-                results[i] = e
-            finally:
-                channel.close()
-
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(CALLERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        results = nc.call_together(self.server, CALLERS, call)
         for i, got in enumerate(results):
             self.assertIsInstance(got, tuple, "caller %d: %r%s" % (i, got, self.log()))
             self.assert_outputs(got[0], self.expected_embed(embed[i]), "caller %d embed" % i)
