@@ -112,6 +112,16 @@ BENCHMARK(BM_Transpose2d)->Apply([](benchmark::internal::Benchmark* b) {
 });
 
 // Y[M,N] = X[M,K] W[K,N] on oneDNN with prepacked weights, all OpenMP threads.
+// With other load on the cores, the least disturbed repetition counts: its
+// time is the "_min" row's, its GFLOP/s the "_max" row's.
+void AddMinMaxStatistics(benchmark::internal::Benchmark* b) {
+  b->ComputeStatistics("min", [](const std::vector<double>& v) {
+     return *std::min_element(v.begin(), v.end());
+   })->ComputeStatistics("max", [](const std::vector<double>& v) {
+    return *std::max_element(v.begin(), v.end());
+  });
+}
+
 void BM_SgemmOnednn(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -145,15 +155,7 @@ BENCHMARK(BM_SgemmOnednn)
     ->Args({32, 1024, 1024})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
-    // With other load on the cores, the least disturbed repetition: its
-    // time is the "_min" row's, its GFLOP/s the "_max" row's.
-    ->ComputeStatistics("min",
-                        [](const std::vector<double>& v) {
-                          return *std::min_element(v.begin(), v.end());
-                        })
-    ->ComputeStatistics("max", [](const std::vector<double>& v) {
-      return *std::max_element(v.begin(), v.end());
-    });
+    ->Apply(AddMinMaxStatistics);
 
 // The same Y = X W through each GEMM backend's kernel (kernels/gemm), as the
 // engine runs it: weights prepared once, all OpenMP threads. The label names
@@ -270,14 +272,6 @@ BENCHMARK(BM_ConvResNet50)
     ->ArgsProduct({{0, 1, 2, 3}, {1, 32}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
-    // With other load on the cores, the least disturbed repetition: its
-    // time is the "_min" row's, its GFLOP/s the "_max" row's.
-    ->ComputeStatistics("min",
-                        [](const std::vector<double>& v) {
-                          return *std::min_element(v.begin(), v.end());
-                        })
-    ->ComputeStatistics("max", [](const std::vector<double>& v) {
-      return *std::max_element(v.begin(), v.end());
-    });
+    ->Apply(AddMinMaxStatistics);
 
 BENCHMARK_MAIN();
