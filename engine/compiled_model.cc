@@ -10,6 +10,7 @@
 // the arena, and Run reads and writes every input and output as the bytes of
 // its type.
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +57,7 @@ enum class Storage { kInput, kConstant, kArena, kOutput };
 
 // Everything that depends on the batch size.
 struct BatchState {
+  int64_t batch = 0;
   std::vector<Shape> shapes;  // by ValueId
   std::unique_ptr<float, FreeDeleter> arena;
   std::vector<int64_t> arena_offset;  // by ValueId, for kArena roots
@@ -63,6 +65,18 @@ struct BatchState {
   int64_t arena_bytes = 0;            // peak activation bytes (the plan's size)
   std::vector<double> step_flops;     // by step, per Run (for the profile)
   std::vector<char> serial;           // by step: runs on the calling thread alone
+  // Batch splitting (CompileOptions::batch_split_cache_bytes): steps
+  // [0, split_steps) run slice_rows rows at a time, the last slice with the
+  // rest. Values those steps alone use ("slice-local") hold one slice and
+  // are reused by every slice; the others hold the batch, and a slice sees
+  // its rows of them.
+  int split_steps = 0;
+  int64_t slice_rows = 0;
+  std::vector<Shape> slice_shapes, tail_shapes;  // by ValueId: a full slice's, the last's
+  std::vector<char> slice_local;                 // by ValueId (views included)
+  std::vector<int64_t> row_floats;    // by ValueId: floats per row, for batch-sized values
+  std::vector<ValueId> split_values;  // every value the split steps read or write
+  std::vector<float*> slice_data;     // by ValueId, per slice
 };
 
 // Per step, while profiling.
@@ -83,6 +97,9 @@ class CompiledModelImpl final : public CompiledModel {
         engine_(engine),
         stream_(engine_) {
     if (options_.serial_below_flops < 0) options_.serial_below_flops = DefaultSerialBelowFlops();
+    if (options_.batch_split_cache_bytes < 0) {
+      options_.batch_split_cache_bytes = LastLevelCacheBytes();
+    }
   }
 
   absl::Status Compile();
@@ -141,7 +158,15 @@ class CompiledModelImpl final : public CompiledModel {
   void PrintProfile() const;
   // Run's step loop, timing each step when `profile`.
   template <bool kProfile>
-  absl::Status RunSteps(const StepContext& ctx, const BatchState& state);
+  absl::Status RunSteps(const StepContext& ctx, BatchState& state);
+  // Steps [begin, end) on `ctx`; `first` is false for the second and later
+  // slices of a split batch (the profile counts a step once per run).
+  template <bool kProfile>
+  absl::Status RunRange(const StepContext& ctx, const BatchState& state, size_t begin, size_t end,
+                        bool first);
+  // Decides state.split_steps and state.slice_rows for `batch`, and the
+  // shapes and row sizes the slices use (BatchState).
+  void PlanBatchSplit(int64_t batch, BatchState& state) const;
   // Keeps conv/pool activations in oneDNN's blocked layout where every
   // reader accepts it (conv chains); plain elsewhere.
   void ChooseLayouts(const std::vector<Shape>& shapes1);
@@ -211,6 +236,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<bool> absorbed_transpose_;     // by node: read through strides by a matmul
   std::vector<ValueId> in_place_of_;         // by arena root: the residual whose bytes it takes
   std::map<int64_t, BatchState> per_batch_;
+  std::vector<Shape> shapes1_;              // every value's shape at batch 1
   int threads_ = 1;                         // kernel threads for steps not run serially
   const BatchState* last_state_ = nullptr;  // the last profiled Run's
   bool profiling_ = false;
@@ -238,8 +264,12 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
     row.kind = d.substr(0, d.find(':'));
     row.description = d;
     row.layouts = step.Layouts();
-    if (last_shapes_ != nullptr) row.implementation = step.Implementation(*last_shapes_);
+    const bool sliced = last_state_ != nullptr && static_cast<int>(k) < last_state_->split_steps;
+    if (last_shapes_ != nullptr) {
+      row.implementation = step.Implementation(sliced ? last_state_->slice_shapes : *last_shapes_);
+    }
     if (last_state_ != nullptr) row.threads = last_state_->serial[k] ? 1 : threads_;
+    if (sliced) row.slice_rows = last_state_->slice_rows;
     row.calls = times_[k].calls;
     row.seconds = times_[k].seconds;
     row.flops = times_[k].flops;
@@ -904,6 +934,7 @@ absl::Status CompiledModelImpl::Compile() {
   const auto consumers = graph_.Consumers();
   auto shapes1 = PropagateShapes(graph_, InputShapesForBatch(graph_, 1));
   if (!shapes1.ok()) return shapes1.status();
+  shapes1_ = *shapes1;
   std::vector<bool> fused(graph_.nodes().size(), false);
   step_of_node_.assign(graph_.nodes().size(), -1);
   absorbed_transpose_.assign(graph_.nodes().size(), false);
@@ -1097,7 +1128,9 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   auto shapes = PropagateShapes(graph_, InputShapesForBatch(graph_, batch));
   if (!shapes.ok()) return shapes.status();
   BatchState state;
+  state.batch = batch;
   state.shapes = *std::move(shapes);
+  PlanBatchSplit(batch, state);
   const int num_values = graph_.num_values();
   state.arena_offset.assign(num_values, -1);
   // Greedy memory plan: largest first, each at the lowest offset that does
@@ -1111,21 +1144,29 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   for (ValueId v = 0; v < num_values; ++v) {
     if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
     if (BytesOwner(v, state.shapes) != v) continue;  // placed with the residual it replaces
+    // A slice-local value holds one slice of rows.
+    const Shape& shape = state.slice_local[v] ? state.slice_shapes[v] : state.shapes[v];
     // Values of other types take their bytes, rounded up to whole floats.
-    const int64_t bytes = kernels::NumElements(state.shapes[v]) *
-                          static_cast<int64_t>(DataTypeSize(RuntimeType(graph_, v)));
-    const int64_t n = blocked_[v] ? kernels::ActivationBytes(state.shapes[v], true) /
-                                        static_cast<int64_t>(sizeof(float))
-                                  : (bytes + static_cast<int64_t>(sizeof(float)) - 1) /
-                                        static_cast<int64_t>(sizeof(float));
+    const int64_t bytes =
+        kernels::NumElements(shape) * static_cast<int64_t>(DataTypeSize(RuntimeType(graph_, v)));
+    const int64_t n =
+        blocked_[v] ? kernels::ActivationBytes(shape, true) / static_cast<int64_t>(sizeof(float))
+                    : (bytes + static_cast<int64_t>(sizeof(float)) - 1) /
+                          static_cast<int64_t>(sizeof(float));
     blocks.push_back({v, (std::max<int64_t>(n, 1) + kAlign - 1) / kAlign * kAlign});
   }
   std::stable_sort(blocks.begin(), blocks.end(),
                    [](const Block& a, const Block& b) { return a.size > b.size; });
   auto lifetime = [&](ValueId v) {
     // Values never written by a step (unused) still get their own space.
-    return first_step_[v] < 0 ? std::make_pair(-1, std::numeric_limits<int>::max())
-                              : std::make_pair(first_step_[v], last_step_[v]);
+    if (first_step_[v] < 0) return std::make_pair(-1, std::numeric_limits<int>::max());
+    // A batch-sized value the split steps write is written slice by slice
+    // while those steps run again for the next slices: it lives from the
+    // first of them on.
+    if (first_step_[v] < state.split_steps && !state.slice_local[v]) {
+      return std::make_pair(0, last_step_[v]);
+    }
+    return std::make_pair(first_step_[v], last_step_[v]);
   };
   std::vector<Block> placed;
   int64_t floats = 0;
@@ -1173,7 +1214,14 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     // oneDNN sizes a primitive's thread split when it is created: create it
     // with the threads it will run on.
     omp_set_num_threads(serial ? 1 : threads_);
-    absl::Status s = step->Prepare(state.shapes);
+    const size_t k = state.step_flops.size() - 1;
+    absl::Status s = absl::OkStatus();
+    if (static_cast<int>(k) >= state.split_steps) {
+      s = step->Prepare(state.shapes);
+    } else {
+      s = step->Prepare(state.slice_shapes);
+      if (s.ok() && batch % state.slice_rows != 0) s = step->Prepare(state.tail_shapes);
+    }
     omp_set_num_threads(threads_);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
   }
@@ -1195,29 +1243,112 @@ std::vector<std::vector<int64_t>> CompiledModelImpl::OutputShapes(int64_t batch)
   return out;
 }
 
-template <bool kProfile>
-absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, const BatchState& state) {
-  using Clock = std::chrono::steady_clock;
-  double residual = 0;
-  StepContext timed = ctx;
-  if constexpr (kProfile) {
-    timed.residual_seconds = &residual;
-    last_shapes_ = &state.shapes;
-    last_state_ = &state;
-    ++profile_runs_;
-  }
-  bool serial = false;
+void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
+  const int num_values = graph_.num_values();
+  state.slice_local.assign(num_values, false);
+  const int64_t cache = options_.batch_split_cache_bytes;
+  if (cache <= 0 || batch < 2) return;
+  // The leading row-wise steps whose values all have the batch as their
+  // leading dimension; of those, up to the last writing more than the cache
+  // (a step reading a large value but writing a small one gains nothing:
+  // what it writes is what the next step finds in the cache).
+  std::vector<int64_t> row_floats(num_values, 0);
+  int last_large = -1;
+  int64_t max_row_bytes = 0, max_row_bytes_to_last = 0;
   for (size_t k = 0; k < steps_.size(); ++k) {
+    const std::vector<ValueId> values = steps_[k]->RowWiseValues();
+    if (values.empty()) break;
+    bool row_wise = true;
+    int64_t written_bytes = 0;
+    for (ValueId v : values) {
+      if (v == kNoValue) continue;
+      const Shape& s = state.shapes[v];
+      const Shape& s1 = shapes1_[v];
+      if (RuntimeType(graph_, v) != DataType::kFloat32 || s.empty() || s.size() != s1.size() ||
+          s[0] != batch || s1[0] != 1 || !std::equal(s.begin() + 1, s.end(), s1.begin() + 1)) {
+        row_wise = false;
+        break;
+      }
+      const bool blocked = blocked_[root_[v]];
+      const int64_t bytes = blocked ? kernels::ActivationBytes(s, true)
+                                    : kernels::NumElements(s) * static_cast<int64_t>(sizeof(float));
+      row_floats[v] = bytes / batch / static_cast<int64_t>(sizeof(float));
+      max_row_bytes = std::max(max_row_bytes, bytes / batch);
+      written_bytes = bytes;  // the last value is the one written
+    }
+    if (!row_wise) break;
+    if (written_bytes > cache) {
+      last_large = static_cast<int>(k);
+      max_row_bytes_to_last = max_row_bytes;
+    }
+  }
+  if (last_large < 0 || max_row_bytes_to_last <= 0) return;
+  // A slice's largest value fills at most half the cache, so that it and
+  // the next step's output stay there; of the sizes between half that and
+  // that, one dividing the batch is preferred.
+  int64_t rows = std::max<int64_t>(1, cache / 2 / max_row_bytes_to_last);
+  if (rows * 2 > batch) return;  // not two slices: nothing to gain
+  for (int64_t r = rows; r * 2 > rows; --r) {
+    if (batch % r == 0) {
+      rows = r;
+      break;
+    }
+  }
+  state.split_steps = last_large + 1;
+  state.slice_rows = rows;
+  state.row_floats = std::move(row_floats);
+  // Slice-local: arena values written and last read by the split steps.
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
+    state.slice_local[v] = first_step_[v] >= 0 && last_step_[v] < state.split_steps;
+  }
+  // Values sharing bytes in place share their class (a chain's lifetime
+  // already spans its members'; this only guards the invariant).
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (ValueId v = 0; v < num_values; ++v) {
+      const ValueId s = in_place_of_[v];
+      if (s != kNoValue && state.slice_local[v] != state.slice_local[s]) {
+        state.slice_local[v] = state.slice_local[s] = false;
+        changed = true;
+      }
+    }
+  }
+  for (ValueId v = 0; v < num_values; ++v) state.slice_local[v] = state.slice_local[root_[v]];
+  std::vector<bool> seen(num_values, false);
+  for (int k = 0; k < state.split_steps; ++k) {
+    for (ValueId v : steps_[k]->RowWiseValues()) {
+      if (v != kNoValue && !seen[v]) {
+        seen[v] = true;
+        state.split_values.push_back(v);
+      }
+    }
+  }
+  state.slice_shapes = state.shapes;
+  for (ValueId v : state.split_values) state.slice_shapes[v][0] = rows;
+  if (batch % rows != 0) {
+    state.tail_shapes = state.shapes;
+    for (ValueId v : state.split_values) state.tail_shapes[v][0] = batch % rows;
+  }
+  state.slice_data.assign(num_values, nullptr);
+}
+
+template <bool kProfile>
+absl::Status CompiledModelImpl::RunRange(const StepContext& ctx, const BatchState& state,
+                                         size_t begin, size_t end, bool first) {
+  using Clock = std::chrono::steady_clock;
+  bool serial = false;
+  for (size_t k = begin; k < end; ++k) {
     if (state.serial[k] != serial) {
       serial = state.serial[k];
       omp_set_num_threads(serial ? 1 : threads_);
     }
     Clock::time_point t0;
     if constexpr (kProfile) {
-      residual = 0;
+      *ctx.residual_seconds = 0;
       t0 = Clock::now();
     }
-    absl::Status s = steps_[k]->Run(timed);
+    absl::Status s = steps_[k]->Run(ctx);
     if (!s.ok()) {
       if (serial) omp_set_num_threads(threads_);
       return absl::Status(s.code(), absl::StrCat(steps_[k]->Describe(), ": ", s.message()));
@@ -1226,13 +1357,51 @@ absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, const BatchStat
       // The CPU stream is in order and synchronous: the primitive is done.
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       StepTimes& t = times_[k];
-      ++t.calls;
-      t.seconds += dt - residual;
-      t.residual_seconds += residual;
-      t.flops += state.step_flops[k];
+      if (first) {
+        ++t.calls;
+        t.flops += state.step_flops[k];
+      }
+      t.seconds += dt - *ctx.residual_seconds;
+      t.residual_seconds += *ctx.residual_seconds;
     }
   }
   if (serial) omp_set_num_threads(threads_);
+  return absl::OkStatus();
+}
+
+template <bool kProfile>
+absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, BatchState& state) {
+  double residual = 0;
+  StepContext timed = ctx;
+  if constexpr (kProfile) {
+    timed.residual_seconds = &residual;
+    last_shapes_ = &state.shapes;
+    last_state_ = &state;
+    ++profile_runs_;
+  }
+  const int64_t batch = state.batch;
+  if (state.split_steps > 0) {
+    std::vector<float*>& slice = state.slice_data;
+    for (int64_t row = 0; row < batch; row += state.slice_rows) {
+      const int64_t rows = std::min(state.slice_rows, batch - row);
+      for (ValueId v : state.split_values) {
+        slice[v] = ctx.data[v] == nullptr || state.slice_local[v]
+                       ? ctx.data[v]
+                       : ctx.data[v] + row * state.row_floats[v];
+      }
+      StepContext part{ctx.stream,
+                       rows == state.slice_rows ? state.slice_shapes : state.tail_shapes, slice,
+                       timed.residual_seconds};
+      if (absl::Status s = RunRange<kProfile>(part, state, 0, state.split_steps, row == 0);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (absl::Status s = RunRange<kProfile>(timed, state, state.split_steps, steps_.size(), true);
+      !s.ok()) {
+    return s;
+  }
   try {
     stream_.wait();
   } catch (const dnnl::error& e) {
@@ -1310,6 +1479,33 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
 
 }  // namespace
 
+int64_t LastLevelCacheBytes() {
+  constexpr int64_t kDefault = 32 << 20;
+  const int cpu = sched_getcpu();
+  int64_t best = 0;
+  int best_level = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir =
+        absl::StrCat("/sys/devices/system/cpu/cpu", cpu < 0 ? 0 : cpu, "/cache/index", index, "/");
+    std::FILE* level_file = std::fopen((dir + "level").c_str(), "r");
+    if (level_file == nullptr) break;
+    int level = 0;
+    const bool have_level = std::fscanf(level_file, "%d", &level) == 1;
+    std::fclose(level_file);
+    std::FILE* size_file = std::fopen((dir + "size").c_str(), "r");
+    if (size_file == nullptr) continue;
+    long long size = 0;
+    char unit = 0;
+    const int got = std::fscanf(size_file, "%lld%c", &size, &unit);
+    std::fclose(size_file);
+    if (!have_level || got < 1 || size <= 0 || level < best_level) continue;
+    const int64_t scale = got == 2 && unit == 'K' ? 1024 : got == 2 && unit == 'M' ? 1 << 20 : 1;
+    best = size * scale;
+    best_level = level;
+  }
+  return best > 0 ? best : kDefault;
+}
+
 double DefaultSerialBelowFlops() {
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   const char* policy = std::getenv("OMP_WAIT_POLICY");
@@ -1336,6 +1532,9 @@ namespace {
 std::string ProfileRowNote(const StepProfile& row) {
   std::string note = row.layouts;
   if (row.threads == 1) absl::StrAppend(&note, note.empty() ? "" : ", ", "1 thread");
+  if (row.slice_rows > 0) {
+    absl::StrAppend(&note, note.empty() ? "" : ", ", "slices of ", row.slice_rows, " rows");
+  }
   if (!row.implementation.empty()) {
     absl::StrAppend(&note, note.empty() ? "" : ", ", row.implementation);
   }

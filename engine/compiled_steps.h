@@ -62,6 +62,11 @@ class Step {
   virtual std::string Implementation(const std::vector<Shape>& shapes) const { return ""; }
   // The residual this step copies into its output first, if any.
   virtual ValueId ResidualInput() const { return kNoValue; }
+  // Every value the step reads and writes when row i (index i of the
+  // leading, batch dimension) of what it writes depends on row i of what it
+  // reads alone, as in conv and pooling: such a step can run a batch in
+  // slices of rows. The value written comes last. Empty otherwise.
+  virtual std::vector<ValueId> RowWiseValues() const { return {}; }
 };
 
 // "plain" or "nChw16c" (any rank: the blocked layout's name at rank 4).
@@ -176,6 +181,10 @@ class ConvStep final : public Step {
     return kernel_->ImplementationName(shapes[src_]);
   }
   ValueId ResidualInput() const override { return sum_from_; }
+  std::vector<ValueId> RowWiseValues() const override {
+    if (sum_from_ == kNoValue) return {src_, dst_};
+    return {src_, sum_from_, dst_};
+  }
   ValueId Source() const { return src_; }
   ValueId Output() const { return dst_; }
   // The residual's layout -> dst's ("plain->plain" is a copy).
@@ -201,6 +210,7 @@ class PoolStep final : public Step {
   }
   std::string Describe() const override { return "pool: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
   std::vector<ValueId> BlockedReads() const override { return {src_}; }
   ValueId BlockedWrite() const override { return dst_; }
   void SetLayouts(const std::vector<bool>& blocked) override {

@@ -86,7 +86,18 @@ struct CompileOptions {
   // less. 0: never; negative: DefaultSerialBelowFlops().
   double serial_below_flops = -1;
   int64_t serial_below_elements = 256 * 1024;
+  // Batch splitting: the leading conv/pool steps whose activations at the
+  // run's batch outgrow this many bytes run the batch in slices of rows
+  // small enough that a slice's activations stay in this cache between
+  // one step and the next (ResNet-50 at batch 32: its stem and first two
+  // stages, in slices of 4 rows). 0: never; negative: the last-level cache
+  // of the CPU running Compile (LastLevelCacheBytes).
+  int64_t batch_split_cache_bytes = -1;
 };
+
+// The size of the last-level cache shared by the calling thread's core
+// (sysfs), or 32 MiB where the system does not say.
+int64_t LastLevelCacheBytes();
 
 // CompileOptions::serial_below_flops for how this process's idle OpenMP
 // threads wait (libgomp reads it from the environment at start): 10 MFLOP
@@ -119,6 +130,9 @@ struct StepProfile {
   int64_t calls = 0;
   double seconds = 0;  // wall time summed over calls
   double flops = 0;    // multiply-adds x2 summed over calls; 0 if not counted
+  // Rows per slice when the step ran the batch in slices
+  // (CompileOptions::batch_split_cache_bytes); 0: the whole batch at once.
+  int64_t slice_rows = 0;
 };
 
 // The profile as text: the time per run by step kind, the `top` costliest

@@ -146,6 +146,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   bool json = false, plan = false, profile = false;
   int64_t top = 15;
   double serial_below_mflops = -1;
+  double batch_split_mb = -1;
   ArgParser parser("bench",
                    "run a model in process per batch size: inferences/s, p50/p99 latency, "
                    "GFLOP/s and the fraction of FP32 peak");
@@ -170,6 +171,10 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddDouble("serial-below-mflops", &serial_below_mflops,
                    "run steps below this many MFLOP on one thread (-1 = the engine's default for "
                    "how idle OpenMP threads wait; 0 = never)");
+  parser.AddDouble("batch-split-mb", &batch_split_mb,
+                   "run the leading conv/pool steps whose activations outgrow this many MiB in "
+                   "slices of the batch that stay in that much cache (-1 = the last-level cache; "
+                   "0 = never)");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -213,6 +218,9 @@ int BenchCommand(const std::vector<std::string>& args) {
                                  .gemm_cache_file = engine::DefaultGemmCacheFile(),
                                  .conv_algorithm = conv};
   if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
+  if (batch_split_mb >= 0) {
+    options.batch_split_cache_bytes = static_cast<int64_t>(batch_split_mb * (1 << 20));
+  }
   auto model = engine::CompiledModel::Load(model_path, options);
   if (!model.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
