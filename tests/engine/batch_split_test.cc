@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
+#include "tests/engine/bottleneck_block.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
 
@@ -47,31 +48,15 @@ std::string Model(bool softmax_after_stem) {
   OnnxModelBuilder::AttrInts(pool, "kernel_shape", {3, 3});
   OnnxModelBuilder::AttrInts(pool, "pads", {1, 1, 1, 1});
   in = "p0";
-  auto block = [&](int k, int64_t ch) {
-    const std::string p = absl::StrCat("b", k, "_");
-    b.Initializer(p + "wa", RandomTensor({ch / 2, ch, 1, 1}, 10 * k + 1));
-    b.Initializer(p + "wb", RandomTensor({ch / 2, ch / 2, 3, 3}, 10 * k + 2));
-    b.Initializer(p + "wc", RandomTensor({ch, ch / 2, 1, 1}, 10 * k + 3));
-    b.Initializer(p + "bc", RandomTensor({ch}, 10 * k + 4));
-    b.Node("Conv", {in, p + "wa"}, {p + "a"}, p + "conv_a");
-    b.Node("Relu", {p + "a"}, {p + "ra"}, p + "relu_a");
-    OnnxModelBuilder::AttrInts(b.Node("Conv", {p + "ra", p + "wb"}, {p + "b"}, p + "conv_b"),
-                               "pads", {1, 1, 1, 1});
-    b.Node("Relu", {p + "b"}, {p + "rb"}, p + "relu_b");
-    b.Node("Conv", {p + "rb", p + "wc", p + "bc"}, {p + "c"}, p + "conv_c");
-    b.Node("Add", {p + "c", in}, {p + "s"}, p + "add");
-    b.Node("Relu", {p + "s"}, {p + "out"}, p + "relu");
-    in = p + "out";
-  };
-  block(1, 32);
-  block(2, 32);
+  in = testing::AddBottleneckBlock(b, 1, in, 32);
+  in = testing::AddBottleneckBlock(b, 2, in, 32);
   b.Initializer("wd", RandomTensor({64, 32, 3, 3}, 50));
   auto& down = b.Node("Conv", {in, "wd"}, {"d"}, "down");
   OnnxModelBuilder::AttrInts(down, "pads", {1, 1, 1, 1});
   OnnxModelBuilder::AttrInts(down, "strides", {2, 2});
   b.Node("Relu", {"d"}, {"rd"}, "down_relu");
   in = "rd";
-  block(3, 64);
+  in = testing::AddBottleneckBlock(b, 3, in, 64);
   b.Node("GlobalAveragePool", {in}, {"g"}, "gap");
   b.Node("Flatten", {"g"}, {"f"}, "flatten");
   b.Initializer("wf", RandomTensor({10, 64}, 60));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "tests/engine/bottleneck_block.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
 
@@ -28,22 +29,7 @@ std::string BottleneckModel(bool reuse_h0) {
   OnnxModelBuilder::AttrInts(b.Node("Conv", {"x", "w0"}, {"c0"}, "stem"), "pads", {1, 1, 1, 1});
   b.Node("Relu", {"c0"}, {"h0"}, "stem_relu");
   std::string in = "h0";
-  for (int k = 1; k <= 2; ++k) {
-    const std::string p = absl::StrCat("b", k, "_");
-    b.Initializer(p + "wa", RandomTensor({16, 32, 1, 1}, 10 * k + 1));
-    b.Initializer(p + "wb", RandomTensor({16, 16, 3, 3}, 10 * k + 2));
-    b.Initializer(p + "wc", RandomTensor({32, 16, 1, 1}, 10 * k + 3));
-    b.Initializer(p + "bc", RandomTensor({32}, 10 * k + 4));
-    b.Node("Conv", {in, p + "wa"}, {p + "a"}, p + "conv_a");
-    b.Node("Relu", {p + "a"}, {p + "ra"}, p + "relu_a");
-    OnnxModelBuilder::AttrInts(b.Node("Conv", {p + "ra", p + "wb"}, {p + "b"}, p + "conv_b"),
-                               "pads", {1, 1, 1, 1});
-    b.Node("Relu", {p + "b"}, {p + "rb"}, p + "relu_b");
-    b.Node("Conv", {p + "rb", p + "wc", p + "bc"}, {p + "c"}, p + "conv_c");
-    b.Node("Add", {p + "c", in}, {p + "s"}, p + "add");
-    b.Node("Relu", {p + "s"}, {p + "out"}, p + "relu");
-    in = p + "out";
-  }
+  for (int k = 1; k <= 2; ++k) in = testing::AddBottleneckBlock(b, k, in, 32);
   if (reuse_h0) {
     b.Initializer("wl", RandomTensor({32, 32, 1, 1}, 99));
     b.Node("Conv", {"h0", "wl"}, {"lc"}, "late_conv");
