@@ -253,6 +253,22 @@ absl::StatusOr<hwloc_topology_t> Machine() {
 
 }  // namespace
 
+uint64_t OuterCacheBytes(int cpu) {
+  hwloc_topology_t machine = MachineTopology();
+  if (machine == nullptr || cpu < 0) return 0;
+  hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(machine, static_cast<unsigned>(cpu));
+  uint64_t bytes = 0;
+  unsigned depth = 0;
+  for (hwloc_obj_t obj = pu; obj != nullptr; obj = obj->parent) {
+    if (hwloc_obj_type_is_dcache(obj->type) && obj->attr != nullptr &&
+        obj->attr->cache.depth > depth) {
+      depth = obj->attr->cache.depth;
+      bytes = obj->attr->cache.size;
+    }
+  }
+  return bytes;
+}
+
 int Topology::num_pus() const {
   int count = 0;
   for (const Core& core : cores) count += static_cast<int>(core.pus.size());

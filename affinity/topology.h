@@ -52,6 +52,11 @@ struct TopologyOptions {
 // topology 'x'", "cpuset '9-12' selects no cpu of this topology").
 absl::StatusOr<Topology> DiscoverTopology(const TopologyOptions& options);
 
+// The size in bytes of the outermost data (or unified) cache above OS cpu
+// `cpu` on this machine (the L3 a core shares, on most x86 servers), as
+// hwloc reports it; 0 if unknown.
+uint64_t OuterCacheBytes(int cpu);
+
 // Parses "0-3,8,10-11" into cpu numbers; error on malformed lists.
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list);
 // Formats cpu numbers compactly: {0,1,2,3,8} -> "0-3,8".

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "affinity/cpu_features.h"
+#include "affinity/topology.h"
 #include "engine/compiled_steps.h"
 #include "engine/model.h"
 #include "engine/model_info.h"
@@ -1480,30 +1481,8 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
 }  // namespace
 
 int64_t LastLevelCacheBytes() {
-  constexpr int64_t kDefault = 32 << 20;
-  const int cpu = sched_getcpu();
-  int64_t best = 0;
-  int best_level = 0;
-  for (int index = 0; index < 8; ++index) {
-    const std::string dir =
-        absl::StrCat("/sys/devices/system/cpu/cpu", cpu < 0 ? 0 : cpu, "/cache/index", index, "/");
-    std::FILE* level_file = std::fopen((dir + "level").c_str(), "r");
-    if (level_file == nullptr) break;
-    int level = 0;
-    const bool have_level = std::fscanf(level_file, "%d", &level) == 1;
-    std::fclose(level_file);
-    std::FILE* size_file = std::fopen((dir + "size").c_str(), "r");
-    if (size_file == nullptr) continue;
-    long long size = 0;
-    char unit = 0;
-    const int got = std::fscanf(size_file, "%lld%c", &size, &unit);
-    std::fclose(size_file);
-    if (!have_level || got < 1 || size <= 0 || level < best_level) continue;
-    const int64_t scale = got == 2 && unit == 'K' ? 1024 : got == 2 && unit == 'M' ? 1 << 20 : 1;
-    best = size * scale;
-    best_level = level;
-  }
-  return best > 0 ? best : kDefault;
+  const uint64_t bytes = affinity::OuterCacheBytes(sched_getcpu());
+  return bytes > 0 ? static_cast<int64_t>(bytes) : int64_t{32} << 20;
 }
 
 double DefaultSerialBelowFlops() {

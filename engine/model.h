@@ -96,7 +96,7 @@ struct CompileOptions {
 };
 
 // The size of the last-level cache shared by the calling thread's core
-// (sysfs), or 32 MiB where the system does not say.
+// (affinity::OuterCacheBytes, from hwloc), or 32 MiB where it is unknown.
 int64_t LastLevelCacheBytes();
 
 // CompileOptions::serial_below_flops for how this process's idle OpenMP

@@ -47,6 +47,21 @@ TEST(MachineTopologyTest, IsConsistent) {
 
 // As under `taskset -c <first cpu>`: the topology shows one core. Run in a
 // child so this process keeps its mask.
+TEST(MachineTopologyTest, OuterCacheOfACore) {
+  absl::StatusOr<Topology> topology = DiscoverTopology({});
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_FALSE(topology->cores.empty());
+  const Core& core = topology->cores.front();
+  const uint64_t bytes = OuterCacheBytes(core.pus.front());
+  // A core under an L3 has at least that cache above it (the L3 or a larger
+  // one); a machine reporting no L3 may still report an L2 (or nothing).
+  if (core.l3 >= 0) EXPECT_GE(bytes, uint64_t{1} << 20);
+  // Every hardware thread of a core shares its caches.
+  for (int pu : core.pus) EXPECT_EQ(OuterCacheBytes(pu), bytes) << "cpu " << pu;
+  EXPECT_EQ(OuterCacheBytes(-1), 0u);
+  EXPECT_EQ(OuterCacheBytes(1 << 20), 0u);  // no such cpu
+}
+
 TEST(MachineTopologyTest, FollowsAffinityMask) {
   absl::StatusOr<Topology> full = DiscoverTopology({});
   ASSERT_TRUE(full.ok()) << full.status();
