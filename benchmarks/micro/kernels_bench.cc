@@ -111,7 +111,6 @@ BENCHMARK(BM_Transpose2d)->Apply([](benchmark::internal::Benchmark* b) {
   }
 });
 
-// Y[M,N] = X[M,K] W[K,N] on oneDNN with prepacked weights, all OpenMP threads.
 // With other load on the cores, the least disturbed repetition counts: its
 // time is the "_min" row's, its GFLOP/s the "_max" row's.
 void AddMinMaxStatistics(benchmark::internal::Benchmark* b) {
@@ -122,6 +121,18 @@ void AddMinMaxStatistics(benchmark::internal::Benchmark* b) {
   });
 }
 
+// GFLOP/s and the fraction of FP32 peak on all OpenMP threads, for
+// `flops` per iteration.
+void SetFlopCounters(benchmark::State& state, double flops) {
+  const double peak =
+      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Y[M,N] = X[M,K] W[K,N] on oneDNN with prepacked weights, all OpenMP threads.
 void BM_SgemmOnednn(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -141,12 +152,7 @@ void BM_SgemmOnednn(benchmark::State& state) {
     stream.wait();
   }
   const double flops = 2.0 * m * k * n;
-  const double peak =
-      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_fraction"] =
-      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state, flops);
   state.SetLabel((*mm)->ImplementationName(m));
 }
 BENCHMARK(BM_SgemmOnednn)
@@ -183,12 +189,7 @@ void BM_Gemm(benchmark::State& state, numaserve::kernels::GemmBackend backend) {
     benchmark::DoNotOptimize((*kernel)->Run(m, x.data(), y.data()));
   }
   const double flops = 2.0 * m * k * n;
-  const double peak =
-      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_fraction"] =
-      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state, flops);
   state.SetLabel(GemmBackendDetails(backend));
 }
 
@@ -259,12 +260,7 @@ void BM_ConvResNet50(benchmark::State& state) {
     stream.wait();
   }
   const double flops = 2.0 * n * c.m * out * out * c.c * c.k * c.k;
-  const double peak =
-      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_fraction"] =
-      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state, flops);
   state.SetLabel((*conv)->ImplementationName(src));
 }
 BENCHMARK(BM_ConvResNet50)
