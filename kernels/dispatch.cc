@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "affinity/cpu_features.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
 namespace numaserve::kernels {
@@ -20,21 +21,24 @@ constexpr KernelTable kScalar = {IsaTier::kScalar,
                                  cpu::add_row_broadcast__scalar,
                                  cpu::mul_row_broadcast__scalar,
                                  cpu::reduce_rows__scalar,
-                                 cpu::transpose_2d__scalar};
+                                 cpu::transpose_2d__scalar,
+                                 cpu::attention_head__scalar};
 constexpr KernelTable kAvx2 = {IsaTier::kAvx2,
                                cpu::softmax_rows__avx2,
                                cpu::layer_norm_rows__avx2,
                                cpu::add_row_broadcast__avx2,
                                cpu::mul_row_broadcast__avx2,
                                cpu::reduce_rows__avx2,
-                               cpu::transpose_2d__avx2};
+                               cpu::transpose_2d__avx2,
+                               cpu::attention_head__avx2};
 constexpr KernelTable kAvx512 = {IsaTier::kAvx512,
                                  cpu::softmax_rows__avx512,
                                  cpu::layer_norm_rows__avx512,
                                  cpu::add_row_broadcast__avx512,
                                  cpu::mul_row_broadcast__avx512,
                                  cpu::reduce_rows__avx512,
-                                 cpu::transpose_2d__avx512};
+                                 cpu::transpose_2d__avx512,
+                                 cpu::attention_head__avx512};
 
 bool CpuHasAvx2() {
   const auto& f = affinity::GetCpuFeatures();

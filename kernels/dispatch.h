@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
 namespace numaserve::kernels {
@@ -26,6 +27,7 @@ struct KernelTable {
   void (*mul_row_broadcast)(const float* x, const float* v, float* y, int64_t rows, int64_t len);
   void (*reduce_rows)(const float* x, float* out, int64_t rows, int64_t len, cpu::ReduceOp op);
   void (*transpose_2d)(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols);
+  void (*attention_head)(const cpu::AttentionHead& h, float* scratch);
 };
 
 struct DispatchDecision {

@@ -111,6 +111,47 @@ BENCHMARK(BM_Transpose2d)->Apply([](benchmark::internal::Benchmark* b) {
   }
 });
 
+// One attention head of a [S, 12, 64] tensor (BERT-base's), q, k and v read
+// in place through the heads' strides, on one thread: GFLOP/s of the two
+// products and the fraction of one core's FP32 peak.
+void BM_AttentionHead(benchmark::State& state) {
+  const auto* t = numaserve::kernels::KernelTableFor(static_cast<IsaTier>(state.range(0)));
+  if (t == nullptr) {
+    state.SkipWithError("this CPU lacks the tier");
+    return;
+  }
+  const int64_t seq = state.range(1), heads = 12, d = 64;
+  const std::vector<float> q = Random(seq * heads * d), k = Random(seq * heads * d),
+                           v = Random(seq * heads * d);
+  std::vector<float> out(seq * heads * d);
+  std::vector<float> scratch(numaserve::kernels::cpu::AttentionScratchFloats(seq, d));
+  numaserve::kernels::cpu::AttentionHead h;
+  h.q = q.data();
+  h.k = k.data();
+  h.v = v.data();
+  h.out = out.data();
+  h.q_row = h.k_row = h.v_row = h.out_row = heads * d;
+  h.sq = h.sk = seq;
+  h.d = h.dv = d;
+  h.alpha = 0.125f;
+  for (auto _ : state) {
+    t->attention_head(h, scratch.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double flops = 4.0 * seq * seq * d;
+  const double peak = numaserve::affinity::GetPeakFlops().peak_gflops_per_core * 1e9;
+  state.SetLabel(numaserve::kernels::IsaTierName(t->tier));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["core_peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionHead)->Apply([](benchmark::internal::Benchmark* b) {
+  for (int tier : {0, 1, 2}) {
+    for (int seq : {128, 512}) b->Args({tier, seq});
+  }
+});
+
 // With other load on the cores, the least disturbed repetition counts: its
 // time is the "_min" row's, its GFLOP/s the "_max" row's.
 void AddMinMaxStatistics(benchmark::internal::Benchmark* b) {
@@ -200,6 +241,10 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 32, 256}) b->Args({m, 784, 256});
   b->Args({128, 768, 768});
   b->Args({128, 768, 3072});
+  for (int64_t m : {256, 1024, 4096}) {
+    b->Args({m, 768, 3072});
+    b->Args({m, 3072, 768});
+  }
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 BENCHMARK_CAPTURE(BM_Gemm, onednn, numaserve::kernels::GemmBackend::kOnednn)->Apply(GemmArgs);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
 namespace numaserve::kernels::cpu {
@@ -13,6 +14,9 @@ namespace {
 struct Avx2 {
   using Reg = __m256;
   static constexpr int64_t kWidth = 8;
+  // Rows of the attention tiles: scores (x 2 vectors), output (x 4 vectors).
+  static constexpr int kScoreRows = 4;
+  static constexpr int kOutRows = 2;
   static Reg Set(float v) { return _mm256_set1_ps(v); }
   static Reg Load(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
@@ -51,6 +55,8 @@ struct Avx2 {
 };
 
 #include "kernels/cpu/row_kernels_simd.inc"
+// After row_kernels_simd.inc: uses its ExpNonPositive.
+#include "kernels/cpu/attention_simd.inc"
 
 }  // namespace
 
@@ -73,6 +79,10 @@ void reduce_rows__avx2(const float* x, float* out, int64_t rows, int64_t len, Re
 }
 void transpose_2d__avx2(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
   Transpose2dTiled8(x, y, batch, rows, cols);
+}
+
+void attention_head__avx2(const AttentionHead& h, float* scratch) {
+  AttentionHeadSimd<Avx2>(h, scratch);
 }
 
 }  // namespace numaserve::kernels::cpu

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
 namespace numaserve::kernels::cpu {
@@ -14,6 +15,9 @@ namespace {
 struct Avx512 {
   using Reg = __m512;
   static constexpr int64_t kWidth = 16;
+  // Rows of the attention tiles: scores (x 2 vectors), output (x 4 vectors).
+  static constexpr int kScoreRows = 12;
+  static constexpr int kOutRows = 6;
   static Reg Set(float v) { return _mm512_set1_ps(v); }
   static Reg Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
@@ -33,6 +37,8 @@ struct Avx512 {
 };
 
 #include "kernels/cpu/row_kernels_simd.inc"
+// After row_kernels_simd.inc: uses its ExpNonPositive.
+#include "kernels/cpu/attention_simd.inc"
 
 }  // namespace
 
@@ -57,6 +63,10 @@ void reduce_rows__avx512(const float* x, float* out, int64_t rows, int64_t len, 
 }
 void transpose_2d__avx512(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
   Transpose2dTiled8(x, y, batch, rows, cols);
+}
+
+void attention_head__avx512(const AttentionHead& h, float* scratch) {
+  AttentionHeadSimd<Avx512>(h, scratch);
 }
 
 }  // namespace numaserve::kernels::cpu

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
 namespace numaserve::kernels::cpu {
@@ -73,6 +74,35 @@ void transpose_2d__scalar(const float* x, float* y, int64_t batch, int64_t rows,
     float* yb = y + b * rows * cols;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) yb[c * rows + r] = xb[r * cols + c];
+    }
+  }
+}
+
+// One query at a time: its scores in scratch, softmax, then the weighted
+// sum of v's rows.
+void attention_head__scalar(const AttentionHead& h, float* scratch) {
+  float* s = scratch;
+  for (int64_t i = 0; i < h.sq; ++i) {
+    const float* qi = h.q + i * h.q_row;
+    float max_v = -INFINITY;
+    for (int64_t j = 0; j < h.sk; ++j) {
+      const float* kj = h.k + j * h.k_row;
+      float dot = 0.0f;
+      for (int64_t c = 0; c < h.d; ++c) dot += qi[c * h.q_col] * kj[c * h.k_col];
+      s[j] = h.alpha * dot;
+      max_v = std::max(max_v, s[j]);
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < h.sk; ++j) {
+      s[j] = std::exp(s[j] - max_v);
+      sum += s[j];
+    }
+    float* oi = h.out + i * h.out_row;
+    for (int64_t c = 0; c < h.dv; ++c) oi[c] = 0.0f;
+    for (int64_t j = 0; j < h.sk; ++j) {
+      const float p = s[j] / sum;
+      const float* vj = h.v + j * h.v_row;
+      for (int64_t c = 0; c < h.dv; ++c) oi[c] += p * vj[c];
     }
   }
 }
