@@ -217,6 +217,19 @@ class CompiledModelImpl final : public CompiledModel {
   void CompileBatchedMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
                             const std::vector<Shape>& shapes1, const std::vector<int>& producer,
                             std::vector<bool>& fused);
+  // A scalar Mul/Div reading a matmul's product `out` alone: the node and
+  // the factor it applies; {-1, 1} when there is none.
+  std::pair<int, float> ScaleOfProduct(ValueId out, const std::vector<std::vector<int>>& consumers,
+                                       const std::vector<Shape>& shapes1) const;
+  // A Transpose reading `out` alone, keeping its rank; -1 when there is none.
+  int TransposeOfProduct(ValueId out, const std::vector<std::vector<int>>& consumers,
+                         const std::vector<Shape>& shapes1) const;
+  // Scaled dot-product attention starting at the MatMul `node_index` (see
+  // AttentionStep): the whole chain becomes one step when it matches and
+  // CompileOptions::fuse_attention is on; false (nothing done) otherwise.
+  bool CompileAttention(int node_index, const std::vector<std::vector<int>>& consumers,
+                        const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                        std::vector<bool>& fused);
   int SoleConsumer(ValueId v, const char* op_type,
                    const std::vector<std::vector<int>>& consumers) const;
 
@@ -275,10 +288,14 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
     row.seconds = times_[k].seconds;
     row.flops = times_[k].flops;
     rows.push_back(row);
-    // A conv writing into its residual's bytes has nothing to copy.
-    const auto* in_place = dynamic_cast<const ConvStep*>(&step);
-    if (in_place != nullptr && last_shapes_ != nullptr &&
-        BytesOwner(in_place->Output(), *last_shapes_) != in_place->Output()) {
+    // A conv or matmul writing into its residual's bytes has nothing to copy.
+    ValueId out = kNoValue;
+    if (const auto* conv = dynamic_cast<const ConvStep*>(&step); conv != nullptr) {
+      out = conv->Output();
+    } else if (const auto* mm = dynamic_cast<const MatMulStep*>(&step); mm != nullptr) {
+      out = mm->Output();
+    }
+    if (out != kNoValue && last_shapes_ != nullptr && BytesOwner(out, *last_shapes_) != out) {
       continue;
     }
     if (step.ResidualInput() != kNoValue) {
@@ -381,6 +398,34 @@ bool CompiledModelImpl::TransposeFeedsBatchedMatMul(int node_index,
          TransposePerm(t, shapes1[x].size()).size() == shapes1[x].size();
 }
 
+std::pair<int, float> CompiledModelImpl::ScaleOfProduct(
+    ValueId out, const std::vector<std::vector<int>>& consumers,
+    const std::vector<Shape>& shapes1) const {
+  for (const char* op : {"Mul", "Div"}) {
+    const int j = SoleConsumer(out, op, consumers);
+    if (j < 0 || NeedsTypedRun(graph_, graph_.nodes()[j])) continue;
+    const Node& scale = graph_.nodes()[j];
+    const auto c = ScalarOperand(graph_, scale, out);
+    if (!c.has_value() || (scale.op_type == "Div" && (scale.inputs[0] != out || *c == 0))) {
+      continue;
+    }
+    if (shapes1[scale.outputs[0]] != shapes1[out]) continue;  // the scalar broadcasts nothing
+    return {j, scale.op_type == "Mul" ? *c : 1.0f / *c};
+  }
+  return {-1, 1.0f};
+}
+
+int CompiledModelImpl::TransposeOfProduct(ValueId out,
+                                          const std::vector<std::vector<int>>& consumers,
+                                          const std::vector<Shape>& shapes1) const {
+  const int j = SoleConsumer(out, "Transpose", consumers);
+  if (j < 0 || NeedsTypedRun(graph_, graph_.nodes()[j]) ||
+      shapes1[graph_.nodes()[j].outputs[0]].size() != shapes1[out].size()) {
+    return -1;
+  }
+  return j;
+}
+
 void CompiledModelImpl::CompileBatchedMatMul(int node_index,
                                              const std::vector<std::vector<int>>& consumers,
                                              const std::vector<Shape>& shapes1,
@@ -404,25 +449,14 @@ void CompiledModelImpl::CompileBatchedMatMul(int node_index,
   }
   ValueId out = node.outputs[0];
   float alpha = 1.0f;
-  for (const char* op : {"Mul", "Div"}) {
-    const int j = SoleConsumer(out, op, consumers);
-    if (j < 0 || NeedsTypedRun(graph_, graph_.nodes()[j])) continue;
-    const Node& scale = graph_.nodes()[j];
-    const auto c = ScalarOperand(graph_, scale, out);
-    if (!c.has_value() || (scale.op_type == "Div" && (scale.inputs[0] != out || *c == 0))) {
-      continue;
-    }
-    if (shapes1[scale.outputs[0]] != shapes1[out]) continue;  // the scalar broadcasts nothing
-    alpha = scale.op_type == "Mul" ? *c : 1.0f / *c;
+  if (const auto [j, c] = ScaleOfProduct(out, consumers, shapes1); j >= 0) {
+    alpha = c;
     fused[j] = true;
-    absl::StrAppend(&name, "+", scale.name);
-    out = scale.outputs[0];
-    break;
+    absl::StrAppend(&name, "+", graph_.nodes()[j].name);
+    out = graph_.nodes()[j].outputs[0];
   }
   std::vector<int64_t> dst_perm;
-  if (const int j = SoleConsumer(out, "Transpose", consumers);
-      j >= 0 && !NeedsTypedRun(graph_, graph_.nodes()[j]) &&
-      shapes1[graph_.nodes()[j].outputs[0]].size() == shapes1[out].size()) {
+  if (const int j = TransposeOfProduct(out, consumers, shapes1); j >= 0) {
     const Node& t = graph_.nodes()[j];
     dst_perm = TransposePerm(t, shapes1[out].size());
     fused[j] = true;
@@ -431,6 +465,103 @@ void CompiledModelImpl::CompileBatchedMatMul(int node_index,
   }
   steps_.push_back(std::make_unique<BatchedMatMulStep>(engine_, operands[0], operands[1], out,
                                                        std::move(dst_perm), alpha, name));
+}
+
+bool CompiledModelImpl::CompileAttention(int node_index,
+                                         const std::vector<std::vector<int>>& consumers,
+                                         const std::vector<Shape>& shapes1,
+                                         const std::vector<int>& producer,
+                                         std::vector<bool>& fused) {
+  if (!options_.fuse_attention) return false;
+  const auto& nodes = graph_.nodes();
+  const Node& qk = nodes[node_index];
+  if (qk.op_type != "MatMul" || qk.inputs.size() != 2 || qk.inputs[0] == qk.inputs[1]) {
+    return false;
+  }
+  // qk -> [scale] -> Softmax(last axis) -> MatMul(probabilities, v) -> [Transpose]
+  ValueId scores = qk.outputs[0];
+  const auto [scale, alpha] = ScaleOfProduct(scores, consumers, shapes1);
+  if (scale >= 0) scores = nodes[scale].outputs[0];
+  const size_t rank = shapes1[qk.outputs[0]].size();
+  const int softmax = SoleConsumer(scores, "Softmax", consumers);
+  if (softmax < 0 || NeedsTypedRun(graph_, nodes[softmax]) || rank < 2) return false;
+  const int64_t axis = GetSoftmaxSemantics(graph_, nodes[softmax]).axis;
+  if (axis != -1 && axis != static_cast<int64_t>(rank) - 1) return false;
+  const ValueId probs = nodes[softmax].outputs[0];
+  const int pv = SoleConsumer(probs, "MatMul", consumers);
+  if (pv < 0 || NeedsTypedRun(graph_, nodes[pv]) || nodes[pv].inputs.size() != 2 ||
+      nodes[pv].inputs[0] != probs || nodes[pv].inputs[1] == probs) {
+    return false;
+  }
+  ValueId out = nodes[pv].outputs[0];
+  if (shapes1[out].size() != rank) return false;
+  const int out_transpose = TransposeOfProduct(out, consumers, shapes1);
+  std::vector<int64_t> dst_perm;
+  if (out_transpose >= 0) {
+    dst_perm = TransposePerm(nodes[out_transpose], rank);
+    out = nodes[out_transpose].outputs[0];
+  }
+  // The operands as stored, through the transposes feeding them; each must
+  // be ready here (computed by an earlier node) and of the product's rank.
+  AttentionStep::Operand operands[3];
+  int transposes[3] = {-1, -1, -1};
+  const ValueId logical[3] = {qk.inputs[0], qk.inputs[1], nodes[pv].inputs[1]};
+  for (int k = 0; k < 3; ++k) {
+    const ValueId v = logical[k];
+    if (graph_.IsConstant(v) || shapes1[v].size() != rank) return false;
+    operands[k].value = v;
+    const int t = producer[v];
+    if (t >= 0 && nodes[t].op_type == "Transpose" &&
+        (absorbed_transpose_[t] ||
+         (t > node_index && TransposeFeedsBatchedMatMul(t, consumers, shapes1)))) {
+      operands[k].value = nodes[t].inputs[0];
+      operands[k].perm = TransposePerm(nodes[t], rank);
+      transposes[k] = t;
+    }
+    const int p = producer[operands[k].value];
+    if (p > node_index || graph_.IsConstant(operands[k].value)) return false;
+  }
+  // v and the output are read and written a row of a head at a time.
+  const size_t last = rank - 1;
+  if (!operands[2].perm.empty() && operands[2].perm[last] != static_cast<int64_t>(last)) {
+    return false;
+  }
+  if (!dst_perm.empty() && dst_perm[last] != static_cast<int64_t>(last)) return false;
+  // Shapes at batch 1: q [.., sq, d], k [.., d, sk], v [.., sk, dv], batch
+  // dims equal to the product's or 1.
+  const Shape& q = shapes1[logical[0]];
+  const Shape& k = shapes1[logical[1]];
+  const Shape& v = shapes1[logical[2]];
+  const Shape& y = shapes1[nodes[pv].outputs[0]];
+  if (k[last - 1] != q[last] || v[last - 1] != k[last] || y[last - 1] != q[last - 1] ||
+      y[last] != v[last]) {
+    return false;
+  }
+  for (size_t d = 0; d + 2 < rank; ++d) {
+    for (const Shape* x : {&q, &k, &v}) {
+      if ((*x)[d] != 1 && (*x)[d] != y[d]) return false;
+    }
+  }
+  const int step = static_cast<int>(steps_.size());
+  std::string name = qk.name;
+  for (int k = 0; k < 3; ++k) {
+    const int t = transposes[k];
+    if (t < 0) continue;
+    if (t < node_index) {
+      step_of_node_[t] = step;  // read inside this step only
+    } else {
+      fused[t] = true;
+    }
+    absl::StrAppend(&name, "+", nodes[t].name);
+  }
+  for (int j : {scale, softmax, pv, out_transpose}) {
+    if (j < 0) continue;
+    fused[j] = true;
+    absl::StrAppend(&name, "+", nodes[j].name);
+  }
+  steps_.push_back(std::make_unique<AttentionStep>(operands[0], operands[1], operands[2], out,
+                                                   std::move(dst_perm), alpha, name));
+  return true;
 }
 
 absl::Status CompiledModelImpl::CompileMatMul(int node_index,
@@ -446,7 +577,9 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
     // Not a weight matmul (B computed at run time, or a 1-D A).
     if (node.op_type == "MatMul" && shapes1[node.inputs[0]].size() >= 2 &&
         shapes1[node.inputs[1]].size() >= 2) {
-      CompileBatchedMatMul(node_index, consumers, shapes1, producer, fused);
+      if (!CompileAttention(node_index, consumers, shapes1, producer, fused)) {
+        CompileBatchedMatMul(node_index, consumers, shapes1, producer, fused);
+      }
     } else if (auto fast = FastStep(node_index, shapes1); fast != nullptr) {
       steps_.push_back(std::move(fast));
     } else {
@@ -1008,14 +1141,23 @@ void CompiledModelImpl::PlanInPlaceResiduals() {
   in_place_of_.assign(graph_.num_values(), kNoValue);
   if (!options_.in_place_residuals) return;
   for (size_t k = 0; k < steps_.size(); ++k) {
-    const auto* conv = dynamic_cast<const ConvStep*>(steps_[k].get());
-    if (conv == nullptr || conv->ResidualInput() == kNoValue) continue;
-    const ValueId s = root_[conv->ResidualInput()];
-    const ValueId d = conv->Output();
+    // Conv's residual sum and MatMul's residual (or Gemm's C).
+    ValueId residual = kNoValue, source = kNoValue, d = kNoValue;
+    if (const auto* conv = dynamic_cast<const ConvStep*>(steps_[k].get()); conv != nullptr) {
+      residual = conv->ResidualInput();
+      source = conv->Source();
+      d = conv->Output();
+    } else if (const auto* mm = dynamic_cast<const MatMulStep*>(steps_[k].get()); mm != nullptr) {
+      residual = mm->ResidualInput();
+      source = mm->Source();
+      d = mm->Output();
+    }
+    if (residual == kNoValue) continue;
+    const ValueId s = root_[residual];
     if (root_[d] != d || storage_[s] != Storage::kArena || storage_[d] != Storage::kArena ||
         internal_[s] || internal_[d] || first_step_[s] < 0 || first_step_[d] < 0 ||
-        last_step_[s] != static_cast<int>(k) || root_[conv->Source()] == s ||
-        blocked_[s] != blocked_[d]) {
+        last_step_[s] != static_cast<int>(k) || root_[source] == s ||
+        shapes1_[residual] != shapes1_[d] || blocked_[s] != blocked_[d]) {
       continue;
     }
     in_place_of_[d] = s;
@@ -1255,12 +1397,16 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
   // what it writes is what the next step finds in the cache).
   std::vector<int64_t> row_floats(num_values, 0);
   int last_large = -1;
-  int64_t max_row_bytes = 0, max_row_bytes_to_last = 0;
+  // The most rows a slice may hold for the steps so far: a step's largest
+  // value for that many rows and its weights (read again by every slice)
+  // fill at most half the cache, so that they and the next step's output
+  // stay there; at least an eighth of the cache goes to the values.
+  int64_t max_rows = std::numeric_limits<int64_t>::max(), max_rows_to_last = 0;
   for (size_t k = 0; k < steps_.size(); ++k) {
     const std::vector<ValueId> values = steps_[k]->RowWiseValues();
     if (values.empty()) break;
     bool row_wise = true;
-    int64_t written_bytes = 0;
+    int64_t written_bytes = 0, step_row_bytes = 0;
     for (ValueId v : values) {
       if (v == kNoValue) continue;
       const Shape& s = state.shapes[v];
@@ -1274,20 +1420,23 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
       const int64_t bytes = blocked ? kernels::ActivationBytes(s, true)
                                     : kernels::NumElements(s) * static_cast<int64_t>(sizeof(float));
       row_floats[v] = bytes / batch / static_cast<int64_t>(sizeof(float));
-      max_row_bytes = std::max(max_row_bytes, bytes / batch);
+      step_row_bytes = std::max(step_row_bytes, bytes / batch);
       written_bytes = bytes;  // the last value is the one written
     }
     if (!row_wise) break;
+    if (step_row_bytes > 0) {
+      const int64_t budget = std::max(cache / 2 - steps_[k]->WeightBytes(), cache / 8);
+      max_rows = std::min(max_rows, std::max<int64_t>(1, budget / step_row_bytes));
+    }
     if (written_bytes > cache) {
       last_large = static_cast<int>(k);
-      max_row_bytes_to_last = max_row_bytes;
+      max_rows_to_last = max_rows;
     }
   }
-  if (last_large < 0 || max_row_bytes_to_last <= 0) return;
-  // A slice's largest value fills at most half the cache, so that it and
-  // the next step's output stay there; of the sizes between half that and
-  // that, one dividing the batch is preferred.
-  int64_t rows = std::max<int64_t>(1, cache / 2 / max_row_bytes_to_last);
+  if (last_large < 0 || max_rows_to_last <= 0) return;
+  // Of the sizes between half the most rows and that, one dividing the
+  // batch is preferred.
+  int64_t rows = max_rows_to_last;
   if (rows * 2 > batch) return;  // not two slices: nothing to gain
   for (int64_t r = rows; r * 2 > rows; --r) {
     if (batch % r == 0) {

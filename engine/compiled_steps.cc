@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/typed_exec.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/dispatch.h"
 #include "kernels/ref/add_ref.h"
 #include "kernels/shape_ops.h"
@@ -32,13 +33,21 @@ double MatMulStep::Flops(const std::vector<Shape>& shapes) const {
 absl::Status MatMulStep::Run(const StepContext& ctx) {
   const int64_t m = RowsOf(ctx.shapes[dst_], kernel_->n());
   float* dst = ctx.data[dst_];
-  if (accumulate_from_ != kNoValue) {
+  // When the plan gives dst the residual's bytes (the residual dies here),
+  // it is already in place.
+  if (accumulate_from_ != kNoValue && ctx.data[accumulate_from_] != dst) {
+    const auto t0 = ctx.residual_seconds != nullptr ? std::chrono::steady_clock::now()
+                                                    : std::chrono::steady_clock::time_point();
     // Gemm's C goes into the output first; the matmul adds beta * it.
     const Shape& c_shape = ctx.shapes[accumulate_from_];
     if (kernels::NumElements(c_shape) == m * kernel_->n()) {
       std::memcpy(dst, ctx.data[accumulate_from_], m * kernel_->n() * sizeof(float));
     } else {
       kernels::BroadcastTo(ctx.data[accumulate_from_], c_shape, dst, {m, kernel_->n()});
+    }
+    if (ctx.residual_seconds != nullptr) {
+      *ctx.residual_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
   return kernel_->Run(m, ctx.data[src_], dst);
@@ -162,6 +171,13 @@ double ConvStep::Flops(const std::vector<Shape>& shapes) const {
   }
   return 2.0 * static_cast<double>(kernels::NumElements(shapes[dst_])) *
          static_cast<double>(o.in_channels / o.group) * k;
+}
+
+int64_t ConvStep::WeightBytes() const {
+  const kernels::ConvOnednnOptions& o = kernel_->options();
+  int64_t n = o.out_channels * (o.in_channels / std::max<int64_t>(o.group, 1));
+  for (int64_t k : o.kernel) n *= k;
+  return n * static_cast<int64_t>(sizeof(float));
 }
 
 absl::Status ConvStep::Run(const StepContext& ctx) {
@@ -323,6 +339,18 @@ std::pair<Shape, Shape> PadView(std::pair<Shape, Shape> v, size_t rank) {
   return v;
 }
 
+// The product's logical shape and strides when the output stored is
+// Transpose(product, dst_perm): product dim dst_perm[k] is stored dim k.
+std::pair<Shape, Shape> ProductView(const Shape& stored, const std::vector<int64_t>& dst_perm) {
+  const Shape strides = kernels::RowMajorStrides(stored);
+  std::pair<Shape, Shape> y{stored, strides};
+  for (size_t k = 0; k < dst_perm.size(); ++k) {
+    y.first[dst_perm[k]] = stored[k];
+    y.second[dst_perm[k]] = strides[k];
+  }
+  return y;
+}
+
 }  // namespace
 
 double BatchedMatMulStep::Flops(const std::vector<Shape>& shapes) const {
@@ -343,16 +371,7 @@ absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
   auto key = std::make_pair(sa, sb);
   auto it = per_shape_.find(key);
   if (it == per_shape_.end()) {
-    // The product's shape and strides: the output stored is the product
-    // transposed by dst_perm, so product dim perm[k] is stored dim k.
-    const Shape& stored = ctx.shapes[dst_];
-    std::pair<Shape, Shape> y{stored, kernels::RowMajorStrides(stored)};
-    if (!dst_perm_.empty()) {
-      for (size_t k = 0; k < dst_perm_.size(); ++k) {
-        y.first[dst_perm_[k]] = stored[k];
-        y.second[dst_perm_[k]] = kernels::RowMajorStrides(stored)[k];
-      }
-    }
+    std::pair<Shape, Shape> y = ProductView(ctx.shapes[dst_], dst_perm_);
     const size_t rank = std::max<size_t>(y.first.size(), 2);
     const auto a = PadView(PermutedView(sa, a_.perm), rank);
     const auto b = PadView(PermutedView(sb, b_.perm), rank);
@@ -387,6 +406,95 @@ absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
     it->second.Execute(ctx.stream);
   } catch (const dnnl::error& e) {
     return kernels::DnnlErrorToStatus(e, "executing batched matmul");
+  }
+  return absl::OkStatus();
+}
+
+double AttentionStep::Flops(const std::vector<Shape>& shapes) const {
+  // q k: sq x sk x d; probabilities v: sq x dv x sk, per head.
+  const Shape q = PermutedView(shapes[q_.value], q_.perm).first;
+  const Shape k = PermutedView(shapes[k_.value], k_.perm).first;
+  if (q.size() < 2 || k.size() < 2) return 0.0;
+  const double out = static_cast<double>(kernels::NumElements(shapes[dst_]));
+  const double sk = static_cast<double>(k.back()), d = static_cast<double>(q.back());
+  const double dv = static_cast<double>(shapes[dst_].empty() ? 1 : shapes[dst_].back());
+  return 2.0 * out * sk + 2.0 * out / dv * sk * d;
+}
+
+std::vector<ValueId> AttentionStep::RowWiseValues() const {
+  // Row b of the output depends on row b of q, k and v alone when the
+  // leading dim is a batch dim of every operand as stored (not transposed
+  // away, not broadcast from a lower rank).
+  for (const std::vector<int64_t>* perm : {&q_.perm, &k_.perm, &v_.perm, &dst_perm_}) {
+    if (!perm->empty() && (*perm)[0] != 0) return {};
+  }
+  return {q_.value, k_.value, v_.value, dst_};
+}
+
+absl::Status AttentionStep::Run(const StepContext& ctx) {
+  std::pair<Shape, Shape> y = ProductView(ctx.shapes[dst_], dst_perm_);
+  const size_t rank = std::max<size_t>(y.first.size(), 2);
+  y = PadView(std::move(y), rank);
+  const auto q = PadView(PermutedView(ctx.shapes[q_.value], q_.perm), rank);
+  const auto k = PadView(PermutedView(ctx.shapes[k_.value], k_.perm), rank);
+  const auto v = PadView(PermutedView(ctx.shapes[v_.value], v_.perm), rank);
+  const size_t n = rank - 2;  // batch dims
+  if (v.second[n + 1] != 1 || y.second[n + 1] != 1) {
+    return absl::InternalError(absl::StrCat(Describe(), ": v and the output need unit strides"));
+  }
+  kernels::cpu::AttentionHead h;
+  h.sq = y.first[n];
+  h.dv = y.first[n + 1];
+  h.d = q.first[n + 1];
+  h.sk = k.first[n + 1];
+  if (q.first[n] != h.sq || k.first[n] != h.d || v.first[n] != h.sk || v.first[n + 1] != h.dv) {
+    return absl::InvalidArgumentError(absl::StrCat(Describe(), ": operand shapes do not match"));
+  }
+  for (size_t d = 0; d < n; ++d) {
+    for (const auto* x : {&q, &k, &v}) {
+      if (x->first[d] != 1 && x->first[d] != y.first[d]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Describe(), ": batch dims do not broadcast to the output's"));
+      }
+    }
+  }
+  if (h.sk < 1) return absl::OkStatus();
+  h.q_row = q.second[n];
+  h.q_col = q.second[n + 1];
+  h.k_row = k.second[n + 1];
+  h.k_col = k.second[n];
+  h.v_row = v.second[n];
+  h.out_row = y.second[n];
+  h.alpha = alpha_;
+  // Per head: the offset of each operand, a batch dim of size 1 broadcast.
+  int64_t heads = 1;
+  for (size_t d = 0; d < n; ++d) heads *= y.first[d];
+  const float* qd = ctx.data[q_.value];
+  const float* kd = ctx.data[k_.value];
+  const float* vd = ctx.data[v_.value];
+  float* yd = ctx.data[dst_];
+  const kernels::KernelTable& table = kernels::GetKernelTable();
+#pragma omp parallel
+  {
+    std::vector<float> scratch(kernels::cpu::AttentionScratchFloats(h.sk, h.d));
+#pragma omp for schedule(static)
+    for (int64_t head = 0; head < heads; ++head) {
+      kernels::cpu::AttentionHead hh = h;
+      int64_t rem = head, qo = 0, ko = 0, vo = 0, yo = 0;
+      for (size_t d = n; d-- > 0;) {
+        const int64_t i = rem % y.first[d];
+        rem /= y.first[d];
+        qo += q.first[d] == 1 ? 0 : i * q.second[d];
+        ko += k.first[d] == 1 ? 0 : i * k.second[d];
+        vo += v.first[d] == 1 ? 0 : i * v.second[d];
+        yo += i * y.second[d];
+      }
+      hh.q = qd + qo;
+      hh.k = kd + ko;
+      hh.v = vd + vo;
+      hh.out = yd + yo;
+      table.attention_head(hh, scratch.data());
+    }
   }
   return absl::OkStatus();
 }

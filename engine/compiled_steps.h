@@ -64,9 +64,13 @@ class Step {
   virtual ValueId ResidualInput() const { return kNoValue; }
   // Every value the step reads and writes when row i (index i of the
   // leading, batch dimension) of what it writes depends on row i of what it
-  // reads alone, as in conv and pooling: such a step can run a batch in
+  // reads alone, as in conv, pooling, matmul with constant weights, layer norm
+  // and attention over batch dims: such a step can run a batch in
   // slices of rows. The value written comes last. Empty otherwise.
   virtual std::vector<ValueId> RowWiseValues() const { return {}; }
+  // Bytes of the constant weights the step reads on every run (and every
+  // slice of a split batch); 0 when it has none worth counting.
+  virtual int64_t WeightBytes() const { return 0; }
 };
 
 // "plain" or "nChw16c" (any rank: the blocked layout's name at rank 4).
@@ -94,7 +98,17 @@ class MatMulStep final : public Step {
   }
   std::vector<ValueId> Reads() const override { return {src_, accumulate_from_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
+  // Rows of the product are rows of src (and of a residual of the output's
+  // shape); a broadcast Gemm C has no batch rows and ends a batch split.
+  std::vector<ValueId> RowWiseValues() const override {
+    if (accumulate_from_ == kNoValue) return {src_, dst_};
+    return {src_, accumulate_from_, dst_};
+  }
   const kernels::GemmKernel& kernel() const { return *kernel_; }
+  ValueId ResidualInput() const override { return accumulate_from_; }
+  int64_t WeightBytes() const override { return kernel_->weight_bytes(); }
+  ValueId Source() const { return src_; }
+  ValueId Output() const { return dst_; }
 
  private:
   std::unique_ptr<kernels::GemmKernel> kernel_;
@@ -185,6 +199,7 @@ class ConvStep final : public Step {
     if (sum_from_ == kNoValue) return {src_, dst_};
     return {src_, sum_from_, dst_};
   }
+  int64_t WeightBytes() const override;
   ValueId Source() const { return src_; }
   ValueId Output() const { return dst_; }
   // The residual's layout -> dst's ("plain->plain" is a copy).
@@ -312,6 +327,40 @@ class BatchedMatMulStep final : public Step {
   std::map<std::pair<Shape, Shape>, std::string> impl_;  // oneDNN's implementation per shape
 };
 
+// Scaled dot-product attention, fused: MatMul(q, k) [then Mul/Div by a
+// scalar, `alpha`] -> Softmax over the last axis -> MatMul(., v) [->
+// Transpose, `dst_perm`], on the own attention_head kernel
+// (kernels/cpu/attention.h), OpenMP-parallel over the heads (the product's
+// leading dims, broadcast where an operand's is 1). The scores stay in the
+// kernel's scratch; the operands are read through the transposes before
+// them as in BatchedMatMulStep. v and the output must have unit stride on
+// their last logical axis (CompiledModel checks before fusing).
+class AttentionStep final : public Step {
+ public:
+  using Operand = BatchedMatMulStep::Operand;
+  AttentionStep(Operand q, Operand k, Operand v, ValueId dst, std::vector<int64_t> dst_perm,
+                float alpha, std::string name)
+      : q_(std::move(q)),
+        k_(std::move(k)),
+        v_(std::move(v)),
+        dst_(dst),
+        dst_perm_(std::move(dst_perm)),
+        alpha_(alpha),
+        name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "attention: " + name_; }
+  std::vector<ValueId> Reads() const override { return {q_.value, k_.value, v_.value}; }
+  double Flops(const std::vector<Shape>& shapes) const override;
+  std::vector<ValueId> RowWiseValues() const override;
+
+ private:
+  Operand q_, k_, v_;
+  ValueId dst_;
+  std::vector<int64_t> dst_perm_;
+  float alpha_;
+  std::string name_;
+};
+
 // LayerNormalization over the last axis with constant scale/bias,
 // OpenMP-parallel over rows.
 class LayerNormStep final : public Step {
@@ -327,6 +376,7 @@ class LayerNormStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "layer_norm: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
 
  private:
   std::vector<float> scale_, bias_;

@@ -74,9 +74,10 @@ struct CompileOptions {
   // layer at batch 1 and 32 here; results differ from direct by ~1e-6
   // relative) or "direct".
   std::string conv_algorithm = "winograd";
-  // A conv whose residual (sum post-op) is read by no later step writes
-  // into the residual's bytes instead of copying it into its own output
-  // first (ResNet-50: ~8% of the run at batch 32). Off only to compare.
+  // A conv or matmul whose residual (sum post-op) is read by no later step
+  // writes into the residual's bytes instead of copying it into its own
+  // output first (ResNet-50: ~8% of the run at batch 32). Off only to
+  // compare.
   bool in_place_residuals = true;
   // Steps too small to gain from a second thread run on the calling thread
   // alone: those with fewer FLOPs than this (conv, matmul), or, for steps
@@ -86,13 +87,19 @@ struct CompileOptions {
   // less. 0: never; negative: DefaultSerialBelowFlops().
   double serial_below_flops = -1;
   int64_t serial_below_elements = 256 * 1024;
-  // Batch splitting: the leading conv/pool steps whose activations at the
+  // Batch splitting: the leading row-wise steps (conv, pool, weight
+  // matmul, layer norm, attention) whose activations at the
   // run's batch outgrow this many bytes run the batch in slices of rows
   // small enough that a slice's activations stay in this cache between
   // one step and the next (ResNet-50 at batch 32: its stem and first two
   // stages, in slices of 4 rows). 0: never; negative: the last-level cache
   // of the CPU running Compile (LastLevelCacheBytes).
   int64_t batch_split_cache_bytes = -1;
+  // Scaled dot-product attention (MatMul, scalar Mul/Div, Softmax over the
+  // last axis, MatMul) runs as one step on the own fused kernel, the scores
+  // kept in cache (BERT-base: ~6% of the run at batch 32 before). Off only
+  // to compare.
+  bool fuse_attention = true;
 };
 
 // The size of the last-level cache shared by the calling thread's core

@@ -141,6 +141,7 @@ absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double se
 
 int BenchCommand(const std::vector<std::string>& args) {
   std::string model_path, batches_text = "1,8,32", gemm = "auto", conv = "winograd";
+  std::string attention = "fused";
   int64_t threads = 0;
   double seconds = 3.0;
   bool json = false, plan = false, profile = false;
@@ -165,16 +166,21 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddString("conv", &conv,
                    "3x3 stride-1 conv algorithm: direct | winograd (oneDNN's, where it has one "
                    "for the layer)");
+  parser.AddString("attention", &attention,
+                   "scaled dot-product attention (MatMul, scale, Softmax, MatMul): fused (one "
+                   "step on the own kernel) | unfused (each op its own step)");
   parser.AddString("gemm", &gemm,
                    "GEMM backend: onednn | blis | openblas | auto (each timed once per shape at "
                    "load, the fastest kept)");
   parser.AddDouble("serial-below-mflops", &serial_below_mflops,
                    "run steps below this many MFLOP on one thread (-1 = the engine's default for "
                    "how idle OpenMP threads wait; 0 = never)");
-  parser.AddDouble("batch-split-mb", &batch_split_mb,
-                   "run the leading conv/pool steps whose activations outgrow this many MiB in "
-                   "slices of the batch that stay in that much cache (-1 = the last-level cache; "
-                   "0 = never)");
+  parser.AddDouble(
+      "batch-split-mb", &batch_split_mb,
+      "run the leading row-wise steps (conv, pool, matmul, layer norm, attention) whose "
+      "activations outgrow this many MiB in "
+      "slices of the batch that stay in that much cache (-1 = the last-level cache; "
+      "0 = never)");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -205,6 +211,11 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: --conv: '%s' is not one of direct, winograd\n", conv.c_str());
     return 2;
   }
+  if (attention != "fused" && attention != "unfused") {
+    fprintf(stderr, "numaserve bench: --attention: '%s' is not one of fused, unfused\n",
+            attention.c_str());
+    return 2;
+  }
   if (top < 0) {
     fprintf(stderr, "numaserve bench: --top must be >= 0\n");
     return 2;
@@ -217,6 +228,7 @@ int BenchCommand(const std::vector<std::string>& args) {
                                  .gemm_backend = gemm,
                                  .gemm_cache_file = engine::DefaultGemmCacheFile(),
                                  .conv_algorithm = conv};
+  options.fuse_attention = attention == "fused";
   if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
   if (batch_split_mb >= 0) {
     options.batch_split_cache_bytes = static_cast<int64_t>(batch_split_mb * (1 << 20));

@@ -1,4 +1,4 @@
-// Batch splitting: the leading conv/pool steps whose activations outgrow
+// Batch splitting: the leading row-wise steps whose activations outgrow
 // CompileOptions::batch_split_cache_bytes run the batch in slices of rows,
 // their own intermediate values sized for one slice. The results match the
 // reference executor and the unsplit plan at batches that divide into
@@ -30,7 +30,7 @@ using testing::RandomTensor;
 // 64 ch (10x10) -> one bottleneck block at 10x10 -> global average pool ->
 // Flatten -> Gemm to 10. At 20x20 a row's 32-ch activation is 51200 bytes,
 // at 10x10 25600. With `softmax_after_stem`, a Softmax over the channels
-// (not a conv or pool step) follows the stem's Relu.
+// (a step that does not declare itself row-wise) follows the stem's Relu.
 std::string Model(bool softmax_after_stem) {
   OnnxModelBuilder b(13);
   b.Input("x", {-1, 8, 20, 20}).Output("y", {-1, 10});
@@ -148,7 +148,7 @@ TEST(BatchSplitTest, StopsAtTheFirstStepThatIsNotRowWise) {
   auto model = CompiledModel::Load(path, Split());
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<int64_t> rows = SliceRows(**model, 8);
-  // The stem alone: the Softmax after it is not a conv or pool step.
+  // The stem alone: the Softmax step after it is not row-wise.
   ASSERT_FALSE(rows.empty());
   EXPECT_EQ(rows[0], 2);
   for (size_t k = 1; k < rows.size(); ++k) EXPECT_EQ(rows[k], 0) << "step " << k;

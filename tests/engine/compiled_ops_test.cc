@@ -224,16 +224,19 @@ TEST(CompiledOpsTest, AttentionBlockWithGeluAndLayerNorm) {
   auto model = CompiledModel::Load(path, {});
   ASSERT_TRUE(model.ok()) << model.status();
   const std::string plan = (*model)->DescribePlan();
-  EXPECT_THAT(plan, HasSubstr("batched_matmul: scores"));
+  // v is q's heads: the transpose is a step of its own, read by both.
+  EXPECT_THAT(plan, HasSubstr("attention: scores"));
   EXPECT_THAT(plan, HasSubstr("layer_norm: ln"));
   EXPECT_THAT(plan, ::testing::Not(HasSubstr("reference")));
 }
 
 // BERT's self-attention as PyTorch exports it: Q, K, V split into heads
 // by Reshape + Transpose, scores scaled by 1/sqrt(d), the context
-// transposed back. The matmuls read the heads through strides, write the
-// context in [B,S,H,D] order and apply the scale: no transpose or binary
-// step is left.
+// transposed back. Fused (the default), the whole chain is one attention
+// step reading the heads through strides and writing the context in
+// [B,S,H,D] order; the scores are never stored. Unfused, the matmuls
+// still read the heads through strides and apply the scale: no transpose
+// or binary step is left either way.
 TEST(CompiledOpsTest, AttentionHeadTransposesAndScaleFoldIntoBatchedMatMuls) {
   constexpr int64_t kSeq = 6, kHidden = 12, kHeads = 3, kHead = kHidden / kHeads;
   for (const char* scale_op : {"Mul", "Div"}) {
@@ -261,20 +264,33 @@ TEST(CompiledOpsTest, AttentionHeadTransposesAndScaleFoldIntoBatchedMatMuls) {
     OnnxModelBuilder::AttrInts(b.Node("Transpose", {"c0"}, {"c1"}, "merge"), "perm", {0, 2, 1, 3});
     b.Node("Reshape", {"c1", "merged_shape"}, {"y"});
     const std::string path = b.Save("attention_strided");
-    ExpectCompiledMatchesReference("attention_strided", path, {1, 3}, 1e-10);
-    auto model = CompiledModel::Load(path, {});
-    ASSERT_TRUE(model.ok()) << model.status();
-    const std::string plan = (*model)->DescribePlan();
-    EXPECT_THAT(plan, HasSubstr("batched_matmul: scores+heads_q+heads_k+scale\n"));
-    EXPECT_THAT(plan, HasSubstr("batched_matmul: context+heads_v+merge\n"));
-    EXPECT_THAT(plan, ::testing::Not(HasSubstr("transpose:")));
-    EXPECT_THAT(plan, ::testing::Not(HasSubstr("binary:")));
-    // The heads and the scores before the scale are never stored: only
-    // the projections, the scores and the probabilities are.
-    auto bytes = (*model)->ActivationBytes(1);
-    ASSERT_TRUE(bytes.ok());
-    EXPECT_LE(*bytes, static_cast<int64_t>(sizeof(float)) *
-                          (3 * kSeq * kHidden + 2 * kHeads * kSeq * kSeq + 64 * 8));
+    for (const bool fuse : {true, false}) {
+      SCOPED_TRACE(fuse ? "fused" : "unfused");
+      CompileOptions options;
+      options.fuse_attention = fuse;
+      ExpectCompiledMatchesReference("attention_strided", path, {1, 3}, 1e-10, options);
+      auto model = CompiledModel::Load(path, options);
+      ASSERT_TRUE(model.ok()) << model.status();
+      const std::string plan = (*model)->DescribePlan();
+      if (fuse) {
+        EXPECT_THAT(plan, HasSubstr("attention: scores+heads_q+heads_k+heads_v+scale+softmax+"
+                                    "context+merge\n"));
+        EXPECT_THAT(plan, ::testing::Not(HasSubstr("batched_matmul:")));
+        EXPECT_THAT(plan, ::testing::Not(HasSubstr("softmax:")));
+      } else {
+        EXPECT_THAT(plan, HasSubstr("batched_matmul: scores+heads_q+heads_k+scale\n"));
+        EXPECT_THAT(plan, HasSubstr("batched_matmul: context+heads_v+merge\n"));
+      }
+      EXPECT_THAT(plan, ::testing::Not(HasSubstr("transpose:")));
+      EXPECT_THAT(plan, ::testing::Not(HasSubstr("binary:")));
+      // The heads and the scores before the scale are never stored: only
+      // the projections, and unfused the scores and the probabilities.
+      auto bytes = (*model)->ActivationBytes(1);
+      ASSERT_TRUE(bytes.ok());
+      const int64_t scores = fuse ? 0 : 2 * kHeads * kSeq * kSeq;
+      EXPECT_LE(*bytes,
+                static_cast<int64_t>(sizeof(float)) * (3 * kSeq * kHidden + scores + 64 * 8));
+    }
   }
 }
 

@@ -1,6 +1,7 @@
-// A conv that adds a residual which no later step reads writes into the
-// residual's bytes (no copy), and gives the same values as the copying plan
-// and the reference executor; a residual still read later keeps its copy.
+// A conv or matmul that adds a residual which no later step reads writes
+// into the residual's bytes (no copy), and gives the same values as the
+// copying plan and the reference executor; a residual still read later
+// keeps its copy.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -90,6 +91,47 @@ TEST(InPlaceResidualTest, AResidualReadLaterIsCopied) {
   // h0 is still read by late_conv after block 1, so block 1 copies it;
   // block 2's residual and late_conv's (block 2's output) die where added.
   EXPECT_EQ(ResidualReorderRows(**model, 2), 1);
+}
+
+// h0 = x w0; h1 = (h0 w1) w2 + b2 + h0 (the residual, dead after it); y =
+// LayerNorm(h1): the third matmul writes into h0's bytes.
+TEST(InPlaceResidualTest, MatMulWritesIntoItsResidual) {
+  OnnxModelBuilder b(17);
+  b.Input("x", {-1, 6, 16}).Output("y", {-1, 6, 16});
+  b.Initializer("w0", RandomTensor({16, 16}, 1))
+      .Initializer("w1", RandomTensor({16, 16}, 2))
+      .Initializer("w2", RandomTensor({16, 16}, 6))
+      .Initializer("b2", RandomTensor({16}, 3))
+      .Initializer("gamma", RandomTensor({16}, 4))
+      .Initializer("beta", RandomTensor({16}, 5));
+  b.Node("MatMul", {"x", "w0"}, {"h0"}, "proj0");
+  b.Node("MatMul", {"h0", "w1"}, {"m"}, "proj1");
+  b.Node("MatMul", {"m", "w2"}, {"m2"}, "proj2");
+  b.Node("Add", {"m2", "b2"}, {"mb"}, "bias2");
+  b.Node("Add", {"mb", "h0"}, {"h1"}, "residual");
+  b.Node("LayerNormalization", {"h1", "gamma", "beta"}, {"y"}, "ln");
+  const std::string path = b.Save("matmul_residual");
+  CompileOptions copying;
+  copying.in_place_residuals = false;
+  testing::ExpectCompiledMatchesReference("matmul residual", path, {1, 3}, 1e-10);
+  testing::ExpectCompiledMatchesReference("matmul residual copying", path, {1, 3}, 1e-10, copying);
+  auto in_place = CompiledModel::Load(path, {});
+  auto copy = CompiledModel::Load(path, copying);
+  ASSERT_TRUE(in_place.ok() && copy.ok());
+  EXPECT_THAT((*in_place)->DescribePlan(), ::testing::HasSubstr("matmul: proj2+bias2+residual"));
+  for (int64_t batch : {1, 5}) {
+    std::vector<float> x(batch * 6 * 16);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50 - 1;
+    std::vector<float> a(x.size(), -1), c(x.size(), -2);
+    ASSERT_TRUE((*in_place)->Run(batch, {x.data()}, {a.data()}).ok());
+    ASSERT_TRUE((*copy)->Run(batch, {x.data()}, {c.data()}).ok());
+    EXPECT_EQ(a, c) << "batch " << batch;
+    // h1 shares h0's bytes: two buffers where the copying plan needs three.
+    auto bytes_in_place = (*in_place)->ActivationBytes(batch);
+    auto bytes_copy = (*copy)->ActivationBytes(batch);
+    ASSERT_TRUE(bytes_in_place.ok() && bytes_copy.ok());
+    EXPECT_LT(*bytes_in_place, *bytes_copy) << "batch " << batch;
+  }
 }
 
 }  // namespace
