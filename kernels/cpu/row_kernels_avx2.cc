@@ -15,8 +15,8 @@ struct Avx2 {
   using Reg = __m256;
   static constexpr int64_t kWidth = 8;
   // Rows of the attention tiles: scores (x 2 vectors), output (x 4 vectors).
-  static constexpr int kScoreRows = 4;
-  static constexpr int kOutRows = 2;
+  static constexpr int kScoreRows = 6;
+  static constexpr int kOutRows = 3;
   static Reg Set(float v) { return _mm256_set1_ps(v); }
   static Reg Load(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
