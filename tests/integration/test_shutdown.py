@@ -111,8 +111,14 @@ class ShutdownTest(unittest.TestCase):
         server = nc.ServerProcess(self.repo, stop_timeout=EXIT_WITHIN_S).start()
         try:
             stub = server.stub()
-            slow = threading.Thread(target=lambda: self.call_quietly(stub), daemon=True)
-            slow.start()
+            # Four slow calls (~0.1 s each on 2 cores, run one after another
+            # or batched together) keep the drain open well past the late
+            # request below, so that it arrives while the server drains and
+            # not during gRPC's own final shutdown.
+            slow = [threading.Thread(target=lambda: self.call_quietly(stub), daemon=True)
+                    for _ in range(4)]
+            for t in slow:
+                t.start()
             time.sleep(0.05)
             os.kill(server.pid, signal.SIGTERM)
             time.sleep(0.05)
@@ -127,7 +133,8 @@ class ShutdownTest(unittest.TestCase):
                 late.close()
             self.assertIn(outcome, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE),
                           "a request sent while draining\n" + server.stderr_text(4000))
-            slow.join(60)
+            for t in slow:
+                t.join(60)
         finally:
             code = server.stop()
         self.assertEqual(code, 0, "exit code after SIGTERM\n" + server.stderr_text(4000))
