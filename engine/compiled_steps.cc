@@ -458,7 +458,11 @@ absl::Status AttentionStep::Run(const StepContext& ctx) {
       }
     }
   }
-  if (h.sk < 1) return absl::OkStatus();
+  if (h.sk < 1) {
+    // No keys: the product with v sums nothing.
+    std::fill_n(ctx.data[dst_], kernels::NumElements(ctx.shapes[dst_]), 0.0f);
+    return absl::OkStatus();
+  }
   h.q_row = q.second[n];
   h.q_col = q.second[n + 1];
   h.k_row = k.second[n + 1];

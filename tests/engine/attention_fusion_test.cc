@@ -42,6 +42,28 @@ TEST(AttentionFusionTest, InputsOfDifferentLengthsAndNoScale) {
   EXPECT_THAT(Plan(path), HasSubstr("attention: scores+softmax+context\n"));
 }
 
+// No keys at all (sk = 0): the product with v sums nothing, so the output
+// is zeros, as MatMul over an empty inner dimension gives.
+TEST(AttentionFusionTest, NoKeysGiveZeros) {
+  OnnxModelBuilder b(17);
+  b.Input("q", {-1, 2, 4}).Input("k", {-1, 4, 0}).Input("v", {-1, 0, 3});
+  b.Output("y", {-1, 2, 3});
+  b.Node("MatMul", {"q", "k"}, {"s"}, "scores");
+  OnnxModelBuilder::AttrInt(b.Node("Softmax", {"s"}, {"p"}, "softmax"), "axis", -1);
+  b.Node("MatMul", {"p", "v"}, {"y"}, "context");
+  const std::string path = b.Save("attention_no_keys");
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("attention: scores+softmax+context\n"));
+  constexpr int64_t kBatch = 2;
+  const std::vector<float> q = RandomTensor({kBatch, 2, 4}, 1).data;
+  const float empty = 0;  // k and v hold no elements; any non-null buffer
+  std::vector<float> y(kBatch * 2 * 3, -7.0f);
+  const absl::Status s = (*model)->Run(kBatch, {q.data(), &empty, &empty}, {y.data()});
+  ASSERT_TRUE(s.ok()) << s;
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
 // Keys and values shared by every head: k [N, 1, d, sk] and v [N, 1, sk,
 // dv] broadcast over q's 3 heads, the scale a Div.
 TEST(AttentionFusionTest, KeysAndValuesBroadcastOverHeads) {
