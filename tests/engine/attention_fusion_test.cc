@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "tests/engine/attention_block.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
 
@@ -142,29 +143,11 @@ std::string EncoderLayer() {
   constexpr int64_t kSeq = 32, kHidden = 32, kHeads = 2, kHead = kHidden / kHeads;
   OnnxModelBuilder b(17);
   b.Input("x", {-1, kSeq, kHidden}).Output("y", {-1, kSeq, kHidden});
-  b.Initializer("scale", kernels::Tensor({}, {0.25f}))
-      .Int64Initializer("heads_shape", {0, kSeq, kHeads, kHead})
-      .Int64Initializer("merged_shape", {0, kSeq, kHidden})
-      .Initializer("wo", RandomTensor({kHidden, kHidden}, 10))
+  b.Initializer("wo", RandomTensor({kHidden, kHidden}, 10))
       .Initializer("bo", RandomTensor({kHidden}, 11))
       .Initializer("gamma", RandomTensor({kHidden}, 12))
       .Initializer("beta", RandomTensor({kHidden}, 13));
-  uint32_t seed = 1;
-  for (const char* t : {"q", "k", "v"}) {
-    const std::string n = t;
-    b.Initializer("w" + n, RandomTensor({kHidden, kHidden}, seed++));
-    b.Node("MatMul", {"x", "w" + n}, {n + "0"}, "proj_" + n);
-    b.Node("Reshape", {n + "0", "heads_shape"}, {n + "1"});
-    OnnxModelBuilder::AttrInts(
-        b.Node("Transpose", {n + "1"}, {n + "2"}, "heads_" + n), "perm",
-        n == "k" ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1, 3});
-  }
-  b.Node("MatMul", {"q2", "k2"}, {"s0"}, "scores");
-  b.Node("Mul", {"s0", "scale"}, {"s1"}, "scale");
-  OnnxModelBuilder::AttrInt(b.Node("Softmax", {"s1"}, {"p"}, "softmax"), "axis", -1);
-  b.Node("MatMul", {"p", "v2"}, {"c0"}, "context");
-  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"c0"}, {"c1"}, "merge"), "perm", {0, 2, 1, 3});
-  b.Node("Reshape", {"c1", "merged_shape"}, {"c2"});
+  testing::AddSelfAttention(b, "x", "c2", kSeq, kHeads, kHead, "Mul", 0.25f);
   b.Node("MatMul", {"c2", "wo"}, {"o0"}, "proj_o");
   b.Node("Add", {"o0", "bo"}, {"o1"}, "proj_o_bias");
   b.Node("Add", {"o1", "x"}, {"o2"}, "residual");

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
+#include "tests/engine/attention_block.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
 
@@ -243,26 +244,8 @@ TEST(CompiledOpsTest, AttentionHeadTransposesAndScaleFoldIntoBatchedMatMuls) {
     SCOPED_TRACE(scale_op);
     OnnxModelBuilder b(17);
     b.Input("x", {-1, kSeq, kHidden}).Output("y", {-1, kSeq, kHidden});
-    b.Initializer("wq", RandomTensor({kHidden, kHidden}, 1))
-        .Initializer("wk", RandomTensor({kHidden, kHidden}, 2))
-        .Initializer("wv", RandomTensor({kHidden, kHidden}, 3))
-        .Initializer("scale", kernels::Tensor({}, {std::string(scale_op) == "Mul" ? 0.5f : 2.0f}))
-        .Int64Initializer("heads_shape", {0, kSeq, kHeads, kHead})
-        .Int64Initializer("merged_shape", {0, kSeq, kHidden});
-    for (const char* t : {"q", "k", "v"}) {
-      const std::string n = t;
-      b.Node("MatMul", {"x", "w" + n}, {n + "0"}, "proj_" + n);
-      b.Node("Reshape", {n + "0", "heads_shape"}, {n + "1"});
-      OnnxModelBuilder::AttrInts(
-          b.Node("Transpose", {n + "1"}, {n + "2"}, "heads_" + n), "perm",
-          n == "k" ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1, 3});
-    }
-    b.Node("MatMul", {"q2", "k2"}, {"s0"}, "scores");
-    b.Node(scale_op, {"s0", "scale"}, {"s1"}, "scale");
-    OnnxModelBuilder::AttrInt(b.Node("Softmax", {"s1"}, {"p"}, "softmax"), "axis", -1);
-    b.Node("MatMul", {"p", "v2"}, {"c0"}, "context");
-    OnnxModelBuilder::AttrInts(b.Node("Transpose", {"c0"}, {"c1"}, "merge"), "perm", {0, 2, 1, 3});
-    b.Node("Reshape", {"c1", "merged_shape"}, {"y"});
+    testing::AddSelfAttention(b, "x", "y", kSeq, kHeads, kHead, scale_op,
+                              std::string(scale_op) == "Mul" ? 0.5f : 2.0f);
     const std::string path = b.Save("attention_strided");
     for (const bool fuse : {true, false}) {
       SCOPED_TRACE(fuse ? "fused" : "unfused");

@@ -7,21 +7,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "tests/kernels/test_util.h"
 
 namespace numaserve::kernels {
 namespace {
 
 std::vector<float> Random(int64_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
+  std::vector<float> v = testing::RandomValues(n, seed);
+  for (float& x : v) x *= scale;
   return v;
 }
 
