@@ -289,12 +289,7 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
     row.flops = times_[k].flops;
     rows.push_back(row);
     // A conv or matmul writing into its residual's bytes has nothing to copy.
-    ValueId out = kNoValue;
-    if (const auto* conv = dynamic_cast<const ConvStep*>(&step); conv != nullptr) {
-      out = conv->Output();
-    } else if (const auto* mm = dynamic_cast<const MatMulStep*>(&step); mm != nullptr) {
-      out = mm->Output();
-    }
+    const ValueId out = step.ResidualOutput();
     if (out != kNoValue && last_shapes_ != nullptr && BytesOwner(out, *last_shapes_) != out) {
       continue;
     }
@@ -1142,17 +1137,10 @@ void CompiledModelImpl::PlanInPlaceResiduals() {
   if (!options_.in_place_residuals) return;
   for (size_t k = 0; k < steps_.size(); ++k) {
     // Conv's residual sum and MatMul's residual (or Gemm's C).
-    ValueId residual = kNoValue, source = kNoValue, d = kNoValue;
-    if (const auto* conv = dynamic_cast<const ConvStep*>(steps_[k].get()); conv != nullptr) {
-      residual = conv->ResidualInput();
-      source = conv->Source();
-      d = conv->Output();
-    } else if (const auto* mm = dynamic_cast<const MatMulStep*>(steps_[k].get()); mm != nullptr) {
-      residual = mm->ResidualInput();
-      source = mm->Source();
-      d = mm->Output();
-    }
+    const Step& step = *steps_[k];
+    const ValueId residual = step.ResidualInput();
     if (residual == kNoValue) continue;
+    const ValueId source = step.ResidualSource(), d = step.ResidualOutput();
     const ValueId s = root_[residual];
     if (root_[d] != d || storage_[s] != Storage::kArena || storage_[d] != Storage::kArena ||
         internal_[s] || internal_[d] || first_step_[s] < 0 || first_step_[d] < 0 ||

@@ -60,8 +60,12 @@ class Step {
   virtual double Flops(const std::vector<Shape>& shapes) const { return 0; }
   virtual std::string Layouts() const { return ""; }
   virtual std::string Implementation(const std::vector<Shape>& shapes) const { return ""; }
-  // The residual this step copies into its output first, if any.
+  // The residual this step copies into its output first, if any; with one,
+  // the value the step computes from (ResidualSource) and the value it
+  // writes (ResidualOutput), for the in-place residual plan.
   virtual ValueId ResidualInput() const { return kNoValue; }
+  virtual ValueId ResidualSource() const { return kNoValue; }
+  virtual ValueId ResidualOutput() const { return kNoValue; }
   // Every value the step reads and writes when row i (index i of the
   // leading, batch dimension) of what it writes depends on row i of what it
   // reads alone, as in conv, pooling, matmul with constant weights, layer norm
@@ -107,8 +111,8 @@ class MatMulStep final : public Step {
   const kernels::GemmKernel& kernel() const { return *kernel_; }
   ValueId ResidualInput() const override { return accumulate_from_; }
   int64_t WeightBytes() const override { return kernel_->weight_bytes(); }
-  ValueId Source() const { return src_; }
-  ValueId Output() const { return dst_; }
+  ValueId ResidualSource() const override { return src_; }
+  ValueId ResidualOutput() const override { return dst_; }
 
  private:
   std::unique_ptr<kernels::GemmKernel> kernel_;
@@ -200,8 +204,8 @@ class ConvStep final : public Step {
     return {src_, sum_from_, dst_};
   }
   int64_t WeightBytes() const override;
-  ValueId Source() const { return src_; }
-  ValueId Output() const { return dst_; }
+  ValueId ResidualSource() const override { return src_; }
+  ValueId ResidualOutput() const override { return dst_; }
   // The residual's layout -> dst's ("plain->plain" is a copy).
   std::string ResidualLayouts() const {
     return std::string(LayoutName(sum_blocked_)) + "->" + LayoutName(dst_blocked_);
