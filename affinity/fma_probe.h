@@ -8,7 +8,8 @@
 namespace numaserve::affinity::internal {
 
 // FP32 FMA throughput of one core, GFLOP/s: `iterations` rounds of one FMA on
-// each of many independent accumulators (enough to hide latency x pipes).
+// each of many independent accumulators (enough to hide latency x pipes: 12
+// ymm for AVX2, 16 zmm for AVX-512).
 double F32FmaGflopsAvx2Fma(int64_t iterations);
 double F32FmaGflopsAvx512f(int64_t iterations);
 

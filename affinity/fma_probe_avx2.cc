@@ -8,6 +8,7 @@ namespace numaserve::affinity::internal {
 namespace {
 
 struct Ymm {
+  static constexpr int kAccumulators = 12;
   static constexpr int kLanes = 8;
   static __m256 Broadcast(float value) { return _mm256_set1_ps(value); }
   static __m256 Fma(__m256 x, __m256 a, __m256 b) { return _mm256_fmadd_ps(x, a, b); }

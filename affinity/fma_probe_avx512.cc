@@ -8,6 +8,7 @@ namespace numaserve::affinity::internal {
 namespace {
 
 struct Zmm {
+  static constexpr int kAccumulators = 16;
   static constexpr int kLanes = 16;
   static __m512 Broadcast(float value) { return _mm512_set1_ps(value); }
   static __m512 Fma(__m512 x, __m512 a, __m512 b) { return _mm512_fmadd_ps(x, a, b); }

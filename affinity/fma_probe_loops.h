@@ -5,36 +5,39 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace numaserve::affinity::internal {
 namespace {
 
-// Twelve accumulators: FMA latency is 4-5 cycles on current x86 cores and
-// there are up to 2 FMA pipes, so 8-10 in flight keep both pipes busy. (The
-// 16 ymm registers of AVX2 leave room for 12 plus the two operands.)
+// Enough independent accumulators to keep every FMA pipe busy: FMA latency
+// is 4-5 cycles on current x86 cores and there are up to 2 pipes, so at least
+// 10 must be in flight. Ops::kAccumulators says how many: 12 for AVX2 (16 ymm
+// registers leave room for 12 plus the two operands), 16 for AVX-512 (32 zmm).
+// The loop over them is fully unrolled, so each lives in its own register.
+template <typename Vec, typename Ops, size_t... kIndex>
+inline void FmaRound(Vec (&x)[sizeof...(kIndex)], Vec a, Vec b, std::index_sequence<kIndex...>) {
+  ((x[kIndex] = Ops::Fma(x[kIndex], a, b)), ...);
+}
+
 template <typename Vec, typename Ops>
 double FmaThroughputGflops(int64_t iterations) {
-  constexpr int kAccumulators = 12;
+  constexpr int kAccumulators = Ops::kAccumulators;
   const Vec a = Ops::Broadcast(0.999999f), b = Ops::Broadcast(1e-6f);
   // Distinct starting values: identical accumulators would let the compiler
   // fold them into one latency-bound chain.
-  Vec x0 = Ops::Broadcast(1.00f), x1 = Ops::Broadcast(1.01f), x2 = Ops::Broadcast(1.02f),
-      x3 = Ops::Broadcast(1.03f), x4 = Ops::Broadcast(1.04f), x5 = Ops::Broadcast(1.05f),
-      x6 = Ops::Broadcast(1.06f), x7 = Ops::Broadcast(1.07f), x8 = Ops::Broadcast(1.08f),
-      x9 = Ops::Broadcast(1.09f), x10 = Ops::Broadcast(1.10f), x11 = Ops::Broadcast(1.11f);
+  Vec x[kAccumulators];
+  for (int j = 0; j < kAccumulators; ++j) x[j] = Ops::Broadcast(1.0f + 0.01f * j);
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < iterations; ++i) {
-    x0 = Ops::Fma(x0, a, b), x1 = Ops::Fma(x1, a, b), x2 = Ops::Fma(x2, a, b);
-    x3 = Ops::Fma(x3, a, b), x4 = Ops::Fma(x4, a, b), x5 = Ops::Fma(x5, a, b);
-    x6 = Ops::Fma(x6, a, b), x7 = Ops::Fma(x7, a, b), x8 = Ops::Fma(x8, a, b);
-    x9 = Ops::Fma(x9, a, b), x10 = Ops::Fma(x10, a, b), x11 = Ops::Fma(x11, a, b);
+    FmaRound<Vec, Ops>(x, a, b, std::make_index_sequence<kAccumulators>());
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const Vec sum = Ops::Add(Ops::Add(Ops::Add(Ops::Add(x0, x1), Ops::Add(x2, x3)),
-                                    Ops::Add(Ops::Add(x4, x5), Ops::Add(x6, x7))),
-                           Ops::Add(Ops::Add(x8, x9), Ops::Add(x10, x11)));
+  Vec sum = x[0];
+  for (int j = 1; j < kAccumulators; ++j) sum = Ops::Add(sum, x[j]);
   volatile float sink = Ops::First(sum);  // keeps the loop alive
   (void)sink;
   const double flops = static_cast<double>(iterations) * kAccumulators * Ops::kLanes * 2;

@@ -57,11 +57,13 @@ int TopologyCommand(const std::vector<std::string>& args) {
     const auto& f = affinity::GetCpuFeatures();
     const auto& peak = affinity::GetPeakFlops();
     printf("cpu: %s\n  isa: %s\n", f.brand.c_str(), affinity::FeatureList(f).c_str());
+    printf("  model: %s\n", affinity::FormatCpuModel(peak.model).c_str());
     printf(
-        "  fp32 peak per core: %.1f GFLOP/s (%d-bit FMA x %d units at %.2f GHz); "
-        "measured %.1f GFLOP/s\n",
-        peak.peak_gflops_per_core, peak.vector_bits, peak.fma_units, peak.probe_ghz,
-        peak.measured_gflops_per_core);
+        "  peak per core at %.2f GHz: fp32 %.1f GFLOP/s (avx2 %.1f), bf16 %.1f, int8 %.1f GOP/s; "
+        "probe %.1f GFLOP/s, %s\n",
+        peak.probe_ghz, peak.peak_gflops_per_core, peak.peak_avx2_gflops_per_core,
+        peak.peak_bf16_gflops_per_core, peak.peak_int8_gops_per_core, peak.measured_gflops_per_core,
+        peak.probe_agrees ? "agrees" : "disagrees");
   }
   return 0;
 }
