@@ -78,6 +78,7 @@ struct BatchState {
   std::vector<int64_t> row_floats;    // by ValueId: floats per row, for batch-sized values
   std::vector<ValueId> split_values;  // every value the split steps read or write
   std::vector<float*> slice_data;     // by ValueId, per slice
+  bool ran = false;                   // a Run at this batch has completed
 };
 
 // Per step, while profiling.
@@ -116,6 +117,7 @@ class CompiledModelImpl final : public CompiledModel {
 
   const ModelInfo& info() const override { return info_; }
   std::string DescribePlan() const override;
+  absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const override;
   absl::StatusOr<int64_t> ActivationBytes(int64_t batch) override {
     auto state = GetBatchState(batch);
     if (!state.ok()) return state.status();
@@ -243,7 +245,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<Storage> storage_;             // by root ValueId
   std::vector<int> output_slot_;             // by root ValueId: index into Run's outputs, or -1
   std::vector<bool> is_output_;              // by ValueId
-  std::vector<bool> blocked_;                // by root ValueId: nC[D]HW16c layout
+  std::vector<bool> blocked_;                // by root ValueId: blocked layout
   std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::vector<bool> internal_;               // by arena root: read only inside its step
@@ -679,12 +681,13 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
   }
   std::error_code ec;
   const std::filesystem::path model = std::filesystem::weakly_canonical(info_.path, ec);
-  kernels::GemmChoiceCache::Key key{.model = ec ? info_.path : model.string(),
-                                    .k = options.k,
-                                    .n = options.n,
-                                    .src_transposed = options.src_transposed,
-                                    .threads = omp_get_max_threads(),
-                                    .cpu = affinity::GetCpuFeatures().brand};
+  kernels::GemmChoiceCache::Key key{
+      .model = ec ? info_.path : model.string(),
+      .k = options.k,
+      .n = options.n,
+      .src_transposed = options.src_transposed,
+      .threads = omp_get_max_threads(),
+      .cpu = absl::StrCat(affinity::GetCpuFeatures().brand, " [", kernels::IsaDescription(), "]")};
   auto& cache = kernels::GemmChoiceCache::Global();
   std::string where;
   if (auto cached = cache.Find(key, options_.gemm_cache_file, &where);
@@ -880,13 +883,18 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       kernels::ConvOnednnOptions trial = o;
       trial.dw = dw;
       trial.winograd = false;
+      trial.log_reference = false;
       // Blocked activations (what conv chains get; plain ones run oneDNN's
       // reference with or without the fusion).
       const Shape& src_shape = shapes1[node.inputs[0]];
       auto conv = kernels::ConvOnednn::Create(engine_, std::move(trial));
+      // oneDNN's ref_fused_convolution chaining its jit 1x1 and depthwise
+      // kernels counts as fast (MobileNetV2 ran 17-20% faster with it, and
+      // the expanded tensor needs no arena memory); one chaining a
+      // reference kernel does not.
       const bool fast = conv.ok() &&
                         (*conv)->Prepare(src_shape, shapes1[dw_out], true, true).ok() &&
-                        (*conv)->ImplementationName(src_shape).find("ref:") == std::string::npos;
+                        !kernels::IsReferenceImplementation((*conv)->ImplementationName(src_shape));
       if (fast) {
         o.dw = std::move(dw);
         o.winograd = false;
@@ -897,6 +905,7 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       }
     }
   }
+  o.name = name;
   auto conv = kernels::ConvOnednn::Create(engine_, std::move(o));
   if (!conv.ok()) {
     return absl::Status(conv.status().code(),
@@ -1253,6 +1262,31 @@ std::string CompiledModelImpl::DescribePlan() const {
   return plan;
 }
 
+absl::StatusOr<std::vector<PlannedStep>> CompiledModelImpl::PlanAt(int64_t batch) const {
+  auto it = per_batch_.find(batch);
+  if (it == per_batch_.end() || !it->second.ran) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no run at batch ", batch, " yet: implementations are known after one"));
+  }
+  const BatchState& state = it->second;
+  std::vector<PlannedStep> plan;
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const Step& step = *steps_[k];
+    const bool sliced = static_cast<int>(k) < state.split_steps;
+    PlannedStep row;
+    row.index = static_cast<int>(k);
+    row.description = step.Describe();
+    row.kind = row.description.substr(0, row.description.find(':'));
+    row.layouts = step.Layouts();
+    row.implementation = step.Implementation(sliced ? state.slice_shapes : state.shapes);
+    row.reference = kernels::IsReferenceImplementation(row.implementation);
+    row.serial = state.serial[k] != 0;
+    row.slice_rows = sliced ? state.slice_rows : 0;
+    plan.push_back(std::move(row));
+  }
+  return plan;
+}
+
 absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   auto it = per_batch_.find(batch);
   if (it != per_batch_.end()) return &it->second;
@@ -1604,6 +1638,7 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
       !s.ok()) {
     return s;
   }
+  state.ran = true;
   for (size_t j = 0; j < outputs.size(); ++j) {
     const ValueId v = graph_.outputs()[j];
     if (storage_[root_[v]] == Storage::kOutput && output_slot_[root_[v]] == static_cast<int>(j)) {

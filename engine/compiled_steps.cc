@@ -30,6 +30,34 @@ double MatMulStep::Flops(const std::vector<Shape>& shapes) const {
          static_cast<double>(kernel_->n()) * static_cast<double>(kernel_->k());
 }
 
+std::string OwnKernelName(const char* kernel) {
+  return absl::StrCat("numaserve:", kernel, " ",
+                      kernels::IsaTierName(kernels::GetKernelTable().tier));
+}
+
+std::string MatMulStep::Implementation(const std::vector<Shape>& shapes) const {
+  return kernel_->ImplementationName(RowsOf(shapes[dst_], kernel_->n()));
+}
+
+std::string BinaryStep::Implementation(const std::vector<Shape>& shapes) const {
+  auto it = plans_.find(std::make_pair(shapes[a_], shapes[b_]));
+  if (it == plans_.end()) return "";
+  if (it->second.row_broadcast &&
+      (kind_ == kernels::BinaryKind::kAdd || kind_ == kernels::BinaryKind::kMul)) {
+    return OwnKernelName(kind_ == kernels::BinaryKind::kAdd ? "add_row_broadcast"
+                                                            : "mul_row_broadcast");
+  }
+  return "numaserve:loop";
+}
+
+std::string TransposeStep::Implementation(const std::vector<Shape>& shapes) const {
+  const size_t rank = shapes[dst_].size();
+  bool last_two_swapped = rank >= 2 && perm_[rank - 2] == static_cast<int64_t>(rank) - 1 &&
+                          perm_[rank - 1] == static_cast<int64_t>(rank) - 2;
+  for (size_t d = 0; d + 2 < rank; ++d) last_two_swapped &= perm_[d] == static_cast<int64_t>(d);
+  return last_two_swapped ? OwnKernelName("transpose_2d") : "numaserve:strided_copy";
+}
+
 absl::Status MatMulStep::Run(const StepContext& ctx) {
   const int64_t m = RowsOf(ctx.shapes[dst_], kernel_->n());
   float* dst = ctx.data[dst_];

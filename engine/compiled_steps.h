@@ -45,7 +45,7 @@ class Step {
   virtual std::string Describe() const = 0;
 
   // Every value the step reads, and those of them it can read in oneDNN's
-  // channel-blocked layout (nC[D]HW16c); the value it writes, if it can
+  // channel-blocked layout (nC[D]HW16c, nC[D]HW8c on AVX2); the value it writes, if it can
   // write it blocked (kNoValue otherwise). A value stays blocked only when
   // its producer and every reader handle it (CompiledModel decides).
   virtual std::vector<ValueId> Reads() const = 0;
@@ -77,8 +77,15 @@ class Step {
   virtual int64_t WeightBytes() const { return 0; }
 };
 
-// "plain" or "nChw16c" (any rank: the blocked layout's name at rank 4).
-inline const char* LayoutName(bool blocked) { return blocked ? "nChw16c" : "plain"; }
+// "numaserve:<kernel> <tier>" for the own kernel `kernel` of the dispatch
+// table in use ("numaserve:attention_head avx512").
+std::string OwnKernelName(const char* kernel);
+
+// "plain", or "nChw16c" / "nChw8c" by the tier (any rank: the blocked
+// layout's name at rank 4).
+inline const char* LayoutName(bool blocked) {
+  return blocked ? kernels::BlockedLayoutName() : "plain";
+}
 
 // Gemm / MatMul with constant weights on one GEMM backend (kernels/gemm),
 // with bias, Gemm's beta*C or a residual (copied into the output, then
@@ -102,6 +109,7 @@ class MatMulStep final : public Step {
   }
   std::vector<ValueId> Reads() const override { return {src_, accumulate_from_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
+  std::string Implementation(const std::vector<Shape>& shapes) const override;
   // Rows of the product are rows of src (and of a residual of the output's
   // shape); a broadcast Gemm C has no batch rows and ends a batch split.
   std::vector<ValueId> RowWiseValues() const override {
@@ -128,6 +136,9 @@ class AddStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "add: " + name_; }
   std::vector<ValueId> Reads() const override { return {a_, b_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return kernel_.ImplementationName(shapes[a_], shapes[b_]);
+  }
 
  private:
   kernels::AddOnednn kernel_;
@@ -142,6 +153,9 @@ class ReluStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "relu: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return kernel_.ImplementationName(kernels::NumElements(shapes[src_]));
+  }
 
  private:
   kernels::ReluOnednn kernel_;
@@ -157,6 +171,9 @@ class SoftmaxStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "softmax: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return kernel_.ImplementationName(shapes[src_]);
+  }
 
  private:
   kernels::SoftmaxOnednn kernel_;
@@ -228,6 +245,9 @@ class PoolStep final : public Step {
                            ctx.data[dst_], src_blocked_, dst_blocked_);
   }
   std::string Describe() const override { return "pool: " + name_; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return kernel_.ImplementationName(shapes[src_]);
+  }
   std::vector<ValueId> Reads() const override { return {src_}; }
   std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
   std::vector<ValueId> BlockedReads() const override { return {src_}; }
@@ -255,6 +275,9 @@ class UnaryStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "unary: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return "numaserve:loop";
+  }
 
  private:
   kernels::UnaryParams params_;
@@ -272,6 +295,7 @@ class BinaryStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "binary: " + name_; }
   std::vector<ValueId> Reads() const override { return {a_, b_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override;
 
  private:
   struct Plan {
@@ -355,6 +379,9 @@ class AttentionStep final : public Step {
   std::string Describe() const override { return "attention: " + name_; }
   std::vector<ValueId> Reads() const override { return {q_.value, k_.value, v_.value}; }
   double Flops(const std::vector<Shape>& shapes) const override;
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return OwnKernelName("attention_head");
+  }
   std::vector<ValueId> RowWiseValues() const override;
 
  private:
@@ -380,6 +407,9 @@ class LayerNormStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "layer_norm: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return OwnKernelName("layer_norm_rows");
+  }
   std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
 
  private:
@@ -399,6 +429,7 @@ class TransposeStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "transpose: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override;
 
  private:
   std::vector<int64_t> perm_;
@@ -418,6 +449,9 @@ class ReduceRowsStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "reduce_rows: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return OwnKernelName("reduce_rows");
+  }
 
  private:
   Kind kind_;
@@ -439,6 +473,9 @@ class ReferenceStep final : public Step {
     return "reference: " + graph_->nodes()[node_index_].name;
   }
   std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return "numaserve:reference " + graph_->nodes()[node_index_].op_type;
+  }
 
  private:
   const Graph* graph_;
@@ -461,6 +498,9 @@ class TypedReferenceStep final : public Step {
     return "typed_reference: " + graph_->nodes()[node_index_].name;
   }
   std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return "numaserve:typed_reference " + graph_->nodes()[node_index_].op_type;
+  }
 
  private:
   TypedReferenceStep(const Graph* graph, int node_index) : graph_(graph), node_index_(node_index) {}

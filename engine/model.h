@@ -153,6 +153,19 @@ std::string FormatStepProfile(const std::vector<StepProfile>& profile, int64_t r
 std::string StepProfileJson(const std::vector<StepProfile>& profile, int64_t runs,
                             double wall_seconds = 0);
 
+// One compiled step as it ran at a batch size: what it stands for, its
+// layouts and the implementation that ran it.
+struct PlannedStep {
+  int index = 0;               // position in the plan
+  std::string kind;            // "conv", "matmul", "attention", "reference", ...
+  std::string description;     // the plan line ("conv: conv1+bn1+relu1")
+  std::string layouts;         // "nChw8c->nChw8c" where the step has a layout choice
+  std::string implementation;  // "jit:avx2", "brg:avx512_core", "numaserve:attention_head avx2"
+  bool reference = false;      // a reference implementation (kernels::IsReferenceImplementation)
+  bool serial = false;         // runs on the calling thread alone at this batch
+  int64_t slice_rows = 0;      // rows per slice when the batch runs in slices; 0: whole
+};
+
 class CompiledModel {
  public:
   virtual ~CompiledModel() = default;
@@ -182,6 +195,13 @@ class CompiledModel {
   // The compiled plan, one line per kernel step with the graph nodes it
   // stands for ("matmul: fc1+relu1"), for logs and tests.
   virtual std::string DescribePlan() const { return ""; }
+
+  // The plan as it ran at `batch`, with each step's implementation
+  // (oneDNN creates some primitives at their first run, so this asks for a
+  // Run at `batch` first: FAILED_PRECONDITION otherwise).
+  virtual absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const {
+    return absl::UnimplementedError("no plan");
+  }
 
   // Starts (true: from zero) or stops timing every step of Run. Off by
   // default; when off, Run pays nothing for it.

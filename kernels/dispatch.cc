@@ -93,6 +93,14 @@ void Init() {
 
 }  // namespace
 
+void ExportIsaCapToOnednn() {
+  const char* cap = std::getenv("NUMASERVE_MAX_ISA");
+  if (cap == nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) return;
+  const std::string c = cap;
+  if (c == "avx2") setenv("DNNL_MAX_CPU_ISA", "AVX2", 0);
+  if (c == "avx512") setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE", 0);
+}
+
 double ProbeMicroseconds(const KernelTable& table, int reps) {
   constexpr int64_t kRows = 64, kLen = 1024;
   std::vector<float> x(kRows * kLen), y(kRows * kLen), scale(kLen, 1.0f), bias(kLen, 0.0f);
@@ -144,13 +152,13 @@ DispatchDecision DecideTier(bool has_avx2_fma, bool has_avx512, bool has_amx,
   } else if (max_rank < 2) {
     d.skipped.push_back("avx512: capped by NUMASERVE_MAX_ISA=" + cap);
   } else {
-    d.tier = IsaTier::kAvx512;
+    d.tier = d.max_tier = IsaTier::kAvx512;
     return d;
   }
   if (!has_avx2_fma) {
     d.skipped.push_back("avx2: the CPU/OS lacks AVX2+FMA");
   } else {
-    d.tier = IsaTier::kAvx2;
+    d.tier = d.max_tier = IsaTier::kAvx2;
   }
   return d;
 }
@@ -163,6 +171,53 @@ const KernelTable& GetKernelTable() {
 const DispatchDecision& GetDispatchDecision() {
   std::call_once(once, Init);
   return decision;
+}
+
+double Fp32PeakGflopsPerCore() {
+  const affinity::PeakFlops& peak = affinity::GetPeakFlops();
+  switch (GetDispatchDecision().max_tier) {
+    case IsaTier::kAvx512:
+      return peak.peak_gflops_per_core;
+    case IsaTier::kAvx2:
+      return peak.peak_avx2_gflops_per_core;
+    case IsaTier::kScalar:
+      break;
+  }
+  return peak.vector_bits <= 128 ? peak.peak_gflops_per_core : 0;
+}
+
+std::string IsaDescription() {
+  const DispatchDecision& d = GetDispatchDecision();
+  const char* onednn = "?";
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      onednn = "sse41";
+      break;
+    case dnnl::cpu_isa::avx:
+      onednn = "avx";
+      break;
+    case dnnl::cpu_isa::avx2:
+      onednn = "avx2";
+      break;
+    case dnnl::cpu_isa::avx2_vnni:
+      onednn = "avx2_vnni";
+      break;
+    case dnnl::cpu_isa::avx512_core:
+      onednn = "avx512_core";
+      break;
+    case dnnl::cpu_isa::avx512_core_vnni:
+      onednn = "avx512_core_vnni";
+      break;
+    case dnnl::cpu_isa::avx512_core_bf16:
+      onednn = "avx512_core_bf16";
+      break;
+    case dnnl::cpu_isa::avx512_core_amx:
+      onednn = "avx512_core_amx";
+      break;
+    default:
+      break;
+  }
+  return std::string(IsaTierName(d.max_tier)) + ", oneDNN " + onednn;
 }
 
 const KernelTable* KernelTableFor(IsaTier tier) {

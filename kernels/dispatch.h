@@ -32,6 +32,11 @@ struct KernelTable {
 
 struct DispatchDecision {
   IsaTier tier = IsaTier::kScalar;
+  // The widest tier this process may run: the CPU's, lowered by
+  // NUMASERVE_MAX_ISA. The own kernels may still use a narrower one (the
+  // start-up probe below); oneDNN and the BLAS libraries are configured
+  // for this one.
+  IsaTier max_tier = IsaTier::kScalar;
   std::string cap;                   // NUMASERVE_MAX_ISA as given ("" if unset)
   std::vector<std::string> skipped;  // "avx512: capped by NUMASERVE_MAX_ISA=avx2"
   std::string onednn_cap;            // the oneDNN ISA cap applied ("" for none)
@@ -41,6 +46,12 @@ struct DispatchDecision {
   // AVX-512 runs at a lower clock or with one FMA unit, AVX2 can win.
   double avx512_probe_us = 0, avx2_probe_us = 0;  // best of several runs; 0 = not measured
 };
+
+// Sets DNNL_MAX_CPU_ISA from NUMASERVE_MAX_ISA (avx2 -> AVX2, avx512 ->
+// AVX512_CORE) unless it is set already, so that oneDNN is capped from its
+// first use in this process and in every process it starts, whatever runs
+// first. Call at the start of main, before any thread exists.
+void ExportIsaCapToOnednn();
 
 // Pure: the tier for these CPU flags and cap (empty cap = none). Errors in
 // the cap are reported in `skipped` and ignored.
@@ -53,6 +64,15 @@ double ProbeMicroseconds(const KernelTable& table, int reps);
 // The process-wide table (std::call_once; also applies the oneDNN cap).
 const KernelTable& GetKernelTable();
 const DispatchDecision& GetDispatchDecision();
+
+// The FP32 peak of one core at the widest width this process may run
+// (affinity::GetPeakFlops, its AVX2 figure under NUMASERVE_MAX_ISA=avx2):
+// what fractions of peak are quoted against.
+double Fp32PeakGflopsPerCore();
+
+// "avx512" / "avx2" / "scalar" (max_tier) with oneDNN's ISA: "avx2,
+// oneDNN avx2". For caches of measured choices, which hold for one ISA.
+std::string IsaDescription();
 
 // The table of a given tier, for tests and benchmarks; null when this CPU
 // cannot run it.

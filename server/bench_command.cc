@@ -11,7 +11,9 @@
 #include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
 #include "engine/model.h"
+#include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_backend.h"
+#include "kernels/onednn/onednn_common.h"
 #include "server/args.h"
 #include "server/datatypes.h"
 
@@ -24,8 +26,21 @@ struct BatchResult {
   double inferences_per_second = 0;
   double p50_ms = 0, p99_ms = 0;
   double gflops = 0, peak_fraction = 0;
+  // Some convs ran as Winograd: GFLOP/s and peak_fraction count them at
+  // their direct FLOPs (~2.25x what they do), so both are effective figures.
+  bool effective = false;
   int64_t activation_bytes = 0;
 };
+
+// Whether a step of the plan at `batch` ran a Winograd convolution.
+bool RanWinograd(const engine::CompiledModel& model, int64_t batch) {
+  auto plan = model.PlanAt(batch);
+  if (!plan.ok()) return false;
+  for (const engine::PlannedStep& step : *plan) {
+    if (step.implementation.find("wino") != std::string::npos) return true;
+  }
+  return false;
+}
 
 double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -100,6 +115,7 @@ absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch
   r.p99_ms = Percentile(latencies_ms, 0.99);
   r.gflops = info.flops_per_row * r.inferences_per_second / 1e9;
   r.peak_fraction = peak_gflops > 0 ? r.gflops / peak_gflops : 0;
+  r.effective = RanWinograd(model, batch);
   if (auto bytes = model.ActivationBytes(batch); bytes.ok()) r.activation_bytes = *bytes;
   return r;
 }
@@ -137,6 +153,35 @@ absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double se
   return absl::OkStatus();
 }
 
+// Runs `batch` rows once and prints every step with the layouts and the
+// implementation it ran on (oneDNN creates some primitives at their first
+// run); reference implementations are flagged.
+absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch) {
+  Buffers buffers = MakeBuffers(model, batch);
+  if (absl::Status s = model.Run(batch, buffers.in_ptrs, buffers.out_ptrs); !s.ok()) return s;
+  auto steps = model.PlanAt(batch);
+  if (!steps.ok()) return steps.status();
+  int references = 0;
+  printf("plan at batch %lld (%s; kernels %s, layouts %s):\n", static_cast<long long>(batch),
+         kernels::IsaDescription().c_str(), kernels::IsaTierName(kernels::GetKernelTable().tier),
+         kernels::BlockedLayoutName());
+  for (const engine::PlannedStep& step : *steps) {
+    std::string note = step.layouts;
+    if (!step.implementation.empty()) {
+      note += (note.empty() ? "" : ", ") + step.implementation;
+    }
+    if (step.serial) note += ", 1 thread";
+    if (step.slice_rows > 0) note += ", slices of " + std::to_string(step.slice_rows) + " rows";
+    printf("  #%-4d %s [%s]%s\n", step.index, step.description.c_str(), note.c_str(),
+           step.reference ? "  <- REFERENCE implementation" : "");
+    references += step.reference ? 1 : 0;
+  }
+  if (references > 0) {
+    printf("%d step(s) on a reference implementation\n", references);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int BenchCommand(const std::vector<std::string>& args) {
@@ -156,8 +201,11 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
   parser.AddDouble("seconds", &seconds, "measured time per batch size");
   parser.AddBool("json", &json, "one JSON object per line per batch size");
-  parser.AddBool("plan", &plan,
-                 "print the GEMM libraries and the compiled plan (one line per kernel step) first");
+  parser.AddBool(
+      "plan", &plan,
+      "print the GEMM libraries and the compiled plan first: one line per kernel step with "
+      "its layouts and the implementation it ran on at the first batch size, "
+      "reference implementations flagged");
   parser.AddBool("profile", &profile,
                  "after each batch size's measured runs, time every compiled step for as long "
                  "again and print where the time goes: per step kind, the costliest steps (share "
@@ -242,16 +290,20 @@ int BenchCommand(const std::vector<std::string>& args) {
     for (kernels::GemmBackend b : kernels::kAllGemmBackends) {
       printf("gemm %s: %s\n", kernels::GemmBackendName(b), kernels::GemmBackendDetails(b).c_str());
     }
-    printf("%s", (*model)->DescribePlan().c_str());
+    if (absl::Status s = PrintPlan(**model, batches.front()); !s.ok()) {
+      fprintf(stderr, "numaserve bench: --plan: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
   const int used_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
-  const double peak = affinity::GetPeakFlops().peak_gflops_per_core * used_threads;
+  const double peak = kernels::Fp32PeakGflopsPerCore() * used_threads;
   if (!json) {
     printf("%s: %.2f GFLOP per row, %d threads, FP32 peak %.0f GFLOP/s\n", model_path.c_str(),
            (*model)->info().flops_per_row / 1e9, used_threads, peak);
     printf("%6s %12s %10s %10s %10s %8s %10s\n", "batch", "infer/s", "p50_ms", "p99_ms", "GFLOP/s",
            "peak", "act_MB");
   }
+  bool noted_effective = false;
   for (int64_t batch : batches) {
     if (!(*model)->info().batched && batch != 1) {
       fprintf(stderr, "numaserve bench: %s is not batched; skipping batch %lld\n",
@@ -268,14 +320,20 @@ int BenchCommand(const std::vector<std::string>& args) {
       printf(
           "{\"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"iterations\": %lld, "
           "\"inferences_per_second\": %.3f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
-          "\"gflops\": %.3f, \"peak_fraction\": %.4f, \"activation_bytes\": %lld}\n",
+          "\"gflops\": %.3f, \"peak_fraction\": %.4f, \"peak_fraction_kind\": \"%s\", "
+          "\"activation_bytes\": %lld}\n",
           model_path.c_str(), static_cast<long long>(r->batch), used_threads,
           static_cast<long long>(r->iterations), r->inferences_per_second, r->p50_ms, r->p99_ms,
-          r->gflops, r->peak_fraction, static_cast<long long>(r->activation_bytes));
+          r->gflops, r->peak_fraction, r->effective ? "effective" : "actual",
+          static_cast<long long>(r->activation_bytes));
     } else {
-      printf("%6lld %12.1f %10.3f %10.3f %10.1f %8.3f %10.1f\n", static_cast<long long>(r->batch),
+      printf("%6lld %12.1f %10.3f %10.3f %10.1f %7.3f%s %10.1f\n", static_cast<long long>(r->batch),
              r->inferences_per_second, r->p50_ms, r->p99_ms, r->gflops, r->peak_fraction,
-             r->activation_bytes / 1e6);
+             r->effective ? "e" : " ", r->activation_bytes / 1e6);
+      if (r->effective && !noted_effective) {
+        printf("       (e: effective: Winograd convs counted at their direct FLOPs)\n");
+        noted_effective = true;
+      }
     }
     if (profile) {
       if (absl::Status s = ProfileBatch(**model, batch, seconds, static_cast<int>(top), json);

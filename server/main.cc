@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "server/bench_command.h"
 #include "server/infer_command.h"
 #include "server/serve_command.h"
@@ -30,6 +31,9 @@ void PrintUsage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // NUMASERVE_MAX_ISA caps oneDNN too, here and in the workers and trainers
+  // started from here, whichever of them first touches oneDNN.
+  numaserve::kernels::ExportIsaCapToOnednn();
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     PrintUsage();
     return argc < 2 ? 2 : 0;

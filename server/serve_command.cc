@@ -20,6 +20,7 @@
 #include "affinity/placement.h"
 #include "affinity/topology.h"
 #include "engine/model.h"
+#include "kernels/dispatch.h"
 #include "server/args.h"
 #include "server/clock.h"
 #include "server/inference_service.h"
@@ -251,7 +252,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   ModelScheduler scheduler(scheduler_options, &router, metrics->get(), Clock::Real());
   scheduler.Start();
   scheduler_ptr = &scheduler;
-  const double peak_per_core = affinity::GetPeakFlops().peak_gflops_per_core;
+  const double peak_per_core = kernels::Fp32PeakGflopsPerCore();
   for (const auto& p : plan->workers) {
     (*metrics)->SetWorkerPeak(p.index, p.numa_node, peak_per_core * p.num_threads);
   }

@@ -139,7 +139,7 @@ void BM_AttentionHead(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   const double flops = 4.0 * seq * seq * d;
-  const double peak = numaserve::affinity::GetPeakFlops().peak_gflops_per_core * 1e9;
+  const double peak = numaserve::kernels::Fp32PeakGflopsPerCore() * 1e9;
   state.SetLabel(numaserve::kernels::IsaTierName(t->tier));
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -165,8 +165,7 @@ void AddMinMaxStatistics(benchmark::internal::Benchmark* b) {
 // GFLOP/s and the fraction of FP32 peak on all OpenMP threads, for
 // `flops` per iteration.
 void SetFlopCounters(benchmark::State& state, double flops) {
-  const double peak =
-      numaserve::affinity::GetPeakFlops().peak_gflops_per_core * omp_get_max_threads() * 1e9;
+  const double peak = numaserve::kernels::Fp32PeakGflopsPerCore() * omp_get_max_threads() * 1e9;
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak_fraction"] =

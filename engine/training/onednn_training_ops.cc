@@ -314,7 +314,11 @@ absl::StatusOr<BatchNormEntry*> GetBatchNorm(const void* node, const BatchNormSh
   auto e = std::make_unique<BatchNormEntry>();
   try {
     e->plain = Plain({s.n, s.c, s.spatial, 1});
-    e->data = s.c >= 16 ? md(e->plain.dims(), dt::f32, tag::aBcd16b) : e->plain;
+    // Channel-blocked by the tier's block (oneDNN's optimized batch norm
+    // kernels take only their own tier's block).
+    const int block = kernels::ActivationChannelBlock();
+    e->data = s.c >= block ? md(e->plain.dims(), dt::f32, block == 16 ? tag::aBcd16b : tag::aBcd8b)
+                           : e->plain;
     e->stats = Plain({s.c});
     dnnl::batch_normalization_forward::desc train(dnnl::prop_kind::forward_training, e->data,
                                                   s.epsilon, ScaleShift());

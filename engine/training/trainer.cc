@@ -25,6 +25,7 @@
 #include "engine/training/record_file.h"
 #include "engine/training/timeline.h"
 #include "engine/training/training_net.h"
+#include "kernels/dispatch.h"
 
 namespace numaserve::training {
 namespace {
@@ -266,8 +267,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   // FP32 peak of the cores all ranks compute on, for the fraction of peak.
   double threads = omp_get_max_threads(), total_threads = 0;
   MPI_Allreduce(&threads, &total_threads, 1, MPI_DOUBLE, MPI_SUM, comm);
-  const double peak_gflops =
-      leader ? affinity::GetPeakFlops().peak_gflops_per_core * total_threads : 0;
+  const double peak_gflops = leader ? kernels::Fp32PeakGflopsPerCore() * total_threads : 0;
   double run_flops = 0;
   const double run_start = Now();
   double interval_start = run_start, epoch_start = run_start;

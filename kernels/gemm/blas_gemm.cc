@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "affinity/cpu_features.h"
+#include "kernels/dispatch.h"
 
 namespace numaserve::kernels::blas {
 namespace {
@@ -112,8 +113,11 @@ class ScopedEnv {
   bool set_ = false;
 };
 
+// AVX-512 usable and not capped away (NUMASERVE_MAX_ISA=avx2 makes the
+// libraries run their AVX2 kernels, as it does oneDNN).
 bool HasAvx512(const affinity::CpuFeatures& f) {
-  return f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl;
+  return f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl &&
+         GetDispatchDecision().max_tier == IsaTier::kAvx512;
 }
 
 std::string EnvOr(const char* name, const std::string& fallback) {
@@ -315,12 +319,22 @@ class BlasKernel final : public GemmKernel {
     return options_.k * options_.n * static_cast<int64_t>(sizeof(float));
   }
   absl::Status Run(int64_t m, const float* src, float* dst) override;
+  std::string ImplementationName(int64_t m) const override;
 
  private:
   GemmBackend backend_;
   GemmOptions options_;
   std::unique_ptr<float, FreeDeleter> weights_;  // [K, N] row-major, scaled
 };
+
+std::string BlasKernel::ImplementationName(int64_t m) const {
+  if (backend_ == GemmBackend::kBlis) {
+    BlisApi& api = Blis();
+    return absl::StrCat(m == 1 ? "blis sgemv, " : "blis sgemm, ",
+                        api.arch_string(api.arch_query_id()));
+  }
+  return absl::StrCat(m == 1 ? "openblas sgemv, " : "openblas sgemm, ", Openblas().corename());
+}
 
 absl::Status BlasKernel::Run(int64_t m, const float* src, float* dst) {
   if (m <= 0 || m > INT_MAX) {

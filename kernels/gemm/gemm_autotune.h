@@ -71,7 +71,8 @@ class GemmChoiceCache {
     int64_t k = 0, n = 0;
     bool src_transposed = false;
     int threads = 0;
-    std::string cpu;  // brand string: a cache file may be shared between machines
+    std::string cpu;  // brand string and ISA (IsaDescription): a file may be shared
+                      // between machines, and a capped process runs other kernels
   };
 
   static GemmChoiceCache& Global();

@@ -19,6 +19,7 @@ class OnednnKernel final : public GemmKernel {
   const GemmOptions& options() const override { return options_; }
   int64_t weight_bytes() const override { return mm_->packed_weight_bytes(); }
   absl::Status Prepare(int64_t m) override { return mm_->Prepare(m); }
+  std::string ImplementationName(int64_t m) const override { return mm_->ImplementationName(m); }
   absl::Status Run(int64_t m, const float* src, float* dst) override {
     if (absl::Status s = mm_->Execute(stream_, m, src, dst); !s.ok()) return s;
     try {

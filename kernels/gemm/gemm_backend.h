@@ -68,6 +68,11 @@ class GemmKernel {
   virtual absl::Status Run(int64_t m, const float* src, float* dst) = 0;
   // Bytes of the prepared weights.
   virtual int64_t weight_bytes() const = 0;
+  // What runs m rows, once prepared: oneDNN's implementation name
+  // ("brg:avx512_core", "gemm:jit"), or the BLAS routine and the library's
+  // kernel configuration ("blis sgemv, skx"); "" before the first Prepare/Run
+  // of m on oneDNN.
+  virtual std::string ImplementationName(int64_t m) const = 0;
 };
 
 // The weights are read only during the call. `engine` is used by oneDNN.

@@ -1,5 +1,6 @@
 #include "kernels/onednn/conv_onednn.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -22,11 +23,12 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
   return out;
 }
 
-// The calling thread's channels-last scratch, grown to at least `floats`
-// (64-byte aligned); null when it cannot be allocated. One per thread: a
-// thread runs one conv at a time, and a model's convs run one after another,
-// so it holds the largest conv's activations, not their sum.
-float* ChannelsLastScratch(size_t floats) {
+// The calling thread's reordering scratch (channels-last, or away from a
+// reference kernel), grown to at least `floats` (64-byte aligned); null
+// when it cannot be allocated. One per thread: a thread runs one conv at a
+// time, and a model's convs run one after another, so it holds the largest
+// conv's activations, not their sum.
+float* ConvScratch(size_t floats) {
   thread_local std::unique_ptr<float, void (*)(void*)> buffer{nullptr, &std::free};
   thread_local size_t capacity = 0;
   if (floats > capacity) {
@@ -43,7 +45,10 @@ float* ChannelsLastScratch(size_t floats) {
 
 dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked) {
   if (!blocked || shape.size() < 3 || shape.size() > 5) return PlainDesc(shape);
-  const tag t = shape.size() == 3 ? tag::nCw16c : shape.size() == 4 ? tag::nChw16c : tag::nCdhw16c;
+  const bool b16 = ActivationChannelBlock() == 16;
+  const tag t = shape.size() == 3   ? (b16 ? tag::nCw16c : tag::nCw8c)
+                : shape.size() == 4 ? (b16 ? tag::nChw16c : tag::nChw8c)
+                                    : (b16 ? tag::nCdhw16c : tag::nCdhw8c);
   return dnnl::memory::desc(ToDnnlDims(shape), dt::f32, t);
 }
 
@@ -214,29 +219,86 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
   const std::string impl = pd.impl_info_str();
   // Only oneDNN's AVX-512 brgemm kernels were measured to win.
   if (impl.rfind("brg", 0) != 0 || impl.find("avx512") == std::string::npos) return false;
+  if (absl::Status s = BindReordered(pd, src_shape, dst_shape, src_blocked, dst_blocked, entry);
+      !s.ok()) {
+    return s;
+  }
+  entry->impl = absl::StrCat(impl, " (nhwc, reordered)");
+  return true;
+}
+
+absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitive_desc& pd,
+                                       const Shape& src_shape, const Shape& dst_shape,
+                                       bool src_blocked, bool dst_blocked, PerShape* entry) {
   const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
   const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
+  const dnnl::memory::desc conv_src = pd.src_desc(), conv_dst = pd.dst_desc();
   auto weights = WeightsFor(pd.weights_desc());
   if (!weights.ok()) return weights.status();
-  entry->channels_last = true;
-  entry->impl = absl::StrCat(impl, " (nhwc, reordered)");
+  auto reorder = [&](const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+    BoundPrimitive r;
+    r.primitive = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, from, engine_, to));
+    r.args[DNNL_ARG_FROM] = UnboundMemory(from, engine_);
+    r.args[DNNL_ARG_TO] = UnboundMemory(to, engine_);
+    return r;
+  };
+  entry->reordered = true;
+  entry->impl = pd.impl_info_str();
   entry->call.primitive = dnnl::convolution_forward(pd);
-  entry->call.args[DNNL_ARG_SRC] = UnboundMemory(nhwc_src, engine_);
+  entry->call.args[DNNL_ARG_SRC] = UnboundMemory(conv_src, engine_);
   entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
-  entry->call.args[DNNL_ARG_DST] = UnboundMemory(nhwc_dst, engine_);
+  entry->call.args[DNNL_ARG_DST] = UnboundMemory(conv_dst, engine_);
   if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
-  entry->to_nhwc.primitive =
-      dnnl::reorder(dnnl::reorder::primitive_desc(engine_, src_md, engine_, nhwc_src));
-  entry->to_nhwc.args[DNNL_ARG_FROM] = UnboundMemory(src_md, engine_);
-  entry->to_nhwc.args[DNNL_ARG_TO] = UnboundMemory(nhwc_src, engine_);
-  entry->from_nhwc.primitive =
-      dnnl::reorder(dnnl::reorder::primitive_desc(engine_, nhwc_dst, engine_, dst_md));
-  entry->from_nhwc.args[DNNL_ARG_FROM] = UnboundMemory(nhwc_dst, engine_);
-  entry->from_nhwc.args[DNNL_ARG_TO] = UnboundMemory(dst_md, engine_);
+  entry->to_conv_src = reorder(src_md, conv_src);
+  if (options_.sum) entry->to_conv_dst = reorder(dst_md, conv_dst);
+  entry->from_conv_dst = reorder(conv_dst, dst_md);
   // dst after src in the scratch, 64-byte aligned.
-  entry->dst_offset = (nhwc_src.get_size() / sizeof(float) + 15) / 16 * 16;
-  entry->scratch_floats = entry->dst_offset + nhwc_dst.get_size() / sizeof(float);
-  return true;
+  entry->dst_offset = (conv_src.get_size() / sizeof(float) + 15) / 16 * 16;
+  entry->scratch_floats = entry->dst_offset + conv_dst.get_size() / sizeof(float);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape,
+                                                          const Shape& dst_shape, bool src_blocked,
+                                                          bool dst_blocked, PerShape* entry) {
+  const ConvOnednnOptions& o = options_;
+  if (o.transposed || o.dw.has_value()) return false;
+  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::f32, tag::any);
+  const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+  const dnnl::memory::dims src_dims = ToDnnlDims(src_shape), dst_dims = ToDnnlDims(dst_shape);
+  const tag channels_last = src_shape.size() == 3   ? tag::nwc
+                            : src_shape.size() == 4 ? tag::nhwc
+                                                    : tag::ndhwc;
+  // oneDNN's own choice first, then plain (its im2col + GEMM exists for
+  // every shape), then channels-last.
+  const std::pair<dnnl::memory::desc, dnnl::memory::desc> candidates[] = {
+      {dnnl::memory::desc(src_dims, dt::f32, tag::any),
+       dnnl::memory::desc(dst_dims, dt::f32, tag::any)},
+      {PlainDesc(src_shape), PlainDesc(dst_shape)},
+      {dnnl::memory::desc(src_dims, dt::f32, channels_last),
+       dnnl::memory::desc(dst_dims, dt::f32, channels_last)},
+  };
+  for (const auto& [src_md, dst_md] : candidates) {
+    dnnl::convolution_forward::primitive_desc pd;
+    try {
+      dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
+          bias_md, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0),
+          Dims(o.pads_end, 0));
+      pd = dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
+    } catch (const dnnl::error&) {
+      continue;
+    }
+    if (IsReferenceImplementation(pd.impl_info_str())) continue;
+    if (absl::Status s = BindReordered(pd, src_shape, dst_shape, src_blocked, dst_blocked, entry);
+        !s.ok()) {
+      return s;
+    }
+    entry->impl = absl::StrCat(pd.impl_info_str(), " (reordered: no ",
+                               src_blocked ? BlockedLayoutName() : "plain", " kernel)");
+    return true;
+  }
+  return false;
 }
 
 dnnl::primitive_attr ConvOnednn::Attr() const {
@@ -276,7 +338,6 @@ absl::StatusOr<dnnl::memory> ConvOnednn::WeightsFor(const dnnl::memory::desc& md
 absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                                  bool dst_blocked) {
   if (per_shape_.contains(src_shape)) return absl::OkStatus();
-  const ConvOnednnOptions& o = options_;
   PerShape entry;
   if (ChannelsLastCandidate(src_shape, dst_shape, src_blocked, dst_blocked)) {
     absl::StatusOr<bool> done;
@@ -293,6 +354,38 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
     }
     entry = PerShape();
   }
+  if (absl::Status s = PrepareDirect(src_shape, dst_shape, src_blocked, dst_blocked, &entry);
+      !s.ok()) {
+    return s;
+  }
+  if (IsReferenceImplementation(entry.impl)) {
+    const std::string reference = entry.impl;
+    PerShape other;
+    absl::StatusOr<bool> done;
+    try {
+      done = PrepareAwayFromReference(src_shape, dst_shape, src_blocked, dst_blocked, &other);
+    } catch (const dnnl::error& e) {
+      return DnnlErrorToStatus(
+          e, absl::StrCat("creating a reordered conv for input ", ShapeToString(src_shape)));
+    }
+    if (!done.ok()) return done.status();
+    if (*done) entry = std::move(other);
+    if (options_.log_reference) {
+      std::fprintf(stderr, "numaserve: %s, input %s: oneDNN has only %s for %s -> %s%s%s\n",
+                   options_.name.c_str(), ShapeToString(src_shape).c_str(), reference.c_str(),
+                   src_blocked ? BlockedLayoutName() : "plain",
+                   dst_blocked ? BlockedLayoutName() : "plain",
+                   *done ? "; running " : " on this CPU, and nothing else: it runs there",
+                   *done ? entry.impl.c_str() : "");
+    }
+  }
+  per_shape_.emplace(src_shape, std::move(entry));
+  return absl::OkStatus();
+}
+
+absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_shape,
+                                       bool src_blocked, bool dst_blocked, PerShape* entry) {
+  const ConvOnednnOptions& o = options_;
   try {
     dnnl::memory::dims wdims = UserWeightsDesc().dims();
     dnnl::memory::desc any_w(wdims, dt::f32, tag::any);
@@ -319,8 +412,8 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
       weights_md = pd.weights_desc();
       src_desc = pd.src_desc();
       dst_desc = pd.dst_desc();
-      entry.impl = pd.impl_info_str();
-      entry.call.primitive = dnnl::deconvolution_forward(pd);
+      entry->impl = pd.impl_info_str();
+      entry->call.primitive = dnnl::deconvolution_forward(pd);
     } else {
       auto make_pd = [&](dnnl::algorithm algorithm) {
         dnnl::convolution_forward::desc desc(
@@ -344,15 +437,15 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
       weights_md = pd.weights_desc();
       src_desc = pd.src_desc();
       dst_desc = pd.dst_desc();
-      entry.impl = pd.impl_info_str();
-      entry.call.primitive = dnnl::convolution_forward(pd);
+      entry->impl = pd.impl_info_str();
+      entry->call.primitive = dnnl::convolution_forward(pd);
     }
     auto weights = WeightsFor(weights_md);
     if (!weights.ok()) return weights.status();
-    entry.call.args[DNNL_ARG_SRC] = UnboundMemory(src_desc, engine_);
-    entry.call.args[DNNL_ARG_WEIGHTS] = *weights;
-    entry.call.args[DNNL_ARG_DST] = UnboundMemory(dst_desc, engine_);
-    if (bias_) entry.call.args[DNNL_ARG_BIAS] = bias_;
+    entry->call.args[DNNL_ARG_SRC] = UnboundMemory(src_desc, engine_);
+    entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
+    entry->call.args[DNNL_ARG_DST] = UnboundMemory(dst_desc, engine_);
+    if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
     if (o.dw.has_value()) {
       if (dst_desc != final_dst_md) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -364,13 +457,12 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
       dnnl::stream stream(engine_);
       dnnl::reorder(user, dw_weights).execute(stream, user, dw_weights);
       stream.wait();
-      entry.call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS] = dw_weights;
-      entry.call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS] = dw_bias_;
+      entry->call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS] = dw_weights;
+      entry->call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS] = dw_bias_;
     }
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, absl::StrCat("creating conv for input ", ShapeToString(src_shape)));
   }
-  per_shape_.emplace(src_shape, std::move(entry));
   return absl::OkStatus();
 }
 
@@ -383,23 +475,28 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   }
   PerShape& e = it->second;
   try {
-    if (e.channels_last) {
-      float* nhwc_src = ChannelsLastScratch(e.scratch_floats);
-      if (nhwc_src == nullptr) {
+    if (e.reordered) {
+      float* conv_src = ConvScratch(e.scratch_floats);
+      if (conv_src == nullptr) {
         return absl::ResourceExhaustedError(
             absl::StrCat("ConvOnednn: cannot allocate ", e.scratch_floats * sizeof(float),
-                         " bytes of channels-last scratch for input ", ShapeToString(src_shape)));
+                         " bytes of reordering scratch for input ", ShapeToString(src_shape)));
       }
-      float* nhwc_dst = nhwc_src + e.dst_offset;
-      e.to_nhwc.SetHandle(DNNL_ARG_FROM, src);
-      e.to_nhwc.SetHandle(DNNL_ARG_TO, nhwc_src);
-      e.to_nhwc.Execute(stream);
-      e.call.SetHandle(DNNL_ARG_SRC, nhwc_src);
-      e.call.SetHandle(DNNL_ARG_DST, nhwc_dst);
+      float* conv_dst = conv_src + e.dst_offset;
+      e.to_conv_src.SetHandle(DNNL_ARG_FROM, src);
+      e.to_conv_src.SetHandle(DNNL_ARG_TO, conv_src);
+      e.to_conv_src.Execute(stream);
+      if (options_.sum) {  // the residual, in the conv's layout
+        e.to_conv_dst.SetHandle(DNNL_ARG_FROM, dst);
+        e.to_conv_dst.SetHandle(DNNL_ARG_TO, conv_dst);
+        e.to_conv_dst.Execute(stream);
+      }
+      e.call.SetHandle(DNNL_ARG_SRC, conv_src);
+      e.call.SetHandle(DNNL_ARG_DST, conv_dst);
       e.call.Execute(stream);
-      e.from_nhwc.SetHandle(DNNL_ARG_FROM, nhwc_dst);
-      e.from_nhwc.SetHandle(DNNL_ARG_TO, dst);
-      e.from_nhwc.Execute(stream);
+      e.from_conv_dst.SetHandle(DNNL_ARG_FROM, conv_dst);
+      e.from_conv_dst.SetHandle(DNNL_ARG_TO, dst);
+      e.from_conv_dst.Execute(stream);
       return absl::OkStatus();
     }
     e.call.SetHandle(DNNL_ARG_SRC, src);

@@ -2,7 +2,8 @@
 // reordered once into the layout the primitive prefers, an optional bias,
 // and post-ops: a sum (a residual Add: dst holds the addend on entry) and
 // element-wise activations (Relu, Clip, LeakyRelu, Sigmoid, Tanh, ...).
-// Activations are plain NC[D]HW or channel-blocked nC[D]HW16c (BlockedDesc),
+// Activations are plain NC[D]HW or channel-blocked nC[D]HW16c on AVX-512,
+// nC[D]HW8c on AVX2 (ActivationDesc, ActivationChannelBlock),
 // chosen by the caller per tensor; weights are "any".
 // Primitives are created per input shape (batch) and cached; the packed
 // weights are shared by every shape that prefers the same layout.
@@ -10,6 +11,11 @@
 // (nhwc) on oneDNN's brgemm kernels instead, with the activations reordered
 // at the boundary through a scratch buffer of the calling thread, shared by
 // every conv that thread runs (see ConvChannelsLast).
+// A reference implementation is never taken silently: where oneDNN offers
+// only its reference kernel for the caller's layouts (a grouped conv whose
+// groups are not whole channel blocks, a blocked input of 3 channels), the
+// conv runs in the layouts oneDNN prefers for it, or plain (im2col + its
+// GEMM), through the same reordering scratch, and says so on stderr.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +33,8 @@
 namespace numaserve::kernels {
 
 // oneDNN's channel-blocked f32 layout for an [N, C, spatial...] tensor
-// (C padded to 16); plain row-major when `blocked` is false.
+// (C padded to the block: 16 on AVX-512, 8 on AVX2); plain row-major when
+// `blocked` is false.
 dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked);
 
 // Bytes of an activation in that layout.
@@ -107,6 +114,11 @@ struct ConvOnednnOptions {
   // follows (Prepare/Execute then take the depthwise output's shape).
   std::optional<DepthwisePostOp> dw;
   ConvChannelsLast channels_last = ConvChannelsLast::kAuto;
+  // For messages: the graph nodes the conv stands for ("conv_2+bn_7").
+  std::string name = "conv";
+  // Say on stderr when oneDNN offers only a reference kernel (off for
+  // trial convs whose plan is dropped when it does).
+  bool log_reference = true;
 };
 
 class ConvOnednn {
@@ -115,7 +127,7 @@ class ConvOnednn {
                                                             ConvOnednnOptions options);
 
   // Creates (once per input shape) the primitive; dst_shape is the ONNX
-  // output shape. *_blocked selects nC[D]HW16c instead of plain NC[D]HW.
+  // output shape. *_blocked selects the blocked layout instead of plain NC[D]HW.
   absl::Status Prepare(const Shape& src_shape, const Shape& dst_shape, bool src_blocked = false,
                        bool dst_blocked = false);
   absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
@@ -129,10 +141,12 @@ class ConvOnednn {
   struct PerShape {
     BoundPrimitive call;
     std::string impl;
-    // Channels-last: src reordered into the thread's scratch (from offset
-    // 0), the conv writes nhwc at dst_offset, reordered into dst.
-    bool channels_last = false;
-    BoundPrimitive to_nhwc, from_nhwc;
+    // Reordered (channels-last, or away from a reference kernel): src
+    // reordered into the thread's scratch (from offset 0), the conv writes
+    // its own layout at dst_offset (holding the residual first, with a sum
+    // post-op), reordered into dst.
+    bool reordered = false;
+    BoundPrimitive to_conv_src, to_conv_dst, from_conv_dst;
     size_t dst_offset = 0;      // floats
     size_t scratch_floats = 0;  // src and dst together
   };
@@ -148,6 +162,21 @@ class ConvOnednn {
   // has no brgemm kernel for the shape (the blocked path is used then).
   absl::StatusOr<bool> PrepareChannelsLast(const Shape& src_shape, const Shape& dst_shape,
                                            bool src_blocked, bool dst_blocked, PerShape* entry);
+  // The conv in the caller's layouts (the deconvolution, Winograd and the
+  // depthwise post-op included).
+  absl::Status PrepareDirect(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
+                             bool dst_blocked, PerShape* entry);
+  // Where PrepareDirect found only a reference kernel: the first of oneDNN's
+  // preferred layouts ("any"), plain, and channels-last that has another,
+  // reordered; false when every one is a reference.
+  absl::StatusOr<bool> PrepareAwayFromReference(const Shape& src_shape, const Shape& dst_shape,
+                                                bool src_blocked, bool dst_blocked,
+                                                PerShape* entry);
+  // Binds `pd` (whose src/dst layouts may differ from the caller's) with
+  // the reorders between them and the scratch.
+  absl::Status BindReordered(const dnnl::convolution_forward::primitive_desc& pd,
+                             const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
+                             bool dst_blocked, PerShape* entry);
   // The weights in layout `md`, reordered once from the user copy.
   absl::StatusOr<dnnl::memory> WeightsFor(const dnnl::memory::desc& md);
 

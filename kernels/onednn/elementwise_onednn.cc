@@ -96,4 +96,17 @@ absl::Status ReluOnednn::Execute(dnnl::stream& stream, int64_t count, const floa
   return absl::OkStatus();
 }
 
+std::string AddOnednn::ImplementationName(const Shape& a_shape, const Shape& b_shape) const {
+  auto a_it = per_shape_.find(a_shape);
+  if (a_it == per_shape_.end()) return "";
+  auto it = a_it->second.find(b_shape);
+  if (it == a_it->second.end()) return "";
+  return it->second.use_loop ? "loop" : it->second.call.ImplementationName();
+}
+
+std::string ReluOnednn::ImplementationName(int64_t count) const {
+  auto it = per_count_.find(count);
+  return it == per_count_.end() ? "" : it->second.ImplementationName();
+}
+
 }  // namespace numaserve::kernels

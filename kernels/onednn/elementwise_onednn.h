@@ -19,6 +19,9 @@ class AddOnednn {
   // when a is the broadcast one; when both are, a plain loop runs instead.
   absl::Status Execute(dnnl::stream& stream, const Shape& a_shape, const float* a,
                        const Shape& b_shape, const float* b, const Shape& out_shape, float* out);
+  // oneDNN's implementation for these shapes, "loop" where both operands
+  // broadcast ("" before their first run).
+  std::string ImplementationName(const Shape& a_shape, const Shape& b_shape) const;
 
  private:
   struct Entry {
@@ -39,6 +42,7 @@ class ReluOnednn {
   explicit ReluOnednn(const dnnl::engine& engine) : engine_(engine) {}
 
   absl::Status Execute(dnnl::stream& stream, int64_t count, const float* src, float* dst);
+  std::string ImplementationName(int64_t count) const;
 
  private:
   dnnl::engine engine_;

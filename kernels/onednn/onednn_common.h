@@ -4,6 +4,7 @@
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <unordered_map>
 
 #include "absl/status/status.h"
@@ -24,7 +25,26 @@ struct BoundPrimitive {
 
   void SetHandle(int arg, const void* ptr) { args.at(arg).set_data_handle(const_cast<void*>(ptr)); }
   void Execute(dnnl::stream& stream) { primitive.execute(stream, args); }
+  // oneDNN's implementation name ("jit:avx2", "ref:any"); "" when empty.
+  std::string ImplementationName() const;
 };
+
+// Channels per block of the blocked activation layout (nC[D]HW<block>c) on
+// the ISA oneDNN runs here: 16 where it runs AVX-512 (one zmm of floats), 8
+// on AVX2 (one ymm). oneDNN has optimized kernels for the block of its own
+// tier only: nChw16c on an AVX2-only CPU runs on its reference kernels,
+// ~100x slower. Decided once, after the dispatch table has applied any
+// NUMASERVE_MAX_ISA cap to oneDNN (DNNL_MAX_CPU_ISA is honoured too).
+int ActivationChannelBlock();
+
+// "nChw16c" / "nChw8c": the blocked layout's name at rank 4.
+const char* BlockedLayoutName();
+
+// True when an implementation name is a reference implementation: one of
+// oneDNN's (impl_info_str "ref:any", a ref_fused_convolution chaining one)
+// or numaserve's scalar FP32 reference ("numaserve:reference Conv").
+// Correct but unoptimized: never to be chosen silently for heavy work.
+bool IsReferenceImplementation(absl::string_view impl);
 
 // A memory object of `md` without a data handle (bound later).
 inline dnnl::memory UnboundMemory(const dnnl::memory::desc& md, const dnnl::engine& engine) {

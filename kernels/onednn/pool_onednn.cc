@@ -1,65 +1,153 @@
 #include "kernels/onednn/pool_onednn.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/onednn/conv_onednn.h"
 
 namespace numaserve::kernels {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+BoundPrimitive Reorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
+                       const dnnl::memory::desc& to) {
+  BoundPrimitive r;
+  r.primitive = dnnl::reorder(dnnl::reorder::primitive_desc(engine, from, engine, to));
+  r.args[DNNL_ARG_FROM] = UnboundMemory(from, engine);
+  r.args[DNNL_ARG_TO] = UnboundMemory(to, engine);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape,
+                                                          const Shape& dst_shape, bool src_blocked,
+                                                          bool dst_blocked) {
+  auto it = per_shape_.find(src_shape);
+  if (it != per_shape_.end()) return &it->second;
+  WindowParams w = window_;
+  const size_t spatial = src_shape.size() - 2;
+  if (global_) {
+    w.kernel.assign(src_shape.begin() + 2, src_shape.end());
+    w.strides.assign(spatial, 1);
+    w.dilations.assign(spatial, 1);
+    w.pads_begin.assign(spatial, 0);
+    w.pads_end.assign(spatial, 0);
+  }
+  dnnl::memory::dims strides, kernel, dilation, pl, pr;
+  for (size_t d = 0; d < spatial; ++d) {
+    strides.push_back(w.strides[d]);
+    kernel.push_back(w.kernel[d]);
+    dilation.push_back(w.dilations[d] - 1);
+    pl.push_back(w.pads_begin[d]);
+    // End padding that makes oneDNN's floor formula give dst's extent.
+    const int64_t eff = (w.kernel[d] - 1) * w.dilations[d] + 1;
+    pr.push_back((dst_shape[d + 2] - 1) * w.strides[d] + eff - src_shape[d + 2] - w.pads_begin[d]);
+  }
+  const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
+  const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
+  const tag channels_last = spatial == 1 ? tag::nwc : spatial == 2 ? tag::nhwc : tag::ndhwc;
+  // src's own layout first (the pool writes it, reordered into dst's when
+  // they differ); where oneDNN has only its reference kernel for that,
+  // plain and then channels-last, reordered at both ends.
+  const std::pair<dnnl::memory::desc, dnnl::memory::desc> candidates[] = {
+      {src_md, ActivationDesc(dst_shape, src_blocked)},
+      {ActivationDesc(src_shape, false), ActivationDesc(dst_shape, false)},
+      {dnnl::memory::desc(ToDnnlDims(src_shape), dt::f32, channels_last),
+       dnnl::memory::desc(ToDnnlDims(dst_shape), dt::f32, channels_last)},
+  };
+  PerShape entry;
+  std::string reference;
+  try {
+    for (const auto& [pool_src, pool_dst] : candidates) {
+      dnnl::pooling_v2_forward::primitive_desc pd;
+      try {
+        pd = dnnl::pooling_v2_forward::primitive_desc(
+            dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, algorithm_, pool_src,
+                                           pool_dst, strides, kernel, dilation, pl, pr),
+            engine_);
+      } catch (const dnnl::error&) {
+        continue;
+      }
+      const std::string impl = pd.impl_info_str();
+      if (IsReferenceImplementation(impl)) {
+        if (reference.empty()) reference = impl;
+        if (entry.call.primitive) continue;  // keep the first as the last resort
+      } else {
+        entry = PerShape();
+      }
+      entry.call.primitive = dnnl::pooling_v2_forward(pd);
+      entry.call.args[DNNL_ARG_SRC] = UnboundMemory(pool_src, engine_);
+      entry.call.args[DNNL_ARG_DST] = UnboundMemory(pool_dst, engine_);
+      entry.impl = impl;
+      entry.src_reordered = pool_src != src_md;
+      entry.dst_reordered = pool_dst != dst_md;
+      if (entry.src_reordered) entry.to_pool_src = Reorder(engine_, src_md, pool_src);
+      if (entry.dst_reordered) entry.from_pool_dst = Reorder(engine_, pool_dst, dst_md);
+      entry.dst_offset =
+          entry.src_reordered ? (pool_src.get_size() / sizeof(float) + 15) / 16 * 16 : 0;
+      entry.scratch_floats =
+          entry.dst_offset + (entry.dst_reordered ? pool_dst.get_size() / sizeof(float) : 0);
+      if (!IsReferenceImplementation(impl)) break;
+    }
+  } catch (const dnnl::error& e) {
+    return DnnlErrorToStatus(e, absl::StrCat("creating pooling for ", ShapeToString(src_shape)));
+  }
+  if (!entry.call.primitive) {
+    return absl::UnimplementedError(
+        absl::StrCat("oneDNN has no pooling for ", ShapeToString(src_shape)));
+  }
+  if (!reference.empty()) {
+    const bool away = !IsReferenceImplementation(entry.impl);
+    if (away)
+      entry.impl = absl::StrCat(entry.impl, " (reordered: no ", BlockedLayoutName(), " kernel)");
+    std::fprintf(stderr, "numaserve: pool, input %s: oneDNN has only %s for %s%s%s\n",
+                 ShapeToString(src_shape).c_str(), reference.c_str(),
+                 src_blocked ? BlockedLayoutName() : "plain",
+                 away ? "; running " : " on this CPU, and nothing else: it runs there",
+                 away ? entry.impl.c_str() : "");
+  }
+  return &per_shape_.emplace(src_shape, std::move(entry)).first->second;
+}
 
 absl::Status PoolOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
                                  const Shape& dst_shape, const float* src, float* dst,
                                  bool src_blocked, bool dst_blocked) {
-  const bool blocked = src_blocked;
-  float* out = dst;
-  if (src_blocked != dst_blocked) {
-    scratch_.resize(ActivationBytes(dst_shape, src_blocked) / sizeof(float));
-    out = scratch_.data();
-    if (reorder_ == nullptr) reorder_ = std::make_unique<ActivationReorder>(engine_);
+  auto entry = Prepare(src_shape, dst_shape, src_blocked, dst_blocked);
+  if (!entry.ok()) return entry.status();
+  PerShape& e = **entry;
+  float* scratch = nullptr;
+  if (e.scratch_floats > 0) {
+    if (scratch_.size() < e.scratch_floats) scratch_.resize(e.scratch_floats);
+    scratch = scratch_.data();
   }
-  auto it = per_shape_.find(src_shape);
-  if (it == per_shape_.end()) {
-    WindowParams w = window_;
-    const size_t spatial = src_shape.size() - 2;
-    if (global_) {
-      w.kernel.assign(src_shape.begin() + 2, src_shape.end());
-      w.strides.assign(spatial, 1);
-      w.dilations.assign(spatial, 1);
-      w.pads_begin.assign(spatial, 0);
-      w.pads_end.assign(spatial, 0);
-    }
-    dnnl::memory::dims strides, kernel, dilation, pl, pr;
-    for (size_t d = 0; d < spatial; ++d) {
-      strides.push_back(w.strides[d]);
-      kernel.push_back(w.kernel[d]);
-      dilation.push_back(w.dilations[d] - 1);
-      pl.push_back(w.pads_begin[d]);
-      // End padding that makes oneDNN's floor formula give dst's extent.
-      const int64_t eff = (w.kernel[d] - 1) * w.dilations[d] + 1;
-      pr.push_back((dst_shape[d + 2] - 1) * w.strides[d] + eff - src_shape[d + 2] -
-                   w.pads_begin[d]);
-    }
-    BoundPrimitive call;
-    try {
-      dnnl::pooling_v2_forward::desc desc(
-          dnnl::prop_kind::forward_inference, algorithm_, ActivationDesc(src_shape, blocked),
-          ActivationDesc(dst_shape, blocked), strides, kernel, dilation, pl, pr);
-      dnnl::pooling_v2_forward::primitive_desc pd(desc, engine_);
-      call.primitive = dnnl::pooling_v2_forward(pd);
-      call.args[DNNL_ARG_SRC] = UnboundMemory(pd.src_desc(), engine_);
-      call.args[DNNL_ARG_DST] = UnboundMemory(pd.dst_desc(), engine_);
-    } catch (const dnnl::error& e) {
-      return DnnlErrorToStatus(e, absl::StrCat("creating pooling for ", ShapeToString(src_shape)));
-    }
-    it = per_shape_.emplace(src_shape, std::move(call)).first;
-  }
+  const float* pool_src = e.src_reordered ? scratch : src;
+  float* pool_dst = e.dst_reordered ? scratch + e.dst_offset : dst;
   try {
-    it->second.SetHandle(DNNL_ARG_SRC, src);
-    it->second.SetHandle(DNNL_ARG_DST, out);
-    it->second.Execute(stream);
-  } catch (const dnnl::error& e) {
-    return DnnlErrorToStatus(e, "executing pooling");
+    if (e.src_reordered) {
+      e.to_pool_src.SetHandle(DNNL_ARG_FROM, src);
+      e.to_pool_src.SetHandle(DNNL_ARG_TO, scratch);
+      e.to_pool_src.Execute(stream);
+    }
+    e.call.SetHandle(DNNL_ARG_SRC, pool_src);
+    e.call.SetHandle(DNNL_ARG_DST, pool_dst);
+    e.call.Execute(stream);
+    if (e.dst_reordered) {
+      e.from_pool_dst.SetHandle(DNNL_ARG_FROM, pool_dst);
+      e.from_pool_dst.SetHandle(DNNL_ARG_TO, dst);
+      e.from_pool_dst.Execute(stream);
+    }
+  } catch (const dnnl::error& err) {
+    return DnnlErrorToStatus(err, "executing pooling");
   }
-  if (out != dst) return reorder_->Execute(stream, dst_shape, out, src_blocked, dst, dst_blocked);
   return absl::OkStatus();
+}
+
+std::string PoolOnednn::ImplementationName(const Shape& src_shape) const {
+  auto it = per_shape_.find(src_shape);
+  return it == per_shape_.end() ? "" : it->second.impl;
 }
 
 }  // namespace numaserve::kernels

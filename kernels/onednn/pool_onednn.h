@@ -24,20 +24,37 @@ class PoolOnednn {
              bool global)
       : engine_(engine), algorithm_(algorithm), window_(std::move(window)), global_(global) {}
 
-  // *_blocked: nC[D]HW16c instead of plain. When the layouts differ, the
-  // pool writes src's layout into a scratch buffer that is then reordered.
+  // *_blocked: the blocked layout (ActivationDesc) instead of plain. When the
+  // layouts differ, the pool writes src's layout into a scratch buffer that
+  // is then reordered.
   absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
                        const float* src, float* dst, bool src_blocked = false,
                        bool dst_blocked = false);
+  // oneDNN's implementation for this input shape ("" before its first run).
+  std::string ImplementationName(const Shape& src_shape) const;
 
  private:
+  // The pool for one input shape. It runs in src's layout and writes that
+  // layout, reordered into dst's when they differ; where oneDNN has only its
+  // reference kernel for src's layout, in plain or channels-last layouts,
+  // reordered at both ends through scratch_.
+  struct PerShape {
+    BoundPrimitive call;
+    std::string impl;
+    bool src_reordered = false, dst_reordered = false;
+    BoundPrimitive to_pool_src, from_pool_dst;
+    size_t dst_offset = 0;      // floats into the scratch
+    size_t scratch_floats = 0;  // 0: none needed
+  };
+  absl::StatusOr<PerShape*> Prepare(const Shape& src_shape, const Shape& dst_shape,
+                                    bool src_blocked, bool dst_blocked);
+
   dnnl::engine engine_;
   dnnl::algorithm algorithm_;
   WindowParams window_;
   bool global_;
-  std::map<Shape, BoundPrimitive> per_shape_;
+  std::map<Shape, PerShape> per_shape_;
   std::vector<float> scratch_;
-  std::unique_ptr<ActivationReorder> reorder_;
 };
 
 }  // namespace numaserve::kernels

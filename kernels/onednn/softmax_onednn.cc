@@ -47,4 +47,9 @@ absl::Status SoftmaxOnednn::Execute(dnnl::stream& stream, const Shape& shape, co
   return absl::OkStatus();
 }
 
+std::string SoftmaxOnednn::ImplementationName(const Shape& shape) const {
+  auto it = per_shape_.find(shape);
+  return it == per_shape_.end() ? "" : it->second.ImplementationName();
+}
+
 }  // namespace numaserve::kernels

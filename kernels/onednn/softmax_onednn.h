@@ -18,6 +18,8 @@ class SoftmaxOnednn {
       : engine_(engine), axis_(axis), flatten_to_2d_(flatten_to_2d) {}
 
   absl::Status Execute(dnnl::stream& stream, const Shape& shape, const float* src, float* dst);
+  // oneDNN's implementation for this shape ("" before its first run).
+  std::string ImplementationName(const Shape& shape) const;
 
  private:
   dnnl::engine engine_;

@@ -13,6 +13,8 @@
 
 #include "affinity/cpu_features.h"
 #include "engine/model.h"
+#include "kernels/dispatch.h"
+#include "kernels/onednn/onednn_common.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
 
@@ -76,8 +78,13 @@ TEST(ConvWinogradTest, OnlyBlockedThreeByThreeStrideOneConvsUseIt) {
   EXPECT_THAT(impl[0], ::testing::Not(HasSubstr("wino")));  // plain input
   EXPECT_THAT(impl[2], ::testing::Not(HasSubstr("wino")));  // stride 2
   EXPECT_THAT(impl[3], ::testing::Not(HasSubstr("wino")));  // plain output
-  if (affinity::GetCpuFeatures().avx512f && affinity::GetCpuFeatures().os_avx512) {
+  // oneDNN's Winograd kernels are AVX-512 only: on the AVX2 tier (an AVX2
+  // CPU, or NUMASERVE_MAX_ISA=avx2) the direct kernel runs.
+  if (kernels::GetDispatchDecision().max_tier == kernels::IsaTier::kAvx512) {
     EXPECT_THAT(impl[1], HasSubstr("wino"));  // blocked in and out, residual sum, relu
+  }
+  for (const std::string& name : impl) {
+    EXPECT_FALSE(kernels::IsReferenceImplementation(name)) << name;
   }
   for (const StepProfile& row : (*direct)->Profile()) {
     EXPECT_THAT(row.implementation, ::testing::Not(HasSubstr("wino")));

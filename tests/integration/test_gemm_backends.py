@@ -19,6 +19,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
 import numaserve_client as nc  # noqa: E402
 
+PLAN_LINE = re.compile(r"^\s+#\d+\s+(.*) \[([^\]]*)\](  <- REFERENCE implementation)?$")
+
 MODEL = nc.DEFAULT_MODEL_NAME
 TIMEOUT_S = 120
 RTOL, ATOL = 1e-4, 1e-5
@@ -85,13 +87,24 @@ class GemmBackendsTest(unittest.TestCase):
                     self.skipTest(reason)
                 args, result = self.bench("--gemm", backend, "--plan")
                 self.assertEqual(result.returncode, 0, describe(args, result))
-                steps = [l for l in result.stdout.splitlines() if l.startswith("matmul: ")]
+                # "  #0    matmul: fc1+relu1 [blis] [blis sgemv, skx, 1 thread]": the
+                # plan line, then what ran it at the first batch size.
+                steps = [m.groups() for m in
+                         (PLAN_LINE.match(l) for l in result.stdout.splitlines())
+                         if m and m.group(1).startswith("matmul: ")]
                 self.assertEqual(len(steps), 3, describe(args, result))
-                for step in steps:
+                for description, implementation, reference in steps:
+                    self.assertIsNone(reference, describe(args, result))
                     if backend == "onednn":
-                        self.assertNotIn("[", step, describe(args, result))
+                        self.assertNotIn("[", description, describe(args, result))
+                        self.assertFalse(implementation.startswith(("blis", "openblas")),
+                                         describe(args, result))
                     else:
-                        self.assertTrue(step.endswith("[%s]" % backend), describe(args, result))
+                        self.assertTrue(description.endswith("[%s]" % backend),
+                                        describe(args, result))
+                        # One row (batch 1) runs the library's matrix-vector product.
+                        self.assertTrue(implementation.startswith("%s sgemv, " % backend),
+                                        describe(args, result))
                 # The libraries and their kernels are listed first.
                 self.assertRegex(result.stdout, r"gemm blis: ", describe(args, result))
 
