@@ -161,5 +161,72 @@ TEST(ConvOnednnChannelsLastTest, AutoPicksStrideTwoThreeByThreeOnAvx512) {
   EXPECT_EQ(nhwc(impl_for(1, 1, 4, 28, true, ConvChannelsLast::kAlways)), avx512);
 }
 
+// Where oneDNN has only its reference kernel for the blocked layouts (a
+// grouped conv whose groups are not whole channel blocks; 3 input channels
+// blocked), the conv runs elsewhere, reordered, and still computes the
+// conv: with a residual sum (dst holds the addend on entry), bias and relu.
+struct FallbackCase {
+  int64_t c, m, group, k;
+  const char* name;
+};
+
+class ConvOnednnFallbackTest : public ::testing::TestWithParam<FallbackCase> {};
+
+TEST_P(ConvOnednnFallbackTest, RunsNoReferenceKernelAndMatchesTheReference) {
+  const FallbackCase& f = GetParam();
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const Tensor w = RandomTensor({f.m, f.c / f.group, f.k, f.k}, 31);
+  const Tensor b = RandomTensor({f.m}, 32);
+  ConvOnednnOptions o;
+  o.in_channels = f.c;
+  o.out_channels = f.m;
+  o.group = f.group;
+  o.kernel = {f.k, f.k};
+  o.strides = {1, 1};
+  o.dilations = {1, 1};
+  o.pads_begin = o.pads_end = {f.k / 2, f.k / 2};
+  o.weights = w.data.data();
+  o.bias = b.data;
+  o.sum = true;
+  o.eltwise.push_back({dnnl::algorithm::eltwise_relu, 0.0f, 0.0f});
+  o.name = f.name;
+  auto conv = ConvOnednn::Create(engine, std::move(o));
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  ActivationReorder reorder(engine);
+  WindowParams p{{f.k, f.k}, {1, 1}, {1, 1}, {f.k / 2, f.k / 2}, {f.k / 2, f.k / 2}};
+  for (int64_t n : {1, 3}) {
+    const Tensor x = RandomTensor({n, f.c, 9, 7}, 40 + static_cast<uint32_t>(n));
+    const Tensor residual = RandomTensor({n, f.m, 9, 7}, 50 + static_cast<uint32_t>(n));
+    const Shape out_shape = residual.shape;
+    ASSERT_TRUE((*conv)->Prepare(x.shape, out_shape, true, true).ok());
+    const std::string impl = (*conv)->ImplementationName(x.shape);
+    EXPECT_FALSE(IsReferenceImplementation(impl)) << impl;
+    std::vector<float> xb(ActivationBytes(x.shape, true) / sizeof(float));
+    std::vector<float> yb(ActivationBytes(out_shape, true) / sizeof(float));
+    std::vector<float> y(NumElements(out_shape));
+    ASSERT_TRUE(reorder.Execute(stream, x.shape, x.data.data(), false, xb.data(), true).ok());
+    ASSERT_TRUE(
+        reorder.Execute(stream, out_shape, residual.data.data(), false, yb.data(), true).ok());
+    absl::Status s = (*conv)->Execute(stream, x.shape, out_shape, xb.data(), yb.data());
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(reorder.Execute(stream, out_shape, yb.data(), true, y.data(), false).ok());
+    stream.wait();
+    auto ref = ConvRef(x, w, &b, p, f.group, out_shape);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    for (size_t i = 0; i < ref->data.size(); ++i) {
+      ref->data[i] = std::max(ref->data[i] + residual.data[i], 0.0f);
+    }
+    EXPECT_LT(NormalizedError(ref->data.data(), y.data(), NumElements(out_shape)), 1e-10)
+        << "batch " << n << " on " << impl;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvOnednnFallbackTest,
+                         ::testing::Values(FallbackCase{24, 24, 2, 3, "grouped_12_per_group"},
+                                           FallbackCase{20, 30, 5, 3, "grouped_4_per_group"},
+                                           FallbackCase{3, 16, 1, 3, "three_channels_blocked"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 }  // namespace
 }  // namespace numaserve::kernels
