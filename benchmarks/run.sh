@@ -31,7 +31,11 @@ done
 echo "== own kernels per ISA tier and oneDNN SGEMM"
 "$bin/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2
 
-echo "== benchmark models: numaserve vs ONNX Runtime (same threads and batches)"
+echo "== benchmark models: numaserve vs ONNX Runtime (same outputs, then same threads and batches)"
+# compare.py first checks that numaserve's outputs match ONNX Runtime's on
+# one seeded input per model at batch 2 (max abs error and normalized error
+# per model, bounds in benchmarks/models/output_check.py) and exits 1 after
+# its table, which stops `make bench` here, when any model is beyond them.
 # The peer, pinned by benchmarks/peers/package-lock.json. --ignore-scripts:
 # its post-install step downloads; the CPU library is inside the package.
 if [ ! -d benchmarks/peers/node_modules/onnxruntime-node ]; then

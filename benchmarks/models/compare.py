@@ -1,20 +1,36 @@
 #!/usr/bin/python3
-"""numaserve vs ONNX Runtime on the benchmark models, in one run.
+"""numaserve vs ONNX Runtime on the benchmark models: same outputs, then speed.
 
   /usr/bin/python3 benchmarks/models/compare.py --numaserve BUILD/bin/numaserve
       [--models mlp,resnet50,mobilenetv2,bert_base] [--batch 1,8,32]
       [--threads 2] [--seconds 5] [--wait short|passive|active] [--rounds 3]
+      [--check-batch 2]
 
-Generates missing models (generate.py), runs `numaserve bench --json` and
-benchmarks/peers/ort_bench.js --json with the same model, batches and
-threads, and prints one table row per model and batch with the ratio
-numaserve / ONNX Runtime (throughput; > 1 means numaserve is faster) and
-both p50 latencies. Each model runs --rounds times, numaserve and ONNX
-Runtime alternated within a round, so that a slow stretch of a shared
-machine falls on both; the table shows the medians over the rounds, the
-ratio of the medians and the range of the rounds' own ratios. ONNX
-Runtime is skipped (ratio "n/a") when benchmarks/peers/node_modules is
-missing: `cd benchmarks/peers && npm install --ignore-scripts`.
+Writes the models that are missing or stale (generate.py --if-stale), then:
+
+1. Outputs. Each model gets one fixed input of --check-batch rows (2 by
+   default, so the batch dimension is exercised; seeded, from
+   output_check.py) on the real numaserve (`numaserve serve`, one gRPC
+   request) and on ONNX Runtime (benchmarks/peers/ort_run.js). One line per
+   model gives the largest |output| of ONNX Runtime, numaserve's max abs
+   error, that error over the largest |output| (max_rel) and the normalized
+   error mse(ort, ours) / mse(ort, 0), and "ok" or "FAIL" against
+   output_check.py's bounds (MAX_NMSE, MAX_REL; measured there). A failing
+   model is marked FAIL in the speed table too, and compare.py exits 1 at
+   the end, naming it.
+2. Speed. `numaserve bench --json` and benchmarks/peers/ort_bench.js --json
+   with the same model, batches and threads; one table row per model and
+   batch with the ratio numaserve / ONNX Runtime (throughput; > 1 means
+   numaserve is faster) and both p50 latencies. Each model runs --rounds
+   times, numaserve and ONNX Runtime alternated within a round, so that a
+   slow stretch of a shared machine falls on both; the table shows the
+   medians over the rounds, the ratio of the medians and the range of the
+   rounds' own ratios. --rounds 0 checks the outputs only.
+
+ONNX Runtime is skipped (outputs unchecked, ratio "n/a") when
+benchmarks/peers/node_modules is missing: `cd benchmarks/peers && npm ci
+--ignore-scripts` (run.sh does it). `make test` checks numaserve's outputs
+without node, against ONNX Runtime's committed in tests/models/reference/.
 
 --wait sets how idle worker threads wait, as the server's --omp-wait does:
 "short" (the default) is each engine as it ships: numaserve's workers spin
@@ -34,15 +50,34 @@ import subprocess
 import sys
 from statistics import median
 
+import output_check
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEERS = os.path.join(HERE, "..", "peers")
-SHAPES = {"mlp": "784", "resnet50": "3,224,224", "mobilenetv2": "3,224,224",
-          "bert_base": "128,768"}
 
 
 def run_json(cmd, env=None):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return {r["batch"]: r for r in (json.loads(l) for l in out.splitlines() if l.startswith("{"))}
+
+
+def check_outputs(numaserve, models, out_dir, batch, threads):
+    """{model: "ok" | "FAIL"}, printing one line of errors per model."""
+    paths = {m: os.path.join(out_dir, m + ".onnx") for m in models}
+    inputs = {m: output_check.model_input(m, batch) for m in models}
+    ours = output_check.numaserve_outputs(numaserve, paths, inputs)
+    print(f"{'model':12} {'batch':>5} {'max |ORT|':>10} {'max abs err':>12} {'max_rel':>9} "
+          f"{'nmse':>9}  outputs")
+    verdicts = {}
+    for m in models:
+        reference = output_check.ort_output(paths[m], inputs[m], threads)
+        e = output_check.errors(ours[m], reference)
+        found = output_check.problems(e)
+        verdicts[m] = "FAIL" if found else "ok"
+        print(f"{m:12} {batch:5d} {e['max_ref']:10.4g} {e['max_abs']:12.3e} {e['max_rel']:9.2e} "
+              f"{e['nmse']:9.2e}  {verdicts[m]}{': ' + '; '.join(found) if found else ''}",
+              flush=True)
+    return verdicts
 
 
 def main():
@@ -53,23 +88,39 @@ def main():
     p.add_argument("--threads", default="2")
     p.add_argument("--seconds", default="5")
     p.add_argument("--wait", choices=["short", "passive", "active"], default="short")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="0: check the outputs only")
+    p.add_argument("--check-batch", type=int, default=output_check.REFERENCE_BATCH)
     args = p.parse_args()
-    if args.rounds < 1:
-        p.error("--rounds must be >= 1")
+    if args.rounds < 0:
+        p.error("--rounds must be >= 0")
+    if args.check_batch < 1:
+        p.error("--check-batch must be >= 1")
     models = args.models.split(",")
+    unknown = [m for m in models if m not in output_check.MODELS]
+    if unknown:
+        p.error(f"unknown models {unknown}; known: {','.join(output_check.MODELS)}")
     out_dir = os.path.join(HERE, "out")
-    missing = [m for m in models if not os.path.exists(os.path.join(out_dir, m + ".onnx"))]
-    if missing:
-        subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), "--only", *missing],
-                       check=True)
-    have_ort = os.path.isdir(os.path.join(PEERS, "node_modules", "onnxruntime-node"))
+    subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), "--out", out_dir,
+                    "--if-stale", "--only", *models], check=True, stdout=subprocess.DEVNULL)
+    have_ort = output_check.have_ort()
+    verdicts = {}
+    print(f"outputs at batch {args.check_batch}: numaserve vs ONNX Runtime on the same seeded "
+          f"input (bounds: nmse {output_check.MAX_NMSE:.0e}, max_rel {output_check.MAX_REL:.0e})")
+    if have_ort:
+        verdicts = check_outputs(args.numaserve, models, out_dir, args.check_batch, args.threads)
+    else:
+        print("  not checked: ONNX Runtime is not installed (cd benchmarks/peers && npm ci "
+              "--ignore-scripts)")
+    failed = [m for m, v in verdicts.items() if v != "ok"]
+    if args.rounds == 0:
+        return report(failed)
     print(f"threads {args.threads}, idle threads {args.wait}, {args.rounds} rounds (numaserve and "
           f"ONNX Runtime alternated; medians); ratio = numaserve / ONNX Runtime")
     print(f"{'model':12} {'batch':>5} {'numaserve/s':>12} {'ORT/s':>10} {'ratio':>6} "
-          f"{'rounds':>11} {'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6}")
+          f"{'rounds':>11} {'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6} outputs")
     for m in models:
         path = os.path.join(out_dir, m + ".onnx")
+        shape = ",".join(map(str, output_check.MODELS[m][1]))  # without the batch
         env = dict(os.environ, OMP_WAIT_POLICY="ACTIVE" if args.wait == "active" else "PASSIVE",
                    GOMP_SPINCOUNT={"short": "1000", "passive": "0", "active": "10000"}[args.wait])
         ours, peer = [], []  # one {batch: row} per round
@@ -79,7 +130,7 @@ def main():
                                  env))
             if have_ort:
                 peer.append(run_json(["node", os.path.join(PEERS, "ort_bench.js"), "--model",
-                                      path, "--shape", SHAPES[m], "--batch", args.batch,
+                                      path, "--shape", shape, "--batch", args.batch,
                                       "--threads", args.threads, "--seconds", args.seconds,
                                       "--spin", "0" if args.wait == "passive" else "1",
                                       "--json"]))
@@ -99,7 +150,19 @@ def main():
             print(f"{m:12} {b:5d} {r['inferences_per_second']:12.1f} "
                   f"{(o['inferences_per_second'] if o else float('nan')):10.1f} {ratio:>6} "
                   f"{spread:>11} {r['p50_ms']:8.2f} {(o['p50_ms'] if o else float('nan')):8.2f} "
-                  f"{r['gflops']:8.1f} {r['peak_fraction']:6.3f}", flush=True)
+                  f"{r['gflops']:8.1f} {r['peak_fraction']:6.3f} {verdicts.get(m, 'n/a')}",
+                  flush=True)
+    return report(failed)
+
+
+def report(failed):
+    """The exit status: 1, said loudly, when any model's outputs were wrong."""
+    if not failed:
+        return 0
+    print(f"compare.py: FAIL: the outputs of {', '.join(failed)} differ from ONNX Runtime's "
+          f"beyond the bounds (see the outputs table above)", file=sys.stderr)
+    return 1
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,15 @@
 #!/usr/bin/python3
 """Writes the benchmark models with random weights and a dynamic batch.
 
-  /usr/bin/python3 benchmarks/models/generate.py [--out DIR] [--only NAME ...]
+  /usr/bin/python3 benchmarks/models/generate.py [--out DIR] [--only NAME ...] [--if-stale]
+
+The files are the same bytes on every run (fixed seeds; checked by
+tests/models/test_benchmark_outputs.py against the sha256 its committed
+references were made from). Each NAME.onnx is written whole, then
+NAME.onnx.stamp with the sha256 of this script; --if-stale skips a model
+whose file and stamp are there and whose stamp names this script as it is
+now (`make test`'s benchmark_models.generate and compare.py use it, so an
+edit here regenerates the models and nothing else does).
 
 Models (FP32, ONNX opset 13; the BERT encoder uses opset 17 for
 LayerNormalization):
@@ -16,6 +24,7 @@ LayerNormalization):
 Uses Debian's python3-onnx and numpy only.
 """
 import argparse
+import hashlib
 import os
 
 import numpy as np
@@ -195,16 +204,42 @@ def bert_base(layers=12, hidden=768, heads=12, seq=128, ffn=3072):
 MODELS = {"mlp": mlp, "resnet50": resnet50, "mobilenetv2": mobilenetv2, "bert_base": bert_base}
 
 
+def script_sha256():
+    with open(os.path.abspath(__file__), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def is_current(path, stamp, version):
+    if not os.path.isfile(path) or not os.path.isfile(stamp):
+        return False
+    with open(stamp) as f:
+        return f.read().strip() == version
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     parser.add_argument("--only", nargs="*", choices=sorted(MODELS), default=sorted(MODELS))
+    parser.add_argument("--if-stale", action="store_true",
+                        help="skip models already written by this version of the script")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    version = script_sha256()
     for name in args.only:
         path = os.path.join(args.out, f"{name}.onnx")
+        stamp = path + ".stamp"
+        if args.if_stale and is_current(path, stamp, version):
+            print(f"{path}: up to date")
+            continue
+        if os.path.exists(stamp):
+            os.remove(stamp)
         model = MODELS[name]()
-        onnx.save(model, path)
+        # Renamed into place whole, so that an interrupted run leaves no
+        # truncated model behind a valid stamp.
+        onnx.save(model, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        with open(stamp, "w") as f:
+            f.write(version + "\n")
         print(f"{path}: {len(model.graph.node)} nodes, "
               f"{sum(np.prod(t.dims) for t in model.graph.initializer) / 1e6:.1f}M parameters")
 
