@@ -13,6 +13,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -98,7 +100,6 @@ class CompiledModelImpl final : public CompiledModel {
         options_(options),
         engine_(engine),
         stream_(engine_) {
-    if (options_.serial_below_flops < 0) options_.serial_below_flops = DefaultSerialBelowFlops();
     if (options_.batch_split_cache_bytes < 0) {
       options_.batch_split_cache_bytes = LastLevelCacheBytes();
     }
@@ -1132,6 +1133,9 @@ absl::Status CompiledModelImpl::Compile() {
   AssignStorage();
   ChooseLayouts(*shapes1);
   threads_ = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
+  if (options_.serial_below_flops < 0) {
+    options_.serial_below_flops = DefaultSerialBelowFlops(threads_);
+  }
   if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) {
     SetProfiling(true);
     print_profile_at_exit_ = true;
@@ -1657,13 +1661,30 @@ int64_t LastLevelCacheBytes() {
   return bytes > 0 ? static_cast<int64_t>(bytes) : int64_t{32} << 20;
 }
 
-double DefaultSerialBelowFlops() {
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const bool sleeps_at_once = spin != nullptr
-                                  ? std::strtod(spin, nullptr) == 0
-                                  : policy != nullptr && absl::AsciiStrToLower(policy) == "passive";
-  return sleeps_at_once ? 10e6 : 2e6;
+double ForkJoinSeconds(int threads) {
+  static std::mutex mu;
+  static std::map<int, double> measured;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = measured.find(threads); it != measured.end()) return it->second;
+  constexpr int kRegions = 200;
+  std::vector<double> seconds;
+  seconds.reserve(kRegions);
+  std::atomic<int> sink{0};
+  for (int i = 0; i < kRegions + 10; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    sink.fetch_add(1, std::memory_order_relaxed);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 10) seconds.push_back(s);  // the first ones create the team
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + kRegions / 2, seconds.end());
+  return measured[threads] = seconds[kRegions / 2];
+}
+
+double DefaultSerialBelowFlops(int threads) {
+  if (threads <= 1) return 0;
+  const double flops_per_second = 0.5 * kernels::Fp32PeakGflopsPerCore() * 1e9;
+  return kSerialForkJoins * ForkJoinSeconds(threads) * flops_per_second * threads / (threads - 1);
 }
 
 const std::vector<std::string>& GemmBackendChoices() {

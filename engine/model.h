@@ -84,7 +84,8 @@ struct CompileOptions {
   // without counted FLOPs, reading fewer floats than serial_below_elements.
   // Waking sleeping OpenMP threads costs tens of microseconds per step here
   // (VMs), more than such a step saves; threads still spinning cost far
-  // less. 0: never; negative: DefaultSerialBelowFlops().
+  // less. 0: never; negative: DefaultSerialBelowFlops(threads), from the
+  // fork-join cost measured here.
   double serial_below_flops = -1;
   int64_t serial_below_elements = 256 * 1024;
   // Batch splitting: the leading row-wise steps (conv, pool, weight
@@ -106,12 +107,24 @@ struct CompileOptions {
 // (affinity::OuterCacheBytes, from hwloc), or 32 MiB where it is unknown.
 int64_t LastLevelCacheBytes();
 
-// CompileOptions::serial_below_flops for how this process's idle OpenMP
-// threads wait (libgomp reads it from the environment at start): 10 MFLOP
-// when they sleep at once (GOMP_SPINCOUNT=0, or OMP_WAIT_POLICY=passive
-// without GOMP_SPINCOUNT), else 2 MFLOP (MobileNetV2 at batch 1 on 2 cores
-// ran 10-25% faster with 2 than with 10 when threads spin briefly).
-double DefaultSerialBelowFlops();
+// What one OpenMP fork-join of `threads` threads costs this process,
+// seconds: the median of back-to-back empty parallel regions, as one step
+// follows another in a run (idle threads still spinning where they spin,
+// woken where they sleep at once: OMP_WAIT_POLICY, GOMP_SPINCOUNT). Measured
+// once per thread count (~1 ms), on the calling thread's team.
+double ForkJoinSeconds(int threads);
+
+// CompileOptions::serial_below_flops for `threads` threads, from the
+// measured cost of waking them: a step runs serially when its FLOPs at half
+// a core's FP32 peak (small steps run well below peak) take less than
+// kSerialForkJoins fork-joins on the spare threads' share, i.e. below
+// kSerialForkJoins * ForkJoinSeconds * peak/2 * threads/(threads-1). On the
+// 2-vCPU Zen 5 this gives ~1.7 MFLOP with threads spinning briefly (2.4 us
+// per fork-join) and ~12 MFLOP with threads sleeping at once (17 us), where
+// 2 and 10 MFLOP had measured best for MobileNetV2 at batch 1; on 16 cores
+// the wake-up costs more and so does the threshold. 0 for one thread.
+inline constexpr double kSerialForkJoins = 3;
+double DefaultSerialBelowFlops(int threads);
 
 // The backends CompileOptions::gemm_backend accepts: "onednn", "blis",
 // "openblas", "auto".

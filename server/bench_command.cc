@@ -156,7 +156,9 @@ absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double se
 // Runs `batch` rows once and prints every step with the layouts and the
 // implementation it ran on (oneDNN creates some primitives at their first
 // run); reference implementations are flagged.
-absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch) {
+// `threads`: the model's; serial_below_mflops: the option (-1: measured).
+absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
+                       double serial_below_mflops) {
   Buffers buffers = MakeBuffers(model, batch);
   if (absl::Status s = model.Run(batch, buffers.in_ptrs, buffers.out_ptrs); !s.ok()) return s;
   auto steps = model.PlanAt(batch);
@@ -165,6 +167,12 @@ absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch) {
   printf("plan at batch %lld (%s; kernels %s, layouts %s):\n", static_cast<long long>(batch),
          kernels::IsaDescription().c_str(), kernels::IsaTierName(kernels::GetKernelTable().tier),
          kernels::BlockedLayoutName());
+  if (serial_below_mflops < 0 && threads > 1) {
+    printf(
+        "  (steps below %.2f MFLOP run on 1 thread: a fork-join of %d threads measured %.1f us)\n",
+        engine::DefaultSerialBelowFlops(threads) / 1e6, threads,
+        engine::ForkJoinSeconds(threads) * 1e6);
+  }
   for (const engine::PlannedStep& step : *steps) {
     std::string note = step.layouts;
     if (!step.implementation.empty()) {
@@ -221,8 +229,8 @@ int BenchCommand(const std::vector<std::string>& args) {
                    "GEMM backend: onednn | blis | openblas | auto (each timed once per shape at "
                    "load, the fastest kept)");
   parser.AddDouble("serial-below-mflops", &serial_below_mflops,
-                   "run steps below this many MFLOP on one thread (-1 = the engine's default for "
-                   "how idle OpenMP threads wait; 0 = never)");
+                   "run steps below this many MFLOP on one thread (-1 = derived from the cost of "
+                   "an OpenMP fork-join measured at load; 0 = never)");
   parser.AddDouble(
       "batch-split-mb", &batch_split_mb,
       "run the leading row-wise steps (conv, pool, matmul, layer norm, attention) whose "
@@ -290,7 +298,9 @@ int BenchCommand(const std::vector<std::string>& args) {
     for (kernels::GemmBackend b : kernels::kAllGemmBackends) {
       printf("gemm %s: %s\n", kernels::GemmBackendName(b), kernels::GemmBackendDetails(b).c_str());
     }
-    if (absl::Status s = PrintPlan(**model, batches.front()); !s.ok()) {
+    const int model_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
+    if (absl::Status s = PrintPlan(**model, batches.front(), model_threads, serial_below_mflops);
+        !s.ok()) {
       fprintf(stderr, "numaserve bench: --plan: %s\n", std::string(s.message()).c_str());
       return 1;
     }
