@@ -459,6 +459,25 @@ std::vector<ValueId> AttentionStep::RowWiseValues() const {
   return {q_.value, k_.value, v_.value, dst_};
 }
 
+int64_t AttentionQueryChunks(int64_t heads, int64_t sq, int threads) {
+  if (heads <= 0 || threads <= 1 || heads % threads == 0) return 1;
+  const int64_t blocks = std::max<int64_t>(
+      1, (sq + kernels::cpu::kAttentionBlockRows - 1) / kernels::cpu::kAttentionBlockRows);
+  // The longest thread's work, in heads, for c chunks a head: the fewest
+  // chunks that reach the least of it (each chunk packs k again).
+  int64_t best = 1;
+  double best_span = 0;
+  for (int64_t c = 1; c <= blocks; ++c) {
+    const int64_t items = heads * c;
+    const double span = static_cast<double>((items + threads - 1) / threads) / c;
+    if (c == 1 || span < best_span - 1e-9) {
+      best = c;
+      best_span = span;
+    }
+  }
+  return best;
+}
+
 absl::Status AttentionStep::Run(const StepContext& ctx) {
   std::pair<Shape, Shape> y = ProductView(ctx.shapes[dst_], dst_perm_);
   const size_t rank = std::max<size_t>(y.first.size(), 2);
@@ -506,13 +525,24 @@ absl::Status AttentionStep::Run(const StepContext& ctx) {
   const float* vd = ctx.data[v_.value];
   float* yd = ctx.data[dst_];
   const kernels::KernelTable& table = kernels::GetKernelTable();
+  // Fewer heads than threads (batch 1 on many cores): each head's queries
+  // are split into chunks of whole blocks as well, so every thread works.
+  const int64_t chunks = AttentionQueryChunks(heads, h.sq, omp_get_max_threads());
+  const int64_t chunk_rows = (h.sq + chunks * kernels::cpu::kAttentionBlockRows - 1) /
+                             (chunks * kernels::cpu::kAttentionBlockRows) *
+                             kernels::cpu::kAttentionBlockRows;
 #pragma omp parallel
   {
     std::vector<float> scratch(kernels::cpu::AttentionScratchFloats(h.sk, h.d));
 #pragma omp for schedule(static)
-    for (int64_t head = 0; head < heads; ++head) {
+    for (int64_t item = 0; item < heads * chunks; ++item) {
+      const int64_t head = item / chunks;
+      const int64_t q_begin = (item % chunks) * chunk_rows;
+      const int64_t q_end = std::min(h.sq, q_begin + chunk_rows);
+      if (q_begin >= q_end) continue;
       kernels::cpu::AttentionHead hh = h;
-      int64_t rem = head, qo = 0, ko = 0, vo = 0, yo = 0;
+      hh.sq = q_end - q_begin;
+      int64_t rem = head, qo = q_begin * h.q_row, ko = 0, vo = 0, yo = q_begin * h.out_row;
       for (size_t d = n; d-- > 0;) {
         const int64_t i = rem % y.first[d];
         rem /= y.first[d];

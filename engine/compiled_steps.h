@@ -355,11 +355,18 @@ class BatchedMatMulStep final : public Step {
   std::map<std::pair<Shape, Shape>, std::string> impl_;  // oneDNN's implementation per shape
 };
 
+// Into how many chunks of whole query blocks AttentionStep splits each of
+// `heads` heads of `sq` queries for `threads` threads: the fewest that give
+// the shortest longest-thread's work (1 where the heads alone share out
+// evenly; BERT-base at batch 1, 12 heads on 16 threads: 4).
+int64_t AttentionQueryChunks(int64_t heads, int64_t sq, int threads);
+
 // Scaled dot-product attention, fused: MatMul(q, k) [then Mul/Div by a
 // scalar, `alpha`] -> Softmax over the last axis -> MatMul(., v) [->
 // Transpose, `dst_perm`], on the own attention_head kernel
 // (kernels/cpu/attention.h), OpenMP-parallel over the heads (the product's
-// leading dims, broadcast where an operand's is 1). The scores stay in the
+// leading dims, broadcast where an operand's is 1) and, where there are
+// fewer heads than threads, over chunks of each head's queries. The scores stay in the
 // kernel's scratch; the operands are read through the transposes before
 // them as in BatchedMatMulStep. v and the output must have unit stride on
 // their last logical axis (CompiledModel checks before fusing).

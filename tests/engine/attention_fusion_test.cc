@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/compiled_steps.h"
 #include "engine/model.h"
 #include "tests/engine/attention_block.h"
 #include "tests/engine/compare_with_reference.h"
@@ -200,6 +201,35 @@ TEST(AttentionFusionTest, EncoderLayerRunsInSlicesOfTheBatch) {
   auto whole_bytes = (*w)->ActivationBytes(kBatch);
   ASSERT_TRUE(split_bytes.ok() && whole_bytes.ok());
   EXPECT_LT(*split_bytes, *whole_bytes);
+}
+
+// Fewer heads than threads: each head's queries are split into chunks of
+// whole blocks so that every thread works.
+TEST(AttentionFusionTest, QueryChunksShareFewHeadsAmongThreads) {
+  EXPECT_EQ(AttentionQueryChunks(12, 128, 2), 1);   // 6 heads a thread
+  EXPECT_EQ(AttentionQueryChunks(12, 128, 16), 4);  // 48 chunks, 3 a thread
+  EXPECT_EQ(AttentionQueryChunks(1, 100, 3), 3);    // 5 blocks of queries
+  EXPECT_EQ(AttentionQueryChunks(3, 128, 2), 2);    // 6 chunks, 3 a thread
+  EXPECT_EQ(AttentionQueryChunks(1, 24, 8), 1);     // one block: nothing to split
+  EXPECT_EQ(AttentionQueryChunks(4, 512, 1), 1);
+}
+
+// One and two heads of 100 queries (not a whole number of blocks) on 3
+// threads run in query chunks, every step on all threads, and match the
+// reference.
+TEST(AttentionFusionTest, FewHeadsRunInQueryChunks) {
+  for (int64_t heads : {1, 2}) {
+    OnnxModelBuilder b(17);
+    b.Input("x", {-1, 100, heads * 16});
+    b.Output("y", {-1, 100, heads * 16});
+    testing::AddSelfAttention(b, "x", "y", 100, heads, 16, "Mul", 0.25f);
+    const std::string path = b.Save("attention_few_heads");
+    CompileOptions options;
+    options.num_threads = 3;
+    options.serial_below_flops = 0;
+    EXPECT_THAT(Plan(path, options), HasSubstr("attention: "));
+    testing::ExpectCompiledMatchesReference("few_heads", path, {1, 2}, 1e-10, options);
+  }
 }
 
 }  // namespace
