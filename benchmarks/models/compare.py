@@ -117,7 +117,8 @@ def main():
     print(f"threads {args.threads}, idle threads {args.wait}, {args.rounds} rounds (numaserve and "
           f"ONNX Runtime alternated; medians); ratio = numaserve / ONNX Runtime")
     print(f"{'model':12} {'batch':>5} {'numaserve/s':>12} {'ORT/s':>10} {'ratio':>6} "
-          f"{'rounds':>11} {'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6} outputs")
+          f"{'rounds':>11} {'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6}  outputs"
+          "   (peak e: effective, Winograd convs counted at their direct FLOPs)")
     for m in models:
         path = os.path.join(out_dir, m + ".onnx")
         shape = ",".join(map(str, output_check.MODELS[m][1]))  # without the batch
@@ -150,7 +151,9 @@ def main():
             print(f"{m:12} {b:5d} {r['inferences_per_second']:12.1f} "
                   f"{(o['inferences_per_second'] if o else float('nan')):10.1f} {ratio:>6} "
                   f"{spread:>11} {r['p50_ms']:8.2f} {(o['p50_ms'] if o else float('nan')):8.2f} "
-                  f"{r['gflops']:8.1f} {r['peak_fraction']:6.3f} {verdicts.get(m, 'n/a')}",
+                  f"{r['gflops']:8.1f} {r['peak_fraction']:6.3f}"
+                  f"{'e' if ours[0][b].get('peak_fraction_kind') == 'effective' else ' '}"
+                  f"{verdicts.get(m, 'n/a')}",
                   flush=True)
     return report(failed)
 
