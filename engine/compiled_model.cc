@@ -1136,6 +1136,9 @@ absl::Status CompiledModelImpl::Compile() {
   if (options_.serial_below_flops < 0) {
     options_.serial_below_flops = DefaultSerialBelowFlops(threads_);
   }
+  if (options_.serial_below_elements < 0) {
+    options_.serial_below_elements = DefaultSerialBelowElements(threads_);
+  }
   if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) {
     SetProfiling(true);
     print_profile_at_exit_ = true;
@@ -1679,6 +1682,30 @@ double ForkJoinSeconds(int threads) {
   }
   std::nth_element(seconds.begin(), seconds.begin() + kRegions / 2, seconds.end());
   return measured[threads] = seconds[kRegions / 2];
+}
+
+double ElementwiseFloatsPerSecond() {
+  static const double rate = [] {
+    constexpr int64_t kFloats = 64 * 1024;  // 256 KiB in, 256 KiB out: in L2
+    std::vector<float> x(kFloats, 1.0f), y(kFloats);
+    double best = 1e30;
+    for (int rep = 0; rep < 20; ++rep) {
+      const float a = 1.0f + 1e-7f * static_cast<float>(rep);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < kFloats; ++i) y[i] = a * x[i] + 0.5f;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      x[rep] = y[kFloats - 1 - rep];  // keeps each pass's result alive
+      best = std::min(best, s);
+    }
+    return best > 0 ? static_cast<double>(kFloats) / best : 1e9;
+  }();
+  return rate;
+}
+
+int64_t DefaultSerialBelowElements(int threads) {
+  if (threads <= 1) return 0;
+  return static_cast<int64_t>(kSerialForkJoins * ForkJoinSeconds(threads) *
+                              ElementwiseFloatsPerSecond() * threads / (threads - 1));
 }
 
 double DefaultSerialBelowFlops(int threads) {

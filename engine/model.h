@@ -82,12 +82,14 @@ struct CompileOptions {
   // Steps too small to gain from a second thread run on the calling thread
   // alone: those with fewer FLOPs than this (conv, matmul), or, for steps
   // without counted FLOPs, reading fewer floats than serial_below_elements.
-  // Waking sleeping OpenMP threads costs tens of microseconds per step here
-  // (VMs), more than such a step saves; threads still spinning cost far
+  // Waking sleeping OpenMP threads costs tens of microseconds per step on
+  // VMs, more than such a step saves; threads still spinning cost far
   // less. 0: never; negative: DefaultSerialBelowFlops(threads), from the
-  // fork-join cost measured here.
+  // fork-join cost measured at load.
   double serial_below_flops = -1;
-  int64_t serial_below_elements = 256 * 1024;
+  // 0: never; negative: DefaultSerialBelowElements(threads), from the same
+  // measured fork-join cost.
+  int64_t serial_below_elements = -1;
   // Batch splitting: the leading row-wise steps (conv, pool, weight
   // matmul, layer norm, attention) whose activations at the
   // run's batch outgrow this many bytes run the batch in slices of rows
@@ -125,6 +127,17 @@ double ForkJoinSeconds(int threads);
 // the wake-up costs more and so does the threshold. 0 for one thread.
 inline constexpr double kSerialForkJoins = 3;
 double DefaultSerialBelowFlops(int threads);
+
+// Floats one core runs through per second in a simple element-wise pass
+// (y = a * x + b over 64K floats in cache, the engine's own loops' kind of
+// work), measured once (~1 ms).
+double ElementwiseFloatsPerSecond();
+
+// CompileOptions::serial_below_elements for `threads` threads: a step
+// without counted FLOPs runs serially when the floats it reads take less
+// than kSerialForkJoins fork-joins at ElementwiseFloatsPerSecond on the
+// spare threads' share. 0 for one thread.
+int64_t DefaultSerialBelowElements(int threads);
 
 // The backends CompileOptions::gemm_backend accepts: "onednn", "blis",
 // "openblas", "auto".

@@ -169,8 +169,10 @@ absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
          kernels::BlockedLayoutName());
   if (serial_below_mflops < 0 && threads > 1) {
     printf(
-        "  (steps below %.2f MFLOP run on 1 thread: a fork-join of %d threads measured %.1f us)\n",
-        engine::DefaultSerialBelowFlops(threads) / 1e6, threads,
+        "  (steps below %.2f MFLOP, or without FLOPs reading below %lld floats, run on 1 "
+        "thread: a fork-join of %d threads measured %.1f us)\n",
+        engine::DefaultSerialBelowFlops(threads) / 1e6,
+        static_cast<long long>(engine::DefaultSerialBelowElements(threads)), threads,
         engine::ForkJoinSeconds(threads) * 1e6);
   }
   for (const engine::PlannedStep& step : *steps) {
