@@ -67,21 +67,15 @@ absl::Status ActivationReorder::Execute(dnnl::stream& stream, const Shape& shape
   if (it == per_shape_.end()) {
     BoundPrimitive call;
     try {
-      const dnnl::memory::desc src_md = ActivationDesc(shape, src_blocked);
-      const dnnl::memory::desc dst_md = ActivationDesc(shape, dst_blocked);
-      dnnl::reorder::primitive_desc pd(engine_, src_md, engine_, dst_md);
-      call.primitive = dnnl::reorder(pd);
-      call.args[DNNL_ARG_FROM] = UnboundMemory(src_md, engine_);
-      call.args[DNNL_ARG_TO] = UnboundMemory(dst_md, engine_);
+      call = BoundReorder(engine_, ActivationDesc(shape, src_blocked),
+                          ActivationDesc(shape, dst_blocked));
     } catch (const dnnl::error& e) {
       return DnnlErrorToStatus(e, "creating an activation reorder");
     }
     it = per_shape_.emplace(key, std::move(call)).first;
   }
   try {
-    it->second.SetHandle(DNNL_ARG_FROM, src);
-    it->second.SetHandle(DNNL_ARG_TO, dst);
-    it->second.Execute(stream);
+    RunReorder(it->second, stream, src, dst);
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "executing an activation reorder");
   }
@@ -235,13 +229,6 @@ absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitiv
   const dnnl::memory::desc conv_src = pd.src_desc(), conv_dst = pd.dst_desc();
   auto weights = WeightsFor(pd.weights_desc());
   if (!weights.ok()) return weights.status();
-  auto reorder = [&](const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
-    BoundPrimitive r;
-    r.primitive = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, from, engine_, to));
-    r.args[DNNL_ARG_FROM] = UnboundMemory(from, engine_);
-    r.args[DNNL_ARG_TO] = UnboundMemory(to, engine_);
-    return r;
-  };
   entry->reordered = true;
   entry->impl = pd.impl_info_str();
   entry->call.primitive = dnnl::convolution_forward(pd);
@@ -249,9 +236,9 @@ absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitiv
   entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
   entry->call.args[DNNL_ARG_DST] = UnboundMemory(conv_dst, engine_);
   if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
-  entry->to_conv_src = reorder(src_md, conv_src);
-  if (options_.sum) entry->to_conv_dst = reorder(dst_md, conv_dst);
-  entry->from_conv_dst = reorder(conv_dst, dst_md);
+  entry->to_conv_src = BoundReorder(engine_, src_md, conv_src);
+  if (options_.sum) entry->to_conv_dst = BoundReorder(engine_, dst_md, conv_dst);
+  entry->from_conv_dst = BoundReorder(engine_, conv_dst, dst_md);
   // dst after src in the scratch, 64-byte aligned.
   entry->dst_offset = (conv_src.get_size() / sizeof(float) + 15) / 16 * 16;
   entry->scratch_floats = entry->dst_offset + conv_dst.get_size() / sizeof(float);
@@ -483,20 +470,13 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
                          " bytes of reordering scratch for input ", ShapeToString(src_shape)));
       }
       float* conv_dst = conv_src + e.dst_offset;
-      e.to_conv_src.SetHandle(DNNL_ARG_FROM, src);
-      e.to_conv_src.SetHandle(DNNL_ARG_TO, conv_src);
-      e.to_conv_src.Execute(stream);
-      if (options_.sum) {  // the residual, in the conv's layout
-        e.to_conv_dst.SetHandle(DNNL_ARG_FROM, dst);
-        e.to_conv_dst.SetHandle(DNNL_ARG_TO, conv_dst);
-        e.to_conv_dst.Execute(stream);
-      }
+      RunReorder(e.to_conv_src, stream, src, conv_src);
+      // With a sum post-op, the residual in the conv's layout.
+      if (options_.sum) RunReorder(e.to_conv_dst, stream, dst, conv_dst);
       e.call.SetHandle(DNNL_ARG_SRC, conv_src);
       e.call.SetHandle(DNNL_ARG_DST, conv_dst);
       e.call.Execute(stream);
-      e.from_conv_dst.SetHandle(DNNL_ARG_FROM, conv_dst);
-      e.from_conv_dst.SetHandle(DNNL_ARG_TO, dst);
-      e.from_conv_dst.Execute(stream);
+      RunReorder(e.from_conv_dst, stream, conv_dst, dst);
       return absl::OkStatus();
     }
     e.call.SetHandle(DNNL_ARG_SRC, src);

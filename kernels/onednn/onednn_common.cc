@@ -34,6 +34,15 @@ std::string BoundPrimitive::ImplementationName() const {
   return name != nullptr ? name : "";
 }
 
+BoundPrimitive BoundReorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
+                            const dnnl::memory::desc& to) {
+  BoundPrimitive r;
+  r.primitive = dnnl::reorder(dnnl::reorder::primitive_desc(engine, from, engine, to));
+  r.args[DNNL_ARG_FROM] = UnboundMemory(from, engine);
+  r.args[DNNL_ARG_TO] = UnboundMemory(to, engine);
+  return r;
+}
+
 int ActivationChannelBlock() {
   static const int block = [] {
     GetDispatchDecision();  // applies the oneDNN cap before oneDNN reads its ISA

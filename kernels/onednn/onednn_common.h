@@ -51,4 +51,16 @@ inline dnnl::memory UnboundMemory(const dnnl::memory::desc& md, const dnnl::engi
   return dnnl::memory(md, engine, DNNL_MEMORY_NONE);
 }
 
+// A reorder from layout `from` to `to`, its memories unbound (oneDNN
+// throws dnnl::error where it has none).
+BoundPrimitive BoundReorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
+                            const dnnl::memory::desc& to);
+
+// Runs a BoundReorder from `src` into `dst`.
+inline void RunReorder(BoundPrimitive& reorder, dnnl::stream& stream, const void* src, void* dst) {
+  reorder.SetHandle(DNNL_ARG_FROM, src);
+  reorder.SetHandle(DNNL_ARG_TO, dst);
+  reorder.Execute(stream);
+}
+
 }  // namespace numaserve::kernels

@@ -11,15 +11,6 @@ namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-BoundPrimitive Reorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
-                       const dnnl::memory::desc& to) {
-  BoundPrimitive r;
-  r.primitive = dnnl::reorder(dnnl::reorder::primitive_desc(engine, from, engine, to));
-  r.args[DNNL_ARG_FROM] = UnboundMemory(from, engine);
-  r.args[DNNL_ARG_TO] = UnboundMemory(to, engine);
-  return r;
-}
-
 }  // namespace
 
 absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape,
@@ -84,8 +75,8 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
       entry.impl = impl;
       entry.src_reordered = pool_src != src_md;
       entry.dst_reordered = pool_dst != dst_md;
-      if (entry.src_reordered) entry.to_pool_src = Reorder(engine_, src_md, pool_src);
-      if (entry.dst_reordered) entry.from_pool_dst = Reorder(engine_, pool_dst, dst_md);
+      if (entry.src_reordered) entry.to_pool_src = BoundReorder(engine_, src_md, pool_src);
+      if (entry.dst_reordered) entry.from_pool_dst = BoundReorder(engine_, pool_dst, dst_md);
       entry.dst_offset =
           entry.src_reordered ? (pool_src.get_size() / sizeof(float) + 15) / 16 * 16 : 0;
       entry.scratch_floats =
@@ -126,19 +117,11 @@ absl::Status PoolOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   const float* pool_src = e.src_reordered ? scratch : src;
   float* pool_dst = e.dst_reordered ? scratch + e.dst_offset : dst;
   try {
-    if (e.src_reordered) {
-      e.to_pool_src.SetHandle(DNNL_ARG_FROM, src);
-      e.to_pool_src.SetHandle(DNNL_ARG_TO, scratch);
-      e.to_pool_src.Execute(stream);
-    }
+    if (e.src_reordered) RunReorder(e.to_pool_src, stream, src, scratch);
     e.call.SetHandle(DNNL_ARG_SRC, pool_src);
     e.call.SetHandle(DNNL_ARG_DST, pool_dst);
     e.call.Execute(stream);
-    if (e.dst_reordered) {
-      e.from_pool_dst.SetHandle(DNNL_ARG_FROM, pool_dst);
-      e.from_pool_dst.SetHandle(DNNL_ARG_TO, dst);
-      e.from_pool_dst.Execute(stream);
-    }
+    if (e.dst_reordered) RunReorder(e.from_pool_dst, stream, pool_dst, dst);
   } catch (const dnnl::error& err) {
     return DnnlErrorToStatus(err, "executing pooling");
   }
