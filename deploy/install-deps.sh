@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-grpcio python3-grpc-tools python3-onnx python3-numpy python3-protobuf
   prometheus curl dataset-fashion-mnist libonnx-testdata
+  openssl libssl-dev
 )
 
 missing=()

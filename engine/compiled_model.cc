@@ -58,11 +58,11 @@ struct FreeDeleter {
 // value resolves to a root, and only roots have storage.
 enum class Storage { kInput, kConstant, kArena, kOutput };
 
-// Everything that depends on the batch size.
+// Everything that depends on the batch size. Its activations live in the
+// arena every state shares (CompiledModelImpl::arena_), at its offsets.
 struct BatchState {
   int64_t batch = 0;
-  std::vector<Shape> shapes;  // by ValueId
-  std::unique_ptr<float, FreeDeleter> arena;
+  std::vector<Shape> shapes;          // by ValueId
   std::vector<int64_t> arena_offset;  // by ValueId, for kArena roots
   std::vector<float*> data;           // by ValueId, refreshed per Run
   int64_t arena_bytes = 0;            // peak activation bytes (the plan's size)
@@ -81,6 +81,7 @@ struct BatchState {
   std::vector<ValueId> split_values;  // every value the split steps read or write
   std::vector<float*> slice_data;     // by ValueId, per slice
   bool ran = false;                   // a Run at this batch has completed
+  uint64_t last_used = 0;             // CompiledModelImpl::use_clock_ at its last use
 };
 
 // Per step, while profiling.
@@ -125,8 +126,13 @@ class CompiledModelImpl final : public CompiledModel {
     return (*state)->arena_bytes;
   }
   std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override;
+  BatchPlanCache CachedBatchPlans() const override {
+    return {static_cast<int64_t>(per_batch_.size()), arena_bytes_};
+  }
   absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                    const std::vector<void*>& outputs) override;
+  absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
+                                const std::vector<size_t>& output_bytes) const override;
 
  private:
   // shapes1: every value's shape at batch 1 (for ranks).
@@ -209,6 +215,9 @@ class CompiledModelImpl final : public CompiledModel {
     std::vector<int>& step_of_node_;
   };
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
+  // OK when `batch` is a row count Run takes: >= 1 when an input has a
+  // dynamic dim 0, else 1.
+  absl::Status CheckBatch(int64_t batch) const;
   // Follows a value's only consumer if it is `op_type` and the value is not
   // a graph output; -1 otherwise.
   // A Transpose whose only reader is a MatMul of two runtime FP32 operands
@@ -252,7 +261,13 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<bool> internal_;               // by arena root: read only inside its step
   std::vector<bool> absorbed_transpose_;     // by node: read through strides by a matmul
   std::vector<ValueId> in_place_of_;         // by arena root: the residual whose bytes it takes
+  // At most options_.batch_plans, the least recently used dropped first.
   std::map<int64_t, BatchState> per_batch_;
+  uint64_t use_clock_ = 0;
+  // The activation arena of every batch state (one Run at a time), as large
+  // as the largest plan so far.
+  std::unique_ptr<float, FreeDeleter> arena_;
+  int64_t arena_bytes_ = 0;
   std::vector<Shape> shapes1_;              // every value's shape at batch 1
   int threads_ = 1;                         // kernel threads for steps not run serially
   const BatchState* last_state_ = nullptr;  // the last profiled Run's
@@ -1296,7 +1311,10 @@ absl::StatusOr<std::vector<PlannedStep>> CompiledModelImpl::PlanAt(int64_t batch
 
 absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   auto it = per_batch_.find(batch);
-  if (it != per_batch_.end()) return &it->second;
+  if (it != per_batch_.end()) {
+    it->second.last_used = ++use_clock_;
+    return &it->second;
+  }
   auto shapes = PropagateShapes(graph_, InputShapesForBatch(graph_, batch));
   if (!shapes.ok()) return shapes.status();
   BatchState state;
@@ -1366,11 +1384,18 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     if (owner != v) state.arena_offset[v] = state.arena_offset[owner];
   }
   state.arena_bytes = floats * static_cast<int64_t>(sizeof(float));
-  const size_t bytes = std::max<int64_t>(floats, 1) * sizeof(float);
-  state.arena.reset(static_cast<float*>(std::aligned_alloc(kAlignment, bytes)));
-  if (state.arena == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", bytes, " activation bytes for batch ", batch));
+  if (state.arena_bytes > arena_bytes_ || arena_ == nullptr) {
+    // One arena for every batch size: it grows to the largest plan.
+    const size_t bytes =
+        (std::max<int64_t>(state.arena_bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    arena_.reset();
+    arena_bytes_ = 0;
+    arena_.reset(static_cast<float*>(std::aligned_alloc(kAlignment, bytes)));
+    if (arena_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " activation bytes for batch ", batch));
+    }
+    arena_bytes_ = static_cast<int64_t>(bytes);
   }
   state.data.assign(num_values, nullptr);
   for (const auto& step : steps_) {
@@ -1397,6 +1422,21 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     omp_set_num_threads(threads_);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
   }
+  // Bounded: a new batch size drops the least recently used plan (planned
+  // again if that size comes back; the kernels keep their primitives).
+  while (options_.batch_plans > 0 &&
+         per_batch_.size() >= static_cast<size_t>(options_.batch_plans)) {
+    auto oldest = per_batch_.begin();
+    for (auto p = per_batch_.begin(); p != per_batch_.end(); ++p) {
+      if (p->second.last_used < oldest->second.last_used) oldest = p;
+    }
+    if (last_state_ == &oldest->second) {
+      last_state_ = nullptr;
+      last_shapes_ = nullptr;
+    }
+    per_batch_.erase(oldest);
+  }
+  state.last_used = ++use_clock_;
   return &per_batch_.emplace(batch, std::move(state)).first->second;
 }
 
@@ -1589,13 +1629,80 @@ absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, BatchState& sta
   return absl::OkStatus();
 }
 
-absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*>& inputs,
-                                    const std::vector<void*>& outputs) {
-  if (batch < 1 || (!info_.batched && batch != 1)) {
+absl::Status CompiledModelImpl::CheckBatch(int64_t batch) const {
+  bool dynamic = false;
+  for (ValueId v : graph_.inputs()) {
+    dynamic |= !graph_.value(v).shape.empty() && graph_.value(v).shape[0] < 0;
+  }
+  if (batch < 1 || (!dynamic && batch != 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat(info_.path, ": batch ", batch,
-                     info_.batched ? " must be >= 1" : " must be 1 (not batched)"));
+                     dynamic ? " must be >= 1" : " must be 1 (no input has a dynamic dim 0)"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CompiledModelImpl::CheckBufferSizes(int64_t batch,
+                                                 const std::vector<size_t>& input_bytes,
+                                                 const std::vector<size_t>& output_bytes) const {
+  if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
+  if (input_bytes.size() != graph_.inputs().size() ||
+      output_bytes.size() != graph_.outputs().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        info_.path, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
+        " outputs, got ", input_bytes.size(), " and ", output_bytes.size()));
+  }
+  // Sizes in bytes, checked for overflow (a shape the engine would refuse
+  // anyway must not wrap around to a size that matches).
+  auto bytes_of = [&](const Shape& shape, ValueId v) -> std::optional<size_t> {
+    uint64_t n = DataTypeSize(RuntimeType(graph_, v));
+    for (int64_t d : shape) {
+      if (d < 0 || (d > 0 && n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))) {
+        return std::nullopt;
+      }
+      n *= static_cast<uint64_t>(d);
+    }
+    return static_cast<size_t>(n);
+  };
+  const std::vector<Shape> in_shapes = InputShapesForBatch(graph_, batch);
+  for (size_t i = 0; i < input_bytes.size(); ++i) {
+    const ValueId v = graph_.inputs()[i];
+    const auto want = bytes_of(in_shapes[i], v);
+    if (!want || *want != input_bytes[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", graph_.value(v).name, "' at ", batch, " rows is ",
+                       absl::StrCat("[", absl::StrJoin(in_shapes[i], ","), "]"), " of ",
+                       DataTypeName(RuntimeType(graph_, v)),
+                       want ? absl::StrCat(" (", *want, " bytes)") : std::string(" (too large)"),
+                       "; its buffer holds ", input_bytes[i], " bytes"));
+    }
+  }
+  const auto it = per_batch_.find(batch);
+  absl::StatusOr<std::vector<Shape>> shapes =
+      it != per_batch_.end() ? absl::StatusOr<std::vector<Shape>>(it->second.shapes)
+                             : PropagateShapes(graph_, in_shapes);
+  if (!shapes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(info_.path, ": cannot run at ", batch, " rows: ", shapes.status().message()));
+  }
+  for (size_t j = 0; j < output_bytes.size(); ++j) {
+    const ValueId v = graph_.outputs()[j];
+    const auto want = bytes_of((*shapes)[v], v);
+    if (!want || *want != output_bytes[j]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", graph_.value(v).name, "' at ", batch, " rows is ",
+                       absl::StrCat("[", absl::StrJoin((*shapes)[v], ","), "]"), " of ",
+                       DataTypeName(RuntimeType(graph_, v)),
+                       want ? absl::StrCat(" (", *want, " bytes)") : std::string(" (too large)"),
+                       "; its buffer holds ", output_bytes[j], " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*>& inputs,
+                                    const std::vector<void*>& outputs) {
+  if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
   if (inputs.size() != graph_.inputs().size() || outputs.size() != graph_.outputs().size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         info_.path, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
@@ -1631,7 +1738,7 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
         break;
       }
       case Storage::kArena:
-        data[v] = state.arena_offset[v] >= 0 ? state.arena.get() + state.arena_offset[v] : nullptr;
+        data[v] = state.arena_offset[v] >= 0 ? arena_.get() + state.arena_offset[v] : nullptr;
         break;
       case Storage::kOutput:
         data[v] = static_cast<float*>(outputs[output_slot_[v]]);
@@ -1900,9 +2007,17 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
   } catch (const dnnl::error& e) {
     return kernels::DnnlErrorToStatus(e, path + ": creating the oneDNN engine");
   }
-  if (absl::Status s = model->Compile(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  // A oneDNN error or failed allocation while compiling fails this load,
+  // not the worker.
+  absl::Status s;
+  try {
+    s = model->Compile();
+  } catch (const std::bad_alloc&) {
+    s = absl::ResourceExhaustedError("out of memory compiling the model (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    s = absl::InternalError(absl::StrCat("compiling the model failed: ", e.what()));
   }
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   return std::unique_ptr<CompiledModel>(std::move(model));
 }
 

@@ -7,6 +7,7 @@
 #include "engine/op_registry.h"
 #include "engine/shape_propagation.h"
 #include "engine/typed_exec.h"
+#include "kernels/tensor.h"
 
 namespace numaserve::engine {
 namespace {
@@ -30,6 +31,46 @@ Constant MakeConstant(DataType type, kernels::Tensor t) {
 // Shape arithmetic tracked at two batch sizes stays this small.
 constexpr int64_t kMaxTrackedElements = 64;
 
+// A folded output may hold this many elements (64 MiB of FP32), or as many
+// as the node's constant inputs together (a transposed or scaled weight
+// folds at any size). Bigger results (a ConstantOfShape, Expand or Tile
+// blowing a few values up) stay nodes and run at run time, so a model
+// cannot make the importer allocate what its file does not hold.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
+
+// Whether shapes `out` may be folded under `cap` elements in all.
+bool FoldableSize(const std::vector<Shape>& out, int64_t cap) {
+  int64_t total = 0;
+  for (const Shape& shape : out) {
+    auto n = kernels::NumElementsChecked(shape);
+    if (!n.ok() || __builtin_add_overflow(total, *n, &total) || total > cap) return false;
+  }
+  return true;
+}
+
+bool ValidShapes(const std::vector<Shape>& shapes) {
+  for (const Shape& shape : shapes) {
+    if (!kernels::NumElementsChecked(shape).ok()) return false;
+  }
+  return true;
+}
+
+// Whether the node's outputs, computed from inputs of these shapes, are
+// small enough to fold (above). False also when the shapes do not infer:
+// validation then reports the node.
+bool FoldableOutputs(const Graph& graph, const Node& node, const OpSchema& schema,
+                     const std::vector<const Shape*>& inputs) {
+  int64_t cap = kMaxFoldedElements;
+  for (const Shape* s : inputs) {
+    if (s == nullptr) continue;
+    auto n = kernels::NumElementsChecked(*s);
+    if (!n.ok()) return false;
+    cap += *n;  // each at most 2^31: no overflow for any realistic input count
+  }
+  auto out = schema.infer_shapes(graph, node, inputs);
+  return out.ok() && FoldableSize(*out, cap);
+}
+
 // True when the node's constants or outputs are not all FP32: folded
 // through the typed reference when the op has one for those types.
 bool FoldTyped(const Graph& graph, const Node& node) {
@@ -42,6 +83,31 @@ bool FoldTyped(const Graph& graph, const Node& node) {
     if (RuntimeType(graph, v) != DataType::kFloat32) return true;
   }
   return false;
+}
+
+// Whether running the node on tracked values (at batch 1 and 2) stays
+// within kMaxFoldedElements: from the inferred shapes when they infer
+// without constant values, else, for ConstantOfShape (the one op whose typed
+// reference sizes its output by its input's values), from those values.
+bool TrackedRunFits(const Graph& graph, const Node& node, const OpSchema& schema,
+                    const std::vector<const TypedTensor*>& in1,
+                    const std::vector<const TypedTensor*>& in2) {
+  for (const auto* in : {&in1, &in2}) {
+    std::vector<const Shape*> shapes;
+    for (const TypedTensor* t : *in) shapes.push_back(t == nullptr ? nullptr : &t->shape);
+    if (auto out = schema.infer_shapes(graph, node, shapes); out.ok()) {
+      if (!FoldableSize(*out, kMaxFoldedElements)) return false;
+      continue;
+    }
+    if (node.op_type == "ConstantOfShape" && !in->empty() && (*in)[0] != nullptr) {
+      const TypedTensor& dims = *(*in)[0];
+      if (!IsIntegerType(dims.type)) return false;
+      Shape shape;
+      for (int64_t i = 0; i < dims.size(); ++i) shape.push_back(dims.GetInt64(i));
+      if (!FoldableSize({shape}, kMaxFoldedElements)) return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -75,7 +141,14 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
     std::optional<std::vector<Constant>> result;
     const bool typed = FoldTyped(graph, node) && schema->typed_reference != nullptr &&
                        CheckTypedNode(graph, node).ok();
-    if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok()) {
+    std::vector<const Shape*> const_shapes;
+    if (all_const) {
+      for (ValueId v : node.inputs) {
+        const_shapes.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->shape);
+      }
+    }
+    if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok() &&
+        FoldableOutputs(graph, node, *schema, const_shapes)) {
       if (typed) {
         // Exact: integer constants never go through FP32 here.
         std::vector<TypedTensor> held;
@@ -118,8 +191,11 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
       // Only the shape is read (Size reads the element count). A shape that
       // depends on the batch is kept at both batch sizes, so that shape
       // arithmetic picking batch-independent dims still folds.
-      const TypedTensor p1(DataType::kBool, *at1[node.inputs[0]]);
-      const TypedTensor p2(DataType::kBool, *at2[node.inputs[0]]);
+      // Views without data: Shape and Size read the shape alone, so a
+      // huge shape costs nothing here.
+      static const uint8_t kNoData = 0;
+      const TypedTensor p1 = TypedTensor::View(DataType::kBool, *at1[node.inputs[0]], &kNoData);
+      const TypedTensor p2 = TypedTensor::View(DataType::kBool, *at2[node.inputs[0]], &kNoData);
       auto out1 = RunTypedNode(graph, node, {&p1});
       auto out2 = RunTypedNode(graph, node, {&p2});
       if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
@@ -165,6 +241,7 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
           break;
         }
       }
+      if (known && !TrackedRunFits(graph, node, *schema, in1, in2)) known = false;
       if (known) {
         auto out1 = RunTypedNode(graph, node, in1);
         auto out2 = RunTypedNode(graph, node, in2);
@@ -200,7 +277,9 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
     }
     auto o1 = schema->infer_shapes(graph, node, s1);
     auto o2 = schema->infer_shapes(graph, node, s2);
-    if (!o1.ok() || !o2.ok()) continue;
+    // Shapes that are not valid tensor shapes stay unknown here;
+    // validation reports them, naming the node.
+    if (!o1.ok() || !o2.ok() || !ValidShapes(*o1) || !ValidShapes(*o2)) continue;
     for (size_t j = 0; j < node.outputs.size() && j < o1->size(); ++j) {
       at1[node.outputs[j]] = (*o1)[j];
       at2[node.outputs[j]] = (*o2)[j];

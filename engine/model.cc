@@ -71,11 +71,9 @@ absl::StatusOr<ModelInfo> DescribeGraph(const Graph& graph, const std::string& p
   if (!at2.ok())
     return absl::Status(at2.status().code(), absl::StrCat(path, ": ", at2.status().message()));
 
-  bool batched = !graph.inputs().empty();
   for (ValueId id : graph.inputs()) {
     const Value& v = graph.value(id);
     info.inputs.push_back({v.name, v.type, v.shape});
-    batched = batched && !v.shape.empty() && v.shape[0] < 0;
   }
   for (ValueId id : graph.outputs()) {
     const Value& v = graph.value(id);
@@ -84,9 +82,11 @@ absl::StatusOr<ModelInfo> DescribeGraph(const Graph& graph, const std::string& p
       if (shape[d] != (*at2)[id][d]) shape[d] = -1;
     }
     info.outputs.push_back({v.name, v.type, shape});
-    batched = batched && !shape.empty() && shape[0] < 0;
   }
-  info.batched = batched;
+  // Batched only when rows stay apart from input to output.
+  if (absl::Status s = DescribeBatching(graph, &info); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
 
   // FLOPs for one row: the whole graph at batch 1.
   for (const Node& node : graph.nodes()) {

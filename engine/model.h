@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,16 +37,32 @@ size_t DataTypeSize(DataType type);                  // bytes per element, 0 if 
 struct TensorInfo {
   std::string name;
   DataType type = DataType::kUnknown;
-  std::vector<int64_t> shape;  // -1 where the dimension is dynamic
+  // -1 where the dimension is dynamic: dim 0 of an input (its rows), any dim
+  // of an output whose size follows the rows.
+  std::vector<int64_t> shape;
 };
 
 struct ModelInfo {
   std::string path;
   std::vector<TensorInfo> inputs;
   std::vector<TensorInfo> outputs;
-  // True when dim 0 of every input and output is dynamic (the batch
-  // dimension). Requests may then carry any number of rows >= 1.
+  // True when requests may be batched together: dim 0 of every input is
+  // dynamic (the rows), and every output is [rows, static...] with row i
+  // computed from row i of the inputs alone (CheckRowIndependence), so rows
+  // of several requests can be concatenated into one run and the output rows
+  // scattered back. A model with a dynamic dim 0 that is not batched still
+  // takes any number of rows, one request per run (max_batch_size 0).
   bool batched = false;
+  // Why a model with a dynamic dim 0 is not batched ("output 'y' is [3,3]
+  // at 3 rows: node 'mm' (op MatMul) pairs rows with rows"); empty otherwise.
+  std::string unbatched_reason;
+  // The output shapes of a run at `rows` (the inputs' dynamic dim 0), from
+  // the graph's own shape functions, for a model that is not batched but has
+  // outputs whose shape follows the rows (a Reshape of [n,64] to [1,-1] is
+  // [1,64n]; x times its transpose is [n,n]); an error when the model cannot
+  // run at that many rows. Null otherwise: an output is then `outputs` with
+  // dim 0 = rows where it is -1.
+  std::function<absl::StatusOr<std::vector<std::vector<int64_t>>>(int64_t rows)> output_shapes_at;
   int64_t opset = 0;            // default-domain opset the model imports
   int64_t parameter_bytes = 0;  // bytes of initializers (weights)
   double flops_per_row = 0;     // multiply-adds x2 per batch row (Gemm/MatMul/Conv)
@@ -98,6 +115,13 @@ struct CompileOptions {
   // stages, in slices of 4 rows). 0: never; negative: the last-level cache
   // of the CPU running Compile (LastLevelCacheBytes).
   int64_t batch_split_cache_bytes = -1;
+  // Batch sizes whose plan (shapes, activation offsets, prepared steps) is
+  // kept: a new size beyond this drops the least recently run one, planned
+  // again if it comes back (the kernels keep their per-shape primitives).
+  // The activations of every plan share one arena, the largest plan's, so
+  // memory follows the largest batch, not the number of sizes seen. 0: no
+  // limit.
+  int batch_plans = 64;
   // Scaled dot-product attention (MatMul, scalar Mul/Div, Softmax over the
   // last axis, MatMul) runs as one step on the own fused kernel, the scores
   // kept in cache (BERT-base: ~6% of the run at batch 32 before). Off only
@@ -204,14 +228,34 @@ class CompiledModel {
 
   virtual const ModelInfo& info() const = 0;
 
-  // Concrete output shapes for `batch` rows (dim 0 replaced when batched).
+  // Concrete output shapes for `batch` rows (the inputs' dynamic dim 0):
+  // the shapes Run writes. Empty when the model cannot run at `batch`.
   virtual std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const = 0;
 
-  // Runs `batch` rows. inputs[i] holds info().inputs[i] for all rows,
-  // contiguous and row-major; outputs[i] has room for OutputShapes(batch)[i].
+  // Runs `batch` rows (the inputs' dynamic dim 0; 1 for a model without
+  // one). inputs[i] holds info().inputs[i] for all rows, contiguous and
+  // row-major; outputs[i] has room for OutputShapes(batch)[i].
   // Not thread-safe: one Run at a time per CompiledModel.
   virtual absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                            const std::vector<void*>& outputs) = 0;
+
+  // OK when buffers of exactly these sizes are what Run at `batch` reads and
+  // writes: input_bytes[i] for info().inputs[i], output_bytes[j] for output j
+  // (OutputShapes(batch) in the type Run writes). INVALID_ARGUMENT naming the
+  // first tensor that differs (or the batch the model cannot run at)
+  // otherwise. For callers whose buffers were sized elsewhere (a worker, by
+  // the server): check here, then Run.
+  virtual absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
+                                        const std::vector<size_t>& output_bytes) const = 0;
+
+  // How many batch sizes have a plan now (at most
+  // CompileOptions::batch_plans) and the bytes of the activation arena
+  // they share (the largest plan's, rounded up): the per-batch state.
+  struct BatchPlanCache {
+    int64_t plans = 0;
+    int64_t arena_bytes = 0;
+  };
+  virtual BatchPlanCache CachedBatchPlans() const { return {}; }
 
   // Peak activation bytes at `batch` rows: the size of the activation
   // arena, whose buffers are reused between values that are not alive at

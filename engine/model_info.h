@@ -11,7 +11,8 @@
 namespace numaserve::engine {
 
 // Output shapes come from propagating concrete shapes at batch 1 and 2:
-// a dim that follows the batch is reported as -1.
+// a dim that follows the batch is reported as -1. Whether requests may be
+// batched together comes from DescribeBatching (engine/shape_propagation.h).
 absl::StatusOr<ModelInfo> DescribeGraph(const Graph& graph, const std::string& path);
 
 }  // namespace numaserve::engine

@@ -47,6 +47,10 @@ absl::StatusOr<Shape> FlattenShape(const Shape& input, int64_t axis) {
     return absl::InvalidArgumentError(
         absl::StrCat("Flatten axis ", axis, " is out of range for rank ", rank));
   }
+  // A checked shape: any product of its dims fits.
+  if (auto n = NumElementsChecked(input); !n.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Flatten: ", n.status().message()));
+  }
   if (axis < 0) axis += rank;
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= input[i];
@@ -55,9 +59,13 @@ absl::StatusOr<Shape> FlattenShape(const Shape& input, int64_t axis) {
 
 absl::StatusOr<Shape> ReshapeShape(const Shape& input, const std::vector<int64_t>& target,
                                    bool allowzero) {
+  auto total = NumElementsChecked(input);
+  if (!total.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Reshape: input ", total.status().message()));
+  }
   Shape out(target.size());
   int64_t infer_at = -1;
-  int64_t known = 1;
+  int64_t known = 1;  // product of the target's given dims, at most kMaxTensorElements
   for (size_t i = 0; i < target.size(); ++i) {
     int64_t d = target[i];
     if (d == 0 && !allowzero) {
@@ -77,19 +85,24 @@ absl::StatusOr<Shape> ReshapeShape(const Shape& input, const std::vector<int64_t
       return absl::InvalidArgumentError(absl::StrCat("Reshape: invalid target dim ", d));
     }
     out[i] = d;
-    known *= d;
+    if (d > kMaxTensorElements || __builtin_mul_overflow(known, d, &known) ||
+        known > kMaxTensorElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Reshape: the target [", absl::StrJoin(target, ","), "] exceeds the limit of ",
+          kMaxTensorElements, " elements per tensor (the input ", ShapeToString(input), " has ",
+          *total, ")"));
+    }
   }
-  const int64_t total = NumElements(input);
   if (infer_at >= 0) {
-    if (known == 0 || total % known != 0) {
+    if (known == 0 || *total % known != 0) {
       return absl::InvalidArgumentError(absl::StrCat("Reshape: cannot infer -1 reshaping ",
                                                      ShapeToString(input), " to [",
                                                      absl::StrJoin(target, ","), "]"));
     }
-    out[infer_at] = total / known;
-  } else if (known != total) {
+    out[infer_at] = *total / known;
+  } else if (known != *total) {
     return absl::InvalidArgumentError(absl::StrCat("Reshape: ", ShapeToString(input), " has ",
-                                                   total, " elements, target ", ShapeToString(out),
+                                                   *total, " elements, target ", ShapeToString(out),
                                                    " has ", known));
   }
   return out;

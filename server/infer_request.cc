@@ -174,7 +174,8 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
       }
       elements *= shape[d];
     }
-    if (model.batched) {
+    // The engine runs every dynamic dim 0 at one row count, batched or not.
+    if (!expected.shape.empty() && expected.shape[0] < 0) {
       if (rows >= 0 && shape[0] != rows) {
         return Invalid(absl::StrFormat(
             "input '%s' has %d rows but input '%s' has %d: the batch dimension must agree",
@@ -219,7 +220,7 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
                                      ShapeString(model.inputs[i].shape)));
     }
   }
-  parsed.rows = model.batched ? rows : 1;
+  parsed.rows = rows >= 0 ? rows : 1;
 
   if (request.outputs_size() == 0) {
     for (size_t i = 0; i < model.outputs.size(); ++i) parsed.outputs.push_back(static_cast<int>(i));
@@ -234,17 +235,57 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
     }
     parsed.outputs.push_back(index);
   }
-  for (const auto& out : model.outputs) {
-    std::vector<int64_t> shape = out.shape;
-    int64_t elements = 1;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (shape[d] < 0) shape[d] = (d == 0 && model.batched) ? parsed.rows : 1;
-      elements *= shape[d];
+  auto shapes = OutputShapesFor(model, parsed.rows);
+  if (!shapes.ok()) return shapes.status();
+  parsed.output_shapes = *std::move(shapes);
+  for (size_t i = 0; i < model.outputs.size(); ++i) {
+    const auto& shape = parsed.output_shapes[i];
+    // Within a message-sized range, so no product below can overflow.
+    constexpr int64_t kMaxBytes = int64_t{1} << 50;
+    int64_t bytes = static_cast<int64_t>(engine::DataTypeSize(model.outputs[i].type));
+    for (int64_t d : shape) {
+      if (d < 0 || (d > 0 && bytes > kMaxBytes / d)) {
+        return Invalid(absl::StrFormat("output '%s' would be %s at %d rows: too large",
+                                       model.outputs[i].name, ShapeString(shape), parsed.rows));
+      }
+      bytes *= d;
     }
-    parsed.output_shapes.push_back(shape);
-    parsed.output_bytes.push_back(static_cast<size_t>(elements) * engine::DataTypeSize(out.type));
+    parsed.output_bytes.push_back(static_cast<size_t>(bytes));
   }
   return parsed;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> OutputShapesFor(const engine::ModelInfo& model,
+                                                                  int64_t rows) {
+  if (model.output_shapes_at) {
+    auto shapes = model.output_shapes_at(rows);
+    if (!shapes.ok()) {
+      return Invalid(
+          absl::StrFormat("the model cannot run at %d rows: %s", rows, shapes.status().message()));
+    }
+    if (shapes->size() != model.outputs.size()) {
+      return absl::InternalError(
+          absl::StrFormat("the model computes %d outputs, its metadata has %d", shapes->size(),
+                          model.outputs.size()));
+    }
+    return shapes;
+  }
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& out : model.outputs) {
+    std::vector<int64_t> shape = out.shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] >= 0) continue;
+      // Without the model's shape function only [rows, static...] is known.
+      if (d != 0) {
+        return absl::InternalError(
+            absl::StrFormat("output '%s' is %s: its size at %d rows is not known", out.name,
+                            ShapeString(out.shape), rows));
+      }
+      shape[d] = rows;
+    }
+    shapes.push_back(std::move(shape));
+  }
+  return shapes;
 }
 
 void FillInferResponse(const engine::ModelInfo& model, const ParsedRequest& parsed,

@@ -16,7 +16,9 @@
 namespace numaserve::server {
 
 struct ParsedRequest {
-  int64_t rows = 1;  // the batch dimension's size (1 for unbatched models)
+  // Dim 0 of the inputs where it is dynamic (every such input agrees): the
+  // rows the engine runs at; 1 for a model without a dynamic dim.
+  int64_t rows = 1;
   // Per model input, in model order: the tensor's bytes in the model's
   // datatype, pointing into the request, or into `converted` where typed
   // contents had to be narrowed (int_contents for INT8/INT16, uint_contents
@@ -27,7 +29,8 @@ struct ParsedRequest {
   std::vector<std::shared_ptr<const std::string>> converted;
   // Which model outputs to return, in the order asked for (all if none asked).
   std::vector<int> outputs;
-  // Bytes of every model output for `rows` rows, in model order.
+  // Bytes and shapes of every model output for `rows` rows, in model order:
+  // what the engine writes (OutputShapesFor).
   std::vector<size_t> output_bytes;
   std::vector<std::vector<int64_t>> output_shapes;
 };
@@ -52,6 +55,14 @@ struct ParsedRequest {
 absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
                                                 const inference::ModelInferRequest& request,
                                                 size_t max_bytes = 0);
+
+// The shape of every model output of a run at `rows` (the inputs' dynamic
+// dim 0; 1 without one): from the model's shape function where its output
+// shapes follow the rows in other ways (ModelInfo::output_shapes_at;
+// INVALID_ARGUMENT when the model cannot run at `rows`), else the metadata's
+// shapes with a dynamic dim 0 set to `rows`.
+absl::StatusOr<std::vector<std::vector<int64_t>>> OutputShapesFor(const engine::ModelInfo& model,
+                                                                  int64_t rows);
 
 // Fills outputs and raw_output_contents from `outputs` (one pointer per model output).
 void FillInferResponse(const engine::ModelInfo& model, const ParsedRequest& parsed,

@@ -106,6 +106,13 @@ bool InferenceService::WaitUntilIdle(std::chrono::steady_clock::time_point deadl
   }
 }
 
+bool InferenceService::IsKnownModel(const std::string& name) const {
+  // NOT_FOUND only for a name the repository does not have; a known model
+  // that is not ready is UNAVAILABLE.
+  auto any = models_->Resolve(name, 0);
+  return any.ok() || any.status().code() != absl::StatusCode::kNotFound;
+}
+
 absl::StatusOr<ModelHandle> InferenceService::Resolve(const std::string& name,
                                                       const std::string& version) const {
   int64_t v = 0;
@@ -238,7 +245,9 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     double output_seconds = 0;
   };
   auto call = std::make_shared<Call>();
-  call->model = request->model_name();
+  // The model label stays kUnknownModelLabel until the name is known to the
+  // repository: request text never becomes a label value by itself.
+  call->model = Metrics::kUnknownModelLabel;
   auto finish = [this, call, cancel, received,
                  answer = std::move(answer)](const absl::Status& answered) {
     const double total =
@@ -267,10 +276,17 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     in_flight_.fetch_sub(1);
   };
 
-  if (shutting_down_) return finish(absl::UnavailableError("the server is shutting down"));
+  if (shutting_down_) {
+    if (IsKnownModel(request->model_name())) call->model = request->model_name();
+    return finish(absl::UnavailableError("the server is shutting down"));
+  }
   auto resolved = Resolve(request->model_name(), request->model_version());
-  if (!resolved.ok()) return finish(resolved.status());
+  if (!resolved.ok()) {
+    if (IsKnownModel(request->model_name())) call->model = request->model_name();
+    return finish(resolved.status());
+  }
   ModelHandle model = *std::move(resolved);
+  call->model = model->name;
   call->version = model->version;
   auto parsed = ParseInferRequest(model->info, *request, options_.max_message_bytes);
   if (!parsed.ok()) return finish(parsed.status());

@@ -117,6 +117,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   // NOT_FOUND for an unknown model or version; the model otherwise.
   absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version) const;
+  // Whether the repository has a model `name` (in any state): only such
+  // names become metric label values.
+  bool IsKnownModel(const std::string& name) const;
   // Validates `request` and queues it; `answer` runs exactly once, after
   // `response` is filled (on success). `request` and `response` must live
   // until then. `cancel` is the call's: once the call is cancelled the

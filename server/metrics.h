@@ -29,6 +29,14 @@ class Metrics {
 
   int port() const { return port_; }
 
+  // The `model` label of requests that name no model of the repository
+  // (requests_total, request_failures_total, request_duration_seconds and
+  // the other per-model request series): every such request counts under
+  // model="", so made-up names never become series of their own. Requests
+  // for a model of the repository (ready or not, any version) count under
+  // its name.
+  static constexpr char kUnknownModelLabel[] = "";
+
   // One finished ModelInfer call. `outcome` is "success" or the gRPC status
   // name in lower case ("invalid_argument", "not_found", "unavailable", ...).
   void RecordRequest(const std::string& model, const std::string& outcome, double seconds);

@@ -131,6 +131,21 @@ absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::
       }
     }
   }
+  // Durations become std::chrono values in nanoseconds and are added to
+  // clocks: a uint64 count above 2^63 / 1000 would overflow there. Nothing
+  // useful lies beyond a day.
+  const auto& d = c.dynamic_batching();
+  for (const auto& [field, us] :
+       {std::pair<const char*, uint64_t>{"dynamic_batching.default_timeout_microseconds",
+                                         d.default_timeout_microseconds()},
+        std::pair<const char*, uint64_t>{"dynamic_batching.max_queue_delay_microseconds",
+                                         d.max_queue_delay_microseconds()}}) {
+    if (us > kMaxConfigMicroseconds) {
+      return Invalid(
+          model, field,
+          absl::StrFormat("%u is above the limit of %d (24 hours)", us, kMaxConfigMicroseconds));
+    }
+  }
   const auto& p = c.instance_placement();
   // Whether N copies fit is checked by each worker when it loads the model
   // (CheckInstancesFit), against its own cores.

@@ -16,6 +16,11 @@ namespace numaserve::server {
 // The file name inside <repo>/<model>/.
 inline constexpr char kModelConfigFile[] = "config.pbtxt";
 
+// The largest dynamic_batching.default_timeout_microseconds and
+// max_queue_delay_microseconds accepted (24 hours): far below where the
+// microseconds would overflow as clock durations.
+inline constexpr uint64_t kMaxConfigMicroseconds = uint64_t{24} * 3600 * 1000 * 1000;
+
 // Parses `path`. INVALID_ARGUMENT "<path>:<line>:<column>: <problem>" for a
 // syntax error or an unknown field; NOT_FOUND if the file cannot be read.
 absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path);
@@ -24,7 +29,8 @@ absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text
                                                          const std::string& origin);
 
 // Checks the config on its own and against the model: the name matches the
-// directory, max_batch_size needs a batched model, preferred sizes fit,
+// directory, durations within kMaxConfigMicroseconds,
+// max_batch_size needs a batched model, preferred sizes fit,
 // placement names existing workers (`num_workers`), listed tensors exist with
 // the same datatype and dims. INVALID_ARGUMENT naming the field otherwise.
 absl::Status ValidateModelConfig(const config::ModelConfig& config, const std::string& model_name,

@@ -203,11 +203,13 @@ std::vector<ModelManager::IndexEntry> ModelManager::Index() const {
 absl::Status ModelManager::Load(const std::string& name) {
   std::lock_guard<std::mutex> load_lock(load_mu_);
   if (stopped_) return absl::UnavailableError("the server is shutting down");
+  // A name with a NUL, a control character, a separator or ".." never
+  // becomes a path (a NUL would cut "good\0x" to "good" for the kernel).
+  if (absl::Status s = CheckModelName(name); !s.ok()) return s;
   {
     std::error_code ec;
     const std::filesystem::path dir = std::filesystem::path(options_.repository) / name;
-    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.' ||
-        !std::filesystem::is_directory(dir, ec)) {
+    if (!std::filesystem::is_directory(dir, ec)) {
       std::lock_guard<std::mutex> lock(mu_);
       if (models_.count(name) == 0) {
         return absl::NotFoundError(

@@ -1,19 +1,40 @@
 #include "server/model_repository.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <new>
 #include <sstream>
 #include <system_error>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/model_config.h"
 
 namespace numaserve::server {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// InspectModel with any exception it lets through (a failed allocation)
+// turned into this model's error: a bad model.onnx never takes the
+// server down.
+absl::StatusOr<engine::ModelInfo> InspectGuarded(const std::string& path) {
+  try {
+    return engine::InspectModel(path);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": out of memory reading the model (std::bad_alloc)"));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": reading the model failed: ", e.what()));
+  }
+}
+
+}  // namespace
 
 const char* ModelStateName(ModelState state) {
   switch (state) {
@@ -34,13 +55,50 @@ std::string RepositoryModel::key() const {
   return absl::StrCat(name, ":", version, "#", generation);
 }
 
+absl::Status CheckModelName(const std::string& name) {
+  auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model name '", absl::CHexEscape(name), "' ", why));
+  };
+  if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
+  if (name.size() > 255) return invalid("is longer than 255 bytes");
+  for (char c : name) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return invalid("contains a control character");
+    if (c == '/' || c == '\\') return invalid("contains a path separator");
+  }
+  if (name[0] == '.')
+    return invalid("starts with '.' (\".\", \"..\" and hidden names are refused)");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ParseVersionName(const std::string& name) {
+  constexpr size_t kMaxDigits = 18;  // below 10^18: fits int64 with room
+  bool canonical = !name.empty() && name.size() <= kMaxDigits && name[0] != '0';
+  for (char c : name) canonical = canonical && c >= '0' && c <= '9';
+  if (!canonical) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("version '", absl::CHexEscape(name),
+                     "' is not a positive decimal number of at most 18 digits without leading "
+                     "zeros"));
+  }
+  int64_t v = 0;
+  for (char c : name) v = v * 10 + (c - '0');
+  return v;
+}
+
 std::vector<std::string> ModelRepository::ListModels(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (!entry.is_directory(ec)) continue;
     std::string name = entry.path().filename().string();
-    if (name.empty() || name[0] == '.') continue;
+    if (name.empty() || name[0] == '.') continue;  // hidden: skipped silently
+    if (absl::Status s = CheckModelName(name); !s.ok()) {
+      fprintf(stderr, "numaserve: %s: skipped: %s\n", dir.c_str(),
+              std::string(s.message()).c_str());
+      continue;
+    }
     names.push_back(name);
   }
   std::sort(names.begin(), names.end());
@@ -85,11 +143,15 @@ std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
   const fs::path root = fs::path(dir) / name;
   RepositoryModel model;
   model.name = name;
+  if (absl::Status s = CheckModelName(name); !s.ok()) {
+    model.error = std::string(s.message());
+    return {model};
+  }
   for (const auto& version_dir : fs::directory_iterator(root, ec)) {
-    int64_t v = 0;
-    if (version_dir.is_directory(ec) &&
-        absl::SimpleAtoi(version_dir.path().filename().string(), &v) && v > 0) {
-      model.versions.push_back(v);
+    // Only canonical names: "1" and "01" (or " 1") would both be version 1.
+    if (!version_dir.is_directory(ec)) continue;
+    if (auto v = ParseVersionName(version_dir.path().filename().string()); v.ok()) {
+      model.versions.push_back(*v);
     }
   }
   std::sort(model.versions.begin(), model.versions.end());
@@ -127,7 +189,7 @@ std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
     RepositoryModel version = model;
     version.version = v;
     version.path = (root / std::to_string(v) / "model.onnx").string();
-    auto info = engine::InspectModel(version.path);
+    auto info = InspectGuarded(version.path);
     if (info.ok()) {
       version.info = *std::move(info);
       absl::Status s = ValidateModelConfig(version.config, name, version.info, num_workers);

@@ -43,6 +43,18 @@ struct RepositoryModel {
   std::string key() const;  // "name:version", "name:version#generation" after a reload
 };
 
+// OK when `name` may name a model directory: 1 to 255 bytes, no control
+// character (NUL included) or DEL, no '/' or '\\', and neither "." nor ".."
+// nor anything else starting with '.'. INVALID_ARGUMENT saying why
+// otherwise. Every name from the disk or from a request passes here before
+// it becomes a path or a served model.
+absl::Status CheckModelName(const std::string& name);
+
+// The version a version directory's name stands for: a canonical positive
+// decimal ("1", "12"; not "01", "+1", " 1", "1\n" or a name with a NUL)
+// below 10^18. INVALID_ARGUMENT otherwise.
+absl::StatusOr<int64_t> ParseVersionName(const std::string& name);
+
 class ModelRepository {
  public:
   // Scans `dir` for a server of `num_workers` workers. An error only if
@@ -55,7 +67,8 @@ class ModelRepository {
   // policy selects, one entry per version (or one entry with `error`).
   static std::vector<RepositoryModel> ScanModel(const std::string& dir, const std::string& name,
                                                 int num_workers);
-  // Names of the model directories in DIR, sorted.
+  // Names of the model directories in DIR that pass CheckModelName, sorted
+  // (others are skipped with a line on stderr).
   static std::vector<std::string> ListModels(const std::string& dir);
   // Changes whenever the model's config (its content, size or modification
   // time) or any version's model.onnx (name, size, modification time)

@@ -1,6 +1,7 @@
 #include "server/model_scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,14 @@ absl::Status ModelScheduler::AddModel(std::shared_ptr<const RepositoryModel> mod
     o.preferred_batch_rows.assign(d.preferred_batch_size().begin(), d.preferred_batch_size().end());
     o.max_queue_delay = std::chrono::microseconds(d.max_queue_delay_microseconds());
     if (d.max_queue_size() > 0) o.max_queue_size = d.max_queue_size();
+  }
+  if (!model->info.unbatched_reason.empty()) {
+    // A config asking to batch such a model was refused (ValidateModelConfig).
+    fprintf(stderr,
+            "numaserve: model '%s' version %lld: served one request per run "
+            "(max_batch_size 0): %s\n",
+            model->name.c_str(), static_cast<long long>(model->version),
+            model->info.unbatched_reason.c_str());
   }
   auto queue = std::make_shared<Queue>();
   queue->model = model;
@@ -207,14 +216,29 @@ void ModelScheduler::Dispatch(Queue* queue, Batch batch) {
   for (size_t i = 0; i < num_inputs; ++i) {
     for (const auto& r : requests) task->inputs[i].push_back(r->parsed.inputs[i]);
   }
-  // Output bytes per row, from the first request (every request of a batch
-  // has the same row shape; an unbatched model's batch is one request).
+  // Output bytes per row, from the first request: every request of a batch
+  // of several has the same row shape ([rows, static...]: a batched model);
+  // a model that is not batched runs one request at a time, its outputs
+  // whatever shape they are.
   const auto& first = requests.front()->parsed;
   std::vector<size_t> row_bytes(num_outputs);
+  absl::Status mismatch;
   for (size_t i = 0; i < num_outputs; ++i) {
     row_bytes[i] = first.output_bytes[i] / static_cast<size_t>(std::max<int64_t>(1, first.rows));
     task->output_bytes.push_back(requests.size() == 1 ? first.output_bytes[i]
                                                       : row_bytes[i] * static_cast<size_t>(rows));
+    for (const auto& r : requests) {
+      if (requests.size() > 1 &&
+          r->parsed.output_bytes[i] != row_bytes[i] * static_cast<size_t>(r->rows)) {
+        mismatch = absl::InternalError(absl::StrCat(
+            "output '", model->info.outputs[i].name, "' is not ", row_bytes[i],
+            " bytes per row in every request of the batch; it cannot be split by rows"));
+      }
+    }
+  }
+  if (requests.size() > 1 && !model->info.batched) {
+    mismatch = absl::InternalError(absl::StrCat(
+        "model '", model->name, "' cannot be batched: ", model->info.unbatched_reason));
   }
   const std::string model_name = model->name;
   const std::string version = absl::StrCat(model->version);
@@ -251,6 +275,11 @@ void ModelScheduler::Dispatch(Queue* queue, Batch batch) {
     }
     queue->in_flight.fetch_sub(1);
   };
+  if (!mismatch.ok()) {
+    // Never scatter rows that are not rows: fail the batch instead.
+    task->done(mismatch, {}, TaskTiming());
+    return;
+  }
   router_->Submit(std::move(task));
 }
 

@@ -20,9 +20,11 @@
 #include "affinity/placement.h"
 #include "affinity/topology.h"
 #include "engine/model.h"
+#include "engine/training/rank_binding.h"
 #include "kernels/dispatch.h"
 #include "server/args.h"
 #include "server/clock.h"
+#include "server/grpc_auth.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/model_manager.h"
@@ -56,6 +58,18 @@ struct ServeOptions {
   int64_t default_timeout_ms = 60000;
   int64_t shutdown_timeout_s = 30;
   std::string gemm = "auto";
+  // gRPC security (server/grpc_auth.h); on both gRPC ports.
+  std::string grpc_tls_cert;
+  std::string grpc_tls_key;
+  std::string grpc_tls_client_ca;
+  std::string grpc_auth_token_file;
+  // The training service (server/training_service.h): off unless asked for.
+  bool training_service = false;
+  std::string training_address;  // empty = the gRPC port (needs authentication)
+  std::string training_root;
+  int64_t training_max_ranks = 0;  // 0 = the NUMA domains of this machine
+  int64_t training_max_jobs = 1;
+  int64_t training_max_config_bytes = int64_t{1} << 20;
 };
 
 // Samples each worker's resident memory from /proc/<pid>/statm once a second.
@@ -107,6 +121,58 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// The host part of HOST:PORT, [V6]:PORT or unix:PATH (the whole string).
+std::string HostOf(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return address;
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+// Reachable from this machine only: loopback addresses and Unix sockets.
+bool IsLocalOnly(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" ||
+         host.rfind("unix:", 0) == 0;
+}
+
+// Checks the training flags against each other and the security in force.
+absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth) {
+  if (!o.training_service) {
+    if (!o.training_address.empty() || !o.training_root.empty()) {
+      return absl::InvalidArgumentError(
+          "--training-address and --training-root need --training-service");
+    }
+    return absl::OkStatus();
+  }
+  if (o.training_root.empty()) {
+    return absl::InvalidArgumentError(
+        "--training-service needs --training-root DIR: every file a job reads or writes must be "
+        "inside it");
+  }
+  if (o.training_address.empty() && !auth.authenticates()) {
+    return absl::InvalidArgumentError(
+        "--training-service on the gRPC port needs authentication (--grpc-auth-token-file or "
+        "--grpc-tls-client-ca); or give it a loopback address of its own, e.g. "
+        "--training-address 127.0.0.1:8003");
+  }
+  if (!o.training_address.empty() && !auth.authenticates() &&
+      !IsLocalOnly(HostOf(o.training_address))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--training-address ", o.training_address,
+        " is reachable from other machines: it needs authentication (--grpc-auth-token-file or "
+        "--grpc-tls-client-ca), or use a loopback address such as 127.0.0.1"));
+  }
+  if (o.training_max_ranks < 0 || o.training_max_jobs < 1 || o.training_max_config_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "--training-max-ranks must be 0 (auto) or more, --training-max-jobs and "
+        "--training-max-config-bytes at least 1");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int ServeCommand(const std::vector<std::string>& args) {
@@ -149,6 +215,30 @@ int ServeCommand(const std::vector<std::string>& args) {
   parser.AddString("gemm", &o.gemm,
                    "GEMM backend for models whose config names none: onednn | blis | openblas | "
                    "auto (each timed once per shape at load, the fastest kept)");
+  parser.AddString("grpc-tls-cert", &o.grpc_tls_cert,
+                   "PEM certificate chain: serve gRPC over TLS (with --grpc-tls-key)");
+  parser.AddString("grpc-tls-key", &o.grpc_tls_key, "PEM private key of --grpc-tls-cert");
+  parser.AddString("grpc-tls-client-ca", &o.grpc_tls_client_ca,
+                   "PEM CA certificates: clients must present a certificate they signed (mTLS)");
+  parser.AddString("grpc-auth-token-file", &o.grpc_auth_token_file,
+                   "bearer tokens, one a line (\"NAME TOKEN\" or \"TOKEN\"): every call but the "
+                   "grpc.health.v1 health checks needs 'authorization: Bearer <token>' "
+                   "(needs TLS)");
+  parser.AddBool("training-service", &o.training_service,
+                 "offer the training service (numaserve.training.TrainingService); its jobs run "
+                 "processes and write files as this server's user");
+  parser.AddString("training-address", &o.training_address,
+                   "HOST:PORT of the training service's own gRPC port (port 0 picks one); empty "
+                   "= the gRPC port, which then needs authentication");
+  parser.AddString("training-root", &o.training_root,
+                   "the directory every model, dataset, checkpoint and export path of a training "
+                   "job must be inside (relative paths are taken from it)");
+  parser.AddInt("training-max-ranks", &o.training_max_ranks,
+                "most ranks (processes) one training job may run; 0 = the NUMA domains of "
+                "this machine");
+  parser.AddInt("training-max-jobs", &o.training_max_jobs, "most training jobs running at once");
+  parser.AddInt("training-max-config-bytes", &o.training_max_config_bytes,
+                "largest training config a client may send");
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(s);
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
@@ -169,6 +259,12 @@ int ServeCommand(const std::vector<std::string>& args) {
   }
   // Workers inherit it: their default for models whose config has no gemm_backend.
   setenv("NUMASERVE_GEMM", o.gemm.c_str(), 1);
+  auto auth = GrpcAuth::Create({.tls_cert_file = o.grpc_tls_cert,
+                                .tls_key_file = o.grpc_tls_key,
+                                .tls_client_ca_file = o.grpc_tls_client_ca,
+                                .token_file = o.grpc_auth_token_file});
+  if (!auth.ok()) return Fail(auth.status());
+  if (absl::Status s = CheckTrainingFlags(o, **auth); !s.ok()) return Fail(s);
 
   // SIGINT/SIGTERM are taken by sigwait below; block them before any thread starts.
   sigset_t stop_signals;
@@ -232,6 +328,32 @@ int ServeCommand(const std::vector<std::string>& args) {
   // 3. Metrics, workers, router.
   auto metrics = Metrics::Create(absl::StrCat(o.host, ":", o.metrics_port));
   if (!metrics.ok()) return Fail(metrics.status());
+  // The training service (server/training_service.h): jobs run as child
+  // `numaserve train` processes. Only with --training-service: on its own
+  // port (--training-address) or, with authentication, on the gRPC port.
+  std::unique_ptr<TrainingService> training_service;
+  if (o.training_service) {
+    int max_ranks = static_cast<int>(o.training_max_ranks);
+    if (max_ranks == 0) {
+      absl::StatusOr<int> domains = training::AutoRankCount();
+      if (!domains.ok()) return Fail(domains.status());
+      max_ranks = *domains;
+    }
+    const GrpcAuth* auth_ptr = auth->get();
+    TrainingServiceOptions training_options;
+    training_options.root = o.training_root;
+    training_options.max_ranks = max_ranks;
+    training_options.max_jobs = static_cast<int>(o.training_max_jobs);
+    training_options.max_config_bytes = static_cast<size_t>(o.training_max_config_bytes);
+    training_options.caller = [auth_ptr](const grpc::ServerContextBase& c) {
+      return auth_ptr->Caller(c);
+    };
+    training_options.authenticated = auth_ptr->authenticates();
+    training_options.metrics = metrics->get();
+    auto created = TrainingService::Create(std::move(training_options));
+    if (!created.ok()) return Fail(created.status());
+    training_service = std::move(*created);
+  }
   Router* router_ptr = nullptr;
   ModelScheduler* scheduler_ptr = nullptr;
   std::atomic<std::function<void()>*> on_workers_changed{nullptr};
@@ -284,23 +406,60 @@ int ServeCommand(const std::vector<std::string>& args) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port),
-                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port), (*auth)->ServerCredentials(),
+                           &grpc_port);
   const int max_message = static_cast<int>(
       std::min<int64_t>(o.grpc_max_message_bytes, std::numeric_limits<int>::max()));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   // Every gRPC service the server offers is registered here.
   builder.RegisterService(&service);
-  // --- Training service (server/training_service.h): jobs run as child
-  // `numaserve train` processes.
-  TrainingService training_service({.metrics = metrics->get()});
-  builder.RegisterService(&training_service);
+  // The training service (made above): on the gRPC port, or on its own port below.
+  if (training_service != nullptr && o.training_address.empty()) {
+    builder.RegisterService(training_service.get());
+  }
+  std::unique_ptr<grpc::Server> training_server;
+  int training_port = 0;
+  if (training_service != nullptr && !o.training_address.empty()) {
+    grpc::ServerBuilder training_builder;
+    training_builder.AddListeningPort(o.training_address, (*auth)->ServerCredentials(),
+                                      &training_port);
+    // Configs are small; nothing bigger is read on this port.
+    training_builder.SetMaxReceiveMessageSize(static_cast<int>(
+        std::min<int64_t>(o.training_max_config_bytes + 65536, std::numeric_limits<int>::max())));
+    training_builder.RegisterService(training_service.get());
+    training_server = training_builder.BuildAndStart();
+    if (!training_server || training_port == 0) {
+      return Fail(absl::UnavailableError(
+          absl::StrCat("cannot listen for training on --training-address ", o.training_address)));
+    }
+  }
   // --- end training service
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0) {
     return Fail(absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", o.host, ":", o.grpc_port)));
+  }
+  fprintf(stderr, "numaserve: gRPC security: %s\n", (*auth)->Describe().c_str());
+  if (!(*auth)->tls() && !IsLocalOnly(o.host)) {
+    fprintf(stderr,
+            "numaserve: gRPC on %s is plaintext and unauthenticated: anyone who reaches it may "
+            "infer and manage models (see --grpc-tls-cert, --grpc-auth-token-file)\n",
+            o.host.c_str());
+  }
+  // Where the training service listens: HOST:PORT, or unix:PATH.
+  std::string training_where;
+  if (training_server != nullptr) {
+    training_where = o.training_address.rfind("unix:", 0) == 0
+                         ? o.training_address
+                         : absl::StrCat(o.training_address.substr(0, o.training_address.rfind(':')),
+                                        ":", training_port);
+  } else if (training_service != nullptr) {
+    training_where = absl::StrCat(o.host, ":", grpc_port);
+  }
+  if (training_service != nullptr) {
+    fprintf(stderr, "numaserve: training service on %s%s, files under %s\n", training_where.c_str(),
+            training_server == nullptr ? " (the gRPC port)" : "", o.training_root.c_str());
   }
   // Health follows readiness: NOT_SERVING while no worker is ready.
   std::mutex health_mu;
@@ -321,8 +480,12 @@ int ServeCommand(const std::vector<std::string>& args) {
   on_workers_changed = &update_health;
 
   // The one line scripts wait for.
-  printf("grpc=%s:%d metrics=%s:%d\n", o.host.c_str(), grpc_port, o.host.c_str(),
-         (*metrics)->port());
+  // With the training service: " training=HOST:PORT" (the gRPC port's own
+  // address when it shares it).
+  const std::string training_line =
+      training_where.empty() ? "" : absl::StrCat(" training=", training_where);
+  printf("grpc=%s:%d metrics=%s:%d%s\n", o.host.c_str(), grpc_port, o.host.c_str(),
+         (*metrics)->port(), training_line.c_str());
   fflush(stdout);
 
   int signal_number = 0;
@@ -333,7 +496,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   service.SetShuttingDown();
   // Training jobs stop after their current step with a checkpoint
   // (training_service.h); ~TrainingService waits for them.
-  training_service.StopAll();
+  if (training_service != nullptr) training_service->StopAll();
   on_workers_changed = nullptr;
   {
     std::lock_guard<std::mutex> lock(health_mu);
@@ -350,6 +513,9 @@ int ServeCommand(const std::vector<std::string>& args) {
   }
   service.StopLifecycle();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (training_server != nullptr) {
+    training_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
   models.Stop();
   scheduler_ptr = nullptr;
   scheduler.Stop();

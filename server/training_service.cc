@@ -1,26 +1,86 @@
 #include "server/training_service.h"
 
 #include <fcntl.h>
+#include <google/protobuf/text_format.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/training/rank_binding.h"
 #include "engine/training/trainer.h"
 #include "server/metrics.h"
 
 namespace numaserve::server {
 
 using training::TrainingProgress;
+
+// A job's private directory (mkdtemp: a fresh name, mode 0700) and the
+// config file in it; both are removed by Remove() or the destructor.
+class PrivateDir {
+ public:
+  // Makes <parent>/numaserve-training-XXXXXX and writes `config` into it
+  // as job.cfg (0600, O_EXCL | O_NOFOLLOW).
+  static absl::StatusOr<std::unique_ptr<PrivateDir>> Create(const std::string& parent,
+                                                            const std::string& config) {
+    std::string dir = absl::StrCat(parent, "/numaserve-training-XXXXXX");
+    if (mkdtemp(dir.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot make a private directory in ", parent, ": ", strerror(errno)));
+    }
+    std::unique_ptr<PrivateDir> made(new PrivateDir(dir));
+    const int fd = open(made->config_path().c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", made->config_path(), ": ", strerror(errno)));
+    }
+    size_t done = 0;
+    while (done < config.size()) {
+      const ssize_t n = write(fd, config.data() + done, config.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(fd);
+        return absl::InternalError(absl::StrCat("cannot write ", made->config_path()));
+      }
+      done += n;
+    }
+    close(fd);
+    return made;
+  }
+  ~PrivateDir() { Remove(); }
+
+  std::string config_path() const { return dir_ + "/job.cfg"; }
+  void Remove() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (removed_) return;
+    removed_ = true;
+    unlink(config_path().c_str());
+    rmdir(dir_.c_str());
+  }
+
+ private:
+  explicit PrivateDir(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+  std::mutex mu_;
+  bool removed_ = false;
+};
 
 // One `numaserve train` child and what it has reported.
 class WatchReactor;
@@ -34,17 +94,23 @@ struct WatchSink {
 
 class TrainingJob {
  public:
-  TrainingJob(std::string id, std::string model, pid_t pid, int output_fd, Metrics* metrics,
+  // `label` is the public part of `id` (metrics, log); `files` is removed
+  // when the process has exited.
+  TrainingJob(std::string id, std::string label, std::string owner, std::string model, pid_t pid,
+              int output_fd, std::unique_ptr<PrivateDir> files, Metrics* metrics,
               std::chrono::milliseconds stop_grace)
       : id_(std::move(id)),
+        label_(std::move(label)),
+        owner_(std::move(owner)),
         model_(std::move(model)),
         pid_(pid),
         metrics_(metrics),
-        stop_grace_(stop_grace) {
+        stop_grace_(stop_grace),
+        files_(std::move(files)) {
     progress_.set_job_id(id_);
     progress_.set_state(TrainingProgress::RUNNING);
     progress_.set_test_accuracy(-1);
-    if (metrics_ != nullptr) metrics_->SetTrainingState(id_, model_, "running");
+    if (metrics_ != nullptr) metrics_->SetTrainingState(label_, model_, "running");
     reader_ = std::thread([this, output_fd] { ReadOutput(output_fd); });
   }
   ~TrainingJob() {
@@ -53,6 +119,8 @@ class TrainingJob {
   }
 
   const std::string& id() const { return id_; }
+  const std::string& label() const { return label_; }
+  const std::string& owner() const { return owner_; }
 
   // The latest progress and its version (incremented on every change).
   std::pair<TrainingProgress, int64_t> Snapshot() {
@@ -94,11 +162,11 @@ class TrainingJob {
     std::unique_lock<std::mutex> lock(mu_);
     if (exited_cv_.wait_for(lock, stop_grace_, [&] { return exited_; })) return;
     fprintf(stderr, "numaserve: training job %s still running %.0f s after SIGUSR1: SIGTERM\n",
-            id_.c_str(), stop_grace_.count() / 1000.0);
+            label_.c_str(), stop_grace_.count() / 1000.0);
     kill(-pid_, SIGTERM);
     if (exited_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return exited_; })) return;
     fprintf(stderr, "numaserve: training job %s still running 5 s after SIGTERM: SIGKILL\n",
-            id_.c_str());
+            label_.c_str());
     kill(-pid_, SIGKILL);
   }
 
@@ -124,7 +192,7 @@ class TrainingJob {
     f.images_per_second = progress_.images_per_second();
     f.eta_seconds = eta_seconds_;
     f.test_accuracy = progress_.test_accuracy();
-    metrics_->SetTrainingProgress(id_, model_, f);
+    metrics_->SetTrainingProgress(label_, model_, f);
   }
 
   void ParseLine(const std::string& line) {
@@ -183,6 +251,7 @@ class TrainingJob {
     int status = 0;
     while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
+    files_->Remove();
     std::string state;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -204,19 +273,22 @@ class TrainingJob {
         state = "failed";
       }
       ++version_;
-      fprintf(stderr, "numaserve: training job %s %s at step %lld%s%s\n", id_.c_str(),
+      fprintf(stderr, "numaserve: training job %s %s at step %lld%s%s\n", label_.c_str(),
               state.c_str(), static_cast<long long>(progress_.step()),
               progress_.message().empty() ? "" : ": ", progress_.message().c_str());
     }
-    if (metrics_ != nullptr) metrics_->SetTrainingState(id_, model_, state);
+    if (metrics_ != nullptr) metrics_->SetTrainingState(label_, model_, state);
     Notify();
   }
 
   const std::string id_;
+  const std::string label_;  // the public part of id_: metrics and log
+  const std::string owner_;  // the caller that started it ("" = anonymous)
   const std::string model_;  // metrics label
   const pid_t pid_;
   Metrics* const metrics_;
   const std::chrono::milliseconds stop_grace_;
+  const std::unique_ptr<PrivateDir> files_;
   std::mutex mu_;  // guards the fields below
   std::condition_variable exited_cv_;
   TrainingProgress progress_;
@@ -312,6 +384,12 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const grpc:
   return reactor;
 }
 
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
+  // absl and gRPC number their codes alike.
+  return Done(context, grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                                    std::string(status.message())));
+}
+
 std::string SelfExe() {
   char path[4096];
   const ssize_t len = readlink("/proc/self/exe", path, sizeof(path) - 1);
@@ -320,15 +398,212 @@ std::string SelfExe() {
   return path;
 }
 
+// 2 * bytes random hex digits from the kernel's CSPRNG.
+absl::StatusOr<std::string> RandomHex(size_t bytes) {
+  std::vector<unsigned char> random(bytes);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = getrandom(random.data() + done, bytes - done, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::InternalError(absl::StrCat("getrandom: ", strerror(errno)));
+    done += n;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : random) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+// At most 40 characters of a value, for messages.
+std::string Shown(const std::string& value) {
+  return value.size() <= 40 ? value : value.substr(0, 40) + "...";
+}
+
+// `path` is `root` or inside it (both absolute and normalised).
+bool Inside(const std::string& root, const std::string& path) {
+  if (root == "/") return !path.empty() && path[0] == '/';
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          path[root.size()] == '/');
+}
+
+absl::Status Refuse(const std::string& field, const std::string& value, const std::string& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("config field '", field, "': '", Shown(value), "' ", why));
+}
+
+// `value` taken from `root` and checked as text: no NUL, no '..' component,
+// inside the root. The result is normalised (no '.', no '//').
+absl::StatusOr<std::string> Lexical(const std::string& root, const std::string& field,
+                                    const std::string& value) {
+  if (value.find('\0') != std::string::npos) return Refuse(field, "", "contains a NUL byte");
+  for (absl::string_view part : absl::StrSplit(value, '/')) {
+    if (part == "..") {
+      return Refuse(
+          field, value,
+          absl::StrCat("has a '..' component: job paths stay inside the training root ", root));
+    }
+  }
+  std::string normal =
+      std::filesystem::path(value[0] == '/' ? value : absl::StrCat(root, "/", value))
+          .lexically_normal()
+          .string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  if (!Inside(root, normal)) {
+    return Refuse(field, value, absl::StrCat("is outside the training root ", root));
+  }
+  return normal;
+}
+
+// An input file: its real path (symbolic links resolved) must be a regular
+// file inside the root; `value` becomes that real path.
+absl::Status ConfineInput(const std::string& root, const std::string& field, std::string* value) {
+  if (value->empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> path = Lexical(root, field, *value);
+  if (!path.ok()) return path.status();
+  char real[PATH_MAX];
+  if (realpath(path->c_str(), real) == nullptr) {
+    return Refuse(field, *value, absl::StrCat("cannot be read: ", strerror(errno)));
+  }
+  if (!Inside(root, real)) {
+    return Refuse(field, *value,
+                  absl::StrCat("resolves to ", real, ", outside the training root ", root));
+  }
+  struct stat st {};
+  if (stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Refuse(field, *value, "is not a regular file");
+  }
+  *value = real;
+  return absl::OkStatus();
+}
+
+// An output file: its directory's real path must be inside the root, and
+// the file, when it exists, a regular file (not a symbolic link); `value`
+// becomes <real directory>/<name>.
+absl::Status ConfineOutput(const std::string& root, const std::string& field, std::string* value) {
+  if (value->empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> path = Lexical(root, field, *value);
+  if (!path.ok()) return path.status();
+  if (*path == root) return Refuse(field, *value, "names the training root, not a file");
+  const std::filesystem::path p(*path);
+  const std::string name = p.filename().string();
+  char real[PATH_MAX];
+  if (realpath(p.parent_path().c_str(), real) == nullptr) {
+    return Refuse(
+        field, *value,
+        absl::StrCat("has no directory ", p.parent_path().string(), ": ", strerror(errno)));
+  }
+  if (!Inside(root, real)) {
+    return Refuse(field, *value,
+                  absl::StrCat("is in ", real, ", outside the training root ", root));
+  }
+  const std::string full = absl::StrCat(std::string(real) == "/" ? "" : real, "/", name);
+  struct stat st {};
+  if (lstat(full.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode)) return Refuse(field, *value, "is a symbolic link: not written to");
+    if (!S_ISREG(st.st_mode)) return Refuse(field, *value, "exists and is not a regular file");
+  }
+  *value = full;
+  return absl::OkStatus();
+}
+
+// The export: the repository a directory inside the root, the model name
+// one path component whose directory, when it exists, is a real directory.
+absl::Status ConfineExport(const std::string& root, training::TrainingConfig* config) {
+  if (config->export_repository().empty()) return absl::OkStatus();
+  const std::string field = "export_repository";
+  const std::string& value = config->export_repository();
+  absl::StatusOr<std::string> path = Lexical(root, field, value);
+  if (!path.ok()) return path.status();
+  char real[PATH_MAX];
+  if (realpath(path->c_str(), real) == nullptr) {
+    return Refuse(field, value, absl::StrCat("cannot be used: ", strerror(errno)));
+  }
+  if (!Inside(root, real)) {
+    return Refuse(field, value,
+                  absl::StrCat("resolves to ", real, ", outside the training root ", root));
+  }
+  struct stat st {};
+  if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Refuse(field, value, "is not a directory");
+  }
+  const std::string& name = config->export_model_name();
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos) {
+    return Refuse("export_model_name", name, "must be one path component (no '/', not '..')");
+  }
+  const std::string model_dir = absl::StrCat(real, "/", name);
+  if (lstat(model_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return Refuse("export_model_name", name,
+                  absl::StrCat(model_dir, S_ISLNK(st.st_mode) ? " is a symbolic link"
+                                                              : " is not a directory"));
+  }
+  config->set_export_repository(real);
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status TrainingService::ConfinePaths(const std::string& root,
+                                           training::TrainingConfig* config) {
+  training::DatasetConfig* data = config->mutable_dataset();
+  const std::pair<const char*, std::string*> inputs[] = {
+      {"model", config->mutable_model()},
+      {"dataset.train_images", data->mutable_train_images()},
+      {"dataset.train_labels", data->mutable_train_labels()},
+      {"dataset.test_images", data->mutable_test_images()},
+      {"dataset.test_labels", data->mutable_test_labels()},
+      {"dataset.train_records", data->mutable_train_records()},
+      {"dataset.test_records", data->mutable_test_records()},
+  };
+  for (const auto& [field, value] : inputs) {
+    if (absl::Status s = ConfineInput(root, field, value); !s.ok()) return s;
+  }
+  const std::pair<const char*, std::string*> outputs[] = {
+      {"checkpoint", config->mutable_checkpoint()},
+      {"final_weights", config->mutable_final_weights()},
+      {"timeline", config->mutable_timeline()},
+  };
+  for (const auto& [field, value] : outputs) {
+    if (absl::Status s = ConfineOutput(root, field, value); !s.ok()) return s;
+  }
+  return ConfineExport(root, config);
+}
+
+absl::StatusOr<std::unique_ptr<TrainingService>> TrainingService::Create(
+    TrainingServiceOptions options) {
+  if (options.root.empty()) {
+    return absl::InvalidArgumentError(
+        "the training service needs a root directory for the files of its jobs "
+        "(--training-root DIR)");
+  }
+  char real[PATH_MAX];
+  if (realpath(options.root.c_str(), real) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--training-root ", options.root, ": ", strerror(errno)));
+  }
+  struct stat st {};
+  if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--training-root ", options.root, " is not a directory"));
+  }
+  options.root = real;
+  if (options.max_ranks < 1 || options.max_jobs < 1 || options.max_config_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "--training-max-ranks, --training-max-jobs and --training-max-config-bytes must be at "
+        "least 1");
+  }
+  if (options.work_dir.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    options.work_dir = tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp";
+  }
+  return std::unique_ptr<TrainingService>(new TrainingService(std::move(options)));
+}
 
 TrainingService::TrainingService(TrainingServiceOptions options) : options_(std::move(options)) {
   if (options_.binary.empty()) options_.binary = SelfExe();
-  if (options_.work_dir.empty()) {
-    const char* tmp = getenv("TMPDIR");
-    options_.work_dir =
-        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/numaserve-training-", getpid());
-  }
 }
 
 void TrainingService::StopAll() {
@@ -340,7 +615,7 @@ void TrainingService::StopAll() {
   for (auto& job : jobs) {
     if (job->Cancel()) {
       fprintf(stderr, "numaserve: stopping training job %s (checkpoint, then exit)\n",
-              job->id().c_str());
+              job->label().c_str());
     }
   }
 }
@@ -355,43 +630,101 @@ TrainingService::~TrainingService() {
   jobs.clear();  // joins the readers once the children have exited
 }
 
-std::shared_ptr<TrainingJob> TrainingService::Find(const std::string& id) {
+std::shared_ptr<TrainingJob> TrainingService::Find(const std::string& id,
+                                                   const std::string& caller) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& job : jobs_) {
-    if (job->id() == id) return job;
+    if (job->id() == id && job->owner() == caller) return job;
   }
   return nullptr;
+}
+
+absl::StatusOr<std::string> TrainingService::Caller(const grpc::ServerContextBase& context) const {
+  std::string caller = options_.caller ? options_.caller(context) : "";
+  if (caller.empty() && options_.authenticated) {
+    return absl::UnauthenticatedError("the caller could not be identified");
+  }
+  return caller;
+}
+
+absl::StatusOr<int> TrainingService::Ranks(const std::string& requested) const {
+  if (requested.empty() || requested == "auto") {
+    absl::StatusOr<int> domains = training::AutoRankCount();
+    if (!domains.ok()) return domains.status();
+    return std::min(*domains, options_.max_ranks);
+  }
+  int ranks = 0;
+  if (!absl::SimpleAtoi(requested, &ranks) || ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks: expected auto or a positive number, got '", Shown(requested), "'"));
+  }
+  if (ranks > options_.max_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks: ", ranks, " is more than the ", options_.max_ranks,
+                     " this server runs for one job (serve --training-max-ranks)"));
+  }
+  return ranks;
 }
 
 grpc::ServerUnaryReactor* TrainingService::StartTraining(
     grpc::CallbackServerContext* context, const training::StartTrainingRequest* request,
     training::StartTrainingResponse* response) {
-  std::string id;
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return Done(context, caller.status());
+  if (request->config_text().size() > options_.max_config_bytes) {
+    return Done(context, absl::InvalidArgumentError(absl::StrCat(
+                             "config_text: ", request->config_text().size(),
+                             " bytes, more than the ", options_.max_config_bytes,
+                             " this server accepts (serve --training-max-config-bytes)")));
+  }
+  absl::StatusOr<int> ranks = Ranks(request->ranks());
+  if (!ranks.ok()) return Done(context, ranks.status());
+  absl::StatusOr<training::TrainingConfig> config =
+      training::ParseTrainingConfig(request->config_text(), "config_text");
+  if (!config.ok()) return Done(context, absl::InvalidArgumentError(config.status().message()));
+  if (absl::Status s = ConfinePaths(options_.root, &*config); !s.ok()) return Done(context, s);
+  // The job runs the config with the resolved paths.
+  std::string resolved;
+  if (!google::protobuf::TextFormat::PrintToString(*config, &resolved)) {
+    return Done(context, absl::InternalError("cannot print the training config"));
+  }
+  absl::StatusOr<std::string> secret = RandomHex(16);
+  if (!secret.ok()) return Done(context, secret.status());
+
+  // A place among the running jobs, held until the job is in jobs_.
+  std::string label;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    id = absl::StrCat("train-", next_id_++);
+    const int running =
+        starting_ + static_cast<int>(std::count_if(jobs_.begin(), jobs_.end(),
+                                                   [](const auto& j) { return !j->finished(); }));
+    if (running >= options_.max_jobs) {
+      return Done(context, absl::ResourceExhaustedError(absl::StrCat(
+                               running,
+                               " training job(s) running, the most this server runs at "
+                               "once (serve --training-max-jobs); try again later")));
+    }
+    ++starting_;
+    label = absl::StrCat("train-", next_id_++);
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options_.work_dir, ec);
-  const std::string config_path = absl::StrCat(options_.work_dir, "/", id, ".cfg");
-  {
-    std::ofstream out(config_path, std::ios::trunc);
-    out << request->config_text();
-    if (!out)
-      return Done(context, grpc::Status(grpc::StatusCode::INTERNAL, "cannot write " + config_path));
-  }
-  absl::StatusOr<training::TrainingConfig> config = training::LoadTrainingConfig(config_path);
-  if (!config.ok()) {
-    return Done(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                      std::string(config.status().message())));
-  }
+  struct Release {
+    TrainingService* service;
+    ~Release() {
+      std::lock_guard<std::mutex> lock(service->mu_);
+      --service->starting_;
+    }
+  } release{this};
+  const std::string id = absl::StrCat(label, "-", *secret);
+
+  absl::StatusOr<std::unique_ptr<PrivateDir>> files =
+      PrivateDir::Create(options_.work_dir, resolved);
+  if (!files.ok()) return Done(context, files.status());
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return Done(context, grpc::Status(grpc::StatusCode::INTERNAL, "pipe failed"));
   }
-  std::vector<std::string> args = {
-      options_.binary, "train",   "--config",
-      config_path,     "--ranks", request->ranks().empty() ? "auto" : request->ranks()};
+  std::vector<std::string> args = {options_.binary,         "train",   "--config",
+                                   (*files)->config_path(), "--ranks", absl::StrCat(*ranks)};
   if (request->resume()) args.push_back("--resume");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -421,28 +754,35 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   close(pipe_fds[1]);
   const std::string model =
       !config->export_model_name().empty() ? config->export_model_name() : config->model();
-  auto job = std::make_shared<TrainingJob>(id, model, pid, pipe_fds[0], options_.metrics,
-                                           options_.stop_grace);
+  auto job =
+      std::make_shared<TrainingJob>(id, label, *caller, model, pid, pipe_fds[0], std::move(*files),
+                                    options_.metrics, options_.stop_grace);
   {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(job);
   }
+  fprintf(stderr, "numaserve: training job %s started (%d rank(s))%s%s\n", label.c_str(), *ranks,
+          caller->empty() ? "" : " for ", caller->c_str());
   response->set_job_id(id);
   return Done(context, grpc::Status::OK);
 }
 
 grpc::ServerWriteReactor<TrainingProgress>* TrainingService::WatchTraining(
     grpc::CallbackServerContext* context, const training::WatchTrainingRequest* request) {
-  std::shared_ptr<TrainingJob> job = Find(request->job_id());
+  class Refused final : public grpc::ServerWriteReactor<TrainingProgress> {
+   public:
+    explicit Refused(const grpc::Status& status) { Finish(status); }
+    void OnDone() override { delete this; }
+  };
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) {
+    return new Refused(
+        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(caller.status().message())));
+  }
+  std::shared_ptr<TrainingJob> job = Find(request->job_id(), *caller);
   if (job == nullptr) {
-    class NotFound final : public grpc::ServerWriteReactor<TrainingProgress> {
-     public:
-      explicit NotFound(const std::string& id) {
-        Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no training job '" + id + "'"));
-      }
-      void OnDone() override { delete this; }
-    };
-    return new NotFound(request->job_id());
+    return new Refused(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                    "no training job '" + Shown(request->job_id()) + "'"));
   }
   return new WatchReactor(std::move(job));
 }
@@ -450,28 +790,42 @@ grpc::ServerWriteReactor<TrainingProgress>* TrainingService::WatchTraining(
 grpc::ServerUnaryReactor* TrainingService::CancelTraining(
     grpc::CallbackServerContext* context, const training::CancelTrainingRequest* request,
     training::CancelTrainingResponse*) {
-  std::shared_ptr<TrainingJob> job = Find(request->job_id());
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return Done(context, caller.status());
+  std::shared_ptr<TrainingJob> job = Find(request->job_id(), *caller);
   if (job == nullptr) {
     return Done(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                      "no training job '" + request->job_id() + "'"));
+                                      "no training job '" + Shown(request->job_id()) + "'"));
   }
   if (!job->Cancel()) {
     return Done(context,
                 grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                              "training job '" + request->job_id() + "' has already ended"));
   }
+  fprintf(stderr, "numaserve: training job %s cancelled by its caller\n", job->label().c_str());
   return Done(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* TrainingService::ListTrainings(
     grpc::CallbackServerContext* context, const training::ListTrainingsRequest*,
     training::ListTrainingsResponse* response) {
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return Done(context, caller.status());
+  if (caller->empty()) {
+    return Done(context,
+                absl::PermissionDeniedError(
+                    "ListTrainings needs an authenticated caller (serve --grpc-auth-token-file "
+                    "or --grpc-tls-client-ca); without authentication a job is reached only by "
+                    "the id StartTraining returned"));
+  }
   std::vector<std::shared_ptr<TrainingJob>> jobs;
   {
     std::lock_guard<std::mutex> lock(mu_);
     jobs = jobs_;
   }
-  for (auto& job : jobs) *response->add_jobs() = job->Snapshot().first;
+  for (auto& job : jobs) {
+    if (job->owner() == *caller) *response->add_jobs() = job->Snapshot().first;
+  }
   return Done(context, grpc::Status::OK);
 }
 

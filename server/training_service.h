@@ -11,14 +11,40 @@
 // checkpoint (`--resume` continues from it). A job still running
 // stop_grace later gets SIGTERM (mpirun kills its ranks), and SIGKILL 5 s
 // after that. The server's shutdown waits for its jobs to end.
+//
+// Who may do what (see serve --training-service): the service is only
+// registered when asked for, every path a job's config names must resolve
+// inside the training root (TrainingServiceOptions::root), ranks, running
+// jobs and config size are capped, and each job belongs to its caller.
+//
+//   * Paths: relative paths are taken from the root; a path with a '..'
+//     component, an absolute path outside the root, an input whose real path
+//     (symbolic links followed) leaves the root, an output whose directory's
+//     real path leaves the root or whose file is a symbolic link: all
+//     INVALID_ARGUMENT naming the config field. The job runs with the
+//     resolved real paths, and writes its outputs through fresh temporary
+//     files (O_EXCL | O_NOFOLLOW) renamed into place.
+//   * Owners: a job belongs to the identity its StartTraining came with
+//     (TrainingServiceOptions::caller: a bearer token's name or a client
+//     certificate's subject). Watch and Cancel of another caller's job are
+//     NOT_FOUND, as for an unknown id, and ListTrainings lists the caller's
+//     jobs only. Without authentication every caller is anonymous: a job id
+//     carries 128 random bits and is the only way to reach the job (whoever
+//     holds it may watch and cancel), and ListTrainings is PERMISSION_DENIED.
+//     Metrics and the server's log name a job by its public prefix
+//     ("train-3" of "train-3-<32 hex digits>"), never its whole id.
+//   * Files: each job's config is written into a private directory (mkdtemp,
+//     0700) under work_dir, removed when the job ends.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "training.grpc.pb.h"
 
 namespace numaserve::server {
@@ -28,9 +54,24 @@ class Metrics;
 struct TrainingServiceOptions {
   // The numaserve executable to run `train` with; empty = this process's own.
   std::string binary;
-  // Where job configs are written; empty = $TMPDIR/numaserve-training-<pid>.
-  // Relative paths inside a config are relative to the server's directory.
+  // Every model, dataset, checkpoint, final_weights, timeline and export
+  // path of a job must be inside this directory; relative paths are taken
+  // from it. Required.
+  std::string root;
+  // Most ranks one job may run ("auto" is capped to it too). Bounds the
+  // processes a caller can start: the machine's NUMA domains by default.
+  int max_ranks = 1;
+  // Most jobs running at once; StartTraining beyond is RESOURCE_EXHAUSTED.
+  int max_jobs = 1;
+  // Largest config_text accepted.
+  size_t max_config_bytes = size_t{1} << 20;
+  // Where each job's private directory is made; empty = $TMPDIR or /tmp.
   std::string work_dir;
+  // The caller of a call: "" = anonymous. Null: every caller is anonymous.
+  std::function<std::string(const grpc::ServerContextBase&)> caller;
+  // Callers are authenticated: an empty caller is then refused
+  // (UNAUTHENTICATED) rather than treated as anonymous.
+  bool authenticated = false;
   // Where job figures are exported; may be null.
   Metrics* metrics = nullptr;
   // How long a stopped job may take to write its checkpoint and exit.
@@ -41,7 +82,8 @@ class TrainingJob;
 
 class TrainingService final : public training::TrainingService::CallbackService {
  public:
-  explicit TrainingService(TrainingServiceOptions options);
+  // Checks the options (the root must be a directory; the caps positive).
+  static absl::StatusOr<std::unique_ptr<TrainingService>> Create(TrainingServiceOptions options);
   // Stops every running job (see above) and waits for them to end.
   ~TrainingService() override;
 
@@ -61,12 +103,22 @@ class TrainingService final : public training::TrainingService::CallbackService 
                                           const training::ListTrainingsRequest* request,
                                           training::ListTrainingsResponse* response) override;
 
+  // The paths of `config` resolved inside the root (see above); errors are
+  // INVALID_ARGUMENT naming the field. Public for tests.
+  static absl::Status ConfinePaths(const std::string& root, training::TrainingConfig* config);
+
  private:
-  std::shared_ptr<TrainingJob> Find(const std::string& id);
+  explicit TrainingService(TrainingServiceOptions options);
+  // The caller's job `id`, or null (also when another caller owns it).
+  std::shared_ptr<TrainingJob> Find(const std::string& id, const std::string& caller);
+  // The caller, or UNAUTHENTICATED when authenticated callers are expected.
+  absl::StatusOr<std::string> Caller(const grpc::ServerContextBase& context) const;
+  absl::StatusOr<int> Ranks(const std::string& requested) const;
 
   TrainingServiceOptions options_;
-  std::mutex mu_;
+  std::mutex mu_;  // guards the fields below
   std::vector<std::shared_ptr<TrainingJob>> jobs_;
+  int starting_ = 0;  // jobs between the concurrency check and jobs_
   int next_id_ = 1;
 };
 

@@ -170,7 +170,7 @@ class InstancePool {
       lock.unlock();
       worker::Reply reply;
       reply.set_id(command.id());
-      RunOn(*model, *arena_, command.run(), &reply);
+      RunBatchOn(*model, *arena_, command.run(), &reply);
       lock.lock();
       --running_;
       lock.unlock();
@@ -179,31 +179,6 @@ class InstancePool {
     }
   }
 
- public:
-  // Runs one batch of `model` on slices of `arena`.
-  static void RunOn(engine::CompiledModel& model, const SharedArena& arena,
-                    const worker::RunBatch& run, worker::Reply* reply) {
-    auto in_arena = [&](const worker::TensorSlice& slice) {
-      return slice.offset() <= arena.size() && slice.bytes() <= arena.size() - slice.offset();
-    };
-    std::vector<const void*> inputs;
-    std::vector<void*> outputs;
-    for (const auto& slice : run.inputs()) {
-      if (!in_arena(slice)) return reply->set_error("input slice outside the arena");
-      inputs.push_back(arena.data() + slice.offset());
-    }
-    for (const auto& slice : run.outputs()) {
-      if (!in_arena(slice)) return reply->set_error("output slice outside the arena");
-      outputs.push_back(arena.data() + slice.offset());
-    }
-    auto start = std::chrono::steady_clock::now();
-    absl::Status s = model.Run(run.batch(), inputs, outputs);
-    reply->set_compute_ns(NanosSince(start));
-    if (!s.ok()) return reply->set_error(std::string(s.message()));
-    reply->set_ok(true);
-  }
-
- private:
   const int worker_;
   const std::string key_;
   SharedArena* const arena_;
@@ -327,7 +302,7 @@ class Worker {
       reply->set_error(absl::StrCat("model ", run.key(), " is not loaded on this worker"));
       return;
     }
-    InstancePool::RunOn(*it->second, *arena_, run, reply);
+    RunBatchOn(*it->second, *arena_, run, reply);
   }
 
   int index_;
@@ -341,10 +316,45 @@ class Worker {
 
 }  // namespace
 
+void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
+                worker::Reply* reply) {
+  auto in_arena = [&](const worker::TensorSlice& slice) {
+    return slice.offset() <= arena.size() && slice.bytes() <= arena.size() - slice.offset();
+  };
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<size_t> input_bytes, output_bytes;
+  for (const auto& slice : run.inputs()) {
+    if (!in_arena(slice)) return reply->set_error("input slice outside the arena");
+    inputs.push_back(arena.data() + slice.offset());
+    input_bytes.push_back(static_cast<size_t>(slice.bytes()));
+  }
+  for (const auto& slice : run.outputs()) {
+    if (!in_arena(slice)) return reply->set_error("output slice outside the arena");
+    outputs.push_back(arena.data() + slice.offset());
+    output_bytes.push_back(static_cast<size_t>(slice.bytes()));
+  }
+  // The engine reads and writes whole tensors: a slice of another size
+  // would read another request's bytes or write over them.
+  if (absl::Status s = model.CheckBufferSizes(run.batch(), input_bytes, output_bytes); !s.ok()) {
+    return reply->set_error(absl::StrCat("the server's buffers do not fit the model (", run.key(),
+                                         " at batch ", run.batch(), "): ", s.message()));
+  }
+  auto start = std::chrono::steady_clock::now();
+  absl::Status s = model.Run(run.batch(), inputs, outputs);
+  reply->set_compute_ns(NanosSince(start));
+  if (!s.ok()) return reply->set_error(std::string(s.message()));
+  reply->set_ok(true);
+}
+
 int WorkerCommand(const std::vector<std::string>& args) {
   // Die with the server: a worker never outlives the process that feeds it.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  signal(SIGINT, SIG_IGN);  // the server decides when workers stop
+  // The server decides when workers stop (it drains first): a SIGINT or
+  // SIGTERM sent to the whole process group (a terminal's ^C, systemd's
+  // control-group kill) must not end accepted work here.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
 
   std::string cpus_text;
   int64_t index = 0, node = -1, arena_bytes = 0;

@@ -114,6 +114,15 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
   }
   const char* exe = options_.executable.c_str();
   const int arena_fd = slot->arena->fd();
+  // What the child resets before exec: the server blocks SIGINT/SIGTERM
+  // (taken with sigwait) and ignores SIGPIPE, and both a blocked mask and
+  // ignored signals survive exec. A worker starts with every signal
+  // unblocked and at its default action, so `kill -TERM` reaches it.
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  struct sigaction default_action = {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
 
   pid_t pid = fork();
   if (pid < 0) {
@@ -125,6 +134,10 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
     // Child: only async-signal-safe calls until exec. The cpu mask is set
     // here so the OpenMP runtime starts inside it; the worker then binds
     // memory and confirms the binding itself.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &default_action, nullptr);
+    }
+    sigprocmask(SIG_SETMASK, &no_signals, nullptr);
     if (have_mask) sched_setaffinity(0, sizeof(mask), &mask);
     if (dup2(fds[1], kWorkerControlFd) < 0 || dup2(arena_fd, kWorkerArenaFd) < 0) _exit(127);
     execve(exe, argv.data(), envp.data());
@@ -140,7 +153,14 @@ bool WorkerSupervisor::SendLocked(Slot* slot, worker::Command command, ReplyFn f
   if (slot->fd < 0) return false;
   uint64_t id = slot->next_id++;
   command.set_id(id);
-  slot->pending[id] = std::move(fn);
+  Slot::Pending& pending = slot->pending[id];
+  pending.fn = std::move(fn);
+  if (command.has_load()) {
+    pending.model = command.load().key();
+    pending.load = true;
+  } else if (command.has_run()) {
+    pending.model = command.run().key();
+  }
   std::lock_guard<std::mutex> write_lock(slot->write_mu);
   // A failed write means the worker is gone: the reader sees the same end of
   // stream and answers this command (now pending) as lost, so the command is
@@ -188,24 +208,76 @@ void WorkerSupervisor::RecordLoad(Slot* slot, const ModelToLoad& model,
   }
 }
 
-void WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
-  std::map<uint64_t, ReplyFn> pending;
+bool WorkerSupervisor::ChargeCrash(const Slot::Pending& oldest, const std::string& why) {
+  if (oldest.model.empty()) return false;
+  std::string failed;
+  int crashes = 0;
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    // A model that has run batches before is not blamed for a later crash
+    // (that is the request's doing, retried once and failed by the router).
+    if (!oldest.load && ran_ok_.count(oldest.model) > 0) return false;
+    auto it = std::find_if(models_.begin(), models_.end(),
+                           [&](const ModelToLoad& m) { return m.key == oldest.model; });
+    if (it == models_.end()) return false;  // unloaded meanwhile: nothing to resend
+    crashes = ++crashes_[oldest.model];
+    if (crashes < std::max(1, options_.max_model_crashes)) return oldest.load;
+    failed = absl::StrFormat("crashed the worker %d times while %s; not loaded again (last: %s)",
+                             crashes, oldest.load ? "loading" : "running its first batch", why);
+    failed_[oldest.model] = failed;
+    models_.erase(it);
+  }
+  fprintf(stderr, "numaserve: model %s %s\n", oldest.model.c_str(), failed.c_str());
+  // Workers that hold it (it crashed another on its first batch) free it;
+  // none is chosen for it from now on.
+  for (auto& other : slots_) {
+    std::lock_guard<std::mutex> lock(other->mu);
+    other->instances.erase(oldest.model);
+    if (other->models.erase(oldest.model) == 0) continue;
+    worker::Command unload;
+    unload.mutable_unload()->set_key(oldest.model);
+    SendLocked(other.get(), unload, [](const worker::Reply&, bool) {});
+  }
+  return false;
+}
+
+bool WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
+  std::map<uint64_t, Slot::Pending> pending;
+  const Slot::Pending* culprit = nullptr;  // in `pending`
   {
     std::lock_guard<std::mutex> lock(slot->mu);
     pending.swap(slot->pending);
+    // The worker runs loads, unloads and the batches of single-instance
+    // models one at a time in the order sent: the oldest of those it had not
+    // answered is what it was doing when it died. Batches of models with
+    // several instances run beside them on their own threads: one of those
+    // is blamed only when nothing else was outstanding.
+    const Slot::Pending* oldest_pooled = nullptr;
+    for (const auto& [id, p] : pending) {
+      if (!p.load && slot->instances.count(p.model) > 0) {
+        if (oldest_pooled == nullptr) oldest_pooled = &p;
+        continue;
+      }
+      culprit = &p;
+      break;
+    }
+    if (culprit == nullptr) culprit = oldest_pooled;
     slot->ready = false;
     slot->models.clear();
     slot->instances.clear();
     if (slot->fd >= 0) close(slot->fd);
     slot->fd = -1;
   }
+  bool resend = false;
+  if (!stopping_ && culprit != nullptr) resend = ChargeCrash(*culprit, why);
   worker::Reply lost;
   lost.set_ok(false);
   lost.set_error(why);
-  for (auto& [id, fn] : pending) {
+  for (auto& [id, p] : pending) {
     lost.set_id(id);
-    fn(lost, /*worker_lost=*/true);
+    p.fn(lost, /*worker_lost=*/true);
   }
+  return resend;
 }
 
 void WorkerSupervisor::Run(Slot* slot) {
@@ -280,12 +352,18 @@ void WorkerSupervisor::Run(Slot* slot) {
         worker::Reply reply;
         if (!ReadFramed(fd, &reply).ok()) break;
         ReplyFn fn;
+        std::string ran;  // a model whose batch succeeded
         {
           std::lock_guard<std::mutex> lock(slot->mu);
           auto it = slot->pending.find(reply.id());
           if (it == slot->pending.end()) continue;
-          fn = std::move(it->second);
+          fn = std::move(it->second.fn);
+          if (!it->second.load && reply.ok()) ran = std::move(it->second.model);
           slot->pending.erase(it);
+        }
+        if (!ran.empty()) {
+          std::lock_guard<std::mutex> lock(models_mu_);
+          ran_ok_.insert(std::move(ran));
         }
         fn(reply, /*worker_lost=*/false);
         on_change_();
@@ -301,11 +379,14 @@ void WorkerSupervisor::Run(Slot* slot) {
         absl::StrFormat("worker %d (pid %d) %s", slot->index, *pid, DescribeExit(status));
     if (metrics_) metrics_->SetWorkerReady(slot->index, p.numa_node, false);
     if (!stopping_) fprintf(stderr, "numaserve: %s; restarting\n", why.c_str());
-    Lose(slot, why);
+    const bool resend = Lose(slot, why);
     {
       std::lock_guard<std::mutex> lock(slot->mu);
       slot->pid = -1;
-      slot->started_once = true;
+      // Start() keeps waiting while a load that crashed the worker is tried
+      // again (a bounded number of times), so it returns with the model
+      // either loaded or failed with its reason.
+      if (!resend) slot->started_once = true;
     }
     start_cv_.notify_all();
     on_change_();
@@ -386,6 +467,10 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
                                          std::chrono::milliseconds timeout) {
   {
     std::lock_guard<std::mutex> lock(models_mu_);
+    // Asked for again: a model marked failed gets its chances back.
+    crashes_.erase(model.key);
+    failed_.erase(model.key);
+    ran_ok_.erase(model.key);
     auto it = std::find_if(models_.begin(), models_.end(),
                            [&](const ModelToLoad& m) { return m.key == model.key; });
     if (it != models_.end()) {
@@ -428,6 +513,12 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
   std::unique_lock<std::mutex> w(wait->mu);
   wait->cv.wait_for(w, timeout, [&] { return wait->outstanding == 0; });
   if (wait->loaded > 0) return absl::OkStatus();
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    if (auto it = failed_.find(model.key); it != failed_.end()) {
+      return absl::InternalError(it->second);
+    }
+  }
   if (!wait->error.empty()) return absl::InternalError(wait->error);
   if (wait->outstanding > 0) {
     return absl::DeadlineExceededError(
@@ -439,6 +530,9 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
 void WorkerSupervisor::UnloadModel(const std::string& key) {
   {
     std::lock_guard<std::mutex> lock(models_mu_);
+    crashes_.erase(key);
+    failed_.erase(key);
+    ran_ok_.erase(key);
     models_.erase(std::remove_if(models_.begin(), models_.end(),
                                  [&](const ModelToLoad& m) { return m.key == key; }),
                   models_.end());
@@ -456,6 +550,10 @@ void WorkerSupervisor::UnloadModel(const std::string& key) {
 }
 
 std::string WorkerSupervisor::LoadError(const std::string& key) const {
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    if (auto it = failed_.find(key); it != failed_.end()) return it->second;
+  }
   std::string error;
   for (const auto& slot : slots_) {
     std::lock_guard<std::mutex> lock(slot->mu);

@@ -3,6 +3,16 @@
 // carries commands and replies over each worker's control socket, and
 // restarts a worker that exits. Commands in flight on a lost worker are
 // answered as lost, exactly once, so the caller can retry them elsewhere.
+//
+// Crash loops are bounded: a worker that dies is blamed on the oldest
+// command it had not answered (it runs them in order; batches of models
+// with several instances, which run beside them, only when nothing else
+// was outstanding). When that was a model's load, or a batch of a model
+// that has not yet run a batch successfully, the model is charged with the
+// crash; a model charged Options::max_model_crashes times is marked failed
+// ("crashed the worker 2 times while loading"), is no longer sent to any
+// worker (restarted or not) and reports that reason through LoadError,
+// while the other models keep loading and serving.
 #pragma once
 
 #include <sys/types.h>
@@ -44,6 +54,10 @@ class WorkerSupervisor {
     std::chrono::milliseconds restart_delay{250};
     // How long Stop() waits for a worker to exit before SIGKILL.
     std::chrono::milliseconds stop_grace{2000};
+    // Worker deaths a model may cause while loading or running its first
+    // batch before it is marked failed and no longer sent (so it is sent
+    // again after the first crash, once). At least 1.
+    int max_model_crashes = 2;
   };
 
   struct ModelToLoad {
@@ -103,7 +117,8 @@ class WorkerSupervisor {
   // workers free it. Call it once nothing is in flight for it.
   void UnloadModel(const std::string& key);
 
-  // Why `key` failed to load on the workers, empty if it loaded somewhere.
+  // Why `key` failed to load on the workers, empty if it loaded somewhere;
+  // for a model marked failed after crashing workers, that reason.
   std::string LoadError(const std::string& key) const;
   // True when some ready worker has `key` loaded.
   bool ModelAvailable(const std::string& key) const;
@@ -122,7 +137,13 @@ class WorkerSupervisor {
     bool ready = false;
     bool started_once = false;
     uint64_t next_id = 1;
-    std::map<uint64_t, ReplyFn> pending;
+    // A command in flight and the model it concerns, to blame a crash on.
+    struct Pending {
+      ReplyFn fn;
+      std::string model;  // the key of a LoadModel or RunBatch; empty otherwise
+      bool load = false;  // a LoadModel
+    };
+    std::map<uint64_t, Pending> pending;
     std::set<std::string> models;
     std::map<std::string, int> instances;  // of each loaded model, when > 1
     std::map<std::string, std::string> load_errors;
@@ -134,7 +155,13 @@ class WorkerSupervisor {
   void Run(Slot* slot);  // spawn, load, serve, restart; one thread per slot
   absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
   bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn);
-  void Lose(Slot* slot, const std::string& why);
+  // Answers the lost worker's commands; true when its death was charged to
+  // a model that will be sent to it again (a load crash below the limit).
+  bool Lose(Slot* slot, const std::string& why);
+  // Charges a crash to `oldest` (the lost worker's command blamed for it,
+  // see above) when it was a load or a not-yet-successful batch; marks the
+  // model failed at the limit. True when the model will be sent again.
+  bool ChargeCrash(const Slot::Pending& oldest, const std::string& why);
   // The LoadModel command for `model`.
   static worker::Command LoadCommand(const ModelToLoad& model);
   // Records a worker's answer to LoadCommand: the model it now holds, or why
@@ -144,6 +171,12 @@ class WorkerSupervisor {
   const Options options_;
   mutable std::mutex models_mu_;
   std::vector<ModelToLoad> models_;  // what every (re)started worker loads
+  // Under models_mu_: crashes charged per model key, the keys that have run
+  // a batch successfully (their later crashes are not charged), and the
+  // keys marked failed with the reason.
+  std::map<std::string, int> crashes_;
+  std::set<std::string> ran_ok_;
+  std::map<std::string, std::string> failed_;
   Metrics* const metrics_;
   const std::function<void()> on_change_;
   std::vector<std::unique_ptr<Slot>> slots_;

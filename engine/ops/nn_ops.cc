@@ -9,6 +9,33 @@
 #include "kernels/shape_ops.h"
 
 namespace numaserve::engine::ops {
+namespace {
+
+// Window attributes are the model's: extents, strides and dilations must be
+// in 1..kMaxTensorElements and pads within +-kMaxTensorElements, so that the
+// window arithmetic below (on dims that are at most as large) fits int64.
+absl::Status CheckWindowAttributes(const Node& node, const std::vector<int64_t>& kernel,
+                                   const std::vector<int64_t>& strides,
+                                   const std::vector<int64_t>& dilations,
+                                   const std::vector<int64_t>& pads) {
+  constexpr int64_t kMax = kernels::kMaxTensorElements;
+  for (const auto* values : {&kernel, &strides, &dilations}) {
+    for (int64_t v : *values) {
+      if (v < 1 || v > kMax) {
+        return NodeError(node, absl::StrCat("strides, dilations and kernel extents must be in 1..",
+                                            kMax, ", got ", v));
+      }
+    }
+  }
+  for (int64_t v : pads) {
+    if (v < -kMax || v > kMax) {
+      return NodeError(node, absl::StrCat("pads must be within +-", kMax, ", got ", v));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<kernels::WindowParams> ResolveWindow(const Node& node, const Shape& input,
                                                     const std::vector<int64_t>& kernel) {
@@ -26,6 +53,10 @@ absl::StatusOr<kernels::WindowParams> ResolveWindow(const Node& node, const Shap
       pads.size() != 2 * spatial) {
     return NodeError(node, absl::StrCat("kernel_shape/strides/dilations/pads must cover ", spatial,
                                         " spatial dims"));
+  }
+  if (absl::Status s = CheckWindowAttributes(node, p.kernel, p.strides, p.dilations, pads);
+      !s.ok()) {
+    return s;
   }
   p.pads_begin.assign(pads.begin(), pads.begin() + spatial);
   p.pads_end.assign(pads.begin() + spatial, pads.end());
@@ -87,6 +118,8 @@ ShapesOr ConvShapes(const Graph&, const Node& node, const std::vector<const Shap
   const Shape& x = *in[0];
   const Shape& w = *in[1];
   const int64_t group = node.GetInt("group", 1);
+  if (group < 1 || group > kernels::kMaxTensorElements)
+    return NodeError(node, "group out of range");
   if (w.size() != x.size() || x.size() < 3) {
     return NodeError(
         node, absl::StrCat("X ", kernels::ShapeToString(x), " and W ", kernels::ShapeToString(w),
@@ -153,13 +186,35 @@ absl::StatusOr<ConvTransposeGeometry> ConvTransposeResolve(const Node& node, con
       (!out_shape.empty() && out_shape.size() != spatial)) {
     return NodeError(node, "attributes must cover every spatial dim");
   }
+  if (absl::Status s = CheckWindowAttributes(node, p.kernel, p.strides, p.dilations, pads);
+      !s.ok()) {
+    return s;
+  }
+  for (const std::vector<int64_t>* values :
+       std::initializer_list<const std::vector<int64_t>*>{&out_pad, &out_shape}) {
+    for (int64_t v : *values) {
+      if (v < 0 || v > kernels::kMaxTensorElements) {
+        return NodeError(node, absl::StrCat("output_padding and output_shape must be in 0..",
+                                            kernels::kMaxTensorElements, ", got ", v));
+      }
+    }
+  }
+  if (group < 1 || group > kernels::kMaxTensorElements) {
+    return NodeError(node, "group out of range");
+  }
   p.pads_begin.assign(pads.begin(), pads.begin() + spatial);
   p.pads_end.assign(pads.begin() + spatial, pads.end());
   const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
   g.out = {x[0], w[1] * group};
   for (size_t d = 0; d < spatial; ++d) {
+    // Each term is below 2^62 (checked dims and attributes); their sum may
+    // not fit.
     const int64_t eff = (p.kernel[d] - 1) * p.dilations[d] + 1;
-    const int64_t full = p.strides[d] * (x[d + 2] - 1) + out_pad[d] + eff;
+    int64_t full = 0;
+    if (__builtin_add_overflow(p.strides[d] * (x[d + 2] - 1), out_pad[d] + eff, &full)) {
+      return NodeError(node,
+                       absl::StrCat("the output extent of spatial dim ", d, " overflows int64"));
+    }
     if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       const int64_t o = !out_shape.empty() ? out_shape[d] : x[d + 2] * p.strides[d];
       const int64_t total = std::max<int64_t>(full - o, 0);
@@ -169,7 +224,13 @@ absl::StatusOr<ConvTransposeGeometry> ConvTransposeResolve(const Node& node, con
       g.out.push_back(o);
     } else {
       if (auto_pad == "VALID") p.pads_begin[d] = p.pads_end[d] = 0;
-      g.out.push_back(full - p.pads_begin[d] - p.pads_end[d]);
+      int64_t o = 0;
+      if (__builtin_sub_overflow(full, p.pads_begin[d], &o) ||
+          __builtin_sub_overflow(o, p.pads_end[d], &o)) {
+        return NodeError(node,
+                         absl::StrCat("the output extent of spatial dim ", d, " overflows int64"));
+      }
+      g.out.push_back(o);
     }
   }
   return g;

@@ -92,6 +92,25 @@ absl::StatusOr<std::optional<std::vector<float>>> ConstFloats(const Graph& graph
   return c->f32.data;
 }
 
+absl::Status CheckShape(const Node& node, const Shape& shape, absl::string_view what) {
+  if (auto n = kernels::NumElementsChecked(shape); !n.ok()) {
+    return NodeError(node, absl::StrCat(what, ": ", n.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> NodeAdd(const Node& node, int64_t a, int64_t b, absl::string_view what) {
+  auto sum = kernels::CheckedAdd(a, b);
+  if (!sum.ok()) return NodeError(node, absl::StrCat(what, ": ", sum.status().message()));
+  return sum;
+}
+
+absl::StatusOr<int64_t> NodeMul(const Node& node, int64_t a, int64_t b, absl::string_view what) {
+  auto product = kernels::CheckedMul(a, b);
+  if (!product.ok()) return NodeError(node, absl::StrCat(what, ": ", product.status().message()));
+  return product;
+}
+
 absl::StatusOr<std::vector<int64_t>> NormalizeAxes(const Node& node, std::vector<int64_t> axes,
                                                    int64_t rank) {
   for (int64_t& a : axes) {

@@ -52,6 +52,16 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> IntsFromAttrOrInput(const Gr
 absl::StatusOr<std::optional<std::vector<float>>> ConstFloats(const Graph& graph, const Node& node,
                                                               size_t index, absl::string_view what);
 
+// OK when `shape` is a tensor shape the engine can hold (no negative dim,
+// at most kernels::kMaxTensorElements elements); INVALID_ARGUMENT naming the
+// node and `what` ("the output", "the target shape") otherwise.
+absl::Status CheckShape(const Node& node, const Shape& shape, absl::string_view what);
+
+// a + b and a * b with a node-named error when the result overflows int64
+// (attribute and constant values are the model's, so anything goes).
+absl::StatusOr<int64_t> NodeAdd(const Node& node, int64_t a, int64_t b, absl::string_view what);
+absl::StatusOr<int64_t> NodeMul(const Node& node, int64_t a, int64_t b, absl::string_view what);
+
 // Normalises axes against `rank`, with a node-named error.
 absl::StatusOr<std::vector<int64_t>> NormalizeAxes(const Node& node, std::vector<int64_t> axes,
                                                    int64_t rank);

@@ -75,8 +75,11 @@ ShapesOr ConcatShapes(const Graph&, const Node& node, const std::vector<const Sh
                                " vs ", kernels::ShapeToString(*in[0])));
       }
     }
-    out[*axis] += (*in[i])[*axis];
+    auto sum = NodeAdd(node, out[*axis], (*in[i])[*axis], "the concatenated dim");
+    if (!sum.ok()) return sum.status();
+    out[*axis] = *sum;
   }
+  if (absl::Status s = CheckShape(node, out, "the output"); !s.ok()) return s;
   return std::vector<Shape>{out};
 }
 
@@ -106,8 +109,9 @@ absl::StatusOr<std::vector<int64_t>> SplitSizes(const Graph& graph, const Node& 
     sizes.assign(parts, x[*axis] / parts);
   }
   int64_t total = 0;
-  for (int64_t s : sizes) total += s;
-  if (static_cast<int64_t>(sizes.size()) != parts || total != x[*axis]) {
+  bool valid = true;  // no negative size, no overflowing sum
+  for (int64_t s : sizes) valid = valid && s >= 0 && !__builtin_add_overflow(total, s, &total);
+  if (!valid || static_cast<int64_t>(sizes.size()) != parts || total != x[*axis]) {
     return NodeError(node,
                      absl::StrCat("split sizes must be ", parts, " values summing to ", x[*axis]));
   }
@@ -179,15 +183,20 @@ absl::StatusOr<SliceSpec> SliceSpecOf(const Graph& graph, const Node& node, cons
     if (start < 0)
       start = std::max<int64_t>(start + dim, std::numeric_limits<int64_t>::min() + dim);
     if (end < 0) end += dim;
+    // ceil(distance / |step|) without overflow for any step (INT64_MIN too).
     int64_t len = 0;
+    const uint64_t stride =
+        step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
     if (step > 0) {
       start = std::clamp<int64_t>(start, 0, dim);
       end = std::clamp<int64_t>(end, 0, dim);
-      len = end > start ? (end - start + step - 1) / step : 0;
+      if (end > start)
+        len = static_cast<int64_t>((static_cast<uint64_t>(end - start) - 1) / stride + 1);
     } else {
       start = std::clamp<int64_t>(start, 0, dim - 1);
       end = std::clamp<int64_t>(end, -1, dim - 1);
-      len = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+      if (start > end)
+        len = static_cast<int64_t>((static_cast<uint64_t>(start - end) - 1) / stride + 1);
     }
     spec.starts[*a] = start;
     spec.steps[*a] = step;
@@ -244,6 +253,12 @@ TensorsOr GatherReference(const Graph& graph, const Node& node,
   auto indices = ConstInts(graph, node, 1, "indices");
   if (!indices.ok()) return indices.status();
   std::vector<int64_t> idx = **indices;
+  const Shape& index_shape = graph.FindConstant(node.inputs[1])->shape;
+  if (auto shapes = GatherShapes(graph, node, {&in[0]->shape, &index_shape}); !shapes.ok()) {
+    return shapes.status();
+  } else if (absl::Status s = CheckShape(node, (*shapes)[0], "the output"); !s.ok()) {
+    return s;
+  }
   const int64_t dim = in[0]->shape[axis];
   for (int64_t& i : idx) {
     if (i < 0) i += dim;
@@ -294,11 +309,24 @@ ShapesOr PadShapes(const Graph& graph, const Node& node, const std::vector<const
   auto spec = PadSpecOf(graph, node, in[0]->size());
   if (!spec.ok()) return spec.status();
   Shape out = *in[0];
-  for (size_t d = 0; d < out.size(); ++d) out[d] += spec->pads[d] + spec->pads[d + out.size()];
+  for (size_t d = 0; d < out.size(); ++d) {
+    // Negative pads crop; the result may be neither negative nor overflow.
+    const int64_t begin = spec->pads[d], end = spec->pads[d + out.size()];
+    int64_t dim = 0;
+    if (__builtin_add_overflow(out[d], begin, &dim) || __builtin_add_overflow(dim, end, &dim) ||
+        dim < 0) {
+      return NodeError(node, absl::StrCat("pads ", begin, " and ", end, " on dim ", d, " of ",
+                                          kernels::ShapeToString(*in[0]),
+                                          " give a negative or overflowing extent"));
+    }
+    out[d] = dim;
+  }
+  if (absl::Status s = CheckShape(node, out, "the padded output"); !s.ok()) return s;
   return std::vector<Shape>{out};
 }
 
 TensorsOr PadReference(const Graph& graph, const Node& node, const std::vector<const Tensor*>& in) {
+  if (auto shapes = PadShapes(graph, node, {&in[0]->shape}); !shapes.ok()) return shapes.status();
   auto spec = PadSpecOf(graph, node, in[0]->shape.size());
   if (!spec.ok()) return spec.status();
   if (in.size() > 2 && in[2] != nullptr && !in[2]->data.empty()) spec->value = in[2]->data[0];
@@ -315,8 +343,10 @@ absl::Status SecondInputConst(const Graph& graph, const Node& node) {
 ShapesOr ExpandShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
   auto shape = ConstInts(graph, node, 1, "shape");
   if (!shape.ok()) return shape.status();
+  if (absl::Status s = CheckShape(node, **shape, "the shape input"); !s.ok()) return s;
   auto out = kernels::BroadcastShapes(*in[0], **shape);
   if (!out.ok()) return NodeError(node, out.status().message());
+  if (absl::Status s = CheckShape(node, *out, "the expanded output"); !s.ok()) return s;
   return std::vector<Shape>{*out};
 }
 
@@ -332,12 +362,23 @@ ShapesOr TileShapes(const Graph& graph, const Node& node, const std::vector<cons
   if (!repeats.ok()) return repeats.status();
   if ((*repeats)->size() != in[0]->size()) return NodeError(node, "repeats length != rank");
   Shape out = *in[0];
-  for (size_t d = 0; d < out.size(); ++d) out[d] *= (**repeats)[d];
+  for (size_t d = 0; d < out.size(); ++d) {
+    const int64_t r = (**repeats)[d];
+    if (r < 0) return NodeError(node, absl::StrCat("repeats[", d, "] is negative (", r, ")"));
+    auto dim = NodeMul(node, out[d], r, absl::StrCat("dim ", d, " times repeats[", d, "]"));
+    if (!dim.ok()) return dim.status();
+    out[d] = *dim;
+  }
+  if (absl::Status s = CheckShape(node, out, "the tiled output"); !s.ok()) return s;
   return std::vector<Shape>{out};
 }
 
 TensorsOr TileReference(const Graph& graph, const Node& node,
                         const std::vector<const Tensor*>& in) {
+  // The output's size is checked before anything is allocated.
+  if (auto shapes = TileShapes(graph, node, {&in[0]->shape}); !shapes.ok()) {
+    return shapes.status();
+  }
   auto repeats = ConstInts(graph, node, 1, "repeats");
   if (!repeats.ok()) return repeats.status();
   return One(kernels::TileRef(*in[0], **repeats));
@@ -440,6 +481,7 @@ ShapesOr ConstantOfShapeShapes(const Graph& graph, const Node& node,
                                const std::vector<const Shape*>&) {
   auto shape = ConstInts(graph, node, 0, "shape");
   if (!shape.ok()) return shape.status();
+  if (absl::Status s = CheckShape(node, **shape, "the shape input"); !s.ok()) return s;
   return std::vector<Shape>{**shape};
 }
 
@@ -447,6 +489,7 @@ TensorsOr ConstantOfShapeReference(const Graph& graph, const Node& node,
                                    const std::vector<const Tensor*>&) {
   auto shape = ConstInts(graph, node, 0, "shape");
   if (!shape.ok()) return shape.status();
+  if (absl::Status s = CheckShape(node, **shape, "the shape input"); !s.ok()) return s;
   const std::vector<float> value = node.GetFloats("value", {0.0f});
   Tensor y(**shape);
   std::fill(y.data.begin(), y.data.end(), value.empty() ? 0.0f : value[0]);
@@ -554,6 +597,7 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
   spec.out = x;
   if (!upsample && !opset10 && sizes->has_value() && !(*sizes)->empty()) {
     if ((*sizes)->size() != x.size()) return NodeError(node, "sizes length != rank");
+    if (absl::Status s = CheckShape(node, **sizes, "sizes"); !s.ok()) return s;
     p.scales.clear();
     for (size_t d = 0; d < x.size(); ++d) {
       spec.out[d] = (**sizes)[d];
@@ -563,9 +607,19 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
     if (scales.size() != x.size()) return NodeError(node, "scales or sizes must cover every dim");
     p.scales = scales;
     for (size_t d = 0; d < x.size(); ++d) {
-      spec.out[d] = static_cast<int64_t>(std::floor(x[d] * static_cast<double>(scales[d])));
+      // Checked before the conversion: a huge, negative, infinite or NaN
+      // scale is an error, not an undefined cast.
+      const double extent = std::floor(static_cast<double>(x[d]) * static_cast<double>(scales[d]));
+      if (!(scales[d] > 0.0f) || !(extent <= static_cast<double>(kernels::kMaxTensorElements))) {
+        return NodeError(
+            node, absl::StrCat("scales[", d, "] = ", scales[d], " on dim ", d, " of ",
+                               kernels::ShapeToString(x), " is not positive or gives more than ",
+                               kernels::kMaxTensorElements, " elements"));
+      }
+      spec.out[d] = static_cast<int64_t>(extent);
     }
   }
+  if (absl::Status s = CheckShape(node, spec.out, "the resized output"); !s.ok()) return s;
   return spec;
 }
 
@@ -597,7 +651,10 @@ TensorsOr ResizeReference(const Graph& graph, const Node& node,
 
 absl::Status BlockValidate(const Graph&, const Node& node) {
   if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
-  if (node.GetInt("blocksize", 0) < 1) return NodeError(node, "blocksize must be >= 1");
+  const int64_t b = node.GetInt("blocksize", 0);
+  if (b < 1 || b > kernels::kMaxTensorElements) {
+    return NodeError(node, absl::StrCat("blocksize must be in 1..", kernels::kMaxTensorElements));
+  }
   return absl::OkStatus();
 }
 
@@ -605,12 +662,20 @@ ShapesOr BlockShapes(const Graph&, const Node& node, const std::vector<const Sha
   const Shape& x = *in[0];
   const int64_t b = node.GetInt("blocksize", 1);
   if (x.size() != 4) return NodeError(node, "input must be 4-D");
+  // Dims and b are at most kMaxTensorElements (2^31): these products fit.
+  if (b < 1 || b > kernels::kMaxTensorElements) return NodeError(node, "blocksize out of range");
+  Shape out;
   if (node.op_type == "DepthToSpace") {
     if (x[1] % (b * b) != 0) return NodeError(node, "channels not divisible by blocksize^2");
-    return std::vector<Shape>{{x[0], x[1] / (b * b), x[2] * b, x[3] * b}};
+    out = {x[0], x[1] / (b * b), x[2] * b, x[3] * b};
+  } else {
+    if (x[2] % b != 0 || x[3] % b != 0) return NodeError(node, "H, W not divisible by blocksize");
+    auto c = NodeMul(node, x[1] * b, b, "channels times blocksize^2");
+    if (!c.ok()) return c.status();
+    out = {x[0], *c, x[2] / b, x[3] / b};
   }
-  if (x[2] % b != 0 || x[3] % b != 0) return NodeError(node, "H, W not divisible by blocksize");
-  return std::vector<Shape>{{x[0], x[1] * b * b, x[2] / b, x[3] / b}};
+  if (absl::Status s = CheckShape(node, out, "the output"); !s.ok()) return s;
+  return std::vector<Shape>{out};
 }
 
 TensorsOr BlockReference(const Graph&, const Node& node, const std::vector<const Tensor*>& in) {

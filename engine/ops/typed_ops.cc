@@ -304,9 +304,7 @@ absl::Status Int64Output(const Node& node, const Types& in, const Types& out) {
 TypedOr ConstantOfShapeTyped(const Graph& graph, const Node& node, const TypedIn& in) {
   std::vector<int64_t> shape;
   for (int64_t i = 0; i < in[0]->size(); ++i) shape.push_back(in[0]->GetInt64(i));
-  for (int64_t d : shape) {
-    if (d < 0) return NodeError(node, "shape dims must be >= 0");
-  }
+  if (absl::Status s = CheckShape(node, shape, "the shape input"); !s.ok()) return s;
   const DataType type = graph.value(node.outputs[0]).type == DataType::kUnknown
                             ? DataType::kFloat32
                             : graph.value(node.outputs[0]).type;

@@ -25,6 +25,49 @@ absl::Status Errno(const std::string& what) {
 }
 }  // namespace
 
+absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  // A fresh temporary file: an old one (or a link planted under its name)
+  // is removed first, and O_EXCL | O_NOFOLLOW never writes through a
+  // symbolic or hard link to a file elsewhere.
+  const std::string tmp = path + ".tmp";
+  if (unlink(tmp.c_str()) != 0 && errno != ENOENT)
+    return Errno(absl::StrCat("cannot remove ", tmp));
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(absl::StrCat("cannot create ", tmp));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      close(fd);
+      unlink(tmp.c_str());
+      return Errno(absl::StrCat("write ", tmp));
+    }
+    done += n;
+  }
+  if (fsync(fd) != 0) {
+    close(fd);
+    unlink(tmp.c_str());
+    return Errno(absl::StrCat("fsync ", tmp));
+  }
+  close(fd);
+  // rename replaces `path` itself, a symbolic link there included; it never
+  // writes to the link's target.
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const absl::Status status = Errno(absl::StrCat("rename ", tmp, " -> ", path));
+    unlink(tmp.c_str());
+    return status;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    fsync(dir_fd);
+    close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
   std::string bytes(kMagic, sizeof(kMagic));
   Put<uint64_t>(bytes, checkpoint.step);
@@ -35,34 +78,7 @@ absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoi
     Put<uint64_t>(bytes, values.size());
     bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   }
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(absl::StrCat("cannot create ", tmp));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      close(fd);
-      return Errno(absl::StrCat("write ", tmp));
-    }
-    done += n;
-  }
-  if (fsync(fd) != 0) {
-    close(fd);
-    return Errno(absl::StrCat("fsync ", tmp));
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0)
-    return Errno(absl::StrCat("rename ", tmp, " -> ", path));
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, bytes);
 }
 
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
@@ -97,15 +113,21 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
     uint32_t name_len = 0;
     memcpy(&name_len, bytes.data() + off, 4);
     off += 4;
-    if (absl::Status s = need(name_len + 8, "a tensor name"); !s.ok()) return s;
+    // In size_t: name_len + 8 in uint32 wraps for lengths near 2^32.
+    if (absl::Status s = need(static_cast<size_t>(name_len) + 8, "a tensor name"); !s.ok()) {
+      return s;
+    }
     std::string name = bytes.substr(off, name_len);
     off += name_len;
     uint64_t n = 0;
     get64(&n);
+    // Compared as a count (n * 4 could wrap): nothing is allocated for
+    // elements the file does not hold.
     if (n > (bytes.size() - off) / sizeof(float)) {
       return absl::DataLossError(absl::StrCat(path, ": truncated at offset ", bytes.size(),
-                                              ": tensor '", name, "' needs ", n * sizeof(float),
-                                              " bytes at offset ", off));
+                                              ": tensor '", name, "' needs ", n,
+                                              " float32 elements at offset ", off, ", only ",
+                                              (bytes.size() - off) / sizeof(float), " remain"));
     }
     std::vector<float> values(n);
     memcpy(values.data(), bytes.data() + off, n * sizeof(float));

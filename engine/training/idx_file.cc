@@ -12,9 +12,10 @@
 namespace numaserve::training {
 namespace {
 
-// Reads the whole (possibly gzipped) file into memory. gzread reads plain
+// Reads the whole (possibly gzipped) file into memory, at most `max_bytes`
+// of it (a small gzip stream may expand without bound). gzread reads plain
 // files transparently, so one path serves both.
-absl::StatusOr<std::vector<uint8_t>> ReadAllBytes(const std::string& path) {
+absl::StatusOr<std::vector<uint8_t>> ReadAllBytes(const std::string& path, uint64_t max_bytes) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", strerror(errno)));
@@ -35,6 +36,11 @@ absl::StatusOr<std::vector<uint8_t>> ReadAllBytes(const std::string& path) {
     }
     bytes.resize(old_size + got);
     if (got == 0) break;
+    if (bytes.size() > max_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": more than ", max_bytes,
+                       " bytes (uncompressed), the limit for this IDX file with its header"));
+    }
   }
   // A gzip stream that ends early makes gzread return the bytes it had and
   // set Z_BUF_ERROR ("unexpected end of file").
@@ -54,10 +60,12 @@ uint32_t BigEndian32(const uint8_t* p) {
 
 }  // namespace
 
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
-  absl::StatusOr<std::vector<uint8_t>> bytes = ReadAllBytes(path);
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, uint64_t max_bytes) {
+  constexpr uint64_t kMaxHeader = 4 + 4 * 8;
+  absl::StatusOr<std::vector<uint8_t>> bytes =
+      ReadAllBytes(path, max_bytes > UINT64_MAX - kMaxHeader ? UINT64_MAX : max_bytes + kMaxHeader);
   if (!bytes.ok()) return bytes.status();
-  const std::vector<uint8_t>& b = *bytes;
+  std::vector<uint8_t>& b = *bytes;
   if (b.size() < 4) {
     return absl::DataLossError(
         absl::StrCat(path, ": truncated at offset ", b.size(), ": expected a 4-byte IDX magic"));
@@ -82,23 +90,35 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
                                             ": the header needs ", header, " bytes"));
   }
   IdxArray array;
-  size_t count = 1;
+  // Up to 8 dims of up to 2^32 - 1: the product is checked, never wrapped
+  // (a wrapped count could match a short body and describe data that is
+  // not there).
+  uint64_t count = 1;
+  bool overflow = false;
   for (int i = 0; i < rank; ++i) {
     const uint32_t dim = BigEndian32(&b[4 + 4 * i]);
     array.dims.push_back(dim);
-    count *= dim;
+    overflow = overflow || __builtin_mul_overflow(count, uint64_t{dim}, &count);
   }
-  if (b.size() < header + count) {
+  if (overflow || count > max_bytes) {
+    std::string dims;
+    for (int64_t d : array.dims) absl::StrAppend(&dims, dims.empty() ? "" : "x", d);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": offset 4: dims ", dims,
+                                                   " describe more than ", max_bytes,
+                                                   " bytes, the limit for an IDX file"));
+  }
+  if (b.size() - header < count) {
     return absl::DataLossError(absl::StrCat(path, ": truncated at offset ", b.size(), ": expected ",
                                             header + count, " bytes for dims of ", count,
                                             " elements"));
   }
-  if (b.size() > header + count) {
+  if (b.size() - header > count) {
     return absl::DataLossError(absl::StrCat(path, ": offset ", header + count, ": ",
                                             b.size() - header - count,
                                             " unexpected trailing bytes after the data"));
   }
-  array.data.assign(b.begin() + header, b.end());
+  b.erase(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(header));  // no second copy
+  array.data = std::move(b);
   return array;
 }
 

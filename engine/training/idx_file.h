@@ -18,11 +18,18 @@ struct IdxArray {
   std::vector<uint8_t> data;  // row-major, product(dims) bytes
 };
 
+// The most bytes ReadIdxFile reads (uncompressed) and allocates by
+// default: 4 GiB, ~90 times Fashion-MNIST's training images.
+inline constexpr uint64_t kDefaultMaxIdxBytes = uint64_t{4} << 30;
+
 // Reads `path` (gzip detected from its magic bytes, not its name). Errors
 // name the file and the byte offset (in the uncompressed stream) where it
 // went wrong: a bad magic, an unsupported type, a truncated body, a corrupt
-// gzip stream, or trailing bytes.
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path);
+// gzip stream, or trailing bytes; also dims whose product overflows or
+// exceeds `max_bytes`, and a stream longer than `max_bytes` (which is all
+// that is ever allocated).
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
+                                     uint64_t max_bytes = kDefaultMaxIdxBytes);
 
 // Writes an unsigned-byte IDX file, gzipped when `gzip` (for tests and
 // converters). Written to a temporary name and renamed.

@@ -1,7 +1,9 @@
 #include "engine/training/onnx_export.h"
 
 #include <onnx/onnx_pb.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/training/checkpoint.h"
 
 namespace numaserve::training {
 
@@ -154,38 +157,56 @@ absl::Status ExportOnnx(const std::string& source_model, const std::vector<Named
   }
   FoldBatchNorms(&model);
   model.set_producer_name("numaserve train");
-  const std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !model.SerializeToOstream(&out)) {
-      return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-    }
+  std::string serialized;
+  if (!model.SerializeToString(&serialized)) {
+    return absl::InternalError(absl::StrCat(out_path, ": cannot serialize the model"));
   }
-  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", out_path, " failed"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(out_path, serialized);
 }
 
 absl::StatusOr<std::string> NextVersionPath(const std::string& repository,
                                             const std::string& name) {
   namespace fs = std::filesystem;
-  const fs::path model_dir = fs::path(repository) / name;
-  int64_t highest = 0;
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("export_model_name '", name, "' must be one path component (no '/')"));
+  }
   std::error_code ec;
-  if (fs::is_directory(model_dir, ec)) {
-    for (const fs::directory_entry& e : fs::directory_iterator(model_dir, ec)) {
-      int64_t v = 0;
-      if (e.is_directory() && absl::SimpleAtoi(e.path().filename().string(), &v)) {
-        highest = std::max(highest, v);
-      }
+  fs::create_directories(repository, ec);
+  const fs::path model_dir = fs::path(repository) / name;
+  // The model directory is created here or must be a real directory: a
+  // symbolic link there would put the export somewhere else.
+  if (mkdir(model_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", model_dir.string(), ": ", strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(model_dir.c_str(), &st) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot stat ", model_dir.string(), ": ", strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        model_dir.string(), S_ISLNK(st.st_mode) ? " is a symbolic link" : " is not a directory",
+        ": not exporting there"));
+  }
+  int64_t highest = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(model_dir, ec)) {
+    int64_t v = 0;
+    if (e.is_directory() && absl::SimpleAtoi(e.path().filename().string(), &v)) {
+      highest = std::max(highest, v);
     }
   }
-  const fs::path dir = model_dir / std::to_string(highest + 1);
-  fs::create_directories(dir, ec);
-  if (ec)
-    return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
-  return (dir / "model.onnx").string();
+  // mkdir, not create_directories: the version directory is new, never an
+  // existing directory or link of the same name.
+  for (int64_t version = highest + 1;; ++version) {
+    const fs::path dir = model_dir / std::to_string(version);
+    if (mkdir(dir.c_str(), 0755) == 0) return (dir / "model.onnx").string();
+    if (errno != EEXIST || version > highest + 100) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", dir.string(), ": ", strerror(errno)));
+    }
+  }
 }
 
 }  // namespace numaserve::training

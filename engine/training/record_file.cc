@@ -99,18 +99,42 @@ absl::StatusOr<std::unique_ptr<RecordFileReader>> RecordFileReader::Open(const s
           r->ReadAt(12, 8 * (rank + 1), reinterpret_cast<uint8_t*>(fields.data()), "the header");
       !s.ok())
     return s;
-  for (uint32_t i = 0; i < rank; ++i) r->dims_.push_back(static_cast<int64_t>(fields[i]));
+  for (uint32_t i = 0; i < rank; ++i) {
+    // A u64 above INT64_MAX turns negative here and is refused below.
+    r->dims_.push_back(static_cast<int64_t>(fields[i]));
+  }
   const uint64_t count = fields[rank];
-  const size_t record = 1 + static_cast<size_t>(kernels::NumElements(r->dims_));
-  if (file_size != header + count * record) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": ",
-                     file_size < header + count * record ? "truncated at offset "
-                                                         : "trailing bytes from offset ",
-                     std::min(file_size, header + count * record), ": ", count, " records of ",
-                     record, " bytes need ", header + count * record, " bytes in all"));
+  // Sizes from the header are checked, never wrapped: an example of at most
+  // kMaxTensorElements bytes, and a count the file's size can hold.
+  auto elements = kernels::NumElementsChecked(r->dims_);
+  if (!elements.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": offset 12: example dims: ", elements.status().message()));
+  }
+  const size_t record = 1 + static_cast<size_t>(*elements);
+  const uint64_t body = file_size - header;
+  if (count > body / record || body != count * record) {
+    uint64_t needed = 0;
+    const bool wraps = __builtin_mul_overflow(count, uint64_t{record}, &needed) ||
+                       __builtin_add_overflow(needed, uint64_t{header}, &needed);
+    return absl::DataLossError(absl::StrCat(
+        path, ": ", count > body / record ? "truncated at offset " : "trailing bytes from offset ",
+        count > body / record ? file_size : header + count * record, ": ", count, " records of ",
+        record, " bytes need ", wraps ? std::string("more than 2^64") : absl::StrCat(needed),
+        " bytes in all"));
   }
   const std::string index_path = path + ".idx";
+  // The index is 8 bytes a record: one larger than that is refused before
+  // it is read (count is at most the data file's size here, so this fits).
+  {
+    std::error_code ec;
+    const uintmax_t index_size = std::filesystem::file_size(index_path, ec);
+    if (!ec && index_size > 16 + 8 * count) {
+      return absl::DataLossError(
+          absl::StrCat(index_path, ": ", index_size, " bytes, more than the ", 16 + 8 * count,
+                       " an index of ", count, " records takes (", path, " has ", count, ")"));
+    }
+  }
   absl::StatusOr<std::string> index = ReadWholeFile(index_path);
   if (!index.ok()) return index.status();
   if (index->size() < 16 || memcmp(index->data(), kIndexMagic, 8) != 0) {

@@ -1,10 +1,10 @@
 #include "engine/training/timeline.h"
 
 #include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/training/checkpoint.h"
 
 namespace numaserve::training {
 
@@ -59,16 +59,7 @@ absl::Status Timeline::Write(const std::string& path, MPI_Comm comm) const {
     first = false;
   }
   json += "\n]}\n";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << json;
-    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, " failed"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, json);
 }
 
 }  // namespace numaserve::training

@@ -111,11 +111,17 @@ absl::StatusOr<TrainingConfig> LoadTrainingConfig(const std::string& path) {
   if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open training config"));
   std::stringstream text;
   text << file.rdbuf();
+  return ParseTrainingConfig(text.str(), path);
+}
+
+absl::StatusOr<TrainingConfig> ParseTrainingConfig(const std::string& text,
+                                                   const std::string& source) {
+  const std::string& path = source;
   TrainingConfig config;
   google::protobuf::TextFormat::Parser parser;
   ConfigErrors errors(path);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), &config)) {
+  if (!parser.ParseFromString(text, &config)) {
     return absl::InvalidArgumentError(errors.first().empty() ? absl::StrCat(path, ": cannot parse")
                                                              : errors.first());
   }

@@ -17,6 +17,10 @@ namespace numaserve::training {
 // Reads a TrainingConfig in protobuf text format. Errors name the file,
 // line and field; missing required fields are named too.
 absl::StatusOr<TrainingConfig> LoadTrainingConfig(const std::string& path);
+// The same for config text already in memory; errors name `source` as the
+// file (the training service passes "config_text").
+absl::StatusOr<TrainingConfig> ParseTrainingConfig(const std::string& text,
+                                                   const std::string& source);
 
 struct TrainOptions {
   // Continue from config.checkpoint (same data order) instead of starting over.

@@ -18,6 +18,9 @@ What is here:
     MatMul, Add, Relu, Softmax, Reshape, Identity, Constant), the reference
     server outputs are compared to.
   * parse_metrics / Metrics: the Prometheus text exposition format.
+  * make_test_pki / tls_credentials: a throw-away CA, server and client
+    certificates made with the openssl CLI, and gRPC channel credentials
+    (TLS, mTLS, bearer token) for ServerProcess(credentials=...).
 
 Environment:
   NUMASERVE_BIN         the numaserve binary (default: <source>/build/server/bin/numaserve)
@@ -54,11 +57,12 @@ __all__ = [
     "default_binary", "write_default_model", "deep_mlp_model", "write_model",
     "ServerProcess", "ServerStartError", "child_pids", "insecure_channel", "wait_until",
     "make_request", "decode_outputs", "infer", "random_images", "datatype_of",
-    "ReferenceModel", "parse_metrics", "Metrics",
+    "ReferenceModel", "parse_metrics", "Metrics", "make_test_pki", "tls_credentials",
 ]
 
 _PORTS_LINE = re.compile(r"^grpc=(?P<ghost>[^\s]+):(?P<gport>\d+) "
-                         r"metrics=(?P<mhost>[^\s]+):(?P<mport>\d+)\s*$")
+                         r"metrics=(?P<mhost>[^\s]+):(?P<mport>\d+)"
+                         r"(?: training=(?P<thost>[^\s]+):(?P<tport>\d+))?\s*$")
 
 
 # --- Stubs -------------------------------------------------------------------
@@ -228,11 +232,16 @@ class ServerProcess:
     With die_with_parent (the default) the server is SIGKILLed when the
     thread that started it exits: start it from a thread that outlives it
     (the main thread, a setUpClass).
+
+    credentials (grpc.ChannelCredentials, see tls_credentials) make
+    channel() and new_channel() TLS channels; the server's TLS flags go in
+    ARGS. A server run with --training-service prints its training address
+    too: training_port, training_channel().
     """
 
     def __init__(self, model_repository, args=(), binary=None, host="127.0.0.1",
                  startup_timeout=120.0, stop_timeout=60.0, env=None, expect_exit_code=0,
-                 die_with_parent=True):
+                 die_with_parent=True, credentials=None):
         self.binary = binary or default_binary()
         self.model_repository = model_repository
         self.host = host
@@ -243,9 +252,12 @@ class ServerProcess:
         self.env = env
         self.expect_exit_code = expect_exit_code
         self.die_with_parent = die_with_parent
+        self.credentials = credentials
         self.proc = None
         self.grpc_port = None
         self.metrics_port = None
+        self.training_host = None
+        self.training_port = None
         self.returncode = None
         self._stderr = None
         self._stderr_final = None
@@ -278,6 +290,9 @@ class ServerProcess:
                     self._fail_start("unexpected first stdout line %r" % line)
                 self.grpc_port = int(match.group("gport"))
                 self.metrics_port = int(match.group("mport"))
+                if match.group("tport"):
+                    self.training_host = match.group("thost")
+                    self.training_port = int(match.group("tport"))
                 break
             if self.proc.poll() is not None:
                 self._fail_start("exited with code %d before printing its ports"
@@ -418,9 +433,28 @@ class ServerProcess:
             self._channel = self.new_channel()
         return self._channel
 
-    def new_channel(self):
-        """A channel of its own (one per client thread, for real concurrency)."""
-        return insecure_channel(self.grpc_address)
+    def new_channel(self, credentials=None):
+        """A channel of its own (one per client thread, for real concurrency);
+        TLS with CREDENTIALS (default: the server's credentials, if any)."""
+        return self._channel_to(self.grpc_address, credentials)
+
+    @property
+    def training_address(self):
+        return "%s:%d" % (self.training_host, self.training_port)
+
+    def training_channel(self, credentials=None):
+        """A new channel to the training service's address (--training-service)."""
+        if self.training_port is None:
+            raise AssertionError("the server printed no training address")
+        return self._channel_to(self.training_address, credentials)
+
+    def _channel_to(self, address, credentials):
+        credentials = credentials or self.credentials
+        if credentials is None:
+            return insecure_channel(address)
+        return grpc.secure_channel(address, credentials, options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
 
     def stub(self):
         return pb_grpc.GRPCInferenceServiceStub(self.channel())
@@ -486,6 +520,76 @@ def wait_until(predicate, timeout, interval=0.05):
         if time.monotonic() > deadline:
             return value
         time.sleep(interval)
+
+
+# --- TLS ---------------------------------------------------------------------
+
+def _openssl(*args, cwd):
+    result = subprocess.run(["openssl"] + list(args), cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError("openssl %s failed:\n%s" % (" ".join(args), result.stdout))
+
+
+def make_test_pki(directory, clients=("alice", "bob"), server_names=("localhost",),
+                  server_ips=("127.0.0.1",)):
+    """A throw-away PKI in DIRECTORY, made with the openssl CLI: a CA, a server
+    certificate for SERVER_NAMES / SERVER_IPS, and one client certificate per
+    name in CLIENTS (subject CN=<name>), all signed by the CA; plus a second,
+    unrelated CA ("other") with a client certificate "mallory" it signed.
+
+    Returns {"ca", "server_cert", "server_key", "other_ca",
+    "client": {name: (cert, key)}} of file paths (PEM, keys unencrypted).
+    """
+    os.makedirs(directory, exist_ok=True)
+    days = "2"
+
+    def make_ca(name):
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key",
+                 "-out", name + ".pem", "-days", days, "-subj", "/CN=numaserve test " + name,
+                 cwd=directory)
+        return os.path.join(directory, name + ".pem")
+
+    def sign(ca, name, subject, extensions):
+        ext = os.path.join(directory, name + ".ext")
+        with open(ext, "w") as f:
+            f.write(extensions)
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key",
+                 "-out", name + ".csr", "-subj", subject, cwd=directory)
+        _openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
+                 "-CAcreateserial", "-out", name + ".pem", "-days", days, "-extfile", ext,
+                 cwd=directory)
+        return os.path.join(directory, name + ".pem"), os.path.join(directory, name + ".key")
+
+    pki = {"ca": make_ca("ca"), "other_ca": make_ca("other"), "client": {}}
+    alt = ",".join(["DNS:" + n for n in server_names] + ["IP:" + i for i in server_ips])
+    pki["server_cert"], pki["server_key"] = sign(
+        "ca", "server", "/CN=" + server_names[0],
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\nsubjectAltName=" + alt + "\n")
+    client_ext = ("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                  "extendedKeyUsage=clientAuth\n")
+    for name in clients:
+        pki["client"][name] = sign("ca", "client-" + name, "/CN=" + name, client_ext)
+    pki["client"]["mallory"] = sign("other", "client-mallory", "/CN=mallory", client_ext)
+    return pki
+
+
+def tls_credentials(ca, cert=None, key=None, token=None):
+    """grpc.ChannelCredentials trusting the CA file CA; with CERT and KEY
+    files the client presents that certificate (mTLS); with TOKEN every call
+    carries `authorization: Bearer TOKEN`."""
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read(ca), private_key=read(key) if key else None,
+        certificate_chain=read(cert) if cert else None)
+    if token is not None:
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token))
+    return credentials
 
 
 # --- Requests ----------------------------------------------------------------

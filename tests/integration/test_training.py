@@ -11,7 +11,10 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
   * IDX files converted to packed records (numaserve-dataset) train to
     the same weights, on 2 ranks that each read only their shard of the
     record file;
-  * configuration errors name the file, line and field.
+  * configuration errors name the file, line and field;
+  * checkpoints, final weights, timelines and exports are written through
+    fresh temporary files: a symbolic link planted at `<output>.tmp`, or
+    at the export's model directory, does not redirect the write.
 """
 
 import gzip
@@ -241,6 +244,45 @@ class TrainingTest(unittest.TestCase):
                              timeout=60).stdout
         self.assertRegex(out, r"^mpirun --hostfile hosts --map-by ppr:1:numa .*--bind-to none "
                               r"\S+ train --config \S+ --resume$")
+
+    def test_outputs_are_not_written_through_planted_links(self):
+        work = tempfile.mkdtemp(prefix="links_", dir=self.dir)
+        outside = tempfile.mkdtemp(prefix="outside_", dir=self.dir)
+        targets = {}
+        for name in ("checkpoint", "weights", "timeline.json", "model.onnx"):
+            targets[name] = os.path.join(outside, name)
+            with open(targets[name], "w") as f:
+                f.write("precious " + name)
+        outputs = {k: os.path.join(work, k) for k in ("checkpoint", "weights", "timeline.json")}
+        for name, path in outputs.items():
+            os.symlink(targets[name], path + ".tmp")
+        # The next version of the export would be written through this link.
+        repo = os.path.join(work, "repo")
+        os.makedirs(os.path.join(repo, MODEL, "1"))
+        os.symlink(outside, os.path.join(repo, MODEL, "2"))
+        os.symlink(outside, os.path.join(repo, "linked"))
+        self.run_train(self.config("links", max_steps=8,
+                                   checkpoint='"%s"' % outputs["checkpoint"],
+                                   final_weights='"%s"' % outputs["weights"],
+                                   timeline='"%s"' % outputs["timeline.json"],
+                                   export_repository='"%s"' % repo,
+                                   export_model_name='"%s"' % MODEL), "--ranks", "1")
+        for name, path in targets.items():
+            with open(path, "rb") as f:
+                self.assertEqual(f.read()[:40], b"precious " + name.encode(), path)
+        for path in outputs.values():
+            self.assertFalse(os.path.islink(path), path)
+            self.assertTrue(os.path.isfile(path), path)
+        self.assertEqual(read_weights(outputs["weights"])[0], 8)
+        self.assertTrue(os.path.isfile(os.path.join(repo, MODEL, "3", "model.onnx")))
+        # A model directory that is a link is not exported into.
+        proc = subprocess.run([self.binary, "train", "--config", self.config(
+            "linked", max_steps=8, export_repository='"%s"' % repo,
+            export_model_name='"linked"'), "--ranks", "1"],
+            capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("is a symbolic link", proc.stderr)
+        self.assertEqual(sorted(os.listdir(outside)), sorted(targets))
 
     def test_config_errors_name_file_line_and_field(self):
         path = os.path.join(self.dir, "bad.cfg")

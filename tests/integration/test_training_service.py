@@ -2,21 +2,40 @@
 """numaserve.training.TrainingService against a real server: a job started
 over gRPC runs `numaserve train` (mpirun) as a child of the server, keeps
 running when its client goes away, streams progress, exports a new model
-version, can be listed and cancelled (stopping after a step with a
-checkpoint); its figures are numaserve_training_* metrics on /metrics
-(checked by `promtool check metrics`); a server shut down while a job runs
-stops it with a checkpoint and leaves no process behind; a bad config is
-INVALID_ARGUMENT with the line of the error.
+version, can be cancelled (stopping after a step with a checkpoint); its
+figures are numaserve_training_* metrics on /metrics (checked by `promtool
+check metrics`), labelled with the public part of its id only; a server
+shut down while a job runs stops it with a checkpoint and leaves no process
+behind; a bad config is INVALID_ARGUMENT with the line of the error.
+
+Who may train (serve --training-service):
+  * without the flag, or with the service on its own --training-address,
+    StartTraining on the inference port is UNIMPLEMENTED; the service on the
+    inference port without authentication, or on a non-loopback address
+    without it, or without --training-root, stops `serve` with a message;
+  * a checkpoint, final_weights, timeline, export or input path that escapes
+    the training root (absolute, '..', a symbolic link) is INVALID_ARGUMENT
+    naming the field, and nothing is written outside; relative paths are
+    taken from the root;
+  * ranks above --training-max-ranks, a config above
+    --training-max-config-bytes and a job beyond --training-max-jobs are
+    refused;
+  * a job's config lives in a private 0700 directory under $TMPDIR, removed
+    with the job;
+  * another caller (bearer token, or client certificate) can neither list,
+    watch nor cancel a job; without authentication a job id is 128 random
+    bits, ListTrainings is PERMISSION_DENIED and a guessed id NOT_FOUND.
 """
 
+import glob
 import math
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import grpc
@@ -45,6 +64,37 @@ def training_stubs():
 
 tpb, tpb_grpc = training_stubs()
 MODEL = nc.DEFAULT_MODEL_NAME
+JOB_ID = re.compile(r"^(train-\d+)-[0-9a-f]{32}$")
+
+
+def training_args(root, *more):
+    """serve flags for the training service on its own loopback port."""
+    return ["--training-service", "--training-address", "127.0.0.1:0",
+            "--training-root", root] + list(more)
+
+
+def label_of(job_id):
+    """The public part of a job id: what metrics and the log name it by."""
+    match = JOB_ID.match(job_id)
+    assert match, job_id
+    return match.group(1)
+
+
+def final_state(stub, job_id, timeout=120):
+    """Watches JOB_ID to its end; returns the last progress message."""
+    last = None
+    for update in stub.WatchTraining(tpb.WatchTrainingRequest(job_id=job_id), timeout=timeout):
+        last = update
+    assert last is not None and last.state != tpb.TrainingProgress.RUNNING, last
+    return last
+
+
+def first_step(stub, job_id, timeout=120):
+    """Waits until JOB_ID has reported a step; returns that progress."""
+    for update in stub.WatchTraining(tpb.WatchTrainingRequest(job_id=job_id), timeout=timeout):
+        if update.step > 0:
+            return update
+    raise AssertionError("job %s ended before its first step" % job_id)
 
 
 class TrainingServiceTest(unittest.TestCase):
@@ -56,15 +106,17 @@ class TrainingServiceTest(unittest.TestCase):
         cls.model = nc.write_default_model(cls.repo)
         cls.train = synthetic_dataset(cls.dir, "train", 2048, seed=1)
         cls.test = synthetic_dataset(cls.dir, "t10k", 256, seed=2)
-        cls.server = nc.ServerProcess(cls.repo).start()
+        cls.server = nc.ServerProcess(cls.repo, training_args(cls.dir)).start()
+        cls.channel = cls.server.training_channel()
 
     @classmethod
     def tearDownClass(cls):
+        cls.channel.close()
         cls.server.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def stub(self, channel=None):
-        return tpb_grpc.TrainingServiceStub(channel or self.server.channel())
+        return tpb_grpc.TrainingServiceStub(channel or self.channel)
 
     def config_text(self, max_steps, export=True, checkpoint=None):
         text = ('model: "%s"\n' % self.model +
@@ -79,14 +131,7 @@ class TrainingServiceTest(unittest.TestCase):
         return text
 
     def wait_for_state(self, job_id, timeout=120):
-        stub = self.stub()
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            jobs = {j.job_id: j for j in stub.ListTrainings(tpb.ListTrainingsRequest()).jobs}
-            if jobs[job_id].state != tpb.TrainingProgress.RUNNING:
-                return jobs[job_id]
-            time.sleep(0.1)
-        self.fail("job %s still running after %ss" % (job_id, timeout))
+        return final_state(self.stub(), job_id, timeout)
 
     def test_job_streams_progress_and_exports_a_new_version(self):
         stub = self.stub()
@@ -108,8 +153,8 @@ class TrainingServiceTest(unittest.TestCase):
         self.assertTrue(os.path.exists(
             os.path.join(self.repo, MODEL, str(version_dirs[-1]), "model.onnx")))
 
-    def test_job_survives_its_client_and_is_listed(self):
-        channel = self.server.new_channel()
+    def test_job_survives_its_client(self):
+        channel = self.server.training_channel()
         job = self.stub(channel).StartTraining(
             tpb.StartTrainingRequest(config_text=self.config_text(200, export=False),
                                      ranks="1")).job_id
@@ -153,9 +198,11 @@ class TrainingServiceTest(unittest.TestCase):
         text = self.server.scrape()
         after = nc.Metrics(text)
         where = "\n--- page ---\n" + text
+        # Metrics name the job by the public part of its id, never the whole.
+        self.assertNotIn(job, text)
 
         def value(metrics, name):
-            found = metrics.find(name, job_id=job)
+            found = metrics.find(name, job_id=label_of(job))
             self.assertEqual(len(found), 1, name + where)
             self.assertEqual(found[0][1].get("model"), self.model, name)
             return found[0][2]
@@ -218,9 +265,10 @@ class ServerShutdownTest(unittest.TestCase):
             config = ('model: "%s"\ndataset { train_images: "%s" train_labels: "%s" }\n'
                       "global_batch_size: 32\nlearning_rate: 0.05\nepochs: 100000\n"
                       'log_every_steps: 4\ncheckpoint: "%s"\n' % ((model,) + train + (checkpoint,)))
-            server = nc.ServerProcess(repo).start()
+            server = nc.ServerProcess(
+                repo, training_args(directory, "--training-max-ranks", "2")).start()
             try:
-                stub = tpb_grpc.TrainingServiceStub(server.channel())
+                stub = tpb_grpc.TrainingServiceStub(server.training_channel())
                 job = stub.StartTraining(tpb.StartTrainingRequest(config_text=config,
                                                                   ranks="2")).job_id
                 for update in stub.WatchTraining(tpb.WatchTrainingRequest(job_id=job),
@@ -239,16 +287,356 @@ class ServerShutdownTest(unittest.TestCase):
                 code = server.stop(timeout=60)
             stderr = server.stderr_text()
             self.assertEqual(code, 0, stderr)
-            self.assertIn("stopping training job %s" % job, stderr)
+            self.assertIn("stopping training job %s " % label_of(job), stderr)
             step, _ = read_weights(checkpoint)
             self.assertGreaterEqual(step, update.step)
             self.assertIn("training job %s cancelled at step %d: cancelled: stopped at step %d"
-                          % (job, step, step), stderr)
+                          % (label_of(job), step, step), stderr)
+            self.assertNotIn(job, stderr)
             alive = [p for p in descendants if os.path.exists("/proc/%d" % p)
                      and not nc._is_zombie(p)]
             self.assertEqual(alive, [], "left running after the server exited")
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+
+def quick_config(model, train, steps=8, **paths):
+    """A small job's config text; PATHS adds string fields (checkpoint=...)."""
+    text = ('model: "%s"\ndataset { train_images: "%s" train_labels: "%s" }\n'
+            "global_batch_size: 32\nlearning_rate: 0.05\nepochs: 100000\nmax_steps: %d\n"
+            "log_every_steps: 4\n" % ((model,) + tuple(train) + (steps,)))
+    for field, value in paths.items():
+        text += '%s: "%s"\n' % (field, value)
+    return text
+
+
+def tree(directory):
+    """{relative path: bytes or link target} of everything under DIRECTORY."""
+    out = {}
+    for base, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            rel = os.path.relpath(path, directory)
+            if os.path.islink(path):
+                out[rel] = "-> " + os.readlink(path)
+            elif os.path.isfile(path):
+                with open(path, "rb") as f:
+                    out[rel] = f.read()
+            else:
+                out[rel] = "dir"
+    return out
+
+
+class TrainingServiceOffTest(unittest.TestCase):
+    """The training service is not on the inference port unless asked for,
+    and `serve` refuses settings that would expose it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="numaserve_training_off_")
+        cls.repo = os.path.join(cls.dir, "repo")
+        cls.model = nc.write_default_model(cls.repo)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def assert_unimplemented(self, channel):
+        stub = tpb_grpc.TrainingServiceStub(channel)
+        for call in (lambda: stub.StartTraining(tpb.StartTrainingRequest(
+                         config_text='model: "/etc/passwd"\n', ranks="100000"), timeout=10),
+                     lambda: stub.ListTrainings(tpb.ListTrainingsRequest(), timeout=10),
+                     lambda: stub.CancelTraining(tpb.CancelTrainingRequest(job_id="train-1"),
+                                                 timeout=10)):
+            with self.assertRaises(grpc.RpcError) as ctx:
+                call()
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNIMPLEMENTED,
+                             ctx.exception.details())
+
+    def test_anonymous_start_training_on_the_inference_port_is_unimplemented(self):
+        with nc.ServerProcess(self.repo) as server:
+            self.assertIsNone(server.training_port)
+            self.assert_unimplemented(server.channel())
+            # Inference is served as before.
+            outputs = nc.infer(server.stub(), MODEL, {"image": nc.random_images(1)})
+            self.assertEqual(outputs["probabilities"].shape, (1, 10))
+
+    def test_own_address_keeps_training_off_the_inference_port(self):
+        with nc.ServerProcess(self.repo, training_args(self.dir)) as server:
+            self.assertNotEqual(server.training_port, server.grpc_port)
+            self.assertEqual(server.training_host, "127.0.0.1")
+            self.assert_unimplemented(server.channel())
+            with server.training_channel() as channel:
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    tpb_grpc.TrainingServiceStub(channel).StartTraining(
+                        tpb.StartTrainingRequest(config_text="epochz: 1\n"), timeout=10)
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            # Inference is not on the training port.
+            with server.training_channel() as channel:
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    nc.pb_grpc.GRPCInferenceServiceStub(channel).ServerLive(
+                        nc.pb.ServerLiveRequest(), timeout=10)
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+
+    def serve_fails(self, args, *mentions):
+        result = subprocess.run([nc.default_binary(), "serve", "--model-repository", self.repo,
+                                 "--grpc-port", "0", "--metrics-port", "0"] + args,
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=60)
+        self.assertNotEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("grpc=", result.stdout)
+        for m in mentions:
+            self.assertIn(m, result.stderr)
+
+    def test_settings_that_would_expose_training_are_refused(self):
+        self.serve_fails(["--training-service", "--training-root", self.dir],
+                         "--training-service on the gRPC port needs authentication")
+        self.serve_fails(["--training-service", "--training-address", "0.0.0.0:0",
+                          "--training-root", self.dir],
+                         "--training-address 0.0.0.0:0 is reachable from other machines")
+        self.serve_fails(["--training-service", "--training-address", "127.0.0.1:0"],
+                         "--training-service needs --training-root")
+        self.serve_fails(["--training-root", self.dir], "need --training-service")
+        missing = os.path.join(self.dir, "missing")
+        self.serve_fails(training_args(missing), "--training-root " + missing)
+
+
+class TrainingConfinementTest(unittest.TestCase):
+    """Paths, caps and files of jobs on an anonymous loopback training port."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="numaserve_training_confine_")
+        cls.root = os.path.join(cls.dir, "root")
+        cls.outside = os.path.join(cls.dir, "outside")
+        cls.tmp = os.path.join(cls.dir, "tmp")
+        for d in (cls.root, cls.outside, cls.tmp):
+            os.makedirs(d)
+        cls.repo = os.path.join(cls.root, "repo")
+        cls.model = nc.write_default_model(cls.repo)
+        cls.train = synthetic_dataset(cls.root, "train", 256, seed=4)
+        # Bait outside the root: a file to overwrite, a copy of the model.
+        cls.target = os.path.join(cls.outside, "target")
+        with open(cls.target, "w") as f:
+            f.write("precious")
+        shutil.copy(cls.model, os.path.join(cls.outside, "model.onnx"))
+        shutil.copy(cls.train[0], os.path.join(cls.outside, "images.gz"))
+        # Links inside the root that lead out of it.
+        os.symlink(cls.outside, os.path.join(cls.root, "out_dir"))
+        os.symlink(cls.target, os.path.join(cls.root, "out_file"))
+        os.symlink(os.path.join(cls.outside, "images.gz"), os.path.join(cls.root, "images.gz"))
+        os.makedirs(os.path.join(cls.root, "exports"))
+        os.symlink(cls.outside, os.path.join(cls.root, "exports", "evil"))
+        env = dict(os.environ, TMPDIR=cls.tmp)
+        cls.server = nc.ServerProcess(cls.repo, training_args(cls.root, "--training-max-ranks",
+                                                              "2"), env=env).start()
+        cls.channel = cls.server.training_channel()
+        cls.stub = tpb_grpc.TrainingServiceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def start(self, config_text, ranks="1"):
+        return self.stub.StartTraining(tpb.StartTrainingRequest(config_text=config_text,
+                                                                ranks=ranks), timeout=30)
+
+    def assert_refused(self, config_text, field, code=grpc.StatusCode.INVALID_ARGUMENT,
+                       ranks="1"):
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.start(config_text, ranks)
+        self.assertEqual(ctx.exception.code(), code, ctx.exception.details())
+        self.assertIn(field, ctx.exception.details())
+        return ctx.exception.details()
+
+    def test_output_paths_that_escape_the_root_are_refused(self):
+        before = tree(self.outside)
+        escapes = [os.path.join(self.outside, "x"),      # absolute, outside
+                   "../outside/x",                        # '..'
+                   os.path.join(self.root, "..", "outside", "x"),
+                   "out_dir/x",                           # through a linked directory
+                   "out_file",                            # a link to a file outside
+                   "/etc/numaserve-test-x"]
+        for field in ("checkpoint", "final_weights", "timeline"):
+            for path in escapes:
+                with self.subTest(field=field, path=path):
+                    details = self.assert_refused(
+                        quick_config(self.model, self.train, **{field: path}),
+                        "config field '%s'" % field)
+                    self.assertIn(path[:40], details)
+        for repo, name, field in [(self.outside, MODEL, "export_repository"),
+                                  ("../outside", MODEL, "export_repository"),
+                                  ("out_dir", MODEL, "export_repository"),
+                                  ("exports", "evil", "export_model_name"),
+                                  ("exports", "../../outside", "export_model_name"),
+                                  ("exports", "a/b", "export_model_name")]:
+            with self.subTest(repo=repo, name=name):
+                self.assert_refused(quick_config(self.model, self.train, export_repository=repo,
+                                                 export_model_name=name),
+                                    "config field '%s'" % field)
+        self.assertEqual(tree(self.outside), before)
+        self.assertFalse(os.path.exists("/etc/numaserve-test-x"))
+
+    def test_input_paths_that_escape_the_root_are_refused(self):
+        self.assert_refused(quick_config(os.path.join(self.outside, "model.onnx"), self.train),
+                            "config field 'model'")
+        self.assert_refused(quick_config("/etc/passwd", self.train), "config field 'model'")
+        self.assert_refused(quick_config(self.model, ("images.gz", self.train[1])),
+                            "config field 'dataset.train_images'")
+        details = self.assert_refused(quick_config(self.model, (self.train[0], "../outside/t")),
+                                      "config field 'dataset.train_labels'")
+        self.assertIn("'..'", details)
+
+    def test_relative_paths_are_taken_from_the_root(self):
+        os.makedirs(os.path.join(self.root, "runs"), exist_ok=True)
+        config = quick_config(os.path.relpath(self.model, self.root),
+                              [os.path.basename(p) for p in self.train],
+                              final_weights="runs/weights", timeline="runs/timeline.json",
+                              export_repository="exports", export_model_name="relative")
+        job = self.start(config).job_id
+        final = final_state(self.stub, job)
+        self.assertEqual(final.state, tpb.TrainingProgress.SUCCEEDED, final)
+        self.assertEqual(read_weights(os.path.join(self.root, "runs", "weights"))[0], 8)
+        self.assertTrue(os.path.isfile(os.path.join(self.root, "runs", "timeline.json")))
+        self.assertTrue(os.path.isfile(
+            os.path.join(self.root, "exports", "relative", "1", "model.onnx")))
+
+    def test_ranks_and_config_size_are_capped(self):
+        config = quick_config(self.model, self.train)
+        details = self.assert_refused(config, "ranks", ranks="100000")
+        self.assertIn("--training-max-ranks", details)
+        self.assert_refused(config, "ranks", ranks="3")
+        self.assert_refused(config, "ranks", ranks="-1")
+        self.assert_refused(config, "ranks", ranks="many")
+        padded = config + "#" * (1 << 20) + "\n"
+        details = self.assert_refused(padded, "config_text")
+        self.assertIn("--training-max-config-bytes", details)
+
+    def test_job_files_are_private_and_removed_and_running_jobs_are_capped(self):
+        checkpoint = os.path.join(self.root, "long.ckpt")
+        job = self.start(quick_config(self.model, self.train, steps=1000000,
+                                      checkpoint=checkpoint)).job_id
+        self.assertRegex(job, JOB_ID)
+        first_step(self.stub, job)
+        # The config is in a private directory under $TMPDIR (where mpirun
+        # may keep its session directory too), with the
+        # resolved paths; nothing is in /tmp under the old predictable name.
+        dirs = glob.glob(os.path.join(self.tmp, "numaserve-training-*"))
+        self.assertEqual(len(dirs), 1, os.listdir(self.tmp))
+        self.assertEqual(stat.S_IMODE(os.lstat(dirs[0]).st_mode), 0o700)
+        self.assertEqual(os.listdir(dirs[0]), ["job.cfg"])
+        config = os.path.join(dirs[0], "job.cfg")
+        self.assertEqual(stat.S_IMODE(os.lstat(config).st_mode), 0o600)
+        with open(config) as f:
+            self.assertIn('checkpoint: "%s"' % os.path.realpath(checkpoint), f.read())
+        self.assertFalse(os.path.exists("/tmp/numaserve-training-%d" % self.server.pid))
+        # --training-max-jobs 1 (the default): a second job waits its turn.
+        details = self.assert_refused(quick_config(self.model, self.train), "running",
+                                      code=grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("--training-max-jobs", details)
+        # Anonymous callers: no listing; an id is needed whole.
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.stub.ListTrainings(tpb.ListTrainingsRequest(), timeout=10)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+        for guess in (label_of(job), label_of(job) + "-" + "0" * 32, job[:-1]):
+            with self.assertRaises(grpc.RpcError) as ctx:
+                self.stub.CancelTraining(tpb.CancelTrainingRequest(job_id=guess), timeout=10)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.NOT_FOUND, guess)
+        self.stub.CancelTraining(tpb.CancelTrainingRequest(job_id=job), timeout=10)
+        final = final_state(self.stub, job, timeout=60)
+        self.assertEqual(final.state, tpb.TrainingProgress.CANCELLED, final)
+        self.assertEqual(glob.glob(os.path.join(self.tmp, "numaserve-training-*")), [])
+
+
+class TrainingOwnersTest(unittest.TestCase):
+    """Jobs belong to their caller: bearer tokens over TLS on the inference
+    port, and client certificates (mTLS)."""
+
+    TOKENS = {"alice": "alice-0123456789abcdef0123456789abcdef",
+              "bob": "bob-fedcba9876543210fedcba9876543210"}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="numaserve_training_owners_")
+        cls.repo = os.path.join(cls.dir, "repo")
+        cls.model = nc.write_default_model(cls.repo)
+        cls.train = synthetic_dataset(cls.dir, "train", 256, seed=5)
+        cls.pki = nc.make_test_pki(os.path.join(cls.dir, "pki"))
+        cls.token_file = os.path.join(cls.dir, "tokens")
+        with open(cls.token_file, "w") as f:
+            f.write("".join("%s %s\n" % kv for kv in cls.TOKENS.items()))
+        os.chmod(cls.token_file, 0o600)
+        cls.tls = ["--grpc-tls-cert", cls.pki["server_cert"], "--grpc-tls-key",
+                   cls.pki["server_key"]]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def check_owners(self, server, alice, bob, anonymous=None):
+        """ALICE's job is hers alone; BOB, ANONYMOUS are credentials."""
+        with server.training_channel(alice) as a, server.training_channel(bob) as b:
+            sa, sb = tpb_grpc.TrainingServiceStub(a), tpb_grpc.TrainingServiceStub(b)
+            job = sa.StartTraining(tpb.StartTrainingRequest(
+                config_text=quick_config(self.model, self.train, steps=1000000),
+                ranks="1"), timeout=30).job_id
+            first_step(sa, job)
+            self.assertEqual([j.job_id for j in sa.ListTrainings(
+                tpb.ListTrainingsRequest(), timeout=10).jobs], [job])
+            self.assertEqual(list(sb.ListTrainings(tpb.ListTrainingsRequest(),
+                                                   timeout=10).jobs), [])
+            for call in (lambda: sb.CancelTraining(tpb.CancelTrainingRequest(job_id=job),
+                                                   timeout=10),
+                         lambda: list(sb.WatchTraining(tpb.WatchTrainingRequest(job_id=job),
+                                                       timeout=10))):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    call()
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.NOT_FOUND)
+            if anonymous is not None:
+                with server.training_channel(anonymous) as c:
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        tpb_grpc.TrainingServiceStub(c).CancelTraining(
+                            tpb.CancelTrainingRequest(job_id=job), timeout=10)
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            # Still running: bob's calls did nothing.
+            state = sa.ListTrainings(tpb.ListTrainingsRequest(), timeout=10).jobs[0].state
+            self.assertEqual(state, tpb.TrainingProgress.RUNNING)
+            sa.CancelTraining(tpb.CancelTrainingRequest(job_id=job), timeout=10)
+            final = final_state(sa, job, timeout=60)
+            self.assertEqual(final.state, tpb.TrainingProgress.CANCELLED, final)
+
+    def test_token_callers_see_only_their_jobs(self):
+        def creds(name=None):
+            return nc.tls_credentials(self.pki["ca"], token=self.TOKENS[name] if name else None)
+
+        args = self.tls + ["--grpc-auth-token-file", self.token_file, "--training-service",
+                           "--training-root", self.dir]
+        with nc.ServerProcess(self.repo, args, credentials=creds("alice")) as server:
+            # On the inference port, which has authentication.
+            self.assertEqual(server.training_port, server.grpc_port)
+            self.check_owners(server, creds("alice"), creds("bob"), anonymous=creds())
+            self.assertIn("for token:alice", server.stderr_text())
+
+    def test_client_certificate_callers_see_only_their_jobs(self):
+        def creds(name):
+            cert, key = self.pki["client"][name]
+            return nc.tls_credentials(self.pki["ca"], cert, key)
+
+        args = self.tls + ["--grpc-tls-client-ca", self.pki["ca"], "--training-service",
+                           "--training-address", "127.0.0.1:0", "--training-root", self.dir]
+        with nc.ServerProcess(self.repo, args, credentials=creds("alice")) as server:
+            self.assertNotEqual(server.training_port, server.grpc_port)
+            self.check_owners(server, creds("alice"), creds("bob"))
+            self.assertIn("for cert:CN=alice", server.stderr_text())
+            # The training port is TLS with client certificates as well.
+            with nc.insecure_channel(server.training_address) as plain:
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    tpb_grpc.TrainingServiceStub(plain).ListTrainings(
+                        tpb.ListTrainingsRequest(), timeout=5)
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,75 @@ TEST(InferRequestTest, UnbatchedModelNeedsTheExactShape) {
   EXPECT_FALSE(ParseInferRequest(m, Request(2)).ok());
 }
 
+// x [n,64] -> Reshape [1,-1]: not batched, its output [1,64n] at n rows.
+engine::ModelInfo OneRow() {
+  engine::ModelInfo m;
+  m.inputs = {{"x", engine::DataType::kFloat32, {-1, 64}}};
+  m.outputs = {{"y", engine::DataType::kFloat32, {1, -1}}};
+  m.batched = false;
+  m.output_shapes_at = [](int64_t rows) -> absl::StatusOr<std::vector<std::vector<int64_t>>> {
+    if (rows > 1000) return absl::InvalidArgumentError("no room for that many");
+    return std::vector<std::vector<int64_t>>{{1, 64 * rows}};
+  };
+  return m;
+}
+
+inference::ModelInferRequest RowsOf64(int64_t rows) {
+  inference::ModelInferRequest r;
+  auto* in = r.add_inputs();
+  in->set_name("x");
+  in->set_datatype("FP32");
+  in->add_shape(rows);
+  in->add_shape(64);
+  r.add_raw_input_contents()->assign(rows * 64 * 4, '\0');
+  return r;
+}
+
+TEST(InferRequestTest, UnbatchedModelRunsAtTheRequestsRowsWithItsRealOutputShape) {
+  auto parsed = ParseInferRequest(OneRow(), RowsOf64(5));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->rows, 5);
+  EXPECT_EQ(parsed->output_shapes[0], (std::vector<int64_t>{1, 320}));
+  EXPECT_EQ(parsed->output_bytes[0], 320u * 4);
+}
+
+TEST(InferRequestTest, RowsTheModelCannotRunAtAreRefused) {
+  auto parsed = ParseInferRequest(OneRow(), RowsOf64(1001));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("cannot run at 1001 rows"), absl::string_view::npos)
+      << parsed.status();
+}
+
+TEST(InferRequestTest, OutputOfUnknownSizeIsNeverGuessed) {
+  // Metadata alone says [1,-1]: without the model's shape function the size
+  // at 5 rows is not known, and is not taken to be 1.
+  engine::ModelInfo m = OneRow();
+  m.output_shapes_at = nullptr;
+  auto parsed = ParseInferRequest(m, RowsOf64(5));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(parsed.status().message().find("output 'y'"), absl::string_view::npos)
+      << parsed.status();
+}
+
+TEST(InferRequestTest, DynamicInputsOfAnUnbatchedModelAgreeOnTheRows) {
+  // The engine runs every dynamic dim 0 at one count.
+  engine::ModelInfo m = OneRow();
+  m.inputs.push_back({"z", engine::DataType::kFloat32, {-1, 64}});
+  auto r = RowsOf64(2);
+  auto* z = r.add_inputs();
+  z->set_name("z");
+  z->set_datatype("FP32");
+  z->add_shape(3);
+  z->add_shape(64);
+  r.add_raw_input_contents()->assign(3 * 64 * 4, '\0');
+  auto parsed = ParseInferRequest(m, r);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("must agree"), absl::string_view::npos)
+      << parsed.status();
+}
+
 TEST(InferRequestTest, FillsResponseFromOutputs) {
   auto parsed = ParseInferRequest(Classifier(), Request(1));
   ASSERT_TRUE(parsed.ok());

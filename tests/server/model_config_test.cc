@@ -184,5 +184,36 @@ TEST(ModelConfig, PlacementPicksWorkers) {
             (std::vector<int>{0, 2}));
 }
 
+TEST(ModelConfig, DurationsThatWouldOverflowAsClockDurationsAreRefused) {
+  // 2^64 - 1 microseconds: before, a negative std::chrono::microseconds and
+  // an overflowing deadline for every request.
+  for (const std::string field : {"default_timeout_microseconds", "max_queue_delay_microseconds"}) {
+    const std::string text =
+        "max_batch_size: 8 dynamic_batching { " + field + ": 18446744073709551615 }";
+    absl::Status s = ValidateModelConfigFields(Parse(text), "mlp", 1);
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("model 'mlp' config.pbtxt"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("dynamic_batching." + field));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("18446744073709551615 is above the limit"));
+    // 2^63 / 1000 + 1: fits uint64 and int64 microseconds, overflows as ns.
+    EXPECT_FALSE(ValidateModelConfigFields(Parse("max_batch_size: 8 dynamic_batching { " + field +
+                                                 ": 9223372036854776 }"),
+                                           "mlp", 1)
+                     .ok())
+        << field;
+    // A day is accepted.
+    EXPECT_TRUE(
+        ValidateModelConfigFields(
+            Parse("max_batch_size: 8 dynamic_batching { " + field + ": 86400000000 }"), "mlp", 1)
+            .ok())
+        << field;
+  }
+  EXPECT_FALSE(ValidateModelConfig(
+                   Parse("max_batch_size: 8 dynamic_batching { default_timeout_microseconds: "
+                         "86400000001 }"),
+                   "mlp", Mlp(), 1)
+                   .ok());
+}
+
 }  // namespace
 }  // namespace numaserve::server

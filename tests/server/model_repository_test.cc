@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
 
 namespace numaserve::server {
 namespace {
@@ -117,6 +120,67 @@ TEST(RepositoryModelKey, AReloadedVersionHasItsOwnKey) {
   EXPECT_EQ(m.key(), "mlp:3");
   m.generation = 2;
   EXPECT_EQ(m.key(), "mlp:3#2");
+}
+
+TEST(RepositoryNames, ModelNamesWithControlCharactersSeparatorsOrDotsAreRefused) {
+  for (const std::string& good :
+       std::vector<std::string>{"mlp", "resnet-50_v1.5", "a", std::string(255, 'x'), "é"}) {
+    EXPECT_TRUE(CheckModelName(good).ok()) << good;
+  }
+  const std::vector<std::string> bad = {"",
+                                        std::string("good\0evil", 9),
+                                        "line\nbreak",
+                                        "tab\there",
+                                        std::string(1, '\x7f'),
+                                        "a/b",
+                                        "../etc",
+                                        "..",
+                                        ".",
+                                        ".hidden",
+                                        "a\\b",
+                                        std::string(256, 'x'),
+                                        "\x1b[31mred"};
+  for (const std::string& name : bad) {
+    absl::Status s = CheckModelName(name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << absl::CHexEscape(name);
+    // The reason shows the name escaped, never its raw bytes.
+    EXPECT_EQ(std::string(s.message()).find('\0'), std::string::npos);
+    EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+  }
+  EXPECT_THAT(std::string(CheckModelName(std::string("good\0evil", 9)).message()),
+              HasSubstr("good\\x00"));
+}
+
+TEST(RepositoryNames, VersionNamesMustBeCanonicalDecimals) {
+  EXPECT_EQ(*ParseVersionName("1"), 1);
+  EXPECT_EQ(*ParseVersionName("120"), 120);
+  EXPECT_EQ(*ParseVersionName("999999999999999999"), 999999999999999999);
+  for (const std::string& bad : std::vector<std::string>{
+           "", "0", "01", "+1", "-1", " 1", "1 ", "1\n", "1e3", "0x10", "9999999999999999999",
+           "99999999999999999999999", std::string("1\0", 2)}) {
+    EXPECT_FALSE(ParseVersionName(bad).ok()) << absl::CHexEscape(bad);
+  }
+}
+
+TEST_F(RepositoryTest, OddDirectoryNamesAreNotModelsOrVersions) {
+  AddVersion("mlp", 1);
+  // "01" and " 2" parse as 1 and 2 with SimpleAtoi: neither is a version.
+  fs::create_directories(dir_ / "mlp" / "01");
+  fs::create_directories(dir_ / "mlp" / " 2");
+  fs::create_directories(dir_ / "bad\nname" / "1");
+  fs::create_directories(dir_ /
+                         "esc\x1b"
+                         "ape" /
+                         "1");
+  EXPECT_EQ(ModelRepository::ListModels(dir_.string()), (std::vector<std::string>{"mlp"}));
+  auto scanned = ModelRepository::ScanModel(dir_.string(), "mlp", 1);
+  ASSERT_EQ(scanned.size(), 1u);
+  EXPECT_EQ(scanned[0].versions, (std::vector<int64_t>{1}));
+  EXPECT_EQ(scanned[0].version, 1);
+  // Asked for by a name that is not one (a request's), the scan says why.
+  auto odd = ModelRepository::ScanModel(dir_.string(), std::string("mlp\0x", 5), 1);
+  ASSERT_EQ(odd.size(), 1u);
+  EXPECT_THAT(odd[0].error, HasSubstr("contains a control character"));
 }
 
 }  // namespace

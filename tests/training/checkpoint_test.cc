@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <string>
 
 namespace numaserve::training {
 namespace {
@@ -33,5 +34,47 @@ TEST(CheckpointTest, TruncatedFileNamesOffset) {
   EXPECT_NE(r.status().message().find("'w'"), std::string::npos) << r.status();
 }
 
+template <typename T>
+void Put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+TEST(CheckpointTest, NameLengthNearTwoToThe32DoesNotWrap) {
+  // name_len + 8 in uint32 wrapped to a few bytes, the check passed, and the
+  // reader went on past the end of the file.
+  for (uint32_t name_len : {0xfffffff8u, 0xfffffffcu, 0xffffffffu}) {
+    const std::string path = ::testing::TempDir() + "/ckpt_wrap_" + std::to_string(getpid());
+    std::string bytes = "NSCKPT01";
+    Put<uint64_t>(bytes, 3);  // step
+    Put<uint64_t>(bytes, 1);  // one tensor
+    Put<uint32_t>(bytes, name_len);
+    bytes += "w";
+    Put<uint64_t>(bytes, 1);
+    Put<float>(bytes, 1.0f);
+    ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+    absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
+    ASSERT_FALSE(r.ok()) << name_len;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_NE(r.status().message().find("a tensor name"), std::string::npos) << r.status();
+  }
+}
+
+TEST(CheckpointTest, ElementCountNearTwoToThe62IsNotAllocated) {
+  // n * 4 wraps for n = 2^62: compared as a count, nothing is allocated.
+  const std::string path = ::testing::TempDir() + "/ckpt_count_" + std::to_string(getpid());
+  std::string bytes = "NSCKPT01";
+  Put<uint64_t>(bytes, 3);
+  Put<uint64_t>(bytes, 1);
+  Put<uint32_t>(bytes, 1);
+  bytes += "w";
+  Put<uint64_t>(bytes, uint64_t{1} << 62);
+  Put<float>(bytes, 1.0f);
+  ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+  absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("needs 4611686018427387904 float32 elements"),
+            std::string::npos)
+      << r.status();
+}
 }  // namespace
 }  // namespace numaserve::training

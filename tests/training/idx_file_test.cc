@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <vector>
 
 namespace numaserve::training {
 namespace {
@@ -101,5 +103,63 @@ TEST(IdxFileTest, ReadsFashionMnistWhenInstalled) {
   for (uint8_t label : read->data) ASSERT_LT(label, 10);
 }
 
+// An IDX header: magic for unsigned bytes, then big-endian dims.
+std::string Header(const std::vector<uint32_t>& dims) {
+  std::string h = {0, 0, 0x08, static_cast<char>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8)
+      h.push_back(static_cast<char>((d >> shift) & 0xff));
+  }
+  return h;
+}
+
+TEST(IdxFileTest, DimsWhoseProductWrapsAreAnError) {
+  // 65536^4 = 2^64 wrapped to 0 in size_t: an empty body matched it and the
+  // dims described 2^64 bytes that were not there.
+  const std::string path = TempPath("wrap");
+  WriteBytes(path, Header({65536, 65536, 65536, 65536}));
+  absl::StatusOr<IdxArray> read = ReadIdxFile(path);
+  ASSERT_FALSE(read.ok()) << "dims " << read->dims.size() << ", " << read->data.size() << " bytes";
+  EXPECT_NE(read.status().message().find("dims 65536x65536x65536x65536"), std::string::npos)
+      << read.status();
+  // 8 dims of 2^32 - 1 (the largest header there is).
+  WriteBytes(path, Header(std::vector<uint32_t>(8, 0xffffffffu)) + std::string(64, '\x01'));
+  read = ReadIdxFile(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
+}
+
+TEST(IdxFileTest, SizesNearTwoToThe32AreCheckedAgainstTheBody) {
+  const std::string path = TempPath("near32");
+  // 2^32 - 1 bytes claimed, 16 present: truncated, nothing allocated for it.
+  WriteBytes(path, Header({0xffffffffu}) + std::string(16, '\x02'));
+  absl::StatusOr<IdxArray> read = ReadIdxFile(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
+  EXPECT_NE(read.status().message().find("4294967295 elements"), std::string::npos)
+      << read.status();
+  // 65536 x 65537 = 2^32 + 65536: above the default cap of 4 GiB, refused
+  // from the header alone.
+  WriteBytes(path, Header({65536, 65537}));
+  read = ReadIdxFile(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
+  EXPECT_NE(read.status().message().find("describe more than 4294967296 bytes"), std::string::npos)
+      << read.status();
+}
+
+TEST(IdxFileTest, ReadsAtMostTheCap) {
+  const std::string path = TempPath("cap.gz");
+  IdxArray big;
+  big.dims = {4096, 1024};
+  big.data.assign(4096 * 1024, 7);  // 4 MiB, a few KiB gzipped
+  ASSERT_TRUE(WriteIdxFile(path, big, /*gzip=*/true).ok());
+  absl::StatusOr<IdxArray> read = ReadIdxFile(path, /*max_bytes=*/1 << 20);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kResourceExhausted) << read.status();
+  read = ReadIdxFile(path, /*max_bytes=*/4 << 20);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->data.size(), 4u << 20);
+}
 }  // namespace
 }  // namespace numaserve::training

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 namespace numaserve::training {
 namespace {
@@ -146,5 +148,54 @@ TEST(RecordFileTest, RawTensorDirectory) {
       << d.status();
 }
 
+// A record file's header: magic, u32 rank, u64 dims, u64 count.
+std::string RecordHeader(const std::vector<uint64_t>& dims, uint64_t count) {
+  std::string h = "NSREC001";
+  const uint32_t rank = static_cast<uint32_t>(dims.size());
+  h.append(reinterpret_cast<const char*>(&rank), 4);
+  for (uint64_t d : dims) h.append(reinterpret_cast<const char*>(&d), 8);
+  h.append(reinterpret_cast<const char*>(&count), 8);
+  return h;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(RecordFileTest, ExampleDimsWhoseProductWrapsAreAnError) {
+  // 2^32 x 2^32 wrapped to 0, a record of 1 byte, and 0 records matched an
+  // empty body: the reader opened, promising 2^64-byte examples.
+  const std::string path = Temp("wrap.nsrec");
+  WriteFile(path, RecordHeader({uint64_t{1} << 32, uint64_t{1} << 32}, 0));
+  WriteFile(path + ".idx", std::string("NSIDX001") + std::string(8, '\0'));
+  auto r = RecordFileReader::Open(path, 0);
+  ASSERT_FALSE(r.ok()) << "opened with dims of " << (*r)->example_dims().size();
+  EXPECT_NE(r.status().message().find("example dims"), std::string::npos) << r.status();
+  // A dim above INT64_MAX.
+  WriteFile(path, RecordHeader({~uint64_t{0}}, 0));
+  EXPECT_FALSE(RecordFileReader::Open(path, 0).ok());
+}
+
+TEST(RecordFileTest, CountWhoseSizeWrapsIsAnError) {
+  // count * record + header wraps around 2^64 to the file's own size.
+  const std::string path = Temp("count.nsrec");
+  const std::string header = RecordHeader({3}, 0);
+  // record = 4 bytes; count = 2^62 + k makes count * 4 = 2^64 + 4k ≡ 4k.
+  const uint64_t count = (uint64_t{1} << 62) + 2;
+  WriteFile(path, RecordHeader({3}, count) + std::string(8, '\x05'));  // 2 records' worth
+  WriteFile(path + ".idx", std::string("NSIDX001"));
+  auto r = RecordFileReader::Open(path, 0);
+  ASSERT_FALSE(r.ok()) << "opened with " << (*r)->size() << " records";
+  EXPECT_NE(r.status().message().find("truncated at offset"), std::string::npos) << r.status();
+}
+
+TEST(RecordFileTest, AnOversizedIndexIsNotRead) {
+  const std::string path = Temp("bigidx.nsrec");
+  ASSERT_TRUE(WriteRecordFile(path, Sample()).ok());
+  std::ofstream(path + ".idx", std::ios::binary | std::ios::app) << std::string(1 << 16, '\0');
+  auto r = RecordFileReader::Open(path, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than the 40"), std::string::npos) << r.status();
+}
 }  // namespace
 }  // namespace numaserve::training

@@ -1,0 +1,233 @@
+// Which models may batch requests together (ModelInfo::batched from
+// CheckRowIndependence), and the real output shapes of those that may not.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "engine/model.h"
+#include "engine/op_registry.h"
+#include "engine/shape_propagation.h"
+#include "tests/engine/onnx_model_builder.h"
+
+namespace numaserve::engine {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::kUnknownDim;
+using testing::OnnxModelBuilder;
+
+ModelInfo Inspect(const OnnxModelBuilder& b, const std::string& stem) {
+  auto info = InspectModel(b.Save(stem));
+  EXPECT_TRUE(info.ok()) << info.status();
+  return info.ok() ? *std::move(info) : ModelInfo();
+}
+
+// x [n,64] -> Reshape [1,-1] -> y [1, 64n]: one row whatever the batch.
+OnnxModelBuilder ReshapeToOneRow() {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 64}).Output("y", {1, kUnknownDim});
+  b.Int64Initializer("one_row", {1, -1});
+  b.Node("Reshape", {"x", "one_row"}, {"y"}, "flatten_all");
+  return b;
+}
+
+// x [n,3] -> x times its transpose -> y [n,n]: every row against every row.
+OnnxModelBuilder Gram() {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 3}).Output("y", {-1, kUnknownDim});
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"x"}, {"xt"}, "t"), "perm", {1, 0});
+  b.Node("MatMul", {"x", "xt"}, {"y"}, "gram");
+  return b;
+}
+
+TEST(RowIndependenceTest, EveryRegisteredOpHasARowRule) {
+  for (absl::string_view op : absl::StrSplit(SupportedOpsList(), ", ")) {
+    EXPECT_TRUE(HasRowRule(std::string(op)))
+        << op << " has no rule in CheckRowIndependence: say how it moves rows";
+  }
+}
+
+TEST(RowIndependenceTest, RowWiseModelsAreBatched) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 2, 3}).Output("y", {-1, 4}).Output("t", {-1, 3, 2});
+  b.Int64Initializer("shape", {0, -1});
+  b.Initializer("w", kernels::Tensor({6, 4})).Initializer("bias", kernels::Tensor({4}));
+  b.Node("Reshape", {"x", "shape"}, {"flat"});
+  b.Node("MatMul", {"flat", "w"}, {"mm"});
+  b.Node("Add", {"mm", "bias"}, {"sum"});
+  OnnxModelBuilder::AttrInt(b.Node("Softmax", {"sum"}, {"y"}), "axis", 1);
+  // Rows moved to another axis and back ([n,2,3] -> [2,3,n] -> [n,3,2]), a
+  // matmul of each row with itself ([n,3,2] x [n,2,3]) and a sum within
+  // each row: still row by row.
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"x"}, {"xt"}), "perm", {1, 2, 0});
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"xt"}, {"back"}), "perm", {2, 1, 0});
+  b.Node("MatMul", {"back", "x"}, {"pairs"});
+  b.Int64Initializer("inner", {1, 2});
+  b.Node("ReduceSum", {"pairs", "inner"}, {"t_sum"});
+  b.Node("Mul", {"back", "t_sum"}, {"t"});
+  const ModelInfo info = Inspect(b, "rows_apart");
+  EXPECT_TRUE(info.batched) << info.unbatched_reason;
+  EXPECT_EQ(info.unbatched_reason, "");
+  EXPECT_FALSE(info.output_shapes_at);
+}
+
+TEST(RowIndependenceTest, ReshapeOfTheRowsIntoOneIsNotBatched) {
+  const ModelInfo info = Inspect(ReshapeToOneRow(), "reshape_one_row");
+  EXPECT_FALSE(info.batched);
+  EXPECT_THAT(info.unbatched_reason, HasSubstr("output 'y'"));
+  EXPECT_THAT(info.unbatched_reason, HasSubstr("flatten_all"));
+  EXPECT_EQ(info.outputs[0].shape, (std::vector<int64_t>{1, -1}));
+  ASSERT_TRUE(info.output_shapes_at);
+  auto at5 = info.output_shapes_at(5);
+  ASSERT_TRUE(at5.ok()) << at5.status();
+  EXPECT_EQ(*at5, (std::vector<std::vector<int64_t>>{{1, 320}}));
+}
+
+TEST(RowIndependenceTest, RowsTimesTheirTransposeAreNotBatched) {
+  // [n,n] keeps the batch dim first, but every row reads every other row.
+  const ModelInfo info = Inspect(Gram(), "gram");
+  EXPECT_FALSE(info.batched);
+  EXPECT_THAT(info.unbatched_reason, HasSubstr("'gram' (op MatMul) pairs rows with rows"));
+  ASSERT_TRUE(info.output_shapes_at);
+  auto at4 = info.output_shapes_at(4);
+  ASSERT_TRUE(at4.ok()) << at4.status();
+  EXPECT_EQ(*at4, (std::vector<std::vector<int64_t>>{{4, 4}}));
+}
+
+// The same shape out as in, but one row's answer depends on the others.
+struct MixingCase {
+  const char* name;
+  void (*build)(OnnxModelBuilder& b);
+  const char* why;
+};
+
+TEST(RowIndependenceTest, OpsCombiningRowsMakeAModelUnbatched) {
+  const MixingCase cases[] = {
+      {"softmax_over_rows",
+       [](OnnxModelBuilder& b) {
+         OnnxModelBuilder::AttrInt(b.Node("Softmax", {"x"}, {"y"}, "sm"), "axis", 0);
+       },
+       "normalizes over the rows"},
+      {"minus_batch_mean",
+       [](OnnxModelBuilder& b) {
+         auto& mean = b.Node("ReduceMean", {"x"}, {"mean"}, "mean");
+         OnnxModelBuilder::AttrInts(mean, "axes", {0});
+         b.Node("Sub", {"x", "mean"}, {"y"});
+       },
+       "'mean' (op ReduceMean) combines the rows"},
+      {"reversed_rows",
+       [](OnnxModelBuilder& b) {
+         b.Int64Initializer("starts", {-1}).Int64Initializer("ends", {-1000000});
+         b.Int64Initializer("axes", {0}).Int64Initializer("steps", {-1});
+         b.Node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"}, "rev");
+       },
+       "reorders the rows"},
+      {"layer_norm_over_everything",
+       [](OnnxModelBuilder& b) {
+         b.Initializer("scale", kernels::Tensor({4}, {1, 1, 1, 1}));
+         auto& ln = b.Node("LayerNormalization", {"x", "scale"}, {"y"}, "ln");
+         OnnxModelBuilder::AttrInt(ln, "axis", 0);
+       },
+       "normalizes over the rows"},
+      {"rows_reshaped_across",
+       [](OnnxModelBuilder& b) {
+         b.Int64Initializer("shape", {2, -1, 2});
+         b.Int64Initializer("back", {-1, 4});
+         b.Node("Reshape", {"x", "shape"}, {"r"}, "split_cols");
+         OnnxModelBuilder::AttrInts(b.Node("Transpose", {"r"}, {"t"}), "perm", {1, 0, 2});
+         b.Node("Reshape", {"t", "back"}, {"y"}, "join");
+       },
+       "across rows"},
+  };
+  for (const MixingCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    OnnxModelBuilder b(/*opset=*/17);  // LayerNormalization
+    b.Input("x", {-1, 4}).Output("y", {-1, 4});
+    c.build(b);
+    const ModelInfo info = Inspect(b, c.name);
+    EXPECT_FALSE(info.batched);
+    EXPECT_THAT(info.unbatched_reason, HasSubstr(c.why));
+    // Its output [-1,4] is sized by the model's own shape function.
+    ASSERT_TRUE(info.output_shapes_at);
+    auto at5 = info.output_shapes_at(5);
+    ASSERT_TRUE(at5.ok()) << at5.status();
+    EXPECT_EQ(*at5, (std::vector<std::vector<int64_t>>{{5, 4}}));
+  }
+}
+
+TEST(RowIndependenceTest, StaticModelHasNoReasonToLog) {
+  OnnxModelBuilder b;
+  b.Input("x", {2, 3}).Output("y", {2, 3});
+  b.Node("Relu", {"x"}, {"y"});
+  const ModelInfo info = Inspect(b, "static_rows");
+  EXPECT_FALSE(info.batched);
+  EXPECT_EQ(info.unbatched_reason, "");
+  EXPECT_FALSE(info.output_shapes_at);
+}
+
+TEST(RowIndependenceTest, ShapeFunctionKeepsNoWeights) {
+  // A weight of 64x2048 floats: the shape function still computes the
+  // matmul's shape from the weight's shape alone.
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 64}).Output("y", {1, kUnknownDim});
+  b.Initializer("w", kernels::Tensor({64, 2048}));
+  b.Int64Initializer("one_row", {1, -1});
+  b.Node("MatMul", {"x", "w"}, {"h"});
+  b.Node("Reshape", {"h", "one_row"}, {"y"});
+  const ModelInfo info = Inspect(b, "big_weight_one_row");
+  EXPECT_FALSE(info.batched);
+  ASSERT_TRUE(info.output_shapes_at);
+  auto at3 = info.output_shapes_at(3);
+  ASSERT_TRUE(at3.ok()) << at3.status();
+  EXPECT_EQ(*at3, (std::vector<std::vector<int64_t>>{{1, 3 * 2048}}));
+}
+
+TEST(CompiledRowsTest, UnbatchedModelRunsAtTheRequestsRows) {
+  auto model = CompiledModel::Load(ReshapeToOneRow().Save("run_one_row"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE((*model)->info().batched);
+  std::vector<float> x(5 * 64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  EXPECT_EQ((*model)->OutputShapes(5), (std::vector<std::vector<int64_t>>{{1, 320}}));
+  std::vector<float> y(320, -1.0f);
+  ASSERT_TRUE((*model)->Run(5, {x.data()}, {y.data()}).ok());
+  EXPECT_EQ(y, x);
+}
+
+TEST(CompiledRowsTest, GramRunsAtTheRequestsRows) {
+  auto model = CompiledModel::Load(Gram().Save("run_gram"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<float> x = {1, 0, 0, 0, 2, 0, 1, 1, 1, 3, 0, 1};  // 4 rows of 3
+  std::vector<float> y(16, -1.0f);
+  ASSERT_TRUE((*model)->Run(4, {x.data()}, {y.data()}).ok());
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      float dot = 0;
+      for (int k = 0; k < 3; ++k) dot += x[i * 3 + k] * x[j * 3 + k];
+      EXPECT_FLOAT_EQ(y[i * 4 + j], dot) << i << "," << j;
+    }
+  }
+}
+
+TEST(CompiledRowsTest, CheckBufferSizesNamesTheTensorThatDiffers) {
+  auto model = CompiledModel::Load(Gram().Save("check_gram"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const CompiledModel& m = **model;
+  EXPECT_TRUE(m.CheckBufferSizes(4, {4 * 3 * 4}, {4 * 4 * 4}).ok());
+  // Sized as [batch, static...] would be: [4,1].
+  absl::Status s = m.CheckBufferSizes(4, {4 * 3 * 4}, {4 * 1 * 4});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("output 'y' at 4 rows is [4,4] of FP32 (64 bytes)"));
+  EXPECT_THAT(s.message(), HasSubstr("holds 16 bytes"));
+  s = m.CheckBufferSizes(4, {3 * 3 * 4}, {4 * 4 * 4});
+  EXPECT_THAT(s.message(), HasSubstr("input 'x' at 4 rows is [4,3]"));
+  EXPECT_FALSE(m.CheckBufferSizes(0, {0}, {0}).ok());
+  EXPECT_FALSE(m.CheckBufferSizes(4, {}, {64}).ok());
+}
+
+}  // namespace
+}  // namespace numaserve::engine
