@@ -35,8 +35,9 @@ absl::StatusOr<std::unique_ptr<DynamicBatcher>> DynamicBatcher::Create(const Opt
   if (options.max_queue_delay.count() < 0) {
     return absl::InvalidArgumentError("max_queue_delay must not be negative");
   }
-  if (clock == nullptr || !can_dispatch || !dispatch) {
-    return absl::InvalidArgumentError("a batcher needs a clock, can_dispatch and dispatch");
+  if (clock == nullptr || static_cast<bool>(can_dispatch) != static_cast<bool>(dispatch)) {
+    return absl::InvalidArgumentError(
+        "a batcher needs a clock, and both can_dispatch and dispatch or neither (pulled)");
   }
   return std::unique_ptr<DynamicBatcher>(
       new DynamicBatcher(options, clock, std::move(can_dispatch), std::move(dispatch)));
@@ -98,6 +99,65 @@ Clock::TimePoint DynamicBatcher::NextWakeLocked() const {
   return next;
 }
 
+std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>>
+DynamicBatcher::DropExpiredLocked(Clock::TimePoint now) {
+  std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> dropped;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    BatchRequest& r = **it;
+    if (r.deadline <= now) {
+      dropped.emplace_back(std::move(*it),
+                           absl::DeadlineExceededError("the request's deadline passed while it was "
+                                                       "queued; it was not computed"));
+    } else if (r.is_cancelled && r.is_cancelled()) {
+      dropped.emplace_back(std::move(*it),
+                           absl::CancelledError("the call was cancelled while queued"));
+    } else {
+      ++it;
+      continue;
+    }
+    it = queue_.erase(it);
+  }
+  return dropped;
+}
+
+void DynamicBatcher::DropExpired() {
+  std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped = DropExpiredLocked(clock_->Now());
+  }
+  for (auto& [request, status] : dropped) {
+    if (request->reject) request->reject(status);
+  }
+}
+
+DynamicBatcher::Due DynamicBatcher::Peek() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Due due;
+  for (const auto& r : queue_) due.queued_rows += r->rows;
+  if (!stopped_) due.requests = DueBatchSize(clock_->Now(), &due.full);
+  return due;
+}
+
+Batch DynamicBatcher::Take(size_t max_requests, int64_t max_rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  int64_t rows = 0;
+  while (n < queue_.size() && n < max_requests && (n == 0 || rows + queue_[n]->rows <= max_rows)) {
+    rows += queue_[n]->rows;
+    ++n;
+  }
+  Batch batch(std::make_move_iterator(queue_.begin()),
+              std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+  return batch;
+}
+
+Clock::TimePoint DynamicBatcher::NextWake() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return NextWakeLocked();
+}
+
 Clock::TimePoint DynamicBatcher::Poll() {
   while (true) {
     std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> dropped;
@@ -106,22 +166,8 @@ Clock::TimePoint DynamicBatcher::Poll() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       const Clock::TimePoint now = clock_->Now();
-      for (auto it = queue_.begin(); it != queue_.end();) {
-        BatchRequest& r = **it;
-        if (r.deadline <= now) {
-          dropped.emplace_back(std::move(*it), absl::DeadlineExceededError(
-                                                   "the request's deadline passed while it was "
-                                                   "queued; it was not computed"));
-        } else if (r.is_cancelled && r.is_cancelled()) {
-          dropped.emplace_back(std::move(*it),
-                               absl::CancelledError("the call was cancelled while queued"));
-        } else {
-          ++it;
-          continue;
-        }
-        it = queue_.erase(it);
-      }
-      if (!stopped_) {
+      dropped = DropExpiredLocked(now);
+      if (!stopped_ && can_dispatch_) {
         bool full = true;
         size_t n = DueBatchSize(now, &full);
         if (n > 0 && can_dispatch_(full)) {

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -90,6 +91,29 @@ class DynamicBatcher {
   size_t queued_requests() const;
   const Options& options() const { return options_; }
 
+  // The pull side, for a scheduler that owns the slots (server/model_scheduler.h):
+  // it asks what is due and takes batches itself, so one lock of its own
+  // covers choosing a slot and taking the batch for it. A batcher made for
+  // pulling has no can_dispatch / dispatch (pass nullptr to Create) and its
+  // Poll() only drops requests.
+  //
+  // Drops expired and cancelled requests (rejecting them, outside the
+  // batcher's lock; call it without locks of your own held).
+  void DropExpired();
+  struct Due {
+    size_t requests = 0;      // requests of the batch due now; 0: none is due
+    bool full = true;         // that batch is full (see CanDispatchFn)
+    int64_t queued_rows = 0;  // rows of every queued request
+  };
+  // What is due now (nothing after Stop()).
+  Due Peek() const;
+  // Takes requests from the front while their rows fit `max_rows` (at
+  // least one request, at most `max_requests`).
+  Batch Take(size_t max_requests, int64_t max_rows);
+  // When the front request's delay ends or the first deadline passes; max()
+  // when the queue is empty.
+  Clock::TimePoint NextWake() const;
+
  private:
   DynamicBatcher(const Options& options, const Clock* clock, CanDispatchFn can_dispatch,
                  DispatchFn dispatch);
@@ -97,6 +121,8 @@ class DynamicBatcher {
   // none is due yet. `full` says whether that batch is full (see CanDispatchFn).
   size_t DueBatchSize(Clock::TimePoint now, bool* full) const;
   Clock::TimePoint NextWakeLocked() const;
+  std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> DropExpiredLocked(
+      Clock::TimePoint now);
 
   const Options options_;
   const Clock* const clock_;

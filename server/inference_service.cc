@@ -13,6 +13,7 @@
 #include "server/datatypes.h"
 #include "server/infer_request.h"
 #include "server/metrics.h"
+#include "server/model_config.h"
 #include "server/worker_supervisor.h"
 
 namespace numaserve::server {
@@ -591,11 +592,19 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     o->set_data_type(TritonDataType(t.type));
     for (size_t d = first_dim; d < t.shape.size(); ++d) o->add_dims(t.shape[d]);
   }
-  const int instances = std::max(1, c.instance_placement().instances_per_domain());
+  // The copies the workers holding this version run (auto and per_core
+  // resolved by each worker at load); where none holds it now, what the
+  // config asks for.
+  const int configured = c.instance_placement().instances_per_domain();
+  int32_t count = 0;
+  for (int w = 0; workers_ != nullptr && w < workers_->size(); ++w) {
+    if (workers_->HasModel(w, m.key())) count += workers_->Instances(w, m.key());
+  }
+  if (count == 0) count = static_cast<int32_t>(m.workers.size()) * std::max(1, configured);
   auto* group = out->add_instance_group();
   group->set_name(absl::StrCat(m.name, "_0"));
   group->set_kind(inference::ModelInstanceGroup::KIND_CPU);
-  group->set_count(static_cast<int32_t>(m.workers.size()) * instances);
+  group->set_count(count);
   // The batcher the version runs with, the server's defaults applied.
   if (c.has_dynamic_batching()) {
     const auto& d = c.dynamic_batching();
@@ -616,7 +625,17 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
   parameters["gemm_backend"].set_string_value(c.gemm_backend().empty() ? "auto" : c.gemm_backend());
   parameters["instance_placement.domains"].set_string_value(
       c.instance_placement().domains_size() == 0 ? "all" : absl::StrJoin(m.workers, ","));
-  parameters["instance_placement.instances_per_domain"].set_string_value(absl::StrCat(instances));
+  parameters["instance_placement.instances_per_domain"].set_string_value(
+      FormatInstances(configured));
+  // Throughput mode: what each worker measured and chose ("1x2 threads
+  // 41.0 rows/s, 2x1 thread 70.2 rows/s -> 2").
+  for (int w = 0; workers_ != nullptr && w < workers_->size(); ++w) {
+    if (!workers_->HasModel(w, m.key())) continue;
+    const std::string report = workers_->InstancesReport(w, m.key());
+    if (!report.empty()) {
+      parameters[absl::StrCat("instances_auto.worker", w)].set_string_value(report);
+    }
+  }
   return FinishNow(context, grpc::Status::OK);
 }
 

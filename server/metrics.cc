@@ -125,6 +125,22 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& addr
                           .Name("numaserve_worker_flops_total")
                           .Help("Floating-point operations executed by each worker")
                           .Register(r);
+  m->worker_node_memory_ = &BuildGauge()
+                                .Name("numaserve_worker_node_memory_bytes")
+                                .Help(
+                                    "Resident memory of each worker by the NUMA node it lies "
+                                    "on (memory_node), read after its latest model load")
+                                .Register(r);
+  m->instance_busy_ = &BuildCounter()
+                           .Name("numaserve_instance_busy_seconds_total")
+                           .Help(
+                               "Seconds each model instance (slot) of each worker spent "
+                               "computing; idle slots show as flat lines")
+                           .Register(r);
+  m->instance_batches_ = &BuildCounter()
+                              .Name("numaserve_instance_batches_total")
+                              .Help("Batches each model instance (slot) of each worker computed")
+                              .Register(r);
   m->worker_restarts_ = &BuildCounter()
                              .Name("numaserve_worker_restarts_total")
                              .Help("Times the supervisor restarted a worker that exited")
@@ -269,6 +285,19 @@ void Metrics::RecordWorkerBusy(int worker, int numa_node, double seconds, int64_
   }
   worker_gflops_->Add(labels).Set(gflops);
   if (peak > 0) worker_peak_fraction_->Add(labels).Set(gflops / peak);
+}
+
+void Metrics::SetWorkerNodeMemory(int worker, int numa_node, int memory_node, double bytes) {
+  auto labels = WorkerLabels(worker, numa_node);
+  labels["memory_node"] = absl::StrCat(memory_node);
+  worker_node_memory_->Add(labels).Set(bytes);
+}
+
+void Metrics::RecordInstanceBusy(int worker, int numa_node, int instance, double seconds) {
+  auto labels = WorkerLabels(worker, numa_node);
+  labels["instance"] = std::to_string(instance);
+  instance_busy_->Add(labels).Increment(seconds);
+  instance_batches_->Add(labels).Increment();
 }
 
 void Metrics::SetWorkerPeak(int worker, int numa_node, double peak_gflops) {

@@ -54,11 +54,16 @@ class Metrics {
   void SetPendingRequests(const std::string& model, const std::string& version, double count);
   // A worker spent `seconds` computing `rows` rows (`flops` floating-point operations).
   void RecordWorkerBusy(int worker, int numa_node, double seconds, int64_t rows, double flops);
+  // One batch computed by instance `instance` of a model on the worker.
+  void RecordInstanceBusy(int worker, int numa_node, int instance, double seconds);
   void RecordWorkerRestart(int worker, int numa_node);
   // The worker's FP32 peak (probe GFLOP/s per core x its cores), for the
   // fraction-of-peak gauge.
   void SetWorkerPeak(int worker, int numa_node, double peak_gflops);
   void SetWorkerResidentBytes(int worker, int numa_node, double bytes);
+  // Where a worker's resident memory lies (after its latest model load):
+  // bytes on NUMA node `memory_node`.
+  void SetWorkerNodeMemory(int worker, int numa_node, int memory_node, double bytes);
   void SetWorkerReady(int worker, int numa_node, bool ready);
   void SetModelReady(const std::string& model, const std::string& version, bool ready);
   void SetModelWeightBytes(const std::string& model, const std::string& version, int worker,
@@ -116,6 +121,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* worker_inferences_ = nullptr;
   prometheus::Family<prometheus::Counter>* worker_flops_ = nullptr;
   prometheus::Family<prometheus::Counter>* worker_restarts_ = nullptr;
+  prometheus::Family<prometheus::Counter>* instance_busy_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* worker_node_memory_ = nullptr;
+  prometheus::Family<prometheus::Counter>* instance_batches_ = nullptr;
   prometheus::Family<prometheus::Gauge>* worker_ready_ = nullptr;
   prometheus::Family<prometheus::Gauge>* model_ready_ = nullptr;
   prometheus::Family<prometheus::Gauge>* model_weight_bytes_ = nullptr;

@@ -4,10 +4,13 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -82,7 +85,112 @@ absl::Status CheckTensors(const std::string& model, const char* field,
   return absl::OkStatus();
 }
 
+bool IsIdentifierStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool IsIdentifierChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The offset of the first character at or after `i` that is neither white
+// space nor part of a # comment.
+size_t SkipSpace(const std::string& text, size_t i) {
+  while (i < text.size()) {
+    if (text[i] == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (std::isspace(static_cast<unsigned char>(text[i]))) {
+      ++i;
+    } else {
+      break;
+    }
+  }
+  return i;
+}
+
+// "<origin>:<line>:<column>" of byte `offset`, both counted from 1.
+std::string Position(const std::string& text, size_t offset, const std::string& origin) {
+  int line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return absl::StrFormat("%s:%d:%d", origin, line, offset - line_start + 1);
+}
+
+// instances_per_domain is an int32, so before TextFormat reads the file the
+// words `auto` and `per_core` written as its value become kInstancesAuto
+// and kInstancesPerCore, padded with spaces to the word's length so the line
+// and column of every later error stay those of the file. Strings and
+// comments are left alone. A negative number written there is an error
+// (those values stand for the words).
+absl::Status RewriteInstanceWords(std::string* text, const std::string& origin) {
+  constexpr std::string_view kField = "instances_per_domain";
+  std::string& t = *text;
+  size_t i = 0;
+  while (i < t.size()) {
+    const char c = t[i];
+    if (c == '#') {
+      while (i < t.size() && t[i] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      for (++i; i < t.size() && t[i] != c && t[i] != '\n'; ++i) {
+        if (t[i] == '\\') ++i;  // the escaped character
+      }
+      ++i;
+    } else if (IsIdentifierStart(c) || std::isdigit(static_cast<unsigned char>(c))) {
+      // An identifier, or a number (digits and letters: 0x1F, 1e5).
+      const size_t start = i;
+      while (i < t.size() && IsIdentifierChar(t[i])) ++i;
+      if (std::string_view(t).substr(start, i - start) != kField) continue;
+      size_t v = SkipSpace(t, i);
+      if (v >= t.size() || t[v] != ':') continue;
+      v = SkipSpace(t, v + 1);
+      if (v < t.size() && t[v] == '-') {
+        size_t end = v + 1;
+        while (end < t.size() && IsIdentifierChar(t[end])) ++end;
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: instance_placement.instances_per_domain: %s: expected a count "
+                            ">= 1, auto or per_core",
+                            Position(t, v, origin), t.substr(v, end - v)));
+      }
+      size_t end = v;
+      while (end < t.size() && IsIdentifierChar(t[end])) ++end;
+      const std::string_view word = std::string_view(t).substr(v, end - v);
+      int value = 0;
+      if (word == "auto") {
+        value = kInstancesAuto;
+      } else if (word == "per_core") {
+        value = kInstancesPerCore;
+      } else {
+        continue;
+      }
+      std::string replacement = absl::StrCat(value);
+      replacement.resize(word.size(), ' ');
+      t.replace(v, word.size(), replacement);
+      i = end;
+    } else {
+      ++i;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<int> ParseInstances(std::string_view text) {
+  if (text == "auto") return kInstancesAuto;
+  if (text == "per_core") return kInstancesPerCore;
+  const absl::string_view digits(text.data(), text.size());
+  int n = 0;
+  if (absl::SimpleAtoi(digits, &n) && n >= 1 && n <= kMaxInstances) return n;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("instances '%s': expected a count 1..%d, auto or per_core",
+                      absl::CHexEscape(digits), kMaxInstances));
+}
+
+std::string FormatInstances(int instances) {
+  if (instances == kInstancesAuto) return "auto";
+  if (instances == kInstancesPerCore) return "per_core";
+  return absl::StrCat(std::max(1, instances));
+}
 
 const std::vector<std::string>& KnownGemmBackends() {
   static const std::vector<std::string> kBackends = {"auto", "onednn", "blis", "openblas"};
@@ -91,11 +199,13 @@ const std::vector<std::string>& KnownGemmBackends() {
 
 absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,
                                                          const std::string& origin) {
+  std::string rewritten = text;
+  if (absl::Status s = RewriteInstanceWords(&rewritten, origin); !s.ok()) return s;
   config::ModelConfig config;
   google::protobuf::TextFormat::Parser parser;
   FirstError errors(origin);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config)) {
+  if (!parser.ParseFromString(rewritten, &config)) {
     return absl::InvalidArgumentError(
         errors.error().empty() ? absl::StrCat(origin, ": cannot parse") : errors.error());
   }
@@ -149,8 +259,16 @@ absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::
   const auto& p = c.instance_placement();
   // Whether N copies fit is checked by each worker when it loads the model
   // (CheckInstancesFit), against its own cores.
-  if (p.instances_per_domain() < 0) {
-    return Invalid(model, "instance_placement.instances_per_domain", "is negative");
+  // auto and per_core were read as kInstancesAuto and kInstancesPerCore.
+  if (p.instances_per_domain() < kInstancesPerCore) {
+    return Invalid(
+        model, "instance_placement.instances_per_domain",
+        absl::StrCat(p.instances_per_domain(), ": expected a count >= 1, auto or per_core"));
+  }
+  if (p.instances_per_domain() > kMaxInstances) {
+    return Invalid(
+        model, "instance_placement.instances_per_domain",
+        absl::StrFormat("%d is above the limit of %d", p.instances_per_domain(), kMaxInstances));
   }
   if (p.all() && p.domains_size() > 0) {
     return Invalid(model, "instance_placement", "give either `all` or `domains`, not both");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,10 @@ inline constexpr uint64_t kMaxConfigMicroseconds = uint64_t{24} * 3600 * 1000 * 
 
 // Parses `path`. INVALID_ARGUMENT "<path>:<line>:<column>: <problem>" for a
 // syntax error or an unknown field; NOT_FOUND if the file cannot be read.
+// `instances_per_domain: auto` and `instances_per_domain: per_core` (the
+// field is an int32) are read as kInstancesAuto and kInstancesPerCore; a
+// negative number written there is refused with its line and column, since
+// those values stand for the words.
 absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path);
 // The same, from text (`origin` names it in errors).
 absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,
@@ -48,10 +53,27 @@ absl::StatusOr<std::vector<int64_t>> SelectVersions(const config::ModelConfig& c
 // The workers that load the model, out of 0..num_workers-1.
 std::vector<int> PlacementWorkers(const config::ModelConfig& config, int num_workers);
 
+// instance_placement.instances_per_domain (and worker::LoadModel.instances)
+// beyond a count: `auto`, the worker measures the model's throughput at load
+// on 1, 2, 4, ... copies and picks the count; `per_core`, one copy per core
+// of the worker. config.pbtxt spells them as words; the parser turns them
+// into these values.
+inline constexpr int kInstancesAuto = -1;
+inline constexpr int kInstancesPerCore = -2;
+// The largest count accepted.
+inline constexpr int kMaxInstances = 1024;
+
+// "auto" -> kInstancesAuto, "per_core" -> kInstancesPerCore, or a count
+// 1..kMaxInstances. INVALID_ARGUMENT naming the accepted forms otherwise.
+absl::StatusOr<int> ParseInstances(std::string_view text);
+// The other way: "auto", "per_core", or the count (0 or unset: "1").
+std::string FormatInstances(int instances);
+
 // Checks that `instances` copies of `model` (instance_placement.
 // instances_per_domain) fit on `worker`, which has `cores` cores: each copy
-// needs at least one core of its own. INVALID_ARGUMENT naming the file and
-// field otherwise.
+// needs at least one core of its own. kInstancesAuto and kInstancesPerCore
+// always fit (the worker resolves them to at most its cores).
+// INVALID_ARGUMENT naming the file and field otherwise.
 absl::Status CheckInstancesFit(const std::string& model, int instances, int worker, int cores);
 
 // Matrix-multiply backends the engine is built with ("auto" picks).

@@ -16,14 +16,15 @@
 namespace numaserve::server {
 namespace {
 
-WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m) {
+WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m, int default_instances) {
+  const int configured = m.config.instance_placement().instances_per_domain();
   return {m.key(),
           m.name,
           absl::StrCat(m.version),
           m.path,
           m.workers,
           m.config.gemm_backend(),
-          m.config.instance_placement().instances_per_domain()};
+          configured != 0 ? configured : default_instances};
 }
 
 // The reason a served version keeps its previous config.
@@ -265,7 +266,8 @@ absl::Status ModelManager::Load(const std::string& name) {
     RepositoryModel next = m;
     if (serving != nullptr) next.generation = serving->generation + 1;
     auto handle = std::make_shared<const RepositoryModel>(std::move(next));
-    absl::Status s = workers_->LoadModel(ToLoad(*handle), options_.load_timeout);
+    absl::Status s =
+        workers_->LoadModel(ToLoad(*handle, options_.default_instances), options_.load_timeout);
     if (s.ok()) s = scheduler_->AddModel(handle);
     if (!s.ok()) {
       workers_->UnloadModel(handle->key());

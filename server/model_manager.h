@@ -51,6 +51,9 @@ class ModelManager {
     std::chrono::milliseconds load_timeout{std::chrono::minutes(5)};
     // How long unloading waits for queued and running requests.
     std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};
+    // Instances per worker of a model whose config sets none (`serve
+    // --instances`): a count, kInstancesAuto or kInstancesPerCore.
+    int default_instances = 1;
   };
 
   // One row of RepositoryIndex.

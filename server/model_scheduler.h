@@ -1,18 +1,39 @@
-// Between the gRPC front end and the router: one DynamicBatcher per served
-// model version, a timer that runs them (queue delays, deadlines,
-// cancellations), and the step that turns a formed batch into one router
-// task whose inputs are gathered from every request and whose outputs are
-// scattered back to each request by row.
+// Between the gRPC front end and the workers: a pull scheduler in the shape
+// of TensorFlow Serving's shared batch scheduler. Each served model version
+// has a queue (a DynamicBatcher used for its batching rules: max rows,
+// preferred sizes, queue delay, deadlines). The slots are the instances of
+// the models on the workers: a worker holding a model with N instances
+// computes N of its batches at once. Whenever a slot is free (a batch was
+// answered, a worker became ready, a request arrived, a delay ran out) the
+// scheduler takes the next due batch for it, round-robin over the queues of
+// the models the worker holds, under one lock, so two queues never claim
+// the same slot:
+//
+//   * a partial batch (its delay ran out) goes to an idle instance only;
+//     a full one (max rows or a preferred size) may also wait in a busy
+//     worker's pipeline slot, its inputs copied while the worker computes;
+//   * with several idle instances, the queued rows are shared between them
+//     (each batch takes its share, up to max rows, and at least the smallest
+//     preferred batch size where the config names one), so 64 requests and
+//     16 idle instances make 16 batches of 4, not two of 32 and 14 idle
+//     slots;
+//   * among the workers with a free slot, the least loaded one relative to
+//     its instances wins, ties taken in turn so every slot gets its share.
+//
+// A batch is one InferenceTask run through a WorkerPool; its outputs are
+// scattered back to each request by row. A batch whose worker dies is run
+// once more on any worker, then failed. One timer thread covers queue delays,
+// deadlines and cancelled calls. Start / Drain (RemoveModel) / Stop are the
+// lifecycle; nothing here busy-waits.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +44,7 @@
 #include "server/infer_request.h"
 #include "server/model_repository.h"
 #include "server/model_statistics.h"
-#include "server/router.h"
+#include "server/worker_pool.h"
 
 namespace numaserve::server {
 
@@ -56,61 +77,105 @@ class ModelScheduler {
     size_t default_max_queue_size = 4096;
     // How often queues are checked for cancelled calls when nothing else is due.
     std::chrono::milliseconds idle_poll{10};
+    // Batches a worker may hold beyond its instances of the model: 1 lets
+    // the next full batch's inputs be copied while the worker computes.
+    int pipeline_depth = 1;
+    // Total runs of a batch whose worker dies under it.
+    int max_attempts = 2;
     // Where per-batch-size execution statistics go (not owned; may be null).
     ModelStatistics* statistics = nullptr;
   };
 
-  ModelScheduler(const Options& options, Router* router, Metrics* metrics, const Clock* clock);
+  ModelScheduler(const Options& options, WorkerPool* workers, Metrics* metrics, const Clock* clock);
   ~ModelScheduler();
 
-  // Creates the batcher of one served model version (any time).
+  // Creates the queue of one served model version (any time).
   absl::Status AddModel(std::shared_ptr<const RepositoryModel> model);
   // Refuses new requests for `key` (UNAVAILABLE), waits until its queue is
-  // empty and its batches are answered (at most `timeout`), then forgets it.
-  // True if it drained in time.
+  // empty and its batches are answered (at most `timeout`), then forgets it
+  // (what is still queued is answered UNAVAILABLE). True if it drained in time.
   bool RemoveModel(const std::string& key, std::chrono::milliseconds timeout);
-  // Starts the timer thread.
+  // Starts the timer thread (tests on a fake clock call Pump() instead).
   void Start();
-  // Queues the request on its model version's batcher. Not OK (and `done` is
+  // Queues the request on its model version's queue. Not OK (and `done` is
   // not called) when the queue is full (RESOURCE_EXHAUSTED) or closed.
   absl::Status Submit(std::shared_ptr<PendingInference> request);
-  // Takes a queued request out of its batcher and answers it with `why`
+  // Takes a queued request out of its queue and answers it with `why`
   // (its call was cancelled). False if it is no longer queued.
   bool Cancel(const std::shared_ptr<PendingInference>& request, const absl::Status& why);
-  // Sends whatever is due; the supervisor's cue that a worker freed up.
+  // Fills free slots with due batches; the cue that a worker became ready
+  // or that the fake clock moved.
   void Pump();
-  // Answers every queued request UNAVAILABLE and stops the timer.
+  // Answers every queued request UNAVAILABLE and stops the timer; batches
+  // in flight are answered as their workers reply.
   void Stop();
 
-  // Requests waiting in batcher queues.
+  // Requests waiting in queues (batches waiting for a retry not included).
   size_t pending() const;
+  // Batches in flight on `worker` (tests and the load balance check).
+  int InFlight(int worker) const;
 
  private:
+  // One batch on its way: the task and the requests it answers.
+  struct Flight;
   struct Queue {
     std::shared_ptr<const RepositoryModel> model;
+    std::string key;
+    std::string version;  // metrics label
     std::unique_ptr<DynamicBatcher> batcher;
-    std::string version;                // metrics label
-    std::atomic<int64_t> in_flight{0};  // dispatched batches not yet answered
-    std::atomic<bool> draining{false};
+    // Batches whose worker died, formed and waiting to run again.
+    std::deque<std::shared_ptr<Flight>> retries;
+    int64_t in_flight = 0;  // batches started and not yet answered
+    // Due rows are being shared between idle instances: what remains of
+    // them goes to the next idle ones without waiting again.
+    bool sharing = false;
+    bool draining = false;
   };
-  void Dispatch(Queue* queue, Batch batch);
+  // A decision taken under mu_, carried out outside it.
+  struct Launch {
+    std::shared_ptr<Queue> queue;
+    std::shared_ptr<Flight> flight;
+    int worker = -1;
+  };
+
+  // Forms and launches batches while slots are free; then arms the timer.
+  void Schedule();
+  // Under mu_: the next batch to launch, or false when no free slot can
+  // take a due batch.
+  bool NextLaunch(Launch* launch);
+  // Under mu_: the worker for a batch of `queue`: an idle instance
+  // (`partial_ok`), else a pipeline slot (full batches only); -1 if none.
+  // `idle_slots` receives the idle instances of the model over all workers.
+  int PickWorker(const Queue& queue, bool partial_ok, int* idle_slots);
+  std::shared_ptr<Flight> Form(const std::shared_ptr<Queue>& queue, Batch batch);
+  // Runs a launch decided by NextLaunch (outside mu_).
+  void Begin(const Launch& launch);
+  void Finish(const std::shared_ptr<Queue>& queue, const std::shared_ptr<Flight>& flight,
+              int worker, const RunOutcome& outcome);
+  void Answer(Queue* queue, Flight* flight, const absl::Status& status, const RunOutcome& outcome,
+              int worker);
+  void ReportPending(const Queue& queue);
   void TimerLoop();
   void WakeBy(Clock::TimePoint when);
-  void ReportPending(Queue* queue);
-  Clock::TimePoint PollAll();
   std::vector<std::shared_ptr<Queue>> Queues() const;
 
   const Options options_;
-  Router* const router_;
+  WorkerPool* const workers_;
   Metrics* const metrics_;
   const Clock* const clock_;
-  mutable std::shared_mutex queues_mu_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable drained_cv_;
   std::map<std::string, std::shared_ptr<Queue>> queues_;  // by "name:version"
+  std::vector<int> in_flight_;                            // per worker
+  size_t next_queue_ = 0;                                 // round-robin position over queues_
+  int next_worker_ = 0;                                   // rotation among equally loaded workers
+  bool stopped_ = false;
 
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;
   Clock::TimePoint wake_at_ = Clock::TimePoint::max();
-  bool stopping_ = false;
+  bool timer_stopping_ = false;
   std::thread timer_;
 };
 

@@ -27,11 +27,12 @@
 #include "server/grpc_auth.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
+#include "server/model_config.h"
 #include "server/model_manager.h"
 #include "server/model_repository.h"
 #include "server/model_scheduler.h"
-#include "server/router.h"
 #include "server/training_service.h"
+#include "server/worker_pool.h"
 #include "server/worker_supervisor.h"
 
 namespace numaserve::server {
@@ -70,6 +71,10 @@ struct ServeOptions {
   int64_t training_max_ranks = 0;  // 0 = the NUMA domains of this machine
   int64_t training_max_jobs = 1;
   int64_t training_max_config_bytes = int64_t{1} << 20;
+  // Instances per worker of models whose config.pbtxt sets none.
+  std::string instances = "1";
+  // Scheduler tests: every batch takes at least this long in the worker.
+  int64_t test_batch_compute_us = 0;
 };
 
 // Samples each worker's resident memory from /proc/<pid>/statm once a second.
@@ -212,6 +217,13 @@ int ServeCommand(const std::vector<std::string>& args) {
                 "deadline for requests whose client sets none");
   parser.AddInt("shutdown-timeout", &o.shutdown_timeout_s,
                 "seconds SIGTERM waits for accepted requests to finish");
+  parser.AddString("instances", &o.instances,
+                   "instances per worker of models whose config.pbtxt sets no "
+                   "instance_placement.instances_per_domain: N | auto (measure the model's "
+                   "scaling at load and pick the most throughput) | per_core (one per core)");
+  parser.AddInt("test-batch-compute-us", &o.test_batch_compute_us,
+                "for scheduler tests: every batch takes at least this many microseconds in its "
+                "worker (the worker sleeps out the rest); 0 = off");
   parser.AddString("gemm", &o.gemm,
                    "GEMM backend for models whose config names none: onednn | blis | openblas | "
                    "auto (each timed once per shape at load, the fastest kept)");
@@ -253,6 +265,14 @@ int ServeCommand(const std::vector<std::string>& args) {
   }
   if (o.worker_arena_mb < 1) {
     return Fail(absl::InvalidArgumentError("--worker-arena-mb must be at least 1"));
+  }
+  auto default_instances = ParseInstances(o.instances);
+  if (!default_instances.ok()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--instances: ", default_instances.status().message())));
+  }
+  if (o.test_batch_compute_us < 0 || o.test_batch_compute_us > 60'000'000) {
+    return Fail(absl::InvalidArgumentError("--test-batch-compute-us must be 0..60000000"));
   }
   if (absl::Status s = engine::CheckGemmBackendChoice(o.gemm); !s.ok()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--gemm: ", s.message())));
@@ -314,9 +334,10 @@ int ServeCommand(const std::vector<std::string>& args) {
   std::vector<WorkerSupervisor::ModelToLoad> to_load;
   for (const auto& m : initial) {
     if (m.error.empty()) {
+      const int configured = m.config.instance_placement().instances_per_domain();
       to_load.push_back({m.key(), m.name, absl::StrCat(m.version), m.path, m.workers,
                          m.config.gemm_backend(),
-                         m.config.instance_placement().instances_per_domain()});
+                         configured != 0 ? configured : *default_instances});
       fprintf(stderr, "numaserve: model %s version %d: %s\n", m.name.c_str(),
               static_cast<int>(m.version), m.path.c_str());
     } else {
@@ -354,26 +375,25 @@ int ServeCommand(const std::vector<std::string>& args) {
     if (!created.ok()) return Fail(created.status());
     training_service = std::move(*created);
   }
-  Router* router_ptr = nullptr;
-  ModelScheduler* scheduler_ptr = nullptr;
+  // The supervisor's cue (a worker became ready or was lost) reaches the
+  // scheduler and the health status through this hook, set once both exist.
   std::atomic<std::function<void()>*> on_workers_changed{nullptr};
   WorkerSupervisor::Options worker_options;
   worker_options.arena_bytes = static_cast<size_t>(o.worker_arena_mb) << 20;
+  worker_options.test_batch_compute_us = o.test_batch_compute_us;
   auto workers = WorkerSupervisor::Create(worker_options, *plan, to_load, metrics->get(), [&] {
-    if (router_ptr != nullptr) router_ptr->Pump();
-    if (scheduler_ptr != nullptr) scheduler_ptr->Pump();
     if (auto* hook = on_workers_changed.load()) (*hook)();
   });
   if (!workers.ok()) return Fail(workers.status());
-  Router router(Router::Options{}, workers->get(), metrics->get());
-  router_ptr = &router;
+  SupervisedWorkerPool pool(workers->get());
   ModelStatistics statistics;
   ModelScheduler::Options scheduler_options;
   scheduler_options.default_max_queue_size = static_cast<size_t>(o.max_queue_size);
   scheduler_options.statistics = &statistics;
-  ModelScheduler scheduler(scheduler_options, &router, metrics->get(), Clock::Real());
+  ModelScheduler scheduler(scheduler_options, &pool, metrics->get(), Clock::Real());
   scheduler.Start();
-  scheduler_ptr = &scheduler;
+  std::function<void()> pump_scheduler = [&] { scheduler.Pump(); };
+  on_workers_changed = &pump_scheduler;
   const double peak_per_core = kernels::Fp32PeakGflopsPerCore();
   for (const auto& p : plan->workers) {
     (*metrics)->SetWorkerPeak(p.index, p.numa_node, peak_per_core * p.num_threads);
@@ -385,6 +405,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   manager_options.num_workers = static_cast<int>(plan->workers.size());
   manager_options.mode = *control_mode;
   manager_options.poll_interval = std::chrono::seconds(o.repository_poll_secs);
+  manager_options.default_instances = *default_instances;
   ModelManager models(manager_options, workers->get(), &scheduler, metrics->get());
   models.Start(initial, not_loaded);
   for (const auto& m : initial) {
@@ -477,7 +498,11 @@ int ServeCommand(const std::vector<std::string>& args) {
       inference::GRPCInferenceService::service_full_name(), false);
   server->GetHealthCheckService()->SetServingStatus(false);
   update_health();
-  on_workers_changed = &update_health;
+  std::function<void()> on_change = [&] {
+    scheduler.Pump();
+    update_health();
+  };
+  on_workers_changed = &on_change;
 
   // The one line scripts wait for.
   // With the training service: " training=HOST:PORT" (the gRPC port's own
@@ -497,7 +522,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   // Training jobs stop after their current step with a checkpoint
   // (training_service.h); ~TrainingService waits for them.
   if (training_service != nullptr) training_service->StopAll();
-  on_workers_changed = nullptr;
+  on_workers_changed = &pump_scheduler;
   {
     std::lock_guard<std::mutex> lock(health_mu);
     server->GetHealthCheckService()->SetServingStatus(false);
@@ -517,10 +542,9 @@ int ServeCommand(const std::vector<std::string>& args) {
     training_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
   models.Stop();
-  scheduler_ptr = nullptr;
   scheduler.Stop();
-  router.Stop();
   rss_sampler.Stop();
+  on_workers_changed = nullptr;
   (*workers)->Stop();
   fprintf(stderr, "numaserve: stopped\n");
   return 0;

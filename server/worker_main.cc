@@ -13,16 +13,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
 #include "affinity/pinning.h"
 #include "affinity/topology.h"
@@ -52,6 +57,16 @@ std::string OpenMpEnvironmentSeen() {
   return out;
 }
 
+// Where this process's resident pages lie, per NUMA node ("0=1234 1=5");
+// empty where /proc/self/numa_maps cannot be read.
+std::string ReadMemoryNodes() {
+  std::ifstream in("/proc/self/numa_maps");
+  if (!in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  return SumNumaMapsPages(text.str());
+}
+
 absl::Status PinThisThread(const std::vector<int>& cpus) {
   cpu_set_t mask;
   CPU_ZERO(&mask);
@@ -64,14 +79,101 @@ absl::Status PinThisThread(const std::vector<int>& cpus) {
 }
 
 // Pins each thread of a new OpenMP team of cpus.size() threads to its own
-// cpu of `cpus` (thread 0, the caller, is already pinned to the share).
+// cpu of `cpus`, the calling thread (the team's thread 0) included: with
+// OMP_PROC_BIND set, libgomp binds a thread that starts its first team to
+// the first OpenMP place of the process (cpu 0 for every instance, which
+// left the second instance of a 2-core worker sharing the first one's core
+// and served one instance's worth). Pinned inside that first region, the
+// binding holds for every later region the thread starts.
 void PinTeam(const std::vector<int>& cpus) {
   const int n = static_cast<int>(cpus.size());
 #pragma omp parallel num_threads(n)
   {
     const int t = omp_get_thread_num();
-    if (t > 0 && t < n) (void)PinThisThread({cpus[t]});
+    if (t < n) (void)PinThisThread({cpus[t]});
   }
+}
+
+// The cpus of `cpus` split into n disjoint shares, in order (the shares'
+// sizes differ by at most one core).
+std::vector<std::vector<int>> Shares(const std::vector<int>& cpus, int n) {
+  std::vector<std::vector<int>> shares(n);
+  for (size_t c = 0; c < cpus.size(); ++c) shares[c * n / cpus.size()].push_back(cpus[c]);
+  return shares;
+}
+
+// instances_per_domain: auto. Each candidate count is timed on one copy at
+// kAutoRows rows (1 for a model that does not batch): one warm-up run, then
+// runs until at least kAutoMinRuns took kAutoMinSeconds, or kAutoMaxSeconds
+// passed (a big model's load stays within seconds).
+constexpr int64_t kAutoRows = 8;
+constexpr int kAutoMinRuns = 3;
+constexpr double kAutoMinSeconds = 0.2;
+constexpr double kAutoMaxSeconds = 0.5;
+// More copies are chosen only for at least this much more throughput.
+constexpr double kAutoMinGain = 1.10;
+
+// Rows per second of `model` run back to back at `rows` rows on the calling
+// thread (and its OpenMP team), on zeroed inputs.
+absl::StatusOr<double> RowsPerSecond(engine::CompiledModel& model, int64_t rows) {
+  const engine::ModelInfo& info = model.info();
+  // Storage in 8-byte words, so every element type is aligned.
+  std::vector<std::vector<uint64_t>> inputs, outputs;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  std::vector<size_t> in_bytes, out_bytes;
+  auto add = [](int64_t elements, engine::DataType type, std::vector<std::vector<uint64_t>>* words,
+                std::vector<size_t>* bytes) {
+    bytes->push_back(static_cast<size_t>(elements) * engine::DataTypeSize(type));
+    words->emplace_back((bytes->back() + 7) / 8 + 1);
+  };
+  for (const engine::TensorInfo& t : info.inputs) {
+    int64_t elements = 1;
+    for (size_t d = 0; d < t.shape.size(); ++d) elements *= t.shape[d] < 0 ? rows : t.shape[d];
+    add(elements, t.type, &inputs, &in_bytes);
+  }
+  const auto shapes = model.OutputShapes(rows);
+  for (size_t i = 0; i < shapes.size() && i < info.outputs.size(); ++i) {
+    int64_t elements = 1;
+    for (int64_t d : shapes[i]) elements *= d;
+    add(elements, info.outputs[i].type, &outputs, &out_bytes);
+  }
+  if (absl::Status s = model.CheckBufferSizes(rows, in_bytes, out_bytes); !s.ok()) return s;
+  for (auto& v : inputs) in_ptrs.push_back(v.data());
+  for (auto& v : outputs) out_ptrs.push_back(v.data());
+  if (absl::Status s = model.Run(rows, in_ptrs, out_ptrs); !s.ok()) return s;  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  int runs = 0;
+  double seconds = 0;
+  do {
+    if (absl::Status s = model.Run(rows, in_ptrs, out_ptrs); !s.ok()) return s;
+    ++runs;
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while ((runs < kAutoMinRuns || seconds < kAutoMinSeconds) && seconds < kAutoMaxSeconds);
+  return static_cast<double>(rows) * runs / std::max(seconds, 1e-9);
+}
+
+// RowsPerSecond of a copy of the model compiled and run as an instance on
+// `share` runs: on its own thread pinned to the share, with an OpenMP team
+// of one thread per core of the share, each pinned to its core.
+absl::StatusOr<double> RowsPerSecondOnShare(const std::string& path,
+                                            const engine::CompileOptions& options,
+                                            const std::vector<int>& share, int64_t rows) {
+  absl::StatusOr<double> result = absl::UnknownError("not measured");
+  std::thread thread([&] {
+    if (absl::Status s = PinThisThread(share); !s.ok()) {
+      result = s;
+      return;
+    }
+    engine::CompileOptions own = options;
+    own.num_threads = static_cast<int>(share.size());
+    omp_set_num_threads(own.num_threads);
+    PinTeam(share);
+    auto model = engine::CompiledModel::Load(path, own);
+    result = model.ok() ? RowsPerSecond(**model, rows) : absl::StatusOr<double>(model.status());
+  });
+  thread.join();
+  return result;
 }
 
 // Copies of one model (config.pbtxt instance_placement.instances_per_domain
@@ -84,8 +186,13 @@ class InstancePool {
  public:
   using ReplyFn = std::function<void(const worker::Reply&)>;
 
-  InstancePool(int worker, std::string key, SharedArena* arena, ReplyFn reply)
-      : worker_(worker), key_(std::move(key)), arena_(arena), reply_(std::move(reply)) {}
+  InstancePool(int worker, std::string key, SharedArena* arena,
+               std::chrono::microseconds min_compute, ReplyFn reply)
+      : worker_(worker),
+        key_(std::move(key)),
+        arena_(arena),
+        min_compute_(min_compute),
+        reply_(std::move(reply)) {}
 
   ~InstancePool() {
     {
@@ -170,7 +277,8 @@ class InstancePool {
       lock.unlock();
       worker::Reply reply;
       reply.set_id(command.id());
-      RunBatchOn(*model, *arena_, command.run(), &reply);
+      reply.set_instance(instance);
+      RunBatchOn(*model, *arena_, command.run(), &reply, min_compute_);
       lock.lock();
       --running_;
       lock.unlock();
@@ -182,6 +290,7 @@ class InstancePool {
   const int worker_;
   const std::string key_;
   SharedArena* const arena_;
+  const std::chrono::microseconds min_compute_;
   const ReplyFn reply_;
   std::vector<std::thread> threads_;
   std::mutex mu_;  // guards everything below
@@ -194,8 +303,9 @@ class InstancePool {
 
 class Worker {
  public:
-  Worker(int index, SharedArena* arena, std::vector<int> cpus)
-      : index_(index), arena_(arena), cpus_(std::move(cpus)) {}
+  Worker(int index, SharedArena* arena, std::vector<int> cpus,
+         std::chrono::microseconds min_compute)
+      : index_(index), arena_(arena), cpus_(std::move(cpus)), min_compute_(min_compute) {}
 
   // Serves commands until the server closes the socket.
   int Serve() {
@@ -249,40 +359,20 @@ class Worker {
       options.gemm_backend = fallback != nullptr && *fallback != '\0' ? fallback : "auto";
     }
     options.gemm_cache_file = engine::DefaultGemmCacheFile();
-    if (load.instances() > 1) return LoadInstances(load, options, start, reply);
-    auto model = engine::CompiledModel::Load(load.path(), options);
-    reply->set_load_ns(NanosSince(start));
-    if (!model.ok()) {
-      reply->set_error(std::string(model.status().message()));
-      fprintf(stderr, "worker %d: cannot load %s: %s\n", index_, load.key().c_str(),
-              std::string(model.status().message()).c_str());
-      return;
+    int n = load.instances();
+    std::unique_ptr<engine::CompiledModel> model;  // compiled inline while measuring `auto`
+    absl::Status s;
+    if (n == kInstancesPerCore) {
+      n = Cores();
+    } else if (n == kInstancesAuto) {
+      auto chosen = ChooseInstances(load, options, &model, reply);
+      s = chosen.status();
+      if (s.ok()) n = *chosen;
     }
-    if (options.gemm_backend != "auto") {
-      fprintf(stderr, "numaserve: worker %d: %s: gemm backend %s\n", index_, load.key().c_str(),
-              options.gemm_backend.c_str());
+    if (s.ok()) {
+      s = n > 1 ? LoadInstances(load, options, n, reply)
+                : LoadInline(load, options, std::move(model), reply);
     }
-    reply->set_weight_bytes((*model)->info().parameter_bytes);
-    pools_.erase(load.key());
-    models_[load.key()] = *std::move(model);
-    reply->set_ok(true);
-  }
-
-  // N copies on N disjoint shares of this worker's cores (the first
-  // cores % N shares get one core more).
-  void LoadInstances(const worker::LoadModel& load, const engine::CompileOptions& options,
-                     std::chrono::steady_clock::time_point start, worker::Reply* reply) {
-    const int n = load.instances();
-    const std::string name = load.key().substr(0, load.key().rfind(':'));
-    absl::Status s = CheckInstancesFit(name, n, index_, static_cast<int>(cpus_.size()));
-    std::vector<std::vector<int>> shares(n);
-    for (size_t c = 0; s.ok() && c < cpus_.size(); ++c) {
-      shares[c * n / cpus_.size()].push_back(cpus_[c]);
-    }
-    int64_t weight_bytes = 0;
-    auto pool = std::make_unique<InstancePool>(index_, load.key(), arena_,
-                                               [this](const worker::Reply& r) { Reply(r); });
-    if (s.ok()) s = pool->Start(load.path(), options, shares, &weight_bytes);
     reply->set_load_ns(NanosSince(start));
     if (!s.ok()) {
       reply->set_error(std::string(s.message()));
@@ -290,25 +380,129 @@ class Worker {
               std::string(s.message()).c_str());
       return;
     }
+    if (options.gemm_backend != "auto") {
+      fprintf(stderr, "numaserve: worker %d: %s: gemm backend %s\n", index_, load.key().c_str(),
+              options.gemm_backend.c_str());
+    }
+    reply->set_instances(std::max(1, n));
+    reply->set_memory_nodes(ReadMemoryNodes());
+    reply->set_ok(true);
+  }
+
+  // The cores this worker's instances split (at least 1).
+  int Cores() const { return std::max(1, static_cast<int>(cpus_.size())); }
+
+  // One copy on every core, run on the serving thread; `model` when the
+  // measurement of `auto` already compiled it so.
+  absl::Status LoadInline(const worker::LoadModel& load, const engine::CompileOptions& options,
+                          std::unique_ptr<engine::CompiledModel> model, worker::Reply* reply) {
+    if (model == nullptr) {
+      auto loaded = engine::CompiledModel::Load(load.path(), options);
+      if (!loaded.ok()) return loaded.status();
+      model = *std::move(loaded);
+    }
+    reply->set_weight_bytes(model->info().parameter_bytes);
+    pools_.erase(load.key());
+    models_[load.key()] = std::move(model);
+    return absl::OkStatus();
+  }
+
+  // N copies on N disjoint shares of this worker's cores (the shares' sizes
+  // differ by one core at most).
+  absl::Status LoadInstances(const worker::LoadModel& load, const engine::CompileOptions& options,
+                             int n, worker::Reply* reply) {
+    const std::string name = load.key().substr(0, load.key().rfind(':'));
+    if (absl::Status s = CheckInstancesFit(name, n, index_, static_cast<int>(cpus_.size()));
+        !s.ok()) {
+      return s;
+    }
+    int64_t weight_bytes = 0;
+    auto pool = std::make_unique<InstancePool>(index_, load.key(), arena_, min_compute_,
+                                               [this](const worker::Reply& r) { Reply(r); });
+    if (absl::Status s = pool->Start(load.path(), options, Shares(cpus_, n), &weight_bytes);
+        !s.ok()) {
+      return s;
+    }
     reply->set_weight_bytes(weight_bytes);
     models_.erase(load.key());
     pools_[load.key()] = std::move(pool);
-    reply->set_ok(true);
+    return absl::OkStatus();
+  }
+
+  // instances_per_domain: auto. Times the model on 1, 2, 4, ... copies up to
+  // this worker's cores (and the cores themselves), each count on its share
+  // of cores/N: the estimate is N times one copy's rows/s on its share (the
+  // smallest share where they differ). More copies win only with at least
+  // kAutoMinGain of the fewer's estimate. One copy is compiled as it runs
+  // inline and kept in `model` when one copy wins. The measurement goes to
+  // reply.instances_report and stderr.
+  absl::StatusOr<int> ChooseInstances(const worker::LoadModel& load,
+                                      const engine::CompileOptions& options,
+                                      std::unique_ptr<engine::CompiledModel>* model,
+                                      worker::Reply* reply) {
+    auto inline_model = engine::CompiledModel::Load(load.path(), options);
+    if (!inline_model.ok()) return inline_model.status();  // the load fails as it would inline
+    const int64_t rows = (*inline_model)->info().batched ? kAutoRows : 1;
+    const int cores = Cores();
+    auto threads = [](int t) { return absl::StrFormat("%d thread%s", t, t == 1 ? "" : "s"); };
+    std::vector<std::string> parts;
+    int best = 1;
+    double best_rate = 0;
+    auto one = RowsPerSecond(**inline_model, rows);
+    const std::string one_label = absl::StrCat("1x", threads(omp_get_max_threads()));
+    if (one.ok()) {
+      best_rate = *one;
+      parts.push_back(absl::StrFormat("%s %.1f rows/s", one_label, *one));
+    } else {
+      parts.push_back(absl::StrCat(one_label, " failed (", one.status().message(), ")"));
+    }
+    *model = *std::move(inline_model);
+    std::vector<int> counts;
+    for (int n = 2; n < cores; n *= 2) counts.push_back(n);
+    if (cores > 1) counts.push_back(cores);
+    // Only when one copy ran at all: otherwise the model keeps one copy.
+    for (int n : one.ok() ? counts : std::vector<int>()) {
+      std::vector<std::vector<int>> shares = Shares(cpus_, n);
+      const std::vector<int>& smallest =
+          *std::min_element(shares.begin(), shares.end(),
+                            [](const auto& a, const auto& b) { return a.size() < b.size(); });
+      const std::string label = absl::StrCat(n, "x", threads(static_cast<int>(smallest.size())));
+      auto rate = RowsPerSecondOnShare(load.path(), options, smallest, rows);
+      if (!rate.ok()) {
+        parts.push_back(absl::StrCat(label, " failed (", rate.status().message(), ")"));
+        continue;
+      }
+      const double estimate = n * *rate;
+      parts.push_back(absl::StrFormat("%s %.1f rows/s", label, estimate));
+      if (estimate >= kAutoMinGain * best_rate) {
+        best = n;
+        best_rate = estimate;
+      }
+    }
+    if (best != 1) model->reset();
+    const std::string report = absl::StrCat(absl::StrJoin(parts, ", "), " -> ", best);
+    fprintf(stderr, "numaserve: worker %d: %s: instances auto: %s\n", index_, load.key().c_str(),
+            report.c_str());
+    reply->set_instances_report(report);
+    return best;
   }
 
   void Run(const worker::RunBatch& run, worker::Reply* reply) {
     auto it = models_.find(run.key());
     if (it == models_.end()) {
       reply->set_error(absl::StrCat("model ", run.key(), " is not loaded on this worker"));
+      reply->set_code(static_cast<int>(absl::StatusCode::kInternal));
       return;
     }
-    RunBatchOn(*it->second, *arena_, run, reply);
+    reply->set_instance(0);
+    RunBatchOn(*it->second, *arena_, run, reply, min_compute_);
   }
 
   int index_;
   SharedArena* arena_;
-  std::vector<int> cpus_;  // the cores this worker is bound to
-  std::mutex write_mu_;    // replies come from the serving thread and the pools' threads
+  std::vector<int> cpus_;                        // the cores this worker is bound to
+  const std::chrono::microseconds min_compute_;  // --test-batch-compute-us
+  std::mutex write_mu_;  // replies come from the serving thread and the pools' threads
   bool write_ok_ = true;
   std::map<std::string, std::unique_ptr<engine::CompiledModel>> models_;
   std::map<std::string, std::unique_ptr<InstancePool>> pools_;  // instances_per_domain > 1
@@ -317,34 +511,67 @@ class Worker {
 }  // namespace
 
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
-                worker::Reply* reply) {
+                worker::Reply* reply, std::chrono::microseconds min_compute) {
   auto in_arena = [&](const worker::TensorSlice& slice) {
     return slice.offset() <= arena.size() && slice.bytes() <= arena.size() - slice.offset();
+  };
+  // The worker's own checks: the server's slots are wrong, not the request.
+  auto internal = [&](std::string error) {
+    reply->set_error(std::move(error));
+    reply->set_code(static_cast<int>(absl::StatusCode::kInternal));
   };
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   std::vector<size_t> input_bytes, output_bytes;
   for (const auto& slice : run.inputs()) {
-    if (!in_arena(slice)) return reply->set_error("input slice outside the arena");
+    if (!in_arena(slice)) return internal("input slice outside the arena");
     inputs.push_back(arena.data() + slice.offset());
     input_bytes.push_back(static_cast<size_t>(slice.bytes()));
   }
   for (const auto& slice : run.outputs()) {
-    if (!in_arena(slice)) return reply->set_error("output slice outside the arena");
+    if (!in_arena(slice)) return internal("output slice outside the arena");
     outputs.push_back(arena.data() + slice.offset());
     output_bytes.push_back(static_cast<size_t>(slice.bytes()));
   }
   // The engine reads and writes whole tensors: a slice of another size
   // would read another request's bytes or write over them.
   if (absl::Status s = model.CheckBufferSizes(run.batch(), input_bytes, output_bytes); !s.ok()) {
-    return reply->set_error(absl::StrCat("the server's buffers do not fit the model (", run.key(),
-                                         " at batch ", run.batch(), "): ", s.message()));
+    return internal(absl::StrCat("the server's buffers do not fit the model (", run.key(),
+                                 " at batch ", run.batch(), "): ", s.message()));
   }
   auto start = std::chrono::steady_clock::now();
   absl::Status s = model.Run(run.batch(), inputs, outputs);
+  if (!s.ok()) {
+    reply->set_compute_ns(NanosSince(start));
+    reply->set_error(std::string(s.message()));
+    reply->set_code(static_cast<int>(s.code()));
+    return;
+  }
+  // --test-batch-compute-us: hold the batch's slot until then, asleep.
+  if (min_compute.count() > 0) std::this_thread::sleep_until(start + min_compute);
   reply->set_compute_ns(NanosSince(start));
-  if (!s.ok()) return reply->set_error(std::string(s.message()));
   reply->set_ok(true);
+}
+
+std::string SumNumaMapsPages(std::string_view numa_maps) {
+  std::map<int, int64_t> pages;
+  for (absl::string_view field :
+       absl::StrSplit(absl::string_view(numa_maps.data(), numa_maps.size()),
+                      absl::ByAnyChar(" \t\n"), absl::SkipEmpty())) {
+    // "N0=1234": pages of this mapping on node 0.
+    if (field.size() < 4 || field[0] != 'N') continue;
+    const size_t eq = field.find('=');
+    int node = 0;
+    int64_t count = 0;
+    if (eq == absl::string_view::npos || !absl::SimpleAtoi(field.substr(1, eq - 1), &node) ||
+        !absl::SimpleAtoi(field.substr(eq + 1), &count) || node < 0 || count < 0) {
+      continue;
+    }
+    pages[node] += count;
+  }
+  std::vector<std::string> parts;
+  for (const auto& [node, count] : pages) parts.push_back(absl::StrCat(node, "=", count));
+  return absl::StrJoin(parts, " ");
 }
 
 int WorkerCommand(const std::vector<std::string>& args) {
@@ -357,12 +584,14 @@ int WorkerCommand(const std::vector<std::string>& args) {
   signal(SIGTERM, SIG_IGN);
 
   std::string cpus_text;
-  int64_t index = 0, node = -1, arena_bytes = 0;
+  int64_t index = 0, node = -1, arena_bytes = 0, test_batch_compute_us = 0;
   ArgParser parser("worker", "Internal: one worker process, started by `numaserve serve`.");
   parser.AddInt("index", &index, "worker index");
   parser.AddString("cpus", &cpus_text, "cpus to bind to, e.g. 0-7");
   parser.AddInt("numa-node", &node, "NUMA node for memory, -1 for none");
   parser.AddInt("arena-bytes", &arena_bytes, "size of the shared arena at fd 4");
+  parser.AddInt("test-batch-compute-us", &test_batch_compute_us,
+                "for scheduler tests: every batch takes at least this long (sleeping)");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 2;
@@ -399,6 +628,12 @@ int WorkerCommand(const std::vector<std::string>& args) {
   fprintf(stderr, "worker %ld pid %d: %s; %s%s%s\n", index, getpid(), h->binding().c_str(),
           h->environment().c_str(),
           h->bind_warning().empty() ? "" : "; warning: ", h->bind_warning().c_str());
+  if (test_batch_compute_us > 0) {
+    fprintf(stderr,
+            "worker %ld: every batch takes at least %ld us (--test-batch-compute-us; for scheduler "
+            "tests)\n",
+            index, test_batch_compute_us);
+  }
   if (!WriteFramed(kWorkerControlFd, hello).ok()) return 1;
 
   // 3. Serve.
@@ -412,7 +647,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
     }
   }
   if (own_cpus.empty() && cpus.ok()) own_cpus = *cpus;
-  Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus));
+  Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus),
+                std::chrono::microseconds(std::max<int64_t>(0, test_batch_compute_us)));
   return worker.Serve();
 }
 

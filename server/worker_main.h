@@ -3,7 +3,9 @@
 // node), then loads models, so everything it allocates is node-local.
 #pragma once
 
+#include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model.h"
@@ -20,11 +22,24 @@ inline constexpr int kWorkerArenaFd = 4;
 int WorkerCommand(const std::vector<std::string>& args);
 
 // Runs one batch of `model` on the slices of `arena` that `run` names and
-// fills `reply` (ok, or the error). First every slice must lie inside the
-// arena and hold exactly what the model reads or writes at run.batch() rows
-// (CompiledModel::CheckBufferSizes): otherwise the batch fails, naming the
-// tensor, before the engine reads or writes a byte.
+// fills `reply` (ok and compute_ns, or the error and its code). First every
+// slice must lie inside the arena and hold exactly what the model reads or
+// writes at run.batch() rows (CompiledModel::CheckBufferSizes): otherwise
+// the batch fails, naming the tensor, before the engine reads or writes a
+// byte (code INTERNAL: the server's slots are wrong). An error of the
+// engine's run carries the engine's code (INVALID_ARGUMENT, ...).
+// `min_compute` > 0 (`worker --test-batch-compute-us`, for scheduler tests):
+// a batch that computed in less sleeps (it does not spin) until that long
+// has passed since its compute started, and reports the whole time as
+// compute_ns, so many workers on few cores each hold a busy slot of a known
+// length.
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
-                worker::Reply* reply);
+                worker::Reply* reply,
+                std::chrono::microseconds min_compute = std::chrono::microseconds(0));
+
+// Pages of resident memory per NUMA node from the text of
+// /proc/<pid>/numa_maps (the N<node>=<pages> fields of every mapping,
+// summed): "0=1234 1=5", nodes ascending; empty when there are none.
+std::string SumNumaMapsPages(std::string_view numa_maps);
 
 }  // namespace numaserve::server

@@ -1,5 +1,6 @@
 #include "server/worker_supervisor.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -11,8 +12,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "affinity/topology.h"
 #include "server/framing.h"
 #include "server/metrics.h"
@@ -58,10 +61,13 @@ absl::StatusOr<std::unique_ptr<WorkerSupervisor>> WorkerSupervisor::Create(
     // Room for the most batches the router may have in flight here: N + 1
     // for a model with N instances (a model loaded later with more
     // instances shares this arena; a batch that does not fit is refused).
+    // auto and per_core pick at most one copy per thread of the worker.
+    const int threads =
+        std::max({1, placement.num_threads, static_cast<int>(placement.cpus.size())});
     int most_instances = 1;
     for (const auto& model : s->models_) {
-      if (model.LoadsOn(placement.index))
-        most_instances = std::max(most_instances, model.instances);
+      if (!model.LoadsOn(placement.index)) continue;
+      most_instances = std::max(most_instances, model.instances < 0 ? threads : model.instances);
     }
     const size_t arena_bytes = ArenaBytesForBatches(options.arena_bytes, most_instances + 1);
     auto arena =
@@ -93,6 +99,10 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
     std::string kv(*e);
     size_t eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (options_.test_batch_compute_us > 0) {
+    args.push_back("--test-batch-compute-us");
+    args.push_back(absl::StrCat(options_.test_batch_compute_us));
   }
   for (const auto& [k, v] : p.env) env[k] = v;
   env["NUMASERVE_WORKER_INDEX"] = absl::StrCat(slot->index);
@@ -139,7 +149,15 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
     }
     sigprocmask(SIG_SETMASK, &no_signals, nullptr);
     if (have_mask) sched_setaffinity(0, sizeof(mask), &mask);
-    if (dup2(fds[1], kWorkerControlFd) < 0 || dup2(arena_fd, kWorkerArenaFd) < 0) _exit(127);
+    // Both moved above the descriptors they go to first: the arena's or the
+    // socket's own number may be 3 or 4 (a process with few files open), and
+    // the first dup2 would close it. The copies close at exec.
+    const int control = fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
+    const int arena = fcntl(arena_fd, F_DUPFD_CLOEXEC, 10);
+    if (control < 0 || arena < 0 || dup2(control, kWorkerControlFd) < 0 ||
+        dup2(arena, kWorkerArenaFd) < 0) {
+      _exit(127);
+    }
     execve(exe, argv.data(), envp.data());
     _exit(127);
   }
@@ -191,16 +209,39 @@ void WorkerSupervisor::RecordLoad(Slot* slot, const ModelToLoad& model,
     std::lock_guard<std::mutex> lock(slot->mu);
     if (reply.ok()) {
       slot->models.insert(model.key);
-      if (model.instances > 1) {
-        slot->instances[model.key] = model.instances;
+      // What the worker runs; a worker that does not say (none of numaserve's
+      // own) runs what was asked for.
+      const int instances = reply.instances() > 0 ? reply.instances() : model.instances;
+      if (instances > 1) {
+        slot->instances[model.key] = instances;
       } else {
         slot->instances.erase(model.key);
       }
+      if (!reply.instances_report().empty()) {
+        slot->instances_reports[model.key] = reply.instances_report();
+      } else {
+        slot->instances_reports.erase(model.key);
+      }
+      if (!reply.memory_nodes().empty()) slot->memory_nodes = reply.memory_nodes();
     } else {
       slot->load_errors[model.key] = reply.error();
     }
   }
   if (reply.ok() && metrics_) {
+    if (!reply.memory_nodes().empty()) {
+      // "0=1234 1=5": the worker's resident pages per NUMA node.
+      const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+      for (absl::string_view field : absl::StrSplit(reply.memory_nodes(), ' ', absl::SkipEmpty())) {
+        const size_t eq = field.find('=');
+        int node = 0;
+        double pages = 0;
+        if (eq == absl::string_view::npos || !absl::SimpleAtoi(field.substr(0, eq), &node) ||
+            !absl::SimpleAtod(field.substr(eq + 1), &pages) || node < 0 || node > 4096) {
+          continue;
+        }
+        metrics_->SetWorkerNodeMemory(slot->index, slot->placement.numa_node, node, pages * page);
+      }
+    }
     metrics_->SetModelWeightBytes(model.name, model.version, slot->index, slot->placement.numa_node,
                                   static_cast<double>(reply.weight_bytes()));
     metrics_->SetModelLoadSeconds(model.name, model.version, slot->index, slot->placement.numa_node,
@@ -233,6 +274,7 @@ bool WorkerSupervisor::ChargeCrash(const Slot::Pending& oldest, const std::strin
   for (auto& other : slots_) {
     std::lock_guard<std::mutex> lock(other->mu);
     other->instances.erase(oldest.model);
+    other->instances_reports.erase(oldest.model);
     if (other->models.erase(oldest.model) == 0) continue;
     worker::Command unload;
     unload.mutable_unload()->set_key(oldest.model);
@@ -265,6 +307,8 @@ bool WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
     slot->ready = false;
     slot->models.clear();
     slot->instances.clear();
+    slot->instances_reports.clear();
+    slot->memory_nodes.clear();
     if (slot->fd >= 0) close(slot->fd);
     slot->fd = -1;
   }
@@ -453,6 +497,17 @@ int WorkerSupervisor::Instances(int w, const std::string& key) const {
   return it == slots_[w]->instances.end() ? 1 : it->second;
 }
 
+std::string WorkerSupervisor::InstancesReport(int w, const std::string& key) const {
+  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  auto it = slots_[w]->instances_reports.find(key);
+  return it == slots_[w]->instances_reports.end() ? "" : it->second;
+}
+
+std::string WorkerSupervisor::MemoryNodes(int w) const {
+  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  return slots_[w]->memory_nodes;
+}
+
 int WorkerSupervisor::Outstanding(int w) const {
   std::lock_guard<std::mutex> lock(slots_[w]->mu);
   return static_cast<int>(slots_[w]->pending.size());
@@ -542,6 +597,7 @@ void WorkerSupervisor::UnloadModel(const std::string& key) {
     std::lock_guard<std::mutex> lock(slot->mu);
     slot->load_errors.erase(key);
     slot->instances.erase(key);
+    slot->instances_reports.erase(key);
     if (slot->models.erase(key) == 0) continue;
     worker::Command unload;
     unload.mutable_unload()->set_key(key);

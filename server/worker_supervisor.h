@@ -47,7 +47,8 @@ class WorkerSupervisor {
     // fit, times the commands in flight. Pages cost memory only when touched.
     // This is the size for the usual two commands in flight; a worker whose
     // models have N instances takes N + 1 and gets an arena of
-    // ArenaBytesForBatches(arena_bytes, N + 1).
+    // ArenaBytesForBatches(arena_bytes, N + 1); for `auto` or `per_core`, N
+    // is the worker's threads (the most it may choose).
     size_t arena_bytes = size_t{256} << 20;
     // Pause before restarting a worker that exited, so a worker that dies at
     // start-up does not spin.
@@ -58,6 +59,11 @@ class WorkerSupervisor {
     // batch before it is marked failed and no longer sent (so it is sent
     // again after the first crash, once). At least 1.
     int max_model_crashes = 2;
+    // For scheduler tests only (`serve --test-batch-compute-us`): every batch
+    // a worker computes takes at least this long, the worker's thread asleep
+    // for the rest (`worker --test-batch-compute-us`), so many workers on
+    // few cores each hold busy slots of a known length. 0: off.
+    int64_t test_batch_compute_us = 0;
   };
 
   struct ModelToLoad {
@@ -69,7 +75,9 @@ class WorkerSupervisor {
     std::string gemm_backend;  // config.pbtxt's choice; empty: the engine's
     // config.pbtxt's instance_placement.instances_per_domain: copies of the
     // model per worker, each on its share of the worker's cores, running up
-    // to this many batches at once (0 or 1: one copy on every core).
+    // to this many batches at once (0 or 1: one copy on every core);
+    // kInstancesAuto or kInstancesPerCore (server/model_config.h): each
+    // worker resolves it at load and says what it chose (Instances()).
     int instances = 1;
     bool LoadsOn(int worker) const;
   };
@@ -98,8 +106,16 @@ class WorkerSupervisor {
   bool Ready(int w) const;
   bool HasModel(int w, const std::string& key) const;
   int Outstanding(int w) const;
-  // Batches of `key` worker w computes at once: its instances_per_domain.
+  // Batches of `key` worker w computes at once: the copies it runs, as its
+  // load reply said (auto and per_core resolved); 1 when it does not hold it.
   int Instances(int w, const std::string& key) const;
+  // For `instances_per_domain: auto`: worker w's measurement behind its
+  // choice ("1x2 threads 41.0 rows/s, 2x1 thread 70.2 rows/s -> 2"); empty
+  // otherwise.
+  std::string InstancesReport(int w, const std::string& key) const;
+  // Where worker w's resident memory lay after its latest model load, pages
+  // per NUMA node ("0=1234 1=5"); empty when unknown.
+  std::string MemoryNodes(int w) const;
   pid_t Pid(int w) const;
   SharedArena& arena(int w) const { return *slots_[w]->arena; }
   ArenaAllocator& allocator(int w) const { return *slots_[w]->allocator; }
@@ -145,7 +161,9 @@ class WorkerSupervisor {
     };
     std::map<uint64_t, Pending> pending;
     std::set<std::string> models;
-    std::map<std::string, int> instances;  // of each loaded model, when > 1
+    std::map<std::string, int> instances;                  // of each loaded model, when > 1
+    std::map<std::string, std::string> instances_reports;  // of `auto` models
+    std::string memory_nodes;                              // of the latest load reply
     std::map<std::string, std::string> load_errors;
     std::mutex write_mu;  // one writer at a time on fd
   };

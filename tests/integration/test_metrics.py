@@ -177,6 +177,22 @@ class MetricsTest(unittest.TestCase):
         self.assertTrue(loads, "no numaserve_model_load_duration_seconds")
         self.assertTrue(all(v > 0 for _, _, v in loads), loads)
 
+    def test_workers_memory_is_on_their_own_node(self):
+        # Read by each worker from /proc/self/numa_maps after loading: its
+        # weights are first touched by its own (node-bound) threads, so its
+        # pages lie on its node; at most a sliver elsewhere (the process image).
+        nodes = self.metrics.find("numaserve_worker_node_memory_bytes")
+        self.assertTrue(nodes, "no numaserve_worker_node_memory_bytes")
+        by_worker = {}
+        for _, labels, value in nodes:
+            self.assertIn("memory_node", labels)
+            here = by_worker.setdefault(labels["worker"], [0.0, 0.0])
+            here[0 if labels["memory_node"] == labels["numa_node"] else 1] += value
+        weights = 4 * (784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)
+        for worker, (local, remote) in by_worker.items():
+            self.assertGreater(local, weights, "worker %s: %r" % (worker, nodes))
+            self.assertLess(remote, 0.05 * (local + remote), "worker %s: %r" % (worker, nodes))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -4,11 +4,15 @@
 // (abort), so the supervisor's restart and crash accounting can be tested
 // on a real dying process.
 //
-//   FAKE_WORKER_LOG          file that gets one line per command ("load KEY",
-//                            "run KEY BATCH", "unload KEY")
+//   FAKE_WORKER_LOG          file that gets its arguments at start ("args
+//                            worker --index 0 ...") and one line per command
+//                            ("load KEY", "run KEY BATCH", "unload KEY")
 //   FAKE_WORKER_CRASH_LOAD   abort() when loading a key containing this
 //   FAKE_WORKER_CRASH_RUN    abort() when running a key containing this
 //   FAKE_WORKER_CRASH_BATCH  abort() when running a batch of this many rows
+//   FAKE_WORKER_INSTANCES    a load's reply says it runs this many instances,
+//                            with instances_report "fake measurement" and
+//                            memory_nodes "0=7" (unset: none of the three)
 //
 // It changes no signal disposition or mask: what it has, it inherited.
 #include <fcntl.h>
@@ -48,7 +52,7 @@ bool Contains(const std::string& key, const std::string& part) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using numaserve::server::kWorkerControlFd;
   namespace worker = numaserve::worker;
   const struct rlimit no_core = {0, 0};
@@ -58,7 +62,12 @@ int main() {
   hello.mutable_hello()->set_binding("fake worker");
   hello.set_ok(true);
   if (!numaserve::server::WriteFramed(kWorkerControlFd, hello).ok()) return 1;
+  std::string args = "args";
+  for (int i = 1; i < argc; ++i) absl::StrAppend(&args, " ", argv[i]);
+  Log(args);
   int64_t crash_batch = -1;
+  int32_t instances = 0;
+  if (!absl::SimpleAtoi(Env("FAKE_WORKER_INSTANCES"), &instances)) instances = 0;
   if (!absl::SimpleAtoi(Env("FAKE_WORKER_CRASH_BATCH"), &crash_batch)) crash_batch = -1;
   worker::Command command;
   while (numaserve::server::ReadFramed(kWorkerControlFd, &command).ok()) {
@@ -68,6 +77,11 @@ int main() {
     if (command.has_load()) {
       Log(absl::StrCat("load ", command.load().key()));
       if (Contains(command.load().key(), Env("FAKE_WORKER_CRASH_LOAD"))) abort();
+      if (instances > 0) {
+        reply.set_instances(instances);
+        reply.set_instances_report("fake measurement");
+        reply.set_memory_nodes("0=7");
+      }
     } else if (command.has_run()) {
       Log(absl::StrCat("run ", command.run().key(), " ", command.run().batch()));
       if (Contains(command.run().key(), Env("FAKE_WORKER_CRASH_RUN")) ||

@@ -77,7 +77,6 @@ TEST(ModelConfig, ContradictionsWithTheOnnxModelAreErrors) {
       {"max_batch_size: 4 input { name: \"input\" data_type: \"FP32\" dims: [ 28, 28 ] }", "dims"},
       {"output { name: \"probabilities\" dims: [ 10 ] }", "dims"},  // no batch: rank 2
       {"instance_placement { domains: [ 3 ] }", "worker 3 does not exist"},
-      {"instance_placement { instances_per_domain: -1 }", "instances_per_domain"},
       {"gemm_backend: \"cublas\"", "gemm_backend"},
   };
   for (const auto& c : cases) {
@@ -146,6 +145,98 @@ TEST(ModelConfig, SeveralInstancesPerDomainAreAccepted) {
   EXPECT_TRUE(CheckInstancesFit("mlp", 2, 0, 2).ok());
   EXPECT_TRUE(CheckInstancesFit("mlp", 1, 0, 1).ok());
   EXPECT_TRUE(CheckInstancesFit("mlp", 0, 0, 1).ok());  // unset: one
+}
+
+TEST(ModelConfig, ParseInstancesTakesACountAutoOrPerCore) {
+  EXPECT_EQ(*ParseInstances("auto"), kInstancesAuto);
+  EXPECT_EQ(*ParseInstances("per_core"), kInstancesPerCore);
+  EXPECT_EQ(*ParseInstances("1"), 1);
+  EXPECT_EQ(*ParseInstances("4"), 4);
+  EXPECT_EQ(*ParseInstances("1024"), 1024);
+  for (const char* bad : {"0", "-1", "-2", "1025", "many", "", "AUTO", "per-core", "2x"}) {
+    auto n = ParseInstances(bad);
+    ASSERT_FALSE(n.ok()) << bad;
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(n.status().message()),
+                HasSubstr("expected a count 1..1024, auto or per_core"))
+        << bad;
+  }
+  EXPECT_EQ(FormatInstances(kInstancesAuto), "auto");
+  EXPECT_EQ(FormatInstances(kInstancesPerCore), "per_core");
+  EXPECT_EQ(FormatInstances(0), "1");
+  EXPECT_EQ(FormatInstances(3), "3");
+}
+
+TEST(ModelConfig, InstancesPerDomainAutoAndPerCoreParse) {
+  auto c = Parse("instance_placement { instances_per_domain: auto }");
+  EXPECT_EQ(c.instance_placement().instances_per_domain(), kInstancesAuto);
+  EXPECT_TRUE(ValidateModelConfig(c, "mlp", Mlp(), 2).ok());
+  c = Parse("instance_placement {\n  instances_per_domain:per_core  # one per core\n}\n");
+  EXPECT_EQ(c.instance_placement().instances_per_domain(), kInstancesPerCore);
+  EXPECT_TRUE(ValidateModelConfig(c, "mlp", Mlp(), 2).ok());
+  c = Parse("instance_placement { instances_per_domain : 3 }");
+  EXPECT_EQ(c.instance_placement().instances_per_domain(), 3);
+  // Only the field's value: a string or a comment that says the same stays.
+  c = Parse(
+      "# instances_per_domain: auto\n"
+      "name: \"instances_per_domain: per_core\"\n"
+      "instance_placement { instances_per_domain: auto }\n");
+  EXPECT_EQ(c.name(), "instances_per_domain: per_core");
+  EXPECT_EQ(c.instance_placement().instances_per_domain(), kInstancesAuto);
+  // Other words are TextFormat's to refuse.
+  EXPECT_FALSE(ParseModelConfigText("instance_placement { instances_per_domain: automatic }",
+                                    "mlp/config.pbtxt")
+                   .ok());
+  EXPECT_FALSE(ParseModelConfigText("instance_placement { instances_per_domain: \"auto\" }",
+                                    "mlp/config.pbtxt")
+                   .ok());
+}
+
+TEST(ModelConfig, ANegativeInstancesPerDomainIsRefused) {
+  for (const char* text : {"instance_placement { instances_per_domain: -1 }",
+                           "instance_placement { instances_per_domain: -2 }",
+                           "instance_placement { instances_per_domain: -5 }"}) {
+    auto c = ParseModelConfigText(text, "repo/mlp/config.pbtxt");
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(c.status().message());
+    EXPECT_THAT(message, HasSubstr("repo/mlp/config.pbtxt:1:44: "));
+    EXPECT_THAT(message, HasSubstr("instance_placement.instances_per_domain"));
+    EXPECT_THAT(message, HasSubstr("expected a count >= 1, auto or per_core"));
+  }
+  // Set otherwise than from the file: validation refuses it.
+  config::ModelConfig c;
+  c.mutable_instance_placement()->set_instances_per_domain(-3);
+  absl::Status s = ValidateModelConfig(c, "mlp", Mlp(), 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("config.pbtxt"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("instance_placement.instances_per_domain"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("expected a count >= 1, auto or per_core"));
+  c.mutable_instance_placement()->set_instances_per_domain(1025);
+  EXPECT_EQ(ValidateModelConfig(c, "mlp", Mlp(), 2).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelConfig, ErrorsAfterAutoOrPerCoreKeepTheirLineAndColumn) {
+  // The same file with a count of the word's length in its place: the
+  // error must be reported at the same place.
+  for (const auto& [word, count] :
+       {std::pair<std::string, std::string>{"auto", "2   "}, {"per_core", "2       "}}) {
+    for (const std::string& tail :
+         {std::string(" max_batch_sise: 4\n"), std::string("\n  max_batch_sise: 4\n")}) {
+      const std::string head = "instance_placement {\n  instances_per_domain: ";
+      auto with_word = ParseModelConfigText(head + word + " }" + tail, "m/config.pbtxt");
+      auto with_count = ParseModelConfigText(head + count + " }" + tail, "m/config.pbtxt");
+      ASSERT_FALSE(with_word.ok());
+      ASSERT_FALSE(with_count.ok());
+      EXPECT_EQ(with_word.status().message(), with_count.status().message()) << word << tail;
+      EXPECT_THAT(std::string(with_word.status().message()), HasSubstr("max_batch_sise"));
+    }
+  }
+}
+
+TEST(ModelConfig, AutoAndPerCoreFitAnyWorker) {
+  EXPECT_TRUE(CheckInstancesFit("mlp", kInstancesAuto, 0, 1).ok());
+  EXPECT_TRUE(CheckInstancesFit("mlp", kInstancesPerCore, 0, 1).ok());
 }
 
 TEST(ModelConfig, MoreInstancesThanCoresAreRefused) {

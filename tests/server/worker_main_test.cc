@@ -2,17 +2,28 @@
 // slices of the shared arena that hold exactly what the model reads and
 // writes, so a slot sized wrongly by the server fails that batch, naming the
 // tensor, and never lets the engine write into the bytes after it (another
-// request's).
+// request's); the reply carries the error's code. Then the real worker
+// process (`numaserve worker`, spawned by WorkerSupervisor): instances
+// per_core and auto, where its memory lies, --test-batch-compute-us.
 #include "server/worker_main.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "affinity/placement.h"
+#include "server/model_config.h"
+#include "server/worker_supervisor.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::server {
@@ -21,6 +32,9 @@ namespace {
 using engine::testing::kUnknownDim;
 using engine::testing::OnnxModelBuilder;
 using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr int kInternal = static_cast<int>(absl::StatusCode::kInternal);
 
 constexpr char kCanary = '\x5a';
 
@@ -117,6 +131,226 @@ TEST_F(WorkerSliceTest, SliceOutsideTheArenaFailsTheBatch) {
   RunBatchOn(*model, *arena_, Batch(5, 5 * 64 * 4, kArenaBytes - 100, 1280), &reply);
   EXPECT_FALSE(reply.ok());
   EXPECT_THAT(reply.error(), HasSubstr("outside the arena"));
+  EXPECT_EQ(reply.code(), kInternal);
+}
+
+TEST_F(WorkerSliceTest, BuffersThatDoNotFitAreTheServersErrorInternal) {
+  auto model = OneRowModel();
+  ASSERT_NE(model, nullptr);
+  worker::Reply reply;
+  RunBatchOn(*model, *arena_, Batch(5, 64 * 4, 4096, 1280), &reply);
+  EXPECT_FALSE(reply.ok());
+  EXPECT_EQ(reply.code(), kInternal);
+}
+
+// A model whose run fails the way the engine's do, with a code of its own.
+class FailingModel : public engine::CompiledModel {
+ public:
+  FailingModel() {
+    info_.path = "failing.onnx";
+    info_.batched = true;
+    info_.inputs = {{"x", engine::DataType::kFloat32, {-1, 4}}};
+    info_.outputs = {{"y", engine::DataType::kFloat32, {-1, 4}}};
+  }
+  const engine::ModelInfo& info() const override { return info_; }
+  std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override {
+    return {{batch, 4}};
+  }
+  absl::Status Run(int64_t, const std::vector<const void*>&, const std::vector<void*>&) override {
+    return absl::InvalidArgumentError("input 'x' holds a token id out of range");
+  }
+  absl::Status CheckBufferSizes(int64_t, const std::vector<size_t>&,
+                                const std::vector<size_t>&) const override {
+    return absl::OkStatus();
+  }
+
+ private:
+  engine::ModelInfo info_;
+};
+
+TEST_F(WorkerSliceTest, AFailedRunCarriesTheEnginesCode) {
+  FailingModel model;
+  worker::Reply reply;
+  RunBatchOn(model, *arena_, Batch(1, 16, 4096, 16), &reply);
+  EXPECT_FALSE(reply.ok());
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(reply.error(), HasSubstr("token id out of range"));
+}
+
+TEST_F(WorkerSliceTest, AMinimumComputeTimeSleepsUntilItHasPassed) {
+  auto model = OneRowModel();
+  ASSERT_NE(model, nullptr);
+  worker::Reply reply;
+  const auto start = std::chrono::steady_clock::now();
+  RunBatchOn(*model, *arena_, Batch(5, 5 * 64 * 4, 4096, 1280), &reply, 20ms);
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  EXPECT_GE(reply.compute_ns(), 20'000'000);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
+  // Without it, the tiny model takes far less.
+  worker::Reply plain;
+  RunBatchOn(*model, *arena_, Batch(5, 5 * 64 * 4, 4096, 1280), &plain);
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  EXPECT_LT(plain.compute_ns(), 20'000'000);
+}
+
+TEST(NumaMaps, PagesAreSummedPerNode) {
+  EXPECT_EQ(
+      SumNumaMapsPages("55795ec9e000 default file=/usr/bin/head mapped=2 N0=2 kernelpagesize_kB=4\n"
+                       "7f0000000000 bind:1 anon=10 dirty=10 N1=7 N0=3 kernelpagesize_kB=4\n"
+                       "7f0000100000 default anon=512 N10=512 kernelpagesize_kB=2048\n"
+                       "7f0000200000 default\n"),
+      "0=5 1=7 10=512");
+  EXPECT_EQ(SumNumaMapsPages(""), "");
+  EXPECT_EQ(SumNumaMapsPages("7f00 default Nx=3 N=4 N2=y\n"), "");
+}
+
+// The real worker process, spawned by WorkerSupervisor as `numaserve serve`
+// does, on (up to) two of this process's cpus.
+class RealWorkerTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (supervisor_) supervisor_->Stop();
+  }
+
+  // x [n,16] -> MatMul W [16,8] -> Relu -> y [n,8].
+  static std::string TinyModel() {
+    OnnxModelBuilder b;
+    b.Input("x", {-1, 16}).Output("y", {-1, 8});
+    std::vector<float> w(16 * 8);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7) * 0.125f - 0.25f;
+    b.Initializer("w", kernels::Tensor({16, 8}, w));
+    b.Node("MatMul", {"x", "w"}, {"xw"});
+    b.Node("Relu", {"xw"}, {"y"});
+    return b.Save("real_worker_tiny");
+  }
+
+  static std::vector<int> OwnCpus() {
+    std::vector<int> cpus;
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return cpus;
+    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+      if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+    }
+    return cpus;
+  }
+
+  // Starts one worker on OwnCpus() with the tiny model at `instances`.
+  void Start(int instances, int64_t test_batch_compute_us = 0) {
+    WorkerSupervisor::Options options;
+    options.executable = NUMASERVE_BINARY;
+    options.arena_bytes = size_t{1} << 20;
+    options.restart_delay = 10ms;
+    options.test_batch_compute_us = test_batch_compute_us;
+    affinity::Plan plan;
+    affinity::WorkerPlacement placement;
+    placement.index = 0;
+    placement.domain = "test";
+    placement.cpus = OwnCpus();
+    placement.num_threads = static_cast<int>(placement.cpus.size());
+    placement.env = affinity::OpenMpEnvironment(placement.cpus, placement.num_threads);
+    plan.workers.push_back(placement);
+    WorkerSupervisor::ModelToLoad model;
+    model.key = "tiny:1";
+    model.name = "tiny";
+    model.version = "1";
+    model.path = TinyModel();
+    model.gemm_backend = "onednn";
+    model.instances = instances;
+    auto s = WorkerSupervisor::Create(options, plan, {model}, nullptr, [] {});
+    ASSERT_TRUE(s.ok()) << s.status();
+    supervisor_ = *std::move(s);
+    supervisor_->Start(60s);
+    ASSERT_TRUE(supervisor_->HasModel(0, "tiny:1")) << supervisor_->LoadError("tiny:1");
+  }
+
+  // Runs `rows` rows on the worker (inputs at offset 0, outputs after them,
+  // `output_bytes` of room); the reply.
+  worker::Reply Run(int64_t rows, uint64_t output_bytes) {
+    SharedArena& arena = supervisor_->arena(0);
+    float* x = reinterpret_cast<float*>(arena.data());
+    for (int64_t i = 0; i < rows * 16; ++i) x[i] = 1.0f;
+    worker::Command command;
+    auto* run = command.mutable_run();
+    run->set_key("tiny:1");
+    run->set_batch(rows);
+    auto* in = run->add_inputs();
+    in->set_offset(0);
+    in->set_bytes(static_cast<uint64_t>(rows) * 16 * sizeof(float));
+    auto* out = run->add_outputs();
+    out->set_offset(4096);
+    out->set_bytes(output_bytes);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool answered = false;
+    worker::Reply reply;
+    const bool sent = supervisor_->Send(0, command, [&](const worker::Reply& r, bool lost) {
+      std::lock_guard<std::mutex> lock(mu);
+      reply = r;
+      if (lost) reply.set_error("lost: " + r.error());
+      answered = true;
+      cv.notify_all();
+    });
+    EXPECT_TRUE(sent);
+    if (!sent) return reply;
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, 30s, [&] { return answered; }));
+    return reply;
+  }
+
+  std::unique_ptr<WorkerSupervisor> supervisor_;
+};
+
+TEST_F(RealWorkerTest, OneInstanceRunsAndSaysWhereItsMemoryLies) {
+  Start(1);
+  EXPECT_EQ(supervisor_->Instances(0, "tiny:1"), 1);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "tiny:1"), "");
+  if (std::ifstream("/proc/self/numa_maps")) {
+    EXPECT_THAT(supervisor_->MemoryNodes(0),
+                ::testing::MatchesRegex("[0-9]+=[0-9]+( [0-9]+=[0-9]+)*"));
+  }
+  worker::Reply reply = Run(3, 3 * 8 * sizeof(float));
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  EXPECT_EQ(reply.instance(), 0);
+  // The worker's own check of the server's buffers: INTERNAL.
+  reply = Run(3, 8 * sizeof(float));
+  EXPECT_FALSE(reply.ok());
+  EXPECT_EQ(reply.code(), kInternal) << reply.error();
+}
+
+TEST_F(RealWorkerTest, PerCoreRunsOneInstancePerCore) {
+  if (OwnCpus().size() < 2) GTEST_SKIP() << "needs 2 cpus";
+  Start(kInstancesPerCore);
+  EXPECT_EQ(supervisor_->Instances(0, "tiny:1"), 2);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "tiny:1"), "");
+  worker::Reply reply = Run(2, 2 * 8 * sizeof(float));
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  EXPECT_GE(reply.instance(), 0);
+  EXPECT_LT(reply.instance(), 2);
+}
+
+TEST_F(RealWorkerTest, AutoMeasuresAndPicksBetweenOneAndTheCores) {
+  Start(kInstancesAuto);
+  const int cores = static_cast<int>(OwnCpus().size());
+  const int n = supervisor_->Instances(0, "tiny:1");
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, cores);
+  const std::string report = supervisor_->InstancesReport(0, "tiny:1");
+  EXPECT_THAT(report, HasSubstr("rows/s"));
+  EXPECT_THAT(report, ::testing::EndsWith(absl::StrCat(" -> ", n)));
+  EXPECT_THAT(report, HasSubstr(absl::StrCat("1x", cores, cores == 1 ? " thread " : " threads ")));
+  worker::Reply reply = Run(2, 2 * 8 * sizeof(float));
+  ASSERT_TRUE(reply.ok()) << reply.error();
+}
+
+TEST_F(RealWorkerTest, TestBatchComputeTimeHoldsEveryBatch) {
+  for (int instances : {1, kInstancesPerCore}) {
+    Start(instances, /*test_batch_compute_us=*/20000);
+    worker::Reply reply = Run(2, 2 * 8 * sizeof(float));
+    ASSERT_TRUE(reply.ok()) << reply.error();
+    EXPECT_GE(reply.compute_ns(), 20'000'000) << FormatInstances(instances);
+    supervisor_->Stop();
+    supervisor_.reset();
+  }
 }
 
 }  // namespace

@@ -13,16 +13,20 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "server/model_config.h"
+
 namespace numaserve::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 
 // Sets environment variables for the workers this test spawns (they copy
@@ -63,7 +67,10 @@ class SupervisorTest : public ::testing::Test {
     return m;
   }
 
-  void Create(std::vector<WorkerSupervisor::ModelToLoad> models) {
+  // `adjust`, when given, changes the options and the worker's placement.
+  void Create(std::vector<WorkerSupervisor::ModelToLoad> models,
+              const std::function<void(WorkerSupervisor::Options*, affinity::WorkerPlacement*)>&
+                  adjust = nullptr) {
     WorkerSupervisor::Options options;
     options.executable = FAKE_WORKER;
     options.arena_bytes = size_t{1} << 20;
@@ -73,10 +80,21 @@ class SupervisorTest : public ::testing::Test {
     affinity::WorkerPlacement placement;
     placement.index = 0;
     placement.domain = "test";
+    if (adjust) adjust(&options, &placement);
     plan.workers.push_back(placement);
     auto s = WorkerSupervisor::Create(options, plan, std::move(models), nullptr, [] {});
     ASSERT_TRUE(s.ok()) << s.status();
     supervisor_ = *std::move(s);
+  }
+
+  // The arguments the latest fake worker started with ("args worker ...").
+  std::string Args() const {
+    std::ifstream in(log_);
+    std::string args;
+    for (std::string l; std::getline(in, l);) {
+      if (l.rfind("args", 0) == 0) args = l;
+    }
+    return args;
   }
 
   // Lines of the fake workers' log equal to `line`.
@@ -196,6 +214,68 @@ TEST_F(SupervisorTest, CrashesOfAModelThatHasRunAreNotChargedToIt) {
   EXPECT_TRUE(supervisor_->ModelAvailable("good:1"));
   EXPECT_EQ(supervisor_->LoadError("good:1"), "");
   EXPECT_TRUE(Run("good:1", 1));
+}
+
+TEST_F(SupervisorTest, TestBatchComputeTimeIsPassedToEveryWorker) {
+  Create({Model("good:1")}, [](WorkerSupervisor::Options* options, affinity::WorkerPlacement*) {
+    options->test_batch_compute_us = 20000;
+  });
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_THAT(Args(), HasSubstr(" --test-batch-compute-us 20000"));
+}
+
+TEST_F(SupervisorTest, NoTestBatchComputeTimeByDefault) {
+  Create({Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_THAT(Args(), HasSubstr("worker --index 0"));
+  EXPECT_THAT(Args(), Not(HasSubstr("--test-batch-compute-us")));
+}
+
+TEST_F(SupervisorTest, InstancesAreWhatTheWorkerSaysItRuns) {
+  env_.Set("FAKE_WORKER_INSTANCES", "3");
+  WorkerSupervisor::ModelToLoad model = Model("auto:1");
+  model.instances = kInstancesAuto;
+  Create({model});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_EQ(supervisor_->Instances(0, "auto:1"), 3);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "auto:1"), "fake measurement");
+  EXPECT_EQ(supervisor_->MemoryNodes(0), "0=7");
+  // Unloaded: nothing left of it.
+  supervisor_->UnloadModel("auto:1");
+  EXPECT_EQ(supervisor_->Instances(0, "auto:1"), 1);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "auto:1"), "");
+}
+
+TEST_F(SupervisorTest, AWorkerThatDoesNotSayRunsWhatWasAskedFor) {
+  WorkerSupervisor::ModelToLoad two = Model("two:1"), per_core = Model("per_core:1");
+  two.instances = 2;
+  per_core.instances = kInstancesPerCore;
+  Create({two, per_core});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_EQ(supervisor_->Instances(0, "two:1"), 2);
+  EXPECT_EQ(supervisor_->Instances(0, "per_core:1"), 1);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "two:1"), "");
+  EXPECT_EQ(supervisor_->MemoryNodes(0), "");
+}
+
+TEST_F(SupervisorTest, ArenaOfAWorkerWithAutoOrPerCoreModelsHoldsABatchPerThreadPlusOne) {
+  for (int instances : {kInstancesAuto, kInstancesPerCore}) {
+    WorkerSupervisor::ModelToLoad model = Model("m:1");
+    model.instances = instances;
+    Create({model}, [](WorkerSupervisor::Options*, affinity::WorkerPlacement* placement) {
+      placement->cpus = {0, 1, 2, 3};
+      placement->num_threads = 4;
+    });
+    EXPECT_EQ(supervisor_->arena(0).size(), ArenaBytesForBatches(size_t{1} << 20, 5))
+        << FormatInstances(instances);
+    supervisor_.reset();
+  }
+  Create({Model("m:1")});
+  EXPECT_EQ(supervisor_->arena(0).size(), ArenaBytesForBatches(size_t{1} << 20, 2));
 }
 
 // "SigBlk:\t0000000000004000" -> the mask.
