@@ -139,12 +139,16 @@ DynamicBatcher::Due DynamicBatcher::Peek() const {
   return due;
 }
 
-Batch DynamicBatcher::Take(size_t max_requests, int64_t max_rows) {
+Batch DynamicBatcher::Take(size_t max_requests, int64_t max_rows, size_t max_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
   int64_t rows = 0;
-  while (n < queue_.size() && n < max_requests && (n == 0 || rows + queue_[n]->rows <= max_rows)) {
+  size_t bytes = 0;  // at most max_bytes after the first request
+  while (n < queue_.size() && n < max_requests &&
+         (n == 0 || (rows + queue_[n]->rows <= max_rows && bytes <= max_bytes &&
+                     queue_[n]->bytes <= max_bytes - bytes))) {
     rows += queue_[n]->rows;
+    bytes += queue_[n]->bytes;
     ++n;
   }
   Batch batch(std::make_move_iterator(queue_.begin()),

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -35,6 +36,8 @@ namespace numaserve::server {
 struct BatchRequest {
   virtual ~BatchRequest() = default;
   int64_t rows = 1;
+  // Worker memory the request needs in a batch (its inputs and outputs).
+  size_t bytes = 0;
   Clock::TimePoint deadline = Clock::TimePoint::max();
   // True once the client has gone away; may be empty.
   std::function<bool()> is_cancelled;
@@ -107,9 +110,10 @@ class DynamicBatcher {
   };
   // What is due now (nothing after Stop()).
   Due Peek() const;
-  // Takes requests from the front while their rows fit `max_rows` (at
-  // least one request, at most `max_requests`).
-  Batch Take(size_t max_requests, int64_t max_rows);
+  // Takes requests from the front while their rows fit `max_rows` and their
+  // bytes `max_bytes` (at least one request, at most `max_requests`).
+  Batch Take(size_t max_requests, int64_t max_rows,
+             size_t max_bytes = std::numeric_limits<size_t>::max());
   // When the front request's delay ends or the first deadline passes; max()
   // when the queue is empty.
   Clock::TimePoint NextWake() const;

@@ -244,6 +244,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     int64_t rows = 0;
     InferenceTiming timing;
     double output_seconds = 0;
+    size_t held_bytes = 0;  // counted in inflight_bytes_ until answered
   };
   auto call = std::make_shared<Call>();
   // The model label stays kUnknownModelLabel until the name is known to the
@@ -274,6 +275,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
       }
     }
     answer(answered);
+    inflight_bytes_.fetch_sub(call->held_bytes);
     in_flight_.fetch_sub(1);
   };
 
@@ -306,9 +308,28 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
         response_bytes, options_.max_message_bytes)));
   }
 
+  // What the request holds until answered: its inputs (in the request
+  // message) and every output the worker computes for it.
+  size_t request_bytes = 0;
+  for (const auto& input : parsed->inputs) request_bytes += input.second;
+  size_t output_bytes = 0;
+  for (size_t bytes : parsed->output_bytes) output_bytes += bytes;
+  const size_t held = request_bytes + output_bytes + response_bytes;
+  if (options_.max_inflight_bytes > 0) {
+    const size_t before = inflight_bytes_.fetch_add(held);
+    call->held_bytes = held;
+    if (before + held > options_.max_inflight_bytes && before > 0) {
+      return finish(absl::ResourceExhaustedError(absl::StrFormat(
+          "the server holds %d bytes of accepted requests and this one needs %d more, over "
+          "--max-inflight-bytes-mb (%d MiB); retry later",
+          before, held, options_.max_inflight_bytes >> 20)));
+    }
+  }
+
   auto pending = std::make_shared<PendingInference>();
   pending->model = model;
   pending->rows = parsed->rows;
+  pending->bytes = request_bytes + output_bytes;
   auto timeout =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.default_timeout);
   if (uint64_t us = model->config.dynamic_batching().default_timeout_microseconds(); us > 0) {
@@ -414,6 +435,11 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
       // Draining: this request is answered (UNAVAILABLE), no more are read.
       read_more = !draining_;
       if (!read_more) reads_done_ = true;
+      // At the limit, the next read waits for an answer to be written.
+      if (read_more && outstanding_ >= service_->options_.max_stream_outstanding) {
+        read_more = false;
+        read_paused_ = true;
+      }
     }
     std::shared_ptr<Item> item = std::move(reading_);
     service_->StartInference(
@@ -436,6 +462,11 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
     std::lock_guard<std::mutex> lock(mu_);
     writes_.pop_front();
     --outstanding_;
+    if (read_paused_ && !draining_ && !finished_ &&
+        outstanding_ < service_->options_.max_stream_outstanding) {
+      read_paused_ = false;
+      ReadNext();  // the read chain was idle: nothing else touches reading_
+    }
     if (!writes_.empty()) {
       StartWrite(&writes_.front()->reply);
       return;
@@ -499,6 +530,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   std::deque<std::shared_ptr<Item>> writes_;  // front: being written
   int64_t outstanding_ = 0;                   // read, not yet written
   bool writing_ = false;
+  bool read_paused_ = false;  // at max_stream_outstanding; OnWriteDone reads on
   bool reads_done_ = false;
   bool draining_ = false;
   bool finished_ = false;

@@ -52,6 +52,14 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     // The queue bound of a model whose config sets none (--max-queue-size),
     // reported by ModelConfig.
     size_t default_max_queue_size = 4096;
+    // Bytes of accepted, unanswered inferences (their inputs and outputs)
+    // the server holds before it refuses more with RESOURCE_EXHAUSTED
+    // (--max-inflight-bytes-mb); 0: no limit.
+    size_t max_inflight_bytes = size_t{1} << 30;
+    // Requests one ModelStreamInfer stream may have read and not yet
+    // answered; the stream stops reading (gRPC flow control then holds the
+    // client) until answers are written (--max-stream-outstanding).
+    int64_t max_stream_outstanding = 128;
   };
 
   InferenceService(const Options& options, ModelManager* models, WorkerSupervisor* workers,
@@ -149,8 +157,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   Metrics* const metrics_;
   server::ModelStatistics* const statistics_;
   std::atomic<bool> shutting_down_{false};
-  std::atomic<int64_t> in_flight_{0};     // inferences not yet answered
-  std::atomic<int64_t> last_call_ns_{0};  // steady clock, when the last inference arrived
+  std::atomic<int64_t> in_flight_{0};      // inferences not yet answered
+  std::atomic<size_t> inflight_bytes_{0};  // their inputs and outputs
+  std::atomic<int64_t> last_call_ns_{0};   // steady clock, when the last inference arrived
 
   mutable std::mutex streams_mu_;
   std::set<InferStream*> streams_;  // open ModelStreamInfer calls

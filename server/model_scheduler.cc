@@ -126,6 +126,14 @@ absl::Status ModelScheduler::Submit(std::shared_ptr<PendingInference> request) {
                                                request->model->version,
                                                " is not loaded (or is being unloaded)"));
   }
+  // Refused alone, before it can share a batch with other callers' requests.
+  if (const size_t limit = workers_->BatchBytesLimit(); request->bytes > limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request needs ", request->bytes,
+                     " bytes of worker memory for its inputs and "
+                     "outputs; a batch may take at most ",
+                     limit, " (half of --worker-arena-mb); send fewer rows"));
+  }
   if (absl::Status s = queue->batcher->Enqueue(std::move(request)); !s.ok()) return s;
   Schedule();
   ReportPending(*queue);
@@ -260,7 +268,7 @@ bool ModelScheduler::NextLaunch(Launch* launch) {
         queue->sharing = true;
       }
       const size_t max_requests = max_rows > 0 ? due.requests : 1;
-      Batch batch = queue->batcher->Take(max_requests, rows);
+      Batch batch = queue->batcher->Take(max_requests, rows, workers_->BatchBytesLimit());
       if (batch.empty()) continue;  // cancelled meanwhile
       launch->queue = queue;
       launch->flight = Form(queue, std::move(batch));

@@ -73,6 +73,11 @@ struct ServeOptions {
   int64_t training_max_config_bytes = int64_t{1} << 20;
   // Instances per worker of models whose config.pbtxt sets none.
   std::string instances = "1";
+  // Bounds on what clients can make the server hold.
+  int64_t max_inflight_bytes_mb = 1024;
+  int64_t max_stream_outstanding = 128;
+  int64_t grpc_max_concurrent_streams = 256;
+  int64_t grpc_memory_quota_mb = 2048;
   // Scheduler tests: every batch takes at least this long in the worker.
   int64_t test_batch_compute_us = 0;
 };
@@ -217,6 +222,16 @@ int ServeCommand(const std::vector<std::string>& args) {
                 "deadline for requests whose client sets none");
   parser.AddInt("shutdown-timeout", &o.shutdown_timeout_s,
                 "seconds SIGTERM waits for accepted requests to finish");
+  parser.AddInt("max-inflight-bytes-mb", &o.max_inflight_bytes_mb,
+                "accepted, unanswered inferences (inputs + outputs) the server holds before "
+                "refusing more with RESOURCE_EXHAUSTED; 0 = no limit");
+  parser.AddInt("max-stream-outstanding", &o.max_stream_outstanding,
+                "requests one ModelStreamInfer stream may have unanswered; the server stops "
+                "reading it (flow control holds the client) until answers are written");
+  parser.AddInt("grpc-max-concurrent-streams", &o.grpc_max_concurrent_streams,
+                "calls one client connection may have open at once (HTTP/2 streams)");
+  parser.AddInt("grpc-memory-quota-mb", &o.grpc_memory_quota_mb,
+                "memory gRPC may use for connections and messages in flight (ResourceQuota)");
   parser.AddString("instances", &o.instances,
                    "instances per worker of models whose config.pbtxt sets no "
                    "instance_placement.instances_per_domain: N | auto (measure the model's "
@@ -270,6 +285,14 @@ int ServeCommand(const std::vector<std::string>& args) {
   if (!default_instances.ok()) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--instances: ", default_instances.status().message())));
+  }
+  if (o.max_inflight_bytes_mb < 0 || o.max_inflight_bytes_mb > (int64_t{1} << 30) ||
+      o.max_stream_outstanding < 1 || o.grpc_max_concurrent_streams < 1 ||
+      o.grpc_max_concurrent_streams > (int64_t{1} << 30) || o.grpc_memory_quota_mb < 16 ||
+      o.grpc_memory_quota_mb > (int64_t{1} << 30)) {
+    return Fail(absl::InvalidArgumentError(
+        "--max-inflight-bytes-mb must be 0 or more, --max-stream-outstanding and "
+        "--grpc-max-concurrent-streams at least 1, --grpc-memory-quota-mb at least 16"));
   }
   if (o.test_batch_compute_us < 0 || o.test_batch_compute_us > 60'000'000) {
     return Fail(absl::InvalidArgumentError("--test-batch-compute-us must be 0..60000000"));
@@ -423,6 +446,8 @@ int ServeCommand(const std::vector<std::string>& args) {
   service_options.max_message_bytes = static_cast<size_t>(o.grpc_max_message_bytes);
   service_options.statistics = &statistics;
   service_options.default_max_queue_size = static_cast<size_t>(o.max_queue_size);
+  service_options.max_inflight_bytes = static_cast<size_t>(o.max_inflight_bytes_mb) << 20;
+  service_options.max_stream_outstanding = o.max_stream_outstanding;
   InferenceService service(service_options, &models, workers->get(), &scheduler, metrics->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -433,6 +458,20 @@ int ServeCommand(const std::vector<std::string>& args) {
       std::min<int64_t>(o.grpc_max_message_bytes, std::numeric_limits<int>::max()));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  // What one client can hold: memory for connections and messages, calls
+  // per connection, and idle or silent connections closed.
+  grpc::ResourceQuota quota("numaserve-grpc");
+  quota.Resize(static_cast<size_t>(o.grpc_memory_quota_mb) << 20);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(o.grpc_max_concurrent_streams));
+  // Ping a silent client every 60 s, drop it if it does not answer in 20 s;
+  // a client may not ping more often than every 10 s without data.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 15 * 60'000);
   // Every gRPC service the server offers is registered here.
   builder.RegisterService(&service);
   // The training service (made above): on the gRPC port, or on its own port below.

@@ -24,6 +24,8 @@ int SupervisedWorkerPool::NumaNode(int worker) const {
   return workers_->placement(worker).numa_node;
 }
 
+size_t SupervisedWorkerPool::BatchBytesLimit() const { return workers_->batch_bytes(); }
+
 void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn done) {
   ArenaAllocator& allocator = workers_->allocator(worker);
   char* base = workers_->arena(worker).data();
@@ -63,11 +65,15 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
     fits = reserve(task.output_bytes[i], run->add_outputs());
   }
   if (!fits) {
+    // Every batch fits the arena alone (the scheduler keeps batches within
+    // BatchBytesLimit), so this one waits for the batches ahead of it to
+    // free their space and is sent again, not failed.
     release();
     RunOutcome outcome;
-    outcome.status = absl::ResourceExhaustedError(
-        absl::StrCat("the request's tensors do not fit in worker ", worker, "'s shared arena of ",
-                     allocator.capacity(), " bytes (see --worker-arena-mb)"));
+    outcome.lost = true;
+    outcome.not_sent = true;
+    outcome.status = absl::ResourceExhaustedError(absl::StrCat(
+        "worker ", worker, "'s shared arena of ", allocator.capacity(), " bytes is full"));
     return done(outcome);
   }
   const size_t num_inputs = task.inputs.size();

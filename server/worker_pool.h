@@ -62,6 +62,9 @@ class WorkerPool {
   // Batches of `key` the worker computes at once (its instances; >= 1).
   virtual int Instances(int worker, const std::string& key) const = 0;
   virtual int NumaNode(int worker) const = 0;
+  // Most worker memory (inputs + outputs) one batch may take: the
+  // scheduler forms no larger batch and refuses a larger request at once.
+  virtual size_t BatchBytesLimit() const = 0;
   // Starts `task` on `worker`. `done` runs exactly once, on any thread,
   // possibly before Run returns; it must not call Run itself.
   virtual void Run(int worker, const InferenceTask& task, RunDoneFn done) = 0;
@@ -77,6 +80,7 @@ class SupervisedWorkerPool final : public WorkerPool {
   bool HasModel(int worker, const std::string& key) const override;
   int Instances(int worker, const std::string& key) const override;
   int NumaNode(int worker) const override;
+  size_t BatchBytesLimit() const override;
   void Run(int worker, const InferenceTask& task, RunDoneFn done) override;
 
  private:

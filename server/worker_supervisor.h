@@ -102,6 +102,8 @@ class WorkerSupervisor {
   void Stop();
 
   int size() const { return static_cast<int>(slots_.size()); }
+  // The arena space of one batch (Options::arena_bytes is the size for two).
+  size_t batch_bytes() const { return options_.arena_bytes / 2; }
   const affinity::WorkerPlacement& placement(int w) const { return slots_[w]->placement; }
   bool Ready(int w) const;
   bool HasModel(int w, const std::string& key) const;

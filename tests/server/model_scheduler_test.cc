@@ -44,6 +44,7 @@ class FakePool final : public WorkerPool {
     return it == instances_.end() ? 1 : it->second;
   }
   int NumaNode(int w) const override { return w / 2; }
+  size_t BatchBytesLimit() const override { return batch_bytes; }
   void Run(int w, const InferenceTask& task, RunDoneFn done) override {
     Running r{w, task.model_key, task.rows, std::move(done), {}};
     for (const auto& piece : task.inputs.at(0)) {
@@ -77,6 +78,7 @@ class FakePool final : public WorkerPool {
                                           [w](const Running& r) { return r.worker == w; }));
   }
 
+  size_t batch_bytes = size_t{1} << 30;
   std::vector<bool> ready_;
   std::map<std::pair<int, std::string>, int> instances_;
   std::vector<Running> running;
@@ -121,6 +123,7 @@ class SchedulerTest : public ::testing::Test {
     auto p = std::make_shared<PendingInference>();
     p->model = model;
     p->rows = rows;
+    p->bytes = 2 * static_cast<size_t>(rows) * sizeof(float);
     p->deadline = clock_.Now() + std::chrono::seconds(60);
     p->parsed.rows = rows;
     p->parsed.inputs.push_back(
@@ -358,6 +361,25 @@ TEST_F(SchedulerTest, RemoveModelWaitsForItsBatchesWithoutSpinning) {
   ExpectAnsweredCorrectly();
   Submit(m, 1, absl::StatusCode::kUnavailable);
   calls_.pop_back();
+}
+
+TEST_F(SchedulerTest, BatchesStayWithinTheWorkersMemoryAndALargerRequestIsRefusedAlone) {
+  Make(1);
+  pool_->batch_bytes = 24;  // 3 rows of 8 bytes (a float in, a float out)
+  auto m = Model("m", 8, 1000);
+  pool_->Hold(0, m->key(), 1);
+  pool_->ready_[0] = false;
+  for (int i = 0; i < 5; ++i) Submit(m);
+  Submit(m, 4, absl::StatusCode::kResourceExhausted);  // 32 bytes: never fits
+  calls_.pop_back();
+  pool_->ready_[0] = true;
+  clock_.Advance(microseconds(1000));
+  scheduler_->Pump();
+  EXPECT_EQ(RunningRows(), (std::vector<int64_t>{3}));
+  pool_->Complete(0);
+  EXPECT_EQ(RunningRows(), (std::vector<int64_t>{2}));
+  pool_->CompleteAll();
+  ExpectAnsweredCorrectly();
 }
 
 TEST_F(SchedulerTest, AWorkerThatIsNotReadyGetsNothing) {

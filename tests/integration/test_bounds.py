@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""What one client can make the server hold, against the real server:
+
+* a request too large for a worker's batch memory is refused alone
+  (RESOURCE_EXHAUSTED naming --worker-arena-mb) while other callers' small
+  requests, sent at the same moment, are all answered;
+* accepted, unanswered requests are bounded by bytes (--max-inflight-bytes-mb):
+  beyond it a request is refused at once, and once the held ones are answered
+  new ones are taken again;
+* a ModelStreamInfer stream is read ahead at most --max-stream-outstanding
+  requests: the model's queue never holds more of that stream's requests,
+  and every request on the stream is still answered in order.
+
+Every batch takes a known time (--test-batch-compute-us) so requests stay
+held long enough to see the bounds.
+"""
+
+import os
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
+import numaserve_client as nc  # noqa: E402
+
+MODEL = "wide"
+WIDTH = 1024  # 4 KiB in and 4 KiB out per row
+
+
+def wide_model():
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"], name="plus_one")], MODEL,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", WIDTH])],
+        [numpy_helper.from_array(np.ones((WIDTH,), dtype=np.float32), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="numaserve-tests")
+    model.ir_version = 8
+    return model
+
+
+def rows(n, seed):
+    return np.random.default_rng(seed).random((n, WIDTH), dtype=np.float32)
+
+
+class Server:
+    def __init__(self, config, args):
+        self.repo = tempfile.mkdtemp(prefix="numaserve_bounds_")
+        nc.write_model(self.repo, MODEL, wide_model())
+        with open(os.path.join(self.repo, MODEL, "config.pbtxt"), "w") as f:
+            f.write(config)
+        self.server = nc.ServerProcess(self.repo, args).start()
+
+    def close(self):
+        nc.stop_server_and_remove(self.server, self.repo)
+
+
+class BoundsTest(unittest.TestCase):
+
+    def test_a_request_too_large_for_a_batch_is_refused_alone(self):
+        # 2 MiB arena: a batch may take 1 MiB, 128 rows of 8 KiB.
+        s = Server("max_batch_size: 256\ndynamic_batching { max_queue_delay_microseconds: 20000 }\n",
+                   ["--worker-arena-mb", "2"])
+        try:
+            def call(i, stub):
+                x = rows(200 if i == 0 else 8, i)
+                try:
+                    y = nc.infer(stub, MODEL, {"x": x})["y"]
+                    np.testing.assert_allclose(y, x + 1, rtol=1e-6)
+                    return grpc.StatusCode.OK, ""
+                except grpc.RpcError as e:
+                    return e.code(), e.details()
+
+            results = nc.call_together(s.server, 17, call)
+            code, details = results[0]
+            self.assertEqual(code, grpc.StatusCode.RESOURCE_EXHAUSTED, details)
+            self.assertIn("--worker-arena-mb", details)
+            for i, (code, details) in enumerate(results[1:], 1):
+                self.assertEqual(code, grpc.StatusCode.OK, "caller %d: %s" % (i, details))
+        finally:
+            s.close()
+
+    def test_accepted_bytes_are_bounded(self):
+        # Each request: 40 rows, 160 KiB in + 160 KiB out + its response:
+        # about 480 KiB held, so 1 MiB holds two. Every batch takes 0.4 s.
+        s = Server("max_batch_size: 0\n",
+                   ["--max-inflight-bytes-mb", "1", "--test-batch-compute-us", "400000"])
+        try:
+            def call(i, stub):
+                start = time.monotonic()
+                try:
+                    nc.infer(stub, MODEL, {"x": rows(40, i)})
+                    return grpc.StatusCode.OK, "", time.monotonic() - start
+                except grpc.RpcError as e:
+                    return e.code(), e.details(), time.monotonic() - start
+
+            results = nc.call_together(s.server, 6, call)
+            codes = [r[0] for r in results]
+            refused = [r for r in results if r[0] == grpc.StatusCode.RESOURCE_EXHAUSTED]
+            self.assertGreaterEqual(codes.count(grpc.StatusCode.OK), 2, results)
+            self.assertTrue(refused, results)
+            self.assertEqual(codes.count(grpc.StatusCode.OK) + len(refused), 6, results)
+            for code, details, seconds in refused:
+                self.assertIn("--max-inflight-bytes-mb", details)
+                self.assertLess(seconds, 0.35, "refused after %.2f s, not at once" % seconds)
+            # Held requests answered: new ones are taken again.
+            x = rows(40, 99)
+            np.testing.assert_allclose(nc.infer(s.server.stub(), MODEL, {"x": x})["y"], x + 1,
+                                       rtol=1e-6)
+        finally:
+            s.close()
+
+    def test_a_stream_is_read_ahead_only_so_far(self):
+        limit, count = 4, 24
+        s = Server("max_batch_size: 0\n",
+                   ["--max-stream-outstanding", str(limit), "--test-batch-compute-us", "50000"])
+        try:
+            inputs = [rows(1, i) for i in range(count)]
+            requests = [nc.make_request(MODEL, {"x": x}) for x in inputs]
+            for i, r in enumerate(requests):
+                r.id = str(i)
+            most_pending = [0.0]
+            done = threading.Event()
+
+            def sample():
+                while not done.is_set():
+                    pending = s.server.metrics().sum("numaserve_pending_requests", model=MODEL)
+                    most_pending[0] = max(most_pending[0], pending)
+                    time.sleep(0.02)
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            try:
+                replies = list(s.server.stub().ModelStreamInfer(iter(requests), timeout=60))
+            finally:
+                done.set()
+                sampler.join()
+            self.assertEqual(len(replies), count)
+            for i, reply in enumerate(replies):
+                self.assertEqual(reply.error_message, "", reply.error_message)
+                self.assertEqual(reply.infer_response.id, str(i))
+                y = nc.decode_outputs(reply.infer_response)["y"]
+                np.testing.assert_allclose(y, inputs[i] + 1, rtol=1e-6)
+            # Read ahead by `limit` at most: one computing, one in the
+            # worker's pipeline slot, the rest queued.
+            self.assertLessEqual(most_pending[0], limit, "pending requests peaked at %g"
+                                 % most_pending[0])
+        finally:
+            s.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
