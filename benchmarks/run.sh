@@ -51,3 +51,6 @@ fi
 
 echo "== serving: dynamic batching delays, closed and open loop, overhead vs in process"
 benchmarks/e2e/serving_bench.sh "$build"
+
+echo "== scale-out: layouts at saturation (workers per core, instances, auto) vs in process"
+benchmarks/e2e/scaleout_bench.sh "$build"
