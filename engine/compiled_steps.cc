@@ -40,9 +40,9 @@ std::string MatMulStep::Implementation(const std::vector<Shape>& shapes) const {
 }
 
 std::string BinaryStep::Implementation(const std::vector<Shape>& shapes) const {
-  auto it = plans_.find(std::make_pair(shapes[a_], shapes[b_]));
-  if (it == plans_.end()) return "";
-  if (it->second.row_broadcast &&
+  const Plan* plan = plans_.Peek(std::tie(shapes[a_], shapes[b_]));
+  if (plan == nullptr) return "";
+  if (plan->row_broadcast &&
       (kind_ == kernels::BinaryKind::kAdd || kind_ == kernels::BinaryKind::kMul)) {
     return OwnKernelName(kind_ == kernels::BinaryKind::kAdd ? "add_row_broadcast"
                                                             : "mul_row_broadcast");
@@ -240,8 +240,12 @@ absl::Status UnaryStep::Run(const StepContext& ctx) {
 }
 
 absl::Status BinaryStep::Prepare(const std::vector<Shape>& shapes) {
-  const auto key = std::make_pair(shapes[a_], shapes[b_]);
-  if (plans_.contains(key)) return absl::OkStatus();
+  PlanFor(shapes);
+  return absl::OkStatus();
+}
+
+const BinaryStep::Plan& BinaryStep::PlanFor(const std::vector<Shape>& shapes) {
+  if (const Plan* found = plans_.Find(std::tie(shapes[a_], shapes[b_]))) return *found;
   const Shape& out = shapes[dst_];
   const size_t rank = out.size();
   const Shape pa = kernels::PadShapeLeft(shapes[a_], rank);
@@ -278,8 +282,7 @@ absl::Status BinaryStep::Prepare(const std::vector<Shape>& shapes) {
     plan.row_broadcast =
         plan.a_offsets[o] == static_cast<int64_t>(o) * plan.inner && plan.b_offsets[o] == 0;
   }
-  plans_.emplace(key, std::move(plan));
-  return absl::OkStatus();
+  return plans_.Emplace(std::make_tuple(shapes[a_], shapes[b_]), std::move(plan));
 }
 
 namespace {
@@ -301,9 +304,7 @@ void BinaryRun(const float* a, const float* b, float* y, int64_t outer, int64_t 
 }  // namespace
 
 absl::Status BinaryStep::Run(const StepContext& ctx) {
-  auto it = plans_.find(std::make_pair(ctx.shapes[a_], ctx.shapes[b_]));
-  if (it == plans_.end()) return absl::InternalError("binary step not prepared for this shape");
-  const Plan& p = it->second;
+  const Plan& p = PlanFor(ctx.shapes);
   const int64_t outer = static_cast<int64_t>(p.a_offsets.size());
   const float* a = ctx.data[a_];
   const float* b = ctx.data[b_];
@@ -389,16 +390,15 @@ double BatchedMatMulStep::Flops(const std::vector<Shape>& shapes) const {
 }
 
 std::string BatchedMatMulStep::Implementation(const std::vector<Shape>& shapes) const {
-  auto it = impl_.find(std::make_pair(shapes[a_.value], shapes[b_.value]));
-  return it == impl_.end() ? "" : it->second;
+  const PerShape* entry = per_shape_.Peek(std::tie(shapes[a_.value], shapes[b_.value]));
+  return entry == nullptr ? "" : entry->impl;
 }
 
 absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
   const Shape& sa = ctx.shapes[a_.value];
   const Shape& sb = ctx.shapes[b_.value];
-  auto key = std::make_pair(sa, sb);
-  auto it = per_shape_.find(key);
-  if (it == per_shape_.end()) {
+  PerShape* entry = per_shape_.Find(std::tie(sa, sb));
+  if (entry == nullptr) {
     std::pair<Shape, Shape> y = ProductView(ctx.shapes[dst_], dst_perm_);
     const size_t rank = std::max<size_t>(y.first.size(), 2);
     const auto a = PadView(PermutedView(sa, a_.perm), rank);
@@ -408,7 +408,7 @@ absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
       return dnnl::memory::desc(kernels::ToDnnlDims(v.first), dnnl::memory::data_type::f32,
                                 kernels::ToDnnlDims(v.second));
     };
-    kernels::BoundPrimitive call;
+    PerShape created;
     try {
       dnnl::primitive_attr attr;
       if (alpha_ != 1.0f) {
@@ -417,21 +417,22 @@ absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
         attr.set_post_ops(ops);
       }
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(desc(a), desc(b), desc(y)), attr, engine_);
-      impl_[key] = pd.impl_info_str();
-      call.primitive = dnnl::matmul(pd);
-      call.args[DNNL_ARG_SRC] = kernels::UnboundMemory(pd.src_desc(), engine_);
-      call.args[DNNL_ARG_WEIGHTS] = kernels::UnboundMemory(pd.weights_desc(), engine_);
-      call.args[DNNL_ARG_DST] = kernels::UnboundMemory(pd.dst_desc(), engine_);
+      created.impl = pd.impl_info_str();
+      created.call.primitive = dnnl::matmul(pd);
+      created.call.args[DNNL_ARG_SRC] = kernels::UnboundMemory(pd.src_desc(), engine_);
+      created.call.args[DNNL_ARG_WEIGHTS] = kernels::UnboundMemory(pd.weights_desc(), engine_);
+      created.call.args[DNNL_ARG_DST] = kernels::UnboundMemory(pd.dst_desc(), engine_);
     } catch (const dnnl::error& e) {
       return kernels::DnnlErrorToStatus(e, "creating batched matmul");
     }
-    it = per_shape_.emplace(key, std::move(call)).first;
+    entry = &per_shape_.Emplace(std::make_tuple(sa, sb), std::move(created));
   }
+  kernels::BoundPrimitive& call = entry->call;
   try {
-    it->second.SetHandle(DNNL_ARG_SRC, ctx.data[a_.value]);
-    it->second.SetHandle(DNNL_ARG_WEIGHTS, ctx.data[b_.value]);
-    it->second.SetHandle(DNNL_ARG_DST, ctx.data[dst_]);
-    it->second.Execute(ctx.stream);
+    call.SetHandle(DNNL_ARG_SRC, ctx.data[a_.value]);
+    call.SetHandle(DNNL_ARG_WEIGHTS, ctx.data[b_.value]);
+    call.SetHandle(DNNL_ARG_DST, ctx.data[dst_]);
+    call.Execute(ctx.stream);
   } catch (const dnnl::error& e) {
     return kernels::DnnlErrorToStatus(e, "executing batched matmul");
   }

@@ -3,17 +3,18 @@
 // through a per-run pointer table indexed by ValueId.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "engine/graph.h"
 #include "engine/op_registry.h"
 #include "engine/typed_tensor.h"
+#include "kernels/bounded_cache.h"
 #include "kernels/gemm/gemm_backend.h"
 #include "kernels/onednn/conv_onednn.h"
 #include "kernels/onednn/elementwise_onednn.h"
@@ -37,7 +38,9 @@ struct StepContext {
 class Step {
  public:
   virtual ~Step() = default;
-  // Called once per new batch size, before its first Run.
+  // Called once per new batch size, before its first Run. What it creates
+  // per shape is kept for the kernels::kShapeCacheCapacity most recently
+  // run shapes only: Run creates it again for a shape dropped since.
   virtual absl::Status Prepare(const std::vector<Shape>& shapes) { return absl::OkStatus(); }
   virtual absl::Status Run(const StepContext& ctx) = 0;
   // The kernel and the graph nodes this step stands for
@@ -75,6 +78,9 @@ class Step {
   // Bytes of the constant weights the step reads on every run (and every
   // slice of a split batch); 0 when it has none worth counting.
   virtual int64_t WeightBytes() const { return 0; }
+  // Shapes (or shape pairs) the step keeps compiled state for (primitives,
+  // broadcast plans), for tests of its bound; 0 for steps keeping none.
+  virtual size_t CachedShapes() const { return 0; }
 };
 
 // "numaserve:<kernel> <tier>" for the own kernel `kernel` of the dispatch
@@ -139,6 +145,7 @@ class AddStep final : public Step {
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(shapes[a_], shapes[b_]);
   }
+  size_t CachedShapes() const override { return kernel_.cached_shapes(); }
 
  private:
   kernels::AddOnednn kernel_;
@@ -156,6 +163,7 @@ class ReluStep final : public Step {
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(kernels::NumElements(shapes[src_]));
   }
+  size_t CachedShapes() const override { return kernel_.cached_shapes(); }
 
  private:
   kernels::ReluOnednn kernel_;
@@ -174,6 +182,7 @@ class SoftmaxStep final : public Step {
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(shapes[src_]);
   }
+  size_t CachedShapes() const override { return kernel_.cached_shapes(); }
 
  private:
   kernels::SoftmaxOnednn kernel_;
@@ -227,6 +236,9 @@ class ConvStep final : public Step {
   std::string ResidualLayouts() const {
     return std::string(LayoutName(sum_blocked_)) + "->" + LayoutName(dst_blocked_);
   }
+  size_t CachedShapes() const override {
+    return kernel_->cached_shapes() + (reorder_ ? reorder_->cached_shapes() : 0);
+  }
 
  private:
   std::unique_ptr<kernels::ConvOnednn> kernel_;
@@ -259,6 +271,7 @@ class PoolStep final : public Step {
   std::string Layouts() const override {
     return std::string(LayoutName(src_blocked_)) + "->" + LayoutName(dst_blocked_);
   }
+  size_t CachedShapes() const override { return kernel_.cached_shapes(); }
 
  private:
   kernels::PoolOnednn kernel_;
@@ -286,7 +299,8 @@ class UnaryStep final : public Step {
 };
 
 // Binary element-wise op with numpy broadcasting, OpenMP-parallel; the
-// broadcast offsets are computed once per shape pair.
+// broadcast offsets are computed once per shape pair (the
+// kernels::kShapeCacheCapacity most recently run pairs kept).
 class BinaryStep final : public Step {
  public:
   BinaryStep(kernels::BinaryKind kind, ValueId a, ValueId b, ValueId dst, std::string name)
@@ -296,6 +310,7 @@ class BinaryStep final : public Step {
   std::string Describe() const override { return "binary: " + name_; }
   std::vector<ValueId> Reads() const override { return {a_, b_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override;
+  size_t CachedShapes() const override { return plans_.size(); }
 
  private:
   struct Plan {
@@ -306,14 +321,20 @@ class BinaryStep final : public Step {
     std::vector<int64_t> a_offsets, b_offsets;  // per outer index
     bool row_broadcast = false;                 // a contiguous, b one row of `inner` reused
   };
+  // The plan for these shapes, made if absent; valid until the next one is
+  // made.
+  const Plan& PlanFor(const std::vector<Shape>& shapes);
+
   kernels::BinaryKind kind_;
   ValueId a_, b_, dst_;
   std::string name_;
-  std::map<std::pair<Shape, Shape>, Plan> plans_;
+  // By a's shape and b's (looked up through std::tie).
+  kernels::BoundedCache<std::tuple<Shape, Shape>, Plan> plans_{kernels::kShapeCacheCapacity};
 };
 
 // MatMul of two runtime operands (attention scores and context) on oneDNN,
-// batch dims broadcast; one primitive per shape pair. A Transpose feeding
+// batch dims broadcast; one primitive per shape pair (the
+// kernels::kShapeCacheCapacity most recently run pairs kept). A Transpose feeding
 // an operand, or reading the product, is absorbed as strides: an operand
 // (or the output) is then a permutation of the tensor stored (`perm`, as
 // ONNX Transpose's: logical dim k is stored dim perm[k]; empty: as stored),
@@ -343,16 +364,23 @@ class BatchedMatMulStep final : public Step {
   std::vector<ValueId> Reads() const override { return {a_.value, b_.value}; }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override;
+  size_t CachedShapes() const override { return per_shape_.size(); }
 
  private:
+  struct PerShape {
+    kernels::BoundPrimitive call;
+    std::string impl;  // oneDNN's implementation
+  };
+
   dnnl::engine engine_;
   Operand a_, b_;
   ValueId dst_;
   std::vector<int64_t> dst_perm_;
   float alpha_;
   std::string name_;
-  std::map<std::pair<Shape, Shape>, kernels::BoundPrimitive> per_shape_;
-  std::map<std::pair<Shape, Shape>, std::string> impl_;  // oneDNN's implementation per shape
+  // By a's stored shape and b's (looked up through std::tie).
+  kernels::BoundedCache<std::tuple<Shape, Shape>, PerShape> per_shape_{
+      kernels::kShapeCacheCapacity};
 };
 
 // Into how many chunks of whole query blocks AttentionStep splits each of

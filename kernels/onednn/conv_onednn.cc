@@ -62,20 +62,20 @@ absl::Status ActivationReorder::Execute(dnnl::stream& stream, const Shape& shape
     std::memcpy(dst, src, ActivationBytes(shape, src_blocked));
     return absl::OkStatus();
   }
-  const auto key = std::make_tuple(shape, src_blocked, dst_blocked);
-  auto it = per_shape_.find(key);
-  if (it == per_shape_.end()) {
-    BoundPrimitive call;
+  BoundPrimitive* call = per_shape_.Find(std::tie(shape, src_blocked, dst_blocked));
+  if (call == nullptr) {
+    BoundPrimitive created;
     try {
-      call = BoundReorder(engine_, ActivationDesc(shape, src_blocked),
-                          ActivationDesc(shape, dst_blocked));
+      created = BoundReorder(engine_, ActivationDesc(shape, src_blocked),
+                             ActivationDesc(shape, dst_blocked));
     } catch (const dnnl::error& e) {
       return DnnlErrorToStatus(e, "creating an activation reorder");
     }
-    it = per_shape_.emplace(key, std::move(call)).first;
+    call =
+        &per_shape_.Emplace(std::make_tuple(shape, src_blocked, dst_blocked), std::move(created));
   }
   try {
-    RunReorder(it->second, stream, src, dst);
+    RunReorder(*call, stream, src, dst);
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "executing an activation reorder");
   }
@@ -324,7 +324,15 @@ absl::StatusOr<dnnl::memory> ConvOnednn::WeightsFor(const dnnl::memory::desc& md
 
 absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                                  bool dst_blocked) {
-  if (per_shape_.contains(src_shape)) return absl::OkStatus();
+  src_blocked_ = src_blocked;
+  dst_blocked_ = dst_blocked;
+  return EntryFor(src_shape, dst_shape, src_blocked, dst_blocked).status();
+}
+
+absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shape,
+                                                           const Shape& dst_shape, bool src_blocked,
+                                                           bool dst_blocked) {
+  if (PerShape* found = per_shape_.Find(src_shape)) return found;
   PerShape entry;
   if (ChannelsLastCandidate(src_shape, dst_shape, src_blocked, dst_blocked)) {
     absl::StatusOr<bool> done;
@@ -335,10 +343,7 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
           e, absl::StrCat("creating channels-last conv for input ", ShapeToString(src_shape)));
     }
     if (!done.ok()) return done.status();
-    if (*done) {
-      per_shape_.emplace(src_shape, std::move(entry));
-      return absl::OkStatus();
-    }
+    if (*done) return &per_shape_.Emplace(src_shape, std::move(entry));
     entry = PerShape();
   }
   if (absl::Status s = PrepareDirect(src_shape, dst_shape, src_blocked, dst_blocked, &entry);
@@ -366,8 +371,7 @@ absl::Status ConvOnednn::Prepare(const Shape& src_shape, const Shape& dst_shape,
                    *done ? entry.impl.c_str() : "");
     }
   }
-  per_shape_.emplace(src_shape, std::move(entry));
-  return absl::OkStatus();
+  return &per_shape_.Emplace(src_shape, std::move(entry));
 }
 
 absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_shape,
@@ -455,12 +459,9 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
 
 absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
                                  const Shape& dst_shape, const float* src, float* dst) {
-  auto it = per_shape_.find(src_shape);
-  if (it == per_shape_.end()) {
-    if (absl::Status s = Prepare(src_shape, dst_shape); !s.ok()) return s;
-    it = per_shape_.find(src_shape);
-  }
-  PerShape& e = it->second;
+  absl::StatusOr<PerShape*> entry = EntryFor(src_shape, dst_shape, src_blocked_, dst_blocked_);
+  if (!entry.ok()) return entry.status();
+  PerShape& e = **entry;
   try {
     if (e.reordered) {
       float* conv_src = ConvScratch(e.scratch_floats);
@@ -489,8 +490,8 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
 }
 
 std::string ConvOnednn::ImplementationName(const Shape& src_shape) const {
-  auto it = per_shape_.find(src_shape);
-  return it == per_shape_.end() ? std::string() : it->second.impl;
+  const PerShape* entry = per_shape_.Peek(src_shape);
+  return entry == nullptr ? std::string() : entry->impl;
 }
 
 }  // namespace numaserve::kernels

@@ -5,8 +5,9 @@
 // Activations are plain NC[D]HW or channel-blocked nC[D]HW16c on AVX-512,
 // nC[D]HW8c on AVX2 (ActivationDesc, ActivationChannelBlock),
 // chosen by the caller per tensor; weights are "any".
-// Primitives are created per input shape (batch) and cached; the packed
-// weights are shared by every shape that prefers the same layout.
+// Primitives are created per input shape (batch) and cached, the
+// kShapeCacheCapacity most recently run shapes kept; the packed weights are
+// shared by every shape that prefers the same layout.
 // Strided 3x3 convs between blocked activations may run channels-last
 // (nhwc) on oneDNN's brgemm kernels instead, with the activations reordered
 // at the boundary through a scratch buffer of the calling thread, shared by
@@ -19,7 +20,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/bounded_cache.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::kernels {
@@ -41,16 +42,19 @@ dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked);
 int64_t ActivationBytes(const Shape& shape, bool blocked);
 
 // Copies an activation between layouts (plain <-> blocked, or a plain copy
-// when both are the same), one reorder primitive per shape.
+// when both are the same), one reorder primitive per shape (the
+// kShapeCacheCapacity most recent kept).
 class ActivationReorder {
  public:
   explicit ActivationReorder(const dnnl::engine& engine) : engine_(engine) {}
   absl::Status Execute(dnnl::stream& stream, const Shape& shape, const float* src, bool src_blocked,
                        float* dst, bool dst_blocked);
+  // Shapes (with their layouts) whose reorder is kept.
+  size_t cached_shapes() const { return per_shape_.size(); }
 
  private:
   dnnl::engine engine_;
-  std::map<std::tuple<Shape, bool, bool>, BoundPrimitive> per_shape_;
+  BoundedCache<std::tuple<Shape, bool, bool>, BoundPrimitive> per_shape_{kShapeCacheCapacity};
 };
 
 struct EltwisePostOp {
@@ -130,10 +134,17 @@ class ConvOnednn {
   // output shape. *_blocked selects the blocked layout instead of plain NC[D]HW.
   absl::Status Prepare(const Shape& src_shape, const Shape& dst_shape, bool src_blocked = false,
                        bool dst_blocked = false);
+  // Runs in the layouts the shape was prepared in. A shape not prepared, or
+  // dropped since (only the kShapeCacheCapacity most recently run are
+  // kept), is prepared first in the layouts of the latest Prepare (plain
+  // before any): a conv's layouts are chosen once for all its shapes.
   absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
                        const float* src, float* dst);
 
+  // oneDNN's implementation for the input shape ("" if not prepared or dropped).
   std::string ImplementationName(const Shape& src_shape) const;
+  // Input shapes whose primitive is kept (at most kShapeCacheCapacity).
+  size_t cached_shapes() const { return per_shape_.size(); }
   // The options (weights no longer readable: null after Create).
   const ConvOnednnOptions& options() const { return options_; }
 
@@ -179,14 +190,26 @@ class ConvOnednn {
                              bool dst_blocked, PerShape* entry);
   // The weights in layout `md`, reordered once from the user copy.
   absl::StatusOr<dnnl::memory> WeightsFor(const dnnl::memory::desc& md);
+  // The entry for src_shape, prepared if absent; valid until the next one
+  // is prepared.
+  absl::StatusOr<PerShape*> EntryFor(const Shape& src_shape, const Shape& dst_shape,
+                                     bool src_blocked, bool dst_blocked);
 
   dnnl::engine engine_;
   ConvOnednnOptions options_;
-  std::vector<float> user_weights_;   // kept until every shape is prepared
-  std::vector<dnnl::memory> packed_;  // one per distinct preferred layout
+  // Kept for the life of the conv: a shape dropped from per_shape_ is
+  // prepared again from it.
+  std::vector<float> user_weights_;
+  // One per distinct preferred layout (a few at most), shared by the
+  // entries: dropping an entry only drops its handle on them. An entry's
+  // depthwise post-op weights are its own and go with it.
+  std::vector<dnnl::memory> packed_;
   dnnl::memory bias_;
   dnnl::memory dw_bias_;
-  std::map<Shape, PerShape> per_shape_;
+  // The layouts of the latest Prepare: those a shape Execute meets
+  // unprepared is prepared in.
+  bool src_blocked_ = false, dst_blocked_ = false;
+  BoundedCache<Shape, PerShape> per_shape_{kShapeCacheCapacity};
 };
 
 }  // namespace numaserve::kernels

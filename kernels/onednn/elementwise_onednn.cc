@@ -1,5 +1,8 @@
 #include "kernels/onednn/elementwise_onednn.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include "kernels/ref/add_ref.h"
 #include "kernels/shape_ops.h"
 
@@ -18,9 +21,7 @@ dnnl::memory::desc PlainDesc(const Shape& shape) {
 
 absl::StatusOr<AddOnednn::Entry*> AddOnednn::GetEntry(const Shape& a_shape, const Shape& b_shape,
                                                       const Shape& out_shape) {
-  if (auto a_it = per_shape_.find(a_shape); a_it != per_shape_.end()) {
-    if (auto it = a_it->second.find(b_shape); it != a_it->second.end()) return &it->second;
-  }
+  if (Entry* found = per_shape_.Find(std::tie(a_shape, b_shape))) return found;
   Entry entry;
   const size_t rank = std::max<size_t>(out_shape.size(), 1);
   const Shape out = PadShapeLeft(out_shape, rank);
@@ -47,7 +48,7 @@ absl::StatusOr<AddOnednn::Entry*> AddOnednn::GetEntry(const Shape& a_shape, cons
           e, "creating binary add for " + ShapeToString(a_shape) + " + " + ShapeToString(b_shape));
     }
   }
-  return &per_shape_[a_shape].emplace(b_shape, std::move(entry)).first->second;
+  return &per_shape_.Emplace(std::make_tuple(a_shape, b_shape), std::move(entry));
 }
 
 absl::Status AddOnednn::Execute(dnnl::stream& stream, const Shape& a_shape, const float* a,
@@ -73,23 +74,23 @@ absl::Status AddOnednn::Execute(dnnl::stream& stream, const Shape& a_shape, cons
 
 absl::Status ReluOnednn::Execute(dnnl::stream& stream, int64_t count, const float* src,
                                  float* dst) {
-  auto it = per_count_.find(count);
+  BoundPrimitive* call = per_count_.Find(count);
   try {
-    if (it == per_count_.end()) {
+    if (call == nullptr) {
       dnnl::memory::desc md({count}, dt::f32, dnnl::memory::format_tag::a);
       dnnl::eltwise_forward::primitive_desc pd(
           dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
                                       dnnl::algorithm::eltwise_relu, md, 0.0f, 0.0f),
           engine_);
-      BoundPrimitive call;
-      call.primitive = dnnl::eltwise_forward(pd);
-      call.args[DNNL_ARG_SRC] = UnboundMemory(md, engine_);
-      call.args[DNNL_ARG_DST] = UnboundMemory(md, engine_);
-      it = per_count_.emplace(count, std::move(call)).first;
+      BoundPrimitive created;
+      created.primitive = dnnl::eltwise_forward(pd);
+      created.args[DNNL_ARG_SRC] = UnboundMemory(md, engine_);
+      created.args[DNNL_ARG_DST] = UnboundMemory(md, engine_);
+      call = &per_count_.Emplace(count, std::move(created));
     }
-    it->second.SetHandle(DNNL_ARG_SRC, src);
-    it->second.SetHandle(DNNL_ARG_DST, dst);
-    it->second.Execute(stream);
+    call->SetHandle(DNNL_ARG_SRC, src);
+    call->SetHandle(DNNL_ARG_DST, dst);
+    call->Execute(stream);
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "relu");
   }
@@ -97,16 +98,14 @@ absl::Status ReluOnednn::Execute(dnnl::stream& stream, int64_t count, const floa
 }
 
 std::string AddOnednn::ImplementationName(const Shape& a_shape, const Shape& b_shape) const {
-  auto a_it = per_shape_.find(a_shape);
-  if (a_it == per_shape_.end()) return "";
-  auto it = a_it->second.find(b_shape);
-  if (it == a_it->second.end()) return "";
-  return it->second.use_loop ? "loop" : it->second.call.ImplementationName();
+  const Entry* entry = per_shape_.Peek(std::tie(a_shape, b_shape));
+  if (entry == nullptr) return "";
+  return entry->use_loop ? "loop" : entry->call.ImplementationName();
 }
 
 std::string ReluOnednn::ImplementationName(int64_t count) const {
-  auto it = per_count_.find(count);
-  return it == per_count_.end() ? "" : it->second.ImplementationName();
+  const BoundPrimitive* call = per_count_.Peek(count);
+  return call == nullptr ? "" : call->ImplementationName();
 }
 
 }  // namespace numaserve::kernels

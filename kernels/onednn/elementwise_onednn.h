@@ -1,11 +1,15 @@
 // Elementwise ops on oneDNN: broadcasting Add (binary_add) and Relu
-// (eltwise_relu), one primitive per shape.
+// (eltwise_relu), one primitive per shape (the kShapeCacheCapacity most
+// recently run kept, others created again when they come back).
 #pragma once
 
-#include <map>
+#include <cstdint>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <tuple>
 
 #include "absl/status/statusor.h"
+#include "kernels/bounded_cache.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::kernels {
@@ -22,6 +26,8 @@ class AddOnednn {
   // oneDNN's implementation for these shapes, "loop" where both operands
   // broadcast ("" before their first run).
   std::string ImplementationName(const Shape& a_shape, const Shape& b_shape) const;
+  // Shape pairs whose primitive is kept.
+  size_t cached_shapes() const { return per_shape_.size(); }
 
  private:
   struct Entry {
@@ -29,12 +35,13 @@ class AddOnednn {
     bool use_loop = false;
     BoundPrimitive call;
   };
+  // Valid until the next entry is created.
   absl::StatusOr<Entry*> GetEntry(const Shape& a_shape, const Shape& b_shape,
                                   const Shape& out_shape);
 
   dnnl::engine engine_;
-  // Keyed by a's shape, then b's: looked up without copying either.
-  std::map<Shape, std::map<Shape, Entry>> per_shape_;
+  // Keyed by a's shape and b's, looked up through std::tie: neither copied.
+  BoundedCache<std::tuple<Shape, Shape>, Entry> per_shape_{kShapeCacheCapacity};
 };
 
 class ReluOnednn {
@@ -43,10 +50,12 @@ class ReluOnednn {
 
   absl::Status Execute(dnnl::stream& stream, int64_t count, const float* src, float* dst);
   std::string ImplementationName(int64_t count) const;
+  // Element counts whose primitive is kept.
+  size_t cached_shapes() const { return per_count_.size(); }
 
  private:
   dnnl::engine engine_;
-  std::map<int64_t, BoundPrimitive> per_count_;
+  BoundedCache<int64_t, BoundPrimitive> per_count_{kShapeCacheCapacity};
 };
 
 }  // namespace numaserve::kernels

@@ -87,8 +87,10 @@ absl::Status MatMulOnednn::PackWeights() {
   return absl::OkStatus();
 }
 
-absl::Status MatMulOnednn::Prepare(int64_t m) {
-  if (per_m_.contains(m)) return absl::OkStatus();
+absl::Status MatMulOnednn::Prepare(int64_t m) { return EntryFor(m).status(); }
+
+absl::StatusOr<MatMulOnednn::PerM*> MatMulOnednn::EntryFor(int64_t m) {
+  if (PerM* found = per_m_.Find(m)) return found;
   if (m <= 0) return absl::InvalidArgumentError(absl::StrCat("MatMulOnednn: M = ", m));
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   PerM entry;
@@ -127,20 +129,17 @@ absl::Status MatMulOnednn::Prepare(int64_t m) {
     return DnnlErrorToStatus(
         e, absl::StrCat("creating matmul M=", m, " K=", options_.k, " N=", options_.n));
   }
-  per_m_.emplace(m, std::move(entry));
-  return absl::OkStatus();
+  return &per_m_.Emplace(m, std::move(entry));
 }
 
 absl::Status MatMulOnednn::Execute(dnnl::stream& stream, int64_t m, const float* src, float* dst) {
-  auto it = per_m_.find(m);
-  if (it == per_m_.end()) {
-    if (absl::Status s = Prepare(m); !s.ok()) return s;
-    it = per_m_.find(m);
-  }
+  absl::StatusOr<PerM*> entry = EntryFor(m);
+  if (!entry.ok()) return entry.status();
+  BoundPrimitive& call = (*entry)->call;
   try {
-    it->second.call.SetHandle(DNNL_ARG_SRC, src);
-    it->second.call.SetHandle(DNNL_ARG_DST, dst);
-    it->second.call.Execute(stream);
+    call.SetHandle(DNNL_ARG_SRC, src);
+    call.SetHandle(DNNL_ARG_DST, dst);
+    call.Execute(stream);
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "executing matmul");
   }
@@ -152,13 +151,13 @@ int64_t MatMulOnednn::packed_weight_bytes() const {
 }
 
 std::string MatMulOnednn::ImplementationName(int64_t m) const {
-  auto it = per_m_.find(m);
-  return it == per_m_.end() ? std::string() : it->second.impl;
+  const PerM* entry = per_m_.Peek(m);
+  return entry == nullptr ? std::string() : entry->impl;
 }
 
 bool MatMulOnednn::UsesFallbackWeights(int64_t m) const {
-  auto it = per_m_.find(m);
-  return it != per_m_.end() && static_cast<bool>(it->second.own_weights);
+  const PerM* entry = per_m_.Peek(m);
+  return entry != nullptr && static_cast<bool>(entry->own_weights);
 }
 
 }  // namespace numaserve::kernels

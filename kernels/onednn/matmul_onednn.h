@@ -20,13 +20,13 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/bounded_cache.h"
 #include "kernels/gemm/gemm_options.h"
 #include "kernels/onednn/onednn_common.h"
 
@@ -41,7 +41,9 @@ class MatMulOnednn {
                                                               const MatMulOnednnOptions& options);
 
   // Creates (once per m) the primitive for m rows. Execute calls it lazily;
-  // callers may warm up ahead of time.
+  // callers may warm up ahead of time. The primitives of the
+  // kShapeCacheCapacity most recently run row counts are kept; another is
+  // created again when it comes back.
   absl::Status Prepare(int64_t m);
 
   // src: [M,K] (or [K,M] if src_transposed); dst: [M,N].
@@ -51,10 +53,12 @@ class MatMulOnednn {
   int64_t n() const { return options_.n; }
   // Bytes of the packed weights (padded blocks included).
   int64_t packed_weight_bytes() const;
-  // oneDNN's implementation name for m rows ("" if not prepared).
+  // oneDNN's implementation name for m rows ("" if not prepared or dropped).
   std::string ImplementationName(int64_t m) const;
   // True if m needed its own weights layout (see the header comment).
   bool UsesFallbackWeights(int64_t m) const;
+  // Row counts whose primitive is kept (at most kShapeCacheCapacity).
+  size_t cached_shapes() const { return per_m_.size(); }
 
  private:
   struct PerM {
@@ -67,6 +71,8 @@ class MatMulOnednn {
       : engine_(engine), options_(std::move(options)) {}
 
   absl::Status PackWeights();
+  // The entry for m, created if absent; valid until the next one is created.
+  absl::StatusOr<PerM*> EntryFor(int64_t m);
   dnnl::memory::desc SrcDesc(int64_t m) const;
   dnnl::memory::desc DstDesc(int64_t m) const;
   dnnl::primitive_attr Attr() const;
@@ -75,7 +81,9 @@ class MatMulOnednn {
   MatMulOnednnOptions options_;
   dnnl::memory packed_weights_;
   dnnl::memory bias_;
-  std::map<int64_t, PerM> per_m_;
+  // An entry's own_weights (a fallback layout) are bound to its primitive
+  // alone and go with it.
+  BoundedCache<int64_t, PerM> per_m_{kShapeCacheCapacity};
 };
 
 }  // namespace numaserve::kernels

@@ -16,8 +16,7 @@ using tag = dnnl::memory::format_tag;
 absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape,
                                                           const Shape& dst_shape, bool src_blocked,
                                                           bool dst_blocked) {
-  auto it = per_shape_.find(src_shape);
-  if (it != per_shape_.end()) return &it->second;
+  if (PerShape* found = per_shape_.Find(src_shape)) return found;
   WindowParams w = window_;
   const size_t spatial = src_shape.size() - 2;
   if (global_) {
@@ -100,7 +99,7 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
                  away ? "; running " : " on this CPU, and nothing else: it runs there",
                  away ? entry.impl.c_str() : "");
   }
-  return &per_shape_.emplace(src_shape, std::move(entry)).first->second;
+  return &per_shape_.Emplace(src_shape, std::move(entry));
 }
 
 absl::Status PoolOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
@@ -129,8 +128,8 @@ absl::Status PoolOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
 }
 
 std::string PoolOnednn::ImplementationName(const Shape& src_shape) const {
-  auto it = per_shape_.find(src_shape);
-  return it == per_shape_.end() ? "" : it->second.impl;
+  const PerShape* entry = per_shape_.Peek(src_shape);
+  return entry == nullptr ? "" : entry->impl;
 }
 
 }  // namespace numaserve::kernels

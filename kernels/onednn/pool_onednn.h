@@ -1,17 +1,18 @@
 // ONNX MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on
 // oneDNN's pooling_v2_forward (plain NC[D]HW), one primitive per input
-// shape. ceil_mode is expressed as extra end padding, which oneDNN never
-// reads for max and excludes for average-without-padding; the caller keeps
-// count_include_pad with ceil_mode on the reference.
+// shape (the kShapeCacheCapacity most recently run kept). ceil_mode is
+// expressed as extra end padding, which oneDNN never reads for max and
+// excludes for average-without-padding; the caller keeps count_include_pad
+// with ceil_mode on the reference.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/bounded_cache.h"
 #include "kernels/onednn/conv_onednn.h"
 #include "kernels/onednn/onednn_common.h"
 #include "kernels/ref/conv_ref.h"
@@ -32,6 +33,8 @@ class PoolOnednn {
                        bool dst_blocked = false);
   // oneDNN's implementation for this input shape ("" before its first run).
   std::string ImplementationName(const Shape& src_shape) const;
+  // Input shapes whose primitive is kept.
+  size_t cached_shapes() const { return per_shape_.size(); }
 
  private:
   // The pool for one input shape. It runs in src's layout and writes that
@@ -46,6 +49,7 @@ class PoolOnednn {
     size_t dst_offset = 0;      // floats into the scratch
     size_t scratch_floats = 0;  // 0: none needed
   };
+  // Valid until the next entry is created.
   absl::StatusOr<PerShape*> Prepare(const Shape& src_shape, const Shape& dst_shape,
                                     bool src_blocked, bool dst_blocked);
 
@@ -53,8 +57,8 @@ class PoolOnednn {
   dnnl::algorithm algorithm_;
   WindowParams window_;
   bool global_;
-  std::map<Shape, PerShape> per_shape_;
-  std::vector<float> scratch_;
+  BoundedCache<Shape, PerShape> per_shape_{kShapeCacheCapacity};
+  std::vector<float> scratch_;  // the largest entry's
 };
 
 }  // namespace numaserve::kernels

@@ -8,8 +8,8 @@ namespace numaserve::kernels {
 
 absl::Status SoftmaxOnednn::Execute(dnnl::stream& stream, const Shape& shape, const float* src,
                                     float* dst) {
-  auto it = per_shape_.find(shape);
-  if (it == per_shape_.end()) {
+  BoundPrimitive* call = per_shape_.Find(shape);
+  if (call == nullptr) {
     auto axis = NormalizeAxis(axis_, std::max<int64_t>(static_cast<int64_t>(shape.size()), 1));
     if (!axis.ok()) return axis.status();
     // Viewed as [outer, len, inner]; inner is 1 when flattening.
@@ -28,19 +28,19 @@ absl::Status SoftmaxOnednn::Execute(dnnl::stream& stream, const Shape& shape, co
                             dnnl::memory::format_tag::abc);
       dnnl::softmax_forward::primitive_desc pd(
           dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, 1), engine_);
-      BoundPrimitive call;
-      call.primitive = dnnl::softmax_forward(pd);
-      call.args[DNNL_ARG_SRC] = UnboundMemory(md, engine_);
-      call.args[DNNL_ARG_DST] = UnboundMemory(md, engine_);
-      it = per_shape_.emplace(shape, std::move(call)).first;
+      BoundPrimitive created;
+      created.primitive = dnnl::softmax_forward(pd);
+      created.args[DNNL_ARG_SRC] = UnboundMemory(md, engine_);
+      created.args[DNNL_ARG_DST] = UnboundMemory(md, engine_);
+      call = &per_shape_.Emplace(shape, std::move(created));
     } catch (const dnnl::error& e) {
       return DnnlErrorToStatus(e, "creating softmax for " + ShapeToString(shape));
     }
   }
   try {
-    it->second.SetHandle(DNNL_ARG_SRC, src);
-    it->second.SetHandle(DNNL_ARG_DST, dst);
-    it->second.Execute(stream);
+    call->SetHandle(DNNL_ARG_SRC, src);
+    call->SetHandle(DNNL_ARG_DST, dst);
+    call->Execute(stream);
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "executing softmax");
   }
@@ -48,8 +48,8 @@ absl::Status SoftmaxOnednn::Execute(dnnl::stream& stream, const Shape& shape, co
 }
 
 std::string SoftmaxOnednn::ImplementationName(const Shape& shape) const {
-  auto it = per_shape_.find(shape);
-  return it == per_shape_.end() ? "" : it->second.ImplementationName();
+  const BoundPrimitive* call = per_shape_.Peek(shape);
+  return call == nullptr ? "" : call->ImplementationName();
 }
 
 }  // namespace numaserve::kernels

@@ -1,11 +1,13 @@
-// ONNX Softmax on oneDNN's softmax_forward, one primitive per input shape.
+// ONNX Softmax on oneDNN's softmax_forward, one primitive per input shape
+// (the kShapeCacheCapacity most recently run kept).
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/bounded_cache.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::kernels {
@@ -20,12 +22,14 @@ class SoftmaxOnednn {
   absl::Status Execute(dnnl::stream& stream, const Shape& shape, const float* src, float* dst);
   // oneDNN's implementation for this shape ("" before its first run).
   std::string ImplementationName(const Shape& shape) const;
+  // Shapes whose primitive is kept.
+  size_t cached_shapes() const { return per_shape_.size(); }
 
  private:
   dnnl::engine engine_;
   int64_t axis_;
   bool flatten_to_2d_;
-  std::map<Shape, BoundPrimitive> per_shape_;
+  BoundedCache<Shape, BoundPrimitive> per_shape_{kShapeCacheCapacity};
 };
 
 }  // namespace numaserve::kernels
