@@ -295,7 +295,8 @@ void Metrics::SetWorkerNodeMemory(int worker, int numa_node, int memory_node, do
 
 void Metrics::RecordInstanceBusy(int worker, int numa_node, int instance, double seconds) {
   auto labels = WorkerLabels(worker, numa_node);
-  labels["instance"] = std::to_string(instance);
+  // "slot", not "instance": Prometheus keeps its target in `instance`.
+  labels["slot"] = std::to_string(instance);
   instance_busy_->Add(labels).Increment(seconds);
   instance_batches_->Add(labels).Increment();
 }
@@ -327,7 +328,11 @@ void Metrics::RecordWorkerRestart(int worker, int numa_node) {
 }
 
 void Metrics::SetWorkerReady(int worker, int numa_node, bool ready) {
-  worker_ready_->Add(WorkerLabels(worker, numa_node)).Set(ready ? 1 : 0);
+  const auto labels = WorkerLabels(worker, numa_node);
+  worker_ready_->Add(labels).Set(ready ? 1 : 0);
+  // The restart counter exists from the worker's first report, at 0, so
+  // increase() sees its first restart.
+  worker_restarts_->Add(labels);
 }
 
 void Metrics::SetModelReady(const std::string& model, const std::string& version, bool ready) {

@@ -3,9 +3,12 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
@@ -120,6 +123,49 @@ class ResidentMemorySampler {
 
   WorkerSupervisor* const workers_;
   Metrics* const metrics_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// systemd's watchdog (WatchdogSec= in the unit, WATCHDOG_USEC in the
+// environment): a ping every half period for as long as `probe` keeps
+// returning, so a server stuck on the locks the probe takes stops the pings
+// and systemd restarts the service. Nothing runs when the watchdog is off.
+class SystemdWatchdog {
+ public:
+  explicit SystemdWatchdog(std::function<void()> probe) : probe_(std::move(probe)) {
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return;
+    const auto period = std::chrono::microseconds(std::max<uint64_t>(usec / 2, 1000));
+    fprintf(stderr, "numaserve: systemd watchdog: a ping every %.3f s\n",
+            static_cast<double>(period.count()) / 1e6);
+    thread_ = std::thread([this, period] { Loop(period); });
+  }
+  ~SystemdWatchdog() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop(std::chrono::microseconds period) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      lock.unlock();
+      probe_();
+      sd_notify(0, "WATCHDOG=1");
+      lock.lock();
+      cv_.wait_for(lock, period, [this] { return stopping_; });
+    }
+  }
+
+  std::function<void()> probe_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
@@ -551,10 +597,17 @@ int ServeCommand(const std::vector<std::string>& args) {
   printf("grpc=%s:%d metrics=%s:%d%s\n", o.host.c_str(), grpc_port, o.host.c_str(),
          (*metrics)->port(), training_line.c_str());
   fflush(stdout);
+  // Under systemd (Type=notify): ready once the initial models are loaded
+  // and both ports listen; a no-op without NOTIFY_SOCKET.
+  sd_notifyf(0, "READY=1\nSTATUS=serving: grpc=%s:%d metrics=%s:%d", o.host.c_str(), grpc_port,
+             o.host.c_str(), (*metrics)->port());
+  // The probe: readiness, through the worker supervisor's locks.
+  SystemdWatchdog watchdog([&] { (void)service.Ready(); });
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   fprintf(stderr, "numaserve: %s received, draining\n", strsignal(signal_number));
+  sd_notify(0, "STOPPING=1\nSTATUS=draining");
 
   // Stop taking work, finish what was accepted, then stop the workers.
   service.SetShuttingDown();
@@ -585,6 +638,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   rss_sampler.Stop();
   on_workers_changed = nullptr;
   (*workers)->Stop();
+  watchdog.Stop();
   fprintf(stderr, "numaserve: stopped\n");
   return 0;
 }

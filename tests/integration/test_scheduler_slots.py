@@ -98,7 +98,7 @@ def per_slot(metrics, name, model=None):
     for _, labels, value in metrics.find(name):
         if model is not None and labels.get("model", model) != model:
             continue
-        values[(labels.get("worker"), labels.get("instance"))] += value
+        values[(labels.get("worker"), labels.get("slot"))] += value
     return dict(values)
 
 
@@ -312,7 +312,7 @@ class SchedulerSlotsTest(unittest.TestCase):
             samples = self.after.find(name)
             self.assertTrue(samples, "%s missing from /metrics" % name)
             for _, labels, _ in samples:
-                for label in ("worker", "numa_node", "instance"):
+                for label in ("worker", "numa_node", "slot"):
                     self.assertIn(label, labels, "%s %s" % (name, labels))
         self.assertIn("# TYPE %s counter" % BUSY, self.after_text)
         self.assertIn("# TYPE %s counter" % BATCHES, self.after_text)

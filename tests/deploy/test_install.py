@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""`cmake --install`: the binary, the systemd unit (its paths rewritten for
+the prefix), the example environment file and drop-in, the Prometheus and
+Grafana files and the default model repository land in their FHS places
+(DESTDIR honoured); the installed unit passes `systemd-analyze verify`, and
+the installed binary serves the installed repository."""
+
+import filecmp
+import os
+import shutil
+import stat
+import tempfile
+import unittest
+
+import deploy_common as dc
+from deploy_common import nc
+from test_systemd import verify_unit
+
+MODEL = nc.DEFAULT_MODEL_NAME
+
+
+def install(prefix, destdir=None):
+    env = dict(os.environ)
+    env.pop("DESTDIR", None)
+    if destdir:
+        env["DESTDIR"] = destdir
+    return dc.run(["cmake", "--install", dc.build_dir(), "--prefix", prefix], env=env,
+                  timeout=120)
+
+
+class InstallTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="numaserve_install_")
+        cls.destdir = os.path.join(cls.tmp, "destdir")
+        cls.log = install("/usr/local", cls.destdir).stdout
+        cls.root = cls.destdir + "/usr/local"
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def path(self, relative):
+        return os.path.join(self.root, relative)
+
+    def test_fhs_layout(self):
+        expected = [
+            "bin/numaserve",
+            "lib/systemd/system/numaserve.service",
+            "share/numaserve/models/%s/1/model.onnx" % MODEL,
+            "share/numaserve/prometheus/prometheus.yml",
+            "share/numaserve/prometheus/numaserve-alerts.yml",
+            "share/numaserve/prometheus/alerts_test.yml",
+            "share/numaserve/grafana/numaserve.json",
+            "share/doc/numaserve/README.md",
+            "share/doc/numaserve/numaserve.default",
+            "share/doc/numaserve/cpus.conf.example",
+        ]
+        for relative in expected:
+            self.assertTrue(os.path.isfile(self.path(relative)), "%s not installed\n%s"
+                            % (relative, self.log))
+        mode = os.stat(self.path("bin/numaserve")).st_mode
+        self.assertTrue(mode & stat.S_IXOTH, "bin/numaserve is not executable")
+        # The default repository is the trained model the source tree serves.
+        self.assertTrue(filecmp.cmp(self.path("share/numaserve/models/%s/1/model.onnx" % MODEL),
+                                    os.path.join(dc.SOURCE_DIR, "models",
+                                                 "fashion_classifier.trained.onnx"),
+                                    shallow=False))
+        # Nothing outside DESTDIR/usr/local.
+        for entry in os.listdir(self.destdir):
+            self.assertEqual(entry, "usr")
+        self.assertEqual(os.listdir(os.path.join(self.destdir, "usr")), ["local"])
+
+    def test_unit_paths_follow_the_prefix(self):
+        with open(self.path("lib/systemd/system/numaserve.service")) as f:
+            entries = dc.parse_unit(f.read())
+        exec_start = dc.unit_values(entries, "Service", "ExecStart")[0]
+        self.assertTrue(exec_start.startswith("/usr/local/bin/numaserve serve"), exec_start)
+        env = dict(v.split("=", 1) for v in dc.unit_values(entries, "Service", "Environment"))
+        self.assertEqual(env["NUMASERVE_MODEL_REPOSITORY"], "/usr/local/share/numaserve/models")
+
+    def test_other_prefix_verifies_and_serves(self):
+        # A prefix without DESTDIR: the installed unit's ExecStart exists, so
+        # systemd-analyze verifies the unit exactly as installed.
+        prefix = os.path.join(self.tmp, "opt")
+        install(prefix)
+        unit = os.path.join(prefix, "lib/systemd/system/numaserve.service")
+        with open(unit) as f:
+            text = f.read()
+        self.assertIn("ExecStart=%s/bin/numaserve serve" % prefix, text)
+        self.assertIn("NUMASERVE_MODEL_REPOSITORY=%s/share/numaserve/models" % prefix, text)
+        self.assertNotIn("/usr/local", text)
+        with open(os.path.join(prefix, "share/doc/numaserve/numaserve.default")) as f:
+            self.assertNotIn("/usr/local", f.read())
+        with open(os.path.join(prefix, "share/doc/numaserve/numaserve.default")) as f:
+            self.assertIn("%s/share/numaserve/models" % prefix, f.read())
+        verify_unit(self, unit)
+        # The installed binary serves the installed repository.
+        repo = os.path.join(prefix, "share/numaserve/models")
+        with nc.ServerProcess(repo, ["--max-workers", "1"],
+                              binary=os.path.join(prefix, "bin/numaserve")) as server:
+            stub = server.stub()
+            ready = stub.ModelReady(nc.pb.ModelReadyRequest(name=MODEL), timeout=30)
+            self.assertTrue(ready.ready)
+            outputs = nc.infer(stub, MODEL, {"image": nc.random_images(2)})
+            self.assertEqual(next(iter(outputs.values())).shape, (2, 10))
+
+
+if __name__ == "__main__":
+    unittest.main()
