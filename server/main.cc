@@ -7,6 +7,7 @@
 #include "kernels/dispatch.h"
 #include "server/bench_command.h"
 #include "server/infer_command.h"
+#include "server/log.h"
 #include "server/serve_command.h"
 #include "server/topology_command.h"
 #include "server/train_command.h"
@@ -24,7 +25,8 @@ void PrintUsage() {
       "  infer      send one request to a running server and print the outputs\n"
       "  train      train a model data-parallel on MPI and export it to a model repository\n"
       "  bench      run a model in process per batch size: throughput, latency, GFLOP/s\n\n"
-      "`numaserve COMMAND --help` lists a command's options.\n",
+      "`numaserve COMMAND --help` lists a command's options; `numaserve --version` prints the\n"
+      "version, the git revision and the ISA the kernels dispatch to.\n",
       NUMASERVE_VERSION);
 }
 
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (strcmp(argv[1], "--version") == 0) {
-    printf("numaserve %s\n", NUMASERVE_VERSION);
+    // The version, the git revision built from and the ISA dispatched to.
+    printf("%s\n", numaserve::server::VersionText().c_str());
     return 0;
   }
   const std::string command = argv[1];

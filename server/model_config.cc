@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -15,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "triton_config_file.pb.h"
 
 namespace numaserve::server {
 namespace {
@@ -28,12 +31,20 @@ class FirstError : public google::protobuf::io::ErrorCollector {
     if (!error_.empty()) return;
     // TextFormat counts from 0; editors count from 1.
     error_ = absl::StrFormat("%s:%d:%d: %s", origin_, line + 1, column + 1, message);
+    line_ = line;
+    column_ = column;
   }
   const std::string& error() const { return error_; }
+  // Whether this error lies further into the file than `other`'s.
+  bool After(const FirstError& other) const {
+    return std::pair(line_, column_) > std::pair(other.line_, other.column_);
+  }
 
  private:
   std::string origin_;
   std::string error_;
+  int line_ = -1;
+  int column_ = -1;
 };
 
 absl::Status Invalid(const std::string& model, const std::string& field,
@@ -173,6 +184,237 @@ absl::Status RewriteInstanceWords(std::string* text, const std::string& origin) 
   return absl::OkStatus();
 }
 
+// --- Triton's schema -------------------------------------------------------
+
+namespace pb = google::protobuf;
+namespace triton = config::triton;
+
+// Where fields of a Triton file were written, for errors that point at them.
+class TritonLocator {
+ public:
+  TritonLocator(const std::string& origin, const pb::TextFormat::ParseInfoTree* tree)
+      : origin_(origin), tree_(tree) {}
+
+  // "<origin>:<line>:<column>" of `field` of the top-level message (element
+  // `index` of a repeated one), or of `nested_field` inside that element.
+  std::string At(const char* field, int index = -1, const char* nested_field = nullptr,
+                 int nested_index = -1) const {
+    const pb::Descriptor* d = triton::ModelConfig::descriptor();
+    const pb::FieldDescriptor* f = d->FindFieldByName(field);
+    if (f == nullptr) return origin_;
+    if (nested_field == nullptr) return Format(tree_->GetLocation(f, index));
+    const pb::TextFormat::ParseInfoTree* nested = tree_->GetTreeForNested(f, index);
+    const pb::FieldDescriptor* n =
+        f->message_type() != nullptr ? f->message_type()->FindFieldByName(nested_field) : nullptr;
+    if (nested == nullptr || n == nullptr) return Format(tree_->GetLocation(f, index));
+    return Format(nested->GetLocation(n, nested_index));
+  }
+
+ private:
+  std::string Format(const pb::TextFormat::ParseLocation& at) const {
+    if (at.line < 0) return origin_;
+    return absl::StrFormat("%s:%d:%d", origin_, at.line + 1, at.column + 1);
+  }
+
+  const std::string& origin_;
+  const pb::TextFormat::ParseInfoTree* tree_;
+};
+
+absl::Status Refuse(const std::string& where, const std::string& field,
+                    const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", problem));
+}
+
+// Triton's TYPE_FP32 as numaserve (and KServe) spell it: "FP32"; TYPE_STRING
+// is "BYTES". Unset: "" (not checked).
+std::string DataTypeFromTriton(inference::DataType type) {
+  if (type == inference::TYPE_INVALID) return "";
+  if (type == inference::TYPE_STRING) return "BYTES";
+  return std::string(absl::StripPrefix(inference::DataType_Name(type), "TYPE_"));
+}
+
+// The Triton fields numaserve acts on, by dotted path; true where the
+// field's own fields are looked at one by one (the others in it are
+// reported as ignored), false where the whole field is used.
+const std::map<std::string, bool>& UsedTritonFields() {
+  static const auto* kUsed = new std::map<std::string, bool>{
+      {"name", false},
+      {"platform", false},
+      {"backend", false},
+      {"version_policy", false},
+      {"max_batch_size", false},
+      {"input", true},
+      {"input.name", false},
+      {"input.data_type", false},
+      {"input.dims", false},
+      {"input.reshape", false},  // refused unless it equals dims
+      {"output", true},
+      {"output.name", false},
+      {"output.data_type", false},
+      {"output.dims", false},
+      {"output.reshape", false},
+      {"instance_group", true},
+      {"instance_group.kind", false},
+      {"instance_group.count", false},
+      {"instance_group.gpus", false},  // refused
+      {"dynamic_batching", true},
+      {"dynamic_batching.preferred_batch_size", false},
+      {"dynamic_batching.max_queue_delay_microseconds", false},
+      {"dynamic_batching.default_queue_policy", true},
+      {"dynamic_batching.default_queue_policy.default_timeout_microseconds", false},
+      {"dynamic_batching.default_queue_policy.max_queue_size", false},
+      // A shorter client deadline always wins on numaserve.
+      {"dynamic_batching.default_queue_policy.allow_timeout_override", false},
+      {"sequence_batching", false},       // refused
+      {"ensemble_scheduling", false},     // refused
+      {"default_model_filename", false},  // "model.onnx", or refused
+      {"instance_placement", false},
+      {"gemm_backend", false},
+  };
+  return *kUsed;
+}
+
+// Appends the paths of the fields set in `m` (at `prefix`) that numaserve
+// does not act on to `ignored`, each once.
+void CollectIgnored(const pb::Message& m, const std::string& prefix,
+                    std::vector<std::string>* ignored) {
+  std::vector<const pb::FieldDescriptor*> fields;
+  m.GetReflection()->ListFields(m, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    const std::string path = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
+    auto used = UsedTritonFields().find(path);
+    if (used == UsedTritonFields().end()) {
+      if (std::find(ignored->begin(), ignored->end(), path) == ignored->end()) {
+        ignored->push_back(path);
+      }
+      continue;
+    }
+    if (!used->second || f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const pb::Reflection* r = m.GetReflection();
+    if (f->is_repeated()) {
+      for (int i = 0; i < r->FieldSize(m, f); ++i) {
+        CollectIgnored(r->GetRepeatedMessage(m, f, i), path, ignored);
+      }
+    } else {
+      CollectIgnored(r->GetMessage(m, f), path, ignored);
+    }
+  }
+}
+
+template <typename TritonTensor>
+absl::Status ConvertTensors(const pb::RepeatedPtrField<TritonTensor>& from, const char* field,
+                            const TritonLocator& at,
+                            pb::RepeatedPtrField<config::ModelTensor>* to) {
+  for (int i = 0; i < from.size(); ++i) {
+    const TritonTensor& t = from[i];
+    if (t.has_reshape() && !std::equal(t.dims().begin(), t.dims().end(),
+                                       t.reshape().shape().begin(), t.reshape().shape().end())) {
+      return Refuse(at.At(field, i, "reshape"), absl::StrCat(field, " '", t.name(), "' reshape"),
+                    absl::StrCat("numaserve passes tensors in the ONNX model's own shape; give "
+                                 "dims as the model has them (",
+                                 Dims({t.reshape().shape().begin(), t.reshape().shape().end()}),
+                                 ") and leave out reshape"));
+    }
+    config::ModelTensor* out = to->Add();
+    out->set_name(t.name());
+    out->set_data_type(DataTypeFromTriton(t.data_type()));
+    *out->mutable_dims() = t.dims();
+  }
+  return absl::OkStatus();
+}
+
+// Triton's config as numaserve's. Refuses what numaserve cannot honour,
+// naming the field and where it is written.
+absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
+                                               const TritonLocator& at, int num_workers) {
+  if (!t.platform().empty() && t.platform() != "onnxruntime_onnx") {
+    return Refuse(at.At("platform"), "platform",
+                  absl::StrCat("'", t.platform(),
+                               "': numaserve serves ONNX models only (platform "
+                               "\"onnxruntime_onnx\" or backend \"onnxruntime\")"));
+  }
+  if (!t.backend().empty() && t.backend() != "onnxruntime") {
+    return Refuse(at.At("backend"), "backend",
+                  absl::StrCat("'", t.backend(),
+                               "': numaserve serves ONNX models only (backend \"onnxruntime\" "
+                               "or platform \"onnxruntime_onnx\")"));
+  }
+  if (t.has_sequence_batching()) {
+    return Refuse(at.At("sequence_batching"), "sequence_batching",
+                  "stateful sequences are not supported (numaserve computes each request on its "
+                  "own or in a dynamic batch)");
+  }
+  if (t.has_ensemble_scheduling()) {
+    return Refuse(at.At("ensemble_scheduling"), "ensemble_scheduling",
+                  "ensembles are not supported (numaserve serves one ONNX file per model)");
+  }
+  if (!t.default_model_filename().empty() && t.default_model_filename() != "model.onnx") {
+    return Refuse(at.At("default_model_filename"), "default_model_filename",
+                  absl::StrCat("'", t.default_model_filename(),
+                               "': numaserve reads <version>/model.onnx; rename the file"));
+  }
+  config::ModelConfig c;
+  c.set_name(t.name());
+  c.set_max_batch_size(t.max_batch_size());
+  // Same messages, other package: copied through the wire format.
+  if (t.has_version_policy()) {
+    c.mutable_version_policy()->ParseFromString(t.version_policy().SerializeAsString());
+  }
+  if (absl::Status s = ConvertTensors(t.input(), "input", at, c.mutable_input()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ConvertTensors(t.output(), "output", at, c.mutable_output()); !s.ok()) {
+    return s;
+  }
+  *c.mutable_instance_placement() = t.instance_placement();
+  c.set_gemm_backend(t.gemm_backend());
+
+  int64_t copies = 0;
+  for (int i = 0; i < t.instance_group_size(); ++i) {
+    const triton::ModelInstanceGroup& g = t.instance_group(i);
+    const std::string field = absl::StrCat("instance_group[", i, "]");
+    if (g.kind() == inference::ModelInstanceGroup::KIND_GPU ||
+        g.kind() == inference::ModelInstanceGroup::KIND_MODEL) {
+      return Refuse(at.At("instance_group", i, "kind"), absl::StrCat(field, ".kind"),
+                    absl::StrCat(inference::ModelInstanceGroup::Kind_Name(g.kind()),
+                                 ": numaserve runs models on CPU workers only (use KIND_CPU)"));
+    }
+    if (g.gpus_size() > 0) {
+      return Refuse(at.At("instance_group", i, "gpus", 0), absl::StrCat(field, ".gpus"),
+                    "numaserve runs models on CPU workers only (leave out gpus)");
+    }
+    if (g.count() < 0 || g.count() > kMaxInstances) {
+      return Refuse(at.At("instance_group", i, "count"), absl::StrCat(field, ".count"),
+                    absl::StrFormat("%d is outside 1..%d", g.count(), kMaxInstances));
+    }
+    copies += g.count() > 0 ? g.count() : 1;  // Triton's default count is 1
+  }
+  if (t.instance_group_size() > 0) {
+    if (t.instance_placement().instances_per_domain() != 0) {
+      return Refuse(at.At("instance_group", 0), "instance_group",
+                    "give either Triton's instance_group or "
+                    "instance_placement.instances_per_domain, not both");
+    }
+    // Triton's count is the model's copies on the CPU in all; numaserve's
+    // is per worker. The workers holding the model share them, rounded up.
+    std::set<int> domains(t.instance_placement().domains().begin(),
+                          t.instance_placement().domains().end());
+    const int64_t workers = std::max<int64_t>(1, domains.empty() ? num_workers : domains.size());
+    const int64_t per_worker = (copies + workers - 1) / workers;
+    c.mutable_instance_placement()->set_instances_per_domain(
+        static_cast<int32_t>(std::min<int64_t>(per_worker, int64_t{kMaxInstances} + 1)));
+  }
+  if (t.has_dynamic_batching()) {
+    const triton::ModelDynamicBatching& d = t.dynamic_batching();
+    config::DynamicBatching* out = c.mutable_dynamic_batching();
+    *out->mutable_preferred_batch_size() = d.preferred_batch_size();
+    out->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
+    out->set_default_timeout_microseconds(d.default_queue_policy().default_timeout_microseconds());
+    out->set_max_queue_size(d.default_queue_policy().max_queue_size());
+  }
+  return c;
+}
+
 }  // namespace
 
 absl::StatusOr<int> ParseInstances(std::string_view text) {
@@ -197,27 +439,66 @@ const std::vector<std::string>& KnownGemmBackends() {
   return kBackends;
 }
 
-absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,
-                                                         const std::string& origin) {
+absl::StatusOr<ModelConfigFile> ReadModelConfigText(const std::string& text,
+                                                    const std::string& origin, int num_workers) {
   std::string rewritten = text;
   if (absl::Status s = RewriteInstanceWords(&rewritten, origin); !s.ok()) return s;
-  config::ModelConfig config;
+  ModelConfigFile file;
   google::protobuf::TextFormat::Parser parser;
   FirstError errors(origin);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(rewritten, &config)) {
-    return absl::InvalidArgumentError(
-        errors.error().empty() ? absl::StrCat(origin, ": cannot parse") : errors.error());
+  if (parser.ParseFromString(rewritten, &file.config)) return file;
+
+  // Not numaserve's schema: perhaps Triton's.
+  triton::ModelConfig t;
+  google::protobuf::TextFormat::Parser triton_parser;
+  FirstError triton_errors(origin);
+  triton_parser.RecordErrorsTo(&triton_errors);
+  google::protobuf::TextFormat::ParseInfoTree locations;
+  triton_parser.WriteLocationsTo(&locations);
+  if (!triton_parser.ParseFromString(rewritten, &t)) {
+    // The schema that read further is the one the file is written in.
+    const FirstError& first = triton_errors.After(errors) ? triton_errors : errors;
+    return absl::InvalidArgumentError(first.error().empty() ? absl::StrCat(origin, ": cannot parse")
+                                                            : first.error());
   }
-  return config;
+  auto converted = FromTriton(t, TritonLocator(origin, &locations), num_workers);
+  if (!converted.ok()) return converted.status();
+  file.config = *std::move(converted);
+  file.triton = true;
+  CollectIgnored(t, "", &file.ignored_fields);
+  return file;
 }
 
-absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path) {
+absl::StatusOr<ModelConfigFile> ReadModelConfig(const std::string& path, int num_workers) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   std::stringstream text;
   text << in.rdbuf();
-  return ParseModelConfigText(text.str(), path);
+  return ReadModelConfigText(text.str(), path, num_workers);
+}
+
+absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,
+                                                         const std::string& origin) {
+  auto file = ReadModelConfigText(text, origin);
+  if (!file.ok()) return file.status();
+  return std::move(file->config);
+}
+
+absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path) {
+  auto file = ReadModelConfig(path);
+  if (!file.ok()) return file.status();
+  return std::move(file->config);
+}
+
+std::vector<std::string> IgnoredFieldLines(const std::string& model, const ModelConfigFile& file) {
+  std::vector<std::string> lines;
+  for (const auto& field : file.ignored_fields) {
+    lines.push_back(absl::StrFormat(
+        "numaserve: model '%s' %s: ignoring Triton field '%s' (no effect on numaserve)", model,
+        kModelConfigFile, field));
+  }
+  return lines;
 }
 
 absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::string& model,

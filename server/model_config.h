@@ -22,16 +22,46 @@ inline constexpr char kModelConfigFile[] = "config.pbtxt";
 // microseconds would overflow as clock durations.
 inline constexpr uint64_t kMaxConfigMicroseconds = uint64_t{24} * 3600 * 1000 * 1000;
 
-// Parses `path`. INVALID_ARGUMENT "<path>:<line>:<column>: <problem>" for a
-// syntax error or an unknown field; NOT_FOUND if the file cannot be read.
+// A config.pbtxt as read: numaserve's config, whichever schema the file is
+// written in.
+struct ModelConfigFile {
+  config::ModelConfig config;
+  // The file is in Triton's schema (proto/triton_config_file.proto) and was
+  // converted; false for numaserve's own (proto/model_config.proto).
+  bool triton = false;
+  // Triton fields set in the file that have no effect on numaserve, as
+  // dotted paths ("optimization", "input.format"), each once, in field order.
+  std::vector<std::string> ignored_fields;
+};
+
+// Reads `path`, in numaserve's schema or Triton's: a file that numaserve's
+// schema does not parse is read in Triton's (TYPE_FP32 data types, platform,
+// instance_group, ...) and converted. INVALID_ARGUMENT
+// "<path>:<line>:<column>: <problem>" for a syntax error or an unknown
+// field (from the schema whose parse got further into the file; numaserve's
+// on a tie), and for a Triton setting numaserve cannot honour (a GPU
+// instance group, a platform other than ONNX Runtime's, sequence batching,
+// ...), naming the field; NOT_FOUND if the file cannot be read.
+// `num_workers` is the server's: Triton's instance_group count is the
+// model's copies in all, spread over the workers that hold the model
+// (instances_per_domain = ceil(count / workers)).
 // `instances_per_domain: auto` and `instances_per_domain: per_core` (the
 // field is an int32) are read as kInstancesAuto and kInstancesPerCore; a
 // negative number written there is refused with its line and column, since
 // those values stand for the words.
-absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path);
+absl::StatusOr<ModelConfigFile> ReadModelConfig(const std::string& path, int num_workers = 1);
 // The same, from text (`origin` names it in errors).
+absl::StatusOr<ModelConfigFile> ReadModelConfigText(const std::string& text,
+                                                    const std::string& origin, int num_workers = 1);
+// The config alone, for a server of one worker.
+absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path);
 absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,
                                                          const std::string& origin);
+
+// One line per ignored Triton field of `model`'s file, to log at load:
+// "numaserve: model 'm' config.pbtxt: ignoring Triton field 'optimization'
+// (no effect on numaserve)".
+std::vector<std::string> IgnoredFieldLines(const std::string& model, const ModelConfigFile& file);
 
 // Checks the config on its own and against the model: the name matches the
 // directory, durations within kMaxConfigMicroseconds,

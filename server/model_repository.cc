@@ -158,9 +158,12 @@ std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
   if (!model.versions.empty()) model.version = model.versions.back();
   const fs::path config_path = root / kModelConfigFile;
   if (fs::exists(config_path, ec)) {
-    auto config = ParseModelConfig(config_path.string());
+    auto config = ReadModelConfig(config_path.string(), num_workers);
     if (config.ok()) {
-      model.config = *std::move(config);
+      for (const auto& line : IgnoredFieldLines(name, *config)) {
+        fprintf(stderr, "%s\n", line.c_str());
+      }
+      model.config = std::move(config->config);
     } else {
       model.error = std::string(config.status().message());
     }

@@ -1,7 +1,10 @@
 #include "server/serve_command.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
 #include "affinity/placement.h"
@@ -29,6 +33,7 @@
 #include "server/clock.h"
 #include "server/grpc_auth.h"
 #include "server/inference_service.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_config.h"
 #include "server/model_manager.h"
@@ -46,6 +51,14 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int64_t grpc_port = 8001;
   int64_t metrics_port = 8002;
+  // HOST:PORT of the metrics endpoint; empty = --host:--metrics-port.
+  std::string metrics_address;
+  // gRPC server reflection (grpcurl, Postman, grpcui list and call the API
+  // without its .proto files).
+  bool grpc_reflection = true;
+  std::string log_format = "text";
+  std::string log_level = "info";
+  bool version = false;
   std::string domain = "numa";
   std::string topology;
   std::string cpuset;
@@ -139,8 +152,10 @@ class SystemdWatchdog {
     uint64_t usec = 0;
     if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return;
     const auto period = std::chrono::microseconds(std::max<uint64_t>(usec / 2, 1000));
-    fprintf(stderr, "numaserve: systemd watchdog: a ping every %.3f s\n",
-            static_cast<double>(period.count()) / 1e6);
+    Log(LogLevel::kInfo, "serve",
+        absl::StrFormat("systemd watchdog: a ping every %.3f s",
+                        static_cast<double>(period.count()) / 1e6),
+        {{"watchdog_period_s", static_cast<double>(period.count()) / 1e6}});
     thread_ = std::thread([this, period] { Loop(period); });
   }
   ~SystemdWatchdog() { Stop(); }
@@ -172,9 +187,43 @@ class SystemdWatchdog {
   std::thread thread_;
 };
 
+// Takes gRPC's reflection plugin ("proto_server_reflection") out of a
+// ServerBuilder: linking grpc++_reflection registers it for every builder
+// (a static initializer), so --grpc-reflection=false removes it again.
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name().find("reflection") != std::string::npos;
+                                  }),
+                   plugins->end());
+  }
+};
+
+// Start-up failed: the reason, then exit code 1.
 int Fail(const absl::Status& status) {
-  fprintf(stderr, "numaserve serve: %s\n", std::string(status.message()).c_str());
+  if (CurrentLogOptions().format == LogFormat::kText) {
+    fprintf(stderr, "numaserve serve: %s\n", std::string(status.message()).c_str());
+  } else {
+    Log(LogLevel::kError, "serve", status.message());
+  }
   return 1;
+}
+
+// Sets the log format and level from the flags.
+absl::Status ConfigureLogFromFlags(const std::string& format_name, const std::string& level_name) {
+  auto format = ParseLogFormat(format_name);
+  if (!format.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-format: ", format.status().message()));
+  }
+  auto level = ParseLogLevel(level_name);
+  if (!level.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-level: ", level.status().message()));
+  }
+  ConfigureLog({.format = *format, .level = *level});
+  return absl::OkStatus();
 }
 
 // The host part of HOST:PORT, [V6]:PORT or unix:PATH (the whole string).
@@ -234,11 +283,26 @@ absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth) {
 int ServeCommand(const std::vector<std::string>& args) {
   ServeOptions o;
   ArgParser parser("serve", "Serve the models of a repository over gRPC (KServe v2).");
+  parser.AddConfigFile("config",
+                       "read options from FILE: one 'name: value' a line, names as the flags "
+                       "without --, '#' comments; flags on the command line override it");
   parser.AddString("model-repository", &o.model_repository,
                    "directory of <model>/<version>/model.onnx");
   parser.AddString("host", &o.host, "address to listen on (0.0.0.0 for every interface)");
   parser.AddInt("grpc-port", &o.grpc_port, "gRPC port; 0 picks a free one");
   parser.AddInt("metrics-port", &o.metrics_port, "Prometheus /metrics port; 0 picks a free one");
+  parser.AddString("metrics-address", &o.metrics_address,
+                   "HOST:PORT of the Prometheus /metrics endpoint, instead of --host and "
+                   "--metrics-port (port 0 picks a free one)");
+  parser.AddBool("grpc-reflection", &o.grpc_reflection,
+                 "offer gRPC server reflection (grpc.reflection.v1alpha), so grpcurl and similar "
+                 "tools list and call the API; --grpc-reflection=false hides it");
+  parser.AddString("log-format", &o.log_format,
+                   "text (\"numaserve: ...\" lines) | json (one object a line: ts, level, "
+                   "component, msg and fields)");
+  parser.AddString("log-level", &o.log_level, "least level logged: debug | info | warning | error");
+  parser.AddBool("version", &o.version,
+                 "print the version, git revision and dispatched ISA, and exit");
   parser.AddString("domain", &o.domain, "one worker per: numa | package | l3 | core");
   parser.AddString("topology", &o.topology,
                    "plan for an hwloc synthetic topology or XML file instead of this machine");
@@ -312,10 +376,21 @@ int ServeCommand(const std::vector<std::string>& args) {
   parser.AddInt("training-max-jobs", &o.training_max_jobs, "most training jobs running at once");
   parser.AddInt("training-max-config-bytes", &o.training_max_config_bytes,
                 "largest training config a client may send");
-  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(s);
+  const absl::Status parsed = parser.Parse(args);
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
     return 0;
+  }
+  // Even a parse error is reported in the format asked for, if it was read.
+  if (absl::Status s = ConfigureLogFromFlags(o.log_format, o.log_level); !s.ok()) return Fail(s);
+  if (!parsed.ok()) return Fail(parsed);
+  if (o.version) {
+    printf("%s\n", VersionText().c_str());
+    return 0;
+  }
+  if (!o.metrics_address.empty() && o.metrics_address.rfind(':') == std::string::npos) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--metrics-address expects HOST:PORT, got '", o.metrics_address, "'")));
   }
   if (o.grpc_port < 0 || o.grpc_port > 65535 || o.metrics_port < 0 || o.metrics_port > 65535) {
     return Fail(absl::InvalidArgumentError("ports must be between 0 and 65535"));
@@ -377,7 +452,9 @@ int ServeCommand(const std::vector<std::string>& args) {
   placement.max_workers = static_cast<int>(o.max_workers);
   auto plan = affinity::MakePlan(*topology, placement);
   if (!plan.ok()) return Fail(plan.status());
-  fprintf(stderr, "%s", affinity::FormatReport(*topology, *plan).c_str());
+  Log(LogLevel::kInfo, "serve", absl::StrCat("starting ", VersionText()),
+      {{"version", BuildVersion()}, {"revision", BuildRevision()}});
+  LogBlock(LogLevel::kInfo, "placement", affinity::FormatReport(*topology, *plan));
 
   // 2. The models.
   auto repository =
@@ -407,16 +484,20 @@ int ServeCommand(const std::vector<std::string>& args) {
       to_load.push_back({m.key(), m.name, absl::StrCat(m.version), m.path, m.workers,
                          m.config.gemm_backend(),
                          configured != 0 ? configured : *default_instances});
-      fprintf(stderr, "numaserve: model %s version %d: %s\n", m.name.c_str(),
-              static_cast<int>(m.version), m.path.c_str());
+      Log(LogLevel::kInfo, "serve",
+          absl::StrFormat("model %s version %d: %s", m.name, m.version, m.path),
+          {{"model", m.name}, {"version", m.version}, {"path", m.path}});
     } else {
-      fprintf(stderr, "numaserve: model %s is not available: %s\n", m.name.c_str(),
-              m.error.c_str());
+      Log(LogLevel::kError, "serve",
+          absl::StrFormat("model %s is not available: %s", m.name, m.error),
+          {{"model", m.name}, {"error", m.error}});
     }
   }
 
   // 3. Metrics, workers, router.
-  auto metrics = Metrics::Create(absl::StrCat(o.host, ":", o.metrics_port));
+  const std::string metrics_address =
+      o.metrics_address.empty() ? absl::StrCat(o.host, ":", o.metrics_port) : o.metrics_address;
+  auto metrics = Metrics::Create(metrics_address);
   if (!metrics.ok()) return Fail(metrics.status());
   // The training service (server/training_service.h): jobs run as child
   // `numaserve train` processes. Only with --training-service: on its own
@@ -481,8 +562,9 @@ int ServeCommand(const std::vector<std::string>& args) {
     bool ready = m.error.empty() && (*workers)->ModelAvailable(m.key());
     (*metrics)->SetModelReady(m.name, absl::StrCat(m.version), ready);
     if (m.error.empty() && !ready) {
-      fprintf(stderr, "numaserve: model %s failed to load: %s\n", m.name.c_str(),
-              (*workers)->LoadError(m.key()).c_str());
+      const std::string error = (*workers)->LoadError(m.key());
+      Log(LogLevel::kError, "serve", absl::StrFormat("model %s failed to load: %s", m.name, error),
+          {{"model", m.name}, {"version", m.version}, {"error", error}});
     }
   }
 
@@ -496,7 +578,11 @@ int ServeCommand(const std::vector<std::string>& args) {
   service_options.max_stream_outstanding = o.max_stream_outstanding;
   InferenceService service(service_options, &models, workers->get(), &scheduler, metrics->get());
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection describes every service a builder registers (the
+  // inference, health and training services) to tools such as grpcurl.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!o.grpc_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int grpc_port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port), (*auth)->ServerCredentials(),
                            &grpc_port);
@@ -528,6 +614,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   int training_port = 0;
   if (training_service != nullptr && !o.training_address.empty()) {
     grpc::ServerBuilder training_builder;
+    if (!o.grpc_reflection) training_builder.SetOption(std::make_unique<WithoutReflection>());
     training_builder.AddListeningPort(o.training_address, (*auth)->ServerCredentials(),
                                       &training_port);
     // Configs are small; nothing bigger is read on this port.
@@ -546,12 +633,14 @@ int ServeCommand(const std::vector<std::string>& args) {
     return Fail(absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", o.host, ":", o.grpc_port)));
   }
-  fprintf(stderr, "numaserve: gRPC security: %s\n", (*auth)->Describe().c_str());
+  Log(LogLevel::kInfo, "serve", absl::StrCat("gRPC security: ", (*auth)->Describe()),
+      {{"security", (*auth)->Describe()}, {"reflection", o.grpc_reflection}});
   if (!(*auth)->tls() && !IsLocalOnly(o.host)) {
-    fprintf(stderr,
-            "numaserve: gRPC on %s is plaintext and unauthenticated: anyone who reaches it may "
-            "infer and manage models (see --grpc-tls-cert, --grpc-auth-token-file)\n",
-            o.host.c_str());
+    Log(LogLevel::kWarning, "serve",
+        absl::StrFormat("gRPC on %s is plaintext and unauthenticated: anyone who reaches it may "
+                        "infer and manage models (see --grpc-tls-cert, --grpc-auth-token-file)",
+                        o.host),
+        {{"host", o.host}});
   }
   // Where the training service listens: HOST:PORT, or unix:PATH.
   std::string training_where;
@@ -564,8 +653,11 @@ int ServeCommand(const std::vector<std::string>& args) {
     training_where = absl::StrCat(o.host, ":", grpc_port);
   }
   if (training_service != nullptr) {
-    fprintf(stderr, "numaserve: training service on %s%s, files under %s\n", training_where.c_str(),
-            training_server == nullptr ? " (the gRPC port)" : "", o.training_root.c_str());
+    Log(LogLevel::kInfo, "serve",
+        absl::StrCat("training service on ", training_where,
+                     training_server == nullptr ? " (the gRPC port)" : "", ", files under ",
+                     o.training_root),
+        {{"training_address", training_where}, {"training_root", o.training_root}});
   }
   // Health follows readiness: NOT_SERVING while no worker is ready.
   std::mutex health_mu;
@@ -594,19 +686,26 @@ int ServeCommand(const std::vector<std::string>& args) {
   // address when it shares it).
   const std::string training_line =
       training_where.empty() ? "" : absl::StrCat(" training=", training_where);
-  printf("grpc=%s:%d metrics=%s:%d%s\n", o.host.c_str(), grpc_port, o.host.c_str(),
+  const std::string metrics_host = metrics_address.substr(0, metrics_address.rfind(':'));
+  printf("grpc=%s:%d metrics=%s:%d%s\n", o.host.c_str(), grpc_port, metrics_host.c_str(),
          (*metrics)->port(), training_line.c_str());
   fflush(stdout);
+  Log(LogLevel::kInfo, "serve",
+      absl::StrFormat("serving: grpc=%s:%d metrics=%s:%d%s", o.host, grpc_port, metrics_host,
+                      (*metrics)->port(), training_line),
+      {{"grpc_address", absl::StrCat(o.host, ":", grpc_port)},
+       {"metrics_address", absl::StrCat(metrics_host, ":", (*metrics)->port())}});
   // Under systemd (Type=notify): ready once the initial models are loaded
   // and both ports listen; a no-op without NOTIFY_SOCKET.
   sd_notifyf(0, "READY=1\nSTATUS=serving: grpc=%s:%d metrics=%s:%d", o.host.c_str(), grpc_port,
-             o.host.c_str(), (*metrics)->port());
+             metrics_host.c_str(), (*metrics)->port());
   // The probe: readiness, through the worker supervisor's locks.
   SystemdWatchdog watchdog([&] { (void)service.Ready(); });
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  fprintf(stderr, "numaserve: %s received, draining\n", strsignal(signal_number));
+  Log(LogLevel::kInfo, "serve", absl::StrCat(strsignal(signal_number), " received, draining"),
+      {{"signal", signal_number}});
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
 
   // Stop taking work, finish what was accepted, then stop the workers.
@@ -626,7 +725,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   const auto drain_deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(o.shutdown_timeout_s);
   if (!service.WaitUntilIdle(drain_deadline, std::chrono::milliseconds(100))) {
-    fprintf(stderr, "numaserve: accepted requests still running after --shutdown-timeout\n");
+    Log(LogLevel::kWarning, "serve", "accepted requests still running after --shutdown-timeout");
   }
   service.StopLifecycle();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -639,7 +738,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   on_workers_changed = nullptr;
   (*workers)->Stop();
   watchdog.Stop();
-  fprintf(stderr, "numaserve: stopped\n");
+  Log(LogLevel::kInfo, "serve", "stopped");
   return 0;
 }
 

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace numaserve::server {
 namespace {
@@ -304,6 +306,241 @@ TEST(ModelConfig, DurationsThatWouldOverflowAsClockDurationsAreRefused) {
                          "86400000001 }"),
                    "mlp", Mlp(), 1)
                    .ok());
+}
+
+// --- Triton's schema -------------------------------------------------------
+
+// A config.pbtxt as Triton's CPU ONNX Runtime backend takes it.
+constexpr char kTritonConfig[] = R"pb(
+  name: "mlp"
+  platform: "onnxruntime_onnx"
+  max_batch_size: 8 input
+  [ {
+    name: "input"
+    data_type: TYPE_FP32
+    format: FORMAT_NONE
+    dims: [ 784 ]
+  }] output
+  [ {
+    name: "probabilities"
+    data_type: TYPE_FP32
+    dims: [ 10 ]
+  }] instance_group
+  [ { count: 2 kind: KIND_CPU }]
+  dynamic_batching {
+    preferred_batch_size: [ 4, 8 ]
+    max_queue_delay_microseconds: 100
+    default_queue_policy { default_timeout_microseconds: 250000 max_queue_size: 64 }
+  }
+  version_policy: { latest { num_versions: 1 } }
+  optimization {
+    execution_accelerators {
+      cpu_execution_accelerator:
+      [ { name: "openvino" }]
+    }
+  }
+  parameters {
+    key: "intra_op_thread_count"
+    value: { string_value: "4" }
+  } model_warmup
+  [ {
+    name: "w"
+    batch_size: 1
+    inputs {
+      key: "input"
+      value: {
+        data_type: TYPE_FP32
+        dims: [ 784 ]
+        zero_data: true
+      }
+    }
+  }]
+  default_model_filename: "model.onnx"
+)pb";
+
+ModelConfigFile ReadTriton(const std::string& text, int num_workers = 1) {
+  auto f = ReadModelConfigText(text, "repo/mlp/config.pbtxt", num_workers);
+  EXPECT_TRUE(f.ok()) << f.status();
+  return f.ok() ? *f : ModelConfigFile();
+}
+
+TEST(TritonConfig, ParsesAndConverts) {
+  ModelConfigFile f = ReadTriton(kTritonConfig);
+  EXPECT_TRUE(f.triton);
+  const config::ModelConfig& c = f.config;
+  EXPECT_EQ(c.name(), "mlp");
+  EXPECT_EQ(c.max_batch_size(), 8);
+  ASSERT_EQ(c.input_size(), 1);
+  EXPECT_EQ(c.input(0).name(), "input");
+  EXPECT_EQ(c.input(0).data_type(), "FP32");
+  EXPECT_EQ(std::vector<int64_t>(c.input(0).dims().begin(), c.input(0).dims().end()),
+            (std::vector<int64_t>{784}));
+  ASSERT_EQ(c.output_size(), 1);
+  EXPECT_EQ(c.output(0).data_type(), "FP32");
+  EXPECT_EQ(c.instance_placement().instances_per_domain(), 2);
+  EXPECT_EQ(c.dynamic_batching().preferred_batch_size_size(), 2);
+  EXPECT_EQ(c.dynamic_batching().max_queue_delay_microseconds(), 100u);
+  EXPECT_EQ(c.dynamic_batching().default_timeout_microseconds(), 250000u);
+  EXPECT_EQ(c.dynamic_batching().max_queue_size(), 64u);
+  EXPECT_EQ(c.version_policy().latest().num_versions(), 1u);
+  EXPECT_TRUE(ValidateModelConfig(c, "mlp", Mlp(), 1).ok());
+  // The same config in numaserve's schema reads the same.
+  EXPECT_FALSE(ReadTriton("max_batch_size: 8").triton);
+}
+
+TEST(TritonConfig, BackendInsteadOfPlatform) {
+  ModelConfigFile f = ReadTriton("backend: \"onnxruntime\" max_batch_size: 0");
+  EXPECT_TRUE(f.triton);
+  EXPECT_EQ(f.config.max_batch_size(), 0);
+  EXPECT_TRUE(f.ignored_fields.empty());
+  EXPECT_EQ(f.config.instance_placement().instances_per_domain(), 0);  // the server's default
+}
+
+TEST(TritonConfig, VersionPolicies) {
+  const std::vector<int64_t> on_disk = {1, 2, 3};
+  const std::string head = "platform: \"onnxruntime_onnx\" ";
+  EXPECT_EQ(*SelectVersions(ReadTriton(head + "version_policy: { all {} }").config, on_disk),
+            on_disk);
+  EXPECT_EQ(
+      *SelectVersions(ReadTriton(head + "version_policy: { specific { versions: [1,3] } }").config,
+                      on_disk),
+      (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(
+      *SelectVersions(ReadTriton(head + "version_policy: { latest { num_versions: 2 } }").config,
+                      on_disk),
+      (std::vector<int64_t>{2, 3}));
+}
+
+TEST(TritonConfig, DataTypesLoseTheirPrefix) {
+  ModelConfigFile f = ReadTriton(
+      "input [ { name: \"a\" data_type: TYPE_INT64 dims: [ 2 ] },"
+      "        { name: \"b\" data_type: TYPE_STRING dims: [ 1 ] },"
+      "        { name: \"c\" dims: [ 1 ] } ]");
+  ASSERT_EQ(f.config.input_size(), 3);
+  EXPECT_EQ(f.config.input(0).data_type(), "INT64");
+  EXPECT_EQ(f.config.input(1).data_type(), "BYTES");
+  EXPECT_EQ(f.config.input(2).data_type(), "");  // unset: not checked
+  // A type contradicting the ONNX file is a load error, as in numaserve's form.
+  ModelConfigFile wrong = ReadTriton(
+      "max_batch_size: 4 input [ { name: \"input\" data_type: TYPE_INT32 dims: [ 784 ] } ]");
+  absl::Status s = ValidateModelConfig(wrong.config, "mlp", Mlp(), 1);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("input 'input' data_type"));
+}
+
+TEST(TritonConfig, InstanceCountIsSharedByTheWorkers) {
+  const std::string group = "instance_group [ { count: 3 kind: KIND_CPU } ]";
+  EXPECT_EQ(ReadTriton(group, 1).config.instance_placement().instances_per_domain(), 3);
+  EXPECT_EQ(ReadTriton(group, 2).config.instance_placement().instances_per_domain(), 2);
+  EXPECT_EQ(ReadTriton(group, 4).config.instance_placement().instances_per_domain(), 1);
+  // Over the workers that hold the model.
+  EXPECT_EQ(ReadTriton(group + " instance_placement { domains: [ 0 ] }", 4)
+                .config.instance_placement()
+                .instances_per_domain(),
+            3);
+  // Groups add up; a group without count is one copy; KIND_AUTO is the CPU.
+  EXPECT_EQ(ReadTriton("instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_AUTO } ]")
+                .config.instance_placement()
+                .instances_per_domain(),
+            3);
+}
+
+TEST(TritonConfig, NumaserveFieldsStayAvailable) {
+  ModelConfigFile f = ReadTriton(
+      "platform: \"onnxruntime_onnx\"\n"
+      "instance_placement { domains: [ 1 ] instances_per_domain: per_core }\n"
+      "gemm_backend: \"onednn\"\n");
+  EXPECT_TRUE(f.triton);
+  EXPECT_EQ(f.config.instance_placement().instances_per_domain(), kInstancesPerCore);
+  EXPECT_EQ(f.config.instance_placement().domains_size(), 1);
+  EXPECT_EQ(f.config.gemm_backend(), "onednn");
+  EXPECT_TRUE(f.ignored_fields.empty());
+  // Both counts at once are refused.
+  auto both = ReadModelConfigText(
+      "instance_group [ { count: 2 } ]\ninstance_placement { instances_per_domain: 2 }",
+      "repo/mlp/config.pbtxt");
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(std::string(both.status().message()),
+              HasSubstr("repo/mlp/config.pbtxt:1:1: instance_group: give either"));
+}
+
+TEST(TritonConfig, IgnoredFieldsAreReportedOnceEach) {
+  std::string text = kTritonConfig;
+  const std::string delay = "max_queue_delay_microseconds: 100";
+  text.replace(text.find(delay), delay.size(), delay + " preserve_ordering: true");
+  ModelConfigFile f = ReadTriton(text +
+                                 "input [ { name: \"other\" format: FORMAT_NCHW dims: [ 1 ] } ]\n"
+                                 "instance_group [ { name: \"g\" count: 1 kind: KIND_CPU } ]\n");
+  EXPECT_EQ(f.ignored_fields,
+            (std::vector<std::string>{"input.format", "instance_group.name",
+                                      "dynamic_batching.preserve_ordering", "optimization",
+                                      "parameters", "model_warmup"}));
+  const std::vector<std::string> lines = IgnoredFieldLines("mlp", f);
+  ASSERT_EQ(lines.size(), f.ignored_fields.size());
+  EXPECT_EQ(lines[3],
+            "numaserve: model 'mlp' config.pbtxt: ignoring Triton field 'optimization' (no "
+            "effect on numaserve)");
+  // default_model_filename "model.onnx" is what numaserve reads: used, not ignored.
+  EXPECT_EQ(std::count(f.ignored_fields.begin(), f.ignored_fields.end(), "default_model_filename"),
+            0);
+}
+
+TEST(TritonConfig, WhatNumaserveCannotHonourIsRefusedWithFileAndField) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"name: \"mlp\"\ninstance_group [ { count: 1 kind: KIND_GPU } ]",
+       "repo/mlp/config.pbtxt:2:29: instance_group[0].kind: KIND_GPU: numaserve runs models on "
+       "CPU workers only"},
+      {"instance_group [ { kind: KIND_CPU },\n  { count: 1 gpus: [ 0 ] } ]",
+       "repo/mlp/config.pbtxt:2:14: instance_group[1].gpus"},
+      {"name: \"mlp\"\nplatform: \"tensorflow_savedmodel\"",
+       "repo/mlp/config.pbtxt:2:1: platform: 'tensorflow_savedmodel': numaserve serves ONNX "
+       "models only"},
+      {"backend: \"python\"", "repo/mlp/config.pbtxt:1:1: backend: 'python'"},
+      {"platform: \"onnxruntime_onnx\"\nsequence_batching { max_sequence_idle_microseconds: 5 }",
+       "repo/mlp/config.pbtxt:2:1: sequence_batching"},
+      {"default_model_filename: \"net.onnx\"", "default_model_filename: 'net.onnx'"},
+      {"input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]",
+       "repo/mlp/config.pbtxt:1:54: input 'x' reshape"},
+      {"instance_group [ { count: -1 } ]", "instance_group[0].count: -1 is outside"},
+  };
+  for (const auto& c : cases) {
+    auto f = ReadModelConfigText(c.text, "repo/mlp/config.pbtxt", 1);
+    ASSERT_FALSE(f.ok()) << c.text;
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(f.status().message()), HasSubstr(c.expect)) << c.text;
+  }
+}
+
+TEST(TritonConfig, UnknownFieldsKeepLineAndColumn) {
+  // Past Triton's fields: Triton's parse got further, its error is given.
+  auto f = ReadModelConfigText(
+      "platform: \"onnxruntime_onnx\"\nmax_batch_size: 4\n  optimisation { graph { level: 1 } }\n",
+      "repo/mlp/config.pbtxt");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("repo/mlp/config.pbtxt:3:16: "));
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("optimisation"));
+  // Inside a Triton block.
+  f = ReadModelConfigText(
+      "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 4 ] }\n]\ninstance_group [ { count: 1 "
+      "kind: KIND_CPU cores: 2 } ]",
+      "repo/mlp/config.pbtxt");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("repo/mlp/config.pbtxt:3:49: "));
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("cores"));
+  // An unknown type name.
+  f = ReadModelConfigText("input [ { name: \"x\" data_type: TYPE_FLOAT32 } ]", "c.pbtxt");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("c.pbtxt:1:45: "));
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("TYPE_FLOAT32"));
+  // A numaserve-only field beside a Triton-only one: numaserve's schema got further.
+  f = ReadModelConfigText(
+      "max_batch_size: 4\ndynamic_batching { max_queue_size: 3 }\nplatform: \"onnxruntime_onnx\"",
+      "c.pbtxt");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("c.pbtxt:3:9: "));
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("platform"));
 }
 
 }  // namespace

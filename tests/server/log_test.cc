@@ -1,0 +1,153 @@
+#include "server/log.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace numaserve::server {
+namespace {
+
+const absl::Time kTime = absl::FromUnixMillis(1767323045678);  // 2026-01-02T03:04:05.678Z
+
+std::string Json(absl::string_view text) {
+  std::string out;
+  AppendJsonString(&out, text);
+  return out;
+}
+
+TEST(LogTest, ParsesLevelsAndFormats) {
+  EXPECT_EQ(*ParseLogLevel("debug"), LogLevel::kDebug);
+  EXPECT_EQ(*ParseLogLevel("INFO"), LogLevel::kInfo);
+  EXPECT_EQ(*ParseLogLevel("warn"), LogLevel::kWarning);
+  EXPECT_EQ(*ParseLogLevel("warning"), LogLevel::kWarning);
+  EXPECT_EQ(*ParseLogLevel("error"), LogLevel::kError);
+  EXPECT_EQ(*ParseLogFormat("json"), LogFormat::kJson);
+  EXPECT_EQ(*ParseLogFormat("text"), LogFormat::kText);
+  absl::StatusOr<LogLevel> bad = ParseLogLevel("loud");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("loud"), absl::string_view::npos);
+  EXPECT_FALSE(ParseLogFormat("xml").ok());
+}
+
+TEST(LogTest, TextKeepsTheUsualLook) {
+  EXPECT_EQ(FormatLogLine(LogFormat::kText, kTime, LogLevel::kWarning, "serve",
+                          "model m version 1: /r/m/1/model.onnx", {{"model", "m"}}),
+            "numaserve: model m version 1: /r/m/1/model.onnx\n");
+  // One record is one line.
+  EXPECT_EQ(FormatLogLine(LogFormat::kText, kTime, LogLevel::kInfo, "serve", "a\nb", {}),
+            "numaserve: a b\n");
+}
+
+TEST(LogTest, JsonIsOneObjectALine) {
+  const std::string line =
+      FormatLogLine(LogFormat::kJson, kTime, LogLevel::kInfo, "serve", "model m loaded",
+                    {{"model", "m"}, {"version", 3}, {"ready", true}, {"seconds", 0.25}});
+  EXPECT_EQ(line,
+            "{\"ts\":\"2026-01-02T03:04:05.678Z\",\"level\":\"info\",\"component\":\"serve\","
+            "\"msg\":\"model m loaded\",\"model\":\"m\",\"version\":3,\"ready\":true,"
+            "\"seconds\":0.25}\n");
+  EXPECT_NE(FormatLogLine(LogFormat::kJson, kTime, LogLevel::kError, "c", "x", {})
+                .find("\"level\":\"error\""),
+            std::string::npos);
+  // No NaN in JSON.
+  EXPECT_NE(FormatLogLine(LogFormat::kJson, kTime, LogLevel::kInfo, "c", "x", {{"v", std::nan("")}})
+                .find("\"v\":null"),
+            std::string::npos);
+}
+
+TEST(LogTest, EscapesJsonStrings) {
+  EXPECT_EQ(Json("plain"), "\"plain\"");
+  EXPECT_EQ(Json("q\"b\\s/"), "\"q\\\"b\\\\s/\"");
+  EXPECT_EQ(Json("a\nb\tc\rd"), "\"a\\nb\\tc\\rd\"");
+  EXPECT_EQ(Json(std::string("odd\x01name\x7f", 9)), "\"odd\\u0001name\\u007f\"");
+  EXPECT_EQ(Json(std::string("nul\0x", 5)), "\"nul\\u0000x\"");
+  // Valid UTF-8 passes, invalid bytes become U+FFFD.
+  EXPECT_EQ(Json("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");
+  EXPECT_EQ(Json("bad\xFF"), "\"bad\xEF\xBF\xBD\"");
+  EXPECT_EQ(Json("cut\xE2\x82"), "\"cut\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  EXPECT_EQ(Json("overlong\xC0\xAF"), "\"overlong\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  EXPECT_EQ(Json("surrogate\xED\xA0\x80"), "\"surrogate\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
+}
+
+class LogSinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_ = CurrentLogOptions();
+    SetLogSinkForTesting([this](absl::string_view line) { lines_.emplace_back(line); },
+                         [] { return kTime; });
+  }
+  void TearDown() override {
+    SetLogSinkForTesting(nullptr, nullptr);
+    ConfigureLog(saved_);
+  }
+  LogOptions saved_;
+  std::vector<std::string> lines_;
+};
+
+TEST_F(LogSinkTest, LevelFiltersRecords) {
+  ConfigureLog({.format = LogFormat::kText, .level = LogLevel::kWarning});
+  EXPECT_FALSE(LogEnabled(LogLevel::kInfo));
+  EXPECT_TRUE(LogEnabled(LogLevel::kError));
+  Log(LogLevel::kDebug, "serve", "d");
+  Log(LogLevel::kInfo, "serve", "i");
+  Log(LogLevel::kWarning, "serve", "w");
+  Log(LogLevel::kError, "serve", "e");
+  EXPECT_EQ(lines_, (std::vector<std::string>{"numaserve: w\n", "numaserve: e\n"}));
+}
+
+TEST_F(LogSinkTest, ConfigureExportsToChildren) {
+  ConfigureLog({.format = LogFormat::kJson, .level = LogLevel::kDebug});
+  EXPECT_STREQ(getenv("NUMASERVE_LOG_FORMAT"), "json");
+  EXPECT_STREQ(getenv("NUMASERVE_LOG_LEVEL"), "debug");
+  Log(LogLevel::kDebug, "worker", "hello", {{"worker", 2}});
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_EQ(lines_[0],
+            "{\"ts\":\"2026-01-02T03:04:05.678Z\",\"level\":\"debug\",\"component\":\"worker\","
+            "\"msg\":\"hello\",\"worker\":2}\n");
+}
+
+TEST_F(LogSinkTest, BlocksAreVerbatimInTextAndOneRecordALineInJson) {
+  ConfigureLog({.format = LogFormat::kText, .level = LogLevel::kInfo});
+  LogBlock(LogLevel::kInfo, "placement", "line one\n  line two\n");
+  EXPECT_EQ(lines_, (std::vector<std::string>{"line one\n  line two\n"}));
+  lines_.clear();
+  ConfigureLog({.format = LogFormat::kJson, .level = LogLevel::kInfo});
+  LogBlock(LogLevel::kInfo, "placement", "line one\n\n  line two  \n");
+  ASSERT_EQ(lines_.size(), 2u);
+  EXPECT_NE(lines_[0].find("\"msg\":\"line one\""), std::string::npos) << lines_[0];
+  EXPECT_NE(lines_[1].find("\"msg\":\"  line two\""), std::string::npos) << lines_[1];
+}
+
+TEST_F(LogSinkTest, ThreadsWriteWholeRecords) {
+  ConfigureLog({.format = LogFormat::kJson, .level = LogLevel::kInfo});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      for (int i = 0; i < 200; ++i) Log(LogLevel::kInfo, "t", "record", {{"thread", t}, {"i", i}});
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(lines_.size(), 800u);
+  for (const std::string& line : lines_) {
+    ASSERT_EQ(line.front(), '{');
+    ASSERT_EQ(line.substr(line.size() - 2), "}\n");
+  }
+}
+
+TEST(VersionTest, NamesVersionRevisionAndIsa) {
+  const std::string text = VersionText();
+  EXPECT_EQ(text.rfind(absl::StrCat("numaserve ", BuildVersion()), 0), 0u) << text;
+  EXPECT_NE(text.find("git "), std::string::npos) << text;
+  EXPECT_NE(text.find("isa "), std::string::npos) << text;
+  EXPECT_STRNE(BuildRevision(), "");
+}
+
+}  // namespace
+}  // namespace numaserve::server
