@@ -15,6 +15,9 @@ packages=(
   # sd_notify readiness and watchdog (systemd Type=notify); the deploy tests
   # (systemd-analyze, python3-yaml for the Kubernetes manifests, shellcheck)
   libsystemd-dev systemd python3-yaml shellcheck
+  # make fuzz (libFuzzer and its sanitizer runtimes, clang's OpenMP) and
+  # symbolized sanitizer reports (llvm-symbolizer) for make test-asan/-tsan
+  clang libclang-rt-dev libomp-dev llvm
 )
 
 missing=()

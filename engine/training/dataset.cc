@@ -68,8 +68,9 @@ void GatherBatch(const Dataset& data, const int64_t* indices, int64_t count, ker
   labels->resize(count);
   constexpr float kScale = 1.0f / 255.0f;
   for (int64_t r = 0; r < count; ++r) {
-    const uint8_t* src = &data.images[indices[r] * per];
-    float* dst = &batch->data[r * per];
+    // Pointer arithmetic, not &v[i]: examples of 0 elements leave both empty.
+    const uint8_t* src = data.images.data() + indices[r] * per;
+    float* dst = batch->data.data() + r * per;
     for (int64_t i = 0; i < per; ++i) dst[i] = src[i] * kScale;
     (*labels)[r] = data.labels[indices[r]];
   }

@@ -1,0 +1,149 @@
+// Request decoding: a ModelInferRequest (protobuf wire bytes, as gRPC hands
+// them over) parsed against the metadata of one of a few models, picked by
+// the request's model_name ("fp32", "mixed", "static", "reshape", "typed";
+// any other name: "fp32"). An accepted request must describe exactly the
+// bytes the engine reads, and its response must be buildable from output
+// buffers of exactly the sizes it names.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "grpc_service.pb.h"
+#include "server/infer_request.h"
+#include "tests/fuzz/fuzz_target.h"
+
+namespace numaserve::fuzz {
+namespace {
+
+using engine::DataType;
+
+struct NamedModel {
+  std::string name;
+  engine::ModelInfo info;
+};
+
+std::vector<NamedModel> MakeModels() {
+  std::vector<NamedModel> models(5);
+  // Batched FP32 rows, the common case.
+  models[0].name = "fp32";
+  models[0].info.inputs = {{"x", DataType::kFloat32, {-1, 4}}};
+  models[0].info.outputs = {{"y", DataType::kFloat32, {-1, 2}}, {"z", DataType::kInt64, {-1}}};
+  models[0].info.batched = true;
+  // Two inputs whose rows must agree, narrowed and boolean types.
+  models[1].name = "mixed";
+  models[1].info.inputs = {{"a", DataType::kInt8, {-1, 3}}, {"b", DataType::kBool, {-1, 2}}};
+  models[1].info.outputs = {{"o", DataType::kUint16, {-1, 1}}};
+  models[1].info.batched = true;
+  // No dynamic dim at all: one run of exactly these shapes.
+  models[2].name = "static";
+  models[2].info.inputs = {{"s", DataType::kFloat16, {2, 2}}, {"t", DataType::kUint8, {3}}};
+  models[2].info.outputs = {{"u", DataType::kFloat64, {2, 2}}};
+  // Not batched, outputs from the model's shape function ([n,2] -> [1,2n]),
+  // refusing more than 1000 rows.
+  models[3].name = "reshape";
+  models[3].info.inputs = {{"x", DataType::kFloat32, {-1, 2}}};
+  models[3].info.outputs = {{"y", DataType::kFloat32, {1, -1}}};
+  models[3].info.output_shapes_at =
+      [](int64_t rows) -> absl::StatusOr<std::vector<std::vector<int64_t>>> {
+    if (rows > 1000) return absl::InvalidArgumentError("more than 1000 rows");
+    return std::vector<std::vector<int64_t>>{{1, 2 * rows}};
+  };
+  // One input per typed contents field, and the raw-only types.
+  models[4].name = "typed";
+  models[4].info.inputs = {
+      {"i16", DataType::kInt16, {-1}},  {"u16", DataType::kUint16, {-1}},
+      {"i32", DataType::kInt32, {-1}},  {"u32", DataType::kUint32, {-1}},
+      {"i64", DataType::kInt64, {-1}},  {"u64", DataType::kUint64, {-1}},
+      {"f64", DataType::kFloat64, {-1}}, {"bf16", DataType::kBFloat16, {-1}}};
+  models[4].info.outputs = {{"sum", DataType::kFloat64, {-1}}};
+  models[4].info.batched = true;
+  return models;
+}
+
+const engine::ModelInfo& ModelFor(const std::string& name) {
+  static const std::vector<NamedModel> models = MakeModels();
+  for (const NamedModel& m : models) {
+    if (m.name == name) return m.info;
+  }
+  return models[0].info;
+}
+
+// The bytes input `t` takes at `rows` rows.
+size_t InputBytes(const engine::TensorInfo& t, int64_t rows) {
+  size_t bytes = engine::DataTypeSize(t.type);
+  for (int64_t d : t.shape) bytes *= static_cast<size_t>(d < 0 ? rows : d);
+  return bytes;
+}
+
+void CheckAccepted(const engine::ModelInfo& model, const server::ParsedRequest& parsed) {
+  FUZZ_CHECK(parsed.rows >= 1);
+  FUZZ_CHECK(parsed.inputs.size() == model.inputs.size());
+  // Every input is there, of the size the engine reads, and readable (the
+  // sanitizers see a pointer into freed or foreign memory here).
+  unsigned checksum = 0;
+  for (size_t i = 0; i < model.inputs.size(); ++i) {
+    const auto& [bytes, length] = parsed.inputs[i];
+    FUZZ_CHECK(length == InputBytes(model.inputs[i], parsed.rows));
+    FUZZ_CHECK(length == 0 || bytes != nullptr);
+    for (size_t b = 0; b < length; ++b) checksum += static_cast<unsigned char>(bytes[b]);
+    if (model.inputs[i].type == DataType::kBool) {
+      for (size_t b = 0; b < length; ++b) FUZZ_CHECK(static_cast<unsigned char>(bytes[b]) <= 1);
+    }
+  }
+  FUZZ_CHECK(parsed.output_bytes.size() == model.outputs.size());
+  FUZZ_CHECK(parsed.output_shapes.size() == model.outputs.size());
+  for (int index : parsed.outputs) {
+    FUZZ_CHECK(index >= 0 && static_cast<size_t>(index) < model.outputs.size());
+  }
+  // The response from buffers of exactly output_bytes (bounded: the rows
+  // are bounded by the request's size).
+  std::vector<std::string> buffers;
+  std::vector<const char*> outputs;
+  for (size_t i = 0; i < model.outputs.size(); ++i) {
+    size_t bytes = engine::DataTypeSize(model.outputs[i].type);
+    for (int64_t d : parsed.output_shapes[i]) {
+      FUZZ_CHECK(d >= 0);
+      bytes *= static_cast<size_t>(d);
+    }
+    FUZZ_CHECK(bytes == parsed.output_bytes[i]);
+    if (bytes > (size_t{64} << 20)) return;
+    buffers.emplace_back(bytes, static_cast<char>(checksum));
+  }
+  for (const std::string& b : buffers) outputs.push_back(b.data());
+  inference::ModelInferResponse response;
+  server::FillInferResponse(model, parsed, outputs, &response);
+  FUZZ_CHECK(response.outputs_size() == static_cast<int>(parsed.outputs.size()));
+  for (int k = 0; k < response.outputs_size(); ++k) {
+    FUZZ_CHECK(response.raw_output_contents(k).size() == parsed.output_bytes[parsed.outputs[k]]);
+  }
+}
+
+}  // namespace
+
+int FuzzOne(const uint8_t* data, size_t size) {
+  inference::ModelInferRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const engine::ModelInfo& model = ModelFor(request.model_name());
+
+  absl::StatusOr<server::ParsedRequest> parsed = server::ParseInferRequest(model, request);
+  if (parsed.ok()) {
+    CheckAccepted(model, *parsed);
+    // A copy points to the same live bytes (converted inputs are shared).
+    server::ParsedRequest copy = *parsed;
+    parsed = absl::InvalidArgumentError("dropped");
+    CheckAccepted(model, copy);
+  }
+  // A byte limit only ever refuses more: what passes under it passes without.
+  constexpr size_t kLimit = 256;
+  absl::StatusOr<server::ParsedRequest> limited =
+      server::ParseInferRequest(model, request, kLimit);
+  if (limited.ok()) {
+    for (const auto& [bytes, length] : limited->inputs) FUZZ_CHECK(length <= kLimit);
+    FUZZ_CHECK(server::ParseInferRequest(model, request).ok());
+  }
+  return 0;
+}
+
+}  // namespace numaserve::fuzz
