@@ -90,12 +90,13 @@ test-tsan: deps
 
 # libFuzzer: builds the targets of tests/fuzz with clang and runs each for
 # FUZZ_SECONDS; fails if any finds a crash (kept in tests/fuzz/regressions/).
+FUZZ_DIR ?= build/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 fuzz: deps
-	@cmake --preset fuzz >/dev/null
-	@cmake --build --preset fuzz --target fuzz_targets
-	@bash tests/fuzz/run_fuzzers.sh build/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	@cmake --preset fuzz -B $(FUZZ_DIR) >/dev/null
+	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_targets
+	@bash tests/fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # cmake --install: the binary, the systemd unit, the default repository and
 # examples in FHS places under PREFIX (default /usr/local); DESTDIR stages.

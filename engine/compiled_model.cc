@@ -1758,8 +1758,9 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
     if (storage_[root_[v]] == Storage::kOutput && output_slot_[root_[v]] == static_cast<int>(j)) {
       continue;  // written in place
     }
-    std::memcpy(outputs[j], data[v],
-                kernels::NumElements(state.shapes[v]) * DataTypeSize(RuntimeType(graph_, v)));
+    const size_t bytes =
+        kernels::NumElements(state.shapes[v]) * DataTypeSize(RuntimeType(graph_, v));
+    if (bytes > 0) std::memcpy(outputs[j], data[v], bytes);  // empty: data may be null
   }
   return absl::OkStatus();
 }

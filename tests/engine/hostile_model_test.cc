@@ -54,8 +54,8 @@ TEST(CheckedArithmeticTest, NumElementsCheckedRefusesWhatNumElementsWraps) {
   EXPECT_EQ(*kernels::NumElementsChecked({2, 3, 4}), 24);
   EXPECT_EQ(*kernels::NumElementsChecked({0, 7}), 0);
   EXPECT_EQ(*kernels::NumElementsChecked({kMax}), kMax);
-  // The unchecked product of these wraps to 0: a "valid" empty tensor.
-  ASSERT_EQ(kernels::NumElements({k2To32, k2To32, 4}), 0);
+  // Their product wraps to 0 in 64 bits (a "valid" empty tensor)...
+  ASSERT_EQ(static_cast<uint64_t>(k2To32) * static_cast<uint64_t>(k2To32) * 4u, 0u);
   auto wrapped = kernels::NumElementsChecked({k2To32, k2To32, 4});
   ASSERT_FALSE(wrapped.ok());
   EXPECT_EQ(wrapped.status().code(), absl::StatusCode::kOutOfRange);

@@ -107,7 +107,8 @@ for target in "${targets[@]}"; do
     known["$s"]="$(basename "$f")"
     hit["$s"]="$(basename "$f")"
     echo "fuzz: $target: NEW $s" >&2
-    echo "fuzz: $target:   kept as tests/fuzz/regressions/$target/$(basename "$f")" >&2
+    echo "fuzz: $target:   kept as tests/fuzz/regressions/$target/$(basename "$f"); base64:" >&2
+    base64 -w 100 "$f" | sed "s/^/fuzz: $target:     /" >&2
   done
   echo "fuzz: $target: ${#found[@]} failing inputs, ${#hit[@]} distinct reports:" >&2
   for s in "${!hit[@]}"; do echo "fuzz: $target:   $s (regressions/$target/${hit[$s]})" >&2; done

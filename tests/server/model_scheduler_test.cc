@@ -165,8 +165,9 @@ class SchedulerTest : public ::testing::Test {
 
   FakeClock clock_;
   std::unique_ptr<FakePool> pool_;
-  std::unique_ptr<ModelScheduler> scheduler_;
+  // Before scheduler_: ~ModelScheduler answers what is still queued.
   std::vector<std::shared_ptr<Call>> calls_;
+  std::unique_ptr<ModelScheduler> scheduler_;
   int next_id_ = 1;
 };
 
