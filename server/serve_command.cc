@@ -98,67 +98,15 @@ struct ServeOptions {
   int64_t test_batch_compute_us = 0;
 };
 
-// Samples each worker's resident memory from /proc/<pid>/statm once a second.
-class ResidentMemorySampler {
+// Runs `task` on a thread of its own every `period` until Stop() (or
+// destruction); Stop() wakes it at once. Not started for a zero period.
+class PeriodicTask {
  public:
-  ResidentMemorySampler(WorkerSupervisor* workers, Metrics* metrics)
-      : workers_(workers), metrics_(metrics), thread_([this] { Loop(); }) {}
-  ~ResidentMemorySampler() { Stop(); }
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+  PeriodicTask(std::chrono::microseconds period, std::function<void()> task)
+      : task_(std::move(task)) {
+    if (period.count() > 0) thread_ = std::thread([this, period] { Loop(period); });
   }
-
- private:
-  void Loop() {
-    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stopping_) {
-      for (int w = 0; w < workers_->size(); ++w) {
-        pid_t pid = workers_->Pid(w);
-        if (pid <= 0) continue;
-        FILE* f = fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "r");
-        if (f == nullptr) continue;
-        long size = 0, resident = 0;
-        if (fscanf(f, "%ld %ld", &size, &resident) == 2) {
-          metrics_->SetWorkerResidentBytes(w, workers_->placement(w).numa_node,
-                                           static_cast<double>(resident) * page);
-        }
-        fclose(f);
-      }
-      cv_.wait_for(lock, std::chrono::seconds(1));
-    }
-  }
-
-  WorkerSupervisor* const workers_;
-  Metrics* const metrics_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread thread_;
-};
-
-// systemd's watchdog (WatchdogSec= in the unit, WATCHDOG_USEC in the
-// environment): a ping every half period for as long as `probe` keeps
-// returning, so a server stuck on the locks the probe takes stops the pings
-// and systemd restarts the service. Nothing runs when the watchdog is off.
-class SystemdWatchdog {
- public:
-  explicit SystemdWatchdog(std::function<void()> probe) : probe_(std::move(probe)) {
-    uint64_t usec = 0;
-    if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return;
-    const auto period = std::chrono::microseconds(std::max<uint64_t>(usec / 2, 1000));
-    Log(LogLevel::kInfo, "serve",
-        absl::StrFormat("systemd watchdog: a ping every %.3f s",
-                        static_cast<double>(period.count()) / 1e6),
-        {{"watchdog_period_s", static_cast<double>(period.count()) / 1e6}});
-    thread_ = std::thread([this, period] { Loop(period); });
-  }
-  ~SystemdWatchdog() { Stop(); }
+  ~PeriodicTask() { Stop(); }
   void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -173,19 +121,51 @@ class SystemdWatchdog {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       lock.unlock();
-      probe_();
-      sd_notify(0, "WATCHDOG=1");
+      task_();
       lock.lock();
       cv_.wait_for(lock, period, [this] { return stopping_; });
     }
   }
 
-  std::function<void()> probe_;
+  const std::function<void()> task_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread thread_;
 };
+
+// Each worker's resident memory, from /proc/<pid>/statm.
+void SampleResidentMemory(const WorkerSupervisor& workers, Metrics* metrics) {
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  for (int w = 0; w < workers.size(); ++w) {
+    const pid_t pid = workers.Pid(w);
+    if (pid <= 0) continue;
+    FILE* f = fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "r");
+    if (f == nullptr) continue;
+    long size = 0, resident = 0;
+    if (fscanf(f, "%ld %ld", &size, &resident) == 2) {
+      metrics->SetWorkerResidentBytes(w, workers.placement(w).numa_node,
+                                      static_cast<double>(resident) * page);
+    }
+    fclose(f);
+  }
+}
+
+// systemd's watchdog (WatchdogSec= in the unit, WATCHDOG_USEC in the
+// environment): the ping period, half of systemd's, or 0 when the watchdog
+// is off. The pings go out for as long as the probe before each returns, so
+// a server stuck on the locks the probe takes stops them and systemd
+// restarts the service.
+std::chrono::microseconds SystemdWatchdogPeriod() {
+  uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return std::chrono::microseconds(0);
+  const auto period = std::chrono::microseconds(std::max<uint64_t>(usec / 2, 1000));
+  Log(LogLevel::kInfo, "serve",
+      absl::StrFormat("systemd watchdog: a ping every %.3f s",
+                      static_cast<double>(period.count()) / 1e6),
+      {{"watchdog_period_s", static_cast<double>(period.count()) / 1e6}});
+  return period;
+}
 
 // Takes gRPC's reflection plugin ("proto_server_reflection") out of a
 // ServerBuilder: linking grpc++_reflection registers it for every builder
@@ -548,7 +528,9 @@ int ServeCommand(const std::vector<std::string>& args) {
   for (const auto& p : plan->workers) {
     (*metrics)->SetWorkerPeak(p.index, p.numa_node, peak_per_core * p.num_threads);
   }
-  ResidentMemorySampler rss_sampler(workers->get(), metrics->get());
+  PeriodicTask rss_sampler(std::chrono::seconds(1), [workers = workers->get(), m = metrics->get()] {
+    SampleResidentMemory(*workers, m);
+  });
   (*workers)->Start(std::chrono::minutes(5));
   ModelManager::Options manager_options;
   manager_options.repository = o.model_repository;
@@ -700,7 +682,10 @@ int ServeCommand(const std::vector<std::string>& args) {
   sd_notifyf(0, "READY=1\nSTATUS=serving: grpc=%s:%d metrics=%s:%d", o.host.c_str(), grpc_port,
              metrics_host.c_str(), (*metrics)->port());
   // The probe: readiness, through the worker supervisor's locks.
-  SystemdWatchdog watchdog([&] { (void)service.Ready(); });
+  PeriodicTask watchdog(SystemdWatchdogPeriod(), [&] {
+    (void)service.Ready();
+    sd_notify(0, "WATCHDOG=1");
+  });
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
