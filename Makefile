@@ -6,13 +6,17 @@
 #   make test-asan-ci  the part of test-asan that CI runs
 #   make test-tsan   TSan build (build/tsan), the server's threaded unit tests
 #   make fuzz        libFuzzer targets with clang (build/fuzz), FUZZ_SECONDS each
+# Soak and faults against a real server (benchmarks/e2e/reliability.py):
+#   make reliability  10 min soak at 80% capacity, 2x overload, kill -9, corrupt
+#                     models under poll, disk full at a checkpoint (~17 min)
 BUILD_DIR ?= build/release
 JOBS ?= 2
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 SERVE_ARGS ?=
 
-.PHONY: all deps configure build serve test bench format clean test-asan test-asan-ci test-tsan fuzz install
+.PHONY: all deps configure build serve test bench format clean test-asan test-asan-ci test-tsan fuzz install \
+  reliability
 
 all: build
 
@@ -106,6 +110,12 @@ install: build
 
 bench: build
 	@bash benchmarks/run.sh $(BUILD_DIR)
+
+# RELIABILITY_ARGS: e.g. --scenario soak --soak-seconds 3600 --json soak.json
+RELIABILITY_ARGS ?=
+reliability: build
+	@/usr/bin/python3 benchmarks/e2e/reliability.py --binary $(BUILD_DIR)/bin/numaserve \
+	  $(RELIABILITY_ARGS)
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

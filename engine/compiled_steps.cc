@@ -205,7 +205,7 @@ int64_t ConvStep::WeightBytes() const {
   const kernels::ConvOnednnOptions& o = kernel_->options();
   int64_t n = o.out_channels * (o.in_channels / std::max<int64_t>(o.group, 1));
   for (int64_t k : o.kernel) n *= k;
-  return n * static_cast<int64_t>(sizeof(float));
+  return n * (o.bf16 ? 2 : static_cast<int64_t>(sizeof(float)));
 }
 
 absl::Status ConvStep::Run(const StepContext& ctx) {

@@ -73,6 +73,28 @@ struct ModelInfo {
 // ("model.onnx: node 'conv1' uses unsupported op Conv").
 absl::StatusOr<ModelInfo> InspectModel(const std::string& path);
 
+// The arithmetic a compiled model's convs and matmuls run in (a model's
+// `precision` in config.pbtxt, `numaserve bench --precision`).
+enum class Precision {
+  kFp32,  // everything in FP32
+  // Convs (ConvTranspose too) and Gemm/MatMul with constant weights in BF16
+  // with FP32 accumulation, those doing enough work per input element
+  // (CompileOptions::bf16_min_flops_per_input): their weights converted to
+  // BF16 once at load, their inputs at each run; their outputs, and every
+  // other op (norms, softmax, the fused attention, element-wise ops,
+  // pooling), FP32. Only
+  // where oneDNN has native BF16 kernels (kernels::GetBf16Support: AMX-BF16
+  // or AVX512_BF16, not capped below); CompiledModel::Load refuses it
+  // elsewhere with the reason.
+  kBf16,
+};
+// "fp32", "bf16".
+const char* PrecisionName(Precision precision);
+// The names above; INVALID_ARGUMENT naming the accepted values otherwise.
+absl::StatusOr<Precision> PrecisionFromName(const std::string& name);
+// "fp32", "bf16": the values PrecisionFromName accepts.
+const std::vector<std::string>& PrecisionChoices();
+
 struct CompileOptions {
   // Threads for the kernels; 0 = the OpenMP default (OMP_NUM_THREADS).
   int num_threads = 0;
@@ -127,6 +149,22 @@ struct CompileOptions {
   // kept in cache (BERT-base: ~6% of the run at batch 32 before). Off only
   // to compare.
   bool fuse_attention = true;
+  // kBf16: convs and weight matmuls in BF16 (see Precision). Needs
+  // gemm_backend "onednn" or "auto" (which then means oneDNN, untimed).
+  Precision precision = Precision::kFp32;
+  // With kBf16, a conv or weight matmul runs in BF16 only where it does at
+  // least this many FLOPs per element of its input (a conv: 2 x (M/group)
+  // x kernel / strides; a matmul: 2N); the others stay FP32. BF16 halves
+  // the arithmetic but its input is converted first, one more pass over
+  // it, which a conv doing little per input element does not earn back. On
+  // the 2-vCPU Zen 5 (AVX512_BF16, no AMX), per step, BF16 against FP32:
+  // MobileNetV2's 1x1 projections (32 to 192 FLOPs per input element)
+  // 1.15-3.2x slower, its 3x3 stride-2 stem (144) 1.19x slower at batch
+  // 32, a depthwise 3x3 (18) 1.4x slower; ResNet-50's 1x1 256->64 (128)
+  // 1.2x slower at batch 1, 0.8-0.9x at 32; its 1x1 512->128 (256) even at
+  // batch 1 and 0.7x at 32; everything above 0.5-0.8x. 0: every conv and
+  // weight matmul in BF16 (tests).
+  double bf16_min_flops_per_input = 256;
 };
 
 // The size of the last-level cache shared by the calling thread's core

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "affinity/cpu_features.h"
+#include "base/log.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
@@ -79,7 +80,7 @@ void Init() {
       decision.skipped.push_back(std::string("oneDNN cap not applied: ") + e.what());
     }
   }
-  std::string line = std::string("numaserve: kernels: ") + IsaTierName(decision.tier);
+  std::string line = std::string("kernels: ") + IsaTierName(decision.tier);
   if (!decision.onednn_cap.empty()) line += ", oneDNN capped at " + decision.onednn_cap;
   if (decision.avx512_probe_us > 0) {
     char probe[128];
@@ -88,7 +89,18 @@ void Init() {
     line += probe;
   }
   for (const std::string& s : decision.skipped) line += "; skipped " + s;
-  std::fprintf(stderr, "%s\n", line.c_str());
+  std::vector<base::LogField> fields = {{"tier", IsaTierName(decision.tier)}};
+  if (!decision.onednn_cap.empty()) fields.emplace_back("onednn_cap", decision.onednn_cap);
+  if (decision.avx512_probe_us > 0) {
+    fields.emplace_back("avx512_probe_us", decision.avx512_probe_us);
+    fields.emplace_back("avx2_probe_us", decision.avx2_probe_us);
+  }
+  if (!decision.skipped.empty()) {
+    std::string skipped;
+    for (const std::string& s : decision.skipped) skipped += (skipped.empty() ? "" : "; ") + s;
+    fields.emplace_back("skipped", skipped);
+  }
+  base::Log(base::LogLevel::kInfo, "dispatch", line, fields);
 }
 
 }  // namespace
@@ -218,6 +230,40 @@ std::string IsaDescription() {
       break;
   }
   return std::string(IsaTierName(d.max_tier)) + ", oneDNN " + onednn;
+}
+
+Bf16Support DecideBf16(bool cpu_avx512_bf16, bool cpu_amx_bf16, IsaTier max_tier,
+                       const std::string& cap, bool onednn_bf16, bool onednn_amx) {
+  Bf16Support s;
+  if (!cpu_avx512_bf16 && !cpu_amx_bf16) {
+    s.reason = "this CPU/OS has neither AVX512_BF16 nor AMX-BF16";
+  } else if (max_tier != IsaTier::kAvx512) {
+    s.reason = cap.empty() ? std::string("the AVX-512 tier is not usable here")
+                           : "capped by NUMASERVE_MAX_ISA=" + cap + " (no BF16 below AVX-512)";
+  } else if (!onednn_bf16) {
+    s.reason = std::string("oneDNN is capped below its BF16 kernels") +
+               (cap.empty() ? " (DNNL_MAX_CPU_ISA)" : " (NUMASERVE_MAX_ISA=" + cap + ")") +
+               ", where it only emulates BF16";
+  } else {
+    s.native = true;
+    s.path = cpu_amx_bf16 && onednn_amx ? "amx_bf16" : "avx512_bf16";
+  }
+  return s;
+}
+
+const Bf16Support& GetBf16Support() {
+  static const Bf16Support support = [] {
+    const DispatchDecision& d = GetDispatchDecision();  // applies the oneDNN cap first
+    const auto& f = affinity::GetCpuFeatures();
+    const unsigned isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto has = [isa](dnnl::cpu_isa want) {
+      const unsigned w = static_cast<unsigned>(want);
+      return (isa & w) == w;
+    };
+    return DecideBf16(f.avx512_bf16, f.amx_bf16, d.max_tier, d.cap,
+                      has(dnnl::cpu_isa::avx512_core_bf16), has(dnnl::cpu_isa::avx512_core_amx));
+  }();
+  return support;
 }
 
 const KernelTable* KernelTableFor(IsaTier tier) {

@@ -3,7 +3,8 @@
 // avx512 (AVX-512F/BW/VL/DQ + FMA), avx2 (AVX2 + FMA), scalar. The
 // environment cap NUMASERVE_MAX_ISA=avx2|avx512|amx limits the tier and
 // also oneDNN (dnnl::set_max_cpu_isa), so both run the same ISA. The chosen
-// tier and why each better tier was skipped are logged to stderr once.
+// tier and why each better tier was skipped are logged once (base/log.h,
+// component "dispatch").
 #pragma once
 
 #include <cstdint>
@@ -77,5 +78,29 @@ std::string IsaDescription();
 // The table of a given tier, for tests and benchmarks; null when this CPU
 // cannot run it.
 const KernelTable* KernelTableFor(IsaTier tier);
+
+// Whether BF16 compute (a model's precision "bf16": convs and matmuls on
+// oneDNN with BF16 inputs and FP32 accumulation) has a native path in this
+// process: AMX-BF16 or AVX512_BF16 on the CPU and OS, the AVX-512 tier
+// (not capped by NUMASERVE_MAX_ISA=avx2), and oneDNN's ISA reaching its
+// BF16 kernels (avx512_core_bf16 or AMX; not capped by
+// NUMASERVE_MAX_ISA=avx512 / DNNL_MAX_CPU_ISA=AVX512_CORE, where oneDNN
+// only emulates BF16, slower than FP32). Never emulated: a model asking
+// for BF16 where it is not native is refused with `reason`.
+struct Bf16Support {
+  bool native = false;
+  std::string path;    // "amx_bf16" or "avx512_bf16" when native
+  std::string reason;  // why not, when not native ("capped by NUMASERVE_MAX_ISA=avx2")
+};
+
+// Pure: the decision for these CPU flags (CPUID and OS support), the
+// process's widest tier and cap (DispatchDecision), and oneDNN's effective
+// ISA: whether it includes avx512_core_bf16 and AMX.
+Bf16Support DecideBf16(bool cpu_avx512_bf16, bool cpu_amx_bf16, IsaTier max_tier,
+                       const std::string& cap, bool onednn_bf16, bool onednn_amx);
+
+// The process's decision (after the dispatch table has applied any cap to
+// oneDNN), computed once.
+const Bf16Support& GetBf16Support();
 
 }  // namespace numaserve::kernels

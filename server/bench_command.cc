@@ -196,7 +196,7 @@ absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
 
 int BenchCommand(const std::vector<std::string>& args) {
   std::string model_path, batches_text = "1,8,32", gemm = "auto", conv = "winograd";
-  std::string attention = "fused";
+  std::string attention = "fused", precision_name = "fp32";
   int64_t threads = 0;
   double seconds = 3.0;
   bool json = false, plan = false, profile = false;
@@ -205,7 +205,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   double batch_split_mb = -1;
   ArgParser parser("bench",
                    "run a model in process per batch size: inferences/s, p50/p99 latency, "
-                   "GFLOP/s and the fraction of FP32 peak");
+                   "GFLOP/s and the fraction of peak (FP32, or BF16 with --precision bf16)");
   parser.AddString("model", &model_path, "ONNX model file (required)");
   parser.AddString("batch", &batches_text, "comma-separated batch sizes");
   parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
@@ -227,6 +227,9 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddString("attention", &attention,
                    "scaled dot-product attention (MatMul, scale, Softmax, MatMul): fused (one "
                    "step on the own kernel) | unfused (each op its own step)");
+  parser.AddString("precision", &precision_name,
+                   "fp32 | bf16 (convs and weight matmuls in BF16 with FP32 accumulation, "
+                   "weights converted at load; refused where the CPU has no native BF16)");
   parser.AddString("gemm", &gemm,
                    "GEMM backend: onednn | blis | openblas | auto (each timed once per shape at "
                    "load, the fastest kept)");
@@ -282,11 +285,18 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: --gemm: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  const absl::StatusOr<engine::Precision> precision = engine::PrecisionFromName(precision_name);
+  if (!precision.ok()) {
+    fprintf(stderr, "numaserve bench: --precision: %s\n",
+            std::string(precision.status().message()).c_str());
+    return 2;
+  }
   engine::CompileOptions options{.num_threads = static_cast<int>(threads),
                                  .gemm_backend = gemm,
                                  .gemm_cache_file = engine::DefaultGemmCacheFile(),
                                  .conv_algorithm = conv};
   options.fuse_attention = attention == "fused";
+  options.precision = *precision;
   if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
   if (batch_split_mb >= 0) {
     options.batch_split_cache_bytes = static_cast<int64_t>(batch_split_mb * (1 << 20));
@@ -308,10 +318,15 @@ int BenchCommand(const std::vector<std::string>& args) {
     }
   }
   const int used_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
-  const double peak = kernels::Fp32PeakGflopsPerCore() * used_threads;
+  // BF16: fractions of the BF16 peak (AMX tiles or AVX512_BF16 dot
+  // products), which the convs and matmuls run at.
+  const bool bf16 = *precision == engine::Precision::kBf16;
+  const double peak = (bf16 ? affinity::GetPeakFlops().peak_bf16_gflops_per_core
+                            : kernels::Fp32PeakGflopsPerCore()) *
+                      used_threads;
   if (!json) {
-    printf("%s: %.2f GFLOP per row, %d threads, FP32 peak %.0f GFLOP/s\n", model_path.c_str(),
-           (*model)->info().flops_per_row / 1e9, used_threads, peak);
+    printf("%s: %.2f GFLOP per row, %d threads, %s peak %.0f GFLOP/s\n", model_path.c_str(),
+           (*model)->info().flops_per_row / 1e9, used_threads, bf16 ? "BF16" : "FP32", peak);
     printf("%6s %12s %10s %10s %10s %8s %10s\n", "batch", "infer/s", "p50_ms", "p99_ms", "GFLOP/s",
            "peak", "act_MB");
   }
@@ -330,13 +345,14 @@ int BenchCommand(const std::vector<std::string>& args) {
     }
     if (json) {
       printf(
-          "{\"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"iterations\": %lld, "
+          "{\"model\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, \"threads\": %d, "
+          "\"iterations\": %lld, "
           "\"inferences_per_second\": %.3f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
           "\"gflops\": %.3f, \"peak_fraction\": %.4f, \"peak_fraction_kind\": \"%s\", "
           "\"activation_bytes\": %lld}\n",
-          model_path.c_str(), static_cast<long long>(r->batch), used_threads,
-          static_cast<long long>(r->iterations), r->inferences_per_second, r->p50_ms, r->p99_ms,
-          r->gflops, r->peak_fraction, r->effective ? "effective" : "actual",
+          model_path.c_str(), engine::PrecisionName(*precision), static_cast<long long>(r->batch),
+          used_threads, static_cast<long long>(r->iterations), r->inferences_per_second, r->p50_ms,
+          r->p99_ms, r->gflops, r->peak_fraction, r->effective ? "effective" : "actual",
           static_cast<long long>(r->activation_bytes));
     } else {
       printf("%6lld %12.1f %10.3f %10.3f %10.1f %7.3f%s %10.1f\n", static_cast<long long>(r->batch),

@@ -216,6 +216,18 @@ void DynamicBatcher::Stop(const absl::Status& why) {
   }
 }
 
+size_t DynamicBatcher::RejectAll(const absl::Status& why) {
+  std::deque<std::shared_ptr<BatchRequest>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued.swap(queue_);
+  }
+  for (auto& r : queued) {
+    if (r->reject) r->reject(why);
+  }
+  return queued.size();
+}
+
 size_t DynamicBatcher::queued_requests() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.size();

@@ -90,6 +90,9 @@ class DynamicBatcher {
   bool Cancel(const BatchRequest* request, const absl::Status& why);
   // Rejects everything queued with `why`; later Enqueue calls fail.
   void Stop(const absl::Status& why);
+  // Rejects everything queued with `why`; the queue stays open. Returns how
+  // many were rejected.
+  size_t RejectAll(const absl::Status& why);
 
   size_t queued_requests() const;
   const Options& options() const { return options_; }

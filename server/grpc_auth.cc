@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/log.h"
 
 namespace numaserve::server {
 namespace {
@@ -215,10 +216,10 @@ absl::StatusOr<std::unique_ptr<GrpcAuth>> GrpcAuth::Create(const GrpcAuthOptions
     auth->tokens_ = std::move(*tokens);
     struct stat st;
     if (stat(o.token_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-      fprintf(stderr,
-              "numaserve: warning: --grpc-auth-token-file %s is readable by other users "
-              "(chmod 600)\n",
-              o.token_file.c_str());
+      base::Log(base::LogLevel::kWarning, "auth",
+                absl::StrCat("--grpc-auth-token-file ", o.token_file,
+                             " is readable by other users (chmod 600)"),
+                {{"path", o.token_file}});
     }
     auth->processor_ = std::make_shared<TokenProcessor>(auth.get());
   }

@@ -19,6 +19,10 @@
 namespace numaserve::server {
 namespace {
 
+// Triton's platform name for an ONNX model: what ModelMetadata and
+// ModelConfig both answer.
+constexpr char kOnnxPlatform[] = "onnxruntime_onnx";
+
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -115,13 +119,14 @@ bool InferenceService::IsKnownModel(const std::string& name) const {
 }
 
 absl::StatusOr<ModelHandle> InferenceService::Resolve(const std::string& name,
-                                                      const std::string& version) const {
+                                                      const std::string& version,
+                                                      ModelManager::Need need) const {
   int64_t v = 0;
   if (!version.empty() && (!absl::SimpleAtoi(version, &v) || v <= 0)) {
     return absl::NotFoundError(absl::StrFormat(
         "model '%s' has no version '%s' (versions are positive integers)", name, version));
   }
-  return models_->Resolve(name, v);
+  return models_->Resolve(name, v, need);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -165,7 +170,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   const RepositoryModel& m = **model;
   response->set_name(m.name);
   for (int64_t v : models_->ReadyVersions(m.name)) response->add_versions(absl::StrCat(v));
-  response->set_platform("onnx");
+  response->set_platform(kOnnxPlatform);
   for (const auto& t : m.info.inputs) AddTensorMetadata(t, response->add_inputs());
   for (const auto& t : m.info.outputs) AddTensorMetadata(t, response->add_outputs());
   return FinishNow(context, grpc::Status::OK);
@@ -283,7 +288,9 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     if (IsKnownModel(request->model_name())) call->model = request->model_name();
     return finish(absl::UnavailableError("the server is shutting down"));
   }
-  auto resolved = Resolve(request->model_name(), request->model_version());
+  // A request may queue for a worker that restarts with its model.
+  auto resolved =
+      Resolve(request->model_name(), request->model_version(), ModelManager::Need::kServable);
   if (!resolved.ok()) {
     if (IsKnownModel(request->model_name())) call->model = request->model_name();
     return finish(resolved.status());
@@ -386,7 +393,8 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     // The version this request resolved to was switched out meanwhile (a
     // newer version, or the same version reloaded with an edited config):
     // what the request names now takes it.
-    auto again = Resolve(request->model_name(), request->model_version());
+    auto again =
+        Resolve(request->model_name(), request->model_version(), ModelManager::Need::kServable);
     if (again.ok() && *again != model) {
       auto parsed_again = ParseInferRequest((*again)->info, *request, options_.max_message_bytes);
       if (parsed_again.ok()) {
@@ -593,7 +601,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
   const config::ModelConfig& c = m.config;
   inference::ModelConfig* out = response->mutable_config();
   out->set_name(m.name);
-  out->set_platform("onnxruntime_onnx");
+  out->set_platform(kOnnxPlatform);
   out->set_backend("numaserve");
   out->set_max_batch_size(c.max_batch_size());
   switch (c.version_policy().policy_choice_case()) {
@@ -655,6 +663,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
   }
   auto& parameters = *out->mutable_parameters();
   parameters["gemm_backend"].set_string_value(c.gemm_backend().empty() ? "auto" : c.gemm_backend());
+  parameters["precision"].set_string_value(c.precision().empty() ? "fp32" : c.precision());
   parameters["instance_placement.domains"].set_string_value(
       c.instance_placement().domains_size() == 0 ? "all" : absl::StrJoin(m.workers, ","));
   parameters["instance_placement.instances_per_domain"].set_string_value(

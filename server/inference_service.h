@@ -124,7 +124,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   friend class InferStream;
 
   // NOT_FOUND for an unknown model or version; the model otherwise.
-  absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version) const;
+  absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version,
+                                      ModelManager::Need need = ModelManager::Need::kReady) const;
   // Whether the repository has a model `name` (in any state): only such
   // names become metric label values.
   bool IsKnownModel(const std::string& name) const;

@@ -7,10 +7,10 @@
 #include "kernels/dispatch.h"
 #include "server/bench_command.h"
 #include "server/infer_command.h"
-#include "server/log.h"
 #include "server/serve_command.h"
 #include "server/topology_command.h"
 #include "server/train_command.h"
+#include "server/version.h"
 #include "server/worker_main.h"
 
 namespace {

@@ -270,6 +270,7 @@ const std::map<std::string, bool>& UsedTritonFields() {
       {"default_model_filename", false},  // "model.onnx", or refused
       {"instance_placement", false},
       {"gemm_backend", false},
+      {"precision", false},
   };
   return *kUsed;
 }
@@ -368,6 +369,7 @@ absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
   }
   *c.mutable_instance_placement() = t.instance_placement();
   c.set_gemm_backend(t.gemm_backend());
+  c.set_precision(t.precision());
 
   int64_t copies = 0;
   for (int i = 0; i < t.instance_group_size(); ++i) {
@@ -567,6 +569,11 @@ absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::
     return Invalid(model, "gemm_backend",
                    absl::StrCat("'", c.gemm_backend(), "' is not built in (available: ",
                                 absl::StrJoin(backends, ", "), ")"));
+  }
+  if (!c.precision().empty() && !engine::PrecisionFromName(c.precision()).ok()) {
+    return Invalid(model, "precision",
+                   absl::StrCat("'", absl::CHexEscape(c.precision()), "' is not one of ",
+                                absl::StrJoin(engine::PrecisionChoices(), ", ")));
   }
   if (c.version_policy().has_latest() && c.version_policy().latest().num_versions() > 1000) {
     return Invalid(model, "version_policy.latest.num_versions", "is unreasonably large");

@@ -8,12 +8,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/log.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/metrics.h"
 #include "server/model_scheduler.h"
 #include "server/worker_supervisor.h"
 
 namespace numaserve::server {
+
+using base::Log;
+using base::LogLevel;
+
 namespace {
 
 WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m, int default_instances) {
@@ -24,7 +29,8 @@ WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m, int default_insta
           m.path,
           m.workers,
           m.config.gemm_backend(),
-          configured != 0 ? configured : default_instances};
+          configured != 0 ? configured : default_instances,
+          m.config.precision()};
 }
 
 // The reason a served version keeps its previous config.
@@ -115,7 +121,8 @@ void ModelManager::Stop() {
   stopped_ = true;
 }
 
-absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64_t version) const {
+absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64_t version,
+                                                  Need need) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);
   if (it == models_.end()) {
@@ -135,7 +142,8 @@ absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64
   };
   auto ready = [&](int64_t v, const VersionState& s) {
     return s.handle != nullptr && s.state == ModelState::kReady &&
-           workers_->ModelAvailable(s.handle->key());
+           (workers_->ModelAvailable(s.handle->key()) ||
+            (need == Need::kServable && workers_->ModelExpected(s.handle->key())));
   };
   if (version == 0) {
     for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) {
@@ -308,19 +316,27 @@ absl::Status ModelManager::Load(const std::string& name) {
   }
   for (const auto& h : loaded) {
     if (metrics_) metrics_->SetModelReady(h->name, absl::StrCat(h->version), true);
-    fprintf(stderr, "numaserve: model %s version %d %s (%.2f s)\n", h->name.c_str(),
-            static_cast<int>(h->version),
-            h->generation > 0 ? "reloaded with its edited config.pbtxt" : "loaded",
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    Log(LogLevel::kInfo, "models",
+        absl::StrFormat("model %s version %d %s (%.2f s)", h->name, h->version,
+                        h->generation > 0 ? "reloaded with its edited config.pbtxt" : "loaded",
+                        seconds),
+        {{"model", h->name},
+         {"version", h->version},
+         {"generation", h->generation},
+         {"path", h->path},
+         {"seconds", seconds}});
   }
   // The previous loads of reloaded versions: what they queued or run
   // finishes on them, then the workers free them.
   for (const auto& h : replaced) {
     if (!scheduler_->RemoveModel(h->key(), options_.drain_timeout)) {
-      fprintf(stderr,
-              "numaserve: model %s version %d: requests still queued on the previous "
-              "config after the drain timeout were answered UNAVAILABLE\n",
-              h->name.c_str(), static_cast<int>(h->version));
+      Log(LogLevel::kWarning, "models",
+          absl::StrFormat("model %s version %d: requests still queued on the previous config "
+                          "after the drain timeout were answered UNAVAILABLE",
+                          h->name, h->version),
+          {{"model", h->name}, {"version", h->version}});
     }
     workers_->UnloadModel(h->key());
   }
@@ -328,12 +344,14 @@ absl::Status ModelManager::Load(const std::string& name) {
     // The new versions already serve; a retired one that fails to unload is
     // logged, not a failure of this load.
     if (absl::Status s = UnloadVersions(name, retired); !s.ok()) {
-      fprintf(stderr, "numaserve: model %s: retiring old versions: %s\n", name.c_str(),
-              std::string(s.message()).c_str());
+      Log(LogLevel::kWarning, "models",
+          absl::StrCat("model ", name, ": retiring old versions: ", s.message()),
+          {{"model", name}, {"error", s.message()}});
     }
   }
   if (!first_error.empty()) {
-    fprintf(stderr, "numaserve: model %s: %s\n", name.c_str(), first_error.c_str());
+    Log(LogLevel::kError, "models", absl::StrCat("model ", name, ": ", first_error),
+        {{"model", name}, {"error", first_error}});
     return absl::InvalidArgumentError(first_error);
   }
   return absl::OkStatus();
@@ -362,8 +380,9 @@ absl::Status ModelManager::UnloadVersions(const std::string& name,
     v.handle = nullptr;
     v.state = ModelState::kUnavailable;
     v.reason = "unloaded";
-    fprintf(stderr, "numaserve: model %s version %d unloaded\n", name.c_str(),
-            static_cast<int>(h->version));
+    Log(LogLevel::kInfo, "models",
+        absl::StrFormat("model %s version %d unloaded", name, h->version),
+        {{"model", name}, {"version", h->version}});
   }
   if (!drained) {
     return absl::DeadlineExceededError(

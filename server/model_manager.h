@@ -75,10 +75,16 @@ class ModelManager {
              const std::vector<std::string>& not_loaded);
   void Stop();
 
+  // What a caller of Resolve needs: a version that a worker holds now
+  // (ModelReady, metadata), or one that may take requests: held now or
+  // held again soon by a worker restarting with it (inference requests
+  // queue for that worker rather than fail; WorkerSupervisor::ModelExpected).
+  enum class Need { kReady, kServable };
   // The ready version `version` of `name` (0: the highest ready one).
   // NOT_FOUND for an unknown model or version; UNAVAILABLE with the reason
   // for a known one that is not ready.
-  absl::StatusOr<ModelHandle> Resolve(const std::string& name, int64_t version) const;
+  absl::StatusOr<ModelHandle> Resolve(const std::string& name, int64_t version,
+                                      Need need = Need::kReady) const;
   // Versions of `name` that are ready, ascending.
   std::vector<int64_t> ReadyVersions(const std::string& name) const;
   std::vector<IndexEntry> Index() const;

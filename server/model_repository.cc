@@ -11,7 +11,10 @@
 #include <system_error>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/log.h"
 #include "server/model_config.h"
 
 namespace numaserve::server {
@@ -55,6 +58,15 @@ std::string RepositoryModel::key() const {
   return absl::StrCat(name, ":", version, "#", generation);
 }
 
+ModelKeyParts SplitModelKey(const std::string& key) {
+  const size_t colon = key.rfind(':');
+  if (colon == std::string::npos) return {key, 0};
+  ModelKeyParts parts{key.substr(0, colon), 0};
+  const std::string version = key.substr(colon + 1, key.find('#', colon) - colon - 1);
+  if (!absl::SimpleAtoi(version, &parts.version)) parts.version = 0;
+  return parts;
+}
+
 absl::Status CheckModelName(const std::string& name) {
   auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
@@ -95,8 +107,9 @@ std::vector<std::string> ModelRepository::ListModels(const std::string& dir) {
     std::string name = entry.path().filename().string();
     if (name.empty() || name[0] == '.') continue;  // hidden: skipped silently
     if (absl::Status s = CheckModelName(name); !s.ok()) {
-      fprintf(stderr, "numaserve: %s: skipped: %s\n", dir.c_str(),
-              std::string(s.message()).c_str());
+      base::Log(base::LogLevel::kWarning, "repository",
+                absl::StrCat(dir, ": skipped: ", s.message()),
+                {{"path", (fs::path(dir) / name).string()}, {"error", s.message()}});
       continue;
     }
     names.push_back(name);
@@ -160,8 +173,12 @@ std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
   if (fs::exists(config_path, ec)) {
     auto config = ReadModelConfig(config_path.string(), num_workers);
     if (config.ok()) {
-      for (const auto& line : IgnoredFieldLines(name, *config)) {
-        fprintf(stderr, "%s\n", line.c_str());
+      for (const std::string& field : config->ignored_fields) {
+        base::Log(base::LogLevel::kInfo, "repository",
+                  absl::StrFormat("model '%s' %s: ignoring Triton field '%s' (no effect on "
+                                  "numaserve)",
+                                  name, kModelConfigFile, field),
+                  {{"model", name}, {"path", config_path.string()}, {"field", field}});
       }
       model.config = std::move(config->config);
     } else {

@@ -43,6 +43,14 @@ struct RepositoryModel {
   std::string key() const;  // "name:version", "name:version#generation" after a reload
 };
 
+// A key's model name and version (0 where the key has none): the model and
+// version fields of log records that name a key.
+struct ModelKeyParts {
+  std::string name;
+  int64_t version = 0;
+};
+ModelKeyParts SplitModelKey(const std::string& key);
+
 // OK when `name` may name a model directory: 1 to 255 bytes, no control
 // character (NUL included) or DEL, no '/' or '\\', and neither "." nor ".."
 // nor anything else starting with '.'. INVALID_ARGUMENT saying why
@@ -68,7 +76,7 @@ class ModelRepository {
   static std::vector<RepositoryModel> ScanModel(const std::string& dir, const std::string& name,
                                                 int num_workers);
   // Names of the model directories in DIR that pass CheckModelName, sorted
-  // (others are skipped with a line on stderr).
+  // (others are skipped with a warning in the log).
   static std::vector<std::string> ListModels(const std::string& dir);
   // Changes whenever the model's config (its content, size or modification
   // time) or any version's model.onnx (name, size, modification time)

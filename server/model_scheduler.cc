@@ -1,9 +1,10 @@
 #include "server/model_scheduler.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/log.h"
 #include "server/metrics.h"
 
 namespace numaserve::server {
@@ -50,11 +51,14 @@ absl::Status ModelScheduler::AddModel(std::shared_ptr<const RepositoryModel> mod
   }
   if (!model->info.unbatched_reason.empty()) {
     // A config asking to batch such a model was refused (ValidateModelConfig).
-    fprintf(stderr,
-            "numaserve: model '%s' version %lld: served one request per run "
-            "(max_batch_size 0): %s\n",
-            model->name.c_str(), static_cast<long long>(model->version),
-            model->info.unbatched_reason.c_str());
+    base::Log(base::LogLevel::kInfo, "scheduler",
+              absl::StrFormat("model '%s' version %d: served one request per run "
+                              "(max_batch_size 0): %s",
+                              model->name, model->version, model->info.unbatched_reason),
+              {{"model", model->name},
+               {"version", model->version},
+               {"max_batch_size", 0},
+               {"reason", model->info.unbatched_reason}});
   }
   // Pulled: this scheduler decides when a batch leaves (no callbacks).
   auto batcher = DynamicBatcher::Create(o, clock_, nullptr, nullptr);
@@ -192,10 +196,39 @@ void ModelScheduler::Schedule() {
     for (const auto& queue : touched) ReportPending(*queue);
   } while (schedule_again);
   scheduling = false;
+  FailUnservable();
   // The timer wakes for the earliest queue delay or deadline.
   Clock::TimePoint next = Clock::TimePoint::max();
   for (const auto& queue : Queues()) next = std::min(next, queue->batcher->NextWake());
   WakeBy(next);
+}
+
+void ModelScheduler::FailUnservable() {
+  for (const auto& queue : Queues()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue->retries.empty() && queue->batcher->queued_requests() == 0) continue;
+    }
+    bool held = false;
+    for (int w = 0; w < workers_->size() && !held; ++w) {
+      held = workers_->Ready(w) && workers_->HasModel(w, queue->key);
+    }
+    if (held || workers_->ModelExpected(queue->key)) continue;
+    const absl::Status why = absl::UnavailableError(
+        absl::StrCat("model '", queue->model->name, "' version ", queue->version,
+                     ": no worker holds it and none is loading it (see the model's state in "
+                     "RepositoryIndex); the request was not computed"));
+    std::deque<std::shared_ptr<Flight>> retries;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      retries.swap(queue->retries);
+    }
+    for (auto& flight : retries) Answer(queue.get(), flight.get(), why, RunOutcome(), -1);
+    queue->batcher->RejectAll(why);
+    ReportPending(*queue);
+    std::lock_guard<std::mutex> lock(mu_);
+    drained_cv_.notify_all();
+  }
 }
 
 int ModelScheduler::PickWorker(const Queue& queue, bool partial_ok, int* idle_slots) {

@@ -140,6 +140,11 @@ class ModelScheduler {
 
   // Forms and launches batches while slots are free; then arms the timer.
   void Schedule();
+  // Answers the queued requests and retries of every model that no ready
+  // worker holds and none is on its way to (WorkerPool::ModelExpected):
+  // they would otherwise wait for their deadline, or forever. While a
+  // worker restarts with the model they wait for it.
+  void FailUnservable();
   // Under mu_: the next batch to launch, or false when no free slot can
   // take a due batch.
   bool NextLaunch(Launch* launch);

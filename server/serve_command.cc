@@ -26,6 +26,7 @@
 #include "affinity/cpu_features.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
+#include "base/log.h"
 #include "engine/model.h"
 #include "engine/training/rank_binding.h"
 #include "kernels/dispatch.h"
@@ -33,17 +34,24 @@
 #include "server/clock.h"
 #include "server/grpc_auth.h"
 #include "server/inference_service.h"
-#include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_config.h"
 #include "server/model_manager.h"
 #include "server/model_repository.h"
 #include "server/model_scheduler.h"
 #include "server/training_service.h"
+#include "server/version.h"
 #include "server/worker_pool.h"
 #include "server/worker_supervisor.h"
 
 namespace numaserve::server {
+
+using base::CurrentLogOptions;
+using base::Log;
+using base::LogBlock;
+using base::LogFormat;
+using base::LogLevel;
+
 namespace {
 
 struct ServeOptions {
@@ -194,15 +202,15 @@ int Fail(const absl::Status& status) {
 
 // Sets the log format and level from the flags.
 absl::Status ConfigureLogFromFlags(const std::string& format_name, const std::string& level_name) {
-  auto format = ParseLogFormat(format_name);
+  auto format = base::ParseLogFormat(format_name);
   if (!format.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--log-format: ", format.status().message()));
   }
-  auto level = ParseLogLevel(level_name);
+  auto level = base::ParseLogLevel(level_name);
   if (!level.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--log-level: ", level.status().message()));
   }
-  ConfigureLog({.format = *format, .level = *level});
+  base::ConfigureLog({.format = *format, .level = *level});
   return absl::OkStatus();
 }
 
@@ -462,8 +470,8 @@ int ServeCommand(const std::vector<std::string>& args) {
     if (m.error.empty()) {
       const int configured = m.config.instance_placement().instances_per_domain();
       to_load.push_back({m.key(), m.name, absl::StrCat(m.version), m.path, m.workers,
-                         m.config.gemm_backend(),
-                         configured != 0 ? configured : *default_instances});
+                         m.config.gemm_backend(), configured != 0 ? configured : *default_instances,
+                         m.config.precision()});
       Log(LogLevel::kInfo, "serve",
           absl::StrFormat("model %s version %d: %s", m.name, m.version, m.path),
           {{"model", m.name}, {"version", m.version}, {"path", m.path}});

@@ -13,15 +13,31 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/log.h"
 #include "engine/training/rank_binding.h"
 #include "engine/training/trainer.h"
 #include "server/args.h"
 
 namespace numaserve::server {
+
+using base::Log;
+using base::LogLevel;
+
 namespace {
 
+// The variables mpirun passes on to ranks on other hosts (-x; ranks on this
+// host inherit the whole environment): the log settings, so every rank logs
+// as the process that launched it (`serve` exports them, base/log.h).
+constexpr const char* kForwardedVariables[] = {"NUMASERVE_LOG_FORMAT", "NUMASERVE_LOG_LEVEL"};
+
+// The command failed: its reason as a usage error in text (what a user at
+// a terminal reads), else an error record, then exit code 1.
 int Fail(const std::string& message) {
-  fprintf(stderr, "numaserve train: %s\n", message.c_str());
+  if (base::CurrentLogOptions().format == base::LogFormat::kText) {
+    fprintf(stderr, "numaserve train: %s\n", message.c_str());
+  } else {
+    Log(LogLevel::kError, "training", message);
+  }
   return 1;
 }
 
@@ -58,15 +74,19 @@ int RunRank(const std::string& config_path, bool resume) {
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  fprintf(stderr, "numaserve train: %s\n", binding->description.c_str());
+  // Every record of this rank (the kernels' too) says which rank it is.
+  base::SetLogContext({{"rank", rank}});
+  Log(LogLevel::kInfo, "training", binding->description,
+      {{"local_rank", local_rank}, {"threads", binding->num_threads}});
   training::TrainOptions options;
   options.resume = resume;
   options.stop = &stop_requested;
   absl::StatusOr<training::TrainResult> result =
       training::RunTraining(*config, options, MPI_COMM_WORLD);
   if (!result.ok()) {
-    fprintf(stderr, "numaserve train (rank %d): %s\n", rank,
-            std::string(result.status().message()).c_str());
+    Log(LogLevel::kError, "training",
+        absl::StrCat("training rank ", rank, " failed: ", result.status().message()),
+        {{"error", result.status().message()}});
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
@@ -98,6 +118,7 @@ std::vector<std::string> MpirunCommand(const MpirunOptions& o,
   }
   // Open MPI refuses root unless told; CI and containers run as root.
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (const std::string& name : o.forwarded_env) argv.insert(argv.end(), {"-x", name});
   // Each rank binds itself to its domain's share of the plan
   // (rank_binding.h), so mpirun must not bind.
   argv.insert(argv.end(), {"--bind-to", "none"});
@@ -156,13 +177,23 @@ int TrainCommand(const std::vector<std::string>& args) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", strerror(errno)));
   self[len] = '\0';
-  const std::vector<std::string> command = MpirunCommand(
-      {.mpirun = mpirun, .self = self, .ranks = ranks, .hostfile = hostfile}, train_args);
+  std::vector<std::string> forwarded_env;
+  for (const char* name : kForwardedVariables) {
+    if (getenv(name) != nullptr) forwarded_env.push_back(name);
+  }
+  const std::vector<std::string> command =
+      MpirunCommand({.mpirun = mpirun,
+                     .self = self,
+                     .ranks = ranks,
+                     .hostfile = hostfile,
+                     .forwarded_env = std::move(forwarded_env)},
+                    train_args);
   if (dry_run) {
     printf("%s\n", absl::StrJoin(command, " ").c_str());
     return 0;
   }
-  fprintf(stderr, "numaserve train: %s\n", absl::StrJoin(command, " ").c_str());
+  Log(LogLevel::kInfo, "training", absl::StrCat("running ", absl::StrJoin(command, " ")),
+      {{"ranks", ranks}, {"hostfile", hostfile}});
   std::vector<char*> argv;
   for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

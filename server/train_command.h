@@ -18,6 +18,10 @@ struct MpirunOptions {
   int ranks = 1;
   // Open MPI hostfile for multi-node jobs; empty = this machine.
   std::string hostfile;
+  // Environment variables passed on to every rank (mpirun -x NAME): ranks
+  // on other hosts get only these (and Open MPI's own). Name only variables
+  // that are set: mpirun warns about the others.
+  std::vector<std::string> forwarded_env;
 };
 
 // The mpirun command line that runs `numaserve train` ranks (exposed for

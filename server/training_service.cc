@@ -20,15 +20,22 @@
 #include <functional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/log.h"
 #include "engine/training/rank_binding.h"
 #include "engine/training/trainer.h"
 #include "server/metrics.h"
 
+extern char** environ;
+
 namespace numaserve::server {
 
+using base::Log;
+using base::LogLevel;
 using training::TrainingProgress;
 
 // A job's private directory (mkdtemp: a fresh name, mode 0700) and the
@@ -161,12 +168,15 @@ class TrainingJob {
   void Escalate() {
     std::unique_lock<std::mutex> lock(mu_);
     if (exited_cv_.wait_for(lock, stop_grace_, [&] { return exited_; })) return;
-    fprintf(stderr, "numaserve: training job %s still running %.0f s after SIGUSR1: SIGTERM\n",
-            label_.c_str(), stop_grace_.count() / 1000.0);
+    Log(LogLevel::kWarning, "training",
+        absl::StrFormat("training job %s still running %.0f s after SIGUSR1: SIGTERM", label_,
+                        stop_grace_.count() / 1000.0),
+        {{"job", label_}, {"signal", "SIGTERM"}});
     kill(-pid_, SIGTERM);
     if (exited_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return exited_; })) return;
-    fprintf(stderr, "numaserve: training job %s still running 5 s after SIGTERM: SIGKILL\n",
-            label_.c_str());
+    Log(LogLevel::kWarning, "training",
+        absl::StrCat("training job ", label_, " still running 5 s after SIGTERM: SIGKILL"),
+        {{"job", label_}, {"signal", "SIGKILL"}});
     kill(-pid_, SIGKILL);
   }
 
@@ -195,7 +205,17 @@ class TrainingJob {
     metrics_->SetTrainingProgress(label_, model_, f);
   }
 
+  // One line of the job's output (mpirun's stdout and stderr): a log
+  // record of a rank or of the launcher (JSON, see StartTraining), one of
+  // rank 0's progress lines (trainer.cc), or a message of mpirun's. The
+  // progress it reports is kept; the line goes into the server's log as a
+  // record naming the job.
   void ParseLine(const std::string& line) {
+    if (absl::StatusOr<base::LogRecord> record = base::ParseLogLine(line); record.ok()) {
+      ForwardRecord(*record);
+      return;
+    }
+    const std::string message = absl::StrCat("training job ", label_, ": ", line);
     std::lock_guard<std::mutex> lock(mu_);
     long long epoch = 0, epochs = 0, step = 0, total = 0;
     double loss = 0, acc = 0, lr = 0, rate = 0, test = 0;
@@ -210,28 +230,61 @@ class TrainingJob {
       progress_.set_images_per_second(rate);
       eta_seconds_ = std::max(0.0, ParseEta(line));
       ExportFigures();
+      Log(LogLevel::kDebug, "training", message,
+          {{"job", label_},
+           {"epoch", epoch},
+           {"epochs", epochs},
+           {"step", step},
+           {"total_steps", total},
+           {"loss", loss},
+           {"accuracy", acc / 100.0},
+           {"learning_rate", lr},
+           {"images_per_second", rate},
+           {"eta_seconds", eta_seconds_}});
     } else if (const size_t at = line.find(" test acc ");
                line.rfind("epoch ", 0) == 0 && at != std::string::npos &&
                sscanf(line.c_str() + at, " test acc %lf%%", &test) == 1) {
       progress_.set_test_accuracy(test / 100.0);
       ExportFigures();
+      Log(LogLevel::kInfo, "training", message,
+          {{"job", label_}, {"epoch", progress_.epoch()}, {"test_accuracy", test / 100.0}});
     } else if (line.rfind("exported ", 0) == 0) {
       progress_.set_message(line);
+      Log(LogLevel::kInfo, "training", message,
+          {{"job", label_}, {"path", line.substr(std::strlen("exported "))}});
     } else if (sscanf(line.c_str(), "stopped at step %lld of %lld", &step, &total) == 2) {
       progress_.set_step(step);
       progress_.set_total_steps(total);
       stop_line_ = line;
       ExportFigures();
-    } else if (line.find("numaserve train") != std::string::npos &&
-               line.find("rank ") == std::string::npos &&
-               line.find("mpirun") == std::string::npos) {
-      last_error_ = line;
-    } else if (line.find("(rank ") != std::string::npos) {
-      last_error_ = line;
+      Log(LogLevel::kInfo, "training", message,
+          {{"job", label_}, {"step", step}, {"total_steps", total}});
     } else {
+      // Rank 0's other lines (the job's shape, epoch summaries without a
+      // test set, "done: ..."), mpirun's own: logged, not progress. The
+      // rules of mpirun's message blocks are left out.
+      if (line.find_first_not_of("- \t") != std::string::npos) {
+        Log(LogLevel::kInfo, "training", message, {{"job", label_}});
+      }
       return;
     }
     progress_.set_line(line);
+    ++version_;
+  }
+
+  // A record a rank or the launcher wrote, in the server's log with the
+  // job's label; its error is what the job's failure reports.
+  void ForwardRecord(const base::LogRecord& record) {
+    std::vector<base::LogField> fields = {{"job", label_}};
+    for (const base::LogField& f : record.fields) {
+      if (f.key() != "job") fields.push_back(f);
+    }
+    Log(record.level, record.component, absl::StrCat("training job ", label_, ": ", record.message),
+        fields);
+    if (record.level != LogLevel::kError) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    last_error_ = record.message;
+    progress_.set_line(record.message);
     ++version_;
   }
 
@@ -273,9 +326,14 @@ class TrainingJob {
         state = "failed";
       }
       ++version_;
-      fprintf(stderr, "numaserve: training job %s %s at step %lld%s%s\n", label_.c_str(),
-              state.c_str(), static_cast<long long>(progress_.step()),
-              progress_.message().empty() ? "" : ": ", progress_.message().c_str());
+      Log(state == "failed" ? LogLevel::kError : LogLevel::kInfo, "training",
+          absl::StrCat("training job ", label_, " ", state, " at step ", progress_.step(),
+                       progress_.message().empty() ? "" : ": ", progress_.message()),
+          {{"job", label_},
+           {"model", model_},
+           {"state", state},
+           {"step", progress_.step()},
+           {"total_steps", progress_.total_steps()}});
     }
     if (metrics_ != nullptr) metrics_->SetTrainingState(label_, model_, state);
     Notify();
@@ -614,8 +672,9 @@ void TrainingService::StopAll() {
   }
   for (auto& job : jobs) {
     if (job->Cancel()) {
-      fprintf(stderr, "numaserve: stopping training job %s (checkpoint, then exit)\n",
-              job->label().c_str());
+      Log(LogLevel::kInfo, "training",
+          absl::StrCat("stopping training job ", job->label(), " (checkpoint, then exit)"),
+          {{"job", job->label()}});
     }
   }
 }
@@ -729,6 +788,18 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The server's environment (the log level among it: its ranks log what
+  // the server does), with the job's log format JSON whatever the server's:
+  // ParseLine reads the ranks' records back whole (level, fields) and logs
+  // them in the server's own format.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "NUMASERVE_LOG_FORMAT=")) env_strings.emplace_back(*e);
+  }
+  env_strings.push_back("NUMASERVE_LOG_FORMAT=json");
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
     close(pipe_fds[0]);
@@ -747,7 +818,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
     signal(SIGPIPE, SIG_DFL);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   setpgid(pid, pid);
@@ -761,8 +832,10 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(job);
   }
-  fprintf(stderr, "numaserve: training job %s started (%d rank(s))%s%s\n", label.c_str(), *ranks,
-          caller->empty() ? "" : " for ", caller->c_str());
+  Log(LogLevel::kInfo, "training",
+      absl::StrCat("training job ", label, " started (", *ranks, " rank(s))",
+                   caller->empty() ? "" : " for ", *caller),
+      {{"job", label}, {"model", model}, {"ranks", *ranks}, {"caller", *caller}, {"pid", pid}});
   response->set_job_id(id);
   return Done(context, grpc::Status::OK);
 }
@@ -802,7 +875,9 @@ grpc::ServerUnaryReactor* TrainingService::CancelTraining(
                 grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                              "training job '" + request->job_id() + "' has already ended"));
   }
-  fprintf(stderr, "numaserve: training job %s cancelled by its caller\n", job->label().c_str());
+  Log(LogLevel::kInfo, "training",
+      absl::StrCat("training job ", job->label(), " cancelled by its caller"),
+      {{"job", job->label()}});
   return Done(context, grpc::Status::OK);
 }
 

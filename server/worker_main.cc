@@ -31,14 +31,21 @@
 #include "affinity/cpu_features.h"
 #include "affinity/pinning.h"
 #include "affinity/topology.h"
+#include "base/log.h"
 #include "engine/model.h"
+#include "kernels/dispatch.h"
 #include "server/args.h"
 #include "server/framing.h"
 #include "server/model_config.h"
+#include "server/model_repository.h"
 #include "server/shared_arena.h"
 #include "worker.pb.h"
 
 namespace numaserve::server {
+
+using base::Log;
+using base::LogLevel;
+
 namespace {
 
 int64_t NanosSince(std::chrono::steady_clock::time_point start) {
@@ -244,9 +251,17 @@ class InstancePool {
       std::unique_lock<std::mutex> lock(started_mu);
       started_cv.wait(lock, [&] { return started.has_value(); });
       if (!started->ok()) return *started;
-      fprintf(stderr, "numaserve: worker %d: %s: instance %zu of %zu on cpus %s (%zu threads)\n",
-              worker_, key_.c_str(), i + 1, shares.size(),
-              affinity::FormatCpuList(shares[i]).c_str(), shares[i].size());
+      const ModelKeyParts key = SplitModelKey(key_);
+      const std::string cpus = affinity::FormatCpuList(shares[i]);
+      Log(LogLevel::kInfo, "worker",
+          absl::StrFormat("worker %d: %s: instance %zu of %zu on cpus %s (%zu threads)", worker_,
+                          key_, i + 1, shares.size(), cpus, shares[i].size()),
+          {{"model", key.name},
+           {"version", key.version},
+           {"instance", i + 1},
+           {"instances", shares.size()},
+           {"cpus", cpus},
+           {"threads", shares[i].size()}});
     }
     return absl::OkStatus();
   }
@@ -271,8 +286,10 @@ class InstancePool {
       if (running > peak_) {
         peak_ = running;
         // Once per new peak: how many batches of this model computed at once.
-        fprintf(stderr, "numaserve: worker %d: %s: %d batches computing at once\n", worker_,
-                key_.c_str(), running);
+        const ModelKeyParts key = SplitModelKey(key_);
+        Log(LogLevel::kInfo, "worker",
+            absl::StrFormat("worker %d: %s: %d batches computing at once", worker_, key_, running),
+            {{"model", key.name}, {"version", key.version}, {"batches", running}});
       }
       lock.unlock();
       worker::Reply reply;
@@ -350,11 +367,25 @@ class Worker {
 
   void Load(const worker::LoadModel& load, worker::Reply* reply) {
     auto start = std::chrono::steady_clock::now();
+    const ModelKeyParts key = SplitModelKey(load.key());  // the log's model and version
     // config.pbtxt's gemm_backend, else `numaserve serve --gemm` (passed
-    // down as NUMASERVE_GEMM), else auto.
+    // down as NUMASERVE_GEMM), else auto; oneDNN for a BF16 model. The
+    // engine refuses BF16 where the CPU has no native path (the reply's
+    // error, which the model's status shows).
     engine::CompileOptions options;
+    if (!load.precision().empty()) {
+      auto precision = engine::PrecisionFromName(load.precision());
+      if (!precision.ok()) {
+        reply->set_error(std::string(precision.status().message()));
+        return;
+      }
+      options.precision = *precision;
+    }
     options.gemm_backend = load.gemm_backend();
-    if (options.gemm_backend.empty()) {
+    if (options.gemm_backend.empty() && options.precision == engine::Precision::kBf16) {
+      // BF16 runs on oneDNN: serve --gemm's BLAS default does not apply.
+      options.gemm_backend = "onednn";
+    } else if (options.gemm_backend.empty()) {
       const char* fallback = getenv("NUMASERVE_GEMM");
       options.gemm_backend = fallback != nullptr && *fallback != '\0' ? fallback : "auto";
     }
@@ -376,17 +407,42 @@ class Worker {
     reply->set_load_ns(NanosSince(start));
     if (!s.ok()) {
       reply->set_error(std::string(s.message()));
-      fprintf(stderr, "worker %d: cannot load %s: %s\n", index_, load.key().c_str(),
-              std::string(s.message()).c_str());
+      Log(LogLevel::kError, "worker",
+          absl::StrCat("worker ", index_, ": cannot load ", load.key(), ": ", s.message()),
+          {{"model", key.name},
+           {"version", key.version},
+           {"path", load.path()},
+           {"error", s.message()}});
       return;
     }
     if (options.gemm_backend != "auto") {
-      fprintf(stderr, "numaserve: worker %d: %s: gemm backend %s\n", index_, load.key().c_str(),
-              options.gemm_backend.c_str());
+      Log(LogLevel::kInfo, "worker",
+          absl::StrCat("worker ", index_, ": ", load.key(), ": gemm backend ",
+                       options.gemm_backend),
+          {{"model", key.name}, {"version", key.version}, {"gemm_backend", options.gemm_backend}});
+    }
+    if (options.precision != engine::Precision::kFp32) {
+      const std::string path = kernels::GetBf16Support().path;
+      Log(LogLevel::kInfo, "worker",
+          absl::StrFormat("worker %d: %s: precision %s (%s)", index_, load.key(),
+                          engine::PrecisionName(options.precision), path),
+          {{"model", key.name},
+           {"version", key.version},
+           {"precision", engine::PrecisionName(options.precision)},
+           {"bf16_path", path}});
     }
     reply->set_instances(std::max(1, n));
     reply->set_memory_nodes(ReadMemoryNodes());
     reply->set_ok(true);
+    const double seconds = static_cast<double>(reply->load_ns()) * 1e-9;
+    Log(LogLevel::kDebug, "worker",
+        absl::StrFormat("worker %d: %s loaded: %d instance(s), %d weight bytes, %.3f s", index_,
+                        load.key(), reply->instances(), reply->weight_bytes(), seconds),
+        {{"model", key.name},
+         {"version", key.version},
+         {"instances", reply->instances()},
+         {"weight_bytes", reply->weight_bytes()},
+         {"seconds", seconds}});
   }
 
   // The cores this worker's instances split (at least 1).
@@ -435,7 +491,7 @@ class Worker {
   // smallest share where they differ). More copies win only with at least
   // kAutoMinGain of the fewer's estimate. One copy is compiled as it runs
   // inline and kept in `model` when one copy wins. The measurement goes to
-  // reply.instances_report and stderr.
+  // reply.instances_report and the log.
   absl::StatusOr<int> ChooseInstances(const worker::LoadModel& load,
                                       const engine::CompileOptions& options,
                                       std::unique_ptr<engine::CompiledModel>* model,
@@ -481,8 +537,10 @@ class Worker {
     }
     if (best != 1) model->reset();
     const std::string report = absl::StrCat(absl::StrJoin(parts, ", "), " -> ", best);
-    fprintf(stderr, "numaserve: worker %d: %s: instances auto: %s\n", index_, load.key().c_str(),
-            report.c_str());
+    const ModelKeyParts key = SplitModelKey(load.key());
+    Log(LogLevel::kInfo, "worker",
+        absl::StrCat("worker ", index_, ": ", load.key(), ": instances auto: ", report),
+        {{"model", key.name}, {"version", key.version}, {"instances", best}, {"report", report}});
     reply->set_instances_report(report);
     return best;
   }
@@ -593,9 +651,11 @@ int WorkerCommand(const std::vector<std::string>& args) {
   parser.AddInt("test-batch-compute-us", &test_batch_compute_us,
                 "for scheduler tests: every batch takes at least this long (sleeping)");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
-    fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    Log(LogLevel::kError, "worker", absl::StrCat("worker: ", s.message()));
     return 2;
   }
+  // Every record of this process (the kernels' too) says which worker it is.
+  base::SetLogContext({{"worker", index}, {"pid", getpid()}});
 
   // 1. Pin, before any OpenMP or oneDNN code runs in this process.
   worker::Reply hello;
@@ -612,7 +672,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   // 2. Map the arena and bind its pages to this worker's node.
   auto arena = SharedArena::Attach(kWorkerArenaFd, static_cast<size_t>(arena_bytes));
   if (!arena.ok()) {
-    fprintf(stderr, "worker %ld: %s\n", index, std::string(arena.status().message()).c_str());
+    Log(LogLevel::kError, "worker", absl::StrCat("worker ", index, ": ", arena.status().message()),
+        {{"error", arena.status().message()}});
     return 1;
   }
   if (absl::Status s =
@@ -625,14 +686,22 @@ int WorkerCommand(const std::vector<std::string>& args) {
   h->set_environment(OpenMpEnvironmentSeen());
   h->set_isa(affinity::FeatureList(affinity::GetCpuFeatures()));
   hello.set_ok(true);
-  fprintf(stderr, "worker %ld pid %d: %s; %s%s%s\n", index, getpid(), h->binding().c_str(),
-          h->environment().c_str(),
-          h->bind_warning().empty() ? "" : "; warning: ", h->bind_warning().c_str());
+  {
+    std::vector<base::LogField> fields = {
+        {"numa_node", node}, {"binding", h->binding()}, {"environment", h->environment()}};
+    if (!h->bind_warning().empty()) fields.emplace_back("bind_warning", h->bind_warning());
+    Log(h->bind_warning().empty() ? LogLevel::kInfo : LogLevel::kWarning, "worker",
+        absl::StrCat("worker ", index, " pid ", getpid(), ": ", h->binding(), "; ",
+                     h->environment(),
+                     h->bind_warning().empty() ? "" : "; unpinned: ", h->bind_warning()),
+        fields);
+  }
   if (test_batch_compute_us > 0) {
-    fprintf(stderr,
-            "worker %ld: every batch takes at least %ld us (--test-batch-compute-us; for scheduler "
-            "tests)\n",
-            index, test_batch_compute_us);
+    Log(LogLevel::kInfo, "worker",
+        absl::StrFormat("worker %d: every batch takes at least %d us (--test-batch-compute-us; "
+                        "for scheduler tests)",
+                        index, test_batch_compute_us),
+        {{"test_batch_compute_us", test_batch_compute_us}});
   }
   if (!WriteFramed(kWorkerControlFd, hello).ok()) return 1;
 

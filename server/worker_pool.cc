@@ -16,6 +16,10 @@ bool SupervisedWorkerPool::HasModel(int worker, const std::string& key) const {
   return workers_->HasModel(worker, key);
 }
 
+bool SupervisedWorkerPool::ModelExpected(const std::string& key) const {
+  return workers_->ModelExpected(key);
+}
+
 int SupervisedWorkerPool::Instances(int worker, const std::string& key) const {
   return std::max(1, workers_->Instances(worker, key));
 }

@@ -59,6 +59,11 @@ class WorkerPool {
   virtual int size() const = 0;
   virtual bool Ready(int worker) const = 0;
   virtual bool HasModel(int worker, const std::string& key) const = 0;
+  // True when a worker that will hold `key` is on its way: starting,
+  // restarting after a crash or still loading it (and the model is not
+  // marked failed). Work for `key` may then wait for it; when no ready
+  // worker holds `key` and this is false, nothing ever will.
+  virtual bool ModelExpected(const std::string& key) const = 0;
   // Batches of `key` the worker computes at once (its instances; >= 1).
   virtual int Instances(int worker, const std::string& key) const = 0;
   virtual int NumaNode(int worker) const = 0;
@@ -78,6 +83,7 @@ class SupervisedWorkerPool final : public WorkerPool {
   int size() const override;
   bool Ready(int worker) const override;
   bool HasModel(int worker, const std::string& key) const override;
+  bool ModelExpected(const std::string& key) const override;
   int Instances(int worker, const std::string& key) const override;
   int NumaNode(int worker) const override;
   size_t BatchBytesLimit() const override;

@@ -17,13 +17,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "affinity/topology.h"
+#include "base/log.h"
 #include "server/framing.h"
 #include "server/metrics.h"
+#include "server/model_repository.h"
 #include "server/worker_main.h"
 
 extern char** environ;
 
 namespace numaserve::server {
+
+using base::Log;
+using base::LogLevel;
+
 namespace {
 
 std::string DescribeExit(int status) {
@@ -200,6 +206,7 @@ worker::Command WorkerSupervisor::LoadCommand(const ModelToLoad& model) {
   load.mutable_load()->set_path(model.path);
   load.mutable_load()->set_gemm_backend(model.gemm_backend);
   load.mutable_load()->set_instances(model.instances);
+  load.mutable_load()->set_precision(model.precision);
   return load;
 }
 
@@ -268,7 +275,9 @@ bool WorkerSupervisor::ChargeCrash(const Slot::Pending& oldest, const std::strin
     failed_[oldest.model] = failed;
     models_.erase(it);
   }
-  fprintf(stderr, "numaserve: model %s %s\n", oldest.model.c_str(), failed.c_str());
+  const ModelKeyParts key = SplitModelKey(oldest.model);
+  Log(LogLevel::kError, "supervisor", absl::StrCat("model ", oldest.model, " ", failed),
+      {{"model", key.name}, {"version", key.version}, {"crashes", crashes}, {"last", why}});
   // Workers that hold it (it crashed another on its first batch) free it;
   // none is chosen for it from now on.
   for (auto& other : slots_) {
@@ -337,19 +346,27 @@ void WorkerSupervisor::Run(Slot* slot) {
     int fd = -1;
     auto pid = Spawn(slot, &fd);
     if (!pid.ok()) {
-      fprintf(stderr, "numaserve: cannot start worker %d: %s\n", slot->index,
-              std::string(pid.status().message()).c_str());
+      Log(LogLevel::kError, "supervisor",
+          absl::StrCat("cannot start worker ", slot->index, ": ", pid.status().message()),
+          {{"worker", slot->index}, {"error", pid.status().message()}});
       continue;
     }
     worker::Reply hello;
     absl::Status s = ReadFramed(fd, &hello);
     if (s.ok() && hello.has_hello()) {
       const auto& h = hello.hello();
-      fprintf(stderr, "numaserve: worker %d (%s) pid %d started: %s\n", slot->index,
-              p.domain.c_str(), h.pid(), h.binding().c_str());
+      Log(LogLevel::kInfo, "supervisor",
+          absl::StrFormat("worker %d (%s) pid %d started: %s", slot->index, p.domain, h.pid(),
+                          h.binding()),
+          {{"worker", slot->index},
+           {"domain", p.domain},
+           {"numa_node", p.numa_node},
+           {"pid", h.pid()},
+           {"binding", h.binding()}});
       if (!h.bind_warning().empty()) {
-        fprintf(stderr, "numaserve: warning: worker %d runs unpinned: %s\n", slot->index,
-                h.bind_warning().c_str());
+        Log(LogLevel::kWarning, "supervisor",
+            absl::StrFormat("worker %d runs unpinned: %s", slot->index, h.bind_warning()),
+            {{"worker", slot->index}, {"pid", h.pid()}, {"bind_warning", h.bind_warning()}});
       }
       {
         std::lock_guard<std::mutex> lock(slot->mu);
@@ -422,7 +439,10 @@ void WorkerSupervisor::Run(Slot* slot) {
     std::string why =
         absl::StrFormat("worker %d (pid %d) %s", slot->index, *pid, DescribeExit(status));
     if (metrics_) metrics_->SetWorkerReady(slot->index, p.numa_node, false);
-    if (!stopping_) fprintf(stderr, "numaserve: %s; restarting\n", why.c_str());
+    if (!stopping_) {
+      Log(LogLevel::kWarning, "supervisor", absl::StrCat(why, "; restarting"),
+          {{"worker", slot->index}, {"pid", *pid}, {"exit", DescribeExit(status)}});
+    }
     const bool resend = Lose(slot, why);
     {
       std::lock_guard<std::mutex> lock(slot->mu);
@@ -623,6 +643,32 @@ std::string WorkerSupervisor::LoadError(const std::string& key) const {
 bool WorkerSupervisor::ModelAvailable(const std::string& key) const {
   for (int w = 0; w < size(); ++w) {
     if (HasModel(w, key)) return true;
+  }
+  return false;
+}
+
+bool WorkerSupervisor::ModelExpected(const std::string& key) const {
+  if (stopping_) return false;
+  std::vector<bool> loads_on(slots_.size(), false);
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    if (failed_.count(key) > 0) return false;
+    bool found = false;
+    for (const auto& m : models_) {
+      if (m.key != key) continue;
+      found = true;
+      for (size_t w = 0; w < slots_.size(); ++w) loads_on[w] = m.LoadsOn(static_cast<int>(w));
+    }
+    if (!found) return false;  // unloaded, or never sent to workers
+  }
+  for (size_t w = 0; w < slots_.size(); ++w) {
+    if (!loads_on[w]) continue;
+    const Slot& slot = *slots_[w];
+    std::lock_guard<std::mutex> lock(slot.mu);
+    const bool holds = slot.ready && slot.models.count(key) > 0;
+    // A worker whose load of `key` failed will not hold it; any other
+    // worker of its placement either holds it or is on its way to.
+    if (!holds && slot.load_errors.count(key) == 0) return true;
   }
   return false;
 }

@@ -79,6 +79,9 @@ class WorkerSupervisor {
     // kInstancesAuto or kInstancesPerCore (server/model_config.h): each
     // worker resolves it at load and says what it chose (Instances()).
     int instances = 1;
+    // config.pbtxt's precision: "" or "fp32", or "bf16" (the worker refuses
+    // it where the CPU has no native BF16).
+    std::string precision;
     bool LoadsOn(int worker) const;
   };
 
@@ -140,6 +143,10 @@ class WorkerSupervisor {
   std::string LoadError(const std::string& key) const;
   // True when some ready worker has `key` loaded.
   bool ModelAvailable(const std::string& key) const;
+  // True when a worker that loads `key` is starting, restarting or still
+  // loading it, and `key` is not marked failed: a worker will hold it
+  // unless its load fails. Requests may wait for that worker.
+  bool ModelExpected(const std::string& key) const;
 
  private:
   struct Slot {

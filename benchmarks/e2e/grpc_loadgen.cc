@@ -73,13 +73,18 @@ class Recorder {
     std::lock_guard<std::mutex> lock(mu_);
     ++answered_;
     if (sent < from_) return;  // warm-up
+    const double ms = std::chrono::duration<double, std::milli>(answered - sent).count();
     if (!status.ok()) {
-      ++errors_[status.error_code()];
+      if (++errors_[status.error_code()] == 1)
+        first_error_[status.error_code()] = status.error_message();
+      error_latencies_ms_.push_back(ms);
       return;
     }
-    latencies_ms_.push_back(std::chrono::duration<double, std::milli>(answered - sent).count());
+    latencies_ms_.push_back(ms);
   }
   std::vector<double>& latencies() { return latencies_ms_; }
+  // How long failed calls took to fail (a refusal should come at once).
+  std::vector<double>& error_latencies() { return error_latencies_ms_; }
   int64_t answered() const { return answered_; }
   int64_t errors() const {
     int64_t n = 0;
@@ -96,13 +101,32 @@ class Recorder {
     }
     return s.empty() ? "none" : s;
   }
+  // One message per failing code, the first seen, for the text line.
+  std::string FirstErrors() const {
+    std::string s;
+    for (const auto& [code, message] : first_error_) {
+      s += "\n  first failure with code " + std::to_string(static_cast<int>(code)) + ": " + message;
+    }
+    return s;
+  }
+  // {"8":12,"14":3}: failures by gRPC status code.
+  std::string ErrorsJson() const {
+    std::string s = "{";
+    for (const auto& [code, count] : errors_) {
+      if (s.size() > 1) s += ',';
+      s += "\"" + std::to_string(static_cast<int>(code)) + "\":" + std::to_string(count);
+    }
+    return s + "}";
+  }
 
  private:
   const Clock::time_point from_;
   std::mutex mu_;
   int64_t answered_ = 0;
   std::vector<double> latencies_ms_;
+  std::vector<double> error_latencies_ms_;
   std::map<grpc::StatusCode, int64_t> errors_;
+  std::map<grpc::StatusCode, std::string> first_error_;
 };
 
 // Counts calls in flight; Wait() returns once none is left (or at `until`).
@@ -440,21 +464,26 @@ int main(int argc, char** argv) {
   const double rps = static_cast<double>(lat.size()) / seconds;
   const double p50 = Percentile(lat, 0.50), p90 = Percentile(lat, 0.90),
                p99 = Percentile(lat, 0.99), p999 = Percentile(lat, 0.999);
+  std::vector<double>& error_lat = recorder.error_latencies();
+  const double error_p50 = Percentile(error_lat, 0.50), error_p99 = Percentile(error_lat, 0.99);
   const std::string load = mode != "open" ? "concurrency=" + std::to_string(concurrency)
                                           : "rate=" + std::to_string(static_cast<int64_t>(rate));
   printf(
       "model=%s rows=%ld mode=%s %s: %.0f req/s, %.0f rows/s, latency p50 %.3f ms p90 %.3f ms "
-      "p99 %.3f ms p99.9 %.3f ms, errors %s, dropped %ld, client cpu %.1f us/req\n",
+      "p99 %.3f ms p99.9 %.3f ms, errors %s, dropped %ld, client cpu %.1f us/req%s\n",
       model.c_str(), rows, mode.c_str(), load.c_str(), rps, rps * static_cast<double>(rows), p50,
-      p90, p99, p999, recorder.ErrorSummary().c_str(), dropped, cpu_us_per_request);
+      p90, p99, p999, recorder.ErrorSummary().c_str(), dropped, cpu_us_per_request,
+      recorder.FirstErrors().c_str());
   printf(
       "{\"model\":\"%s\",\"rows\":%ld,\"mode\":\"%s\",\"concurrency\":%ld,\"rate\":%.1f,"
       "\"requests_per_second\":%.1f,\"rows_per_second\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
-      "\"p99_ms\":%.4f,\"p999_ms\":%.4f,\"errors\":%ld,\"dropped\":%ld,"
+      "\"p99_ms\":%.4f,\"p999_ms\":%.4f,\"errors\":%ld,\"errors_by_code\":%s,"
+      "\"error_p50_ms\":%.4f,\"error_p99_ms\":%.4f,\"dropped\":%ld,"
       "\"client_cpu_us_per_request\":%.2f}\n",
       model.c_str(), rows, mode.c_str(), mode != "open" ? concurrency : 0,
       mode == "open" ? rate : 0.0, rps, rps * static_cast<double>(rows), p50, p90, p99, p999,
-      recorder.errors(), dropped, cpu_us_per_request);
+      recorder.errors(), recorder.ErrorsJson().c_str(), error_p50, error_p99, dropped,
+      cpu_us_per_request);
   fflush(stdout);
   return recorder.errors() == 0 && dropped == 0 ? 0 : 1;
 }

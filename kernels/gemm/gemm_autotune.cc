@@ -11,8 +11,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/log.h"
 
 namespace numaserve::kernels {
 namespace {
@@ -77,9 +79,10 @@ std::map<std::string, std::string> ReadCacheFile(const std::string& file) {
         absl::SimpleAtoi(fields[2], &number) && (fields[3] == "0" || fields[3] == "1") &&
         absl::SimpleAtoi(fields[4], &number) && GemmBackendFromName(fields[6]).has_value();
     if (!ok) {
-      fprintf(stderr,
-              "numaserve: warning: gemm choice cache %s is corrupt at line %d; ignoring it\n",
-              file.c_str(), line_number);
+      base::Log(base::LogLevel::kWarning, "gemm",
+                absl::StrFormat("gemm choice cache %s is corrupt at line %d; ignoring it", file,
+                                line_number),
+                {{"path", file}, {"line", line_number}});
       return {};
     }
     entries[absl::StrJoin(fields.begin(), fields.begin() + 6, "\t")] = fields[6];
@@ -229,15 +232,17 @@ void GemmChoiceCache::Store(const Key& key, GemmBackend backend, const std::stri
     for (const auto& [k, v] : entries) out << k << "\t" << v << "\n";
     out.close();
     if (!out) {
-      fprintf(stderr, "numaserve: warning: cannot write the gemm choice cache %s\n", tmp.c_str());
+      base::Log(base::LogLevel::kWarning, "gemm",
+                absl::StrCat("cannot write the gemm choice cache ", tmp), {{"path", tmp}});
       std::filesystem::remove(tmp, ec);
       return;
     }
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
-    fprintf(stderr, "numaserve: warning: cannot replace the gemm choice cache %s: %s\n",
-            file.c_str(), ec.message().c_str());
+    base::Log(base::LogLevel::kWarning, "gemm",
+              absl::StrCat("cannot replace the gemm choice cache ", file, ": ", ec.message()),
+              {{"path", file}, {"error", ec.message()}});
     std::filesystem::remove(tmp, ec);
   }
 }

@@ -81,7 +81,7 @@ class GemmChoiceCache {
   // ("" for none); `where` says which.
   std::optional<GemmBackend> Find(const Key& key, const std::string& file, std::string* where);
   // Remembers in process, and in `file` unless it is "". A file that cannot
-  // be written is a warning on stderr, not an error.
+  // be written is a warning in the log, not an error.
   void Store(const Key& key, GemmBackend backend, const std::string& file);
 
  private:

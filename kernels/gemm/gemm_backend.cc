@@ -74,6 +74,10 @@ std::string GemmBackendDetails(GemmBackend backend) {
 absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend,
                                                              const GemmOptions& options,
                                                              const dnnl::engine& engine) {
+  if (backend != GemmBackend::kOnednn && options.bf16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(GemmBackendName(backend), " has no BF16 GEMM: precision bf16 runs on onednn"));
+  }
   if (backend != GemmBackend::kOnednn) return blas::CreateKernel(backend, options);
   auto mm = MatMulOnednn::Create(engine, options);
   if (!mm.ok()) return mm.status();

@@ -29,6 +29,11 @@ struct GemmOptions {
   bool relu = false;
   // GELU in its erf form (x * 0.5 * (1 + erf(x / sqrt(2)))), after any relu.
   bool gelu_erf = false;
+  // BF16 compute with FP32 accumulation (a model's precision "bf16"): the
+  // weights are converted to BF16 once, at creation, and A to BF16 at each
+  // call; Y, the bias and the post-ops stay FP32. oneDNN only (the BLAS
+  // backends refuse it), where kernels::GetBf16Support() says it is native.
+  bool bf16 = false;
 };
 
 }  // namespace numaserve::kernels

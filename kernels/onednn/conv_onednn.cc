@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace numaserve::kernels {
@@ -13,8 +14,8 @@ namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-dnnl::memory::desc PlainDesc(const Shape& shape) {
-  return dnnl::memory::desc(ToDnnlDims(shape), dt::f32, ToDnnlDims(RowMajorStrides(shape)));
+dnnl::memory::desc PlainDesc(const Shape& shape, dt type = dt::f32) {
+  return dnnl::memory::desc(ToDnnlDims(shape), type, ToDnnlDims(RowMajorStrides(shape)));
 }
 
 dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
@@ -23,33 +24,17 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
   return out;
 }
 
-// The calling thread's reordering scratch (channels-last, or away from a
-// reference kernel), grown to at least `floats` (64-byte aligned); null
-// when it cannot be allocated. One per thread: a thread runs one conv at a
-// time, and a model's convs run one after another, so it holds the largest
-// conv's activations, not their sum.
-float* ConvScratch(size_t floats) {
-  thread_local std::unique_ptr<float, void (*)(void*)> buffer{nullptr, &std::free};
-  thread_local size_t capacity = 0;
-  if (floats > capacity) {
-    buffer.reset();
-    capacity = 0;
-    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    buffer.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    if (buffer) capacity = floats;
-  }
-  return buffer.get();
-}
+size_t Align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
 
-dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked) {
-  if (!blocked || shape.size() < 3 || shape.size() > 5) return PlainDesc(shape);
+dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked, dt type) {
+  if (!blocked || shape.size() < 3 || shape.size() > 5) return PlainDesc(shape, type);
   const bool b16 = ActivationChannelBlock() == 16;
   const tag t = shape.size() == 3   ? (b16 ? tag::nCw16c : tag::nCw8c)
                 : shape.size() == 4 ? (b16 ? tag::nChw16c : tag::nChw8c)
                                     : (b16 ? tag::nCdhw16c : tag::nCdhw8c);
-  return dnnl::memory::desc(ToDnnlDims(shape), dt::f32, t);
+  return dnnl::memory::desc(ToDnnlDims(shape), type, t);
 }
 
 int64_t ActivationBytes(const Shape& shape, bool blocked) {
@@ -164,7 +149,8 @@ dnnl::memory::desc ConvOnednn::UserWeightsDesc() const {
 
 bool ConvOnednn::WinogradCandidate() const {
   const ConvOnednnOptions& o = options_;
-  if (!o.winograd || o.transposed || o.group != 1 || o.kernel.size() != 2) return false;
+  // oneDNN has no BF16 Winograd kernel.
+  if (!o.winograd || o.bf16 || o.transposed || o.group != 1 || o.kernel.size() != 2) return false;
   for (size_t d = 0; d < 2; ++d) {
     if (o.kernel[d] != 3 || o.strides[d] != 1 || o.dilations[d] != 1) return false;
   }
@@ -196,9 +182,9 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
                                                      bool src_blocked, bool dst_blocked,
                                                      PerShape* entry) {
   const ConvOnednnOptions& o = options_;
-  const dnnl::memory::desc nhwc_src(ToDnnlDims(src_shape), dt::f32, tag::nhwc);
+  const dnnl::memory::desc nhwc_src(ToDnnlDims(src_shape), ComputeType(), tag::nhwc);
   const dnnl::memory::desc nhwc_dst(ToDnnlDims(dst_shape), dt::f32, tag::nhwc);
-  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::f32, tag::any);
+  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), ComputeType(), tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
                                        dnnl::algorithm::convolution_direct, nhwc_src, any_w,
@@ -221,6 +207,17 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
   return true;
 }
 
+dt ConvOnednn::ComputeType() const { return options_.bf16 ? dt::bf16 : dt::f32; }
+
+void ConvOnednn::BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::desc& conv_src,
+                         PerShape* entry) {
+  if (conv_src == src_md) return;
+  entry->src_via_scratch = true;
+  entry->to_conv_src = BoundReorder(engine_, src_md, conv_src);
+  entry->dst_offset = Align64(conv_src.get_size());
+  entry->scratch_bytes = entry->dst_offset;
+}
+
 absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitive_desc& pd,
                                        const Shape& src_shape, const Shape& dst_shape,
                                        bool src_blocked, bool dst_blocked, PerShape* entry) {
@@ -229,19 +226,20 @@ absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitiv
   const dnnl::memory::desc conv_src = pd.src_desc(), conv_dst = pd.dst_desc();
   auto weights = WeightsFor(pd.weights_desc());
   if (!weights.ok()) return weights.status();
-  entry->reordered = true;
   entry->impl = pd.impl_info_str();
   entry->call.primitive = dnnl::convolution_forward(pd);
   entry->call.args[DNNL_ARG_SRC] = UnboundMemory(conv_src, engine_);
   entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
   entry->call.args[DNNL_ARG_DST] = UnboundMemory(conv_dst, engine_);
   if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
-  entry->to_conv_src = BoundReorder(engine_, src_md, conv_src);
-  if (options_.sum) entry->to_conv_dst = BoundReorder(engine_, dst_md, conv_dst);
-  entry->from_conv_dst = BoundReorder(engine_, conv_dst, dst_md);
-  // dst after src in the scratch, 64-byte aligned.
-  entry->dst_offset = (conv_src.get_size() / sizeof(float) + 15) / 16 * 16;
-  entry->scratch_floats = entry->dst_offset + conv_dst.get_size() / sizeof(float);
+  BindSrc(src_md, conv_src, entry);
+  if (conv_dst != dst_md) {
+    entry->dst_via_scratch = true;
+    if (options_.sum) entry->to_conv_dst = BoundReorder(engine_, dst_md, conv_dst);
+    entry->from_conv_dst = BoundReorder(engine_, conv_dst, dst_md);
+    // dst after src in the scratch, 64-byte aligned.
+    entry->scratch_bytes = entry->dst_offset + conv_dst.get_size();
+  }
   return absl::OkStatus();
 }
 
@@ -250,7 +248,7 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
                                                           bool dst_blocked, PerShape* entry) {
   const ConvOnednnOptions& o = options_;
   if (o.transposed || o.dw.has_value()) return false;
-  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::f32, tag::any);
+  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), ComputeType(), tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   const dnnl::memory::dims src_dims = ToDnnlDims(src_shape), dst_dims = ToDnnlDims(dst_shape);
   const tag channels_last = src_shape.size() == 3   ? tag::nwc
@@ -259,10 +257,10 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
   // oneDNN's own choice first, then plain (its im2col + GEMM exists for
   // every shape), then channels-last.
   const std::pair<dnnl::memory::desc, dnnl::memory::desc> candidates[] = {
-      {dnnl::memory::desc(src_dims, dt::f32, tag::any),
+      {dnnl::memory::desc(src_dims, ComputeType(), tag::any),
        dnnl::memory::desc(dst_dims, dt::f32, tag::any)},
-      {PlainDesc(src_shape), PlainDesc(dst_shape)},
-      {dnnl::memory::desc(src_dims, dt::f32, channels_last),
+      {PlainDesc(src_shape, ComputeType()), PlainDesc(dst_shape)},
+      {dnnl::memory::desc(src_dims, ComputeType(), channels_last),
        dnnl::memory::desc(dst_dims, dt::f32, channels_last)},
   };
   for (const auto& [src_md, dst_md] : candidates) {
@@ -295,7 +293,7 @@ dnnl::primitive_attr ConvOnednn::Attr() const {
     ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
   }
   if (options_.dw.has_value()) {
-    ops.append_dw(dt::f32, dt::f32, dt::f32, 3, options_.dw->stride, 1, 0, {});
+    ops.append_dw(ComputeType(), dt::f32, dt::f32, 3, options_.dw->stride, 1, 0, {});
     for (const EltwisePostOp& e : options_.dw->eltwise) {
       ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
     }
@@ -379,9 +377,11 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
   const ConvOnednnOptions& o = options_;
   try {
     dnnl::memory::dims wdims = UserWeightsDesc().dims();
-    dnnl::memory::desc any_w(wdims, dt::f32, tag::any);
+    dnnl::memory::desc any_w(wdims, ComputeType(), tag::any);
     dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
-    const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
+    // The caller's input as the conv reads it: BF16 (converted through the
+    // scratch) with options.bf16.
+    const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked, ComputeType());
     const dnnl::memory::desc final_dst_md = ActivationDesc(dst_shape, dst_blocked);
     // With a depthwise post-op the conv itself is described by the 1x1
     // output (dst's channels at src's extent) in dst's layout.
@@ -390,8 +390,10 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
       if (src_shape.size() != 4 || dst_shape.size() != 4) {
         return absl::InvalidArgumentError("ConvOnednn: a depthwise post-op needs 4D tensors");
       }
-      dst_md =
-          ActivationDesc({src_shape[0], dst_shape[1], src_shape[2], src_shape[3]}, dst_blocked);
+      // BF16: the 1x1 output stays BF16 in cache, the depthwise conv reads
+      // it as such and writes FP32.
+      dst_md = ActivationDesc({src_shape[0], dst_shape[1], src_shape[2], src_shape[3]}, dst_blocked,
+                              ComputeType());
     }
     dnnl::memory::desc weights_md, src_desc, dst_desc, dw_weights_md;
     if (o.transposed) {
@@ -437,6 +439,7 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
     entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
     entry->call.args[DNNL_ARG_DST] = UnboundMemory(dst_desc, engine_);
     if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
+    BindSrc(ActivationDesc(src_shape, src_blocked), src_desc, entry);
     if (o.dw.has_value()) {
       if (dst_desc != final_dst_md) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -463,21 +466,28 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   if (!entry.ok()) return entry.status();
   PerShape& e = **entry;
   try {
-    if (e.reordered) {
-      float* conv_src = ConvScratch(e.scratch_floats);
-      if (conv_src == nullptr) {
+    if (e.src_via_scratch || e.dst_via_scratch) {
+      char* scratch = ThreadScratch(e.scratch_bytes);
+      if (scratch == nullptr) {
         return absl::ResourceExhaustedError(
-            absl::StrCat("ConvOnednn: cannot allocate ", e.scratch_floats * sizeof(float),
+            absl::StrCat("ConvOnednn: cannot allocate ", e.scratch_bytes,
                          " bytes of reordering scratch for input ", ShapeToString(src_shape)));
       }
-      float* conv_dst = conv_src + e.dst_offset;
-      RunReorder(e.to_conv_src, stream, src, conv_src);
-      // With a sum post-op, the residual in the conv's layout.
-      if (options_.sum) RunReorder(e.to_conv_dst, stream, dst, conv_dst);
+      const void* conv_src = src;
+      void* conv_dst = dst;
+      if (e.src_via_scratch) {
+        RunReorder(e.to_conv_src, stream, src, scratch);
+        conv_src = scratch;
+      }
+      if (e.dst_via_scratch) {
+        conv_dst = scratch + e.dst_offset;
+        // With a sum post-op, the residual in the conv's layout.
+        if (options_.sum) RunReorder(e.to_conv_dst, stream, dst, conv_dst);
+      }
       e.call.SetHandle(DNNL_ARG_SRC, conv_src);
       e.call.SetHandle(DNNL_ARG_DST, conv_dst);
       e.call.Execute(stream);
-      RunReorder(e.from_conv_dst, stream, conv_dst, dst);
+      if (e.dst_via_scratch) RunReorder(e.from_conv_dst, stream, conv_dst, dst);
       return absl::OkStatus();
     }
     e.call.SetHandle(DNNL_ARG_SRC, src);
@@ -491,7 +501,9 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
 
 std::string ConvOnednn::ImplementationName(const Shape& src_shape) const {
   const PerShape* entry = per_shape_.Peek(src_shape);
-  return entry == nullptr ? std::string() : entry->impl;
+  if (entry == nullptr) return std::string();
+  if (options_.bf16 && !absl::StrContains(entry->impl, "bf16")) return entry->impl + " bf16";
+  return entry->impl;
 }
 
 }  // namespace numaserve::kernels

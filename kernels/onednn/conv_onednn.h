@@ -17,6 +17,10 @@
 // groups are not whole channel blocks, a blocked input of 3 channels), the
 // conv runs in the layouts oneDNN prefers for it, or plain (im2col + its
 // GEMM), through the same reordering scratch, and says so on stderr.
+// With options.bf16 the weights are packed as BF16 once and the input is
+// converted to BF16 (in the conv's layout) through the same scratch before
+// each run; the conv accumulates in FP32 and writes FP32 (bias, sum and
+// eltwise post-ops in FP32), so the activations between steps stay FP32.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +39,10 @@ namespace numaserve::kernels {
 
 // oneDNN's channel-blocked f32 layout for an [N, C, spatial...] tensor
 // (C padded to the block: 16 on AVX-512, 8 on AVX2); plain row-major when
-// `blocked` is false.
-dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked);
+// `blocked` is false. `type`: the elements' (BF16 for a conv's converted
+// input).
+dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked,
+                                  dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 
 // Bytes of an activation in that layout.
 int64_t ActivationBytes(const Shape& shape, bool blocked);
@@ -118,6 +124,12 @@ struct ConvOnednnOptions {
   // follows (Prepare/Execute then take the depthwise output's shape).
   std::optional<DepthwisePostOp> dw;
   ConvChannelsLast channels_last = ConvChannelsLast::kAuto;
+  // BF16 compute with FP32 accumulation (a model's precision "bf16"): BF16
+  // weights and input, FP32 output; where kernels::GetBf16Support() says
+  // oneDNN has native BF16 kernels. Winograd has no BF16 kernel (direct
+  // runs); with a depthwise post-op the 1x1 output (kept in cache) is BF16
+  // too, and so are the depthwise weights.
+  bool bf16 = false;
   // For messages: the graph nodes the conv stands for ("conv_2+bn_7").
   std::string name = "conv";
   // Say on stderr when oneDNN offers only a reference kernel (off for
@@ -141,7 +153,9 @@ class ConvOnednn {
   absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
                        const float* src, float* dst);
 
-  // oneDNN's implementation for the input shape ("" if not prepared or dropped).
+  // oneDNN's implementation for the input shape ("" if not prepared or
+  // dropped), with " bf16" after it for a BF16 conv whose name does not say
+  // so already.
   std::string ImplementationName(const Shape& src_shape) const;
   // Input shapes whose primitive is kept (at most kShapeCacheCapacity).
   size_t cached_shapes() const { return per_shape_.size(); }
@@ -152,14 +166,16 @@ class ConvOnednn {
   struct PerShape {
     BoundPrimitive call;
     std::string impl;
-    // Reordered (channels-last, or away from a reference kernel): src
-    // reordered into the thread's scratch (from offset 0), the conv writes
-    // its own layout at dst_offset (holding the residual first, with a sum
-    // post-op), reordered into dst.
-    bool reordered = false;
+    // src reordered (channels-last, away from a reference kernel) or
+    // converted (BF16) into the thread's scratch (ThreadScratch, from offset
+    // 0) before the conv.
+    bool src_via_scratch = false;
+    // The conv writes its own layout into the scratch at dst_offset
+    // (holding the residual first, with a sum post-op), reordered into dst.
+    bool dst_via_scratch = false;
     BoundPrimitive to_conv_src, to_conv_dst, from_conv_dst;
-    size_t dst_offset = 0;      // floats
-    size_t scratch_floats = 0;  // src and dst together
+    size_t dst_offset = 0;     // bytes, 64-byte aligned
+    size_t scratch_bytes = 0;  // src and dst together
   };
   ConvOnednn(const dnnl::engine& engine, ConvOnednnOptions options)
       : engine_(engine), options_(std::move(options)) {}
@@ -183,11 +199,18 @@ class ConvOnednn {
   absl::StatusOr<bool> PrepareAwayFromReference(const Shape& src_shape, const Shape& dst_shape,
                                                 bool src_blocked, bool dst_blocked,
                                                 PerShape* entry);
-  // Binds `pd` (whose src/dst layouts may differ from the caller's) with
-  // the reorders between them and the scratch.
+  // Binds `pd` (whose src/dst layouts or types may differ from the
+  // caller's) with the reorders between them and the scratch, where they
+  // differ.
   absl::Status BindReordered(const dnnl::convolution_forward::primitive_desc& pd,
                              const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                              bool dst_blocked, PerShape* entry);
+  // The src reorder/conversion and the scratch for a primitive reading
+  // `conv_src` where the caller passes `src_md` (nothing when they match).
+  void BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::desc& conv_src,
+               PerShape* entry);
+  // The conv's input and weights element type: BF16 with options.bf16.
+  dnnl::memory::data_type ComputeType() const;
   // The weights in layout `md`, reordered once from the user copy.
   absl::StatusOr<dnnl::memory> WeightsFor(const dnnl::memory::desc& md);
   // The entry for src_shape, prepared if absent; valid until the next one

@@ -33,11 +33,16 @@ absl::StatusOr<std::unique_ptr<MatMulOnednn>> MatMulOnednn::Create(
   return mm;
 }
 
-dnnl::memory::desc MatMulOnednn::SrcDesc(int64_t m) const {
+dnnl::memory::desc MatMulOnednn::UserSrcDesc(int64_t m) const {
   if (options_.src_transposed) {
     return dnnl::memory::desc({m, options_.k}, dt::f32, dnnl::memory::dims{1, m});
   }
   return dnnl::memory::desc({m, options_.k}, dt::f32, tag::ab);
+}
+
+dnnl::memory::desc MatMulOnednn::SrcDesc(int64_t m) const {
+  if (options_.bf16) return dnnl::memory::desc({m, options_.k}, dt::bf16, tag::ab);
+  return UserSrcDesc(m);
 }
 
 dnnl::memory::desc MatMulOnednn::DstDesc(int64_t m) const {
@@ -65,7 +70,7 @@ absl::Status MatMulOnednn::PackWeights() {
   }
   try {
     dnnl::memory::desc user_md({k, n}, dt::f32, options_.weights_transposed ? tag::ba : tag::ab);
-    dnnl::memory::desc any_md({k, n}, dt::f32, tag::any);
+    dnnl::memory::desc any_md({k, n}, options_.bf16 ? dt::bf16 : dt::f32, tag::any);
     dnnl::memory::desc bias_md({1, n}, dt::f32, tag::ab);
     dnnl::matmul::primitive_desc pd(
         dnnl::matmul::desc(SrcDesc(kPackingM), any_md,
@@ -107,7 +112,7 @@ absl::StatusOr<MatMulOnednn::PerM*> MatMulOnednn::EntryFor(int64_t m) {
     }
     dnnl::memory weights = packed_weights_;
     if (!fits) {
-      dnnl::memory::desc any_md({options_.k, options_.n}, dt::f32, tag::any);
+      dnnl::memory::desc any_md({options_.k, options_.n}, packed_md.data_type(), tag::any);
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(SrcDesc(m), any_md, bias_md, DstDesc(m)),
                                         Attr(), engine_);
       if (pd.weights_desc() != packed_md) {
@@ -120,6 +125,11 @@ absl::StatusOr<MatMulOnednn::PerM*> MatMulOnednn::EntryFor(int64_t m) {
       }
     }
     entry.impl = pd.impl_info_str();
+    if (options_.bf16) {
+      if (!absl::StrContains(entry.impl, "bf16")) absl::StrAppend(&entry.impl, " bf16");
+      entry.to_src = BoundReorder(engine_, UserSrcDesc(m), pd.src_desc());
+      entry.src_bytes = pd.src_desc().get_size();
+    }
     entry.call.primitive = dnnl::matmul(pd);
     entry.call.args[DNNL_ARG_SRC] = UnboundMemory(pd.src_desc(), engine_);
     entry.call.args[DNNL_ARG_WEIGHTS] = weights;
@@ -137,6 +147,15 @@ absl::Status MatMulOnednn::Execute(dnnl::stream& stream, int64_t m, const float*
   if (!entry.ok()) return entry.status();
   BoundPrimitive& call = (*entry)->call;
   try {
+    if (options_.bf16) {
+      char* converted = ThreadScratch((*entry)->src_bytes);
+      if (converted == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat("MatMulOnednn: cannot allocate ",
+                                                         (*entry)->src_bytes, " bytes for BF16 A"));
+      }
+      RunReorder((*entry)->to_src, stream, src, converted);
+      src = reinterpret_cast<const float*>(converted);
+    }
     call.SetHandle(DNNL_ARG_SRC, src);
     call.SetHandle(DNNL_ARG_DST, dst);
     call.Execute(stream);

@@ -1,5 +1,8 @@
 #include "kernels/onednn/onednn_common.h"
 
+#include <cstdlib>
+#include <memory>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -41,6 +44,18 @@ BoundPrimitive BoundReorder(const dnnl::engine& engine, const dnnl::memory::desc
   r.args[DNNL_ARG_FROM] = UnboundMemory(from, engine);
   r.args[DNNL_ARG_TO] = UnboundMemory(to, engine);
   return r;
+}
+
+char* ThreadScratch(size_t bytes) {
+  thread_local std::unique_ptr<char, void (*)(void*)> buffer{nullptr, &std::free};
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset();
+    capacity = 0;
+    buffer.reset(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (buffer) capacity = bytes;
+  }
+  return buffer.get();
 }
 
 int ActivationChannelBlock() {

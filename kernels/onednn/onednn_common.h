@@ -56,6 +56,14 @@ inline dnnl::memory UnboundMemory(const dnnl::memory::desc& md, const dnnl::engi
 BoundPrimitive BoundReorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
                             const dnnl::memory::desc& to);
 
+// The calling thread's scratch for activations converted or reordered on
+// their way into a primitive (a conv running channels-last, BF16 inputs),
+// grown to at least `bytes` (64-byte aligned); null when it cannot be
+// allocated. One per thread: a thread runs one primitive at a time, and a
+// model's steps run one after another, so it holds the largest step's
+// converted activations, not their sum. Valid until the thread's next call.
+char* ThreadScratch(size_t bytes);
+
 // Runs a BoundReorder from `src` into `dst`.
 inline void RunReorder(BoundPrimitive& reorder, dnnl::stream& stream, const void* src, void* dst) {
   reorder.SetHandle(DNNL_ARG_FROM, src);

@@ -29,11 +29,13 @@ Environment:
 
 import atexit
 import ctypes
+import gzip
 import os
 import queue
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -170,6 +172,50 @@ def write_model(repository, name, model, version=1):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     onnx.save(model, path)
     return path
+
+
+# --- Training data and checkpoints -----------------------------------------
+
+def write_idx(path, array):
+    header = struct.pack(">BBBB", 0, 0, 8, array.ndim) + b"".join(
+        struct.pack(">I", d) for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def synthetic_idx_dataset(directory, prefix, count, seed):
+    """Gzipped IDX files (images, labels) of COUNT Fashion-MNIST-shaped
+    images whose class shows as a bright 7x7 block in one of 10 places."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, size=count)
+    images = rng.integers(0, 60, size=(count, 28, 28))
+    for i, label in enumerate(labels):
+        r, c = 3 + 7 * (label // 4), 3 + 7 * (label % 4)
+        images[i, r:r + 7, c:c + 7] += 150
+    paths = (os.path.join(directory, prefix + "-images-idx3-ubyte.gz"),
+             os.path.join(directory, prefix + "-labels-idx1-ubyte.gz"))
+    write_idx(paths[0], images)
+    write_idx(paths[1], labels)
+    return paths
+
+
+def read_checkpoint(path):
+    """The checkpoint format of engine/training/checkpoint.h -> (step, {name: array})."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"NSCKPT01", path
+    step, count = struct.unpack_from("<QQ", data, 8)
+    off, tensors = 24, {}
+    for _ in range(count):
+        (name_len,) = struct.unpack_from("<I", data, off)
+        off += 4
+        name = data[off:off + name_len].decode()
+        off += name_len
+        (n,) = struct.unpack_from("<Q", data, off)
+        off += 8
+        tensors[name] = np.frombuffer(data, dtype="<f4", count=n, offset=off).copy()
+        off += 4 * n
+    return step, tensors
 
 
 # --- The server process ------------------------------------------------------

@@ -109,6 +109,9 @@ class ExtensionsTest(unittest.TestCase):
         config = self.stub.ModelConfig(nc.pb.ModelConfigRequest(name=MODEL), timeout=10).config
         self.assertEqual(config.name, MODEL)
         self.assertEqual(config.platform, "onnxruntime_onnx")
+        # ModelMetadata names the platform as ModelConfig does (Triton's name).
+        metadata = self.stub.ModelMetadata(nc.pb.ModelMetadataRequest(name=MODEL), timeout=10)
+        self.assertEqual(metadata.platform, config.platform)
         self.assertEqual(config.backend, "numaserve")
         self.assertEqual(config.max_batch_size, 8)
         self.assertEqual(config.version_policy.WhichOneof("policy_choice"), "latest")
@@ -129,6 +132,7 @@ class ExtensionsTest(unittest.TestCase):
         self.assertGreaterEqual(group.count, 1)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         self.assertEqual(parameters, {"gemm_backend": "auto",
+                                      "precision": "fp32",
                                       "instance_placement.domains": "all",
                                       "instance_placement.instances_per_domain": "1"})
 
@@ -147,7 +151,7 @@ class ExtensionsTest(unittest.TestCase):
         self.assertEqual(len(fields[6]), 1)            # output = 6
         self.assertEqual(len(fields[7]), 1)            # instance_group = 7
         self.assertEqual(len(fields[11]), 1)           # dynamic_batching = 11
-        self.assertEqual(len(fields[14]), 3)           # parameters = 14 (map entries)
+        self.assertEqual(len(fields[14]), 4)           # parameters = 14 (map entries)
         model_input = wire_fields(fields[5][0])
         self.assertEqual(model_input[1], [b"image"])   # ModelInput.name = 1
         self.assertEqual(model_input[2], [11])         # data_type = 2: TYPE_FP32 = 11

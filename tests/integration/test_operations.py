@@ -1,14 +1,17 @@
 #!/usr/bin/python3
-"""Server operations: JSON logs and log levels, the config file (and flags
-overriding it), --version, --metrics-address, and gRPC server reflection
-(with Debian's grpcurl when it is installed, else through grpcio with
-message classes compiled from a small copy of reflection.proto)."""
+"""Server operations: JSON logs and log levels (every line the server, its
+worker supervisor, its worker processes, the kernels in them and its
+training ranks write is a record), the config file (and flags overriding
+it), --version, --metrics-address, and gRPC server reflection (with
+Debian's grpcurl when it is installed, else through grpcio with message
+classes compiled from a small copy of reflection.proto)."""
 
 import atexit
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,14 +21,22 @@ import urllib.error
 import urllib.request
 
 import grpc
+import numpy as np
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
 import numaserve_client as nc  # noqa: E402
 
 TIMEOUT_S = 60
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 LEVELS = ("debug", "info", "warning", "error")
+# The tests that want every line a record name the GEMM backend: with the
+# default (auto) the compiled model prints its timing of each backend as
+# text lines (engine/compiled_model.cc does not log through base/log.h yet).
+GEMM = ["--gemm", "onednn"]
 VERSION = re.compile(r"^numaserve \d+\.\d+\.\d+ \(git \S+, isa (avx512|avx2|scalar)\b.*\)$")
+MODEL = nc.DEFAULT_MODEL_NAME
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 REFLECTION_SERVICE = "grpc.reflection.v1alpha.ServerReflection"
@@ -109,6 +120,30 @@ def json_records(text):
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
+def all_records(test, log):
+    """Every line of LOG as a record; fails TEST on a line that is not a JSON
+    object with a ts, a level, a component and a msg."""
+    records = []
+    for line in log.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            test.fail("not JSON (%s): %r\n%s" % (e, line, log[-20000:]))
+        test.assertIsInstance(record, dict, line)
+        for key in ("ts", "level", "component", "msg"):
+            test.assertIn(key, record, line)
+        test.assertRegex(record["ts"], TIMESTAMP, line)
+        test.assertIn(record["level"], LEVELS, line)
+        test.assertIsInstance(record["component"], str, line)
+        test.assertIsInstance(record["msg"], str, line)
+        records.append(record)
+    return records
+
+
+def usable_cpus():
+    return len(os.sched_getaffinity(0))
+
+
 def free_port(host):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -135,26 +170,44 @@ class LogTest(unittest.TestCase):
         return server.stderr_text(0)
 
     def test_json_lines(self):
-        log = self.serve_and_stop("--log-format", "json")
-        records = []
-        for line in log.splitlines():
-            # Lines of parts that do not log through the server's logger
-            # yet (the worker processes, the supervisor) stay text; every
-            # line of the serve command is JSON.
-            if not line.startswith("{"):
-                self.assertFalse(re.match(r"numaserve: (model|gRPC security|stopped|SIG|"
-                                          r"Terminated|starting|serving)", line),
-                                 "a serve line is not JSON: %r\n%s" % (line, log))
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as e:
-                self.fail("not JSON (%s): %r\n%s" % (e, line, log))
-            for key in ("ts", "level", "component", "msg"):
-                self.assertIn(key, record, line)
-            self.assertRegex(record["ts"], TIMESTAMP, line)
-            self.assertIn(record["level"], LEVELS, line)
-            records.append(record)
+        """Two workers (--domain core), a request, a worker killed with
+        SIGKILL (the supervisor restarts it), a bad request: every line the
+        process tree wrote is a record, the workers' and the supervisor's
+        among them, each worker's (its kernels' too) naming its index and
+        pid; debug records reach the workers through the environment."""
+        server = nc.ServerProcess(REPO, ["--log-format", "json", "--log-level", "debug",
+                                         "--domain", "core", "--max-workers", "2"] + GEMM)
+        workers = min(2, usable_cpus())
+        with server:
+            stub = server.stub()
+            images = nc.random_images(2, seed=3)
+            self.assertEqual(nc.infer(stub, MODEL, {"image": images})["probabilities"].shape,
+                             (2, 10))
+            first = server.worker_pids()
+            self.assertEqual(len(first), workers, server.stderr_text())
+            victim = max(first)
+            os.kill(victim, signal.SIGKILL)
+
+            def restarted():
+                records = json_records(server.stderr_text(0))
+                lost = any(r["component"] == "supervisor" and r.get("pid") == victim
+                           and r["msg"].endswith("; restarting") for r in records)
+                # The new worker has loaded the model again.
+                loaded = any(r["component"] == "worker" and r.get("pid") not in first
+                             and r["level"] == "debug" and " loaded: " in r["msg"]
+                             for r in records)
+                return lost and loaded
+            self.assertTrue(nc.wait_until(restarted, TIMEOUT_S), server.stderr_text())
+            with self.assertRaises(grpc.RpcError) as caught:
+                nc.infer(stub, MODEL, {"image": np.zeros((1, 3), np.float32)})
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(nc.infer(stub, MODEL, {"image": images})["probabilities"].shape,
+                             (2, 10))
+            now = server.worker_pids()
+        log = server.stderr_text(0)
+        records = all_records(self, log)
+
+        # The serve command's own.
         messages = [r["msg"] for r in records if r["component"] == "serve"]
         self.assertTrue(any(m.startswith("starting numaserve ") for m in messages), log)
         self.assertIn("stopped", messages, log)
@@ -166,9 +219,76 @@ class LogTest(unittest.TestCase):
         self.assertEqual(len(serving), 1, log)
         self.assertIn("grpc_address", serving[0], log)
 
+        # The supervisor: each worker started (the new one too), the kill.
+        supervisor = [r for r in records if r["component"] == "supervisor"]
+        started = {r["pid"]: r for r in supervisor if " started: " in r["msg"]}
+        self.assertEqual(set(started), first | now, log)
+        for r in started.values():
+            self.assertIn(r["worker"], range(workers), r)
+        restarts = [r for r in supervisor if r["msg"].endswith("; restarting")]
+        self.assertEqual(len(restarts), 1, log)
+        self.assertEqual(restarts[0]["level"], "warning", restarts[0])
+        self.assertEqual(restarts[0]["pid"], victim, restarts[0])
+        self.assertEqual(restarts[0]["worker"], started[victim]["worker"], restarts[0])
+        self.assertIn("signal 9", restarts[0]["exit"], restarts[0])
+
+        # The workers, in their own processes: each names itself, at every
+        # level it logs (debug: the level came through the environment),
+        # and so do the kernels it runs.
+        for pid in first | now:
+            own = [r for r in records if r.get("pid") == pid and r["component"] != "supervisor"]
+            components = {r["component"] for r in own}
+            self.assertIn("worker", components, "worker pid %d\n%s" % (pid, log))
+            self.assertIn("dispatch", components, "worker pid %d\n%s" % (pid, log))
+            self.assertEqual({r["worker"] for r in own}, {started[pid]["worker"]}, own)
+            levels = {r["level"] for r in own if r["component"] == "worker"}
+            self.assertIn("debug", levels, own)
+            hello = [r for r in own if r["msg"].startswith("worker %d pid %d: "
+                                                           % (started[pid]["worker"], pid))]
+            self.assertEqual(len(hello), 1, own)
+            self.assertIn("binding", hello[0], hello[0])
+
+    def test_training_job_logs_in_json(self):
+        """A training job's ranks (under mpirun, started by the training
+        service) log as records too: the server writes them in its log,
+        naming the job; each names its rank."""
+        from test_training import synthetic_dataset
+        from test_training_service import final_state, label_of, tpb, tpb_grpc, training_args
+        root = tempfile.mkdtemp(prefix="numaserve_json_training_")
+        self.addCleanup(shutil.rmtree, root, True)
+        train = synthetic_dataset(root, "train", 256, seed=1)
+        model = nc.write_default_model(os.path.join(root, "repo"))  # inside the training root
+        config = ('model: "%s"\n' % model +
+                  'dataset { train_images: "%s" train_labels: "%s" }\n' % train +
+                  "global_batch_size: 32\nlearning_rate: 0.05\nepochs: 1\nmax_steps: 4\n"
+                  "log_every_steps: 2\nsgd { momentum: 0.9 }\n")
+        server = nc.ServerProcess(REPO, training_args(root, "--log-format", "json",
+                                                      "--log-level", "debug", *GEMM))
+        with server:
+            stub = tpb_grpc.TrainingServiceStub(server.training_channel())
+            job = stub.StartTraining(tpb.StartTrainingRequest(config_text=config,
+                                                              ranks="1")).job_id
+            final = final_state(stub, job)
+            self.assertEqual(final.state, tpb.TrainingProgress.SUCCEEDED, final)
+        log = server.stderr_text(0)
+        records = all_records(self, log)
+        label = label_of(job)
+        self.assertNotIn(job, log)  # the secret part of the id never
+        mine = [r for r in records if r.get("job") == label]
+        ranks = [r for r in mine if r.get("rank") == 0]
+        self.assertTrue([r for r in ranks if r["component"] == "training"
+                         and "rank 0/1 " in r["msg"]], log)
+        self.assertTrue([r for r in ranks if r["component"] == "dispatch"], log)
+        steps = [r for r in mine if r.get("step") == 4 and "loss" in r]
+        self.assertEqual(len(steps), 1, log)
+        self.assertEqual(steps[0]["level"], "debug", steps[0])
+        ended = [r for r in mine if r.get("state") == "succeeded"]
+        self.assertEqual(len(ended), 1, log)
+
     def test_warning_level_hides_info(self):
-        log = self.serve_and_stop("--log-format", "json", "--log-level", "warning")
-        records = json_records(log)
+        log = self.serve_and_stop("--log-format", "json", "--log-level", "warning",
+                                  "--domain", "core", "--max-workers", "2", *GEMM)
+        records = all_records(self, log)  # the workers' lines too
         self.assertFalse([r for r in records if r["level"] in ("debug", "info")], log)
         self.assertNotIn("stopped", [r["msg"] for r in records], log)
         text = self.serve_and_stop("--log-level", "warning")

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""A worker killed with SIGKILL under traffic: every request either succeeds
-with correct numbers or fails UNAVAILABLE (never a hang, never a deadline,
-never wrong numbers), the supervisor restarts the worker, and requests
-succeed again within seconds."""
+"""A worker killed with SIGKILL under traffic: every request succeeds with
+correct numbers (the batch the worker held runs again on another worker,
+or on its replacement; requests that arrive while the only worker restarts
+wait for it), nothing hangs, the supervisor restarts the worker, and
+requests are served again within seconds."""
 
 import collections
 import os
@@ -140,13 +141,9 @@ class WorkerFailureTest(unittest.TestCase):
         summary = "%d requests around the kill of worker pid %d: %s, slowest %.2f s" % (
             len(results), victim, dict(by_code), slowest)
         print("\n%d worker(s): %s" % (expected_workers, summary), file=sys.stderr)
-        bad = [r for r in results
-               if r.code not in (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE)]
-        self.assertEqual(bad, [], "every request must succeed with the right numbers or fail "
-                         "UNAVAILABLE; %s%s" % (summary, log()))
-        for r in results:
-            if r.code == grpc.StatusCode.UNAVAILABLE:
-                self.assertTrue(r.details, "UNAVAILABLE without a reason; " + summary)
+        bad = [r for r in results if r.code != grpc.StatusCode.OK]
+        self.assertEqual(bad[:5], [], "every request must succeed with the right numbers: "
+                         "nothing accepted is lost to the kill; %s%s" % (summary, log()))
 
         recovered = [r for r in results if r.code == grpc.StatusCode.OK
                      and r.start >= killed_at and r.end <= killed_at + RECOVERY_S]

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace numaserve::server {
 namespace {
 
@@ -53,6 +55,25 @@ TEST(ModelConfig, ParsesEveryBlock) {
   EXPECT_TRUE(ValidateModelConfig(c, "mlp", Mlp(), 1).ok());
 }
 
+TEST(ModelConfig, PrecisionIsFp32OrBf16) {
+  EXPECT_EQ(Parse("").precision(), "");  // the default: FP32
+  for (const char* value : {"fp32", "bf16"}) {
+    const config::ModelConfig c = Parse(absl::StrCat("precision: \"", value, "\""));
+    EXPECT_EQ(c.precision(), value);
+    EXPECT_TRUE(ValidateModelConfigFields(c, "mlp", 1).ok()) << value;
+    EXPECT_TRUE(ValidateModelConfig(c, "mlp", Mlp(), 1).ok()) << value;
+  }
+  // An unknown word is refused by the config checks, naming the field.
+  absl::Status s = ValidateModelConfigFields(Parse("precision: \"int8\""), "mlp", 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("model 'mlp' config.pbtxt: precision: 'int8' is not one of fp32, bf16"));
+  // Not a string: a parse error with its line and column.
+  auto number = ParseModelConfigText("precision: 16\n", "repo/mlp/config.pbtxt");
+  ASSERT_FALSE(number.ok());
+  EXPECT_THAT(std::string(number.status().message()), HasSubstr("repo/mlp/config.pbtxt:1:"));
+}
+
 TEST(ModelConfig, SyntaxErrorNamesFileLineAndField) {
   auto c = ParseModelConfigText("max_batch_size: 8\nmax_batch_sise: 4\n", "repo/mlp/config.pbtxt");
   ASSERT_FALSE(c.ok());
@@ -80,6 +101,9 @@ TEST(ModelConfig, ContradictionsWithTheOnnxModelAreErrors) {
       {"output { name: \"probabilities\" dims: [ 10 ] }", "dims"},  // no batch: rank 2
       {"instance_placement { domains: [ 3 ] }", "worker 3 does not exist"},
       {"gemm_backend: \"cublas\"", "gemm_backend"},
+      {"precision: \"fp16\"",
+       "model 'mlp' config.pbtxt: precision: 'fp16' is not one of fp32, bf16"},
+      {"precision: \"BF16\"", "precision: 'BF16' is not one of fp32, bf16"},
   };
   for (const auto& c : cases) {
     absl::Status s = ValidateModelConfig(Parse(c.text), "mlp", Mlp(), 2);
@@ -448,8 +472,10 @@ TEST(TritonConfig, NumaserveFieldsStayAvailable) {
   ModelConfigFile f = ReadTriton(
       "platform: \"onnxruntime_onnx\"\n"
       "instance_placement { domains: [ 1 ] instances_per_domain: per_core }\n"
-      "gemm_backend: \"onednn\"\n");
+      "gemm_backend: \"onednn\"\n"
+      "precision: \"bf16\"\n");
   EXPECT_TRUE(f.triton);
+  EXPECT_EQ(f.config.precision(), "bf16");
   EXPECT_EQ(f.config.instance_placement().instances_per_domain(), kInstancesPerCore);
   EXPECT_EQ(f.config.instance_placement().domains_size(), 1);
   EXPECT_EQ(f.config.gemm_backend(), "onednn");

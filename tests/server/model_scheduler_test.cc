@@ -39,6 +39,7 @@ class FakePool final : public WorkerPool {
   bool HasModel(int w, const std::string& key) const override {
     return instances_.count({w, key}) > 0;
   }
+  bool ModelExpected(const std::string&) const override { return expected; }
   int Instances(int w, const std::string& key) const override {
     auto it = instances_.find({w, key});
     return it == instances_.end() ? 1 : it->second;
@@ -79,6 +80,7 @@ class FakePool final : public WorkerPool {
   }
 
   size_t batch_bytes = size_t{1} << 30;
+  bool expected = true;  // ModelExpected: a worker restarts with the model
   std::vector<bool> ready_;
   std::map<std::pair<int, std::string>, int> instances_;
   std::vector<Running> running;
@@ -398,6 +400,51 @@ TEST_F(SchedulerTest, AWorkerThatIsNotReadyGetsNothing) {
   EXPECT_EQ(pool_->RunningOn(0), 1);
   pool_->CompleteAll();
   ExpectAnsweredCorrectly();
+}
+
+// The only worker dies under a batch and restarts: the batch and the
+// requests that arrive meanwhile wait for it instead of failing.
+TEST_F(SchedulerTest, WorkWaitsForTheOnlyWorkerWhileItRestarts) {
+  Make(1);
+  auto m = Model("m", 4, 0);
+  pool_->Hold(0, m->key(), 1);
+  Submit(m);
+  ASSERT_EQ(pool_->running.size(), 1u);
+  pool_->ready_[0] = false;  // the supervisor saw it exit
+  pool_->Complete(0, absl::UnavailableError("worker 0 exited"), /*lost=*/true);
+  Submit(m);
+  Submit(m);
+  EXPECT_TRUE(pool_->running.empty());
+  for (const auto& c : calls_) EXPECT_FALSE(c->answered);
+  pool_->ready_[0] = true;  // restarted, the model loaded again
+  scheduler_->Pump();
+  ASSERT_FALSE(pool_->running.empty());
+  while (!pool_->running.empty()) pool_->CompleteAll();
+  ExpectAnsweredCorrectly();
+}
+
+// ... but once no worker can hold the model again (its load failed, or it
+// was marked failed after crashing workers), nothing waits forever.
+TEST_F(SchedulerTest, WorkForAModelNoWorkerWillHoldFailsAtOnce) {
+  Make(1);
+  auto m = Model("m", 4, 0);
+  pool_->Hold(0, m->key(), 1);
+  auto lost = Submit(m);
+  pool_->ready_[0] = false;
+  pool_->Complete(0, absl::UnavailableError("worker 0 exited"), /*lost=*/true);
+  auto queued = Submit(m);
+  EXPECT_FALSE(lost->answered);
+  EXPECT_FALSE(queued->answered);
+  pool_->expected = false;
+  pool_->instances_.clear();
+  pool_->ready_[0] = true;  // back, without the model
+  scheduler_->Pump();
+  for (const auto& c : {lost, queued}) {
+    ASSERT_TRUE(c->answered);
+    EXPECT_EQ(c->status.code(), absl::StatusCode::kUnavailable) << c->status;
+    EXPECT_NE(c->status.message().find("no worker holds it"), std::string::npos) << c->status;
+  }
+  EXPECT_TRUE(pool_->running.empty());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "server/log.h"
+#include "base/log.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace numaserve::server {
+namespace numaserve::base {
 namespace {
 
 const absl::Time kTime = absl::FromUnixMillis(1767323045678);  // 2026-01-02T03:04:05.678Z
@@ -141,13 +141,85 @@ TEST_F(LogSinkTest, ThreadsWriteWholeRecords) {
   }
 }
 
-TEST(VersionTest, NamesVersionRevisionAndIsa) {
-  const std::string text = VersionText();
-  EXPECT_EQ(text.rfind(absl::StrCat("numaserve ", BuildVersion()), 0), 0u) << text;
-  EXPECT_NE(text.find("git "), std::string::npos) << text;
-  EXPECT_NE(text.find("isa "), std::string::npos) << text;
-  EXPECT_STRNE(BuildRevision(), "");
+TEST_F(LogSinkTest, ContextFieldsFollowEachJsonRecord) {
+  ConfigureLog({.format = LogFormat::kJson, .level = LogLevel::kInfo});
+  SetLogContext({{"worker", 1}, {"pid", 4242}});
+  Log(LogLevel::kInfo, "dispatch", "kernels: avx2");
+  // The record's own field wins over the context's.
+  Log(LogLevel::kInfo, "worker", "w", {{"worker", 7}});
+  ConfigureLog({.format = LogFormat::kText, .level = LogLevel::kInfo});
+  Log(LogLevel::kInfo, "dispatch", "text has no fields");
+  SetLogContext({});
+  ASSERT_EQ(lines_.size(), 3u);
+  EXPECT_EQ(lines_[0],
+            "{\"ts\":\"2026-01-02T03:04:05.678Z\",\"level\":\"info\",\"component\":\"dispatch\","
+            "\"msg\":\"kernels: avx2\",\"worker\":1,\"pid\":4242}\n");
+  EXPECT_NE(lines_[1].find("\"msg\":\"w\",\"worker\":7,\"pid\":4242}"), std::string::npos)
+      << lines_[1];
+  EXPECT_EQ(lines_[2], "numaserve: text has no fields\n");
+}
+
+TEST_F(LogSinkTest, FieldsMayBeBuiltAtRunTime) {
+  ConfigureLog({.format = LogFormat::kJson, .level = LogLevel::kInfo});
+  std::vector<LogField> fields = {{"a", 1}};
+  fields.emplace_back("b", "two");
+  Log(LogLevel::kInfo, "c", "m", fields);
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_NE(lines_[0].find("\"msg\":\"m\",\"a\":1,\"b\":\"two\"}"), std::string::npos) << lines_[0];
+}
+
+TEST(ParseLogLineTest, ReadsBackWhatFormatWrote) {
+  const std::string line = FormatLogLine(
+      LogFormat::kJson, kTime, LogLevel::kWarning, "worker", "odd \"name\"\n\x01 caf\xC3\xA9",
+      {{"model", "m"}, {"version", 3}, {"ready", true}, {"seconds", 0.25}, {"v", std::nan("")}});
+  absl::StatusOr<LogRecord> record = ParseLogLine(line);
+  ASSERT_TRUE(record.ok()) << record.status() << line;
+  EXPECT_EQ(record->ts, "2026-01-02T03:04:05.678Z");
+  EXPECT_EQ(record->level, LogLevel::kWarning);
+  EXPECT_EQ(record->component, "worker");
+  EXPECT_EQ(record->message, "odd \"name\"\n\x01 caf\xC3\xA9");
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (const LogField& f : record->fields) fields.emplace_back(f.key(), f.json());
+  EXPECT_EQ(fields, (std::vector<std::pair<std::string, std::string>>{{"model", "\"m\""},
+                                                                      {"version", "3"},
+                                                                      {"ready", "true"},
+                                                                      {"seconds", "0.25"},
+                                                                      {"v", "null"}}));
+  // Written again, the record is the same line.
+  EXPECT_EQ(FormatLogLine(LogFormat::kJson, kTime, record->level, record->component,
+                          record->message, record->fields),
+            line);
+}
+
+TEST(ParseLogLineTest, DecodesJsonEscapes) {
+  absl::StatusOr<LogRecord> record = ParseLogLine(
+      " {\"msg\":\"a\\/b \\u00e9 \\ud83d\\ude00\\t\", \"level\" : \"error\", \"component\":\"c\","
+      "\"ts\":\"t\", \"n\": -1.5e+3 }\n");
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->message, "a/b \xC3\xA9 \xF0\x9F\x98\x80\t");
+  EXPECT_EQ(record->level, LogLevel::kError);
+  ASSERT_EQ(record->fields.size(), 1u);
+  EXPECT_EQ(record->fields[0].json(), "-1.5e+3");
+}
+
+TEST(ParseLogLineTest, RefusesWhatIsNotARecord) {
+  for (const char* line : {
+           "numaserve: model m loaded",
+           "",
+           "{}",
+           "{\"ts\":\"t\",\"level\":\"info\",\"component\":\"c\"}",                // no msg
+           "{\"ts\":\"t\",\"level\":\"loud\",\"component\":\"c\",\"msg\":\"m\"}",  // level
+           "{\"ts\":\"t\",\"level\":\"info\",\"component\":\"c\",\"msg\":\"m\"",   // unclosed
+           "{\"ts\":\"t\",\"level\":\"info\",\"component\":\"c\",\"msg\":\"m\"} x",
+           "{\"ts\":\"t\",\"level\":\"info\",\"component\":\"c\",\"msg\":\"m\",\"a\":[1]}",
+           "{\"ts\":\"t\",\"level\":\"info\",\"component\":\"c\",\"msg\":\"m\",\"a\":01}",
+           "{\"ts\":\"t\",\"level\":\"info\",\"component\":\"c\",\"msg\":\"\\ud800\"}",
+           "{\"ts\":\"t\",\"level\":\"info\",\"component\":\"c\",\"msg\":\"a\tb\"}",
+           "{\"ts\":1,\"level\":\"info\",\"component\":\"c\",\"msg\":\"m\"}",
+       }) {
+    EXPECT_FALSE(ParseLogLine(line).ok()) << line;
+  }
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::base

@@ -1,8 +1,11 @@
-// The server's log: one line per record on stderr, as text (what the lines
-// always looked like: "numaserve: MESSAGE") or as JSON, one object a line:
+// The log of every numaserve process (the server, its workers, training
+// ranks, the kernels and engine code running in them): one line per record
+// on stderr, as text (what the lines always looked like: "numaserve:
+// MESSAGE") or as JSON, one object a line:
 //
-//   {"ts":"2026-01-02T03:04:05.678Z","level":"info","component":"serve",
-//    "msg":"model m version 1: /repo/m/1/model.onnx","model":"m","version":1}
+//   {"ts":"2026-01-02T03:04:05.678Z","level":"info","component":"worker",
+//    "msg":"worker 1: m:1: gemm backend blis","model":"m","version":1,
+//    "worker":1,"pid":4242}
 //
 // for log shippers (journald, Fluent Bit, Vector, Loki). Records below the
 // level are dropped. Text writes the message alone, so a message must read
@@ -12,20 +15,21 @@
 // under a lock, so records from several threads never interleave.
 // ConfigureLog also exports the settings to the environment
 // (NUMASERVE_LOG_FORMAT, NUMASERVE_LOG_LEVEL), where child processes
-// (workers, trainers) that log through here pick them up.
+// (workers, trainers) pick them up when they first log.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
-namespace numaserve::server {
+namespace numaserve::base {
 
 enum class LogLevel { kDebug, kInfo, kWarning, kError };
 enum class LogFormat { kText, kJson };
@@ -50,11 +54,14 @@ class LogField {
   template <typename T,
             std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   LogField(absl::string_view key, T value) : key_(key), json_(std::to_string(value)) {}
+  // A value that is JSON already (a field read back by ParseLogLine).
+  static LogField Json(absl::string_view key, absl::string_view json);
 
   const std::string& key() const { return key_; }
   const std::string& json() const { return json_; }
 
  private:
+  LogField() = default;
   std::string key_;
   std::string json_;
 };
@@ -66,7 +73,22 @@ void AppendJsonString(std::string* out, absl::string_view text);
 // One record as the line it is written as (with its '\n').
 std::string FormatLogLine(LogFormat format, absl::Time time, LogLevel level,
                           absl::string_view component, absl::string_view message,
-                          std::initializer_list<LogField> fields);
+                          absl::Span<const LogField> fields);
+
+// A JSON record read back: what a process that reads a child's stderr (the
+// training service, its trainers') does to log the child's records as its
+// own.
+struct LogRecord {
+  std::string ts;
+  LogLevel level = LogLevel::kInfo;
+  std::string component;
+  std::string message;
+  std::vector<LogField> fields;  // the other keys, in their order
+};
+// LINE (with or without its '\n') as a record: a flat JSON object with
+// string ts, level, component and msg, other values strings, numbers,
+// true, false or null. Anything else is INVALID_ARGUMENT.
+absl::StatusOr<LogRecord> ParseLogLine(absl::string_view line);
 
 struct LogOptions {
   LogFormat format = LogFormat::kText;
@@ -81,9 +103,15 @@ void ConfigureLog(const LogOptions& options);
 LogOptions CurrentLogOptions();
 bool LogEnabled(LogLevel level);
 
+// Fields every JSON record of this process carries after its own: who the
+// process is ({"worker", 1}, {"pid", 4242} in a worker; {"rank", 0} in a
+// training rank), so records of the kernels it runs say so too. A field the
+// record has itself wins. Set once at start-up; replaces what was set.
+void SetLogContext(std::vector<LogField> fields);
+
 // Writes one record (when LEVEL is enabled).
 void Log(LogLevel level, absl::string_view component, absl::string_view message,
-         std::initializer_list<LogField> fields = {});
+         absl::Span<const LogField> fields = {});
 
 // A multi-line block (the placement report): verbatim in text, one record
 // per non-empty line in JSON.
@@ -94,12 +122,4 @@ void LogBlock(LogLevel level, absl::string_view component, absl::string_view tex
 void SetLogSinkForTesting(std::function<void(absl::string_view line)> sink,
                           std::function<absl::Time()> clock);
 
-// "numaserve 0.1.0 (git v0.1.0-12-gabcdef0, isa avx512, oneDNN avx512_core)":
-// the version, the git revision the binary was built from ("unknown"
-// outside a git checkout) and the ISA the kernels dispatch to here.
-std::string VersionText();
-// The parts, for the start-up record.
-const char* BuildVersion();
-const char* BuildRevision();
-
-}  // namespace numaserve::server
+}  // namespace numaserve::base

@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""The soak and fault scenarios of benchmarks/e2e/reliability.py at the
+lengths make test can afford (a 30 s soak instead of 10 minutes), each
+against a real server and the real load generator:
+  * soak: 80% of the measured capacity, no failed request, resident memory
+    of the server and its workers within 5% after the warm-up;
+  * overload: twice the capacity; what cannot be queued is refused with
+    RESOURCE_EXHAUSTED at once, nothing else fails, service recovers;
+  * kill: SIGKILL of a worker under load, with two workers and with one:
+    no request lost;
+  * corrupt: poll mode, a half-copied, a random and a hostile model
+    version dropped in under load: no request fails, no worker restarts;
+  * diskfull: a checkpoint that does not fit stops training with ENOSPC
+    named, the previous checkpoint intact, and --resume continues.
+The tool's own checks are the assertions; this test reads its JSON and
+fails with the bars it missed.
+"""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOOL = os.path.join(HERE, "..", "..", "benchmarks", "e2e", "reliability.py")
+
+
+class ReliabilityTest(unittest.TestCase):
+
+    def run_scenario(self, name):
+        proc = subprocess.run([sys.executable, TOOL, "--short", "--scenario", name],
+                              capture_output=True, text=True, timeout=280)
+        print(proc.stdout, file=sys.stderr)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        self.assertTrue(lines, "no result from %s (exit %d):\n%s\n%s"
+                        % (name, proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+        result = json.loads(lines[-1])["scenarios"][0]
+        self.assertEqual(result["scenario"], name)
+        if result["skipped"]:
+            self.skipTest(result["skipped"])
+        self.assertEqual(result["failures"], [], json.dumps(result["figures"], indent=1))
+        self.assertTrue(result["passed"])
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        return result["figures"]
+
+    def test_soak(self):
+        f = self.run_scenario("soak")
+        self.assertEqual(f["errors"], 0)
+        self.assertLess(f["rss_growth"], 0.05)
+
+    def test_overload(self):
+        f = self.run_scenario("overload")
+        self.assertGreater(f["refused"], 0)
+        self.assertEqual(f["other_failures"], 0)
+        self.assertEqual(f["errors_after"], 0)
+
+    def test_kill(self):
+        f = self.run_scenario("kill")
+        self.assertEqual(f["2_workers"]["errors"], 0)
+        self.assertEqual(f["1_workers"]["errors"], 0)
+
+    def test_corrupt(self):
+        f = self.run_scenario("corrupt")
+        self.assertEqual(f["errors"], 0)
+        self.assertIn("not a valid ONNX", f["reason_v3"])
+
+    def test_diskfull(self):
+        f = self.run_scenario("diskfull")
+        self.assertEqual(f["checkpoint_step"], 8)
+        self.assertIn("No space left on device", f["error"])
+
+
+if __name__ == "__main__":
+    unittest.main()

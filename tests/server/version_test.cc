@@ -1,0 +1,21 @@
+#include "server/version.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace numaserve::server {
+namespace {
+
+TEST(VersionTest, NamesVersionRevisionAndIsa) {
+  const std::string text = VersionText();
+  EXPECT_EQ(text.rfind(absl::StrCat("numaserve ", BuildVersion()), 0), 0u) << text;
+  EXPECT_NE(text.find("git "), std::string::npos) << text;
+  EXPECT_NE(text.find("isa "), std::string::npos) << text;
+  EXPECT_STRNE(BuildRevision(), "");
+}
+
+}  // namespace
+}  // namespace numaserve::server
