@@ -493,16 +493,6 @@ absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path) {
   return std::move(file->config);
 }
 
-std::vector<std::string> IgnoredFieldLines(const std::string& model, const ModelConfigFile& file) {
-  std::vector<std::string> lines;
-  for (const auto& field : file.ignored_fields) {
-    lines.push_back(absl::StrFormat(
-        "numaserve: model '%s' %s: ignoring Triton field '%s' (no effect on numaserve)", model,
-        kModelConfigFile, field));
-  }
-  return lines;
-}
-
 absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::string& model,
                                        int num_workers) {
   if (!c.name().empty() && c.name() != model) {

@@ -58,11 +58,6 @@ absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path);
 absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,
                                                          const std::string& origin);
 
-// One line per ignored Triton field of `model`'s file, to log at load:
-// "numaserve: model 'm' config.pbtxt: ignoring Triton field 'optimization'
-// (no effect on numaserve)".
-std::vector<std::string> IgnoredFieldLines(const std::string& model, const ModelConfigFile& file);
-
 // Checks the config on its own and against the model: the name matches the
 // directory, durations within kMaxConfigMicroseconds,
 // max_batch_size needs a batched model, preferred sizes fit,

@@ -162,6 +162,9 @@ bool ModelScheduler::Cancel(const std::shared_ptr<PendingInference>& request,
 void ModelScheduler::Pump() {
   for (const auto& queue : Queues()) queue->batcher->DropExpired();
   Schedule();
+  // Workers change (and the timer runs) here, not on every submit and
+  // answer: only a change can leave a model without workers.
+  FailUnservable();
 }
 
 void ModelScheduler::ReportPending(const Queue& queue) {
@@ -196,7 +199,6 @@ void ModelScheduler::Schedule() {
     for (const auto& queue : touched) ReportPending(*queue);
   } while (schedule_again);
   scheduling = false;
-  FailUnservable();
   // The timer wakes for the earliest queue delay or deadline.
   Clock::TimePoint next = Clock::TimePoint::max();
   for (const auto& queue : Queues()) next = std::min(next, queue->batcher->NextWake());

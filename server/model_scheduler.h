@@ -103,8 +103,9 @@ class ModelScheduler {
   // Takes a queued request out of its queue and answers it with `why`
   // (its call was cancelled). False if it is no longer queued.
   bool Cancel(const std::shared_ptr<PendingInference>& request, const absl::Status& why);
-  // Fills free slots with due batches; the cue that a worker became ready
-  // or that the fake clock moved.
+  // Fills free slots with due batches, and answers the work of models no
+  // worker will hold (FailUnservable); the cue that a worker changed or
+  // that the fake clock moved.
   void Pump();
   // Answers every queued request UNAVAILABLE and stops the timer; batches
   // in flight are answered as their workers reply.

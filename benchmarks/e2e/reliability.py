@@ -337,11 +337,6 @@ def kill_one(args, s, workers):
         shutil.rmtree(repo, ignore_errors=True)
 
 
-def _index(stub):
-    response = stub.RepositoryIndex(nc.pb.RepositoryIndexRequest(), timeout=10)
-    return {(m.name, m.version): (m.state, m.reason) for m in response.models}
-
-
 def _huge_initializer_model(path):
     """The default model with an unused initializer that claims 2^40
     elements backed by 16 bytes."""
@@ -372,7 +367,7 @@ def corrupt(args, s):
             events = []
 
             def wait_state(version, state):
-                ok = nc.wait_until(lambda: _index(stub).get((MODEL, str(version)),
+                ok = nc.wait_until(lambda: nc.repository_index(stub).get((MODEL, str(version)),
                                                             ("",))[0] == state,
                                    args.poll_wait_seconds)
                 events.append((version, state, bool(ok)))
@@ -387,7 +382,7 @@ def corrupt(args, s):
                 time.sleep(2.5)
                 f.write(good[len(good) // 2:])
             s.check(wait_state(2, "READY"), "version 2 was not served once its file was "
-                    "complete: %r" % (_index(stub),))
+                    "complete: %r" % (nc.repository_index(stub),))
             hostile = {3: os.urandom(len(good) // 4),
                        4: _huge_initializer_model(os.path.join(repo, MODEL, "1", "model.onnx"))}
             for version, data in hostile.items():
@@ -396,13 +391,13 @@ def corrupt(args, s):
                 with open(os.path.join(d, "model.onnx"), "wb") as f:
                     f.write(data)
                 s.check(wait_state(version, "UNAVAILABLE"),
-                        "version %d was not reported unavailable: %r" % (version, _index(stub)))
-                state, reason = _index(stub).get((MODEL, str(version)), ("", ""))
+                        "version %d was not reported unavailable: %r" % (version, nc.repository_index(stub)))
+                state, reason = nc.repository_index(stub).get((MODEL, str(version)), ("", ""))
                 s.check(reason, "version %d unavailable without a reason" % version)
                 s.figures["reason_v%d" % version] = reason[:200]
-                s.check(_index(stub).get((MODEL, "2"), ("",))[0] == "READY",
+                s.check(nc.repository_index(stub).get((MODEL, "2"), ("",))[0] == "READY",
                         "version 2 stopped serving after version %d: %r"
-                        % (version, _index(stub)))
+                        % (version, nc.repository_index(stub)))
             r = load.result()
             s.figures.update(requests=round(r["requests_per_second"] * seconds),
                              errors=r["errors"], errors_by_code=r["errors_by_code"],

@@ -174,6 +174,29 @@ def write_model(repository, name, model, version=1):
     return path
 
 
+# --- The numaserve command line ---------------------------------------------
+
+def run_numaserve(args, env=None, timeout=120):
+    """Runs `numaserve ARGS` (no stdin); returns the CompletedProcess (text)."""
+    return subprocess.run([default_binary()] + list(args), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout, env=env)
+
+
+def describe_run(args, result):
+    """A failed run_numaserve, for an assertion message."""
+    return "numaserve %s -> exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+        " ".join(args), result.returncode, result.stdout, result.stderr)
+
+
+def repository_index(stub, by_version=True):
+    """RepositoryIndex as {(name, version): (state, reason)}, or keyed by
+    name alone with by_version=False."""
+    response = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=10)
+    return {((m.name, m.version) if by_version else m.name): (m.state, m.reason)
+            for m in response.models}
+
+
 # --- Training data and checkpoints -----------------------------------------
 
 def write_idx(path, array):

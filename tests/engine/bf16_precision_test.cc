@@ -26,6 +26,7 @@
 #include "kernels/dispatch.h"
 #include "tests/engine/attention_block.h"
 #include "tests/engine/compare_with_reference.h"
+#include "tests/engine/conv_bn_block.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::engine {
@@ -33,6 +34,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::OnnxModelBuilder;
+using testing::ConvBnBlocks;
 using testing::RandomTensor;
 
 #define SKIP_WITHOUT_NATIVE_BF16()                                                      \
@@ -222,38 +224,14 @@ std::string SmallCnn() {
   b.Input("x", {-1, 3, 32, 32});
   b.Output("logits", {-1, 10});
   uint32_t seed = 100;
-  auto conv_bn = [&](const std::string& in, const std::string& out, int64_t cin, int64_t cout,
-                     int64_t k, int64_t stride, int64_t group, const char* act) {
-    const std::string p = out + "_";
-    kernels::Tensor w = RandomTensor({cout, cin / group, k, k}, seed++);
-    for (float& v : w.data) v *= 1.5f / std::sqrt(static_cast<float>(cin / group * k * k));
-    b.Initializer(p + "w", w);
-    auto& conv = b.Node("Conv", {in, p + "w"}, {p + "conv"}, p + "conv");
-    OnnxModelBuilder::AttrInts(conv, "pads", {k / 2, k / 2, k / 2, k / 2});
-    OnnxModelBuilder::AttrInts(conv, "strides", {stride, stride});
-    OnnxModelBuilder::AttrInt(conv, "group", group);
-    kernels::Tensor scale = RandomTensor({cout}, seed++), var = RandomTensor({cout}, seed++);
-    for (float& v : scale.data) v = 1.0f + 0.2f * v;
-    for (float& v : var.data) v = 1.0f + 0.5f * std::abs(v);
-    b.Initializer(p + "scale", scale);
-    b.Initializer(p + "bias", RandomTensor({cout}, seed++));
-    b.Initializer(p + "mean", RandomTensor({cout}, seed++));
-    b.Initializer(p + "var", var);
-    const std::string bn = std::string(act).empty() ? out : p + "bn";
-    b.Node("BatchNormalization", {p + "conv", p + "scale", p + "bias", p + "mean", p + "var"}, {bn},
-           p + "bn");
-    if (std::string(act) == "relu") b.Node("Relu", {bn}, {out}, p + "relu");
-    if (std::string(act) == "relu6") b.Node("Clip", {bn, "zero", "six"}, {out}, p + "clip");
-  };
-  b.Initializer("zero", kernels::Tensor(Shape{}, {0.0f}));
-  b.Initializer("six", kernels::Tensor(Shape{}, {6.0f}));
-  conv_bn("x", "stem", 3, 16, 3, 1, 1, "relu");
-  conv_bn("stem", "expand", 16, 48, 1, 1, 1, "relu6");
-  conv_bn("expand", "dw", 48, 48, 3, 1, 48, "relu6");
-  conv_bn("dw", "project", 48, 16, 1, 1, 1, "");
+  ConvBnBlocks blocks(&b, &seed, /*unit_gain=*/true);
+  blocks.Add("x", "stem", 3, 16, 3, 1, 1, "relu");
+  blocks.Add("stem", "expand", 16, 48, 1, 1, 1, "relu6");
+  blocks.Add("expand", "dw", 48, 48, 3, 1, 48, "relu6");
+  blocks.Add("dw", "project", 48, 16, 1, 1, 1, "");
   b.Node("Add", {"project", "stem"}, {"res"}, "residual");
-  conv_bn("res", "dw2", 16, 16, 3, 2, 16, "relu6");  // depthwise on its own: FP32
-  conv_bn("dw2", "grouped", 16, 32, 3, 1, 2, "relu");
+  blocks.Add("res", "dw2", 16, 16, 3, 2, 16, "relu6");  // depthwise on its own: FP32
+  blocks.Add("dw2", "grouped", 16, 32, 3, 1, 2, "relu");
   kernels::Tensor up = RandomTensor({32, 16, 2, 2}, seed++);
   for (float& v : up.data) v *= 0.3f;
   b.Initializer("up_w", up);

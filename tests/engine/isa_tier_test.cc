@@ -21,12 +21,14 @@
 #include "kernels/dispatch.h"
 #include "kernels/onednn/onednn_common.h"
 #include "tests/engine/compare_with_reference.h"
+#include "tests/engine/conv_bn_block.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::engine {
 namespace {
 
 using testing::OnnxModelBuilder;
+using testing::ConvBnBlocks;
 using testing::RandomTensor;
 
 // Step kinds that do the model's heavy work: none of them may run on a
@@ -101,38 +103,16 @@ std::string SmallCnn() {
   b.Input("x", {-1, 3, 32, 32});
   b.Output("logits", {-1, 10});
   uint32_t seed = 100;
-  auto conv_bn = [&](const std::string& in, const std::string& out, int64_t cin, int64_t cout,
-                     int64_t k, int64_t stride, int64_t group, const char* act) {
-    const std::string p = out + "_";
-    b.Initializer(p + "w", RandomTensor({cout, cin / group, k, k}, seed++));
-    auto& conv = b.Node("Conv", {in, p + "w"}, {p + "conv"}, p + "conv");
-    OnnxModelBuilder::AttrInts(conv, "pads", {k / 2, k / 2, k / 2, k / 2});
-    OnnxModelBuilder::AttrInts(conv, "strides", {stride, stride});
-    OnnxModelBuilder::AttrInt(conv, "group", group);
-    kernels::Tensor scale = RandomTensor({cout}, seed++), var = RandomTensor({cout}, seed++);
-    for (float& v : scale.data) v = 1.0f + 0.2f * v;
-    for (float& v : var.data) v = 1.0f + 0.5f * std::abs(v);
-    b.Initializer(p + "scale", scale);
-    b.Initializer(p + "bias", RandomTensor({cout}, seed++));
-    b.Initializer(p + "mean", RandomTensor({cout}, seed++));
-    b.Initializer(p + "var", var);
-    const std::string bn = std::string(act).empty() ? out : p + "bn";
-    b.Node("BatchNormalization", {p + "conv", p + "scale", p + "bias", p + "mean", p + "var"}, {bn},
-           p + "bn");
-    if (std::string(act) == "relu") b.Node("Relu", {bn}, {out}, p + "relu");
-    if (std::string(act) == "relu6") b.Node("Clip", {bn, "zero", "six"}, {out}, p + "clip");
-  };
-  b.Initializer("zero", kernels::Tensor(Shape{}, {0.0f}));
-  b.Initializer("six", kernels::Tensor(Shape{}, {6.0f}));
-  conv_bn("x", "stem", 3, 16, 3, 1, 1, "relu");
-  conv_bn("stem", "expand", 16, 48, 1, 1, 1, "relu6");
-  conv_bn("expand", "dw", 48, 48, 3, 1, 48, "relu6");
-  conv_bn("dw", "project", 48, 16, 1, 1, 1, "");
+  ConvBnBlocks blocks(&b, &seed);
+  blocks.Add("x", "stem", 3, 16, 3, 1, 1, "relu");
+  blocks.Add("stem", "expand", 16, 48, 1, 1, 1, "relu6");
+  blocks.Add("expand", "dw", 48, 48, 3, 1, 48, "relu6");
+  blocks.Add("dw", "project", 48, 16, 1, 1, 1, "");
   b.Node("Add", {"project", "stem"}, {"res"}, "residual");
-  conv_bn("res", "expand2", 16, 48, 1, 1, 1, "relu6");
-  conv_bn("expand2", "dw2", 48, 48, 3, 2, 48, "relu6");
-  conv_bn("dw2", "project2", 48, 24, 1, 1, 1, "");
-  conv_bn("project2", "grouped", 24, 24, 3, 1, 2, "relu");
+  blocks.Add("res", "expand2", 16, 48, 1, 1, 1, "relu6");
+  blocks.Add("expand2", "dw2", 48, 48, 3, 2, 48, "relu6");
+  blocks.Add("dw2", "project2", 48, 24, 1, 1, 1, "");
+  blocks.Add("project2", "grouped", 24, 24, 3, 1, 2, "relu");
   auto& pool = b.Node("MaxPool", {"grouped"}, {"pool"}, "maxpool");
   OnnxModelBuilder::AttrInts(pool, "kernel_shape", {2, 2});
   OnnxModelBuilder::AttrInts(pool, "strides", {2, 2});

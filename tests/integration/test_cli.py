@@ -6,7 +6,6 @@ and unknown options are named."""
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -22,15 +21,10 @@ ROW = re.compile(r"^\s*\[(\d+)\]((?:\s+[-+0-9.eE]+){10})\b")
 
 
 def run(*args, timeout=TIMEOUT_S):
-    """Runs numaserve ARGS; returns the CompletedProcess (text)."""
-    return subprocess.run([nc.default_binary()] + list(args), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=timeout)
+    return nc.run_numaserve(args, timeout=timeout)
 
 
-def describe(args, result):
-    return "numaserve %s -> exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
-        " ".join(args), result.returncode, result.stdout, result.stderr)
+describe = nc.describe_run
 
 
 class TopologyTest(unittest.TestCase):

@@ -9,7 +9,6 @@ whose library is missing is skipped with the reason."""
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -27,14 +26,10 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 def run(args, env):
-    return subprocess.run([nc.default_binary()] + list(args), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=TIMEOUT_S, env=env)
+    return nc.run_numaserve(args, env=env, timeout=TIMEOUT_S)
 
 
-def describe(args, result):
-    return "numaserve %s -> exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
-        " ".join(args), result.returncode, result.stdout, result.stderr)
+describe = nc.describe_run
 
 
 class GemmBackendsTest(unittest.TestCase):

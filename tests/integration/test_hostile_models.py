@@ -110,8 +110,7 @@ ODD_NAME = "odd\x01name"
 
 
 def index(stub):
-    response = stub.RepositoryIndex(nc.pb.RepositoryIndexRequest(), timeout=10)
-    return {m.name: (m.state, m.reason) for m in response.models}
+    return nc.repository_index(stub, by_version=False)
 
 
 class HostileModelsTest(unittest.TestCase):

@@ -55,9 +55,7 @@ def replace_config(repo, name, text):
     os.replace(path + ".tmp", path)
 
 
-def index(stub):
-    response = stub.RepositoryIndex(nc.pb.RepositoryIndexRequest(), timeout=10)
-    return {(m.name, m.version): (m.state, m.reason) for m in response.models}
+index = nc.repository_index
 
 
 class PollModeTest(unittest.TestCase):

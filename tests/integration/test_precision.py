@@ -11,10 +11,8 @@ FP32 model serves; `bench` refuses an unknown precision."""
 import gzip
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import numpy as np
@@ -29,14 +27,10 @@ READY_TIMEOUT_S = 60
 
 
 def run(args, env=None):
-    return subprocess.run([nc.default_binary()] + list(args), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=TIMEOUT_S, env=env)
+    return nc.run_numaserve(args, env=env, timeout=TIMEOUT_S)
 
 
-def describe(args, result):
-    return "numaserve %s -> exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
-        " ".join(args), result.returncode, result.stdout, result.stderr)
+describe = nc.describe_run
 
 
 def images(count):
@@ -59,8 +53,7 @@ def install(repo, name, config=None):
 
 
 def index(stub):
-    response = stub.RepositoryIndex(nc.pb.RepositoryIndexRequest(), timeout=10)
-    return {m.name: (m.state, m.reason) for m in response.models}
+    return nc.repository_index(stub, by_version=False)
 
 
 def ready(stub, name):

@@ -102,7 +102,9 @@ TEST(Bf16DecisionTest, ProcessDecisionFollowsTheCpuAndTheCap) {
   // ctest's AVX2-tier run of this binary: refused, and says it is the cap.
   if (CapName() == "avx2") {
     EXPECT_FALSE(s.native);
-    if (f.avx512_bf16 || f.amx_bf16) EXPECT_THAT(s.reason, HasSubstr("NUMASERVE_MAX_ISA=avx2"));
+    if (f.avx512_bf16 || f.amx_bf16) {
+      EXPECT_THAT(s.reason, HasSubstr("NUMASERVE_MAX_ISA=avx2"));
+    }
   }
 }
 
@@ -182,7 +184,9 @@ TEST_P(Bf16MatMulTest, MatchesTheFp32ReferenceWithinBf16Tolerance) {
   }
   // The weights are packed as BF16: about half the bytes of FP32's (where
   // the blocks' padding does not dominate).
-  if (c.k * c.n >= 65536) EXPECT_LT((*mm)->packed_weight_bytes(), c.k * c.n * 3);
+  if (c.k * c.n >= 65536) {
+    EXPECT_LT((*mm)->packed_weight_bytes(), c.k * c.n * 3);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MatMulTest,

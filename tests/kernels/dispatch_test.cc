@@ -40,8 +40,12 @@ TEST(DispatchTest, SkippedTiersSayWhy) {
 TEST(DispatchTest, ProcessTableMatchesTheCpu) {
   const auto& f = affinity::GetCpuFeatures();
   const KernelTable& t = GetKernelTable();
-  if (t.tier == IsaTier::kAvx512) EXPECT_TRUE(f.avx512f);
-  if (t.tier == IsaTier::kAvx2) EXPECT_TRUE(f.avx2 && f.fma);
+  if (t.tier == IsaTier::kAvx512) {
+    EXPECT_TRUE(f.avx512f);
+  }
+  if (t.tier == IsaTier::kAvx2) {
+    EXPECT_TRUE(f.avx2 && f.fma);
+  }
   EXPECT_EQ(t.tier, GetDispatchDecision().tier);
   EXPECT_NE(KernelTableFor(t.tier), nullptr);
 }
