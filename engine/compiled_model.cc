@@ -31,9 +31,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "affinity/cpu_features.h"
 #include "affinity/topology.h"
+#include "base/log.h"
 #include "engine/compiled_steps.h"
 #include "engine/model.h"
 #include "engine/model_info.h"
@@ -289,8 +291,9 @@ class CompiledModelImpl final : public CompiledModel {
 
 void CompiledModelImpl::PrintProfile() const {
   if (!print_profile_at_exit_ || times_.empty() || profile_runs_ == 0) return;
-  std::fprintf(stderr, "numaserve: step profile for %s\n%s", info_.path.c_str(),
-               FormatStepProfile(Profile(), profile_runs_, 15).c_str());
+  base::Log(base::LogLevel::kInfo, "engine", absl::StrCat("step profile for ", info_.path),
+            {{"path", info_.path}});
+  base::LogBlock(base::LogLevel::kInfo, "engine", FormatStepProfile(Profile(), profile_runs_, 15));
 }
 
 std::vector<StepProfile> CompiledModelImpl::Profile() const {
@@ -726,9 +729,14 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
     if (kernel.ok()) {
       *note = absl::StrCat("auto: ", kernels::GemmBackendName(*cached), ", cached");
       if (where != "this process") {
-        std::fprintf(stderr, "numaserve: gemm %s K=%lld N=%lld: %s (cached in %s)\n", layer.c_str(),
-                     static_cast<long long>(options.k), static_cast<long long>(options.n),
-                     kernels::GemmBackendName(*cached), where.c_str());
+        base::Log(base::LogLevel::kInfo, "gemm",
+                  absl::StrFormat("gemm %s K=%d N=%d: %s (cached in %s)", layer, options.k,
+                                  options.n, kernels::GemmBackendName(*cached), where),
+                  {{"layer", layer},
+                   {"k", options.k},
+                   {"n", options.n},
+                   {"backend", kernels::GemmBackendName(*cached)},
+                   {"cache", where}});
       }
       return kernel;
     }
@@ -736,14 +744,19 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
   kernels::GemmChoice choice;
   auto kernel = kernels::CreateFastestGemmKernel(options, engine_, {}, &choice);
   if (!kernel.ok()) return kernel.status();
-  std::fprintf(stderr, "numaserve: gemm %s K=%lld N=%lld: %s\n", layer.c_str(),
-               static_cast<long long>(options.k), static_cast<long long>(options.n),
-               choice.Summary().c_str());
+  base::Log(base::LogLevel::kInfo, "gemm",
+            absl::StrFormat("gemm %s K=%d N=%d: %s", layer, options.k, options.n, choice.Summary()),
+            {{"layer", layer},
+             {"k", options.k},
+             {"n", options.n},
+             {"backend", kernels::GemmBackendName(choice.backend)}});
   for (const kernels::GemmTiming& t : choice.timings) {
     if (!t.status.ok() && !unavailable_logged_[static_cast<int>(t.backend)]) {
       unavailable_logged_[static_cast<int>(t.backend)] = true;
-      std::fprintf(stderr, "numaserve: gemm backend %s not timed: %s\n",
-                   kernels::GemmBackendName(t.backend), std::string(t.status.message()).c_str());
+      base::Log(base::LogLevel::kWarning, "gemm",
+                absl::StrCat("gemm backend ", kernels::GemmBackendName(t.backend),
+                             " not timed: ", t.status.message()),
+                {{"backend", kernels::GemmBackendName(t.backend)}, {"error", t.status.message()}});
     }
   }
   cache.Store(key, choice.backend, options_.gemm_cache_file);

@@ -1,12 +1,12 @@
 #include "kernels/onednn/conv_onednn.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 
 namespace numaserve::kernels {
 namespace {
@@ -361,12 +361,14 @@ absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shap
     if (!done.ok()) return done.status();
     if (*done) entry = std::move(other);
     if (options_.log_reference) {
-      std::fprintf(stderr, "numaserve: %s, input %s: oneDNN has only %s for %s -> %s%s%s\n",
-                   options_.name.c_str(), ShapeToString(src_shape).c_str(), reference.c_str(),
-                   src_blocked ? BlockedLayoutName() : "plain",
-                   dst_blocked ? BlockedLayoutName() : "plain",
-                   *done ? "; running " : " on this CPU, and nothing else: it runs there",
-                   *done ? entry.impl.c_str() : "");
+      base::Log(
+          base::LogLevel::kWarning, "onednn",
+          absl::StrCat(options_.name, ", input ", ShapeToString(src_shape), ": oneDNN has only ",
+                       reference, " for ", src_blocked ? BlockedLayoutName() : "plain", " -> ",
+                       dst_blocked ? BlockedLayoutName() : "plain",
+                       *done ? "; running " : " on this CPU, and nothing else: it runs there",
+                       *done ? entry.impl : ""),
+          {{"node", options_.name}, {"reference", reference}});
     }
   }
   return &per_shape_.Emplace(src_shape, std::move(entry));

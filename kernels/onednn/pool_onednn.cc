@@ -1,8 +1,8 @@
 #include "kernels/onednn/pool_onednn.h"
 
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "kernels/onednn/conv_onednn.h"
 
 namespace numaserve::kernels {
@@ -93,11 +93,12 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
     const bool away = !IsReferenceImplementation(entry.impl);
     if (away)
       entry.impl = absl::StrCat(entry.impl, " (reordered: no ", BlockedLayoutName(), " kernel)");
-    std::fprintf(stderr, "numaserve: pool, input %s: oneDNN has only %s for %s%s%s\n",
-                 ShapeToString(src_shape).c_str(), reference.c_str(),
-                 src_blocked ? BlockedLayoutName() : "plain",
-                 away ? "; running " : " on this CPU, and nothing else: it runs there",
-                 away ? entry.impl.c_str() : "");
+    base::Log(base::LogLevel::kWarning, "onednn",
+              absl::StrCat("pool, input ", ShapeToString(src_shape), ": oneDNN has only ",
+                           reference, " for ", src_blocked ? BlockedLayoutName() : "plain",
+                           away ? "; running " : " on this CPU, and nothing else: it runs there",
+                           away ? entry.impl : ""),
+              {{"reference", reference}});
   }
   return &per_shape_.Emplace(src_shape, std::move(entry));
 }

@@ -31,10 +31,6 @@ import numaserve_client as nc  # noqa: E402
 TIMEOUT_S = 60
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 LEVELS = ("debug", "info", "warning", "error")
-# The tests that want every line a record name the GEMM backend: with the
-# default (auto) the compiled model prints its timing of each backend as
-# text lines (engine/compiled_model.cc does not log through base/log.h yet).
-GEMM = ["--gemm", "onednn"]
 VERSION = re.compile(r"^numaserve \d+\.\d+\.\d+ \(git \S+, isa (avx512|avx2|scalar)\b.*\)$")
 MODEL = nc.DEFAULT_MODEL_NAME
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
@@ -104,15 +100,10 @@ def reflect(channel, reflection_pb, requests):
 
 
 def run(*args, timeout=TIMEOUT_S):
-    """Runs numaserve ARGS; returns the CompletedProcess (text)."""
-    return subprocess.run([nc.default_binary()] + list(args), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=timeout)
+    return nc.run_numaserve(args, timeout=timeout)
 
 
-def describe(args, result):
-    return "numaserve %s -> exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
-        " ".join(args), result.returncode, result.stdout, result.stderr)
+describe = nc.describe_run
 
 
 def json_records(text):
@@ -176,7 +167,7 @@ class LogTest(unittest.TestCase):
         among them, each worker's (its kernels' too) naming its index and
         pid; debug records reach the workers through the environment."""
         server = nc.ServerProcess(REPO, ["--log-format", "json", "--log-level", "debug",
-                                         "--domain", "core", "--max-workers", "2"] + GEMM)
+                                         "--domain", "core", "--max-workers", "2"])
         workers = min(2, usable_cpus())
         with server:
             stub = server.stub()
@@ -263,7 +254,7 @@ class LogTest(unittest.TestCase):
                   "global_batch_size: 32\nlearning_rate: 0.05\nepochs: 1\nmax_steps: 4\n"
                   "log_every_steps: 2\nsgd { momentum: 0.9 }\n")
         server = nc.ServerProcess(REPO, training_args(root, "--log-format", "json",
-                                                      "--log-level", "debug", *GEMM))
+                                                      "--log-level", "debug"))
         with server:
             stub = tpb_grpc.TrainingServiceStub(server.training_channel())
             job = stub.StartTraining(tpb.StartTrainingRequest(config_text=config,
@@ -287,7 +278,7 @@ class LogTest(unittest.TestCase):
 
     def test_warning_level_hides_info(self):
         log = self.serve_and_stop("--log-format", "json", "--log-level", "warning",
-                                  "--domain", "core", "--max-workers", "2", *GEMM)
+                                  "--domain", "core", "--max-workers", "2")
         records = all_records(self, log)  # the workers' lines too
         self.assertFalse([r for r in records if r["level"] in ("debug", "info")], log)
         self.assertNotIn("stopped", [r["msg"] for r in records], log)
