@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <new>
 #include <sstream>
 
@@ -283,6 +284,77 @@ absl::Status CheckAttributesForOnnx(const onnx::GraphProto& g) {
   return absl::OkStatus();
 }
 
+// A Conv or ConvTranspose without kernel_shape takes it from its weights'
+// shape inside onnx::convPoolShapeInference, which then indexes the
+// dilations by the weights' spatial dims: weights of higher rank than the
+// input read past the end (a SEGV in libonnx 1.12). The attribute is made
+// explicit here from the weights' rank where that is known before shape
+// inference (an initializer, a graph input with a shape, a Constant, or
+// one of those through DequantizeLinear, QuantizeLinear, Identity or
+// Cast), so ONNX compares it with the input's rank and fails cleanly; a
+// conv whose weights' rank is not known so is refused.
+absl::Status MakeKernelShapesExplicit(onnx::GraphProto* g) {
+  std::map<std::string, std::vector<int64_t>> dims;  // of values whose dims are known
+  for (const auto& t : g->initializer()) dims[t.name()] = {t.dims().begin(), t.dims().end()};
+  for (const auto& v : g->input()) {
+    if (dims.count(v.name()) != 0 || !v.type().tensor_type().has_shape()) continue;
+    std::vector<int64_t> d;
+    for (const auto& dim : v.type().tensor_type().shape().dim()) {
+      d.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    }
+    dims[v.name()] = d;
+  }
+  for (int i = 0; i < g->node_size(); ++i) {
+    onnx::NodeProto* node = g->mutable_node(i);
+    const std::string& op = node->op_type();
+    if (op == "Constant" && node->output_size() == 1) {
+      for (const auto& a : node->attribute()) {
+        if (a.name() == "value" && a.has_t()) {
+          dims[node->output(0)] = {a.t().dims().begin(), a.t().dims().end()};
+        }
+      }
+      continue;
+    }
+    const bool same_shape =
+        op == "DequantizeLinear" || op == "QuantizeLinear" || op == "Identity" || op == "Cast";
+    if (same_shape && node->input_size() > 0 && node->output_size() >= 1) {
+      if (auto d = dims.find(node->input(0)); d != dims.end()) {
+        dims[node->output(0)] = d->second;
+      }
+      continue;
+    }
+    if (op != "Conv" && op != "ConvTranspose") continue;
+    bool has_kernel_shape = false;
+    for (const auto& a : node->attribute()) has_kernel_shape |= a.name() == "kernel_shape";
+    if (has_kernel_shape || node->input_size() < 2) continue;
+    const auto w = dims.find(node->input(1));
+    const std::string name = node->name().empty() ? absl::StrCat(op, "_", i) : node->name();
+    if (w == dims.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node '", name, "' (op ", op,
+          "): without kernel_shape, its weights' shape must be known before shape inference "
+          "(an initializer or a graph input with a shape); add kernel_shape"));
+    }
+    if (w->second.size() < 3) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", name, "' (op ", op,
+                                                     "): weights of rank ", w->second.size(),
+                                                     "; a conv's weights have rank 3 or more"));
+    }
+    onnx::AttributeProto* k = node->add_attribute();
+    k->set_name("kernel_shape");
+    k->set_type(onnx::AttributeProto::INTS);
+    for (size_t d = 2; d < w->second.size(); ++d) {
+      if (w->second[d] < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", name, "' (op ", op,
+                         "): its weights' spatial dims must be known and positive"));
+      }
+      k->add_ints(w->second[d]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAndInfer(onnx::ModelProto& model) {
   try {
     onnx::checker::check_model(model);
@@ -425,6 +497,9 @@ absl::StatusOr<Graph> ImportUnguarded(const std::string& path) {
   // Unsupported ops first: the most useful message when there are any.
   if (absl::Status s = CheckOpsSupported(model.graph()); !s.ok()) return Prefix(path, s);
   if (absl::Status s = CheckAttributesForOnnx(model.graph()); !s.ok()) return Prefix(path, s);
+  if (absl::Status s = MakeKernelShapesExplicit(model.mutable_graph()); !s.ok()) {
+    return Prefix(path, s);
+  }
   if (absl::Status s = CheckAndInfer(model); !s.ok()) return Prefix(path, s);
   auto graph = BuildGraph(model);
   if (!graph.ok()) return Prefix(path, graph.status());

@@ -7,6 +7,7 @@
 // type of a DataType.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -248,7 +249,9 @@ struct TypedTensor {
   template <typename T>
   static TypedTensor FromValues(DataType type, Shape shape, const std::vector<T>& values) {
     TypedTensor t(type, std::move(shape));
-    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    // An empty shape (a zero dim) leaves both buffers empty and their data() null.
+    const size_t n = std::min(t.bytes.size(), values.size() * sizeof(T));
+    if (n > 0) std::memcpy(t.bytes.data(), values.data(), n);
     return t;
   }
   // Every element converted to FP32 (exact for FP32 itself).
