@@ -259,13 +259,31 @@ absl::Status ReadConstantNode(const onnx::NodeProto& proto, Graph& graph) {
   return absl::OkStatus();
 }
 
-// Attributes libonnx's shape inference divides by without checking (a Conv
-// or MaxPool with strides 0 is a SIGFPE inside onnx::convPoolShapeInference
-// in libonnx 1.12, which no try/catch stops): refused before it runs.
+// The largest |axis| an attribute may name: far above any rank a model
+// has, far below where libonnx's axis arithmetic overflows.
+constexpr int64_t kMaxAxisMagnitude = 1024;
+
+// Attributes libonnx's shape inference divides by or indexes with without
+// checking (a Conv or MaxPool with strides 0 is a SIGFPE inside
+// onnx::convPoolShapeInference in libonnx 1.12, a LayerNormalization with
+// axis 2^63-1 a SEGV, which no try/catch stops): refused before it runs.
 absl::Status CheckAttributesForOnnx(const onnx::GraphProto& g) {
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& proto = g.node(i);
     for (const onnx::AttributeProto& a : proto.attribute()) {
+      if (a.name() == "axis" || a.name() == "axes" || a.name() == "perm") {
+        std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+        if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());
+        for (int64_t v : values) {
+          if (v >= -kMaxAxisMagnitude && v <= kMaxAxisMagnitude) continue;
+          const std::string name =
+              proto.name().empty() ? absl::StrCat(proto.op_type(), "_", i) : proto.name();
+          return absl::InvalidArgumentError(absl::StrCat(
+              "node '", name, "' (op ", proto.op_type(), "): attribute '", a.name(), "' has ", v,
+              "; it must be in -", kMaxAxisMagnitude, "..", kMaxAxisMagnitude));
+        }
+        continue;
+      }
       const bool window = a.name() == "strides" || a.name() == "dilations" ||
                           a.name() == "kernel_shape" || a.name() == "blocksize";
       if (!window) continue;

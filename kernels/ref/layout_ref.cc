@@ -48,6 +48,8 @@ Tensor ConcatRef(const std::vector<const Tensor*>& inputs, int64_t axis) {
   for (int64_t d = 0; d < axis; ++d) outer *= out_shape[d];
   for (size_t d = axis + 1; d < out_shape.size(); ++d) inner *= out_shape[d];
   Tensor y(out_shape);
+  // No elements: nothing to copy (and `outer` alone may be huge).
+  if (y.data.empty()) return y;
   float* dst = y.data.data();
   for (int64_t o = 0; o < outer; ++o) {
     for (const Tensor* t : inputs) {
@@ -69,7 +71,7 @@ std::vector<Tensor> SplitRef(const Tensor& x, int64_t axis, const std::vector<in
     Shape s = x.shape;
     s[axis] = size;
     Tensor t(s);
-    for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t o = 0; o < outer && size * inner > 0; ++o) {
       std::copy_n(x.data.data() + (o * x.shape[axis] + begin) * inner, size * inner,
                   t.data.data() + o * size * inner);
     }
@@ -100,6 +102,8 @@ Tensor GatherRef(const Tensor& x, int64_t axis, const std::vector<int64_t>& indi
   out_shape.insert(out_shape.end(), indices_shape.begin(), indices_shape.end());
   out_shape.insert(out_shape.end(), x.shape.begin() + axis + 1, x.shape.end());
   Tensor y(out_shape);
+  // No elements: nothing to copy (and `outer` alone may be huge).
+  if (y.data.empty()) return y;
   float* dst = y.data.data();
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t index : indices) {

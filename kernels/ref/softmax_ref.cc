@@ -26,6 +26,7 @@ absl::StatusOr<Tensor> NormalizedExpRef(const Tensor& x, int64_t axis, bool flat
     }
   }
   Tensor y(x.shape);
+  if (y.data.empty()) return y;  // no elements (`outer` alone may be huge)
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
       const float* src = x.data.data() + o * len * inner + in;
