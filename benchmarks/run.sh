@@ -54,3 +54,7 @@ benchmarks/e2e/serving_bench.sh "$build"
 
 echo "== scale-out: layouts at saturation (workers per core, instances, auto) vs in process"
 benchmarks/e2e/scaleout_bench.sh "$build"
+
+echo "== precisions: FP32, BF16 and INT8 (numaserve quantize) vs ONNX Runtime on the same QDQ file"
+/usr/bin/python3 benchmarks/models/precision.py --numaserve "$bin/numaserve" \
+  --threads "${BENCH_THREADS:-2}" --seconds "$seconds"

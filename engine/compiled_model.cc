@@ -201,6 +201,26 @@ class CompiledModelImpl final : public CompiledModel {
   // following in-place links that hold (equal shapes); `v` itself if none.
   ValueId BytesOwner(ValueId v, const std::vector<Shape>& shapes) const;
 
+  // The FP32 value a QDQ pair quantizes and the pair's parameters.
+  struct QdqInput {
+    ValueId source = kNoValue;  // the QuantizeLinear's FP32 input
+    float scale = 1;
+    int32_t zero_point = 0;
+    bool is_uint8 = true;  // UINT8 (else INT8) quantized values
+    int quantize_node = -1;
+  };
+  // Finds the QDQ pairs, the Conv/MatMul/Gemm nodes that run INT8 on them
+  // and the pairs that need no step (qdq_of_node_, int8_input_,
+  // absorbed_qdq_).
+  void PlanQdq(const std::vector<std::vector<int>>& consumers, const std::vector<Shape>& shapes1);
+  // The INT8 operands of a Conv/MatMul/Gemm node whose weights are a
+  // folded DequantizeLinear of INT8 values with scales along its output
+  // channels (`axis`), or nothing.
+  std::optional<kernels::Int8Params> Int8WeightsOf(const Node& node, int64_t axis,
+                                                   int64_t channels) const;
+  // Whether node `i` can run INT8 reading value `v` (its input 0) quantized.
+  bool Int8Capable(int i, ValueId v, const std::vector<Shape>& shapes1) const;
+
   // Records, when a node's step has been added, which step stands for it
   // and for the nodes it fused.
   struct StepOfNodes {
@@ -270,7 +290,16 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
   std::vector<bool> internal_;               // by arena root: read only inside its step
   std::vector<bool> absorbed_transpose_;     // by node: read through strides by a matmul
-  std::vector<ValueId> in_place_of_;         // by arena root: the residual whose bytes it takes
+  // QDQ models: a QuantizeLinear -> DequantizeLinear pair, by the
+  // DequantizeLinear node, where both take the same scalar constant scale and
+  // zero point and the QuantizeLinear's input is FP32.
+  std::vector<std::optional<QdqInput>> qdq_of_node_;
+  // By node: a QuantizeLinear or DequantizeLinear with no step of its own
+  // (every reader of its output runs INT8 on the pair's FP32 input).
+  std::vector<bool> absorbed_qdq_;
+  // By Conv/MatMul/Gemm node: the quantized input it runs INT8 on.
+  std::vector<std::optional<QdqInput>> int8_input_;
+  std::vector<ValueId> in_place_of_;  // by arena root: the residual whose bytes it takes
   // At most options_.batch_plans, the least recently used dropped first.
   std::map<int64_t, BatchState> per_batch_;
   uint64_t use_clock_ = 0;
@@ -588,6 +617,173 @@ bool CompiledModelImpl::CompileAttention(int node_index,
   return true;
 }
 
+namespace {
+
+std::optional<float> ScalarFloatConstant(const Graph& graph, ValueId v) {
+  const Constant* c = v != kNoValue ? graph.FindConstant(v) : nullptr;
+  if (c == nullptr || c->type != DataType::kFloat32 || c->f32.data.size() != 1) return std::nullopt;
+  return c->f32.data[0];
+}
+
+// A QuantizeLinear/DequantizeLinear's zero point (input 2): its value and
+// whether it is UINT8 (else INT8); absent: UINT8 0. Nothing for other
+// types, non-scalars or non-constants.
+std::optional<std::pair<int32_t, bool>> ScalarZeroPoint(const Graph& graph, const Node& node) {
+  if (node.inputs.size() < 3 || node.inputs[2] == kNoValue) {
+    // Without a zero point, opset 21's output_dtype may name another type.
+    if (node.GetInt("output_dtype", 0) != 0 && node.GetInt("output_dtype", 0) != 2) {
+      return std::nullopt;
+    }
+    return std::make_pair(0, true);
+  }
+  const Constant* c = graph.FindConstant(node.inputs[2]);
+  if (c == nullptr || (c->type != DataType::kUint8 && c->type != DataType::kInt8) ||
+      kernels::NumElements(c->shape) != 1) {
+    return std::nullopt;
+  }
+  int64_t value = 0;
+  if (!c->i64.empty()) {
+    value = c->i64[0];
+  } else if (!c->bytes.empty()) {
+    value = c->type == DataType::kUint8 ? c->bytes[0] : static_cast<int8_t>(c->bytes[0]);
+  } else {
+    return std::nullopt;
+  }
+  return std::make_pair(static_cast<int32_t>(value), c->type == DataType::kUint8);
+}
+
+}  // namespace
+
+std::optional<kernels::Int8Params> CompiledModelImpl::Int8WeightsOf(const Node& node, int64_t axis,
+                                                                    int64_t channels) const {
+  const Constant* w = node.inputs.size() > 1 ? graph_.FindConstant(node.inputs[1]) : nullptr;
+  if (w == nullptr || !w->int8_origin.has_value() || w->type != DataType::kFloat32) {
+    return std::nullopt;
+  }
+  const Constant::Int8Origin& origin = *w->int8_origin;
+  if (origin.axis != -1 && origin.axis != axis) return std::nullopt;
+  if (static_cast<int64_t>(origin.values.size()) != kernels::NumElements(w->shape)) {
+    return std::nullopt;
+  }
+  kernels::Int8Params p;
+  if (origin.axis == -1 && origin.scales.size() == 1) {
+    p.weight_scales.assign(channels, origin.scales[0]);
+  } else if (static_cast<int64_t>(origin.scales.size()) == channels) {
+    p.weight_scales = origin.scales;
+  } else {
+    return std::nullopt;
+  }
+  p.weights = origin.values;
+  return p;
+}
+
+bool CompiledModelImpl::Int8Capable(int i, ValueId v, const std::vector<Shape>& shapes1) const {
+  const Node& node = graph_.nodes()[i];
+  if (node.inputs.size() < 2 || node.inputs[0] != v || node.inputs[1] == v) return false;
+  for (size_t k = 2; k < node.inputs.size(); ++k) {
+    if (node.inputs[k] == v) return false;
+  }
+  const Constant* w = graph_.FindConstant(node.inputs[1]);
+  if (w == nullptr || !w->int8_origin.has_value() || w->type != DataType::kFloat32) return false;
+  const Shape& x = shapes1[v];
+  const double min_flops = options_.int8_min_flops_per_input;
+  if (node.op_type == "Conv") {
+    // As CompileConv takes it: rank 3 to 5, a constant bias if any.
+    const bool bias_ok = node.inputs.size() < 3 || node.inputs[2] == kNoValue ||
+                         graph_.FindConstant(node.inputs[2]) != nullptr;
+    if (x.size() < 3 || x.size() > 5 || !bias_ok || w->shape.size() != x.size()) return false;
+    // FLOPs per input element: 2 x (M / group) x kernel / strides.
+    const int64_t group = std::max<int64_t>(node.GetInt("group", 1), 1);
+    double per_input = 2.0 * static_cast<double>(w->shape[0]) / static_cast<double>(group);
+    for (size_t d = 2; d < w->shape.size(); ++d) per_input *= static_cast<double>(w->shape[d]);
+    for (int64_t s : node.GetInts("strides", {}))
+      per_input /= static_cast<double>(std::max<int64_t>(s, 1));
+    return per_input >= min_flops && Int8WeightsOf(node, 0, w->shape[0]).has_value();
+  }
+  if (node.op_type == "MatMul" || node.op_type == "Gemm") {
+    if (w->shape.size() != 2 || x.size() < 2) return false;
+    const bool gemm = node.op_type == "Gemm";
+    if (gemm && node.GetInt("transA", 0) != 0) return false;
+    const bool trans_b = gemm && node.GetInt("transB", 0) != 0;
+    const int64_t n = w->shape[trans_b ? 0 : 1];
+    return 2.0 * static_cast<double>(n) >= min_flops &&
+           Int8WeightsOf(node, trans_b ? 0 : 1, n).has_value();
+  }
+  return false;
+}
+
+void CompiledModelImpl::PlanQdq(const std::vector<std::vector<int>>& consumers,
+                                const std::vector<Shape>& shapes1) {
+  const int n = static_cast<int>(graph_.nodes().size());
+  qdq_of_node_.assign(n, std::nullopt);
+  absorbed_qdq_.assign(n, false);
+  int8_input_.assign(n, std::nullopt);
+  std::vector<int> producer(graph_.num_values(), -1);
+  for (int i = 0; i < n; ++i) {
+    for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
+  }
+  auto block_size = [](const Node& node) { return node.GetInt("block_size", 0); };
+  for (int i = 0; i < n; ++i) {
+    const Node& dq = graph_.nodes()[i];
+    if (dq.op_type != "DequantizeLinear" || dq.inputs.empty() || dq.outputs.size() != 1 ||
+        block_size(dq) != 0) {
+      continue;
+    }
+    const int j = producer[dq.inputs[0]];
+    if (j < 0) continue;
+    const Node& q = graph_.nodes()[j];
+    if (q.op_type != "QuantizeLinear" || q.inputs.size() < 2 || q.outputs.size() != 1 ||
+        block_size(q) != 0 || graph_.IsConstant(q.inputs[0]) ||
+        RuntimeType(graph_, q.inputs[0]) != DataType::kFloat32) {
+      continue;
+    }
+    const auto q_scale = ScalarFloatConstant(graph_, q.inputs[1]);
+    const auto dq_scale =
+        ScalarFloatConstant(graph_, dq.inputs.size() > 1 ? dq.inputs[1] : kNoValue);
+    const auto q_zp = ScalarZeroPoint(graph_, q);
+    const auto dq_zp = ScalarZeroPoint(graph_, dq);
+    if (!q_scale || !dq_scale || *q_scale != *dq_scale || !(*q_scale > 0) ||
+        !std::isfinite(*q_scale) || !q_zp || !dq_zp || *q_zp != *dq_zp) {
+      continue;
+    }
+    QdqInput in;
+    in.source = q.inputs[0];
+    in.scale = *q_scale;
+    in.zero_point = q_zp->first;
+    in.is_uint8 = q_zp->second;
+    in.quantize_node = j;
+    qdq_of_node_[i] = in;
+  }
+  // A QuantizeLinear needs no step when only recognised pairs read it.
+  std::vector<bool> q_absorbed(n, false);
+  for (int j = 0; j < n; ++j) {
+    const Node& q = graph_.nodes()[j];
+    if (q.op_type != "QuantizeLinear" || q.outputs.size() != 1 || is_output_[q.outputs[0]] ||
+        consumers[q.outputs[0]].empty()) {
+      continue;
+    }
+    bool all = true;
+    for (int c : consumers[q.outputs[0]]) all = all && qdq_of_node_[c].has_value();
+    q_absorbed[j] = all;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!qdq_of_node_[i].has_value()) continue;
+    if (!q_absorbed[qdq_of_node_[i]->quantize_node]) {
+      qdq_of_node_[i].reset();  // the QuantizeLinear runs: its DequantizeLinear too
+      continue;
+    }
+    absorbed_qdq_[qdq_of_node_[i]->quantize_node] = true;
+    // INT8 kernels take UINT8 inputs; their readers must all run INT8 for
+    // the pair to need no step (else it runs as a fake-quantize step).
+    const ValueId out = graph_.nodes()[i].outputs[0];
+    bool all = qdq_of_node_[i]->is_uint8 && !is_output_[out] && !consumers[out].empty();
+    for (int c : consumers[out]) all = all && Int8Capable(c, out, shapes1);
+    if (!all) continue;
+    absorbed_qdq_[i] = true;
+    for (int c : consumers[out]) int8_input_[c] = qdq_of_node_[i];
+  }
+}
+
 absl::Status CompiledModelImpl::CompileMatMul(int node_index,
                                               const std::vector<std::vector<int>>& consumers,
                                               const std::vector<Shape>& shapes1,
@@ -619,6 +815,18 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
   // 2N FLOPs per element of A: a classifier of 10 outputs stays FP32.
   mm.bf16 = UseBf16(2.0 * static_cast<double>(mm.n));
   std::string name = node.name;
+  ValueId src = node.inputs[0];
+  if (const std::optional<QdqInput>& q8 = int8_input_[node_index]; q8.has_value()) {
+    // A QDQ pair before it: INT8 on the pair's FP32 input.
+    mm.int8 = Int8WeightsOf(node, mm.weights_transposed ? 0 : 1, mm.n);
+    if (mm.int8.has_value()) {
+      mm.int8->src_scale = q8->scale;
+      mm.int8->src_zero_point = q8->zero_point;
+      mm.bf16 = false;
+      src = q8->source;
+      name = absl::StrCat(graph_.nodes()[q8->quantize_node].name, "+", name);
+    }
+  }
   ValueId accumulate_from = kNoValue;
   if (is_gemm) {
     mm.weights_scale = node.GetFloat("alpha", 1.0f);
@@ -642,7 +850,6 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
       accumulate_from = c_id;
     }
   }
-  const ValueId src = node.inputs[0];
   ValueId out = node.outputs[0];
   const size_t out_rank = shapes1[out].size();
   // + constant bias along N (any leading dims 1, rank not above the output's).
@@ -700,8 +907,9 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
 
 absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGemm(
     const kernels::GemmOptions& options, const std::string& layer, std::string* note) {
-  // BF16 runs on oneDNN alone (Load refuses another named backend).
-  if (options.bf16) {
+  // BF16 runs on oneDNN alone (Load refuses another named backend); so
+  // does INT8 (a QDQ model's quantized matmuls), whatever the backend named.
+  if (options.bf16 || options.int8.has_value()) {
     return kernels::CreateGemmKernel(kernels::GemmBackend::kOnednn, options, engine_);
   }
   if (options_.gemm_backend != "auto") {
@@ -838,9 +1046,24 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
   if (b != nullptr) bias = b->f32.data;
   std::string name = node.name;
   ValueId out = node.outputs[0];
-  // BatchNormalization with constant parameters folds into weights + bias.
+  // A QDQ pair before it: INT8 on the pair's FP32 input (its weights a
+  // folded DequantizeLinear of INT8 values).
+  ValueId input = node.inputs[0];
+  std::optional<kernels::Int8Params> int8;
+  if (const std::optional<QdqInput>& q8 = int8_input_[node_index]; q8.has_value()) {
+    int8 = Int8WeightsOf(node, 0, o.out_channels);
+    if (int8.has_value()) {
+      int8->src_scale = q8->scale;
+      int8->src_zero_point = q8->zero_point;
+      input = q8->source;
+      name = absl::StrCat(graph_.nodes()[q8->quantize_node].name, "+", name);
+    }
+  }
+  // BatchNormalization with constant parameters folds into weights + bias
+  // (and, for INT8 weights, into their per-channel scales: q * s * a).
   auto fold_bn = [&](ValueId& value, int64_t channels, std::vector<float>& wts,
-                     std::vector<float>& bs, std::string& label) {
+                     std::vector<float>& bs, std::string& label,
+                     std::vector<float>* int8_scales = nullptr) {
     const int j = SoleConsumer(value, "BatchNormalization", consumers);
     if (j < 0) return false;
     const Node& bn = graph_.nodes()[j];
@@ -859,6 +1082,7 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     for (int64_t m = 0; m < channels; ++m) {
       const double a = p[0]->f32.data[m] / std::sqrt(static_cast<double>(p[3]->f32.data[m]) + eps);
       for (int64_t i = 0; i < per_out; ++i) wts[m * per_out + i] *= static_cast<float>(a);
+      if (int8_scales != nullptr) (*int8_scales)[m] *= static_cast<float>(a);
       bs[m] = static_cast<float>(a * (bs[m] - p[2]->f32.data[m]) + p[1]->f32.data[m]);
     }
     fused[j] = true;
@@ -866,7 +1090,10 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     absl::StrAppend(&label, "+", bn.name);
     return true;
   };
-  if (fold_bn(out, o.out_channels, weights, bias, name)) has_bias = true;
+  if (fold_bn(out, o.out_channels, weights, bias, name,
+              int8.has_value() ? &int8->weight_scales : nullptr)) {
+    has_bias = true;
+  }
   // A residual Add whose other operand is ready before this conv runs.
   ValueId sum_from = kNoValue;
   if (int j = SoleConsumer(out, "Add", consumers); j >= 0) {
@@ -902,11 +1129,17 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
   // (CompileOptions::bf16_min_flops_per_input): a depthwise conv on its own
   // or a 1x1 conv projecting many channels to few stays FP32.
   o.bf16 = UseBf16(ConvFlopsPerInput(o, 0));
+  if (int8.has_value()) {
+    // No INT8 Winograd or depthwise post-op in oneDNN.
+    o.winograd = false;
+    o.bf16 = false;
+    o.int8 = std::move(int8);
+  }
   // A depthwise 3x3 conv (pad 1, stride 1 or 2, with its BatchNormalization
   // and activations) reading only this 1x1 conv's output runs as oneDNN's
   // depthwise post-op, so the expanded tensor is never written out, where
   // oneDNN has a non-reference implementation for it.
-  bool one_by_one = !o.sum && o.group == 1 && x_shape.size() == 4;
+  bool one_by_one = !o.sum && o.group == 1 && x_shape.size() == 4 && !o.int8.has_value();
   for (size_t d = 0; d < o.kernel.size() && one_by_one; ++d) {
     one_by_one = o.kernel[d] == 1 && o.strides[d] == 1 && o.dilations[d] == 1 &&
                  o.pads_begin[d] == 0 && o.pads_end[d] == 0;
@@ -978,8 +1211,7 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     return absl::Status(conv.status().code(),
                         absl::StrCat(node.Describe(), ": ", conv.status().message()));
   }
-  auto step =
-      std::make_unique<ConvStep>(*std::move(conv), node.inputs[0], out, sum_from, std::move(name));
+  auto step = std::make_unique<ConvStep>(*std::move(conv), input, out, sum_from, std::move(name));
   step->SetEngine(engine_);
   steps_.push_back(std::move(step));
   return true;
@@ -1151,6 +1383,7 @@ absl::Status CompiledModelImpl::Compile() {
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
   }
+  PlanQdq(consumers, *shapes1);
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     if (fused[i]) continue;
     const size_t steps_before = steps_.size();
@@ -1160,6 +1393,15 @@ absl::Status CompiledModelImpl::Compile() {
     const ValueId in = node.inputs[0], out = node.outputs[0];
     const bool view = op == "Flatten" || op == "Reshape" || op == "Identity" || op == "Squeeze" ||
                       op == "Unsqueeze" || (op == "Dropout" && node.outputs.size() == 1);
+    if (absorbed_qdq_[i]) continue;  // read inside the INT8 steps after it
+    if (const std::optional<QdqInput>& q = qdq_of_node_[i]; q.has_value()) {
+      // A QuantizeLinear -> DequantizeLinear pair whose readers do not all
+      // run INT8: one FP32 step, the quantized tensor never stored.
+      steps_.push_back(std::make_unique<FakeQuantStep>(
+          engine_, q->scale, q->zero_point, q->is_uint8 ? 0 : -128, q->is_uint8 ? 255 : 127,
+          q->source, out, absl::StrCat(graph_.nodes()[q->quantize_node].name, "+", node.name)));
+      continue;
+    }
     if (!view && NeedsTypedRun(graph_, node)) {
       // A value other than FP32 at runtime: the op's typed reference.
       auto step = TypedReferenceStep::Create(&graph_, i);
@@ -1198,6 +1440,14 @@ absl::Status CompiledModelImpl::Compile() {
       steps_.push_back(std::move(fast));
     } else {
       steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
+    }
+  }
+  // An absorbed QDQ pair is read inside the steps of its readers: its
+  // values (the pair's FP32 input included) live until the last of them.
+  for (int i = static_cast<int>(graph_.nodes().size()) - 1; i >= 0; --i) {
+    if (!absorbed_qdq_[i]) continue;
+    for (ValueId v : graph_.nodes()[i].outputs) {
+      for (int c : consumers[v]) step_of_node_[i] = std::max(step_of_node_[i], step_of_node_[c]);
     }
   }
   AssignStorage();

@@ -120,7 +120,7 @@ absl::Status ReferenceStep::Run(const StepContext& ctx) {
       return absl::InternalError(absl::StrCat(node.Describe(), ": output ", j, " has ",
                                               (*out)[j].size(), " elements, planned ", count));
     }
-    std::memcpy(ctx.data[v], (*out)[j].data.data(), count * sizeof(float));
+    if (count > 0) std::memcpy(ctx.data[v], (*out)[j].data.data(), count * sizeof(float));
   }
   return absl::OkStatus();
 }
@@ -236,6 +236,24 @@ absl::Status UnaryStep::Run(const StepContext& ctx) {
   const kernels::UnaryParams p = params_;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = kernels::ApplyUnary(p, x[i]);
+  return absl::OkStatus();
+}
+
+absl::Status FakeQuantStep::Run(const StepContext& ctx) {
+  const Shape& shape = ctx.shapes[dst_];
+  const float* x = ctx.data[src_];
+  float* y = ctx.data[dst_];
+  if (src_blocked_ != dst_blocked_) {
+    if (absl::Status s = reorder_.Execute(ctx.stream, shape, x, src_blocked_, y, dst_blocked_);
+        !s.ok()) {
+      return s;
+    }
+    x = y;
+  }
+  const int64_t n =
+      dst_blocked_ ? kernels::ActivationBytes(shape, true) / static_cast<int64_t>(sizeof(float))
+                   : kernels::NumElements(shape);
+  kernels::FakeQuantize(x, n, scale_, zero_point_, lo_, hi_, y);
   return absl::OkStatus();
 }
 

@@ -298,6 +298,51 @@ class UnaryStep final : public Step {
   std::string name_;
 };
 
+// QuantizeLinear followed by DequantizeLinear with the same scalar scale
+// and zero point, FP32 in and out (the quantized tensor is never kept):
+//   y = (clamp(round_half_even(x / scale) + zero_point, lo, hi) - zero_point) * scale
+// with [lo, hi] the range of the quantized type (0..255 for UINT8, -128..127
+// for INT8). OpenMP-parallel over elements, in either layout (a blocked
+// tensor's channel padding holds zeros, which stay zeros); where src and
+// dst layouts differ, src is reordered into dst first.
+class FakeQuantStep final : public Step {
+ public:
+  FakeQuantStep(const dnnl::engine& engine, float scale, int32_t zero_point, int32_t lo, int32_t hi,
+                ValueId src, ValueId dst, std::string name)
+      : reorder_(engine),
+        scale_(scale),
+        zero_point_(zero_point),
+        lo_(lo),
+        hi_(hi),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
+  absl::Status Run(const StepContext& ctx) override;
+  std::string Describe() const override { return "fake-quantize: " + name_; }
+  std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> BlockedReads() const override { return {src_}; }
+  ValueId BlockedWrite() const override { return dst_; }
+  void SetLayouts(const std::vector<bool>& blocked) override {
+    src_blocked_ = blocked[src_];
+    dst_blocked_ = blocked[dst_];
+  }
+  std::string Layouts() const override {
+    return std::string(LayoutName(src_blocked_)) + "->" + LayoutName(dst_blocked_);
+  }
+  std::string Implementation(const std::vector<Shape>& shapes) const override {
+    return "numaserve:loop";
+  }
+  size_t CachedShapes() const override { return reorder_.cached_shapes(); }
+
+ private:
+  kernels::ActivationReorder reorder_;
+  float scale_;
+  int32_t zero_point_, lo_, hi_;
+  ValueId src_, dst_;
+  bool src_blocked_ = false, dst_blocked_ = false;
+  std::string name_;
+};
+
 // Binary element-wise op with numpy broadcasting, OpenMP-parallel; the
 // broadcast offsets are computed once per shape pair (the
 // kernels::kShapeCacheCapacity most recently run pairs kept).

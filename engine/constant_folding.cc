@@ -5,6 +5,8 @@
 #include <optional>
 
 #include "engine/op_registry.h"
+#include "engine/ops/op_tables.h"
+#include "engine/ops/op_util.h"
 #include "engine/shape_propagation.h"
 #include "engine/typed_exec.h"
 #include "kernels/tensor.h"
@@ -110,6 +112,45 @@ bool TrackedRunFits(const Graph& graph, const Node& node, const OpSchema& schema
   return true;
 }
 
+// Where a folded DequantizeLinear's FP32 result came from, when that is
+// INT8 values with an FP32 scale and no or all-zero zero points (the
+// result is then exactly values * scale, per tensor or per axis); nullopt
+// otherwise.
+std::optional<Constant::Int8Origin> Int8OriginOf(const Graph& graph, const Node& node,
+                                                 const Constant& folded) {
+  if (node.op_type != "DequantizeLinear" || folded.type != DataType::kFloat32) return std::nullopt;
+  const Constant* x = graph.FindConstant(node.inputs[0]);
+  const Constant* scale = graph.FindConstant(node.inputs[1]);
+  if (x == nullptr || scale == nullptr || x->type != DataType::kInt8 ||
+      scale->type != DataType::kFloat32) {
+    return std::nullopt;
+  }
+  if (ops::HasInput(node, 2)) {
+    const Constant* zp = graph.FindConstant(node.inputs[2]);
+    if (zp == nullptr || zp->type != DataType::kInt8 ||
+        static_cast<int64_t>(zp->bytes.size()) != kernels::NumElements(zp->shape)) {
+      return std::nullopt;
+    }
+    for (uint8_t v : zp->bytes) {
+      if (v != 0) return std::nullopt;
+    }
+  }
+  auto axis = ops::QuantizeAxisOf(node, x->shape, scale->shape);
+  if (!axis.ok()) return std::nullopt;
+  const int64_t count = kernels::NumElements(x->shape);
+  const size_t scales = *axis < 0 ? 1 : static_cast<size_t>(x->shape[*axis]);
+  if (x->shape != folded.shape || static_cast<int64_t>(x->bytes.size()) != count ||
+      scale->f32.data.size() != scales) {
+    return std::nullopt;
+  }
+  Constant::Int8Origin origin;
+  const auto* values = reinterpret_cast<const int8_t*>(x->bytes.data());
+  origin.values.assign(values, values + count);
+  origin.scales = scale->f32.data;
+  origin.axis = *axis;
+  return origin;
+}
+
 }  // namespace
 
 absl::StatusOr<int> FoldConstants(Graph& graph) {
@@ -172,6 +213,9 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
           if (auto out = RunTypedNode(graph, node, in); out.ok()) {
             result.emplace();
             for (TypedTensor& t : *out) result->push_back(ConstantFromTyped(std::move(t)));
+            if (result->size() == 1) {
+              (*result)[0].int8_origin = Int8OriginOf(graph, node, (*result)[0]);
+            }
           }
         }
       } else {

@@ -40,6 +40,18 @@ struct Constant {
   std::vector<int64_t> i64;    // integer and BOOL types (UINT64 as its bits)
   std::vector<uint8_t> bytes;  // non-FP32 types: the elements as stored at runtime
 
+  // Set when this FP32 constant is a DequantizeLinear of INT8 values with zero
+  // zero points (folded at import): the INT8 kernels run on these.
+  struct Int8Origin {
+    std::vector<int8_t> values;  // same shape as the constant
+    std::vector<float> scales;   // 1 value (per tensor) or shape[axis] values
+    int64_t axis = -1;           // -1: per tensor; else the (non-negative) axis of the scales
+  };
+  // Only ever set where the constant is made (constant folding of a
+  // DequantizeLinear); a constant computed from this one (a transposed or
+  // reshaped copy) is a new Constant without it, so it is never stale.
+  std::optional<Int8Origin> int8_origin;
+
   int64_t ByteSize() const;
 };
 

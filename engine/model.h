@@ -165,6 +165,16 @@ struct CompileOptions {
   // batch 1 and 0.7x at 32; everything above 0.5-0.8x. 0: every conv and
   // weight matmul in BF16 (tests).
   double bf16_min_flops_per_input = 256;
+  // A QDQ model's Conv/MatMul/Gemm runs on an INT8 kernel only where it
+  // does at least this many FLOPs per element of its input (counted as for
+  // bf16_min_flops_per_input); the others run FP32 on the dequantized
+  // weights after a fake-quantize step, which computes the same QDQ
+  // meaning. An INT8 conv quantizes its input and, with oneDNN 2.6's
+  // channels-last-only INT8 kernels, reorders its input and output, passes
+  // that a conv doing little per input element does not earn back:
+  // MobileNetV2 with every conv INT8 ran at 0.44-0.56x its FP32 speed on
+  // the 2-vCPU Zen 5. 0: every one INT8 (tests).
+  double int8_min_flops_per_input = 256;
 };
 
 // The size of the last-level cache shared by the calling thread's core

@@ -134,7 +134,10 @@ const std::map<std::string, RowRule>& RowRules() {
          "Cosh Div Dropout Elu Equal Erf Exp Expand Floor Greater GreaterOrEqual HardSigmoid "
          "HardSwish Identity LeakyRelu Less LessOrEqual Log Max Mean Min Mod Mul Neg Not Or Pad "
          "Pow PRelu Reciprocal Relu Round Selu Sigmoid Sign Sin Sinh Softplus Softsign Split Sqrt "
-         "Sub Sum Tan Tanh ThresholdedRelu Tile Where Xor",
+         "Sub Sum Tan Tanh ThresholdedRelu Tile Where Xor "
+         // A per-axis scale along the rows' axis cannot match every row
+         // count, so such a model's shapes fail before any rule applies.
+         "QuantizeLinear DequantizeLinear",
          RowRule::kElementwise},
         {"Transpose ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin "
          "ReduceProd ReduceSum ReduceSumSquare ConstantOfShape",
@@ -452,10 +455,20 @@ OutputShapeFn MakeOutputShapeFn(const Graph& graph) {
 absl::Status DescribeBatching(const Graph& graph, ModelInfo* info) {
   auto rows = CheckRowIndependence(graph);
   if (!rows.ok()) return rows.status();
-  info->batched = rows->independent;
+  // Rows of several requests stack only where every input has them: a
+  // scalar input or one of fixed first dim has no rows to stack.
   bool dynamic = false;
-  for (const TensorInfo& t : info->inputs) dynamic |= !t.shape.empty() && t.shape[0] < 0;
-  info->unbatched_reason = info->batched || !dynamic ? "" : rows->reason;
+  std::string fixed_input;
+  for (const TensorInfo& t : info->inputs) {
+    const bool rows_dim = !t.shape.empty() && t.shape[0] < 0;
+    dynamic |= rows_dim;
+    if (!rows_dim && fixed_input.empty()) fixed_input = t.name;
+  }
+  info->batched = rows->independent && !info->inputs.empty() && fixed_input.empty();
+  info->unbatched_reason = info->batched || !dynamic ? ""
+                           : !fixed_input.empty()
+                               ? absl::StrCat("input '", fixed_input, "' has no dynamic first dim")
+                               : rows->reason;
   bool follows_rows = false;
   for (const TensorInfo& t : info->outputs) {
     for (int64_t d : t.shape) follows_rows |= d < 0;

@@ -203,9 +203,11 @@ int BenchCommand(const std::vector<std::string>& args) {
   int64_t top = 15;
   double serial_below_mflops = -1;
   double batch_split_mb = -1;
-  ArgParser parser("bench",
-                   "run a model in process per batch size: inferences/s, p50/p99 latency, "
-                   "GFLOP/s and the fraction of peak (FP32, or BF16 with --precision bf16)");
+  ArgParser parser(
+      "bench",
+      "run a model in process per batch size: inferences/s, p50/p99 latency, "
+      "GFLOP/s and the fraction of peak (FP32, BF16 with --precision bf16, INT8 for a QDQ "
+      "model on INT8 kernels)");
   parser.AddString("model", &model_path, "ONNX model file (required)");
   parser.AddString("batch", &batches_text, "comma-separated batch sizes");
   parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
@@ -321,12 +323,29 @@ int BenchCommand(const std::vector<std::string>& args) {
   // BF16: fractions of the BF16 peak (AMX tiles or AVX512_BF16 dot
   // products), which the convs and matmuls run at.
   const bool bf16 = *precision == engine::Precision::kBf16;
-  const double peak = (bf16 ? affinity::GetPeakFlops().peak_bf16_gflops_per_core
-                            : kernels::Fp32PeakGflopsPerCore()) *
+  // A QDQ model whose convs and matmuls run on INT8 kernels: fractions of
+  // the INT8 peak (VNNI dot products: 4x FP32's operations per cycle; AMX
+  // tiles), told from the plan after one run.
+  bool int8 = false;
+  if (affinity::GetPeakFlops().peak_int8_gops_per_core > 0 &&
+      ((*model)->info().batched || batches.front() == 1)) {
+    Buffers warm = MakeBuffers(**model, batches.front());
+    if ((*model)->Run(batches.front(), warm.in_ptrs, warm.out_ptrs).ok()) {
+      if (auto plan = (*model)->PlanAt(batches.front()); plan.ok()) {
+        for (const engine::PlannedStep& step : *plan) {
+          int8 = int8 || step.implementation.find("int8") != std::string::npos;
+        }
+      }
+    }
+  }
+  const char* peak_of = int8 ? "INT8" : bf16 ? "BF16" : "FP32";
+  const double peak = (int8   ? affinity::GetPeakFlops().peak_int8_gops_per_core
+                       : bf16 ? affinity::GetPeakFlops().peak_bf16_gflops_per_core
+                              : kernels::Fp32PeakGflopsPerCore()) *
                       used_threads;
   if (!json) {
-    printf("%s: %.2f GFLOP per row, %d threads, %s peak %.0f GFLOP/s\n", model_path.c_str(),
-           (*model)->info().flops_per_row / 1e9, used_threads, bf16 ? "BF16" : "FP32", peak);
+    printf("%s: %.2f GFLOP per row, %d threads, %s peak %.0f G%s/s\n", model_path.c_str(),
+           (*model)->info().flops_per_row / 1e9, used_threads, peak_of, peak, int8 ? "OP" : "FLOP");
     printf("%6s %12s %10s %10s %10s %8s %10s\n", "batch", "infer/s", "p50_ms", "p99_ms", "GFLOP/s",
            "peak", "act_MB");
   }
@@ -349,10 +368,10 @@ int BenchCommand(const std::vector<std::string>& args) {
           "\"iterations\": %lld, "
           "\"inferences_per_second\": %.3f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
           "\"gflops\": %.3f, \"peak_fraction\": %.4f, \"peak_fraction_kind\": \"%s\", "
-          "\"activation_bytes\": %lld}\n",
+          "\"peak_of\": \"%s\", \"activation_bytes\": %lld}\n",
           model_path.c_str(), engine::PrecisionName(*precision), static_cast<long long>(r->batch),
           used_threads, static_cast<long long>(r->iterations), r->inferences_per_second, r->p50_ms,
-          r->p99_ms, r->gflops, r->peak_fraction, r->effective ? "effective" : "actual",
+          r->p99_ms, r->gflops, r->peak_fraction, r->effective ? "effective" : "actual", peak_of,
           static_cast<long long>(r->activation_bytes));
     } else {
       printf("%6lld %12.1f %10.3f %10.3f %10.1f %7.3f%s %10.1f\n", static_cast<long long>(r->batch),

@@ -7,6 +7,7 @@
 #include "kernels/dispatch.h"
 #include "server/bench_command.h"
 #include "server/infer_command.h"
+#include "server/quantize_command.h"
 #include "server/serve_command.h"
 #include "server/topology_command.h"
 #include "server/train_command.h"
@@ -24,7 +25,8 @@ void PrintUsage() {
       "  topology   print the machine (hwloc) and the worker placement plan\n"
       "  infer      send one request to a running server and print the outputs\n"
       "  train      train a model data-parallel on MPI and export it to a model repository\n"
-      "  bench      run a model in process per batch size: throughput, latency, GFLOP/s\n\n"
+      "  bench      run a model in process per batch size: throughput, latency, GFLOP/s\n"
+      "  quantize   quantize an FP32 ONNX model to INT8 (QDQ), calibrated on data\n\n"
       "`numaserve COMMAND --help` lists a command's options; `numaserve --version` prints the\n"
       "version, the git revision and the ISA the kernels dispatch to.\n",
       NUMASERVE_VERSION);
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   if (command == "infer") return InferCommand(args);
   if (command == "train") return TrainCommand(args);
   if (command == "bench") return BenchCommand(args);
+  if (command == "quantize") return QuantizeCommand(args);
   if (command == "worker") return WorkerCommand(args);
   fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
   return 2;

@@ -27,6 +27,13 @@ void AddTypedOps(std::vector<OpSchema>& table);
 absl::StatusOr<kernels::UnaryParams> UnaryParamsOf(const Graph& graph, const Node& node);
 absl::StatusOr<kernels::BinaryKind> BinaryKindOf(const Node& node);
 
+// QuantizeLinear / DequantizeLinear: the axis their scale runs along for x
+// of shape `x`: -1 for a per-tensor scale (a scalar or one value), else the
+// normalised `axis` (default 1) of a 1-D scale with x's extent there.
+// INVALID_ARGUMENT for any other scale shape or an axis out of range,
+// UNIMPLEMENTED for blocked quantization (block_size).
+absl::StatusOr<int64_t> QuantizeAxisOf(const Node& node, const Shape& x, const Shape& scale);
+
 // Conv / ConvTranspose / pooling window with auto_pad resolved for the
 // given input shape ([N, C, spatial...]) and kernel spatial extents.
 absl::StatusOr<kernels::WindowParams> ResolveWindow(const Node& node, const Shape& input,

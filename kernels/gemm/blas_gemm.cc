@@ -434,6 +434,10 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateKernel(GemmBackend backend,
                                                          const GemmOptions& options) {
   if (absl::Status s = Available(backend); !s.ok()) return s;
   const char* name = GemmBackendName(backend);
+  if (options.bf16 || options.int8.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " has no ", options.bf16 ? "BF16" : "INT8", " GEMM: it runs on onednn"));
+  }
   if (options.k <= 0 || options.n <= 0 || options.weights == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name, " gemm: K, N and weights are required"));
   }

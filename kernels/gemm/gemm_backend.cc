@@ -14,6 +14,7 @@ class OnednnKernel final : public GemmKernel {
   OnednnKernel(std::unique_ptr<MatMulOnednn> mm, const dnnl::engine& engine, GemmOptions options)
       : mm_(std::move(mm)), stream_(engine), options_(std::move(options)) {
     options_.weights = nullptr;  // only read at creation
+    if (options_.int8.has_value()) options_.int8->weights = std::vector<int8_t>();
   }
   GemmBackend backend() const override { return GemmBackend::kOnednn; }
   const GemmOptions& options() const override { return options_; }
@@ -77,6 +78,10 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend
   if (backend != GemmBackend::kOnednn && options.bf16) {
     return absl::InvalidArgumentError(
         absl::StrCat(GemmBackendName(backend), " has no BF16 GEMM: precision bf16 runs on onednn"));
+  }
+  if (backend != GemmBackend::kOnednn && options.int8.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(GemmBackendName(backend), " has no INT8 GEMM: precision int8 runs on onednn"));
   }
   if (backend != GemmBackend::kOnednn) return blas::CreateKernel(backend, options);
   auto mm = MatMulOnednn::Create(engine, options);

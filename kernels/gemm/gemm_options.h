@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#include "kernels/onednn/int8_params.h"
 
 namespace numaserve::kernels {
 
@@ -13,7 +16,7 @@ struct GemmOptions {
   int64_t k = 0;
   int64_t n = 0;
   // Row-major [K, N], or [N, K] when weights_transposed (Gemm transB).
-  // Read only while the kernel is created.
+  // Read only while the kernel is created. Unused (may be null) with int8.
   const float* weights = nullptr;
   bool weights_transposed = false;
   // Multiplies the weights once at creation (Gemm's alpha).
@@ -34,6 +37,13 @@ struct GemmOptions {
   // call; Y, the bias and the post-ops stay FP32. oneDNN only (the BLAS
   // backends refuse it), where kernels::GetBf16Support() says it is native.
   bool bf16 = false;
+  // INT8 compute (kernels/onednn/int8_params.h): A quantized to u8 at each
+  // call, int8->weights (s8, laid out as `weights`, weight_scales per column
+  // n or one) packed once, int32 accumulation, then scaled by src_scale *
+  // weight_scale[n] * weights_scale; Y, the bias and the post-ops FP32.
+  // oneDNN only (the BLAS backends refuse it); not with bf16. The kernel
+  // drops int8->weights once packed (empty in its options()).
+  std::optional<Int8Params> int8 = std::nullopt;
 };
 
 }  // namespace numaserve::kernels

@@ -72,12 +72,29 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
   const size_t spatial = options.kernel.size();
   if (spatial < 1 || spatial > 3 || options.strides.size() != spatial ||
       options.dilations.size() != spatial || options.pads_begin.size() != spatial ||
-      options.pads_end.size() != spatial || options.weights == nullptr || options.group < 1 ||
+      options.pads_end.size() != spatial ||
+      (options.weights == nullptr && !options.int8.has_value()) || options.group < 1 ||
       options.in_channels % options.group != 0 || options.out_channels % options.group != 0) {
     return absl::InvalidArgumentError("ConvOnednn: inconsistent options");
   }
   if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.out_channels) {
     return absl::InvalidArgumentError("ConvOnednn: bias must have out_channels values");
+  }
+  int64_t count = options.out_channels * options.in_channels / options.group;
+  for (int64_t k : options.kernel) count *= k;
+  if (options.int8.has_value()) {
+    if (options.bf16 || options.transposed || options.dw.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ConvOnednn ", options.name, ": int8 goes with none of bf16, ConvTranspose and a ",
+          "fused depthwise post-op"));
+    }
+    if (absl::Status s = CheckInt8Params(*options.int8, options.out_channels, count,
+                                         absl::StrCat("ConvOnednn ", options.name));
+        !s.ok()) {
+      return s;
+    }
+    options.winograd = false;  // no int8 Winograd in oneDNN 2.6's CPU kernels
+    options.channels_last = ConvChannelsLast::kNever;
   }
   if (options.dw.has_value()) {
     const DepthwisePostOp& dw = *options.dw;
@@ -96,16 +113,26 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
     options.winograd = false;
   }
   std::unique_ptr<ConvOnednn> conv(new ConvOnednn(engine, std::move(options)));
-  int64_t count = conv->options_.out_channels * conv->options_.in_channels / conv->options_.group;
-  for (int64_t k : conv->options_.kernel) count *= k;
-  conv->user_weights_.assign(conv->options_.weights, conv->options_.weights + count);
-  conv->options_.weights = nullptr;
-  if (!conv->options_.bias.empty()) {
+  ConvOnednnOptions& o = conv->options_;
+  std::vector<float> bias = o.bias;
+  if (o.int8.has_value()) {
+    conv->user_weights_s8_ = std::move(o.int8->weights);
+    o.int8->weights = std::vector<int8_t>();
+    std::vector<int8_t> hi;
+    if (SplitInt8Weights(conv->user_weights_s8_, &hi, &conv->user_weights_s8_lo_)) {
+      conv->user_weights_s8_ = std::move(hi);
+    }
+    // oneDNN 2.x scales the accumulator with the bias in it.
+    const std::vector<float> scales = Int8OutputScales(*o.int8, 1.0f);
+    for (size_t c = 0; c < bias.size(); ++c) bias[c] /= scales[scales.size() == 1 ? 0 : c];
+  } else {
+    conv->user_weights_.assign(o.weights, o.weights + count);
+  }
+  o.weights = nullptr;
+  if (!bias.empty()) {
     try {
-      conv->bias_ =
-          dnnl::memory(dnnl::memory::desc({conv->options_.out_channels}, dt::f32, tag::a), engine);
-      std::memcpy(conv->bias_.get_data_handle(), conv->options_.bias.data(),
-                  conv->options_.bias.size() * sizeof(float));
+      conv->bias_ = dnnl::memory(dnnl::memory::desc({o.out_channels}, dt::f32, tag::a), engine);
+      std::memcpy(conv->bias_.get_data_handle(), bias.data(), bias.size() * sizeof(float));
     } catch (const dnnl::error& e) {
       return DnnlErrorToStatus(e, "allocating conv bias");
     }
@@ -123,7 +150,7 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
   return conv;
 }
 
-dnnl::memory::desc ConvOnednn::UserWeightsDesc() const {
+dnnl::memory::desc ConvOnednn::UserWeightsDesc(dt type) const {
   const ConvOnednnOptions& o = options_;
   const int64_t g = o.group, ocg = o.out_channels / g, icg = o.in_channels / g;
   int64_t k_elems = 1;
@@ -144,7 +171,7 @@ dnnl::memory::desc ConvOnednn::UserWeightsDesc() const {
     dims.push_back(o.kernel[d]);
     strides.push_back(kstrides[d]);
   }
-  return dnnl::memory::desc(dims, dt::f32, strides);
+  return dnnl::memory::desc(dims, type, strides);
 }
 
 bool ConvOnednn::WinogradCandidate() const {
@@ -207,7 +234,9 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
   return true;
 }
 
-dt ConvOnednn::ComputeType() const { return options_.bf16 ? dt::bf16 : dt::f32; }
+dt ConvOnednn::ComputeType() const {
+  return options_.bf16 ? dt::bf16 : options_.int8.has_value() ? dt::u8 : dt::f32;
+}
 
 void ConvOnednn::BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::desc& conv_src,
                          PerShape* entry) {
@@ -221,7 +250,9 @@ void ConvOnednn::BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::d
 absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitive_desc& pd,
                                        const Shape& src_shape, const Shape& dst_shape,
                                        bool src_blocked, bool dst_blocked, PerShape* entry) {
-  const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
+  // With int8 the input is quantized (in the caller's layout) first.
+  const dnnl::memory::desc src_md =
+      ActivationDesc(src_shape, src_blocked, options_.int8.has_value() ? dt::u8 : dt::f32);
   const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
   const dnnl::memory::desc conv_src = pd.src_desc(), conv_dst = pd.dst_desc();
   auto weights = WeightsFor(pd.weights_desc());
@@ -286,11 +317,14 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
   return false;
 }
 
-dnnl::primitive_attr ConvOnednn::Attr() const {
+dnnl::primitive_attr ConvOnednn::Attr(Pass pass) const {
   dnnl::post_ops ops;
-  if (options_.sum) ops.append_sum(1.0f);
-  for (const EltwisePostOp& e : options_.eltwise) {
-    ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
+  // The second pass adds onto the first's output.
+  if (pass == Pass::kSecond || options_.sum) ops.append_sum(1.0f);
+  if (pass != Pass::kFirst) {
+    for (const EltwisePostOp& e : options_.eltwise) {
+      ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
+    }
   }
   if (options_.dw.has_value()) {
     ops.append_dw(ComputeType(), dt::f32, dt::f32, 3, options_.dw->stride, 1, 0, {});
@@ -300,20 +334,34 @@ dnnl::primitive_attr ConvOnednn::Attr() const {
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
+  if (options_.int8.has_value()) {
+    const std::vector<float> scales = Int8OutputScales(*options_.int8, 1.0f);
+    attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);  // dst dim 1: channels
+    if (options_.int8->src_zero_point != 0) {
+      attr.set_zero_points(DNNL_ARG_SRC, 0, {options_.int8->src_zero_point});
+    }
+  }
   return attr;
 }
 
-absl::StatusOr<dnnl::memory> ConvOnednn::WeightsFor(const dnnl::memory::desc& md) {
-  for (const dnnl::memory& m : packed_) {
+absl::StatusOr<dnnl::memory> ConvOnednn::WeightsFor(const dnnl::memory::desc& md, Pass pass) {
+  std::vector<dnnl::memory>& cache = pass == Pass::kSecond ? packed_lo_ : packed_;
+  for (const dnnl::memory& m : cache) {
     if (m.get_desc() == md) return m;
   }
   try {
-    dnnl::memory user(UserWeightsDesc(), engine_, user_weights_.data());
+    dnnl::memory user;
+    if (options_.int8.has_value()) {
+      std::vector<int8_t>& s8 = pass == Pass::kSecond ? user_weights_s8_lo_ : user_weights_s8_;
+      user = dnnl::memory(UserWeightsDesc(dt::s8), engine_, s8.data());
+    } else {
+      user = dnnl::memory(UserWeightsDesc(), engine_, user_weights_.data());
+    }
     dnnl::memory packed(md, engine_);
     dnnl::stream stream(engine_);
     dnnl::reorder(user, packed).execute(stream, user, packed);
     stream.wait();
-    packed_.push_back(packed);
+    cache.push_back(packed);
     return packed;
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "packing conv weights");
@@ -332,6 +380,19 @@ absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shap
                                                            bool dst_blocked) {
   if (PerShape* found = per_shape_.Find(src_shape)) return found;
   PerShape entry;
+  if (options_.int8.has_value()) {
+    if (absl::Status s = PrepareInt8(src_shape, dst_shape, src_blocked, dst_blocked, &entry);
+        !s.ok()) {
+      return s;
+    }
+    if (IsReferenceImplementation(entry.impl) && options_.log_reference) {
+      base::Log(base::LogLevel::kWarning, "onednn",
+                absl::StrCat(options_.name, ", input ", ShapeToString(src_shape),
+                             ": oneDNN has only ", entry.impl, " for this int8 conv here"),
+                {{"node", options_.name}, {"reference", entry.impl}});
+    }
+    return &per_shape_.Emplace(src_shape, std::move(entry));
+  }
   if (ChannelsLastCandidate(src_shape, dst_shape, src_blocked, dst_blocked)) {
     absl::StatusOr<bool> done;
     try {
@@ -372,6 +433,85 @@ absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shap
     }
   }
   return &per_shape_.Emplace(src_shape, std::move(entry));
+}
+
+absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_shape,
+                                     bool src_blocked, bool dst_blocked, PerShape* entry) {
+  const ConvOnednnOptions& o = options_;
+  const bool split = !user_weights_s8_lo_.empty();
+  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::s8, tag::any);
+  const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+  const dnnl::memory::dims src_dims = ToDnnlDims(src_shape), dst_dims = ToDnnlDims(dst_shape);
+  const tag channels_last = src_shape.size() == 3   ? tag::nwc
+                            : src_shape.size() == 4 ? tag::nhwc
+                                                    : tag::ndhwc;
+  auto make_pd = [&](const dnnl::memory::desc& src_md, const dnnl::memory::desc& bias,
+                     const dnnl::memory::desc& dst_md, Pass pass) {
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                         dnnl::algorithm::convolution_direct, src_md, any_w, bias,
+                                         dst_md, Dims(o.strides, 0), Dims(o.dilations, 1),
+                                         Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
+    return dnnl::convolution_forward::primitive_desc(desc, Attr(pass), engine_);
+  };
+  try {
+    // The u8 src is ours (quantized into the scratch): oneDNN's layout. dst:
+    // the caller's where a jit kernel writes it, else oneDNN's, else
+    // channels-last (reordered into the caller's).
+    // oneDNN 2.6's int8 convs (avx512_core_vnni and avx2 alike) take only
+    // channels-last src and dst: blocked ones get ref_int8:any, so the
+    // src is quantized, then reordered to nhwc, and a blocked dst goes
+    // through the scratch (with a residual, reordered there first).
+    const dnnl::memory::desc src_any(src_dims, dt::u8, tag::any);
+    const dnnl::memory::desc dst_candidates[] = {
+        ActivationDesc(dst_shape, dst_blocked), dnnl::memory::desc(dst_dims, dt::f32, tag::any),
+        dnnl::memory::desc(dst_dims, dt::f32, channels_last)};
+    const Pass first = split ? Pass::kFirst : Pass::kWhole;
+    dnnl::convolution_forward::primitive_desc pd;
+    for (const dnnl::memory::desc& dst_md : dst_candidates) {
+      dnnl::convolution_forward::primitive_desc candidate;
+      try {
+        candidate = make_pd(src_any, bias_md, dst_md, first);
+      } catch (const dnnl::error&) {
+        continue;
+      }
+      if (!pd) pd = candidate;  // a reference, kept should nothing else exist
+      if (!IsReferenceImplementation(candidate.impl_info_str())) {
+        pd = candidate;
+        break;
+      }
+    }
+    if (!pd) {
+      return absl::UnimplementedError(absl::StrCat(
+          "ConvOnednn ", o.name, ": oneDNN has no int8 conv for input ", ShapeToString(src_shape)));
+    }
+    if (absl::Status s = BindReordered(pd, src_shape, dst_shape, src_blocked, dst_blocked, entry);
+        !s.ok()) {
+      return s;
+    }
+    if (!absl::StrContains(entry->impl, "int8")) absl::StrAppend(&entry->impl, " int8");
+    if (split) {
+      // The same src and dst layouts: both passes read one quantized src
+      // and write one dst.
+      dnnl::convolution_forward::primitive_desc pd2 =
+          make_pd(pd.src_desc(), dnnl::memory::desc(), pd.dst_desc(), Pass::kSecond);
+      auto weights = WeightsFor(pd2.weights_desc(), Pass::kSecond);
+      if (!weights.ok()) return weights.status();
+      entry->second.primitive = dnnl::convolution_forward(pd2);
+      entry->second.args[DNNL_ARG_SRC] = UnboundMemory(pd2.src_desc(), engine_);
+      entry->second.args[DNNL_ARG_WEIGHTS] = *weights;
+      entry->second.args[DNNL_ARG_DST] = UnboundMemory(pd2.dst_desc(), engine_);
+      absl::StrAppend(&entry->impl, " (x2: s8 weights split, no VNNI)");
+      if (IsReferenceImplementation(pd2.impl_info_str())) entry->impl = pd2.impl_info_str();
+    }
+    const size_t caller_u8 = ActivationDesc(src_shape, src_blocked, dt::u8).get_size();
+    entry->quantized_count = static_cast<int64_t>(caller_u8);
+    entry->quantized_bytes = Align64(caller_u8);
+    entry->scratch_bytes += entry->quantized_bytes;
+  } catch (const dnnl::error& e) {
+    return DnnlErrorToStatus(
+        e, absl::StrCat("creating int8 conv for input ", ShapeToString(src_shape)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_shape,
@@ -468,7 +608,7 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   if (!entry.ok()) return entry.status();
   PerShape& e = **entry;
   try {
-    if (e.src_via_scratch || e.dst_via_scratch) {
+    if (e.src_via_scratch || e.dst_via_scratch || e.quantized_bytes != 0) {
       char* scratch = ThreadScratch(e.scratch_bytes);
       if (scratch == nullptr) {
         return absl::ResourceExhaustedError(
@@ -477,8 +617,15 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
       }
       const void* conv_src = src;
       void* conv_dst = dst;
+      if (e.quantized_bytes != 0) {
+        const Int8Params& q = *options_.int8;
+        QuantizeToU8(src, e.quantized_count, q.src_scale, q.src_zero_point,
+                     reinterpret_cast<uint8_t*>(scratch));
+        conv_src = scratch;
+        scratch += e.quantized_bytes;  // the reordered src and dst follow
+      }
       if (e.src_via_scratch) {
-        RunReorder(e.to_conv_src, stream, src, scratch);
+        RunReorder(e.to_conv_src, stream, conv_src, scratch);
         conv_src = scratch;
       }
       if (e.dst_via_scratch) {
@@ -489,6 +636,11 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
       e.call.SetHandle(DNNL_ARG_SRC, conv_src);
       e.call.SetHandle(DNNL_ARG_DST, conv_dst);
       e.call.Execute(stream);
+      if (e.second.primitive) {
+        e.second.SetHandle(DNNL_ARG_SRC, conv_src);
+        e.second.SetHandle(DNNL_ARG_DST, conv_dst);
+        e.second.Execute(stream);
+      }
       if (e.dst_via_scratch) RunReorder(e.from_conv_dst, stream, conv_dst, dst);
       return absl::OkStatus();
     }
@@ -505,6 +657,9 @@ std::string ConvOnednn::ImplementationName(const Shape& src_shape) const {
   const PerShape* entry = per_shape_.Peek(src_shape);
   if (entry == nullptr) return std::string();
   if (options_.bf16 && !absl::StrContains(entry->impl, "bf16")) return entry->impl + " bf16";
+  if (options_.int8.has_value() && !absl::StrContains(entry->impl, "int8")) {
+    return entry->impl + " int8";
+  }
   return entry->impl;
 }
 

@@ -21,6 +21,24 @@
 // converted to BF16 (in the conv's layout) through the same scratch before
 // each run; the conv accumulates in FP32 and writes FP32 (bias, sum and
 // eltwise post-ops in FP32), so the activations between steps stay FP32.
+// With options.int8 (Int8Params) the weights are packed as s8 once and the
+// FP32 input is quantized to u8 (QuantizeToU8: ONNX QuantizeLinear) into the
+// same scratch, in the caller's layout, then reordered (u8 to u8) into the
+// layout oneDNN's int8 conv prefers (nhwc on oneDNN 2.6: its plain-NCHW u8
+// conv is a reference); the conv writes FP32 in the caller's layout where
+// oneDNN has a jit kernel for it (reordered from its own otherwise). Scaling:
+// oneDNN 2.x multiplies the int32 accumulator (bias included) by
+// src_scale * weight_scale[c], so the FP32 bias is passed divided by that;
+// the sum (residual) and eltwise post-ops come after the scaling, in FP32.
+// The source zero point is oneDNN's own attribute (its jit kernels subtract
+// it with padding compensation, so padded borders are exact; measured: a
+// jit kernel with a zero point on AVX-512 VNNI and on the AVX2 cap). On an
+// ISA without VNNI (the AVX2 cap) oneDNN's u8 x s8 products saturate in
+// int16 pairs, so weights beyond [-64, 64] are split into two halves run as
+// two convs into the same dst, the second adding onto the first (exact,
+// twice the work; OnednnInt8ProductsExact). Refused with int8: bf16, a
+// transposed conv (ConvTranspose) and a depthwise post-op (dw); winograd
+// is ignored (direct), and so is channels_last (int8 picks its layouts).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +51,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/bounded_cache.h"
+#include "kernels/onednn/int8_params.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::kernels {
@@ -130,6 +149,12 @@ struct ConvOnednnOptions {
   // runs); with a depthwise post-op the 1x1 output (kept in cache) is BF16
   // too, and so are the depthwise weights.
   bool bf16 = false;
+  // INT8 compute (u8 input, s8 weights, int32 accumulation, FP32 output;
+  // see the header comment): int8->weights in the layout of `weights`,
+  // weight_scales per output channel M or one. Kept for the life of the
+  // conv (moved out of options(): empty there after Create). Not with bf16,
+  // transposed or dw.
+  std::optional<Int8Params> int8 = std::nullopt;
   // For messages: the graph nodes the conv stands for ("conv_2+bn_7").
   std::string name = "conv";
   // Say on stderr when oneDNN offers only a reference kernel (off for
@@ -154,8 +179,8 @@ class ConvOnednn {
                        const float* src, float* dst);
 
   // oneDNN's implementation for the input shape ("" if not prepared or
-  // dropped), with " bf16" after it for a BF16 conv whose name does not say
-  // so already.
+  // dropped), with " bf16" (" int8") after it for a BF16 (INT8) conv whose
+  // name does not say so already.
   std::string ImplementationName(const Shape& src_shape) const;
   // Input shapes whose primitive is kept (at most kShapeCacheCapacity).
   size_t cached_shapes() const { return per_shape_.size(); }
@@ -174,14 +199,33 @@ class ConvOnednn {
     // (holding the residual first, with a sum post-op), reordered into dst.
     bool dst_via_scratch = false;
     BoundPrimitive to_conv_src, to_conv_dst, from_conv_dst;
+    // INT8 with split weights (no VNNI): the conv on the low halves, run
+    // after `call` on the same src and dst, adding onto it.
+    BoundPrimitive second;
     size_t dst_offset = 0;     // bytes, 64-byte aligned
-    size_t scratch_bytes = 0;  // src and dst together
+    size_t scratch_bytes = 0;  // src and dst together (and the quantized input)
+    // With int8: the input quantized in the caller's layout, at the
+    // scratch's start; the reordered src and dst above follow it (their
+    // offsets count from its end).
+    size_t quantized_bytes = 0;
+    int64_t quantized_count = 0;  // elements (a blocked layout's padding too)
   };
   ConvOnednn(const dnnl::engine& engine, ConvOnednnOptions options)
       : engine_(engine), options_(std::move(options)) {}
 
-  dnnl::memory::desc UserWeightsDesc() const;
-  dnnl::primitive_attr Attr() const;
+  // Which convs a primitive computes: all of it, or with split INT8
+  // weights the first (bias, residual) or second (activations) half.
+  enum class Pass { kWhole, kFirst, kSecond };
+
+  // The user weights' layout, of `type` (s8 for int8).
+  dnnl::memory::desc UserWeightsDesc(
+      dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
+  dnnl::primitive_attr Attr(Pass pass = Pass::kWhole) const;
+  // The INT8 conv in the layouts oneDNN prefers for it (src always
+  // quantized through the scratch), dst in the caller's layout where a jit
+  // kernel takes it.
+  absl::Status PrepareInt8(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
+                           bool dst_blocked, PerShape* entry);
   bool WinogradCandidate() const;
   bool ChannelsLastCandidate(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                              bool dst_blocked) const;
@@ -206,13 +250,15 @@ class ConvOnednn {
                              const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                              bool dst_blocked, PerShape* entry);
   // The src reorder/conversion and the scratch for a primitive reading
-  // `conv_src` where the caller passes `src_md` (nothing when they match).
+  // `conv_src` where the caller passes `src_md` (nothing when they match;
+  // with int8, `src_md` is the caller's layout in u8).
   void BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::desc& conv_src,
                PerShape* entry);
   // The conv's input and weights element type: BF16 with options.bf16.
   dnnl::memory::data_type ComputeType() const;
-  // The weights in layout `md`, reordered once from the user copy.
-  absl::StatusOr<dnnl::memory> WeightsFor(const dnnl::memory::desc& md);
+  // The weights in layout `md`, reordered once from the user copy (with
+  // split INT8 weights: the half `pass` runs on).
+  absl::StatusOr<dnnl::memory> WeightsFor(const dnnl::memory::desc& md, Pass pass = Pass::kWhole);
   // The entry for src_shape, prepared if absent; valid until the next one
   // is prepared.
   absl::StatusOr<PerShape*> EntryFor(const Shape& src_shape, const Shape& dst_shape,
@@ -223,10 +269,14 @@ class ConvOnednn {
   // Kept for the life of the conv: a shape dropped from per_shape_ is
   // prepared again from it.
   std::vector<float> user_weights_;
+  // With int8: the s8 weights (the high halves when split), and the low
+  // halves when split (empty otherwise).
+  std::vector<int8_t> user_weights_s8_, user_weights_s8_lo_;
   // One per distinct preferred layout (a few at most), shared by the
   // entries: dropping an entry only drops its handle on them. An entry's
   // depthwise post-op weights are its own and go with it.
   std::vector<dnnl::memory> packed_;
+  std::vector<dnnl::memory> packed_lo_;  // the split INT8 weights' low halves
   dnnl::memory bias_;
   dnnl::memory dw_bias_;
   // The layouts of the latest Prepare: those a shape Execute meets

@@ -1,5 +1,6 @@
 #include "kernels/onednn/matmul_onednn.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -19,8 +20,23 @@ constexpr int64_t kPackingM = 32;
 
 absl::StatusOr<std::unique_ptr<MatMulOnednn>> MatMulOnednn::Create(
     const dnnl::engine& engine, const MatMulOnednnOptions& options) {
-  if (options.k <= 0 || options.n <= 0 || options.weights == nullptr) {
+  if (options.k <= 0 || options.n <= 0 ||
+      (options.weights == nullptr && !options.int8.has_value())) {
     return absl::InvalidArgumentError("MatMulOnednn: K, N and weights are required");
+  }
+  if (options.int8.has_value()) {
+    if (options.bf16) {
+      return absl::InvalidArgumentError("MatMulOnednn: int8 and bf16 are exclusive");
+    }
+    if (absl::Status s =
+            CheckInt8Params(*options.int8, options.n, options.k * options.n, "MatMulOnednn");
+        !s.ok()) {
+      return s;
+    }
+    if (!std::isfinite(options.weights_scale) || options.weights_scale == 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MatMulOnednn: int8 needs a finite nonzero weights_scale, not ", options.weights_scale));
+    }
   }
   if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.n) {
     return absl::InvalidArgumentError(
@@ -29,19 +45,21 @@ absl::StatusOr<std::unique_ptr<MatMulOnednn>> MatMulOnednn::Create(
   std::unique_ptr<MatMulOnednn> mm(new MatMulOnednn(engine, options));
   absl::Status status = mm->PackWeights();
   mm->options_.weights = nullptr;  // only read while packing
+  if (mm->options_.int8.has_value()) mm->options_.int8->weights = std::vector<int8_t>();
   if (!status.ok()) return status;
   return mm;
 }
 
-dnnl::memory::desc MatMulOnednn::UserSrcDesc(int64_t m) const {
+dnnl::memory::desc MatMulOnednn::UserSrcDesc(int64_t m, dt type) const {
   if (options_.src_transposed) {
-    return dnnl::memory::desc({m, options_.k}, dt::f32, dnnl::memory::dims{1, m});
+    return dnnl::memory::desc({m, options_.k}, type, dnnl::memory::dims{1, m});
   }
-  return dnnl::memory::desc({m, options_.k}, dt::f32, tag::ab);
+  return dnnl::memory::desc({m, options_.k}, type, tag::ab);
 }
 
 dnnl::memory::desc MatMulOnednn::SrcDesc(int64_t m) const {
   if (options_.bf16) return dnnl::memory::desc({m, options_.k}, dt::bf16, tag::ab);
+  if (options_.int8.has_value()) return dnnl::memory::desc({m, options_.k}, dt::u8, tag::ab);
   return UserSrcDesc(m);
 }
 
@@ -49,18 +67,73 @@ dnnl::memory::desc MatMulOnednn::DstDesc(int64_t m) const {
   return dnnl::memory::desc({m, options_.n}, dt::f32, tag::ab);
 }
 
-dnnl::primitive_attr MatMulOnednn::Attr() const {
+dnnl::primitive_attr MatMulOnednn::Attr(Pass pass) const {
   dnnl::post_ops ops;
-  if (options_.accumulate) ops.append_sum(options_.sum_scale);
-  if (options_.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-  if (options_.gelu_erf) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+  if (pass == Pass::kSecond) {
+    ops.append_sum(1.0f);  // onto the first pass's output
+  } else if (options_.accumulate) {
+    ops.append_sum(options_.sum_scale);
+  }
+  if (pass != Pass::kFirst) {
+    if (options_.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (options_.gelu_erf) {
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    }
+  }
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
+  if (options_.int8.has_value()) {
+    const std::vector<float> scales = Int8OutputScales(*options_.int8, options_.weights_scale);
+    attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);  // dst dim 1: N
+    if (options_.int8->src_zero_point != 0) {
+      attr.set_zero_points(DNNL_ARG_SRC, 0, {options_.int8->src_zero_point});
+    }
+  }
   return attr;
 }
 
 absl::Status MatMulOnednn::PackWeights() {
   const int64_t k = options_.k, n = options_.n;
+  if (options_.int8.has_value()) {
+    const Int8Params& q = *options_.int8;
+    std::vector<int8_t> hi, lo;
+    const bool split = SplitInt8Weights(q.weights, &hi, &lo);
+    // oneDNN 2.x scales the accumulator with the bias in it.
+    std::vector<float> bias = options_.bias;
+    const std::vector<float> scales = Int8OutputScales(q, options_.weights_scale);
+    for (size_t j = 0; j < bias.size(); ++j) bias[j] /= scales[scales.size() == 1 ? 0 : j];
+    try {
+      dnnl::memory::desc user_md({k, n}, dt::s8, options_.weights_transposed ? tag::ba : tag::ab);
+      dnnl::memory::desc bias_md({1, n}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(SrcDesc(kPackingM), dnnl::memory::desc({k, n}, dt::s8, tag::any),
+                             bias.empty() ? dnnl::memory::desc() : bias_md, DstDesc(kPackingM)),
+          Attr(split ? Pass::kFirst : Pass::kWhole), engine_);
+      dnnl::stream stream(engine_);
+      auto pack = [&](const std::vector<int8_t>& w, const dnnl::memory::desc& md) {
+        dnnl::memory packed(md, engine_);
+        dnnl::memory user(user_md, engine_, const_cast<int8_t*>(w.data()));
+        dnnl::reorder(user, packed).execute(stream, user, packed);
+        stream.wait();
+        return packed;
+      };
+      packed_weights_ = pack(split ? hi : q.weights, pd.weights_desc());
+      if (split) {
+        dnnl::matmul::primitive_desc pd2(
+            dnnl::matmul::desc(SrcDesc(kPackingM), dnnl::memory::desc({k, n}, dt::s8, tag::any),
+                               dnnl::memory::desc(), DstDesc(kPackingM)),
+            Attr(Pass::kSecond), engine_);
+        packed_weights_lo_ = pack(lo, pd2.weights_desc());
+      }
+      if (!bias.empty()) {
+        bias_ = dnnl::memory(bias_md, engine_);
+        std::memcpy(bias_.get_data_handle(), bias.data(), n * sizeof(float));
+      }
+    } catch (const dnnl::error& e) {
+      return DnnlErrorToStatus(e, absl::StrCat("packing ", k, "x", n, " int8 matmul weights"));
+    }
+    return absl::OkStatus();
+  }
   std::vector<float> scaled;
   const float* weights = options_.weights;
   if (options_.weights_scale != 1.0f) {
@@ -94,47 +167,74 @@ absl::Status MatMulOnednn::PackWeights() {
 
 absl::Status MatMulOnednn::Prepare(int64_t m) { return EntryFor(m).status(); }
 
+dnnl::memory MatMulOnednn::WeightsIn(const dnnl::memory& packed,
+                                     const dnnl::memory::desc& md) const {
+  if (packed.get_desc() == md) return packed;
+  dnnl::memory from = packed, own(md, engine_);  // handles: execute takes them mutable
+  dnnl::stream stream(engine_);
+  dnnl::reorder(from, own).execute(stream, from, own);
+  stream.wait();
+  return own;
+}
+
+dnnl::matmul::primitive_desc MatMulOnednn::PrimitiveFor(int64_t m, const dnnl::memory& packed,
+                                                        bool with_bias, Pass pass,
+                                                        dnnl::memory* own) const {
+  const dnnl::memory::desc bias_md = with_bias ? bias_.get_desc() : dnnl::memory::desc();
+  const dnnl::memory::desc packed_md = packed.get_desc();
+  try {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(SrcDesc(m), packed_md, bias_md, DstDesc(m)),
+                                    Attr(pass), engine_);
+    if (!absl::StartsWith(pd.impl_info_str(), "ref")) return pd;
+  } catch (const dnnl::error&) {
+    // No kernel on the packed layout for this m: its own below.
+  }
+  dnnl::memory::desc any_md({options_.k, options_.n}, packed_md.data_type(), tag::any);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(SrcDesc(m), any_md, bias_md, DstDesc(m)),
+                                  Attr(pass), engine_);
+  if (pd.weights_desc() != packed_md) *own = WeightsIn(packed, pd.weights_desc());
+  return pd;
+}
+
 absl::StatusOr<MatMulOnednn::PerM*> MatMulOnednn::EntryFor(int64_t m) {
   if (PerM* found = per_m_.Find(m)) return found;
   if (m <= 0) return absl::InvalidArgumentError(absl::StrCat("MatMulOnednn: M = ", m));
-  const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+  const bool split = static_cast<bool>(packed_weights_lo_);
   PerM entry;
   try {
-    const dnnl::memory::desc packed_md = packed_weights_.get_desc();
-    dnnl::matmul::primitive_desc pd;
-    bool fits = false;
-    try {
-      pd = dnnl::matmul::primitive_desc(
-          dnnl::matmul::desc(SrcDesc(m), packed_md, bias_md, DstDesc(m)), Attr(), engine_);
-      fits = !absl::StartsWith(pd.impl_info_str(), "ref");
-    } catch (const dnnl::error&) {
-      fits = false;
-    }
-    dnnl::memory weights = packed_weights_;
-    if (!fits) {
-      dnnl::memory::desc any_md({options_.k, options_.n}, packed_md.data_type(), tag::any);
-      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(SrcDesc(m), any_md, bias_md, DstDesc(m)),
-                                        Attr(), engine_);
-      if (pd.weights_desc() != packed_md) {
-        entry.own_weights = dnnl::memory(pd.weights_desc(), engine_);
-        dnnl::stream stream(engine_);
-        dnnl::reorder(packed_weights_, entry.own_weights)
-            .execute(stream, packed_weights_, entry.own_weights);
-        stream.wait();
-        weights = entry.own_weights;
-      }
-    }
+    dnnl::matmul::primitive_desc pd =
+        PrimitiveFor(m, packed_weights_, static_cast<bool>(bias_),
+                     split ? Pass::kFirst : Pass::kWhole, &entry.own_weights);
     entry.impl = pd.impl_info_str();
     if (options_.bf16) {
       if (!absl::StrContains(entry.impl, "bf16")) absl::StrAppend(&entry.impl, " bf16");
       entry.to_src = BoundReorder(engine_, UserSrcDesc(m), pd.src_desc());
       entry.src_bytes = pd.src_desc().get_size();
     }
+    if (options_.int8.has_value()) {
+      if (!absl::StrContains(entry.impl, "int8")) absl::StrAppend(&entry.impl, " int8");
+      if (options_.src_transposed) {
+        entry.to_src = BoundReorder(engine_, UserSrcDesc(m, dt::u8), pd.src_desc());
+      }
+      entry.src_bytes = pd.src_desc().get_size();
+    }
     entry.call.primitive = dnnl::matmul(pd);
     entry.call.args[DNNL_ARG_SRC] = UnboundMemory(pd.src_desc(), engine_);
-    entry.call.args[DNNL_ARG_WEIGHTS] = weights;
+    entry.call.args[DNNL_ARG_WEIGHTS] = entry.own_weights ? entry.own_weights : packed_weights_;
     entry.call.args[DNNL_ARG_DST] = UnboundMemory(pd.dst_desc(), engine_);
     if (bias_) entry.call.args[DNNL_ARG_BIAS] = bias_;
+    if (split) {
+      dnnl::matmul::primitive_desc pd2 =
+          PrimitiveFor(m, packed_weights_lo_, false, Pass::kSecond, &entry.own_weights_lo);
+      entry.second.primitive = dnnl::matmul(pd2);
+      entry.second.args[DNNL_ARG_SRC] = UnboundMemory(pd2.src_desc(), engine_);
+      entry.second.args[DNNL_ARG_WEIGHTS] =
+          entry.own_weights_lo ? entry.own_weights_lo : packed_weights_lo_;
+      entry.second.args[DNNL_ARG_DST] = UnboundMemory(pd2.dst_desc(), engine_);
+      entry.impl = absl::StrCat(
+          absl::StartsWith(pd2.impl_info_str(), "ref") ? pd2.impl_info_str() : entry.impl,
+          " (x2: s8 weights split, no VNNI)");
+    }
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(
         e, absl::StrCat("creating matmul M=", m, " K=", options_.k, " N=", options_.n));
@@ -147,18 +247,39 @@ absl::Status MatMulOnednn::Execute(dnnl::stream& stream, int64_t m, const float*
   if (!entry.ok()) return entry.status();
   BoundPrimitive& call = (*entry)->call;
   try {
-    if (options_.bf16) {
-      char* converted = ThreadScratch((*entry)->src_bytes);
+    if (options_.bf16 || options_.int8.has_value()) {
+      // int8: A quantized as it comes, then (transposed) reordered after it.
+      const size_t quantized = (*entry)->src_bytes / 64 * 64 + 64;
+      const size_t bytes = options_.bf16                ? (*entry)->src_bytes
+                           : (*entry)->to_src.primitive ? quantized + (*entry)->src_bytes
+                                                        : (*entry)->src_bytes;
+      char* converted = ThreadScratch(bytes);
       if (converted == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat("MatMulOnednn: cannot allocate ",
-                                                         (*entry)->src_bytes, " bytes for BF16 A"));
+        return absl::ResourceExhaustedError(absl::StrCat("MatMulOnednn: cannot allocate ", bytes,
+                                                         " bytes for ",
+                                                         options_.bf16 ? "BF16" : "u8", " A"));
       }
-      RunReorder((*entry)->to_src, stream, src, converted);
+      if (options_.int8.has_value()) {
+        const Int8Params& q = *options_.int8;
+        QuantizeToU8(src, m * options_.k, q.src_scale, q.src_zero_point,
+                     reinterpret_cast<uint8_t*>(converted));
+        if ((*entry)->to_src.primitive) {
+          RunReorder((*entry)->to_src, stream, converted, converted + quantized);
+          converted += quantized;
+        }
+      } else {
+        RunReorder((*entry)->to_src, stream, src, converted);
+      }
       src = reinterpret_cast<const float*>(converted);
     }
     call.SetHandle(DNNL_ARG_SRC, src);
     call.SetHandle(DNNL_ARG_DST, dst);
     call.Execute(stream);
+    if (BoundPrimitive& second = (*entry)->second; second.primitive) {
+      second.SetHandle(DNNL_ARG_SRC, src);
+      second.SetHandle(DNNL_ARG_DST, dst);
+      second.Execute(stream);
+    }
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, "executing matmul");
   }

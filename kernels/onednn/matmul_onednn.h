@@ -24,6 +24,17 @@
 // and the post-ops stay FP32 (oneDNN accumulates in FP32). On the 2-vCPU
 // Zen 5 (AVX512_BF16, no AMX) M=32, K=N=1024 ran in 99 us against 191 us
 // for FP32 (brg:avx512_core_bf16 against brg:avx512_core).
+//
+// With options.int8 (Int8Params) the packed weights are s8 (packed once, at
+// Create, from int8->weights) and A is quantized to u8 at each call
+// (QuantizeToU8: ONNX QuantizeLinear) into the same scratch (then reordered
+// to row-major where A is transposed), into a u8 x s8 -> FP32 matmul: oneDNN multiplies the int32
+// accumulator, bias included (2.x), by src_scale * weight_scale[n] * weights_scale, so the FP32
+// bias is passed divided by that; the sum and the activations follow in FP32. The zero point is
+// oneDNN's attribute. Measured with 2.6.3: brg:avx512_core_vnni on AVX-512 VNNI, gemm:jit under the
+// AVX2 cap, both with a zero point. Without VNNI oneDNN's u8 x s8 pairs saturate in int16, so
+// weights beyond [-64, 64] are split in two halves, run as two matmuls, the second adding onto the
+// first (exact; OnednnInt8ProductsExact).
 #pragma once
 
 #include <cstdint>
@@ -62,7 +73,8 @@ class MatMulOnednn {
   int64_t packed_weight_bytes() const;
   // oneDNN's implementation name for m rows ("" if not prepared or dropped),
   // followed by " bf16" with options.bf16 where the name does not say so
-  // already ("brg:avx512_core_bf16", "brg:avx512_core_amx bf16").
+  // already ("brg:avx512_core_bf16", "brg:avx512_core_amx bf16"), and
+  // " int8" with options.int8 ("brg:avx512_core_vnni int8", "gemm:jit int8").
   std::string ImplementationName(int64_t m) const;
   // True if m needed its own weights layout (see the header comment).
   bool UsesFallbackWeights(int64_t m) const;
@@ -74,26 +86,48 @@ class MatMulOnednn {
     BoundPrimitive call;
     std::string impl;
     dnnl::memory own_weights;  // only when the packed layout did not fit
-    BoundPrimitive to_src;     // with bf16: A (FP32) into the scratch as BF16
-    size_t src_bytes = 0;      // with bf16: the BF16 A's bytes
+    // With bf16: A (FP32) into the scratch as BF16. With int8 and
+    // src_transposed: the quantized A (u8, [K,M]) into the scratch as [M,K].
+    BoundPrimitive to_src;
+    size_t src_bytes = 0;  // with bf16 (int8): the converted (quantized) A's bytes
+    // INT8 with split weights (no VNNI): the matmul on the low halves, run
+    // after `call`, adding onto it; and its own weights where the packed
+    // ones did not fit.
+    BoundPrimitive second;
+    dnnl::memory own_weights_lo;
   };
 
   MatMulOnednn(const dnnl::engine& engine, MatMulOnednnOptions options)
       : engine_(engine), options_(std::move(options)) {}
 
+  // Which matmuls a primitive computes: all of it, or with split INT8
+  // weights the first (bias, accumulate) or second (activations) half.
+  enum class Pass { kWhole, kFirst, kSecond };
+
   absl::Status PackWeights();
+  // The packed weights `packed` reordered to `md` once (`packed` itself
+  // where it has that layout).
+  dnnl::memory WeightsIn(const dnnl::memory& packed, const dnnl::memory::desc& md) const;
+  // The primitive for m rows on `packed` (own layout in *own where the
+  // packed one has no optimized kernel).
+  dnnl::matmul::primitive_desc PrimitiveFor(int64_t m, const dnnl::memory& packed, bool with_bias,
+                                            Pass pass, dnnl::memory* own) const;
   // The entry for m, created if absent; valid until the next one is created.
   absl::StatusOr<PerM*> EntryFor(int64_t m);
   // A as the caller passes it (FP32, strided when src_transposed).
-  dnnl::memory::desc UserSrcDesc(int64_t m) const;
-  // A as the primitive reads it: the caller's, or BF16 row-major with bf16.
+  // (In `type`: u8 for A quantized in place, with int8.)
+  dnnl::memory::desc UserSrcDesc(int64_t m,
+                                 dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
+  // A as the primitive reads it: the caller's, or BF16 (u8) row-major with
+  // bf16 (int8).
   dnnl::memory::desc SrcDesc(int64_t m) const;
   dnnl::memory::desc DstDesc(int64_t m) const;
-  dnnl::primitive_attr Attr() const;
+  dnnl::primitive_attr Attr(Pass pass = Pass::kWhole) const;
 
   dnnl::engine engine_;
   MatMulOnednnOptions options_;
   dnnl::memory packed_weights_;
+  dnnl::memory packed_weights_lo_;  // the split INT8 weights' low halves
   dnnl::memory bias_;
   // An entry's own_weights (a fallback layout) are bound to its primitive
   // alone and go with it.

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "kernels/onednn/int8_params.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::kernels {
@@ -52,9 +53,49 @@ inline dnnl::memory UnboundMemory(const dnnl::memory::desc& md, const dnnl::engi
 }
 
 // A reorder from layout `from` to `to`, its memories unbound (oneDNN
-// throws dnnl::error where it has none).
+// throws dnnl::error where it has none). `attr`: output scales and zero
+// points (a quantizing reorder, Int8QuantizeAttr).
 BoundPrimitive BoundReorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
-                            const dnnl::memory::desc& to);
+                            const dnnl::memory::desc& to,
+                            const dnnl::primitive_attr& attr = dnnl::primitive_attr());
+
+// INT8 (Int8Params) plumbing shared by ConvOnednn and MatMulOnednn.
+//
+// OK when `params` fits an op with `channels` output channels and
+// `weight_count` weights; InvalidArgument naming `who` otherwise.
+absl::Status CheckInt8Params(const Int8Params& params, int64_t channels, int64_t weight_count,
+                             absl::string_view who);
+// q[i] = saturate_0_255(nearbyint(x[i] / scale) + zero_point), rounding
+// half to even: ONNX QuantizeLinear (and onnxruntime's MLAS), elementwise
+// over any layout. Not a oneDNN reorder: 2.6's adds the zero point before
+// rounding (0.5 with zero point 3 gives 4, ONNX 3) and multiplies by the
+// reciprocal. SSE2 (the x86-64 baseline), threaded over large inputs.
+void QuantizeToU8(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* q);
+// y[i] = (q - zero_point) * scale with q = saturate_lo_hi(nearbyint(x[i] /
+// scale) + zero_point): a QuantizeLinear -> DequantizeLinear pair in FP32
+// (lo..hi: 0..255 for UINT8, -128..127 for INT8), rounding as
+// QuantizeToU8; NaN quantizes to 0, as the engine's QuantizeLinear does.
+// x and y may be the same. SSE2, threaded over large inputs.
+void FakeQuantize(const float* x, int64_t n, float scale, int32_t zero_point, int32_t lo,
+                  int32_t hi, float* y);
+// The scales oneDNN applies to the int32 accumulator: src_scale *
+// weight_scales[c] * alpha, one per channel (one value when per tensor).
+// oneDNN 2.x adds the bias to the accumulator before scaling, so the bias
+// it is given is the FP32 bias divided by these.
+std::vector<float> Int8OutputScales(const Int8Params& params, float alpha);
+// Whether oneDNN's u8 x s8 products are exact at any weight here. With VNNI
+// (AVX512_VNNI, AVX-VNNI) they accumulate into int32. Without it (AVX2,
+// AVX-512 before Cascade Lake) oneDNN adds each pair of products into int16
+// (vpmaddubsw), which saturates once a pair passes 32767 (255 x 127 x 2 is
+// 64770); with |w| <= 64 no pair can. Decided once, after the dispatch
+// table has applied any ISA cap to oneDNN.
+bool OnednnInt8ProductsExact();
+// Where OnednnInt8ProductsExact() is false and some |w| > 64: w split into
+// hi + lo, both within [-64, 64] (hi = floor(w / 2)), so the op runs as two
+// passes whose sum is exact. Returns false (and leaves hi/lo alone) where
+// one pass is exact.
+bool SplitInt8Weights(const std::vector<int8_t>& weights, std::vector<int8_t>* hi,
+                      std::vector<int8_t>* lo);
 
 // The calling thread's scratch for activations converted or reordered on
 // their way into a primitive (a conv running channels-last, BF16 inputs),

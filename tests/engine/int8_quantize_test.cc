@@ -1,0 +1,404 @@
+// INT8 post-training quantization (engine/quantize.h) and QDQ models on the
+// INT8 kernels: the range and weight arithmetic; a small CNN and an MLP
+// quantized on random calibration data run every conv and weight matmul
+// INT8 and match the QDQ model's meaning (the reference executor running
+// its QuantizeLinear/DequantizeLinear ops) and, within INT8's error, FP32;
+// a QDQ pair read by an op that is not INT8 runs as a fake-quantize step;
+// the trained Fashion-MNIST MLP quantized on training images keeps its test
+// accuracy within 0.5 point; and the errors (an old opset, nothing to
+// quantize, calibration that does not fit the model, NaN activations).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/model.h"
+#include "engine/onnx_import.h"
+#include "engine/quantize.h"
+#include "engine/reference_executor.h"
+#include "engine/training/idx_file.h"
+#include "tests/engine/compare_with_reference.h"
+#include "tests/engine/conv_bn_block.h"
+#include "tests/engine/onnx_model_builder.h"
+
+namespace numaserve::engine {
+namespace {
+
+using testing::ConvBnBlocks;
+using ::testing::HasSubstr;
+using testing::OnnxModelBuilder;
+using testing::RandomTensor;
+
+// Writes `bytes` beside the test's other temporary models.
+std::string SaveBytes(const std::string& stem, const std::string& bytes) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", stem, "_", getpid(), ".onnx");
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::vector<CalibrationBatch> RandomCalibration(const std::vector<int64_t>& row_shape,
+                                                int64_t batches, int64_t rows, uint32_t seed) {
+  std::vector<CalibrationBatch> out;
+  for (int64_t b = 0; b < batches; ++b) {
+    Shape shape = {rows};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    CalibrationBatch batch;
+    batch.rows = rows;
+    batch.inputs.push_back(RandomTensor(shape, seed + b).data);
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
+// Output 0 of `model` at `batch` rows of `x`.
+std::vector<float> RunOnce(CompiledModel& model, int64_t batch, const std::vector<float>& x) {
+  const auto shapes = model.OutputShapes(batch);
+  EXPECT_FALSE(shapes.empty());
+  if (shapes.empty()) return {};
+  std::vector<std::vector<float>> outputs;
+  for (const auto& s : shapes) outputs.emplace_back(kernels::NumElements(s), -7.0f);
+  std::vector<void*> out;
+  for (auto& v : outputs) out.push_back(v.data());
+  absl::Status s = model.Run(batch, {x.data()}, out);
+  EXPECT_TRUE(s.ok()) << s;
+  return outputs[0];
+}
+
+double RelativeMaxError(const std::vector<float>& expected, const std::vector<float>& actual) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(actual[i]) - expected[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(expected[i])));
+  }
+  return scale == 0 ? err : err / scale;
+}
+
+// A CNN of the kinds of convs the INT8 kernels take: a 3x3 stem with
+// BatchNormalization and Relu, a depthwise 3x3, a 1x1, a residual Add, a
+// strided 3x3 without activation, then global pooling and a Gemm (transB).
+std::string SmallCnn() {
+  OnnxModelBuilder b;
+  uint32_t seed = 11;
+  ConvBnBlocks blocks(&b, &seed, /*unit_gain=*/true);
+  b.Input("x", {-1, 3, 16, 16});
+  blocks.Add("x", "c1", 3, 16, 3, 1, 1, "relu");
+  blocks.Add("c1", "c2", 16, 16, 3, 1, 16, "relu");
+  blocks.Add("c2", "c3", 16, 16, 1, 1, 1, "");
+  b.Node("Add", {"c3", "c1"}, {"res"}, "res");
+  b.Node("Relu", {"res"}, {"res_relu"}, "res_relu");
+  blocks.Add("res_relu", "c4", 16, 32, 3, 2, 1, "");
+  b.Node("GlobalAveragePool", {"c4"}, {"gap"}, "gap");
+  b.Node("Flatten", {"gap"}, {"flat"}, "flat");
+  b.Initializer("fc_w", RandomTensor({10, 32}, seed++));
+  b.Initializer("fc_b", RandomTensor({10}, seed++));
+  auto& fc = b.Node("Gemm", {"flat", "fc_w", "fc_b"}, {"y"}, "fc");
+  OnnxModelBuilder::AttrInt(fc, "transB", 1);
+  b.Output("y", {-1, 10});
+  return b.Save("int8_small_cnn");
+}
+
+// MatMul (3-D input, as a transformer's) + bias Add + Relu, MatMul.
+std::string SmallMlp() {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 4, 64});
+  b.Initializer("w1", RandomTensor({64, 96}, 3));
+  b.Initializer("b1", RandomTensor({96}, 4));
+  b.Initializer("w2", RandomTensor({96, 24}, 5));
+  b.Node("MatMul", {"x", "w1"}, {"h"}, "mm1");
+  b.Node("Add", {"h", "b1"}, {"hb"}, "bias1");
+  b.Node("Relu", {"hb"}, {"hr"}, "relu1");
+  b.Node("MatMul", {"hr", "w2"}, {"y"}, "mm2");
+  b.Output("y", {-1, 4, 24});
+  return b.Save("int8_small_mlp");
+}
+
+// Quantizes `path` on random calibration rows; the QDQ file's path.
+std::string Quantize(const std::string& path, const std::vector<int64_t>& row_shape,
+                     const std::string& stem, QuantizeReport* report = nullptr) {
+  auto q = QuantizeModel(path, RandomCalibration(row_shape, 4, 8, 100), QuantizeOptions());
+  EXPECT_TRUE(q.ok()) << q.status();
+  if (!q.ok()) return "";
+  if (report != nullptr) *report = q->report;
+  return SaveBytes(stem, q->onnx);
+}
+
+// The conv and matmul steps of `model`'s plan at `batch` (run first).
+std::vector<PlannedStep> ComputeSteps(CompiledModel& model, int64_t batch) {
+  std::vector<PlannedStep> steps;
+  auto plan = model.PlanAt(batch);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return steps;
+  for (const PlannedStep& s : *plan) {
+    if (s.kind == "conv" || s.kind == "matmul") steps.push_back(s);
+  }
+  return steps;
+}
+
+// Compiles the QDQ model and checks it against its reference meaning and
+// against the FP32 model at several batch sizes; every conv and weight
+// matmul runs INT8 on a non-reference kernel.
+void CheckQuantizedModel(const std::string& fp32_path, const std::string& qdq_path,
+                         const std::vector<int64_t>& row_shape, double fp32_tolerance,
+                         const CompileOptions& options, bool all_int8) {
+  auto graph = ImportOnnxModel(qdq_path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto qdq = CompiledModel::Load(qdq_path, options);
+  auto fp32 = CompiledModel::Load(fp32_path, CompileOptions());
+  ASSERT_TRUE(qdq.ok()) << qdq.status();
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  uint32_t seed = 500;
+  for (int64_t batch : {1, 3, 16}) {
+    SCOPED_TRACE(absl::StrCat("batch ", batch));
+    Shape shape = {batch};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    const kernels::Tensor x = RandomTensor(shape, seed++);
+    auto expected = RunReference(*graph, {x});
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    const std::vector<float> y = RunOnce(**qdq, batch, x.data);
+    const std::vector<float> y32 = RunOnce(**fp32, batch, x.data);
+    // INT8 products are exact: only the order of FP32 sums differs, which
+    // may move a value across a rounding boundary of a later quantization.
+    EXPECT_LT(testing::NormalizedError((*expected)[0].data, y.data()), 1e-4);
+    EXPECT_LT(RelativeMaxError(y32, y), fp32_tolerance);
+    EXPECT_GT(RelativeMaxError(y32, y), 0) << "bit-equal to FP32: INT8 did not run";
+    int int8_steps = 0;
+    for (const PlannedStep& s : ComputeSteps(**qdq, batch)) {
+      if (all_int8) EXPECT_THAT(s.implementation, HasSubstr("int8")) << s.description;
+      int8_steps += absl::StrContains(s.implementation, "int8");
+      EXPECT_FALSE(s.reference) << s.description << " on " << s.implementation;
+    }
+    EXPECT_GT(int8_steps, 0);
+  }
+}
+
+// Every conv and weight matmul INT8, however little it does per input.
+CompileOptions AllInt8() {
+  CompileOptions o;
+  o.int8_min_flops_per_input = 0;
+  return o;
+}
+
+TEST(Int8QuantizeTest, Uint8RangeIncludesZeroAndRoundsTheZeroPoint) {
+  auto r = Uint8Range(0.5f, 2.0f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FLOAT_EQ(r->scale, 2.0f / 255.0f);
+  EXPECT_EQ(r->zero_point, 0);
+  r = Uint8Range(-1.0f, 3.0f);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FLOAT_EQ(r->scale, 4.0f / 255.0f);
+  EXPECT_EQ(r->zero_point, 64);  // 1 / (4/255) = 63.75
+  r = Uint8Range(-2.0f, -1.0f);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->zero_point, 255);
+  r = Uint8Range(0.0f, 0.0f);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->scale, 1.0f);
+  EXPECT_FALSE(Uint8Range(std::numeric_limits<float>::quiet_NaN(), 1.0f).ok());
+  EXPECT_FALSE(Uint8Range(0.0f, std::numeric_limits<float>::infinity()).ok());
+  EXPECT_FALSE(Uint8Range(2.0f, 1.0f).ok());
+}
+
+TEST(Int8QuantizeTest, WeightsAreSymmetricPerChannelRoundedHalfToEven) {
+  // Channels along axis 0: [1, -2, 0.5] (scale 2/127) and all zeros.
+  Int8Weights q = QuantizeWeightsPerChannel({1.0f, -2.0f, 0.5f, 0, 0, 0}, {2, 3}, 0);
+  ASSERT_EQ(q.scales.size(), 2u);
+  EXPECT_FLOAT_EQ(q.scales[0], 2.0f / 127.0f);
+  EXPECT_EQ(q.scales[1], 1.0f);
+  // 1 / (2/127) = 63.5 rounds to 64 (even), 0.5 / (2/127) = 31.75 to 32.
+  EXPECT_THAT(q.values, ::testing::ElementsAre(64, -127, 32, 0, 0, 0));
+  // Along axis 1 of [2, 2]: columns [4, -1] and [0.5, 1].
+  q = QuantizeWeightsPerChannel({4.0f, 0.5f, -1.0f, 1.0f}, {2, 2}, 1);
+  EXPECT_FLOAT_EQ(q.scales[0], 4.0f / 127.0f);
+  EXPECT_FLOAT_EQ(q.scales[1], 1.0f / 127.0f);
+  EXPECT_THAT(q.values, ::testing::ElementsAre(127, 64, -32, 127));
+}
+
+TEST(Int8QuantizeTest, SmallCnnRunsInt8AndMeansWhatItsQdqFileSays) {
+  const std::string fp32 = SmallCnn();
+  QuantizeReport report;
+  const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_small_cnn_qdq", &report);
+  ASSERT_FALSE(qdq.empty());
+  EXPECT_EQ(report.quantized.size(), 5u) << absl::StrJoin(report.quantized, ", ");
+  EXPECT_EQ(report.calibration_rows, 32);
+  for (const ActivationRange& r : report.activations) {
+    EXPECT_GT(r.scale, 0) << r.tensor;
+    EXPECT_GE(r.zero_point, 0) << r.tensor;
+    EXPECT_LE(r.zero_point, 255) << r.tensor;
+  }
+  CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, AllInt8(), /*all_int8=*/true);
+}
+
+// By default a conv doing little per input element (the depthwise 3x3: 18
+// FLOPs) runs FP32 after a fake-quantize step, with the same meaning.
+TEST(Int8QuantizeTest, LightConvsRunFp32OnTheFakeQuantizedInputByDefault) {
+  const std::string fp32 = SmallCnn();
+  const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_small_cnn_default");
+  ASSERT_FALSE(qdq.empty());
+  CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, CompileOptions(), /*all_int8=*/false);
+  auto model = CompiledModel::Load(qdq, CompileOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("fake-quantize: c1_QuantizeLinear"));
+}
+
+TEST(Int8QuantizeTest, MatMulsOn3dInputsRunInt8) {
+  const std::string fp32 = SmallMlp();
+  const std::string qdq = Quantize(fp32, {4, 64}, "int8_small_mlp_qdq");
+  ASSERT_FALSE(qdq.empty());
+  CheckQuantizedModel(fp32, qdq, {4, 64}, 0.05, AllInt8(), /*all_int8=*/true);
+}
+
+// A QDQ pair whose output an op other than an INT8 conv or matmul also
+// reads (here the residual Add) runs as one FP32 fake-quantize step, which
+// both readers see.
+TEST(Int8QuantizeTest, APairReadByOtherOpsRunsAsAFakeQuantizeStep) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 8});
+  b.Initializer("s", kernels::Tensor(Shape{}, {0.05f}));
+  const uint8_t zero_point = 128;
+  b.RawInitializer("zp", 2 /* UINT8 */, {}, &zero_point, 1);
+  b.Initializer("w", RandomTensor({8, 8}, 9));
+  b.Node("QuantizeLinear", {"x", "s", "zp"}, {"xq"}, "q");
+  b.Node("DequantizeLinear", {"xq", "s", "zp"}, {"xd"}, "dq");
+  b.Node("MatMul", {"xd", "w"}, {"h"}, "mm");
+  b.Node("Add", {"h", "xd"}, {"y"}, "add");
+  b.Output("y", {-1, 8});
+  const std::string path = b.Save("int8_fake_quantize");
+  auto graph = ImportOnnxModel(path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto model = CompiledModel::Load(path, CompileOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("fake-quantize: q+dq"));
+  const kernels::Tensor x = RandomTensor({5, 8}, 77);
+  auto expected = RunReference(*graph, {x});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const std::vector<float> y = RunOnce(**model, 5, x.data);
+  EXPECT_LT(testing::NormalizedError((*expected)[0].data, y.data()), 1e-10);
+}
+
+TEST(Int8QuantizeTest, FashionMnistAccuracyWithinHalfAPointOfFp32) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  const std::string train_path = dir + "/train-images-idx3-ubyte.gz";
+  const std::string images_path = dir + "/t10k-images-idx3-ubyte.gz";
+  const std::string labels_path = dir + "/t10k-labels-idx1-ubyte.gz";
+  for (const std::string& p : {train_path, images_path, labels_path}) {
+    if (!std::filesystem::exists(p)) {
+      GTEST_SKIP() << p << " is missing (Debian package dataset-fashion-mnist)";
+    }
+  }
+  auto train = training::ReadIdxFile(train_path);
+  auto images = training::ReadIdxFile(images_path);
+  auto labels = training::ReadIdxFile(labels_path);
+  ASSERT_TRUE(train.ok() && images.ok() && labels.ok());
+  constexpr int64_t kPixels = 28 * 28, kCalibration = 512, kImages = 5000, kBatch = 250;
+  std::vector<CalibrationBatch> calibration;
+  for (int64_t first = 0; first < kCalibration; first += 64) {
+    CalibrationBatch batch;
+    batch.rows = 64;
+    std::vector<float> x(64 * kPixels);
+    for (int64_t i = 0; i < 64 * kPixels; ++i) {
+      x[i] = train->data[first * kPixels + i] * (1.0f / 255.0f);
+    }
+    batch.inputs.push_back(std::move(x));
+    calibration.push_back(std::move(batch));
+  }
+  auto q = QuantizeModel(NUMASERVE_TRAINED_MLP, calibration, QuantizeOptions());
+  ASSERT_TRUE(q.ok()) << q.status();
+  const std::string qdq = SaveBytes("int8_trained_mlp", q->onnx);
+  double accuracy[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    auto model = CompiledModel::Load(k == 0 ? NUMASERVE_TRAINED_MLP : qdq, CompileOptions());
+    ASSERT_TRUE(model.ok()) << model.status();
+    int64_t correct = 0;
+    for (int64_t first = 0; first < kImages; first += kBatch) {
+      std::vector<float> x(kBatch * kPixels);
+      for (int64_t i = 0; i < kBatch * kPixels; ++i) {
+        x[i] = images->data[first * kPixels + i] * (1.0f / 255.0f);
+      }
+      const std::vector<float> y = RunOnce(**model, kBatch, x);
+      ASSERT_EQ(static_cast<int64_t>(y.size()), kBatch * 10);
+      for (int64_t r = 0; r < kBatch; ++r) {
+        const auto row = y.begin() + r * 10;
+        correct += std::max_element(row, row + 10) - row == labels->data[first + r];
+      }
+    }
+    accuracy[k] = 100.0 * correct / kImages;
+    if (k == 1) {
+      // fc1 and fc2 INT8; the 10-output classifier (20 FLOPs per input
+      // element) FP32 on its fake-quantized input.
+      int int8_steps = 0;
+      for (const PlannedStep& s : ComputeSteps(**model, kBatch)) {
+        int8_steps += absl::StrContains(s.implementation, "int8");
+      }
+      EXPECT_EQ(int8_steps, 2);
+    }
+  }
+  std::cout << "Fashion-MNIST, first " << kImages << " test images, trained MLP: FP32 "
+            << accuracy[0] << "%, INT8 " << accuracy[1] << "%\n";
+  EXPECT_GT(accuracy[0], 85.0) << "the trained model or the data is not what it should be";
+  EXPECT_LE(std::abs(accuracy[1] - accuracy[0]), 0.5);
+}
+
+TEST(Int8QuantizeTest, PercentileCalibrationNarrowsTheRange) {
+  const std::string fp32 = SmallMlp();
+  QuantizeOptions options;
+  auto minmax = QuantizeModel(fp32, RandomCalibration({4, 64}, 4, 8, 100), options);
+  options.method = CalibrationMethod::kPercentile;
+  options.percentile = 99.0;
+  auto pct = QuantizeModel(fp32, RandomCalibration({4, 64}, 4, 8, 100), options);
+  ASSERT_TRUE(minmax.ok() && pct.ok());
+  ASSERT_EQ(minmax->report.activations.size(), pct->report.activations.size());
+  for (size_t i = 0; i < pct->report.activations.size(); ++i) {
+    EXPECT_LT(pct->report.activations[i].scale, minmax->report.activations[i].scale)
+        << pct->report.activations[i].tensor;
+  }
+  options.percentile = 40;
+  EXPECT_THAT(QuantizeModel(fp32, RandomCalibration({4, 64}, 1, 8, 1), options).status().message(),
+              HasSubstr("percentile"));
+}
+
+TEST(Int8QuantizeTest, ErrorsNameTheProblem) {
+  // Opset 11: no per-channel DequantizeLinear.
+  {
+    OnnxModelBuilder b(11);
+    b.Input("x", {-1, 4});
+    b.Initializer("w", RandomTensor({4, 2}, 1));
+    b.Node("MatMul", {"x", "w"}, {"y"}, "mm");
+    b.Output("y", {-1, 2});
+    auto q = QuantizeModel(b.Save("int8_opset11"), RandomCalibration({4}, 1, 2, 1), {});
+    EXPECT_THAT(q.status().message(), HasSubstr("opset 11"));
+  }
+  // Nothing to quantize.
+  {
+    OnnxModelBuilder b;
+    b.Input("x", {-1, 4});
+    b.Node("Relu", {"x"}, {"y"}, "relu");
+    b.Output("y", {-1, 4});
+    auto q = QuantizeModel(b.Save("int8_nothing"), RandomCalibration({4}, 1, 2, 1), {});
+    EXPECT_THAT(q.status().message(), HasSubstr("no Conv, MatMul or Gemm"));
+  }
+  const std::string mlp = SmallMlp();
+  // Calibration rows of the wrong size, and none at all.
+  EXPECT_THAT(QuantizeModel(mlp, RandomCalibration({4, 63}, 1, 2, 1), {}).status().message(),
+              HasSubstr("rows of 256 expected"));
+  EXPECT_THAT(QuantizeModel(mlp, {}, {}).status().message(), HasSubstr("no calibration data"));
+  // A NaN activation.
+  std::vector<CalibrationBatch> nan = RandomCalibration({4, 64}, 1, 2, 1);
+  nan[0].inputs[0][5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(QuantizeModel(mlp, nan, {}).status().message(), HasSubstr("NaN or infinite"));
+  // A file that is not a model.
+  EXPECT_FALSE(QuantizeModel("/nonexistent/model.onnx", RandomCalibration({4}, 1, 2, 1), {}).ok());
+}
+
+}  // namespace
+}  // namespace numaserve::engine
