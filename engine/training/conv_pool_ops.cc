@@ -243,7 +243,11 @@ absl::StatusOr<onednn::ConvShape> OnednnConvShape(const Node& node,
   const bool bias = BiasOf(in) != nullptr;
   if (bias && in[2]->size() != g->m)
     return NodeError(node, absl::StrCat("the bias must have ", g->m, " elements"));
-  return onednn::ConvShape{.win = g->win, .m = g->m, .groups = g->groups, .bias = bias};
+  return onednn::ConvShape{.win = g->win,
+                           .m = g->m,
+                           .groups = g->groups,
+                           .bias = bias,
+                           .bf16 = CurrentTrainingContext().bf16};
 }
 
 }  // namespace

@@ -121,8 +121,31 @@ struct ConvEntry {
 
 std::vector<int64_t> ConvKey(const ConvShape& s) {
   std::vector<int64_t> key = WindowKey(s.win);
-  key.insert(key.end(), {s.m, s.groups, s.bias});
+  key.insert(key.end(), {s.m, s.groups, s.bias, s.bf16});
   return key;
+}
+
+std::atomic<int64_t> bf16_conv_primitives{0};
+std::atomic<int64_t> bf16_conv_fp32_instead{0};
+
+// Makes a primitive descriptor through `make(data type)` in BF16 when
+// `bf16` and oneDNN has more than its reference kernel for it, else in
+// FP32 (the reference BF16 kernels are far slower than FP32's).
+template <typename Pd, typename Make>
+Pd MixedPrecision(bool bf16, Make make) {
+  if (bf16) {
+    try {
+      Pd pd = make(dt::bf16);
+      if (!kernels::IsReferenceImplementation(pd.impl_info_str())) {
+        bf16_conv_primitives.fetch_add(1, std::memory_order_relaxed);
+        return pd;
+      }
+    } catch (const dnnl::error&) {
+      // No BF16 implementation at all: FP32 below.
+    }
+    bf16_conv_fp32_instead.fetch_add(1, std::memory_order_relaxed);
+  }
+  return make(dt::f32);
 }
 
 absl::StatusOr<ConvEntry*> GetConv(const void* node, const ConvShape& s) {
@@ -143,13 +166,15 @@ absl::StatusOr<ConvEntry*> GetConv(const void* node, const ConvShape& s) {
     e->dilates = Pair(w.dh - 1, w.dw - 1);
     e->pad_l = Pair(w.pt, w.pl);
     e->pad_r = Pair(w.pb, w.pr);
-    const md any_src(e->src.dims(), dt::f32, tag::any);
+    // src and weights in the compute type; dst (and bias) always FP32.
     const md any_dst(e->dst.dims(), dt::f32, tag::any);
-    const md any_weights(e->weights.dims(), dt::f32, tag::any);
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_src,
-        any_weights, e->bias, any_dst, e->strides, e->dilates, e->pad_l, e->pad_r);
-    e->fwd_pd = dnnl::convolution_forward::primitive_desc(desc, Engine());
+    e->fwd_pd = MixedPrecision<dnnl::convolution_forward::primitive_desc>(s.bf16, [&](dt type) {
+      dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+          md(e->src.dims(), type, tag::any), md(e->weights.dims(), type, tag::any), e->bias,
+          any_dst, e->strides, e->dilates, e->pad_l, e->pad_r);
+      return dnnl::convolution_forward::primitive_desc(desc, Engine());
+    });
     e->fwd = dnnl::convolution_forward(e->fwd_pd);
     e->fwd_src = Relayout(e->src, e->fwd_pd.src_desc(), false);
     e->fwd_weights = Relayout(e->weights, e->fwd_pd.weights_desc(), false);
@@ -161,28 +186,35 @@ absl::StatusOr<ConvEntry*> GetConv(const void* node, const ConvShape& s) {
   return cache.emplace(std::move(key), std::move(e)).first->second.get();
 }
 
-void PrepareConvBackward(ConvEntry& e, bool bias) {
+void PrepareConvBackward(ConvEntry& e, const ConvShape& s) {
+  // Gradients are written in FP32; the operands read (weights and dy for
+  // dx, x and dy for dw) in the compute type.
   const md any_src(e.src.dims(), dt::f32, tag::any);
-  const md any_dst(e.dst.dims(), dt::f32, tag::any);
   const md any_weights(e.weights.dims(), dt::f32, tag::any);
-  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any_src,
-                                           any_weights, any_dst, e.strides, e.dilates, e.pad_l,
-                                           e.pad_r);
-  dnnl::convolution_backward_data::primitive_desc bd_pd(bd, Engine(), e.fwd_pd);
+  const auto bd_pd =
+      MixedPrecision<dnnl::convolution_backward_data::primitive_desc>(s.bf16, [&](dt type) {
+        dnnl::convolution_backward_data::desc bd(
+            dnnl::algorithm::convolution_direct, any_src, md(e.weights.dims(), type, tag::any),
+            md(e.dst.dims(), type, tag::any), e.strides, e.dilates, e.pad_l, e.pad_r);
+        return dnnl::convolution_backward_data::primitive_desc(bd, Engine(), e.fwd_pd);
+      });
   e.bwd_data = dnnl::convolution_backward_data(bd_pd);
   e.bd_weights = Relayout(e.weights, bd_pd.weights_desc(), false);
   e.bd_dst = Relayout(e.dst, bd_pd.diff_dst_desc(), false);
   e.bd_src = Relayout(e.src, bd_pd.diff_src_desc(), true);
-  const md any_bias = bias ? md(e.bias.dims(), dt::f32, tag::any) : md();
-  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, any_src,
-                                              any_weights, any_bias, any_dst, e.strides, e.dilates,
-                                              e.pad_l, e.pad_r);
-  dnnl::convolution_backward_weights::primitive_desc bw_pd(bw, Engine(), e.fwd_pd);
+  const md any_bias = s.bias ? md(e.bias.dims(), dt::f32, tag::any) : md();
+  const auto bw_pd =
+      MixedPrecision<dnnl::convolution_backward_weights::primitive_desc>(s.bf16, [&](dt type) {
+        dnnl::convolution_backward_weights::desc bw(
+            dnnl::algorithm::convolution_direct, md(e.src.dims(), type, tag::any), any_weights,
+            any_bias, md(e.dst.dims(), type, tag::any), e.strides, e.dilates, e.pad_l, e.pad_r);
+        return dnnl::convolution_backward_weights::primitive_desc(bw, Engine(), e.fwd_pd);
+      });
   e.bwd_weights = dnnl::convolution_backward_weights(bw_pd);
   e.bw_src = Relayout(e.src, bw_pd.src_desc(), false);
   e.bw_dst = Relayout(e.dst, bw_pd.diff_dst_desc(), false);
   e.bw_weights = Relayout(e.weights, bw_pd.diff_weights_desc(), true);
-  if (bias) e.bw_bias = Relayout(e.bias, bw_pd.diff_bias_desc(), true);
+  if (s.bias) e.bw_bias = Relayout(e.bias, bw_pd.diff_bias_desc(), true);
   e.bw_src_as_forward = bw_pd.src_desc() == e.fwd_pd.src_desc();
   e.bd_dst_as_bw = bd_pd.diff_dst_desc() == bw_pd.diff_dst_desc();
   e.backward_ready = true;
@@ -460,7 +492,7 @@ absl::Status ConvBackward(const void* node, const ConvShape& s, const float* x, 
   ConvEntry& e = **entry;
   if (!e.backward_ready) {
     try {
-      PrepareConvBackward(e, s.bias);
+      PrepareConvBackward(e, s);
     } catch (const dnnl::error& error) {
       return DnnlErrorToStatus(error, "creating a training convolution backward");
     }
@@ -719,6 +751,10 @@ absl::Status LayerNormBackward(const void* node, const LayerNormShape& s, const 
   if (dscale != nullptr) AddInto(e.scratch_dscale, dscale);
   if (dshift != nullptr && s.shift) AddInto(e.scratch_dshift, dshift);
   return absl::OkStatus();
+}
+
+Bf16ConvPrimitives Bf16ConvPrimitiveCounts() {
+  return {.bf16 = bf16_conv_primitives.load(), .fp32_instead = bf16_conv_fp32_instead.load()};
 }
 
 bool ShapeRejected(const absl::Status& s, std::atomic<int64_t>& fallbacks) {

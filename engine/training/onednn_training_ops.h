@@ -36,6 +36,11 @@ struct ConvShape {
   int64_t m;       // output channels
   int64_t groups;  // weights are [m, c / groups, kh, kw]
   bool bias;       // a bias input [m] exists
+  // Mixed precision: the primitives read x, w and dy converted to BF16 and
+  // accumulate in FP32; y, dx, dw and db stay FP32 (so do the caller's
+  // tensors). A primitive that oneDNN would only run on its reference BF16
+  // kernel is made in FP32 instead (Bf16ConvPrimitives counts both).
+  bool bf16 = false;
 };
 
 // y[n, m, oh, ow] = conv(x, w) + b (b may be null when !shape.bias).
@@ -49,6 +54,14 @@ absl::Status ConvForward(const void* node, const ConvShape& shape, const float* 
 // gradient is not computed.
 absl::Status ConvBackward(const void* node, const ConvShape& shape, const float* x, const float* w,
                           const float* dy, float* dx, float* dw, float* db);
+
+// Conv primitives made for ConvShape::bf16 so far, process-wide: in BF16,
+// and in FP32 because oneDNN had only a reference BF16 kernel for them.
+struct Bf16ConvPrimitives {
+  int64_t bf16 = 0;
+  int64_t fp32_instead = 0;
+};
+Bf16ConvPrimitives Bf16ConvPrimitiveCounts();
 
 enum class PoolKind { kMax, kAverageIncludePad, kAverageExcludePad };
 

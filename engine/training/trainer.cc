@@ -20,6 +20,7 @@
 #include "engine/training/checkpoint.h"
 #include "engine/training/dataset.h"
 #include "engine/training/gradient_allreduce.h"
+#include "engine/training/onednn_training_ops.h"
 #include "engine/training/onnx_export.h"
 #include "engine/training/optimizer.h"
 #include "engine/training/record_file.h"
@@ -140,6 +141,11 @@ absl::StatusOr<TrainingConfig> ParseTrainingConfig(const std::string& text,
   if (!config.export_repository().empty() && config.export_model_name().empty()) {
     return missing("export_model_name (with export_repository)");
   }
+  if (!config.precision().empty() && config.precision() != "fp32" && config.precision() != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": field 'precision' is \"",
+                                                   config.precision(),
+                                                   "\"; expected \"fp32\" or \"bf16\""));
+  }
   return config;
 }
 
@@ -156,11 +162,19 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   const int64_t global_batch = config.global_batch_size();
   const int64_t local_batch = global_batch / ranks;
 
+  const bool bf16 = config.precision() == "bf16";
+  if (bf16 && !kernels::GetBf16Support().native) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("training config field 'precision' is \"bf16\", but this process has no "
+                     "native BF16 path: ",
+                     kernels::GetBf16Support().reason));
+  }
   absl::StatusOr<engine::Graph> graph = engine::ImportOnnxModel(config.model());
   if (!graph.ok()) return graph.status();
   absl::StatusOr<std::unique_ptr<TrainingNet>> created = TrainingNet::Create(std::move(*graph));
   if (!created.ok()) return created.status();
   TrainingNet& net = **created;
+  net.set_bf16(bf16);
   std::vector<Parameter>& params = net.parameters();
 
   // The training set: a record file is read on demand, each rank only the
@@ -256,6 +270,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
             config.model().c_str(), static_cast<long long>(net.num_parameter_elements()), ranks,
             static_cast<long long>(local_batch), static_cast<long long>(steps_per_epoch),
             static_cast<long long>(epochs), allreduce.num_buckets());
+    if (bf16) {
+      fprintf(options.progress,
+              "precision bf16 (%s): convolutions on BF16 copies of their operands with FP32 "
+              "accumulation; weights, gradients and the other ops in FP32\n",
+              kernels::GetBf16Support().path.c_str());
+    }
     fflush(options.progress);
   }
 
@@ -387,6 +407,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
   if (timeline.enabled()) {
     if (absl::Status s = timeline.Write(config.timeline(), comm); !s.ok()) return s;
     if (leader) fprintf(options.progress, "timeline %s\n", config.timeline().c_str());
+  }
+  if (bf16 && leader) {
+    const onednn::Bf16ConvPrimitives counts = onednn::Bf16ConvPrimitiveCounts();
+    fprintf(options.progress, "bf16: %lld convolution primitives in BF16, %lld in FP32%s\n",
+            static_cast<long long>(counts.bf16), static_cast<long long>(counts.fp32_instead),
+            counts.fp32_instead > 0 ? " (oneDNN has only a reference BF16 kernel for them)" : "");
   }
   result.steps = step;
   const double run_seconds = std::max(1e-9, Now() - run_start);

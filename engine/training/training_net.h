@@ -51,6 +51,9 @@ class TrainingNet {
     context_.row_offset = row_offset;
   }
 
+  // Mixed precision for the next Forward/Backward (TrainingContext::bf16).
+  void set_bf16(bool bf16) { context_.bf16 = bf16; }
+
   // Back-propagates d(loss)/d(logits) through the last Forward. Parameter
   // gradients are overwritten; `on_ready(i)` is called as soon as parameter
   // i's gradient is final (for all-reduce overlapped with backward).

@@ -38,6 +38,10 @@ struct TrainingContext {
   uint64_t seed = 0;       // the job's seed
   int64_t step = 0;        // the optimizer step being computed
   int64_t row_offset = 0;  // this rank's first row within the global batch
+  // Mixed precision (TrainingConfig.precision "bf16"): convolutions read
+  // their operands in BF16 and accumulate in FP32; everything else (matrix
+  // products included), and every stored tensor, stays FP32.
+  bool bf16 = false;
 };
 const TrainingContext& CurrentTrainingContext();
 inline bool InTrainingMode() { return CurrentTrainingContext().training; }

@@ -12,6 +12,10 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
     the same weights, on 2 ranks that each read only their shard of the
     record file;
   * configuration errors name the file, line and field;
+  * `precision: "bf16"` trains the CNN with its convolutions in BF16 to
+    test accuracy and weights close to the FP32 run's where the CPU has
+    native BF16 kernels, and is refused with the reason where it has not
+    (always under NUMASERVE_MAX_ISA=avx2);
   * checkpoints, final weights, timelines and exports are written through
     fresh temporary files: a symbolic link planted at `<output>.tmp`, or
     at the export's model directory, does not redirect the write.
@@ -246,6 +250,71 @@ class TrainingTest(unittest.TestCase):
         self.assertIn("is a symbolic link", proc.stderr)
         self.assertEqual(sorted(os.listdir(outside)), sorted(targets))
 
+    def cnn_model(self):
+        path = os.path.join(self.dir, "fashion_cnn.onnx")
+        if not os.path.exists(path):
+            script = os.path.join(os.environ["NUMASERVE_SOURCE_DIR"], "engine", "training",
+                                  "models", "make_fashion_cnn.py")
+            subprocess.run([sys.executable, script, "--out", path], check=True,
+                           capture_output=True, timeout=120)
+        return path
+
+    def test_bf16_cnn_trains_like_fp32(self):
+        model = '"%s"' % self.cnn_model()
+        fields = dict(model=model, global_batch_size=64, learning_rate=0.02, max_steps=64,
+                      log_every_steps=16)
+        fp32 = os.path.join(self.dir, "cnn_fp32.weights")
+        bf16 = os.path.join(self.dir, "cnn_bf16.weights")
+        proc = self.run_train(self.config("cnn_fp32", final_weights='"%s"' % fp32, **fields),
+                              "--ranks", "1", timeout=240)
+        self.assertNotIn("precision bf16", proc.stdout)
+        fp32_acc = last_test_accuracy(proc.stdout)
+        config = self.config("cnn_bf16", final_weights='"%s"' % bf16, precision='"bf16"',
+                             **fields)
+        # Without a native BF16 path (here made so by the AVX2 cap) it is refused.
+        env = dict(os.environ, NUMASERVE_MAX_ISA="avx2", DNNL_MAX_CPU_ISA="AVX2")
+        capped = subprocess.run([self.binary, "train", "--config", config, "--ranks", "1"],
+                                capture_output=True, text=True, timeout=120, env=env)
+        self.assertNotEqual(capped.returncode, 0, capped.stdout)
+        self.assertIn("'precision' is \"bf16\"", capped.stderr)
+        self.assertIn("no native BF16 path", capped.stderr)
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+        if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+            native = subprocess.run([self.binary, "train", "--config", config, "--ranks", "1"],
+                                    capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(native.returncode, 0, native.stdout)
+            self.assertIn("no native BF16 path", native.stderr)
+            return
+        proc = self.run_train(config, "--ranks", "1", timeout=240)
+        self.assertIn("precision bf16", proc.stdout)
+        # conv2 (32 -> 64, 3x3) has BF16 kernels: forward, backward data and
+        # weights (and the evaluation's forward) at least.
+        counts = [l for l in proc.stdout.splitlines() if l.startswith("bf16: ")]
+        self.assertEqual(len(counts), 1, proc.stdout)
+        self.assertGreaterEqual(int(counts[0].split()[1]), 3, counts[0])
+        bf16_acc = last_test_accuracy(proc.stdout)
+        self.assertGreater(fp32_acc, 50.0, proc.stdout)
+        self.assertGreater(bf16_acc, fp32_acc - 3.0, proc.stdout)
+        _, w32 = read_weights(fp32)
+        _, w16 = read_weights(bf16)
+        _, initial = read_weights_from_onnx(self.cnn_model())
+        for name in w32:
+            moved = np.abs(w32[name] - initial[name]).max()
+            self.assertGreater(moved, 1e-4, "%s did not train" % name)
+            differs = np.abs(w16[name] - w32[name]).max()
+            # BF16 operands change the path, not where it leads.
+            self.assertLess(differs, 0.5 * moved + 1e-3, name)
+        self.assertTrue(any(np.abs(w16[n] - w32[n]).max() > 1e-6 for n in w32),
+                        "the BF16 run gave the FP32 run's weights")
+
+    def test_precision_must_be_fp32_or_bf16(self):
+        path = self.config("fp16", precision='"fp16"')
+        proc = subprocess.run([self.binary, "train", "--config", path], capture_output=True,
+                              text=True, timeout=60)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(path + ": field 'precision' is \"fp16\"", proc.stderr)
+
     def test_config_errors_name_file_line_and_field(self):
         path = os.path.join(self.dir, "bad.cfg")
         with open(path, "w") as f:
@@ -261,6 +330,14 @@ class TrainingTest(unittest.TestCase):
                               text=True, timeout=60)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("dataset.train_images", proc.stderr)
+
+
+def last_test_accuracy(stdout):
+    """The test accuracy (%) of the last evaluation in a training log."""
+    found = [float(l.split("test acc ")[1].split("%")[0]) for l in stdout.splitlines()
+             if "test acc " in l]
+    assert found, stdout
+    return found[-1]
 
 
 def read_weights_from_onnx(path):

@@ -3,6 +3,8 @@
 // dW and dB over many geometries (for BatchNormalization also the running
 // statistics), gradients added to what the buffers already hold, and whole
 // nets.
+#include "engine/training/onednn_training_ops.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "engine/training/layer_norm_op.h"
 #include "engine/training/training_net.h"
 #include "engine/training/training_ops.h"
+#include "kernels/dispatch.h"
 #include "tests/training/graph_builder.h"
 
 namespace numaserve::training {
@@ -71,9 +74,9 @@ struct OpResult {
 };
 
 OpResult RunOp(const engine::Graph& graph, const std::vector<Tensor>& inputs, const Tensor& dy,
-               Implementation impl, bool training = true) {
+               Implementation impl, bool training = true, bool bf16 = false) {
   ScopedImplementation scoped(impl);
-  ScopedTrainingContext context({.training = training});
+  ScopedTrainingContext context({.training = training, .bf16 = bf16});
   const engine::Node& node = graph.nodes()[0];
   const TrainingOp* op = FindTrainingOp(node.op_type);
   OpResult r;
@@ -180,6 +183,73 @@ TEST(OnednnTrainingOpsTest, ConvMatchesReference) {
       EXPECT_EQ(infer.grads[i].data, dnn.grads[i].data) << c.what << " after inference mode";
   }
   EXPECT_EQ(conv_pool::ReferenceFallbacks(), fallbacks) << "oneDNN rejected a geometry";
+}
+
+// Mixed precision: the convolutions read BF16 copies of x, w and dy and
+// accumulate in FP32, so results stay within BF16's rounding (8 bits of
+// mantissa) of the FP32 reference, yet differ from FP32's.
+TEST(OnednnTrainingOpsTest, Bf16ConvWithinBf16RoundingOfReference) {
+  if (!kernels::GetBf16Support().native) {
+    GTEST_SKIP() << "no native BF16 path: " << kernels::GetBf16Support().reason;
+  }
+  const std::vector<ConvCase> cases = {
+      {"second layer of the CNN (32 -> 64)",
+       {8, 32, 14, 14},
+       {64, 32, 3, 3},
+       {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {"first layer of the CNN (1 channel)",
+       {8, 1, 28, 28},
+       {32, 1, 3, 3},
+       {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {"stride 2, 16 channels, no bias",
+       {2, 16, 12, 12},
+       {32, 16, 3, 3},
+       {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+       false},
+      {"1x1", {2, 64, 5, 5}, {32, 64, 1, 1}, {}},
+  };
+  for (const ConvCase& c : cases) {
+    GraphBuilder b;
+    b.Input("x").Output("y").Weight("w", c.w);
+    if (c.bias) b.Weight("bias", {c.w[0]});
+    b.Node("Conv",
+           c.bias ? std::vector<std::string>{"x", "w", "bias"} : std::vector<std::string>{"x", "w"},
+           {"y"}, c.attrs);
+    const engine::Graph graph = b.Build();
+    std::vector<Tensor> inputs = {Random(c.x, 1), Random(c.w, 2)};
+    if (c.bias) inputs.push_back(Random({c.w[0]}, 3));
+    const OpResult shape_only = RunOp(graph, inputs, Tensor(), Implementation::kReference);
+    const Tensor dy = Random(shape_only.y.shape, 4);
+    const OpResult ref = RunOp(graph, inputs, dy, Implementation::kReference);
+    const onednn::Bf16ConvPrimitives before = onednn::Bf16ConvPrimitiveCounts();
+    const OpResult bf16 = RunOp(graph, inputs, dy, Implementation::kOnednn, true, /*bf16=*/true);
+    const onednn::Bf16ConvPrimitives after = onednn::Bf16ConvPrimitiveCounts();
+    // Forward, backward data and backward weights: three primitives, each
+    // in BF16 or (where oneDNN has only a reference BF16 kernel) FP32.
+    EXPECT_EQ((after.bf16 - before.bf16) + (after.fp32_instead - before.fp32_instead), 3) << c.what;
+    const std::vector<std::string> names =
+        c.bias ? std::vector<std::string>{"dX", "dW", "dB"} : std::vector<std::string>{"dX", "dW"};
+    EXPECT_LT(RelativeDifference(bf16.y.data, ref.y.data), 2e-2) << c.what << ": forward";
+    for (size_t i = 0; i < names.size(); ++i) {
+      EXPECT_LT(RelativeDifference(bf16.grads[i].data, ref.grads[i].data), 2e-2)
+          << c.what << ": " << names[i];
+    }
+    if (after.fp32_instead == before.fp32_instead) {
+      // All three in BF16: the rounding shows (an FP32 run would agree to 1e-5).
+      EXPECT_GT(RelativeDifference(bf16.y.data, ref.y.data), 1e-5) << c.what << ": forward";
+      EXPECT_GT(RelativeDifference(bf16.grads[0].data, ref.grads[0].data), 1e-5)
+          << c.what << ": dX";
+      EXPECT_GT(RelativeDifference(bf16.grads[1].data, ref.grads[1].data), 1e-5)
+          << c.what << ": dW";
+    }
+    // The FP32 primitives of the same node are not the BF16 ones.
+    const OpResult fp32 = RunOp(graph, inputs, dy, Implementation::kOnednn);
+    EXPECT_LT(RelativeDifference(fp32.y.data, ref.y.data), 1e-5) << c.what;
+  }
+  // The CNN's main layer (32 -> 64, 3x3) has oneDNN BF16 kernels on every
+  // CPU with a native BF16 path.
+  const onednn::Bf16ConvPrimitives counts = onednn::Bf16ConvPrimitiveCounts();
+  EXPECT_GE(counts.bf16, 3);
 }
 
 TEST(OnednnTrainingOpsTest, ConvWithoutSomeGradients) {
