@@ -65,12 +65,14 @@ enum class Storage { kInput, kConstant, kArena, kOutput };
 // arena every state shares (CompiledModelImpl::arena_), at its offsets.
 struct BatchState {
   int64_t batch = 0;
-  std::vector<Shape> shapes;          // by ValueId
-  std::vector<int64_t> arena_offset;  // by ValueId, for kArena roots
-  std::vector<float*> data;           // by ValueId, refreshed per Run
-  int64_t arena_bytes = 0;            // peak activation bytes (the plan's size)
-  std::vector<double> step_flops;     // by step, per Run (for the profile)
-  std::vector<char> serial;           // by step: runs on the calling thread alone
+  std::vector<Shape> shapes;           // by ValueId
+  std::vector<int64_t> arena_offset;   // by ValueId, for kArena roots
+  std::vector<float*> data;            // by ValueId, refreshed per Run
+  int64_t arena_bytes = 0;             // peak activation bytes (the plan's size)
+  std::vector<double> step_flops;      // by step, per Run (for the profile)
+  std::vector<double> step_bytes;      // by step, per Run: compulsory bytes moved
+  std::vector<double> residual_bytes;  // by step: its residual read and copied into dst
+  std::vector<char> serial;            // by step: runs on the calling thread alone
   // Batch splitting (CompileOptions::batch_split_cache_bytes): steps
   // [0, split_steps) run slice_rows rows at a time, the last slice with the
   // rest. Values those steps alone use ("slice-local") hold one slice and
@@ -93,6 +95,8 @@ struct StepTimes {
   double seconds = 0;           // the step, its residual copy excluded
   double residual_seconds = 0;  // copying/reordering its residual into dst
   double flops = 0;
+  double bytes = 0;
+  double residual_bytes = 0;
 };
 
 class CompiledModelImpl final : public CompiledModel {
@@ -116,9 +120,16 @@ class CompiledModelImpl final : public CompiledModel {
     if (on) {
       times_.assign(steps_.size(), StepTimes());
       profile_runs_ = 0;
+      events_.clear();
+      events_full_ = false;
+      profile_start_ = std::chrono::steady_clock::now();
     }
   }
   std::vector<StepProfile> Profile() const override;
+  void SetStepEventLimit(int64_t max_events) override {
+    event_limit_ = std::max<int64_t>(max_events, 0);
+  }
+  std::vector<StepEvent> StepEvents() const override { return events_; }
 
   const ModelInfo& info() const override { return info_; }
   std::string DescribePlan() const override;
@@ -176,6 +187,9 @@ class CompiledModelImpl final : public CompiledModel {
   // With NUMASERVE_PROFILE_STEPS set, Run times every step from the start;
   // the profile goes to stderr when the model is freed.
   void PrintProfile() const;
+  // The compulsory bytes one Run of `step` moves at `shapes`: the values
+  // it reads and writes (each once) and the parameters it holds.
+  double StepBytes(const Step& step, const std::vector<Shape>& shapes) const;
   // Run's step loop, timing each step when `profile`.
   template <bool kProfile>
   absl::Status RunSteps(const StepContext& ctx, BatchState& state);
@@ -314,6 +328,11 @@ class CompiledModelImpl final : public CompiledModel {
   bool print_profile_at_exit_ = false;  // NUMASERVE_PROFILE_STEPS
   std::vector<StepTimes> times_;        // by step, since profiling started
   int64_t profile_runs_ = 0;
+  std::chrono::steady_clock::time_point profile_start_;  // the last SetProfiling(true)
+  int64_t event_limit_ = 0;                              // SetStepEventLimit
+  std::vector<StepEvent> events_;                        // since profiling started
+  bool events_full_ = false;                         // a Run went past event_limit_: keep no more
+  bool record_events_ = false;                       // keep this Run's events
   const std::vector<Shape>* last_shapes_ = nullptr;  // the last Run's, for Profile
   bool unavailable_logged_[std::size(kernels::kAllGemmBackends)] = {};  // by GemmBackend
 };
@@ -345,6 +364,8 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
     row.calls = times_[k].calls;
     row.seconds = times_[k].seconds;
     row.flops = times_[k].flops;
+    row.bytes = times_[k].bytes;
+    row.precision = step.Arithmetic();
     rows.push_back(row);
     // A conv or matmul writing into its residual's bytes has nothing to copy.
     const ValueId out = step.ResidualOutput();
@@ -361,10 +382,27 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
       }
       r.calls = times_[k].calls;
       r.seconds = times_[k].residual_seconds;
+      r.bytes = times_[k].residual_bytes;
       rows.push_back(r);
     }
   }
   return rows;
+}
+
+double CompiledModelImpl::StepBytes(const Step& step, const std::vector<Shape>& shapes) const {
+  double bytes = static_cast<double>(step.ParameterBytes());
+  std::vector<ValueId> counted;
+  auto add = [&](ValueId v) {
+    if (v == kNoValue || v >= static_cast<ValueId>(shapes.size())) return;
+    if (std::find(counted.begin(), counted.end(), v) != counted.end()) return;
+    counted.push_back(v);
+    const size_t size = DataTypeSize(RuntimeType(graph_, v));
+    bytes += static_cast<double>(kernels::NumElements(shapes[v])) *
+             static_cast<double>(size > 0 ? size : sizeof(float));
+  };
+  for (ValueId v : step.Reads()) add(v);
+  for (ValueId v : step.Writes()) add(v);
+  return bytes;
 }
 
 int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
@@ -1712,6 +1750,13 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     const bool serial = threads_ > 1 && (flops > 0 ? flops < options_.serial_below_flops
                                                    : elements < options_.serial_below_elements);
     state.step_flops.push_back(flops);
+    state.step_bytes.push_back(StepBytes(*step, state.shapes));
+    const ValueId residual = step->ResidualInput();
+    state.residual_bytes.push_back(
+        residual == kNoValue
+            ? 0.0
+            : 2.0 * static_cast<double>(kernels::NumElements(state.shapes[residual])) *
+                  sizeof(float));
     state.serial.push_back(serial);
     // oneDNN sizes a primitive's thread split when it is created: create it
     // with the threads it will run on.
@@ -1884,6 +1929,12 @@ absl::Status CompiledModelImpl::RunRange(const StepContext& ctx, const BatchStat
       if (first) {
         ++t.calls;
         t.flops += state.step_flops[k];
+        t.bytes += state.step_bytes[k];
+        t.residual_bytes += state.residual_bytes[k];
+      }
+      if (record_events_) {
+        events_.push_back({static_cast<int>(k), profile_runs_ - 1,
+                           std::chrono::duration<double>(t0 - profile_start_).count(), dt});
       }
       t.seconds += dt - *ctx.residual_seconds;
       t.residual_seconds += *ctx.residual_seconds;
@@ -1902,6 +1953,13 @@ absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, BatchState& sta
     last_shapes_ = &state.shapes;
     last_state_ = &state;
     ++profile_runs_;
+    // Events of whole runs only: one that does not fit ends the keeping.
+    // A split step runs once per slice.
+    const int64_t slices =
+        state.split_steps > 0 ? (state.batch + state.slice_rows - 1) / state.slice_rows : 1;
+    const int64_t calls = static_cast<int64_t>(steps_.size()) + state.split_steps * (slices - 1);
+    events_full_ = events_full_ || static_cast<int64_t>(events_.size()) + calls > event_limit_;
+    record_events_ = !events_full_;
   }
   const int64_t batch = state.batch;
   if (state.split_steps > 0) {
@@ -2295,6 +2353,8 @@ std::string StepProfileJson(const std::vector<StepProfile>& profile, int64_t run
         ", \"implementation\": ", JsonString(row.implementation), ", \"threads\": ", row.threads,
         ", \"ms\": ", row.seconds * per_run, ", \"share\": ", total > 0 ? row.seconds / total : 0.0,
         ", \"gflops\": ", row.seconds > 0 ? row.flops / row.seconds / 1e9 : 0.0,
+        ", \"bytes\": ", row.bytes / static_cast<double>(std::max<int64_t>(runs, 1)),
+        ", \"precision\": ", JsonString(row.precision),
         ", \"boundary\": ", IsBoundary(row) ? "true" : "false", "}");
   }
   return out + "]}";

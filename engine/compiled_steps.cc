@@ -30,6 +30,18 @@ double MatMulStep::Flops(const std::vector<Shape>& shapes) const {
          static_cast<double>(kernel_->n()) * static_cast<double>(kernel_->k());
 }
 
+int64_t MatMulStep::ParameterBytes() const {
+  const kernels::GemmOptions& o = kernel_->options();
+  const int64_t weight_size = o.int8.has_value() ? 1 : o.bf16 ? 2 : sizeof(float);
+  return kernel_->k() * kernel_->n() * weight_size +
+         static_cast<int64_t>(o.bias.size() * sizeof(float));
+}
+
+const char* MatMulStep::Arithmetic() const {
+  const kernels::GemmOptions& o = kernel_->options();
+  return o.int8.has_value() ? "int8" : o.bf16 ? "bf16" : "fp32";
+}
+
 std::string OwnKernelName(const char* kernel) {
   return absl::StrCat("numaserve:", kernel, " ",
                       kernels::IsaTierName(kernels::GetKernelTable().tier));
@@ -206,6 +218,25 @@ int64_t ConvStep::WeightBytes() const {
   int64_t n = o.out_channels * (o.in_channels / std::max<int64_t>(o.group, 1));
   for (int64_t k : o.kernel) n *= k;
   return n * (o.bf16 ? 2 : static_cast<int64_t>(sizeof(float)));
+}
+
+int64_t ConvStep::ParameterBytes() const {
+  const kernels::ConvOnednnOptions& o = kernel_->options();
+  const int64_t weight_size = o.int8.has_value() ? 1 : o.bf16 ? 2 : sizeof(float);
+  int64_t weights = o.out_channels * (o.in_channels / std::max<int64_t>(o.group, 1));
+  for (int64_t k : o.kernel) weights *= k;
+  int64_t bytes = weights * weight_size + static_cast<int64_t>(o.bias.size() * sizeof(float));
+  if (o.dw.has_value()) {
+    // The fused depthwise conv's weights (BF16 with the 1x1's) and bias.
+    bytes += static_cast<int64_t>(o.dw->weights.size()) * (o.bf16 ? 2 : sizeof(float)) +
+             static_cast<int64_t>(o.dw->bias.size() * sizeof(float));
+  }
+  return bytes;
+}
+
+const char* ConvStep::Arithmetic() const {
+  const kernels::ConvOnednnOptions& o = kernel_->options();
+  return o.int8.has_value() ? "int8" : o.bf16 ? "bf16" : "fp32";
 }
 
 absl::Status ConvStep::Run(const StepContext& ctx) {

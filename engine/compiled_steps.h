@@ -52,6 +52,8 @@ class Step {
   // write it blocked (kNoValue otherwise). A value stays blocked only when
   // its producer and every reader handle it (CompiledModel decides).
   virtual std::vector<ValueId> Reads() const = 0;
+  // Every value the step writes (its output; a reference step's outputs).
+  virtual std::vector<ValueId> Writes() const = 0;
   virtual std::vector<ValueId> BlockedReads() const { return {}; }
   virtual ValueId BlockedWrite() const { return kNoValue; }
   // The layouts chosen (by ValueId), before the first Prepare.
@@ -78,6 +80,15 @@ class Step {
   // Bytes of the constant weights the step reads on every run (and every
   // slice of a split batch); 0 when it has none worth counting.
   virtual int64_t WeightBytes() const { return 0; }
+  // For the profile's bytes moved: the constant operands the step holds
+  // itself (weights, bias, norm scales folded in at compile time, which
+  // Reads() does not name), at their logical size in the type the step
+  // reads them in, not their prepacked (padded) size; 0 for steps holding
+  // none.
+  virtual int64_t ParameterBytes() const { return 0; }
+  // The arithmetic the step's multiply-adds run in: "fp32", "bf16" or
+  // "int8" (the peak its FLOPs are measured against).
+  virtual const char* Arithmetic() const { return "fp32"; }
   // Shapes (or shape pairs) the step keeps compiled state for (primitives,
   // broadcast plans), for tests of its bound; 0 for steps keeping none.
   virtual size_t CachedShapes() const { return 0; }
@@ -114,6 +125,7 @@ class MatMulStep final : public Step {
     return "matmul: " + name_ + (backend_note_.empty() ? "" : " [" + backend_note_ + "]");
   }
   std::vector<ValueId> Reads() const override { return {src_, accumulate_from_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override;
   // Rows of the product are rows of src (and of a residual of the output's
@@ -125,6 +137,8 @@ class MatMulStep final : public Step {
   const kernels::GemmKernel& kernel() const { return *kernel_; }
   ValueId ResidualInput() const override { return accumulate_from_; }
   int64_t WeightBytes() const override { return kernel_->weight_bytes(); }
+  int64_t ParameterBytes() const override;
+  const char* Arithmetic() const override;
   ValueId ResidualSource() const override { return src_; }
   ValueId ResidualOutput() const override { return dst_; }
 
@@ -142,6 +156,7 @@ class AddStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "add: " + name_; }
   std::vector<ValueId> Reads() const override { return {a_, b_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(shapes[a_], shapes[b_]);
   }
@@ -160,6 +175,7 @@ class ReluStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "relu: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(kernels::NumElements(shapes[src_]));
   }
@@ -179,6 +195,7 @@ class SoftmaxStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "softmax: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(shapes[src_]);
   }
@@ -210,6 +227,7 @@ class ConvStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "conv: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_, sum_from_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::vector<ValueId> BlockedReads() const override { return {src_, sum_from_}; }
   ValueId BlockedWrite() const override { return dst_; }
   void SetLayouts(const std::vector<bool>& blocked) override {
@@ -230,6 +248,8 @@ class ConvStep final : public Step {
     return {src_, sum_from_, dst_};
   }
   int64_t WeightBytes() const override;
+  int64_t ParameterBytes() const override;
+  const char* Arithmetic() const override;
   ValueId ResidualSource() const override { return src_; }
   ValueId ResidualOutput() const override { return dst_; }
   // The residual's layout -> dst's ("plain->plain" is a copy).
@@ -261,6 +281,7 @@ class PoolStep final : public Step {
     return kernel_.ImplementationName(shapes[src_]);
   }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
   std::vector<ValueId> BlockedReads() const override { return {src_}; }
   ValueId BlockedWrite() const override { return dst_; }
@@ -288,6 +309,7 @@ class UnaryStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "unary: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return "numaserve:loop";
   }
@@ -320,6 +342,7 @@ class FakeQuantStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "fake-quantize: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::vector<ValueId> BlockedReads() const override { return {src_}; }
   ValueId BlockedWrite() const override { return dst_; }
   void SetLayouts(const std::vector<bool>& blocked) override {
@@ -354,6 +377,7 @@ class BinaryStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "binary: " + name_; }
   std::vector<ValueId> Reads() const override { return {a_, b_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override;
   size_t CachedShapes() const override { return plans_.size(); }
 
@@ -407,6 +431,7 @@ class BatchedMatMulStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "batched_matmul: " + name_; }
   std::vector<ValueId> Reads() const override { return {a_.value, b_.value}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override;
   size_t CachedShapes() const override { return per_shape_.size(); }
@@ -458,6 +483,7 @@ class AttentionStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "attention: " + name_; }
   std::vector<ValueId> Reads() const override { return {q_.value, k_.value, v_.value}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return OwnKernelName("attention_head");
@@ -487,10 +513,14 @@ class LayerNormStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "layer_norm: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return OwnKernelName("layer_norm_rows");
   }
   std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
+  int64_t ParameterBytes() const override {
+    return static_cast<int64_t>((scale_.size() + bias_.size()) * sizeof(float));
+  }
 
  private:
   std::vector<float> scale_, bias_;
@@ -509,6 +539,7 @@ class TransposeStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "transpose: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override;
 
  private:
@@ -529,6 +560,7 @@ class ReduceRowsStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "reduce_rows: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_}; }
+  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return OwnKernelName("reduce_rows");
   }
@@ -553,6 +585,7 @@ class ReferenceStep final : public Step {
     return "reference: " + graph_->nodes()[node_index_].name;
   }
   std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
+  std::vector<ValueId> Writes() const override { return graph_->nodes()[node_index_].outputs; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return "numaserve:reference " + graph_->nodes()[node_index_].op_type;
   }
@@ -578,6 +611,7 @@ class TypedReferenceStep final : public Step {
     return "typed_reference: " + graph_->nodes()[node_index_].name;
   }
   std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
+  std::vector<ValueId> Writes() const override { return graph_->nodes()[node_index_].outputs; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return "numaserve:typed_reference " + graph_->nodes()[node_index_].op_type;
   }

@@ -235,9 +235,28 @@ struct StepProfile {
   int64_t calls = 0;
   double seconds = 0;  // wall time summed over calls
   double flops = 0;    // multiply-adds x2 summed over calls; 0 if not counted
+  // Compulsory bytes moved, summed over calls: every tensor the step reads
+  // (activations, constants, and the weights and bias it holds, once per
+  // call at their logical size) plus what it writes, at the batch it ran.
+  // A reorder row: the residual read plus the copy written. 0 where unknown.
+  double bytes = 0;
+  // The arithmetic its FLOPs ran in, for the peak they are held against:
+  // "fp32", "bf16" (a conv or matmul under Precision::kBf16) or "int8" (a
+  // QDQ conv or matmul on an INT8 kernel).
+  std::string precision = "fp32";
   // Rows per slice when the step ran the batch in slices
   // (CompileOptions::batch_split_cache_bytes); 0: the whole batch at once.
   int64_t slice_rows = 0;
+};
+
+// One timed call of a compiled step while profiling, for a timeline
+// (`numaserve profile --trace`). A step of a split batch has one event per
+// slice.
+struct StepEvent {
+  int index = 0;             // the step's position in the plan (StepProfile::index)
+  int64_t run = 0;           // the profiled Run it belongs to, from 0
+  double start_seconds = 0;  // since profiling started
+  double seconds = 0;        // its duration, a residual reorder included
 };
 
 // The profile as text: the time per run by step kind, the `top` costliest
@@ -327,6 +346,13 @@ class CompiledModel {
   // The timings collected since profiling last started, one row per step
   // in plan order (a conv's residual reorder follows its step).
   virtual std::vector<StepProfile> Profile() const { return {}; }
+  // While profiling, also keep each step call's start and duration, up to
+  // about `max_events` (a Run that would go past it, and every later one,
+  // is timed but not kept); 0, the default, keeps none. Takes effect at
+  // the next SetProfiling(true), which clears what was kept.
+  virtual void SetStepEventLimit(int64_t max_events) {}
+  // The events kept since profiling last started, in the order they ran.
+  virtual std::vector<StepEvent> StepEvents() const { return {}; }
 };
 
 }  // namespace numaserve::engine

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -15,7 +14,7 @@
 #include "kernels/gemm/gemm_backend.h"
 #include "kernels/onednn/onednn_common.h"
 #include "server/args.h"
-#include "server/datatypes.h"
+#include "server/model_runs.h"
 
 namespace numaserve::server {
 namespace {
@@ -42,54 +41,10 @@ bool RanWinograd(const engine::CompiledModel& model, int64_t batch) {
   return false;
 }
 
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
-  return v[i];
-}
-
-// Random inputs and room for the outputs of `batch` rows, each in its own
-// datatype (storage in 8-byte words, so every element type is aligned).
-struct Buffers {
-  std::vector<std::vector<uint64_t>> inputs, outputs;
-  std::vector<const void*> in_ptrs;
-  std::vector<void*> out_ptrs;
-};
-
-std::vector<uint64_t> Words(int64_t elements, engine::DataType type) {
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(elements, 1)) *
-                       std::max<size_t>(engine::DataTypeSize(type), 1);
-  return std::vector<uint64_t>((bytes + 7) / 8);
-}
-
-Buffers MakeBuffers(engine::CompiledModel& model, int64_t batch) {
-  const engine::ModelInfo& info = model.info();
-  Buffers b;
-  std::mt19937 rng(7);
-  for (const engine::TensorInfo& t : info.inputs) {
-    int64_t n = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d)
-      n *= (d == 0 && t.shape[d] < 0) ? batch : t.shape[d];
-    b.inputs.push_back(Words(n, t.type));
-    // Floats in [-1, 1); integers 0..9; booleans.
-    FillRandom(engine::DataTypeName(t.type), n, -1.0f, 1.0f, &rng,
-               reinterpret_cast<char*>(b.inputs.back().data()));
-  }
-  const auto shapes = model.OutputShapes(batch);
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t d : shapes[i]) n *= d;
-    b.outputs.push_back(Words(n, info.outputs[i].type));
-  }
-  for (auto& v : b.inputs) b.in_ptrs.push_back(v.data());
-  for (auto& v : b.outputs) b.out_ptrs.push_back(v.data());
-  return b;
-}
-
 absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch, double seconds,
                                      double peak_gflops) {
   const engine::ModelInfo& info = model.info();
-  Buffers buffers = MakeBuffers(model, batch);
+  RunBuffers buffers = MakeRunBuffers(model, batch);
   const auto& in_ptrs = buffers.in_ptrs;
   const auto& out_ptrs = buffers.out_ptrs;
   using Clock = std::chrono::steady_clock;
@@ -125,24 +80,11 @@ absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch
 // prints the step profile.
 absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double seconds, int top,
                           bool json) {
-  Buffers buffers = MakeBuffers(model, batch);
-  using Clock = std::chrono::steady_clock;
-  model.SetProfiling(true);
-  int64_t runs = 0;
-  const auto start = Clock::now();
-  auto now = start;
-  while (runs < 5 || std::chrono::duration<double>(now - start).count() < seconds) {
-    absl::Status s = model.Run(batch, buffers.in_ptrs, buffers.out_ptrs);
-    if (!s.ok()) {
-      model.SetProfiling(false);
-      return s;
-    }
-    ++runs;
-    now = Clock::now();
-  }
-  model.SetProfiling(false);
-  const double wall = std::chrono::duration<double>(now - start).count();
-  const std::vector<engine::StepProfile> profile = model.Profile();
+  auto measured = ProfileRuns(model, batch, seconds);
+  if (!measured.ok()) return measured.status();
+  const int64_t runs = measured->runs;
+  const double wall = measured->wall_seconds;
+  const std::vector<engine::StepProfile>& profile = measured->steps;
   if (json) {
     printf("{\"model\": \"%s\", \"batch\": %lld, \"profile\": %s}\n", model.info().path.c_str(),
            static_cast<long long>(batch), engine::StepProfileJson(profile, runs, wall).c_str());
@@ -159,7 +101,7 @@ absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double se
 // `threads`: the model's; serial_below_mflops: the option (-1: measured).
 absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
                        double serial_below_mflops) {
-  Buffers buffers = MakeBuffers(model, batch);
+  RunBuffers buffers = MakeRunBuffers(model, batch);
   if (absl::Status s = model.Run(batch, buffers.in_ptrs, buffers.out_ptrs); !s.ok()) return s;
   auto steps = model.PlanAt(batch);
   if (!steps.ok()) return steps.status();
@@ -329,7 +271,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   bool int8 = false;
   if (affinity::GetPeakFlops().peak_int8_gops_per_core > 0 &&
       ((*model)->info().batched || batches.front() == 1)) {
-    Buffers warm = MakeBuffers(**model, batches.front());
+    RunBuffers warm = MakeRunBuffers(**model, batches.front());
     if ((*model)->Run(batches.front(), warm.in_ptrs, warm.out_ptrs).ok()) {
       if (auto plan = (*model)->PlanAt(batches.front()); plan.ok()) {
         for (const engine::PlannedStep& step : *plan) {

@@ -7,6 +7,7 @@
 #include "kernels/dispatch.h"
 #include "server/bench_command.h"
 #include "server/infer_command.h"
+#include "server/profile_command.h"
 #include "server/quantize_command.h"
 #include "server/serve_command.h"
 #include "server/topology_command.h"
@@ -26,6 +27,8 @@ void PrintUsage() {
       "  infer      send one request to a running server and print the outputs\n"
       "  train      train a model data-parallel on MPI and export it to a model repository\n"
       "  bench      run a model in process per batch size: throughput, latency, GFLOP/s\n"
+      "  profile    time every compiled step of a model against the roofline (peak FLOP/s,\n"
+      "             memory bandwidth); Chrome trace with --trace\n"
       "  quantize   quantize an FP32 ONNX model to INT8 (QDQ), calibrated on data\n\n"
       "`numaserve COMMAND --help` lists a command's options; `numaserve --version` prints the\n"
       "version, the git revision and the ISA the kernels dispatch to.\n",
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
   if (command == "infer") return InferCommand(args);
   if (command == "train") return TrainCommand(args);
   if (command == "bench") return BenchCommand(args);
+  if (command == "profile") return ProfileCommand(args);
   if (command == "quantize") return QuantizeCommand(args);
   if (command == "worker") return WorkerCommand(args);
   fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
