@@ -1152,7 +1152,7 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     while (!is_output_[value] && consumers[value].size() == 1) {
       const Node& act = graph_.nodes()[consumers[value][0]];
       auto post = ActivationPostOp(graph_, act);
-      if (!post.has_value()) break;
+      if (!post.has_value() || !kernels::CanAppendEltwise(posts, *post)) break;
       posts.push_back(*post);
       fused[consumers[value][0]] = true;
       value = act.outputs[0];
@@ -1172,6 +1172,58 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     o.winograd = false;
     o.bf16 = false;
     o.int8 = std::move(int8);
+  }
+  // A QuantizeLinear -> DequantizeLinear pair that reads only this conv's
+  // output and is not read inside INT8 steps (it would run as a
+  // fake-quantize step of its own: MobileNetV2's pairs before its depthwise
+  // convs) folds into the conv's post-ops. With an integer zero point z,
+  // (saturate_lo_hi(round(x / s) + z) - z) * s is s * clip(round(x / s),
+  // lo - z, hi - z): linear(1 / s), round half to even, clip, pow(s, 1)
+  // (one linear: see kernels::CanAppendEltwise). As in the INT8 kernels,
+  // the reciprocal may differ from ONNX's division by one unit in the last
+  // place, so at an exact tie once in a while.
+  if (!is_output_[out] && consumers[out].size() == 1) {
+    const int qn = consumers[out][0];
+    const Node& q = graph_.nodes()[qn];
+    const ValueId q_out = q.outputs.empty() ? kNoValue : q.outputs[0];
+    const int dqn = q.op_type == "QuantizeLinear" && q.outputs.size() == 1 && !is_output_[q_out] &&
+                            consumers[q_out].size() == 1
+                        ? consumers[q_out][0]
+                        : -1;
+    const std::optional<QdqInput>* pair = dqn >= 0 ? &qdq_of_node_[dqn] : nullptr;
+    if (pair != nullptr && pair->has_value() && !absorbed_qdq_[dqn] && (*pair)->source == out &&
+        (*pair)->quantize_node == qn && !fused[qn] && !fused[dqn]) {
+      const QdqInput& fq = **pair;
+      const float zp = static_cast<float>(fq.zero_point);
+      const float lo = fq.is_uint8 ? 0.0f : -128.0f, hi = fq.is_uint8 ? 255.0f : 127.0f;
+      const std::vector<kernels::EltwisePostOp> fake_quantize = {
+          {dnnl::algorithm::eltwise_linear, 1.0f / fq.scale, 0.0f},
+          {dnnl::algorithm::eltwise_round, 0.0f, 0.0f},
+          {dnnl::algorithm::eltwise_clip, lo - zp, hi - zp},
+          {dnnl::algorithm::eltwise_pow, fq.scale, 1.0f}};
+      kernels::ConvOnednnOptions trial = o;
+      trial.log_reference = false;
+      bool appendable = true;
+      for (const kernels::EltwisePostOp& e : fake_quantize) {
+        appendable = appendable && kernels::CanAppendEltwise(trial.eltwise, e);
+        trial.eltwise.push_back(e);
+      }
+      const ValueId dq_out = graph_.nodes()[dqn].outputs[0];
+      const Shape& src_shape = shapes1[input];
+      auto conv = appendable ? kernels::ConvOnednn::Create(engine_, trial)
+                             : absl::StatusOr<std::unique_ptr<kernels::ConvOnednn>>(
+                                   absl::UnimplementedError("post-ops"));
+      const bool fast = conv.ok() &&
+                        (*conv)->Prepare(src_shape, shapes1[dq_out], true, true).ok() &&
+                        !kernels::IsReferenceImplementation((*conv)->ImplementationName(src_shape));
+      if (fast) {
+        o.eltwise = std::move(trial.eltwise);
+        fused[qn] = true;
+        fused[dqn] = true;
+        out = dq_out;
+        absl::StrAppend(&name, "+", q.name, "+", graph_.nodes()[dqn].name);
+      }
+    }
   }
   // A depthwise 3x3 conv (pad 1, stride 1 or 2, with its BatchNormalization
   // and activations) reading only this 1x1 conv's output runs as oneDNN's
@@ -1213,6 +1265,11 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       fused[d] = true;
       fold_bn(dw_out, c, dw.weights, dw.bias, dw_name);
       fuse_activations(dw_out, dw.eltwise, dw_name);
+      // One primitive's post-ops (kernels::CanAppendEltwise).
+      bool chain_ok = true;
+      for (const kernels::EltwisePostOp& e : dw.eltwise) {
+        chain_ok = chain_ok && kernels::CanAppendEltwise(o.eltwise, e);
+      }
       kernels::ConvOnednnOptions trial = o;
       trial.dw = dw;
       trial.winograd = false;
@@ -1229,7 +1286,7 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       // kernels counts as fast (MobileNetV2 ran 17-20% faster with it, and
       // the expanded tensor needs no arena memory); one chaining a
       // reference kernel does not.
-      const bool fast = conv.ok() &&
+      const bool fast = chain_ok && conv.ok() &&
                         (*conv)->Prepare(src_shape, shapes1[dw_out], true, true).ok() &&
                         !kernels::IsReferenceImplementation((*conv)->ImplementationName(src_shape));
       if (fast) {

@@ -317,6 +317,15 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
   return false;
 }
 
+bool CanAppendEltwise(const std::vector<EltwisePostOp>& chain, const EltwisePostOp& next) {
+  for (const EltwisePostOp& e : chain) {
+    if (e.algorithm == next.algorithm && (e.alpha != next.alpha || e.beta != next.beta)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 dnnl::primitive_attr ConvOnednn::Attr(Pass pass) const {
   dnnl::post_ops ops;
   // The second pass adds onto the first's output.

@@ -88,6 +88,14 @@ struct EltwisePostOp {
   float beta = 0.0f;
 };
 
+// Whether `next` may follow `chain` in one conv's post-ops. oneDNN 2.6's
+// jit convolutions run every eltwise post-op of one algorithm with the
+// parameters of the first (seen on jit_1x1:avx512_core: clip_v2(-2, 2)
+// then clip_v2(-1, 1) clipped to [-2, 2] twice; linear(1/s) then
+// linear(s) scaled by 1/s twice), so an algorithm may repeat only with the
+// same alpha and beta.
+bool CanAppendEltwise(const std::vector<EltwisePostOp>& chain, const EltwisePostOp& next);
+
 // A depthwise 3x3 conv (pad 1) fused after a 1x1 conv as oneDNN's
 // depthwise post-op: the 1x1 output stays in cache and only the depthwise
 // output is written.

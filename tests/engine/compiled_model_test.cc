@@ -11,6 +11,7 @@
 #include "engine/onnx_import.h"
 #include "engine/reference_executor.h"
 #include "engine/shape_propagation.h"
+#include "kernels/onednn/conv_onednn.h"
 #include "tests/engine/default_model.h"
 #include "tests/engine/onnx_model_builder.h"
 
@@ -267,6 +268,39 @@ TEST(CompiledModelTest, DefaultModelIsFusedIntoFourSteps) {
             "matmul: fc2+fc2_bias+relu2\n"
             "matmul: fc3\n"
             "softmax: softmax\n");
+}
+
+// oneDNN's jit convs run a second eltwise post-op of one algorithm with the
+// first's parameters (kernels::CanAppendEltwise): two Clips with different
+// bounds after a conv (the input spans about [-4, 4]) must not both become
+// its post-ops.
+TEST(CompiledModelTest, TwoClipsWithDifferentBoundsAfterAConvStayCorrect) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 16, 8, 8}).Output("y", {-1, 16, 8, 8});
+  b.Initializer("w", Random({16, 16, 1, 1}, 5));
+  b.Initializer("lo1", Tensor(Shape{}, {-2.0f}));
+  b.Initializer("hi1", Tensor(Shape{}, {2.0f}));
+  b.Initializer("lo2", Tensor(Shape{}, {-1.0f}));
+  b.Initializer("hi2", Tensor(Shape{}, {0.5f}));
+  b.Node("Conv", {"x", "w"}, {"c"}, "conv");
+  b.Node("Clip", {"c", "lo1", "hi1"}, {"c1"}, "clip1");
+  b.Node("Clip", {"c1", "lo2", "hi2"}, {"y"}, "clip2");
+  const std::string path = b.Save("two_clips");
+  ExpectMatchesReference("two clips", path, {1, 3});
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("conv: conv+clip1\n"));
+}
+
+TEST(CompiledModelTest, EltwisePostOpsRepeatAnAlgorithmOnlyWithItsParameters) {
+  using kernels::EltwisePostOp;
+  const std::vector<EltwisePostOp> chain = {{dnnl::algorithm::eltwise_clip_v2, 0.0f, 6.0f},
+                                            {dnnl::algorithm::eltwise_linear, 2.0f, 0.0f}};
+  EXPECT_TRUE(kernels::CanAppendEltwise(chain, {dnnl::algorithm::eltwise_relu, 0.0f, 0.0f}));
+  EXPECT_TRUE(kernels::CanAppendEltwise(chain, {dnnl::algorithm::eltwise_clip_v2, 0.0f, 6.0f}));
+  EXPECT_FALSE(kernels::CanAppendEltwise(chain, {dnnl::algorithm::eltwise_clip_v2, 0.0f, 5.0f}));
+  EXPECT_FALSE(kernels::CanAppendEltwise(chain, {dnnl::algorithm::eltwise_linear, 0.5f, 0.0f}));
+  EXPECT_TRUE(kernels::CanAppendEltwise({}, {dnnl::algorithm::eltwise_linear, 0.5f, 0.0f}));
 }
 
 // --- Errors -----------------------------------------------------------------

@@ -3,7 +3,8 @@
 // quantized on random calibration data run every conv and weight matmul
 // INT8 and match the QDQ model's meaning (the reference executor running
 // its QuantizeLinear/DequantizeLinear ops) and, within INT8's error, FP32;
-// a QDQ pair read by an op that is not INT8 runs as a fake-quantize step;
+// a QDQ pair read by an op that is not INT8 runs as a fake-quantize step,
+// or as post-ops of the conv that produces its input;
 // the trained Fashion-MNIST MLP quantized on training images keeps its test
 // accuracy within 0.5 point; and the errors (an old opset, nothing to
 // quantize, calibration that does not fit the model, NaN activations).
@@ -249,6 +250,44 @@ TEST(Int8QuantizeTest, LightConvsRunFp32OnTheFakeQuantizedInputByDefault) {
   auto model = CompiledModel::Load(qdq, CompileOptions());
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_THAT((*model)->DescribePlan(), HasSubstr("fake-quantize: c1_QuantizeLinear"));
+}
+
+// A conv whose output only a QDQ pair reads, and that pair only a light
+// (FP32) conv: the pair runs as post-ops of the producing conv, INT8 or
+// FP32, with no fake-quantize step, and the model keeps its meaning.
+TEST(Int8QuantizeTest, APairAfterAConvFoldsIntoItsPostOps) {
+  OnnxModelBuilder b;
+  uint32_t seed = 21;
+  ConvBnBlocks blocks(&b, &seed, /*unit_gain=*/true);
+  b.Input("x", {-1, 3, 16, 16});
+  blocks.Add("x", "c1", 3, 16, 3, 1, 1, "relu");     // INT8 (288 FLOPs per input)
+  blocks.Add("c1", "c2", 16, 16, 3, 1, 16, "relu");  // depthwise: FP32
+  blocks.Add("c2", "y", 16, 8, 1, 1, 1, "");
+  b.Output("y", {-1, 8, 16, 16});
+  const std::string fp32 = b.Save("int8_fold_cnn");
+  const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_fold_cnn_qdq");
+  ASSERT_FALSE(qdq.empty());
+  CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, CompileOptions(), /*all_int8=*/false);
+  auto graph = ImportOnnxModel(qdq);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  CompileOptions all_fp32;  // every conv FP32: the pairs fold into FP32 convs
+  all_fp32.int8_min_flops_per_input = 1e9;
+  for (const CompileOptions& options : {CompileOptions(), all_fp32}) {
+    auto model = CompiledModel::Load(qdq, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const std::string plan = (*model)->DescribePlan();
+    EXPECT_THAT(plan, HasSubstr("+c1_QuantizeLinear+c1_DequantizeLinear")) << plan;
+    EXPECT_THAT(plan, ::testing::Not(HasSubstr("fake-quantize: c1_"))) << plan;
+    for (int64_t batch : {1, 5}) {
+      const kernels::Tensor x = RandomTensor({batch, 3, 16, 16}, 40 + batch);
+      auto expected = RunReference(*graph, {x});
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      const std::vector<float> y = RunOnce(**model, batch, x.data);
+      // Tighter than CheckQuantizedModel's 1e-4: leaving the pairs out, or
+      // dequantizing with a scale 0.1% off, gives 1e-6 or more.
+      EXPECT_LT(testing::NormalizedError((*expected)[0].data, y.data()), 1e-7) << plan;
+    }
+  }
 }
 
 TEST(Int8QuantizeTest, MatMulsOn3dInputsRunInt8) {
