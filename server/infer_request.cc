@@ -117,6 +117,37 @@ absl::Status CheckBoolBytes(const std::string& name, Bytes data) {
 
 }  // namespace
 
+absl::StatusOr<bool> RequestsProfile(const inference::ModelInferRequest& request) {
+  auto it = request.parameters().find(kProfileParameter);
+  if (it == request.parameters().end()) return false;
+  const inference::InferParameter& p = it->second;
+  if (p.parameter_choice_case() == inference::InferParameter::kBoolParam) return p.bool_param();
+  if (p.parameter_choice_case() == inference::InferParameter::kStringParam &&
+      (p.string_param() == "true" || p.string_param() == "false")) {
+    return p.string_param() == "true";
+  }
+  std::string given = "no value";
+  switch (p.parameter_choice_case()) {
+    case inference::InferParameter::kInt64Param:
+      given = absl::StrCat("int64 ", p.int64_param());
+      break;
+    case inference::InferParameter::kUint64Param:
+      given = absl::StrCat("uint64 ", p.uint64_param());
+      break;
+    case inference::InferParameter::kDoubleParam:
+      given = absl::StrCat("double ", p.double_param());
+      break;
+    case inference::InferParameter::kStringParam:
+      given = absl::StrCat("string \"", p.string_param().substr(0, 64), "\"");
+      break;
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("request parameter '", kProfileParameter,
+                                                 "' must be bool true or false (or ",
+                                                 "the string \"true\" or \"false\"); got ", given));
+}
+
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }

@@ -69,6 +69,15 @@ void FillInferResponse(const engine::ModelInfo& model, const ParsedRequest& pars
                        const std::vector<const char*>& outputs,
                        inference::ModelInferResponse* response);
 
+// The request parameter (and response parameter) that carries a request's
+// step profile.
+inline constexpr char kProfileParameter[] = "profile";
+
+// Whether the request asks for its batch's step profile: the parameter
+// `profile` as bool_param, or string_param "true" / "false"; false when it
+// is absent. Any other value is INVALID_ARGUMENT naming the parameter.
+absl::StatusOr<bool> RequestsProfile(const inference::ModelInferRequest& request);
+
 std::string ShapeString(const std::vector<int64_t>& shape);  // "[-1,1,28,28]"
 
 }  // namespace numaserve::server

@@ -298,6 +298,8 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
   ModelHandle model = *std::move(resolved);
   call->model = model->name;
   call->version = model->version;
+  auto profile = RequestsProfile(*request);
+  if (!profile.ok()) return finish(profile.status());
   auto parsed = ParseInferRequest(model->info, *request, options_.max_message_bytes);
   if (!parsed.ok()) return finish(parsed.status());
   const int64_t max_batch = model->config.max_batch_size();
@@ -337,6 +339,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
   pending->model = model;
   pending->rows = parsed->rows;
   pending->bytes = request_bytes + output_bytes;
+  pending->profile = *profile;
   auto timeout =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.default_timeout);
   if (uint64_t us = model->config.dynamic_batching().default_timeout_microseconds(); us > 0) {
@@ -362,6 +365,10 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     if (status.ok()) {
       const auto copy_start = std::chrono::steady_clock::now();
       FillInferResponse(p->model->info, p->parsed, outputs, response);
+      // Asked for (and only then): the batch's step profile, as JSON text.
+      if (p->profile && !timing.profile.empty()) {
+        (*response->mutable_parameters())[kProfileParameter].set_string_param(timing.profile);
+      }
       const double output_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
       call->rows = p->parsed.rows;

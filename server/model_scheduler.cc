@@ -330,6 +330,7 @@ std::shared_ptr<ModelScheduler::Flight> ModelScheduler::Form(const std::shared_p
     auto r = std::static_pointer_cast<PendingInference>(b);
     rows += r->rows;
     deadline = std::max(deadline, r->deadline);
+    task.profile = task.profile || r->profile;
     flight->requests.push_back(std::move(r));
   }
   task.rows = rows;
@@ -453,6 +454,12 @@ void ModelScheduler::Answer(Queue* queue, Flight* flight, const absl::Status& st
   std::vector<const char*> mine(outcome.outputs.size());
   for (const auto& r : flight->requests) {
     timing.queue_seconds = launched ? Seconds(flight->launched - r->enqueued) : 0;
+    // The profile goes to the requests that asked for it, no other.
+    if (r->profile) {
+      timing.profile = outcome.profile_json;
+    } else {
+      timing.profile.clear();
+    }
     if (status.ok()) {
       for (size_t i = 0; i < outcome.outputs.size(); ++i) {
         mine[i] = outcome.outputs[i] + static_cast<size_t>(offset_rows) * flight->row_bytes[i];

@@ -57,12 +57,20 @@ struct InferenceTiming {
   double compute_infer_seconds = 0;  // its batch in the engine
   int64_t batch_rows = 0;            // rows of the batch it was computed in
   int worker = -1;
+  // For a request that asked for it (PendingInference::profile): its
+  // batch's step profile as one JSON object (RunOutcome::profile_json).
+  // Empty for every other request.
+  std::string profile;
 };
 
 // A validated ModelInfer request waiting for its batch.
 struct PendingInference : BatchRequest {
   std::shared_ptr<const RepositoryModel> model;
   ParsedRequest parsed;  // points into the request message, which outlives this
+  // The caller asked for its batch's step profile (the request parameter
+  // `profile`): the batch it joins runs with the engine's step timing on,
+  // and only this request's timing carries the result.
+  bool profile = false;
   // Called exactly once. On success `outputs[i]` is model output i for this
   // request's rows, valid only during the call (copy it out).
   std::function<void(const absl::Status& status, const std::vector<const char*>& outputs,

@@ -597,10 +597,15 @@ void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const wo
     return internal(absl::StrCat("the server's buffers do not fit the model (", run.key(),
                                  " at batch ", run.batch(), "): ", s.message()));
   }
+  // A request of this batch asked for its profile: time every step of this
+  // run only (from zero), and stop before anything else runs on the model.
+  if (run.profile()) model.SetProfiling(true);
   auto start = std::chrono::steady_clock::now();
   absl::Status s = model.Run(run.batch(), inputs, outputs);
+  const int64_t run_ns = NanosSince(start);
+  if (run.profile()) model.SetProfiling(false);
   if (!s.ok()) {
-    reply->set_compute_ns(NanosSince(start));
+    reply->set_compute_ns(run_ns);
     reply->set_error(std::string(s.message()));
     reply->set_code(static_cast<int>(s.code()));
     return;
@@ -608,7 +613,25 @@ void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const wo
   // --test-batch-compute-us: hold the batch's slot until then, asleep.
   if (min_compute.count() > 0) std::this_thread::sleep_until(start + min_compute);
   reply->set_compute_ns(NanosSince(start));
+  if (run.profile()) {
+    reply->set_profile_json(BatchProfileJson(
+        run.batch(), reply->compute_ns(),
+        engine::StepProfileJson(model.Profile(), 1, static_cast<double>(run_ns) * 1e-9)));
+  }
   reply->set_ok(true);
+}
+
+std::string BatchProfileJson(int64_t batch, int64_t compute_ns, std::string_view steps_json) {
+  std::string out = absl::StrCat("{\"batch\": ", batch,
+                                 ", \"compute_ms\": ", static_cast<double>(compute_ns) * 1e-6);
+  // StepProfileJson's object, its fields after these.
+  const size_t open = steps_json.find('{');
+  if (open == std::string_view::npos) return out + "}";
+  std::string_view rest = steps_json.substr(open + 1);
+  const size_t first = rest.find_first_not_of(" \t\n");
+  if (first != std::string_view::npos && rest[first] != '}') absl::StrAppend(&out, ", ");
+  out.append(first == std::string_view::npos ? rest : rest.substr(first));
+  return out;
 }
 
 std::string SumNumaMapsPages(std::string_view numa_maps) {

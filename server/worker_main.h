@@ -33,9 +33,18 @@ int WorkerCommand(const std::vector<std::string>& args);
 // has passed since its compute started, and reports the whole time as
 // compute_ns, so many workers on few cores each hold a busy slot of a known
 // length.
+// With run.profile(), the engine's step profiling is on for this one run
+// (SetProfiling(true) before, false after, so the model's next run pays
+// nothing) and a successful reply carries profile_json:
+// BatchProfileJson(run.batch(), compute_ns, StepProfileJson of the run).
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
                 worker::Reply* reply,
                 std::chrono::microseconds min_compute = std::chrono::microseconds(0));
+
+// One profiled batch as a JSON object: {"batch": rows, "compute_ms": ...}
+// followed by the fields of `steps_json` (engine::StepProfileJson: "runs",
+// "step_ms", "wall_ms", "rows").
+std::string BatchProfileJson(int64_t batch, int64_t compute_ns, std::string_view steps_json);
 
 // Pages of resident memory per NUMA node from the text of
 // /proc/<pid>/numa_maps (the N<node>=<pages> fields of every mapping,

@@ -37,6 +37,7 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
   worker::RunBatch* run = command.mutable_run();
   run->set_key(task.model_key);
   run->set_batch(task.rows);
+  run->set_profile(task.profile);
   // The inputs' slices, then the outputs'.
   auto offsets = std::make_shared<std::vector<uint64_t>>();
   auto release = [&allocator, offsets] {
@@ -91,6 +92,7 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
         outcome.input_seconds = input_seconds;
         outcome.compute_seconds = static_cast<double>(reply.compute_ns()) * 1e-9;
         outcome.instance = reply.instance();
+        outcome.profile_json = reply.profile_json();
         if (reply.ok()) {
           for (size_t i = num_inputs; i < offsets->size(); ++i) {
             outcome.outputs.push_back(workers_->arena(worker).data() + (*offsets)[i]);

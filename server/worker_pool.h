@@ -32,6 +32,9 @@ struct InferenceTask {
   std::vector<size_t> output_bytes;  // per model output
   Clock::TimePoint deadline = Clock::TimePoint::max();
   int attempts = 0;  // runs started (the scheduler retries a lost one once)
+  // A request of the batch asked for its step profile: the worker times
+  // every step of this run only and answers RunOutcome::profile_json.
+  bool profile = false;
 };
 
 // How a run ended.
@@ -49,6 +52,9 @@ struct RunOutcome {
   double input_seconds = 0;    // gathering the inputs into the worker's arena
   double compute_seconds = 0;  // inside the worker, the engine's run
   int instance = 0;            // the model instance that computed it
+  // On success of a task with `profile`: the run's step profile, one JSON
+  // object (worker::Reply::profile_json); empty otherwise.
+  std::string profile_json;
 };
 
 class WorkerPool {

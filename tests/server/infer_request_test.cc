@@ -502,5 +502,38 @@ TEST(InferRequestTypesTest, OutputBytesFollowEachOutputsOwnType) {
   }
 }
 
+TEST(InferRequestTest, ProfileParameterIsBoolOrTheStringTrueOrFalse) {
+  auto r = Request(1);
+  auto asks = RequestsProfile(r);
+  ASSERT_TRUE(asks.ok()) << asks.status();
+  EXPECT_FALSE(*asks) << "absent: not asked";
+  auto& parameters = *r.mutable_parameters();
+  for (bool value : {true, false}) {
+    parameters["profile"].set_bool_param(value);
+    asks = RequestsProfile(r);
+    ASSERT_TRUE(asks.ok()) << asks.status();
+    EXPECT_EQ(*asks, value);
+  }
+  parameters["profile"].set_string_param("true");
+  EXPECT_EQ(RequestsProfile(r).value_or(false), true);
+  parameters["profile"].set_string_param("false");
+  EXPECT_EQ(RequestsProfile(r).value_or(true), false);
+  auto expect_invalid = [&](const std::string& fragment) {
+    auto bad = RequestsProfile(r);
+    ASSERT_FALSE(bad.ok()) << r.ShortDebugString();
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("'profile'"), absl::string_view::npos) << bad.status();
+    EXPECT_NE(bad.status().message().find(fragment), absl::string_view::npos) << bad.status();
+  };
+  parameters["profile"].set_int64_param(5);
+  expect_invalid("int64 5");
+  parameters["profile"].set_string_param("yes");
+  expect_invalid("string \"yes\"");
+  parameters["profile"].set_double_param(1.0);
+  expect_invalid("double 1");
+  parameters["profile"].Clear();
+  expect_invalid("no value");
+}
+
 }  // namespace
 }  // namespace numaserve::server

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace numaserve::server {
 namespace {
 
@@ -27,6 +29,7 @@ class FakePool final : public WorkerPool {
     int64_t rows;
     RunDoneFn done;
     std::vector<float> out;  // row i = 10 * input row i
+    bool profile = false;    // InferenceTask::profile
   };
 
   explicit FakePool(int workers) : ready_(static_cast<size_t>(workers), true) {}
@@ -47,7 +50,7 @@ class FakePool final : public WorkerPool {
   int NumaNode(int w) const override { return w / 2; }
   size_t BatchBytesLimit() const override { return batch_bytes; }
   void Run(int w, const InferenceTask& task, RunDoneFn done) override {
-    Running r{w, task.model_key, task.rows, std::move(done), {}};
+    Running r{w, task.model_key, task.rows, std::move(done), {}, task.profile};
     for (const auto& piece : task.inputs.at(0)) {
       const float* in = reinterpret_cast<const float*>(piece.first);
       for (size_t i = 0; i < piece.second / sizeof(float); ++i) r.out.push_back(10 * in[i]);
@@ -67,6 +70,8 @@ class FakePool final : public WorkerPool {
     outcome.instance = instance;
     outcome.compute_seconds = 0.01;
     if (status.ok()) outcome.outputs.push_back(reinterpret_cast<const char*>(r.out.data()));
+    // A profiled run answers its profile, as the worker does.
+    if (status.ok() && r.profile) outcome.profile_json = absl::StrCat("{\"batch\": ", r.rows, "}");
     r.done(outcome);
   }
   // Answers every batch running now, oldest first.
@@ -93,6 +98,7 @@ struct Call {
   absl::Status status;
   std::vector<float> output;
   int64_t batch_rows = 0;
+  std::string profile;  // InferenceTiming::profile
 };
 
 class SchedulerTest : public ::testing::Test {
@@ -119,12 +125,14 @@ class SchedulerTest : public ::testing::Test {
   }
 
   std::shared_ptr<Call> Submit(const std::shared_ptr<RepositoryModel>& model, int64_t rows = 1,
-                               absl::StatusCode expect = absl::StatusCode::kOk) {
+                               absl::StatusCode expect = absl::StatusCode::kOk,
+                               bool profile = false) {
     auto call = std::make_shared<Call>();
     for (int64_t i = 0; i < rows; ++i) call->input.push_back(static_cast<float>(next_id_++));
     auto p = std::make_shared<PendingInference>();
     p->model = model;
     p->rows = rows;
+    p->profile = profile;
     p->bytes = 2 * static_cast<size_t>(rows) * sizeof(float);
     p->deadline = clock_.Now() + std::chrono::seconds(60);
     p->parsed.rows = rows;
@@ -137,6 +145,7 @@ class SchedulerTest : public ::testing::Test {
       c->answered = true;
       c->status = s;
       c->batch_rows = timing.batch_rows;
+      c->profile = timing.profile;
       if (s.ok()) {
         const float* y = reinterpret_cast<const float*>(outputs.at(0));
         c->output.assign(y, y + c->input.size());
@@ -304,6 +313,36 @@ TEST_F(SchedulerTest, ModelsSharingAWorkerTakeTurns) {
   EXPECT_EQ(order[1] != order[2], true);
   EXPECT_EQ(order[2] != order[3], true);
   pool_->CompleteAll();
+  ExpectAnsweredCorrectly();
+}
+
+TEST_F(SchedulerTest, OneProfilingRequestProfilesItsBatchAndOnlyItGetsTheProfile) {
+  Make(1);
+  auto m = Model("m", 4, 0);
+  pool_->Hold(0, m->key(), 1);
+  auto before = Submit(m);  // runs alone, unprofiled
+  ASSERT_EQ(pool_->running.size(), 1u);
+  EXPECT_FALSE(pool_->running[0].profile);
+  // Three requests wait for the instance; the middle one asks for its profile.
+  auto plain1 = Submit(m);
+  auto asks = Submit(m, 1, absl::StatusCode::kOk, /*profile=*/true);
+  auto plain2 = Submit(m);
+  pool_->Complete(0);
+  ASSERT_EQ(RunningRows(), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(pool_->running[0].profile) << "a request of the batch asked";
+  pool_->Complete(0);
+  ASSERT_TRUE(asks->answered);
+  EXPECT_EQ(asks->profile, "{\"batch\": 3}");
+  for (const auto& c : {before, plain1, plain2}) {
+    ASSERT_TRUE(c->answered);
+    EXPECT_EQ(c->profile, "") << "only the request that asked gets the profile";
+  }
+  // The next batch, where nobody asks, runs without it.
+  auto after = Submit(m);
+  ASSERT_EQ(pool_->running.size(), 1u);
+  EXPECT_FALSE(pool_->running[0].profile);
+  pool_->Complete(0);
+  EXPECT_EQ(after->profile, "");
   ExpectAnsweredCorrectly();
 }
 

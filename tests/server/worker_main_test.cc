@@ -193,6 +193,41 @@ TEST_F(WorkerSliceTest, AMinimumComputeTimeSleepsUntilItHasPassed) {
   EXPECT_LT(plain.compute_ns(), 20'000'000);
 }
 
+TEST_F(WorkerSliceTest, AProfiledBatchAnswersItsStepsAndTheNextRunIsNotTimed) {
+  // x [n,64] -> MatMul W [64,8] -> Relu -> y [n,8]: one matmul step.
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 64}).Output("y", {-1, 8});
+  b.Initializer("w", kernels::Tensor({64, 8}, std::vector<float>(64 * 8, 0.125f)));
+  b.Node("MatMul", {"x", "w"}, {"xw"});
+  b.Node("Relu", {"xw"}, {"y"});
+  auto model = engine::CompiledModel::Load(b.Save("worker_profiled"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  worker::RunBatch run = Batch(5, 5 * 64 * 4, 4096, 5 * 8 * 4);
+  run.set_profile(true);
+  worker::Reply reply;
+  RunBatchOn(**model, *arena_, run, &reply);
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  const std::string& json = reply.profile_json();
+  EXPECT_THAT(json, ::testing::StartsWith("{\"batch\": 5, \"compute_ms\": "));
+  EXPECT_THAT(json, HasSubstr("\"runs\": 1, \"step_ms\": "));
+  EXPECT_THAT(json, HasSubstr("\"rows\": [{\"index\": 0, \"kind\": \"matmul\""));
+  EXPECT_THAT(json, ::testing::EndsWith("]}"));
+  // Profiling was for that run only: the next one is not timed.
+  worker::Reply plain;
+  RunBatchOn(**model, *arena_, Batch(5, 5 * 64 * 4, 4096, 5 * 8 * 4), &plain);
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  EXPECT_EQ(plain.profile_json(), "");
+  const std::vector<engine::StepProfile> steps = (*model)->Profile();
+  ASSERT_FALSE(steps.empty());
+  for (const engine::StepProfile& step : steps) EXPECT_EQ(step.calls, 1) << step.kind;
+}
+
+TEST(BatchProfileJson, WrapsTheStepProfileWithTheBatch) {
+  EXPECT_EQ(BatchProfileJson(8, 2500000, "{\"runs\": 1, \"rows\": []}"),
+            "{\"batch\": 8, \"compute_ms\": 2.5, \"runs\": 1, \"rows\": []}");
+  EXPECT_EQ(BatchProfileJson(1, 1000000, "{}"), "{\"batch\": 1, \"compute_ms\": 1}");
+}
+
 TEST(NumaMaps, PagesAreSummedPerNode) {
   EXPECT_EQ(
       SumNumaMapsPages("55795ec9e000 default file=/usr/bin/head mapped=2 N0=2 kernelpagesize_kB=4\n"
