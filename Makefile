@@ -6,6 +6,10 @@
 #   make test-asan-ci  the part of test-asan that CI runs
 #   make test-tsan   TSan build (build/tsan), the server's threaded unit tests
 #   make fuzz        libFuzzer targets with clang (build/fuzz), FUZZ_SECONDS each
+# Benchmarks (not part of make test):
+#   make bench   the benchmark tables on stdout (benchmarks/run.sh)
+#   make report  the same machine's speed of light in one Markdown report with
+#                PNG plots: benchmarks/report/ (make_report.py, ~10 min)
 # Soak and faults against a real server (benchmarks/e2e/reliability.py):
 #   make reliability  10 min soak at 80% capacity, 2x overload, kill -9, corrupt
 #                     models under poll, disk full at a checkpoint (~17 min)
@@ -15,8 +19,8 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 SERVE_ARGS ?=
 
-.PHONY: all deps configure build serve test bench format clean test-asan test-asan-ci test-tsan fuzz install \
-  reliability
+.PHONY: all deps configure build serve test bench report format clean test-asan test-asan-ci test-tsan \
+  fuzz install reliability
 
 all: build
 
@@ -110,6 +114,14 @@ install: build
 
 bench: build
 	@bash benchmarks/run.sh $(BUILD_DIR)
+
+# benchmarks/report/README.md, its PNG plots and data.json: throughput per
+# batch and per thread (numaserve and ONNX Runtime), served latency CDF,
+# throughput per layout (scaleout_bench.sh), roofline (numaserve profile).
+# REPORT_ARGS: e.g. --seconds 3, --models mlp,resnet50, --out DIR, --quick.
+REPORT_ARGS ?=
+report: build
+	@/usr/bin/python3 benchmarks/report/make_report.py --build $(BUILD_DIR) $(REPORT_ARGS)
 
 # RELIABILITY_ARGS: e.g. --scenario soak --soak-seconds 3600 --json soak.json
 RELIABILITY_ARGS ?=

@@ -18,6 +18,9 @@ packages=(
   # make fuzz (libFuzzer and its sanitizer runtimes, clang's OpenMP) and
   # symbolized sanitizer reports (llvm-symbolizer) for make test-asan/-tsan
   clang libclang-rt-dev libomp-dev llvm
+  # make report's plots (benchmarks/report/make_report.py, matplotlib's Agg
+  # backend: no display needed)
+  python3-matplotlib
 )
 
 missing=()
