@@ -44,7 +44,9 @@ bool RanWinograd(const engine::CompiledModel& model, int64_t batch) {
 absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch, double seconds,
                                      double peak_gflops) {
   const engine::ModelInfo& info = model.info();
-  RunBuffers buffers = MakeRunBuffers(model, batch);
+  absl::StatusOr<RunBuffers> made = MakeRunBuffers(model, batch);
+  if (!made.ok()) return made.status();
+  const RunBuffers& buffers = *made;
   const auto& in_ptrs = buffers.in_ptrs;
   const auto& out_ptrs = buffers.out_ptrs;
   using Clock = std::chrono::steady_clock;
@@ -101,8 +103,9 @@ absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double se
 // `threads`: the model's; serial_below_mflops: the option (-1: measured).
 absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
                        double serial_below_mflops) {
-  RunBuffers buffers = MakeRunBuffers(model, batch);
-  if (absl::Status s = model.Run(batch, buffers.in_ptrs, buffers.out_ptrs); !s.ok()) return s;
+  absl::StatusOr<RunBuffers> buffers = MakeRunBuffers(model, batch);
+  if (!buffers.ok()) return buffers.status();
+  if (absl::Status s = model.Run(batch, buffers->in_ptrs, buffers->out_ptrs); !s.ok()) return s;
   auto steps = model.PlanAt(batch);
   if (!steps.ok()) return steps.status();
   int references = 0;
@@ -271,8 +274,8 @@ int BenchCommand(const std::vector<std::string>& args) {
   bool int8 = false;
   if (affinity::GetPeakFlops().peak_int8_gops_per_core > 0 &&
       ((*model)->info().batched || batches.front() == 1)) {
-    RunBuffers warm = MakeRunBuffers(**model, batches.front());
-    if ((*model)->Run(batches.front(), warm.in_ptrs, warm.out_ptrs).ok()) {
+    absl::StatusOr<RunBuffers> warm = MakeRunBuffers(**model, batches.front());
+    if (warm.ok() && (*model)->Run(batches.front(), warm->in_ptrs, warm->out_ptrs).ok()) {
       if (auto plan = (*model)->PlanAt(batches.front()); plan.ok()) {
         for (const engine::PlannedStep& step : *plan) {
           int8 = int8 || step.implementation.find("int8") != std::string::npos;

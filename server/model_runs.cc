@@ -4,6 +4,10 @@
 #include <chrono>
 #include <random>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "affinity/memory_bandwidth.h"
+#include "kernels/tensor.h"
 #include "server/datatypes.h"
 
 namespace numaserve::server {
@@ -23,23 +27,49 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-RunBuffers MakeRunBuffers(engine::CompiledModel& model, int64_t batch) {
+absl::StatusOr<RunBuffers> MakeRunBuffers(engine::CompiledModel& model, int64_t batch) {
   const engine::ModelInfo& info = model.info();
-  RunBuffers b;
-  std::mt19937 rng(7);
+  if (batch < 1) return absl::InvalidArgumentError("a batch below 1");
+  // Element counts of every input and output, checked before any allocation.
+  std::vector<int64_t> in_elements, out_elements;
+  uint64_t bytes = 0;
+  auto add = [&](const std::vector<int64_t>& dims, engine::DataType type,
+                 std::vector<int64_t>* counts) -> absl::Status {
+    absl::StatusOr<int64_t> n = kernels::NumElementsChecked(dims);
+    if (!n.ok()) return absl::InvalidArgumentError(n.status().message());
+    const uint64_t size = std::max<uint64_t>(engine::DataTypeSize(type), 1);
+    bytes += static_cast<uint64_t>(*n) * size;
+    counts->push_back(*n);
+    return absl::OkStatus();
+  };
   for (const engine::TensorInfo& t : info.inputs) {
-    int64_t n = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d)
-      n *= (d == 0 && t.shape[d] < 0) ? batch : t.shape[d];
-    b.inputs.push_back(Words(n, t.type));
-    FillRandom(engine::DataTypeName(t.type), n, -1.0f, 1.0f, &rng,
-               reinterpret_cast<char*>(b.inputs.back().data()));
+    std::vector<int64_t> dims = t.shape;
+    if (!dims.empty() && dims[0] < 0) dims[0] = batch;
+    if (absl::Status s = add(dims, t.type, &in_elements); !s.ok()) return s;
   }
   const auto shapes = model.OutputShapes(batch);
+  if (shapes.size() != info.outputs.size()) {
+    return absl::InvalidArgumentError("the model cannot run at this batch");
+  }
   for (size_t i = 0; i < shapes.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t d : shapes[i]) n *= d;
-    b.outputs.push_back(Words(n, info.outputs[i].type));
+    if (absl::Status s = add(shapes[i], info.outputs[i].type, &out_elements); !s.ok()) return s;
+  }
+  const uint64_t available = affinity::AvailableMemoryBytes();
+  if (bytes > (uint64_t{1} << 62) || (available > 0 && bytes > available / 2)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the inputs and outputs take %.1f GiB, more than half the %.1f GiB of memory available",
+        static_cast<double>(bytes) / (1 << 30), static_cast<double>(available) / (1 << 30)));
+  }
+  RunBuffers b;
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < info.inputs.size(); ++i) {
+    const engine::TensorInfo& t = info.inputs[i];
+    b.inputs.push_back(Words(in_elements[i], t.type));
+    FillRandom(engine::DataTypeName(t.type), in_elements[i], -1.0f, 1.0f, &rng,
+               reinterpret_cast<char*>(b.inputs.back().data()));
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    b.outputs.push_back(Words(out_elements[i], info.outputs[i].type));
   }
   for (auto& v : b.inputs) b.in_ptrs.push_back(v.data());
   for (auto& v : b.outputs) b.out_ptrs.push_back(v.data());
@@ -48,7 +78,9 @@ RunBuffers MakeRunBuffers(engine::CompiledModel& model, int64_t batch) {
 
 absl::StatusOr<ProfiledRuns> ProfileRuns(engine::CompiledModel& model, int64_t batch,
                                          double seconds, int64_t min_runs, int64_t max_events) {
-  RunBuffers buffers = MakeRunBuffers(model, batch);
+  absl::StatusOr<RunBuffers> made = MakeRunBuffers(model, batch);
+  if (!made.ok()) return made.status();
+  RunBuffers& buffers = *made;
   using Clock = std::chrono::steady_clock;
   model.SetStepEventLimit(max_events);
   model.SetProfiling(true);

@@ -20,7 +20,10 @@ struct RunBuffers {
 };
 
 // Floats in [-1, 1), integers 0..9, booleans; the same values every call.
-RunBuffers MakeRunBuffers(engine::CompiledModel& model, int64_t batch);
+// INVALID_ARGUMENT when a buffer exceeds the engine's tensor limit
+// (kernels::NumElementsChecked), RESOURCE_EXHAUSTED when they take more
+// than half the memory available now; the caller names the batch.
+absl::StatusOr<RunBuffers> MakeRunBuffers(engine::CompiledModel& model, int64_t batch);
 
 // The value at quantile q (0..1) of `v`, nearest rank; 0 when empty.
 double Percentile(std::vector<double> v, double q);

@@ -180,9 +180,10 @@ int Advise(engine::CompiledModel& model, const ProfileSettings& settings,
   }
   for (int64_t batch = 1; batch <= max_batch; batch *= 2) {
     {
-      RunBuffers warm = MakeRunBuffers(model, batch);
+      absl::StatusOr<RunBuffers> warm = MakeRunBuffers(model, batch);
+      if (!warm.ok()) return Fail(absl::StrCat("batch ", batch, ": ", warm.status().message()));
       for (int i = 0; i < 2; ++i) {
-        if (absl::Status s = model.Run(batch, warm.in_ptrs, warm.out_ptrs); !s.ok()) {
+        if (absl::Status s = model.Run(batch, warm->in_ptrs, warm->out_ptrs); !s.ok()) {
           return Fail(absl::StrCat("batch ", batch, ": ", s.message()));
         }
       }
@@ -376,9 +377,13 @@ int ProfileCommand(const std::vector<std::string>& args) {
 
   // Warm-up: primitive creation, weight layouts, page faults.
   {
-    RunBuffers warm = MakeRunBuffers(**model, batch);
+    absl::StatusOr<RunBuffers> warm = MakeRunBuffers(**model, batch);
+    if (!warm.ok()) {
+      close_trace();
+      return Fail(absl::StrCat("batch ", batch, ": ", warm.status().message()));
+    }
     for (int i = 0; i < 2; ++i) {
-      if (absl::Status s = (*model)->Run(batch, warm.in_ptrs, warm.out_ptrs); !s.ok()) {
+      if (absl::Status s = (*model)->Run(batch, warm->in_ptrs, warm->out_ptrs); !s.ok()) {
         close_trace();
         return Fail(absl::StrCat("batch ", batch, ": ", s.message()));
       }

@@ -142,6 +142,11 @@ class ProfileTest(unittest.TestCase):
     def test_bad_batch(self):
         self.expect_error(("profile", "--model", self.model, "--batch", "0"), "--batch")
         self.expect_error(("profile", "--model", self.model, "--batch", "-3"), "--batch")
+        # Buffers beyond the engine's tensor limit: an error naming the
+        # batch, not an allocation failure.
+        for command in ("profile", "bench"):
+            self.expect_error((command, "--model", self.model, "--batch", "100000000000",
+                               "--seconds", "0.1"), "batch 100000000000", "exceeds the limit")
 
     def test_unwritable_trace(self):
         bad = os.path.join(self.tmp.name, "no_such_dir", "trace.json")
