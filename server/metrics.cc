@@ -105,6 +105,19 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& addr
            .Name("numaserve_worker_peak_fraction_ratio")
            .Help("Achieved GFLOP/s over the worker's FP32 peak (probe GFLOP/s per core x cores)")
            .Register(r);
+  m->worker_peak_flops_ =
+      &BuildGauge()
+           .Name("numaserve_worker_peak_flops")
+           .Help(
+               "A worker's peak from the CPU model by precision: FLOP/s (int8: operations/s) "
+               "per core x its cores")
+           .Register(r);
+  m->memory_bandwidth_ = &BuildGauge()
+                              .Name("numaserve_memory_bandwidth_bytes_per_second")
+                              .Help(
+                                  "A NUMA node's memory bandwidth, STREAM triad measured at "
+                                  "start (serve --measure-bandwidth)")
+                              .Register(r);
   m->worker_resident_ = &BuildGauge()
                              .Name("numaserve_worker_resident_memory_bytes")
                              .Help("Resident memory of each worker process")
@@ -309,6 +322,17 @@ void Metrics::SetWorkerPeak(int worker, int numa_node, double peak_gflops) {
   auto labels = WorkerLabels(worker, numa_node);
   worker_gflops_->Add(labels).Set(0);
   worker_peak_fraction_->Add(labels).Set(0);
+}
+
+void Metrics::SetWorkerPeakFlops(int worker, int numa_node, const std::string& precision,
+                                 double per_second) {
+  auto labels = WorkerLabels(worker, numa_node);
+  labels["precision"] = precision;
+  worker_peak_flops_->Add(labels).Set(per_second);
+}
+
+void Metrics::SetMemoryBandwidth(int numa_node, double bytes_per_second) {
+  memory_bandwidth_->Add({{"numa_node", std::to_string(numa_node)}}).Set(bytes_per_second);
 }
 
 void Metrics::SetWorkerResidentBytes(int worker, int numa_node, double bytes) {

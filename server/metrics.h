@@ -60,6 +60,13 @@ class Metrics {
   // The worker's FP32 peak (probe GFLOP/s per core x its cores), for the
   // fraction-of-peak gauge.
   void SetWorkerPeak(int worker, int numa_node, double peak_gflops);
+  // The worker's peak in `precision` ("fp32", "bf16", "int8") from the CPU
+  // model: FLOP/s (INT8: operations/s) per core x its cores.
+  void SetWorkerPeakFlops(int worker, int numa_node, const std::string& precision,
+                          double per_second);
+  // A NUMA node's memory bandwidth (STREAM triad bytes/s), measured at start
+  // with serve --measure-bandwidth.
+  void SetMemoryBandwidth(int numa_node, double bytes_per_second);
   void SetWorkerResidentBytes(int worker, int numa_node, double bytes);
   // Where a worker's resident memory lies (after its latest model load):
   // bytes on NUMA node `memory_node`.
@@ -107,6 +114,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* pending_ = nullptr;
   prometheus::Family<prometheus::Gauge>* worker_gflops_ = nullptr;
   prometheus::Family<prometheus::Gauge>* worker_peak_fraction_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* worker_peak_flops_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* memory_bandwidth_ = nullptr;
   prometheus::Family<prometheus::Gauge>* worker_resident_ = nullptr;
   prometheus::Family<prometheus::Gauge>* model_load_seconds_ = nullptr;
   // Per worker: busy seconds and FLOPs so far, and the peak (GFLOP/s).

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
+#include "affinity/memory_bandwidth.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
 #include "base/log.h"
@@ -71,6 +73,7 @@ struct ServeOptions {
   std::string topology;
   std::string cpuset;
   bool use_smt = false;
+  bool measure_bandwidth = false;
   bool omp_spin = false;
   std::string omp_wait = "short";
   int64_t max_workers = 0;
@@ -296,6 +299,10 @@ int ServeCommand(const std::vector<std::string>& args) {
                    "plan for an hwloc synthetic topology or XML file instead of this machine");
   parser.AddString("cpuset", &o.cpuset, "use only these cpus, e.g. 0-7");
   parser.AddBool("use-smt", &o.use_smt, "give workers the SMT siblings of their cores too");
+  parser.AddBool("measure-bandwidth", &o.measure_bandwidth,
+                 "measure each NUMA node's memory bandwidth at start (STREAM triad on its "
+                 "workers' cpus, ~1 s and up to 512 MiB per node) for "
+                 "numaserve_memory_bandwidth_bytes_per_second");
   parser.AddString("omp-wait", &o.omp_wait,
                    "how idle OpenMP threads wait: passive (sleep at once) | short (spin ~25 us, "
                    "then sleep) | spin (spin ~1 ms: only when workers' cores are not shared with "
@@ -533,8 +540,43 @@ int ServeCommand(const std::vector<std::string>& args) {
   std::function<void()> pump_scheduler = [&] { scheduler.Pump(); };
   on_workers_changed = &pump_scheduler;
   const double peak_per_core = kernels::Fp32PeakGflopsPerCore();
+  const affinity::PeakFlops& peaks = affinity::GetPeakFlops();
   for (const auto& p : plan->workers) {
     (*metrics)->SetWorkerPeak(p.index, p.numa_node, peak_per_core * p.num_threads);
+    (*metrics)->SetWorkerPeakFlops(p.index, p.numa_node, "fp32",
+                                   peak_per_core * p.num_threads * 1e9);
+    if (kernels::GetBf16Support().native && peaks.peak_bf16_gflops_per_core > 0) {
+      (*metrics)->SetWorkerPeakFlops(p.index, p.numa_node, "bf16",
+                                     peaks.peak_bf16_gflops_per_core * p.num_threads * 1e9);
+    }
+    if (peaks.peak_int8_gops_per_core > 0) {
+      (*metrics)->SetWorkerPeakFlops(p.index, p.numa_node, "int8",
+                                     peaks.peak_int8_gops_per_core * p.num_threads * 1e9);
+    }
+  }
+  if (o.measure_bandwidth) {
+    // Before the workers start, on the cpus each node's workers will use.
+    std::map<int, std::vector<int>> node_cpus;
+    for (const auto& p : plan->workers) {
+      std::vector<int>& cpus = node_cpus[std::max(p.numa_node, 0)];
+      cpus.insert(cpus.end(), p.cpus.begin(), p.cpus.end());
+    }
+    for (const auto& [node, cpus] : node_cpus) {
+      affinity::BandwidthOptions probe;
+      probe.cpus = cpus;
+      absl::StatusOr<affinity::BandwidthResult> r = affinity::MeasureMemoryBandwidth(probe);
+      if (!r.ok()) {
+        Log(LogLevel::kWarning, "serve",
+            absl::StrCat("NUMA node ", node,
+                         ": memory bandwidth not measured: ", r.status().message()));
+        continue;
+      }
+      (*metrics)->SetMemoryBandwidth(node, r->gb_per_second * 1e9);
+      Log(LogLevel::kInfo, "serve",
+          absl::StrFormat("NUMA node %d: memory bandwidth %.1f GB/s (triad, %d threads, %d MiB)",
+                          node, r->gb_per_second, r->threads,
+                          static_cast<int>(r->bytes_per_pass >> 20)));
+    }
   }
   PeriodicTask rss_sampler(std::chrono::seconds(1), [workers = workers->get(), m = metrics->get()] {
     SampleResidentMemory(*workers, m);

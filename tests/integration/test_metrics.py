@@ -29,7 +29,7 @@ class MetricsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.repo = tempfile.mkdtemp(prefix="numaserve_metrics_")
         nc.write_default_model(cls.repo)
-        cls.server = nc.ServerProcess(cls.repo).start()
+        cls.server = nc.ServerProcess(cls.repo, args=("--measure-bandwidth",)).start()
         stub = cls.server.stub()
         cls.before = cls.server.metrics()
         for i, batch in enumerate(BATCHES):
@@ -173,6 +173,16 @@ class MetricsTest(unittest.TestCase):
             lambda: self.server.metrics().sum("numaserve_worker_resident_memory_bytes") > 0,
             timeout=10)
         self.assertTrue(resident, "numaserve_worker_resident_memory_bytes stayed 0")
+        # The machine's limits, from the CPU model and (--measure-bandwidth)
+        # a triad run at start.
+        peaks = self.metrics.find("numaserve_worker_peak_flops", precision="fp32")
+        self.assertTrue(peaks, "no numaserve_worker_peak_flops")
+        self.assertTrue(all(1e9 < v < 1e14 for _, _, v in peaks), peaks)
+        for _, labels, _ in self.metrics.find("numaserve_worker_peak_flops"):
+            self.assertIn(labels["precision"], ("fp32", "bf16", "int8"), labels)
+        bandwidth = self.metrics.find("numaserve_memory_bandwidth_bytes_per_second")
+        self.assertTrue(bandwidth, "no numaserve_memory_bandwidth_bytes_per_second")
+        self.assertTrue(all(1e8 < v < 1e13 for _, _, v in bandwidth), bandwidth)
         loads = self.metrics.find("numaserve_model_load_duration_seconds", model=MODEL)
         self.assertTrue(loads, "no numaserve_model_load_duration_seconds")
         self.assertTrue(all(v > 0 for _, _, v in loads), loads)
