@@ -276,6 +276,10 @@ def measure_all(args, argv):
         data["profile"] = measure.profile(numaserve, args.models_dir, args.models,
                                           args.profile_batches, cores,
                                           max(0.05, args.seconds))
+        if measure.has_command(numaserve, "profile"):
+            data["gemm_shapes"] = measure.gemm_shapes(
+                numaserve, measure.QUICK_GEMM_SHAPES if args.quick else measure.GEMM_SHAPES,
+                cores, max(0.05, args.seconds))
     data["machine"]["load_after"] = measure.load_average()
     data["wall_seconds"] = round(time.time() - started, 1)
     return data
@@ -305,7 +309,7 @@ def write_report(plots, data, out):
         figures["layouts"] = plots.throughput_vs_layout(data.get("layouts"), out)
     if "roofline" in sections:
         figures["roofline"], data["roofline_has_bytes"] = plots.roofline(
-            data.get("profile"), data["limits"], out, cores)
+            data.get("profile"), data["limits"], out, cores, data.get("gemm_shapes"))
     with open(os.path.join(out, "data.json"), "w") as f:
         json.dump(finite(data), f, indent=1, default=str, allow_nan=False)
         f.write("\n")

@@ -77,7 +77,7 @@ def render(data, figures, sections, cores):
     if "roofline" in sections:
         number += 1
         out += section_roofline(number, data.get("profile"), lim, figures.get("roofline"),
-                                data.get("roofline_has_bytes"), cores)
+                                data.get("roofline_has_bytes"), cores, data.get("gemm_shapes"))
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -204,7 +204,7 @@ def section_layouts(n, layouts, figure, note):
     return out
 
 
-def section_roofline(n, profile, lim, figure, has_bytes, cores):
+def section_roofline(n, profile, lim, figure, has_bytes, cores, gemms=None):
     out = [f"## {n}. Roofline\n"]
     runs = (profile or {}).get("runs", [])
     if not runs:
@@ -245,4 +245,21 @@ def section_roofline(n, profile, lim, figure, has_bytes, cores):
     out.append("\nsteps under the ridge: steps with FLOPs whose intensity is below peak / "
                "bandwidth (memory-bound on this machine); steps without FLOPs (copies, "
                "reorders) are not plotted.\n")
+    if gemms:
+        out += ["GEMM shapes (black crosses): a model of one MatMul `y[M,N] = x[M,K] @ W[K,N]` "
+                "profiled at batch M, its weights and input read and its output written once "
+                "per call.\n",
+                "| M x K x N | GFLOP per call | MB per call | intensity FLOP/byte | time ms | "
+                "GFLOP/s | fraction of the roof |",
+                "|---|---|---|---|---|---|---|"]
+        for g in gemms:
+            flops, bytes_, sec, gf = g.get("flops"), g.get("bytes"), g.get("seconds"), g.get(
+                "gflops")
+            ai = flops / bytes_ if flops and bytes_ else None
+            roof = min(peak, ai * bw) if ai and peak and bw else (peak or None)
+            out.append(f"| {g['m']} x {g['k']} x {g['n']} | {fmt(flops / 1e9 if flops else None)} "
+                       f"| {fmt(bytes_ / 1e6 if bytes_ else None)} | {fmt(ai)} | "
+                       f"{fmt(sec * 1e3 if sec else None)} | {fmt(gf)} | "
+                       f"{fmt(gf / roof if gf and roof else None, 2)} |")
+        out.append("")
     return out

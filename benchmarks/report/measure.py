@@ -489,6 +489,56 @@ def profile(numaserve, models_dir, models, batches, threads, seconds):
     return {"source": "profile" if use_profile else "bench --profile", "runs": runs}
 
 
+# GEMM shapes for the roofline, M x K x N: the MLP's first layer at batch 1
+# and 32, BERT-base's projections and feed-forward over 128 tokens, a square
+# one; --quick takes the first two of QUICK_GEMM_SHAPES.
+GEMM_SHAPES = [(1, 784, 1024), (32, 1024, 1024), (128, 768, 768), (128, 768, 3072),
+               (1024, 1024, 1024)]
+QUICK_GEMM_SHAPES = [(1, 64, 64), (32, 256, 256)]
+
+
+def gemm_model(path, k, n):
+    """An ONNX model y[batch, n] = x[batch, k] @ W[k, n], W constant."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper, TensorProto
+    w = np.random.default_rng(k * 7919 + n).uniform(-1, 1, (k, n)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="gemm")], "gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", n])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def gemm_shapes(numaserve, shapes, threads, seconds):
+    """[{m, k, n, flops, bytes, seconds, gflops}] for each GEMM shape, from
+    `numaserve profile --json` of a one-MatMul model at batch M (FLOPs and
+    bytes per call, seconds per call)."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="numaserve_report_gemm_") as tmp:
+        for m, k, n in shapes:
+            log(f"GEMM {m}x{k}x{n}: profile")
+            path = os.path.join(tmp, f"gemm_{k}x{n}.onnx")
+            if not os.path.exists(path):
+                gemm_model(path, k, n)
+            text = run([numaserve, "profile", "--model", path, "--batch", str(m),
+                        "--threads", str(threads), "--seconds", str(seconds), "--json"],
+                       env=dict(os.environ, **NUMASERVE_ENV), timeout=600)
+            data = json.loads(text[text.index("{"):])
+            totals = step_row(data.get("totals", {}))
+            if totals["seconds"] is None and data.get("step_ms"):
+                totals["seconds"] = float(data["step_ms"]) / 1e3
+            if totals["gflops"] is None and totals["flops"] and totals["seconds"]:
+                totals["gflops"] = totals["flops"] / totals["seconds"] / 1e9
+            out.append({"m": m, "k": k, "n": n, "flops": totals["flops"],
+                        "bytes": totals["bytes"], "seconds": totals["seconds"],
+                        "gflops": totals["gflops"]})
+    return out
+
+
 def number(row, *keys):
     for k in keys:
         v = row.get(k)

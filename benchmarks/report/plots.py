@@ -205,7 +205,7 @@ def short_layout(layout):
     return text
 
 
-def roofline(profile, limits, out_dir, cores):
+def roofline(profile, limits, out_dir, cores, gemms=None):
     """x: arithmetic intensity (FLOP/byte), y: GFLOP/s, log-log; the compute
     roof (FP32 peak x cores) and, when measured, the memory roof (bandwidth
     x intensity). Each step a point (size: its share of the time), each
@@ -270,6 +270,16 @@ def roofline(profile, limits, out_dir, cores):
                                       label=f"{m}, batch {b}: steps"))
         handles.append(Line2D([], [], color="gray", marker="*", markeredgecolor="black",
                               markersize=12, linestyle="none", label="whole model (all steps)"))
+        gemm_pts = [(g["flops"] / g["bytes"], g["gflops"], f"{g['m']}x{g['k']}x{g['n']}")
+                    for g in (gemms or []) if g.get("flops") and g.get("bytes") and g.get("gflops")]
+        if gemm_pts:
+            ax.scatter([p[0] for p in gemm_pts], [p[1] for p in gemm_pts], s=60, color="black",
+                       marker="X")
+            for x, y, label in gemm_pts:
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -10),
+                            fontsize=7)
+            handles.append(Line2D([], [], color="black", marker="X", linestyle="none",
+                                  label="GEMM M x K x N (one MatMul)"))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)

@@ -95,6 +95,14 @@ class MakeReportTest(unittest.TestCase):
         self.assertTrue(data["layouts"]["rows"])
         self.assertTrue(data["profile"]["runs"])
         self.assertTrue(data["limits"]["fp32_gflops_per_core"])
+        # GEMM shapes on the roofline: FLOPs 2MKN and bytes 4(MK + KN + MN).
+        shapes = [(g["m"], g["k"], g["n"]) for g in data["gemm_shapes"]]
+        self.assertEqual(shapes, [(1, 64, 64), (32, 256, 256)])
+        for g in data["gemm_shapes"]:
+            m, k, n = g["m"], g["k"], g["n"]
+            self.assertEqual(g["flops"], 2 * m * k * n, g)
+            self.assertEqual(g["bytes"], 4 * (m * k + k * n + m * n), g)
+            self.assertGreater(g["gflops"], 0, g)
 
 
 if __name__ == "__main__":
