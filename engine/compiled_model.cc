@@ -1159,6 +1159,15 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       absl::StrAppend(&label, "+", act.name);
     }
   };
+  // Whether a conv with `trial`'s options (a fusion being considered)
+  // runs on a non-reference kernel between blocked activations (what conv
+  // chains get; plain ones run oneDNN's reference with or without it).
+  auto runs_fast = [&](kernels::ConvOnednnOptions trial, const Shape& src, const Shape& dst) {
+    trial.log_reference = false;
+    auto conv = kernels::ConvOnednn::Create(engine_, std::move(trial));
+    return conv.ok() && (*conv)->Prepare(src, dst, true, true).ok() &&
+           !kernels::IsReferenceImplementation((*conv)->ImplementationName(src));
+  };
   fuse_activations(out, o.eltwise, name);
   if (has_bias) o.bias = std::move(bias);
   o.weights = weights.data();
@@ -1202,21 +1211,13 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
           {dnnl::algorithm::eltwise_clip, lo - zp, hi - zp},
           {dnnl::algorithm::eltwise_pow, fq.scale, 1.0f}};
       kernels::ConvOnednnOptions trial = o;
-      trial.log_reference = false;
       bool appendable = true;
       for (const kernels::EltwisePostOp& e : fake_quantize) {
         appendable = appendable && kernels::CanAppendEltwise(trial.eltwise, e);
         trial.eltwise.push_back(e);
       }
       const ValueId dq_out = graph_.nodes()[dqn].outputs[0];
-      const Shape& src_shape = shapes1[input];
-      auto conv = appendable ? kernels::ConvOnednn::Create(engine_, trial)
-                             : absl::StatusOr<std::unique_ptr<kernels::ConvOnednn>>(
-                                   absl::UnimplementedError("post-ops"));
-      const bool fast = conv.ok() &&
-                        (*conv)->Prepare(src_shape, shapes1[dq_out], true, true).ok() &&
-                        !kernels::IsReferenceImplementation((*conv)->ImplementationName(src_shape));
-      if (fast) {
+      if (appendable && runs_fast(trial, shapes1[input], shapes1[dq_out])) {
         o.eltwise = std::move(trial.eltwise);
         fused[qn] = true;
         fused[dqn] = true;
@@ -1273,23 +1274,15 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       kernels::ConvOnednnOptions trial = o;
       trial.dw = dw;
       trial.winograd = false;
-      trial.log_reference = false;
       // The pair's work per input element decides (in BF16, the 1x1 output
       // stays BF16 in cache: MobileNetV2's 192-channel stride-2 pair at
       // batch 32 took 9.0 ms against 10.7 ms in FP32).
       trial.bf16 = UseBf16(ConvFlopsPerInput(o, stride));
-      // Blocked activations (what conv chains get; plain ones run oneDNN's
-      // reference with or without the fusion).
-      const Shape& src_shape = shapes1[node.inputs[0]];
-      auto conv = kernels::ConvOnednn::Create(engine_, std::move(trial));
       // oneDNN's ref_fused_convolution chaining its jit 1x1 and depthwise
       // kernels counts as fast (MobileNetV2 ran 17-20% faster with it, and
       // the expanded tensor needs no arena memory); one chaining a
       // reference kernel does not.
-      const bool fast = chain_ok && conv.ok() &&
-                        (*conv)->Prepare(src_shape, shapes1[dw_out], true, true).ok() &&
-                        !kernels::IsReferenceImplementation((*conv)->ImplementationName(src_shape));
-      if (fast) {
+      if (chain_ok && runs_fast(trial, shapes1[input], shapes1[dw_out])) {
         o.dw = std::move(dw);
         o.winograd = false;
         o.bf16 = UseBf16(ConvFlopsPerInput(o, stride));

@@ -322,6 +322,7 @@ void Metrics::SetWorkerPeak(int worker, int numa_node, double peak_gflops) {
   auto labels = WorkerLabels(worker, numa_node);
   worker_gflops_->Add(labels).Set(0);
   worker_peak_fraction_->Add(labels).Set(0);
+  SetWorkerPeakFlops(worker, numa_node, "fp32", peak_gflops * 1e9);
 }
 
 void Metrics::SetWorkerPeakFlops(int worker, int numa_node, const std::string& precision,

@@ -58,9 +58,9 @@ class Metrics {
   void RecordInstanceBusy(int worker, int numa_node, int instance, double seconds);
   void RecordWorkerRestart(int worker, int numa_node);
   // The worker's FP32 peak (probe GFLOP/s per core x its cores), for the
-  // fraction-of-peak gauge.
+  // fraction-of-peak gauge and the "fp32" peak-flops gauge.
   void SetWorkerPeak(int worker, int numa_node, double peak_gflops);
-  // The worker's peak in `precision` ("fp32", "bf16", "int8") from the CPU
+  // The worker's peak in another precision ("bf16", "int8") from the CPU
   // model: FLOP/s (INT8: operations/s) per core x its cores.
   void SetWorkerPeakFlops(int worker, int numa_node, const std::string& precision,
                           double per_second);

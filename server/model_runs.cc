@@ -55,7 +55,8 @@ absl::StatusOr<RunBuffers> MakeRunBuffers(engine::CompiledModel& model, int64_t 
     if (absl::Status s = add(shapes[i], info.outputs[i].type, &out_elements); !s.ok()) return s;
   }
   const uint64_t available = affinity::AvailableMemoryBytes();
-  if (bytes > (uint64_t{1} << 62) || (available > 0 && bytes > available / 2)) {
+  // Each buffer is at most kMaxTensorElements x 8 bytes: the sum cannot wrap.
+  if (available > 0 && bytes > available / 2) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the inputs and outputs take %.1f GiB, more than half the %.1f GiB of memory available",
         static_cast<double>(bytes) / (1 << 30), static_cast<double>(available) / (1 << 30)));

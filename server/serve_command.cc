@@ -543,8 +543,6 @@ int ServeCommand(const std::vector<std::string>& args) {
   const affinity::PeakFlops& peaks = affinity::GetPeakFlops();
   for (const auto& p : plan->workers) {
     (*metrics)->SetWorkerPeak(p.index, p.numa_node, peak_per_core * p.num_threads);
-    (*metrics)->SetWorkerPeakFlops(p.index, p.numa_node, "fp32",
-                                   peak_per_core * p.num_threads * 1e9);
     if (kernels::GetBf16Support().native && peaks.peak_bf16_gflops_per_core > 0) {
       (*metrics)->SetWorkerPeakFlops(p.index, p.numa_node, "bf16",
                                      peaks.peak_bf16_gflops_per_core * p.num_threads * 1e9);

@@ -112,6 +112,30 @@ struct ConvCase {
   bool bias = true;
 };
 
+// One Conv case's graph, random inputs and output gradient, and what the
+// reference computes from them.
+struct ConvRun {
+  engine::Graph graph;
+  std::vector<Tensor> inputs;
+  Tensor dy;
+  OpResult ref;
+
+  explicit ConvRun(const ConvCase& c) {
+    GraphBuilder b;
+    b.Input("x").Output("y").Weight("w", c.w);
+    if (c.bias) b.Weight("bias", {c.w[0]});
+    b.Node("Conv",
+           c.bias ? std::vector<std::string>{"x", "w", "bias"} : std::vector<std::string>{"x", "w"},
+           {"y"}, c.attrs);
+    graph = b.Build();
+    inputs = {Random(c.x, 1), Random(c.w, 2)};
+    if (c.bias) inputs.push_back(Random({c.w[0]}, 3));
+    const OpResult shape_only = RunOp(graph, inputs, Tensor(), Implementation::kReference);
+    dy = Random(shape_only.y.shape, 4);
+    ref = RunOp(graph, inputs, dy, Implementation::kReference);
+  }
+};
+
 TEST(OnednnTrainingOpsTest, ConvMatchesReference) {
   const int64_t fallbacks = conv_pool::ReferenceFallbacks();
   const std::vector<ConvCase> cases = {
@@ -156,18 +180,11 @@ TEST(OnednnTrainingOpsTest, ConvMatchesReference) {
       {"5x5 pad 2", {1, 6, 10, 10}, {10, 6, 5, 5}, {{"pads", std::vector<int64_t>{2, 2, 2, 2}}}},
   };
   for (const ConvCase& c : cases) {
-    GraphBuilder b;
-    b.Input("x").Output("y").Weight("w", c.w);
-    if (c.bias) b.Weight("bias", {c.w[0]});
-    b.Node("Conv",
-           c.bias ? std::vector<std::string>{"x", "w", "bias"} : std::vector<std::string>{"x", "w"},
-           {"y"}, c.attrs);
-    const engine::Graph graph = b.Build();
-    std::vector<Tensor> inputs = {Random(c.x, 1), Random(c.w, 2)};
-    if (c.bias) inputs.push_back(Random({c.w[0]}, 3));
-    const OpResult shape_only = RunOp(graph, inputs, Tensor(), Implementation::kReference);
-    const Tensor dy = Random(shape_only.y.shape, 4);
-    const OpResult ref = RunOp(graph, inputs, dy, Implementation::kReference);
+    const ConvRun run(c);
+    const engine::Graph& graph = run.graph;
+    const std::vector<Tensor>& inputs = run.inputs;
+    const Tensor& dy = run.dy;
+    const OpResult& ref = run.ref;
     const OpResult dnn = RunOp(graph, inputs, dy, Implementation::kOnednn);
     ExpectSame(
         dnn, ref, std::string("Conv ") + c.what,
@@ -209,18 +226,11 @@ TEST(OnednnTrainingOpsTest, Bf16ConvWithinBf16RoundingOfReference) {
       {"1x1", {2, 64, 5, 5}, {32, 64, 1, 1}, {}},
   };
   for (const ConvCase& c : cases) {
-    GraphBuilder b;
-    b.Input("x").Output("y").Weight("w", c.w);
-    if (c.bias) b.Weight("bias", {c.w[0]});
-    b.Node("Conv",
-           c.bias ? std::vector<std::string>{"x", "w", "bias"} : std::vector<std::string>{"x", "w"},
-           {"y"}, c.attrs);
-    const engine::Graph graph = b.Build();
-    std::vector<Tensor> inputs = {Random(c.x, 1), Random(c.w, 2)};
-    if (c.bias) inputs.push_back(Random({c.w[0]}, 3));
-    const OpResult shape_only = RunOp(graph, inputs, Tensor(), Implementation::kReference);
-    const Tensor dy = Random(shape_only.y.shape, 4);
-    const OpResult ref = RunOp(graph, inputs, dy, Implementation::kReference);
+    const ConvRun run(c);
+    const engine::Graph& graph = run.graph;
+    const std::vector<Tensor>& inputs = run.inputs;
+    const Tensor& dy = run.dy;
+    const OpResult& ref = run.ref;
     const onednn::Bf16ConvPrimitives before = onednn::Bf16ConvPrimitiveCounts();
     const OpResult bf16 = RunOp(graph, inputs, dy, Implementation::kOnednn, true, /*bf16=*/true);
     const onednn::Bf16ConvPrimitives after = onednn::Bf16ConvPrimitiveCounts();
