@@ -230,6 +230,10 @@ absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const S
     return absl::InvalidArgumentError(absl::StrCat("Resize tf_crop_and_resize needs ", 2 * rank,
                                                    " roi values, got ", p.roi.size()));
   }
+  // An empty output needs no taps: without this, one long dim beside a zero
+  // one (scales 2^21 and 1e-12) would build millions of taps for nothing.
+  Tensor y(out_shape);
+  if (y.data.empty()) return y;
   std::vector<std::vector<Taps>> taps(rank);
   for (size_t d = 0; d < rank; ++d) {
     const int64_t in_len = x.shape[d];
@@ -277,7 +281,6 @@ absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const S
     }
   }
   const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
-  Tensor y(out_shape);
   std::vector<size_t> k(rank);
   ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
     for (size_t d = 0; d < rank; ++d) {
