@@ -281,9 +281,9 @@ absl::Status FakeQuantStep::Run(const StepContext& ctx) {
     }
     x = y;
   }
-  const int64_t n =
-      dst_blocked_ ? kernels::ActivationBytes(shape, true) / static_cast<int64_t>(sizeof(float))
-                   : kernels::NumElements(shape);
+  const int64_t n = dst_blocked_ ? kernels::ActivationBytes(shape, true, layout_) /
+                                       static_cast<int64_t>(sizeof(float))
+                                 : kernels::NumElements(shape);
   kernels::FakeQuantize(x, n, scale_, zero_point_, lo_, hi_, y);
   return absl::OkStatus();
 }

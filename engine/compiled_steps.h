@@ -98,10 +98,10 @@ class Step {
 // table in use ("numaserve:attention_head avx512").
 std::string OwnKernelName(const char* kernel);
 
-// "plain", or "nChw16c" / "nChw8c" by the tier (any rank: the blocked
-// layout's name at rank 4).
-inline const char* LayoutName(bool blocked) {
-  return blocked ? kernels::BlockedLayoutName() : "plain";
+// "plain", or the blocked layout's name at rank 4 ("nChw16c" / "nChw8c" by
+// the tier, or "nhwc"), at any rank.
+inline const char* LayoutName(bool blocked, kernels::BlockedLayout layout) {
+  return blocked ? kernels::BlockedLayoutName(layout) : "plain";
 }
 
 // Gemm / MatMul with constant weights on one GEMM backend (kernels/gemm),
@@ -219,7 +219,7 @@ class ConvStep final : public Step {
         sum_from_(sum_from),
         name_(std::move(name)) {}
   void SetEngine(const dnnl::engine& engine) {
-    reorder_ = std::make_unique<kernels::ActivationReorder>(engine);
+    reorder_ = std::make_unique<kernels::ActivationReorder>(engine, layout());
   }
   absl::Status Prepare(const std::vector<Shape>& shapes) override {
     return kernel_->Prepare(shapes[src_], shapes[dst_], src_blocked_, dst_blocked_);
@@ -237,7 +237,8 @@ class ConvStep final : public Step {
   }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Layouts() const override {
-    return std::string(LayoutName(src_blocked_)) + "->" + LayoutName(dst_blocked_);
+    return std::string(LayoutName(src_blocked_, layout())) + "->" +
+           LayoutName(dst_blocked_, layout());
   }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_->ImplementationName(shapes[src_]);
@@ -254,13 +255,16 @@ class ConvStep final : public Step {
   ValueId ResidualOutput() const override { return dst_; }
   // The residual's layout -> dst's ("plain->plain" is a copy).
   std::string ResidualLayouts() const {
-    return std::string(LayoutName(sum_blocked_)) + "->" + LayoutName(dst_blocked_);
+    return std::string(LayoutName(sum_blocked_, layout())) + "->" +
+           LayoutName(dst_blocked_, layout());
   }
   size_t CachedShapes() const override {
     return kernel_->cached_shapes() + (reorder_ ? reorder_->cached_shapes() : 0);
   }
 
  private:
+  kernels::BlockedLayout layout() const { return kernel_->options().blocked_layout; }
+
   std::unique_ptr<kernels::ConvOnednn> kernel_;
   ValueId src_, dst_, sum_from_;
   bool src_blocked_ = false, dst_blocked_ = false, sum_blocked_ = false;
@@ -290,7 +294,8 @@ class PoolStep final : public Step {
     dst_blocked_ = blocked[dst_];
   }
   std::string Layouts() const override {
-    return std::string(LayoutName(src_blocked_)) + "->" + LayoutName(dst_blocked_);
+    return std::string(LayoutName(src_blocked_, kernel_.layout())) + "->" +
+           LayoutName(dst_blocked_, kernel_.layout());
   }
   size_t CachedShapes() const override { return kernel_.cached_shapes(); }
 
@@ -329,9 +334,11 @@ class UnaryStep final : public Step {
 // dst layouts differ, src is reordered into dst first.
 class FakeQuantStep final : public Step {
  public:
-  FakeQuantStep(const dnnl::engine& engine, float scale, int32_t zero_point, int32_t lo, int32_t hi,
-                ValueId src, ValueId dst, std::string name)
-      : reorder_(engine),
+  FakeQuantStep(const dnnl::engine& engine, kernels::BlockedLayout layout, float scale,
+                int32_t zero_point, int32_t lo, int32_t hi, ValueId src, ValueId dst,
+                std::string name)
+      : reorder_(engine, layout),
+        layout_(layout),
         scale_(scale),
         zero_point_(zero_point),
         lo_(lo),
@@ -350,7 +357,8 @@ class FakeQuantStep final : public Step {
     dst_blocked_ = blocked[dst_];
   }
   std::string Layouts() const override {
-    return std::string(LayoutName(src_blocked_)) + "->" + LayoutName(dst_blocked_);
+    return std::string(LayoutName(src_blocked_, layout_)) + "->" +
+           LayoutName(dst_blocked_, layout_);
   }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return "numaserve:loop";
@@ -359,6 +367,7 @@ class FakeQuantStep final : public Step {
 
  private:
   kernels::ActivationReorder reorder_;
+  kernels::BlockedLayout layout_;
   float scale_;
   int32_t zero_point_, lo_, hi_;
   ValueId src_, dst_;

@@ -169,12 +169,23 @@ struct CompileOptions {
   // does at least this many FLOPs per element of its input (counted as for
   // bf16_min_flops_per_input); the others run FP32 on the dequantized
   // weights after a fake-quantize step, which computes the same QDQ
-  // meaning. An INT8 conv quantizes its input and, with oneDNN 2.6's
-  // channels-last-only INT8 kernels, reorders its input and output, passes
-  // that a conv doing little per input element does not earn back:
+  // meaning. An INT8 conv quantizes its input, a pass that a conv doing
+  // little per input element does not earn back: with channel-blocked
+  // activations (each INT8 conv reordering its input and output too)
   // MobileNetV2 with every conv INT8 ran at 0.44-0.56x its FP32 speed on
-  // the 2-vCPU Zen 5. 0: every one INT8 (tests).
+  // the 2-vCPU Zen 5; with channels-last ones (activation_layout) 64 and 0
+  // were no faster than 256 there. 0: every one INT8 (tests).
   double int8_min_flops_per_input = 256;
+  // The layout of the activations that convs, pools and fake-quantize
+  // steps pass between them (the rest read plain NC[D]HW). kAuto:
+  // channels-last (nhwc) where at least one conv runs INT8, since oneDNN
+  // 2.6's INT8 convs read and write only that layout with a jit kernel
+  // (with channel-blocked activations each one reorders its input and
+  // output: ResNet-50's INT8 1x1 convs took twice their FP32 time), and the
+  // tier's channel-blocked layout (nChw16c / nChw8c) otherwise, where
+  // oneDNN's FP32 direct and Winograd kernels are fastest.
+  enum class ActivationLayout { kAuto, kChannelBlocked, kChannelsLast };
+  ActivationLayout activation_layout = ActivationLayout::kAuto;
 };
 
 // The size of the last-level cache shared by the calling thread's core
@@ -328,6 +339,10 @@ class CompiledModel {
   // arena, whose buffers are reused between values that are not alive at
   // the same time (graph inputs, outputs and weights not included).
   virtual absl::StatusOr<int64_t> ActivationBytes(int64_t batch) { return int64_t{0}; }
+
+  // The layout chosen for the activations between convs and pools
+  // (CompileOptions::activation_layout): "nChw16c", "nChw8c" or "nhwc".
+  virtual std::string ActivationLayoutName() const { return ""; }
 
   // The compiled plan, one line per kernel step with the graph nodes it
   // stands for ("matmul: fc1+relu1"), for logs and tests.

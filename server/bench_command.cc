@@ -111,7 +111,7 @@ absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
   int references = 0;
   printf("plan at batch %lld (%s; kernels %s, layouts %s):\n", static_cast<long long>(batch),
          kernels::IsaDescription().c_str(), kernels::IsaTierName(kernels::GetKernelTable().tier),
-         kernels::BlockedLayoutName());
+         model.ActivationLayoutName().c_str());
   if (serial_below_mflops < 0 && threads > 1) {
     printf(
         "  (steps below %.2f MFLOP, or without FLOPs reading below %lld floats, run on 1 "
@@ -141,7 +141,7 @@ absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
 
 int BenchCommand(const std::vector<std::string>& args) {
   std::string model_path, batches_text = "1,8,32", gemm = "auto", conv = "winograd";
-  std::string attention = "fused", precision_name = "fp32";
+  std::string attention = "fused", precision_name = "fp32", layout = "auto";
   int64_t threads = 0;
   double seconds = 3.0;
   bool json = false, plan = false, profile = false;
@@ -171,6 +171,9 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddString("conv", &conv,
                    "3x3 stride-1 conv algorithm: direct | winograd (oneDNN's, where it has one "
                    "for the layer)");
+  parser.AddString("layout", &layout,
+                   "activations between convs and pools: auto (channels-last where a conv runs "
+                   "INT8, the channel-blocked layout of the tier otherwise) | blocked | nhwc");
   parser.AddString("attention", &attention,
                    "scaled dot-product attention (MatMul, scale, Softmax, MatMul): fused (one "
                    "step on the own kernel) | unfused (each op its own step)");
@@ -219,6 +222,11 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: --conv: '%s' is not one of direct, winograd\n", conv.c_str());
     return 2;
   }
+  if (layout != "auto" && layout != "blocked" && layout != "nhwc") {
+    fprintf(stderr, "numaserve bench: --layout: '%s' is not one of auto, blocked, nhwc\n",
+            layout.c_str());
+    return 2;
+  }
   if (attention != "fused" && attention != "unfused") {
     fprintf(stderr, "numaserve bench: --attention: '%s' is not one of fused, unfused\n",
             attention.c_str());
@@ -243,6 +251,10 @@ int BenchCommand(const std::vector<std::string>& args) {
                                  .gemm_cache_file = engine::DefaultGemmCacheFile(),
                                  .conv_algorithm = conv};
   options.fuse_attention = attention == "fused";
+  using Layout = engine::CompileOptions::ActivationLayout;
+  options.activation_layout = layout == "blocked" ? Layout::kChannelBlocked
+                              : layout == "nhwc"  ? Layout::kChannelsLast
+                                                  : Layout::kAuto;
   options.precision = *precision;
   if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
   if (batch_split_mb >= 0) {

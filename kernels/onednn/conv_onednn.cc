@@ -28,8 +28,12 @@ size_t Align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
 
-dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked, dt type) {
+dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked, dt type, BlockedLayout layout) {
   if (!blocked || shape.size() < 3 || shape.size() > 5) return PlainDesc(shape, type);
+  if (layout == BlockedLayout::kChannelsLast) {
+    const tag t = shape.size() == 3 ? tag::nwc : shape.size() == 4 ? tag::nhwc : tag::ndhwc;
+    return dnnl::memory::desc(ToDnnlDims(shape), type, t);
+  }
   const bool b16 = ActivationChannelBlock() == 16;
   const tag t = shape.size() == 3   ? (b16 ? tag::nCw16c : tag::nCw8c)
                 : shape.size() == 4 ? (b16 ? tag::nChw16c : tag::nChw8c)
@@ -37,22 +41,22 @@ dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked, dt type) {
   return dnnl::memory::desc(ToDnnlDims(shape), type, t);
 }
 
-int64_t ActivationBytes(const Shape& shape, bool blocked) {
-  return static_cast<int64_t>(ActivationDesc(shape, blocked).get_size());
+int64_t ActivationBytes(const Shape& shape, bool blocked, BlockedLayout layout) {
+  return static_cast<int64_t>(ActivationDesc(shape, blocked, dt::f32, layout).get_size());
 }
 
 absl::Status ActivationReorder::Execute(dnnl::stream& stream, const Shape& shape, const float* src,
                                         bool src_blocked, float* dst, bool dst_blocked) {
   if (src_blocked == dst_blocked) {
-    std::memcpy(dst, src, ActivationBytes(shape, src_blocked));
+    std::memcpy(dst, src, ActivationBytes(shape, src_blocked, layout_));
     return absl::OkStatus();
   }
   BoundPrimitive* call = per_shape_.Find(std::tie(shape, src_blocked, dst_blocked));
   if (call == nullptr) {
     BoundPrimitive created;
     try {
-      created = BoundReorder(engine_, ActivationDesc(shape, src_blocked),
-                             ActivationDesc(shape, dst_blocked));
+      created = BoundReorder(engine_, ActivationDesc(shape, src_blocked, dt::f32, layout_),
+                             ActivationDesc(shape, dst_blocked, dt::f32, layout_));
     } catch (const dnnl::error& e) {
       return DnnlErrorToStatus(e, "creating an activation reorder");
     }
@@ -187,9 +191,10 @@ bool ConvOnednn::WinogradCandidate() const {
 bool ConvOnednn::ChannelsLastCandidate(const Shape& src_shape, const Shape& dst_shape,
                                        bool src_blocked, bool dst_blocked) const {
   const ConvOnednnOptions& o = options_;
-  if (o.channels_last == ConvChannelsLast::kNever || o.transposed || o.sum || o.dw.has_value() ||
-      o.group != 1 || o.kernel.size() != 2 || src_shape.size() != 4 || dst_shape.size() != 4 ||
-      !src_blocked || !dst_blocked) {
+  if (o.channels_last == ConvChannelsLast::kNever ||
+      o.blocked_layout == BlockedLayout::kChannelsLast || o.transposed || o.sum ||
+      o.dw.has_value() || o.group != 1 || o.kernel.size() != 2 || src_shape.size() != 4 ||
+      dst_shape.size() != 4 || !src_blocked || !dst_blocked) {
     return false;
   }
   if (o.channels_last == ConvChannelsLast::kAlways) return true;
@@ -234,6 +239,10 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
   return true;
 }
 
+dnnl::memory::desc ConvOnednn::Act(const Shape& shape, bool blocked, dt type) const {
+  return ActivationDesc(shape, blocked, type, options_.blocked_layout);
+}
+
 dt ConvOnednn::ComputeType() const {
   return options_.bf16 ? dt::bf16 : options_.int8.has_value() ? dt::u8 : dt::f32;
 }
@@ -252,8 +261,8 @@ absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitiv
                                        bool src_blocked, bool dst_blocked, PerShape* entry) {
   // With int8 the input is quantized (in the caller's layout) first.
   const dnnl::memory::desc src_md =
-      ActivationDesc(src_shape, src_blocked, options_.int8.has_value() ? dt::u8 : dt::f32);
-  const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
+      Act(src_shape, src_blocked, options_.int8.has_value() ? dt::u8 : dt::f32);
+  const dnnl::memory::desc dst_md = Act(dst_shape, dst_blocked);
   const dnnl::memory::desc conv_src = pd.src_desc(), conv_dst = pd.dst_desc();
   auto weights = WeightsFor(pd.weights_desc());
   if (!weights.ok()) return weights.status();
@@ -311,7 +320,8 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
       return s;
     }
     entry->impl = absl::StrCat(pd.impl_info_str(), " (reordered: no ",
-                               src_blocked ? BlockedLayoutName() : "plain", " kernel)");
+                               src_blocked ? BlockedLayoutName(options_.blocked_layout) : "plain",
+                               " kernel)");
     return true;
   }
   return false;
@@ -434,8 +444,9 @@ absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shap
       base::Log(
           base::LogLevel::kWarning, "onednn",
           absl::StrCat(options_.name, ", input ", ShapeToString(src_shape), ": oneDNN has only ",
-                       reference, " for ", src_blocked ? BlockedLayoutName() : "plain", " -> ",
-                       dst_blocked ? BlockedLayoutName() : "plain",
+                       reference, " for ",
+                       src_blocked ? BlockedLayoutName(options_.blocked_layout) : "plain", " -> ",
+                       dst_blocked ? BlockedLayoutName(options_.blocked_layout) : "plain",
                        *done ? "; running " : " on this CPU, and nothing else: it runs there",
                        *done ? entry.impl : ""),
           {{"node", options_.name}, {"reference", reference}});
@@ -467,12 +478,14 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
     // the caller's where a jit kernel writes it, else oneDNN's, else
     // channels-last (reordered into the caller's).
     // oneDNN 2.6's int8 convs (avx512_core_vnni and avx2 alike) take only
-    // channels-last src and dst: blocked ones get ref_int8:any, so the
-    // src is quantized, then reordered to nhwc, and a blocked dst goes
-    // through the scratch (with a residual, reordered there first).
+    // channels-last src and dst: blocked ones get ref_int8:any, so with
+    // channel-blocked activations the src is quantized, then reordered to
+    // nhwc, and the dst goes through the scratch (with a residual,
+    // reordered there first); the engine keeps a model with INT8 convs
+    // channels-last (BlockedLayout::kChannelsLast) to avoid both.
     const dnnl::memory::desc src_any(src_dims, dt::u8, tag::any);
     const dnnl::memory::desc dst_candidates[] = {
-        ActivationDesc(dst_shape, dst_blocked), dnnl::memory::desc(dst_dims, dt::f32, tag::any),
+        Act(dst_shape, dst_blocked), dnnl::memory::desc(dst_dims, dt::f32, tag::any),
         dnnl::memory::desc(dst_dims, dt::f32, channels_last)};
     const Pass first = split ? Pass::kFirst : Pass::kWhole;
     dnnl::convolution_forward::primitive_desc pd;
@@ -498,6 +511,11 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
       return s;
     }
     if (!absl::StrContains(entry->impl, "int8")) absl::StrAppend(&entry->impl, " int8");
+    if (entry->src_via_scratch || entry->dst_via_scratch) {
+      absl::StrAppend(&entry->impl, " (reordered: ", entry->src_via_scratch ? "src" : "",
+                      entry->src_via_scratch && entry->dst_via_scratch ? ", " : "",
+                      entry->dst_via_scratch ? "dst" : "", ")");
+    }
     if (split) {
       // The same src and dst layouts: both passes read one quantized src
       // and write one dst.
@@ -512,7 +530,7 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
       absl::StrAppend(&entry->impl, " (x2: s8 weights split, no VNNI)");
       if (IsReferenceImplementation(pd2.impl_info_str())) entry->impl = pd2.impl_info_str();
     }
-    const size_t caller_u8 = ActivationDesc(src_shape, src_blocked, dt::u8).get_size();
+    const size_t caller_u8 = Act(src_shape, src_blocked, dt::u8).get_size();
     entry->quantized_count = static_cast<int64_t>(caller_u8);
     entry->quantized_bytes = Align64(caller_u8);
     entry->scratch_bytes += entry->quantized_bytes;
@@ -532,8 +550,8 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
     dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
     // The caller's input as the conv reads it: BF16 (converted through the
     // scratch) with options.bf16.
-    const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked, ComputeType());
-    const dnnl::memory::desc final_dst_md = ActivationDesc(dst_shape, dst_blocked);
+    const dnnl::memory::desc src_md = Act(src_shape, src_blocked, ComputeType());
+    const dnnl::memory::desc final_dst_md = Act(dst_shape, dst_blocked);
     // With a depthwise post-op the conv itself is described by the 1x1
     // output (dst's channels at src's extent) in dst's layout.
     dnnl::memory::desc dst_md = final_dst_md;
@@ -543,8 +561,8 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
       }
       // BF16: the 1x1 output stays BF16 in cache, the depthwise conv reads
       // it as such and writes FP32.
-      dst_md = ActivationDesc({src_shape[0], dst_shape[1], src_shape[2], src_shape[3]}, dst_blocked,
-                              ComputeType());
+      dst_md =
+          Act({src_shape[0], dst_shape[1], src_shape[2], src_shape[3]}, dst_blocked, ComputeType());
     }
     dnnl::memory::desc weights_md, src_desc, dst_desc, dw_weights_md;
     if (o.transposed) {
@@ -590,11 +608,19 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
     entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
     entry->call.args[DNNL_ARG_DST] = UnboundMemory(dst_desc, engine_);
     if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
-    BindSrc(ActivationDesc(src_shape, src_blocked), src_desc, entry);
+    BindSrc(Act(src_shape, src_blocked), src_desc, entry);
     if (o.dw.has_value()) {
-      if (dst_desc != final_dst_md) {
+      if (dst_desc.dims() != final_dst_md.dims()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "ConvOnednn: the fused depthwise output is not ", ShapeToString(dst_shape)));
+      }
+      if (dst_desc != final_dst_md) {
+        // oneDNN writes the depthwise output in the 1x1 output's layout
+        // (the caller's src layout where dst is plain, as for a graph
+        // output): reordered from the scratch.
+        entry->dst_via_scratch = true;
+        entry->from_conv_dst = BoundReorder(engine_, dst_desc, final_dst_md);
+        entry->scratch_bytes = entry->dst_offset + dst_desc.get_size();
       }
       dnnl::memory user(dnnl::memory::desc({o.out_channels, 1, 1, 3, 3}, dt::f32, tag::goihw),
                         engine_, const_cast<float*>(o.dw->weights.data()));

@@ -24,9 +24,11 @@
 // With options.int8 (Int8Params) the weights are packed as s8 once and the
 // FP32 input is quantized to u8 (QuantizeToU8: ONNX QuantizeLinear) into the
 // same scratch, in the caller's layout, then reordered (u8 to u8) into the
-// layout oneDNN's int8 conv prefers (nhwc on oneDNN 2.6: its plain-NCHW u8
-// conv is a reference); the conv writes FP32 in the caller's layout where
-// oneDNN has a jit kernel for it (reordered from its own otherwise). Scaling:
+// layout oneDNN's int8 conv prefers (nhwc on oneDNN 2.6: its plain-NCHW and
+// channel-blocked u8 convs are references); the conv writes FP32 in the
+// caller's layout where oneDNN has a jit kernel for it (reordered from its
+// own otherwise). With options.blocked_layout channels-last (the engine's
+// choice for a model with INT8 convs) neither reorder happens. Scaling:
 // oneDNN 2.x multiplies the int32 accumulator (bias included) by
 // src_scale * weight_scale[c], so the FP32 bias is passed divided by that;
 // the sum (residual) and eltwise post-ops come after the scaling, in FP32.
@@ -56,22 +58,26 @@
 
 namespace numaserve::kernels {
 
-// oneDNN's channel-blocked f32 layout for an [N, C, spatial...] tensor
-// (C padded to the block: 16 on AVX-512, 8 on AVX2); plain row-major when
-// `blocked` is false. `type`: the elements' (BF16 for a conv's converted
-// input).
+// The blocked layout `layout` for an [N, C, spatial...] tensor of rank 3 to
+// 5 (channel-blocked: C padded to the block, 16 on AVX-512, 8 on AVX2;
+// channels-last: nwc, nhwc, ndhwc); plain row-major when `blocked` is
+// false. `type`: the elements' (BF16 for a conv's converted input).
 dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked,
-                                  dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+                                  dnnl::memory::data_type type = dnnl::memory::data_type::f32,
+                                  BlockedLayout layout = BlockedLayout::kChannelBlocked);
 
 // Bytes of an activation in that layout.
-int64_t ActivationBytes(const Shape& shape, bool blocked);
+int64_t ActivationBytes(const Shape& shape, bool blocked,
+                        BlockedLayout layout = BlockedLayout::kChannelBlocked);
 
 // Copies an activation between layouts (plain <-> blocked, or a plain copy
 // when both are the same), one reorder primitive per shape (the
 // kShapeCacheCapacity most recent kept).
 class ActivationReorder {
  public:
-  explicit ActivationReorder(const dnnl::engine& engine) : engine_(engine) {}
+  explicit ActivationReorder(const dnnl::engine& engine,
+                             BlockedLayout layout = BlockedLayout::kChannelBlocked)
+      : engine_(engine), layout_(layout) {}
   absl::Status Execute(dnnl::stream& stream, const Shape& shape, const float* src, bool src_blocked,
                        float* dst, bool dst_blocked);
   // Shapes (with their layouts) whose reorder is kept.
@@ -79,6 +85,7 @@ class ActivationReorder {
 
  private:
   dnnl::engine engine_;
+  BlockedLayout layout_;
   BoundedCache<std::tuple<Shape, bool, bool>, BoundPrimitive> per_shape_{kShapeCacheCapacity};
 };
 
@@ -151,6 +158,9 @@ struct ConvOnednnOptions {
   // follows (Prepare/Execute then take the depthwise output's shape).
   std::optional<DepthwisePostOp> dw;
   ConvChannelsLast channels_last = ConvChannelsLast::kAuto;
+  // What the caller's blocked src and dst are (channels-last: the
+  // channels_last choice above has nothing left to do).
+  BlockedLayout blocked_layout = BlockedLayout::kChannelBlocked;
   // BF16 compute with FP32 accumulation (a model's precision "bf16"): BF16
   // weights and input, FP32 output; where kernels::GetBf16Support() says
   // oneDNN has native BF16 kernels. Winograd has no BF16 kernel (direct
@@ -262,6 +272,9 @@ class ConvOnednn {
   // with int8, `src_md` is the caller's layout in u8).
   void BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::desc& conv_src,
                PerShape* entry);
+  // ActivationDesc in options.blocked_layout.
+  dnnl::memory::desc Act(const Shape& shape, bool blocked,
+                         dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
   // The conv's input and weights element type: BF16 with options.bf16.
   dnnl::memory::data_type ComputeType() const;
   // The weights in layout `md`, reordered once from the user copy (with

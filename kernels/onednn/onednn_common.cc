@@ -187,7 +187,10 @@ int ActivationChannelBlock() {
   return block;
 }
 
-const char* BlockedLayoutName() { return ActivationChannelBlock() == 16 ? "nChw16c" : "nChw8c"; }
+const char* BlockedLayoutName(BlockedLayout layout) {
+  if (layout == BlockedLayout::kChannelsLast) return "nhwc";
+  return ActivationChannelBlock() == 16 ? "nChw16c" : "nChw8c";
+}
 
 bool IsReferenceImplementation(absl::string_view impl) {
   // oneDNN's ref_fused_convolution chains other primitives (a 1x1 conv and

@@ -38,8 +38,15 @@ struct BoundPrimitive {
 // NUMASERVE_MAX_ISA cap to oneDNN (DNNL_MAX_CPU_ISA is honoured too).
 int ActivationChannelBlock();
 
-// "nChw16c" / "nChw8c": the blocked layout's name at rank 4.
-const char* BlockedLayoutName();
+// What a "blocked" activation is, chosen per model: oneDNN's channel-blocked
+// layout of the tier (nC[D]HW16c / nC[D]HW8c, ActivationChannelBlock), or
+// channels-last (nwc / nhwc / ndhwc), the only layout oneDNN 2.6's INT8
+// convs read and write with a jit kernel. Either way the batch is the
+// outermost dimension, so a run of rows is one contiguous slice.
+enum class BlockedLayout { kChannelBlocked, kChannelsLast };
+
+// "nChw16c" / "nChw8c" / "nhwc": the blocked layout's name at rank 4.
+const char* BlockedLayoutName(BlockedLayout layout = BlockedLayout::kChannelBlocked);
 
 // True when an implementation name is a reference implementation: one of
 // oneDNN's (impl_info_str "ref:any", a ref_fused_convolution chaining one)

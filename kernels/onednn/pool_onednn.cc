@@ -1,6 +1,5 @@
 #include "kernels/onednn/pool_onednn.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "kernels/onednn/conv_onednn.h"
@@ -36,15 +35,16 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
     const int64_t eff = (w.kernel[d] - 1) * w.dilations[d] + 1;
     pr.push_back((dst_shape[d + 2] - 1) * w.strides[d] + eff - src_shape[d + 2] - w.pads_begin[d]);
   }
-  const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked);
-  const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked);
+  const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked, dt::f32, layout_);
+  const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked, dt::f32, layout_);
   const tag channels_last = spatial == 1 ? tag::nwc : spatial == 2 ? tag::nhwc : tag::ndhwc;
   // src's own layout first (the pool writes it, reordered into dst's when
   // they differ); where oneDNN has only its reference kernel for that,
   // plain and then channels-last, reordered at both ends.
   const std::pair<dnnl::memory::desc, dnnl::memory::desc> candidates[] = {
-      {src_md, ActivationDesc(dst_shape, src_blocked)},
-      {ActivationDesc(src_shape, false), ActivationDesc(dst_shape, false)},
+      {src_md, ActivationDesc(dst_shape, src_blocked, dt::f32, layout_)},
+      {ActivationDesc(src_shape, false, dt::f32, layout_),
+       ActivationDesc(dst_shape, false, dt::f32, layout_)},
       {dnnl::memory::desc(ToDnnlDims(src_shape), dt::f32, channels_last),
        dnnl::memory::desc(ToDnnlDims(dst_shape), dt::f32, channels_last)},
   };
@@ -92,10 +92,11 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
   if (!reference.empty()) {
     const bool away = !IsReferenceImplementation(entry.impl);
     if (away)
-      entry.impl = absl::StrCat(entry.impl, " (reordered: no ", BlockedLayoutName(), " kernel)");
+      entry.impl =
+          absl::StrCat(entry.impl, " (reordered: no ", BlockedLayoutName(layout_), " kernel)");
     base::Log(base::LogLevel::kWarning, "onednn",
               absl::StrCat("pool, input ", ShapeToString(src_shape), ": oneDNN has only ",
-                           reference, " for ", src_blocked ? BlockedLayoutName() : "plain",
+                           reference, " for ", src_blocked ? BlockedLayoutName(layout_) : "plain",
                            away ? "; running " : " on this CPU, and nothing else: it runs there",
                            away ? entry.impl : ""),
               {{"reference", reference}});

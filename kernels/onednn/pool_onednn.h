@@ -22,10 +22,15 @@ namespace numaserve::kernels {
 class PoolOnednn {
  public:
   PoolOnednn(const dnnl::engine& engine, dnnl::algorithm algorithm, WindowParams window,
-             bool global)
-      : engine_(engine), algorithm_(algorithm), window_(std::move(window)), global_(global) {}
+             bool global, BlockedLayout layout = BlockedLayout::kChannelBlocked)
+      : engine_(engine),
+        algorithm_(algorithm),
+        window_(std::move(window)),
+        global_(global),
+        layout_(layout) {}
 
-  // *_blocked: the blocked layout (ActivationDesc) instead of plain. When the
+  // *_blocked: the blocked layout `layout` (ActivationDesc) instead of
+  // plain. When the
   // layouts differ, the pool writes src's layout into a scratch buffer that
   // is then reordered.
   absl::Status Execute(dnnl::stream& stream, const Shape& src_shape, const Shape& dst_shape,
@@ -35,6 +40,7 @@ class PoolOnednn {
   std::string ImplementationName(const Shape& src_shape) const;
   // Input shapes whose primitive is kept.
   size_t cached_shapes() const { return per_shape_.size(); }
+  BlockedLayout layout() const { return layout_; }
 
  private:
   // The pool for one input shape. It runs in src's layout and writes that
@@ -57,6 +63,7 @@ class PoolOnednn {
   dnnl::algorithm algorithm_;
   WindowParams window_;
   bool global_;
+  BlockedLayout layout_;
   BoundedCache<Shape, PerShape> per_shape_{kShapeCacheCapacity};
   std::vector<float> scratch_;  // the largest entry's
 };

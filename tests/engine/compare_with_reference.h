@@ -62,7 +62,8 @@ inline void ExpectCompiledMatchesReference(const std::string& name, const std::s
     for (const kernels::Tensor& t : inputs) in_ptrs.push_back(t.data.data());
     std::vector<void*> out_ptrs;
     for (auto& o : outputs) out_ptrs.push_back(o.data());
-    ASSERT_TRUE((*model)->Run(batch, in_ptrs, out_ptrs).ok());
+    const absl::Status run = (*model)->Run(batch, in_ptrs, out_ptrs);
+    ASSERT_TRUE(run.ok()) << run;
     for (size_t i = 0; i < outputs.size(); ++i) {
       EXPECT_LT(NormalizedError((*expected)[i].data, outputs[i].data()), tolerance)
           << "output " << i;

@@ -46,11 +46,13 @@ void BatchNorm(OnnxModelBuilder& b, const std::string& p, int64_t c, uint32_t se
 
 // stem 3x3 (16->16) -> relu -> expand 1x1 (16->96) -> bn -> clip -> dw 3x3
 // (stride) -> bn -> clip -> project 1x1 (96->24) = y; with `expanded_output`
-// the expand's clip output is a graph output too.
-std::string ExpandDepthwise(int64_t stride, bool expanded_output = false) {
+// the expand's clip output is a graph output too; with `depthwise_output`
+// the model ends at the depthwise clip (y, 96 channels: no project).
+std::string ExpandDepthwise(int64_t stride, bool expanded_output = false,
+                            bool depthwise_output = false) {
   const int64_t h = 14, oh = (h + 2 - 3) / stride + 1;
   OnnxModelBuilder b(13);
-  b.Input("x", {-1, 16, h, h}).Output("y", {-1, 24, oh, oh});
+  b.Input("x", {-1, 16, h, h}).Output("y", {-1, depthwise_output ? 96 : 24, oh, oh});
   if (expanded_output) b.Output("e", {-1, 96, h, h});
   b.Initializer("w0", RandomTensor({16, 16, 3, 3}, 1)).Initializer("b0", RandomTensor({16}, 2));
   b.Initializer("w1", RandomTensor({96, 16, 1, 1}, 3));
@@ -68,9 +70,10 @@ std::string ExpandDepthwise(int64_t stride, bool expanded_output = false) {
   OnnxModelBuilder::AttrInts(dw, "strides", {stride, stride});
   OnnxModelBuilder::AttrInt(dw, "group", 96);
   BatchNorm(b, "dw_bn", 96, 20, "c2", "n2");
-  b.Node("Clip", {"n2", "lo", "hi"}, {"d2"}, "dw_clip");
-  b.Node("Conv", {"d2", "w3"}, {"y"}, "project");
-  return b.Save(absl::StrCat("expand_dw_s", stride, expanded_output ? "_out" : ""));
+  b.Node("Clip", {"n2", "lo", "hi"}, {depthwise_output ? "y" : "d2"}, "dw_clip");
+  if (!depthwise_output) b.Node("Conv", {"d2", "w3"}, {"y"}, "project");
+  return b.Save(absl::StrCat("expand_dw_s", stride, expanded_output ? "_out" : "",
+                             depthwise_output ? "_dw_out" : ""));
 }
 
 std::vector<std::string> ConvSteps(CompiledModel& model, int64_t batch, const Shape& x_shape) {
@@ -119,6 +122,22 @@ TEST(ConvDepthwiseFusionTest, ExpandedGraphOutputStaysUnfused) {
   auto model = CompiledModel::Load(path, {});
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(ConvSteps(**model, 1, {1, 16, 14, 14}).size(), 4u);
+}
+
+// The fused pair writes a graph output (plain NCHW) from blocked input:
+// oneDNN writes the depthwise output in the 1x1's layout, reordered into
+// the caller's buffer (the run failed with "the fused depthwise output is
+// not [1,96,14,14]" before).
+TEST(ConvDepthwiseFusionTest, DepthwiseGraphOutputMatchesTheReference) {
+  for (int64_t stride : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("stride ", stride));
+    const std::string path = ExpandDepthwise(stride, false, /*depthwise_output=*/true);
+    testing::ExpectCompiledMatchesReference("expand_dw_dw_out", path, {1, 3}, 1e-9);
+    if (!HasAvx512()) continue;
+    auto model = CompiledModel::Load(path, {});
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(ConvSteps(**model, 1, {1, 16, 14, 14}).size(), 2u);  // stem, expand+dw
+  }
 }
 
 // MobileNetV2's 16 expansion + depthwise pairs fused: the logits stay within

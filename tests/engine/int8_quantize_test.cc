@@ -29,6 +29,7 @@
 #include "engine/quantize.h"
 #include "engine/reference_executor.h"
 #include "engine/training/idx_file.h"
+#include "kernels/onednn/onednn_common.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/conv_bn_block.h"
 #include "tests/engine/onnx_model_builder.h"
@@ -288,6 +289,46 @@ TEST(Int8QuantizeTest, APairAfterAConvFoldsIntoItsPostOps) {
       EXPECT_LT(testing::NormalizedError((*expected)[0].data, y.data()), 1e-7) << plan;
     }
   }
+}
+
+// oneDNN 2.6's INT8 convs read and write only channels-last with a jit
+// kernel: a model with INT8 convs keeps its activations nhwc, so no conv
+// reorders its input or output; forced into the channel-blocked layout,
+// each does, and the model means the same.
+TEST(Int8QuantizeTest, Int8ConvsKeepTheActivationsChannelsLast) {
+  const std::string fp32 = SmallCnn();
+  const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_small_cnn_nhwc");
+  ASSERT_FALSE(qdq.empty());
+  using Layout = CompileOptions::ActivationLayout;
+  for (Layout layout : {Layout::kAuto, Layout::kChannelBlocked}) {
+    CompileOptions options = AllInt8();
+    options.activation_layout = layout;
+    SCOPED_TRACE(layout == Layout::kAuto ? "auto" : "channel-blocked");
+    CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, options, /*all_int8=*/true);
+    auto model = CompiledModel::Load(qdq, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const bool nhwc = layout == Layout::kAuto;
+    EXPECT_EQ((*model)->ActivationLayoutName(),
+              nhwc ? "nhwc" : kernels::BlockedLayoutName(kernels::BlockedLayout::kChannelBlocked));
+    RunOnce(**model, 4, RandomTensor({4, 3, 16, 16}, 9).data);
+    // Between activations (the stem reads the plain graph input, which it
+    // reorders): no reorder in nhwc, both in the channel-blocked layout.
+    int between = 0, reordered = 0;
+    for (const PlannedStep& s : ComputeSteps(**model, 4)) {
+      if (s.kind != "conv" || absl::StartsWith(s.layouts, "plain")) continue;
+      ++between;
+      reordered += absl::StrContains(s.implementation, "reordered");
+      if (nhwc) {
+        EXPECT_EQ(s.layouts, "nhwc->nhwc") << s.description;
+      }
+    }
+    EXPECT_EQ(between, 3);
+    EXPECT_EQ(reordered, nhwc ? 0 : 3);
+  }
+  // An FP32 model keeps the tier's channel-blocked layout.
+  auto plain = CompiledModel::Load(fp32, CompileOptions());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)->ActivationLayoutName(), kernels::BlockedLayoutName());
 }
 
 TEST(Int8QuantizeTest, MatMulsOn3dInputsRunInt8) {

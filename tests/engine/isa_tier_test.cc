@@ -27,8 +27,8 @@
 namespace numaserve::engine {
 namespace {
 
-using testing::OnnxModelBuilder;
 using testing::ConvBnBlocks;
+using testing::OnnxModelBuilder;
 using testing::RandomTensor;
 
 // Step kinds that do the model's heavy work: none of them may run on a
@@ -51,11 +51,16 @@ std::string Tier() {
   return absl::StrCat(kernels::IsaDescription(), ", layouts ", kernels::BlockedLayoutName());
 }
 
-// Compiles `path`, runs `batch` rows of zeros once and checks the plan.
-void ExpectNoReferenceKernels(const std::string& path, int64_t batch) {
+using Layout = CompileOptions::ActivationLayout;
+
+// Compiles `path` with its activations between convs and pools in
+// `layout`, runs `batch` rows of zeros once and checks the plan.
+void ExpectNoReferenceKernels(const std::string& path, int64_t batch,
+                              Layout layout = Layout::kAuto) {
   SCOPED_TRACE(absl::StrCat(path, " at batch ", batch, " (", Tier(), ")"));
   CompileOptions options;
   options.gemm_backend = "onednn";
+  options.activation_layout = layout;
   auto model = CompiledModel::Load(path, options);
   ASSERT_TRUE(model.ok()) << model.status();
   const ModelInfo& info = (*model)->info();
@@ -78,6 +83,13 @@ void ExpectNoReferenceKernels(const std::string& path, int64_t batch) {
   ASSERT_TRUE(run.ok()) << run;
   auto plan = (*model)->PlanAt(batch);
   ASSERT_TRUE(plan.ok()) << plan.status();
+  if (layout == Layout::kChannelsLast) {
+    EXPECT_EQ((*model)->ActivationLayoutName(), "nhwc");
+    for (const PlannedStep& step : *plan) {
+      EXPECT_FALSE(absl::StrContains(step.layouts, "nCh"))
+          << step.description << ": " << step.layouts;
+    }
+  }
   int heavy = 0;
   for (const PlannedStep& step : *plan) {
     if (HeavyKind(step.kind)) {
@@ -131,6 +143,17 @@ TEST(IsaTierTest, SmallCnnRunsNoReferenceKernelAndMatchesTheReference) {
   const std::string path = SmallCnn();
   for (int64_t batch : {1, 8, 32}) ExpectNoReferenceKernels(path, batch);
   testing::ExpectCompiledMatchesReference("small_cnn", path, {1, 3, 32}, 1e-6);
+}
+
+// The same CNN with its activations channels-last (what a model with INT8
+// convs gets): the FP32 convs, the depthwise and grouped ones, the pools
+// and the residual run on jit kernels in nhwc and mean the same.
+TEST(IsaTierTest, SmallCnnChannelsLastRunsNoReferenceKernelAndMatchesTheReference) {
+  const std::string path = SmallCnn();
+  for (int64_t batch : {1, 8, 32}) ExpectNoReferenceKernels(path, batch, Layout::kChannelsLast);
+  CompileOptions options;
+  options.activation_layout = Layout::kChannelsLast;
+  testing::ExpectCompiledMatchesReference("small_cnn_nhwc", path, {1, 3, 32}, 1e-6, options);
 }
 
 class BenchmarkModelTierTest : public ::testing::TestWithParam<std::string> {};
