@@ -291,17 +291,14 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
   const dnnl::memory::desc any_w(UserWeightsDesc().dims(), ComputeType(), tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   const dnnl::memory::dims src_dims = ToDnnlDims(src_shape), dst_dims = ToDnnlDims(dst_shape);
-  const tag channels_last = src_shape.size() == 3   ? tag::nwc
-                            : src_shape.size() == 4 ? tag::nhwc
-                                                    : tag::ndhwc;
   // oneDNN's own choice first, then plain (its im2col + GEMM exists for
   // every shape), then channels-last.
   const std::pair<dnnl::memory::desc, dnnl::memory::desc> candidates[] = {
       {dnnl::memory::desc(src_dims, ComputeType(), tag::any),
        dnnl::memory::desc(dst_dims, dt::f32, tag::any)},
       {PlainDesc(src_shape, ComputeType()), PlainDesc(dst_shape)},
-      {dnnl::memory::desc(src_dims, ComputeType(), channels_last),
-       dnnl::memory::desc(dst_dims, dt::f32, channels_last)},
+      {ActivationDesc(src_shape, true, ComputeType(), BlockedLayout::kChannelsLast),
+       ActivationDesc(dst_shape, true, dt::f32, BlockedLayout::kChannelsLast)},
   };
   for (const auto& [src_md, dst_md] : candidates) {
     dnnl::convolution_forward::primitive_desc pd;
@@ -462,9 +459,6 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
   const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::s8, tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   const dnnl::memory::dims src_dims = ToDnnlDims(src_shape), dst_dims = ToDnnlDims(dst_shape);
-  const tag channels_last = src_shape.size() == 3   ? tag::nwc
-                            : src_shape.size() == 4 ? tag::nhwc
-                                                    : tag::ndhwc;
   auto make_pd = [&](const dnnl::memory::desc& src_md, const dnnl::memory::desc& bias,
                      const dnnl::memory::desc& dst_md, Pass pass) {
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
@@ -486,7 +480,7 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
     const dnnl::memory::desc src_any(src_dims, dt::u8, tag::any);
     const dnnl::memory::desc dst_candidates[] = {
         Act(dst_shape, dst_blocked), dnnl::memory::desc(dst_dims, dt::f32, tag::any),
-        dnnl::memory::desc(dst_dims, dt::f32, channels_last)};
+        ActivationDesc(dst_shape, true, dt::f32, BlockedLayout::kChannelsLast)};
     const Pass first = split ? Pass::kFirst : Pass::kWhole;
     dnnl::convolution_forward::primitive_desc pd;
     for (const dnnl::memory::desc& dst_md : dst_candidates) {

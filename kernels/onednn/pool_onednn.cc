@@ -8,7 +8,6 @@ namespace numaserve::kernels {
 namespace {
 
 using dt = dnnl::memory::data_type;
-using tag = dnnl::memory::format_tag;
 
 }  // namespace
 
@@ -37,16 +36,14 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
   }
   const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked, dt::f32, layout_);
   const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked, dt::f32, layout_);
-  const tag channels_last = spatial == 1 ? tag::nwc : spatial == 2 ? tag::nhwc : tag::ndhwc;
   // src's own layout first (the pool writes it, reordered into dst's when
   // they differ); where oneDNN has only its reference kernel for that,
   // plain and then channels-last, reordered at both ends.
   const std::pair<dnnl::memory::desc, dnnl::memory::desc> candidates[] = {
       {src_md, ActivationDesc(dst_shape, src_blocked, dt::f32, layout_)},
-      {ActivationDesc(src_shape, false, dt::f32, layout_),
-       ActivationDesc(dst_shape, false, dt::f32, layout_)},
-      {dnnl::memory::desc(ToDnnlDims(src_shape), dt::f32, channels_last),
-       dnnl::memory::desc(ToDnnlDims(dst_shape), dt::f32, channels_last)},
+      {ActivationDesc(src_shape, false), ActivationDesc(dst_shape, false)},
+      {ActivationDesc(src_shape, true, dt::f32, BlockedLayout::kChannelsLast),
+       ActivationDesc(dst_shape, true, dt::f32, BlockedLayout::kChannelsLast)},
   };
   PerShape entry;
   std::string reference;
