@@ -1640,8 +1640,14 @@ void CompiledModelImpl::ChooseBlockedLayout() {
   using Layout = CompileOptions::ActivationLayout;
   bool channels_last = options_.activation_layout == Layout::kChannelsLast;
   if (options_.activation_layout == Layout::kAuto) {
+    // oneDNN 2.6's AMX convs (brgconv, INT8 and BF16) read and write only
+    // channels-last; on channel-blocked tensors BF16 lands on the AVX512_BF16
+    // kernels, which on Sapphire Rapids are no faster than FP32.
+    const bool amx_bf16 =
+        options_.precision == Precision::kBf16 && kernels::GetBf16Support().path == "amx_bf16";
     for (size_t i = 0; i < graph_.nodes().size(); ++i) {
-      channels_last = channels_last || (graph_.nodes()[i].op_type == "Conv" && int8_input_[i]);
+      const bool conv = graph_.nodes()[i].op_type == "Conv";
+      channels_last = channels_last || (conv && (int8_input_[i] || amx_bf16));
     }
   }
   blocked_layout_ = channels_last ? kernels::BlockedLayout::kChannelsLast

@@ -148,6 +148,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   int64_t top = 15;
   double serial_below_mflops = -1;
   double batch_split_mb = -1;
+  double bf16_min_flops = -1;
   ArgParser parser(
       "bench",
       "run a model in process per batch size: inferences/s, p50/p99 latency, "
@@ -173,10 +174,15 @@ int BenchCommand(const std::vector<std::string>& args) {
                    "for the layer)");
   parser.AddString("layout", &layout,
                    "activations between convs and pools: auto (channels-last where a conv runs "
-                   "INT8, the channel-blocked layout of the tier otherwise) | blocked | nhwc");
+                   "INT8 or a model with convs runs BF16 on AMX, the channel-blocked layout of "
+                   "the tier otherwise) | blocked | nhwc");
   parser.AddString("attention", &attention,
                    "scaled dot-product attention (MatMul, scale, Softmax, MatMul): fused (one "
                    "step on the own kernel) | unfused (each op its own step)");
+  parser.AddDouble("bf16-min-flops", &bf16_min_flops,
+                   "--precision bf16: a conv or weight matmul runs BF16 only where it does at "
+                   "least this many FLOPs per element of its input (-1 = the default for this "
+                   "CPU's BF16 path, 0 = all)");
   parser.AddString("precision", &precision_name,
                    "fp32 | bf16 (convs and weight matmuls in BF16 with FP32 accumulation, "
                    "weights converted at load; refused where the CPU has no native BF16)");
@@ -256,6 +262,7 @@ int BenchCommand(const std::vector<std::string>& args) {
                               : layout == "nhwc"  ? Layout::kChannelsLast
                                                   : Layout::kAuto;
   options.precision = *precision;
+  if (bf16_min_flops >= 0) options.bf16_min_flops_per_input = bf16_min_flops;
   if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
   if (batch_split_mb >= 0) {
     options.batch_split_cache_bytes = static_cast<int64_t>(batch_split_mb * (1 << 20));

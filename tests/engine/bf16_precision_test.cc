@@ -24,6 +24,7 @@
 #include "engine/model.h"
 #include "engine/training/idx_file.h"
 #include "kernels/dispatch.h"
+#include "kernels/onednn/onednn_common.h"
 #include "tests/engine/attention_block.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/conv_bn_block.h"
@@ -32,9 +33,9 @@
 namespace numaserve::engine {
 namespace {
 
+using testing::ConvBnBlocks;
 using ::testing::HasSubstr;
 using testing::OnnxModelBuilder;
-using testing::ConvBnBlocks;
 using testing::RandomTensor;
 
 #define SKIP_WITHOUT_NATIVE_BF16()                                                      \
@@ -278,6 +279,42 @@ TEST(PrecisionTest, SmallCnnRunsBf16WhereItEarnsItsConversion) {
   }
   for (const char* step : {"stem_conv", "grouped_conv"}) {
     EXPECT_THAT(fp32, ::testing::Not(HasSubstr(step))) << step << " should run BF16";
+  }
+}
+
+// oneDNN 2.6 has AMX BF16 convs (brgconv) for channels-last tensors only:
+// on AMX a BF16 model with convs keeps its activations nhwc and its convs
+// run there; on AVX512_BF16 alone it keeps the tier's channel-blocked
+// layout, where the AVX512_BF16 direct kernels are. Either layout, forced,
+// gives the same answer.
+TEST(PrecisionTest, Bf16ConvsKeepTheLayoutTheirKernelsRead) {
+  SKIP_WITHOUT_NATIVE_BF16();
+  const bool amx = kernels::GetBf16Support().path == "amx_bf16";
+  auto model = CompiledModel::Load(SmallCnn(), AllBf16());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->ActivationLayoutName(),
+            amx ? "nhwc" : kernels::BlockedLayoutName(kernels::BlockedLayout::kChannelBlocked));
+  RunOnce(**model, 4, RandomInputs((*model)->info(), 4, 1));  // implementations known after one
+  auto plan = (*model)->PlanAt(4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int amx_convs = 0;
+  std::string convs;
+  for (const PlannedStep& step : *plan) {
+    if (step.kind != "conv") continue;
+    convs += step.description + " on " + step.implementation + "\n";
+    if (absl::StrContains(step.implementation, "amx")) ++amx_convs;
+  }
+  if (amx) {
+    EXPECT_GT(amx_convs, 0) << convs;
+  } else {
+    EXPECT_EQ(amx_convs, 0) << convs;
+  }
+  using Layout = CompileOptions::ActivationLayout;
+  for (Layout layout : {Layout::kChannelBlocked, Layout::kChannelsLast}) {
+    SCOPED_TRACE(layout == Layout::kChannelsLast ? "nhwc" : "channel-blocked");
+    CompileOptions forced = AllBf16();
+    forced.activation_layout = layout;
+    EXPECT_LT(CompareWithFp32(SmallCnn(), {1, 4}, forced).relative_max_error, 2e-2);
   }
 }
 
