@@ -92,7 +92,7 @@ slot_busy() {
     /^numaserve_instance_busy_seconds_total\{/ {
       key = $1; sub(/^[^{]*\{/, "", key); sub(/\}$/, "", key)
       w = key; sub(/.*worker="/, "", w); sub(/".*/, "", w)
-      i = key; sub(/.*instance="/, "", i); sub(/".*/, "", i)
+      i = key; sub(/.*slot="/, "", i); sub(/".*/, "", i)
       v[f, w "/" i] += $2; slots[w "/" i] = 1
     }
     END {
