@@ -29,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
+#include "affinity/memory_bandwidth.h"
 #include "affinity/pinning.h"
 #include "affinity/topology.h"
 #include "base/log.h"
@@ -550,6 +551,13 @@ class Worker {
     std::vector<int> counts;
     for (int n = 2; n < cores; n *= 2) counts.push_back(n);
     if (cores > 1) counts.push_back(cores);
+    // What one more copy holds: its weights and its activations at `rows`.
+    // The n copies of a count are all held while they are timed, so a count
+    // whose copies would take more than half of the memory available now is
+    // not tried (nor chosen).
+    int64_t copy_bytes = (*model)->info().parameter_bytes;
+    if (auto act = (*model)->ActivationBytes(rows); act.ok()) copy_bytes += *act;
+    const uint64_t available = affinity::AvailableMemoryBytes();
     // Only when one copy ran at all: otherwise the model keeps one copy.
     for (int n : one.ok() ? counts : std::vector<int>()) {
       std::vector<std::vector<int>> shares = Shares(cpus_, n);
@@ -557,6 +565,12 @@ class Worker {
           *std::min_element(shares.begin(), shares.end(),
                             [](const auto& a, const auto& b) { return a.size() < b.size(); });
       const std::string label = absl::StrCat(n, "x", threads(static_cast<int>(smallest.size())));
+      if (available > 0 && static_cast<double>(n) * static_cast<double>(copy_bytes) >
+                               0.5 * static_cast<double>(available)) {
+        parts.push_back(absl::StrFormat("%s not tried (%d copies of %.0f MiB, %.0f MiB available)",
+                                        label, n, copy_bytes / 1048576.0, available / 1048576.0));
+        continue;
+      }
       auto rate = RowsPerSecondOnShares(load.path(), options, shares, rows);
       if (!rate.ok()) {
         parts.push_back(absl::StrCat(label, " failed (", rate.status().message(), ")"));
