@@ -1642,7 +1642,7 @@ void CompiledModelImpl::ChooseBlockedLayout() {
   if (options_.activation_layout == Layout::kAuto) {
     // oneDNN 2.6's AMX convs (brgconv, INT8 and BF16) read and write only
     // channels-last; on channel-blocked tensors BF16 lands on the AVX512_BF16
-    // kernels, which on Sapphire Rapids are no faster than FP32.
+    // kernels, which on AMX Xeons are no faster than FP32.
     const bool amx_bf16 =
         options_.precision == Precision::kBf16 && kernels::GetBf16Support().path == "amx_bf16";
     for (size_t i = 0; i < graph_.nodes().size(); ++i) {

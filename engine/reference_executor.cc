@@ -77,7 +77,13 @@ absl::StatusOr<std::vector<TypedTensor>> RunReferenceTyped(const Graph& graph,
                    static_cast<int64_t>(c->f32.data.size()) == kernels::NumElements(c->shape)) {
           in.push_back(&c->f32);
         } else {
-          in.push_back(nullptr);
+          // A constant without a whole FP32 copy converts from its typed
+          // value; a value nothing computed is an error (never a null input
+          // to an op's reference).
+          auto t = typed(id);
+          if (!t.ok()) return t.status();
+          held[i] = (*t)->ToFloat();
+          in.push_back(&held[i]);
         }
       }
       if (in[0] == nullptr) {

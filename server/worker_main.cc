@@ -110,11 +110,11 @@ std::vector<std::vector<int>> Shares(const std::vector<int>& cpus, int n) {
   return shares;
 }
 
-// instances_per_domain: auto. Each candidate count n is timed with its n copies
-// running at once (RowsPerSecondOnShares), each at
-// kAutoRows rows (1 for a model that does not batch): one warm-up run, then
-// runs until at least kAutoMinRuns took kAutoMinSeconds, or kAutoMaxSeconds
-// passed (a big model's load stays within seconds).
+// instances_per_domain: auto. Each candidate count n is timed with its n
+// copies running at once (RowsPerSecondOnShares), each at kAutoRows rows (1
+// for a model that does not batch): one warm-up run, then runs until at
+// least kAutoMinRuns took kAutoMinSeconds, or kAutoMaxSeconds passed (a big
+// model's load stays within seconds).
 constexpr int64_t kAutoRows = 8;
 constexpr int kAutoMinRuns = 3;
 constexpr double kAutoMinSeconds = 0.2;
@@ -124,7 +124,7 @@ constexpr double kAutoMaxSeconds = 0.5;
 // measurement at load says, and fewer, wider ones worse: the front end and
 // the clients take cpu from the same cores, and a copy's whole OpenMP team
 // waits at every operator for a thread that lost its core. MobileNetV2 on
-// a 2-core Sapphire Rapids measured 398 rows/s as 1x2 threads and 407 as
+// a 2-core AMX Xeon measured 398 rows/s as 1x2 threads and 407 as
 // 2x1, and served 258 and 342; ResNet-50 on the 16-core Xeon measured 4x4
 // 203 and 16x1 211 (one copy alone, times n), and served 171 and 221-235.
 constexpr double kAutoTolerance = 0.95;
@@ -525,9 +525,8 @@ class Worker {
   // this worker's cores (and the cores themselves), each count on its share
   // of cores/N, the N copies running at once (RowsPerSecondOnShares). The
   // most copies within kAutoTolerance of the best throughput win. One copy
-  // is compiled as it runs
-  // inline and kept in `model` when one copy wins. The measurement goes to
-  // reply.instances_report and the log.
+  // is compiled as it runs inline and kept in `model` when one copy wins.
+  // The measurement goes to reply.instances_report and the log.
   absl::StatusOr<int> ChooseInstances(const worker::LoadModel& load,
                                       const engine::CompileOptions& options,
                                       std::unique_ptr<engine::CompiledModel>* model,
