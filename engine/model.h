@@ -184,9 +184,8 @@ struct CompileOptions {
   // output: ResNet-50's INT8 1x1 convs took twice their FP32 time), or
   // where a model with convs runs BF16 on AMX, whose convs (brgconv) oneDNN
   // 2.6 has for nhwc only (channel-blocked ones run on the AVX512_BF16
-  // kernels: ResNet-50 BF16 0.6x FP32 on a 2-core AMX Xeon, 2.8x in
-  // nhwc); and the
-  // tier's channel-blocked layout (nChw16c / nChw8c) otherwise, where
+  // kernels: ResNet-50 BF16 0.6x FP32 on a 2-core AMX Xeon, 2.8x in nhwc);
+  // and the tier's channel-blocked layout (nChw16c / nChw8c) otherwise, where
   // oneDNN's FP32 direct and Winograd kernels are fastest.
   enum class ActivationLayout { kAuto, kChannelBlocked, kChannelsLast };
   ActivationLayout activation_layout = ActivationLayout::kAuto;

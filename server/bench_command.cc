@@ -181,8 +181,8 @@ int BenchCommand(const std::vector<std::string>& args) {
                    "step on the own kernel) | unfused (each op its own step)");
   parser.AddDouble("bf16-min-flops", &bf16_min_flops,
                    "--precision bf16: a conv or weight matmul runs BF16 only where it does at "
-                   "least this many FLOPs per element of its input (-1 = the default for this "
-                   "CPU's BF16 path, 0 = all)");
+                   "least this many FLOPs per element of its input (-1 = the default, "
+                   "CompileOptions::bf16_min_flops_per_input; 0 = all)");
   parser.AddString("precision", &precision_name,
                    "fp32 | bf16 (convs and weight matmuls in BF16 with FP32 accumulation, "
                    "weights converted at load; refused where the CPU has no native BF16)");
