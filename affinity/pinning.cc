@@ -1,6 +1,11 @@
 #include "affinity/pinning.h"
 
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "affinity/hwloc_machine.h"
@@ -68,5 +73,44 @@ std::string DescribeBinding() {
 }
 
 int NodeOfAddress(const void* addr) { return internal::NodeOfPage(addr); }
+
+absl::Status PinCallingThread(const std::vector<int>& cpus) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int cpu : cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &mask);
+  }
+  const int rc = pthread_setaffinity_np(pthread_self(), sizeof(mask), &mask);
+  if (rc != 0) return absl::InternalError(absl::StrCat("pthread_setaffinity_np: ", strerror(rc)));
+  return absl::OkStatus();
+}
+
+std::vector<int> CallingThreadCpus() {
+  std::vector<int> cpus;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (pthread_getaffinity_np(pthread_self(), sizeof(mask), &mask) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+void PinOpenMpTeam(const std::vector<int>& cpus) {
+  const int n = static_cast<int>(cpus.size());
+  if (n == 0) return;
+#pragma omp parallel num_threads(n)
+  {
+    const int t = omp_get_thread_num();
+    if (t < n) (void)PinCallingThread({cpus[t]});
+  }
+}
+
+std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int n) {
+  n = std::max(n, 1);
+  std::vector<std::vector<int>> shares(n);
+  for (size_t c = 0; c < cpus.size(); ++c) shares[c * n / cpus.size()].push_back(cpus[c]);
+  return shares;
+}
 
 }  // namespace numaserve::affinity

@@ -28,4 +28,25 @@ std::string DescribeBinding();
 // The NUMA node holding the page at `addr`, -1 if unknown.
 int NodeOfAddress(const void* addr);
 
+// Binds the calling thread alone to `cpus` (an instance's or a batch
+// group's share of the process's cpus).
+absl::Status PinCallingThread(const std::vector<int>& cpus);
+
+// The cpus the calling thread may run on, ascending; empty if unknown.
+std::vector<int> CallingThreadCpus();
+
+// Starts an OpenMP team of cpus.size() threads from the calling thread and
+// pins each to its own cpu of `cpus`, the calling thread (the team's thread
+// 0) included. With OMP_PROC_BIND set, libgomp binds a thread that starts
+// its first team to the first OpenMP place of the process (cpu 0 for every
+// copy of a model, which left the second copy of a 2-core worker sharing
+// the first one's core); pinned inside that first region, the binding holds
+// for every later region the thread starts (libgomp keeps a thread pool per
+// thread that starts parallel regions).
+void PinOpenMpTeam(const std::vector<int>& cpus);
+
+// `cpus` split into n disjoint shares, in order (sizes differ by at most
+// one cpu; n >= 1).
+std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int n);
+
 }  // namespace numaserve::affinity

@@ -36,6 +36,7 @@
 #include "affinity/cpu_features.h"
 #include "affinity/topology.h"
 #include "base/log.h"
+#include "engine/batch_groups.h"
 #include "engine/compiled_steps.h"
 #include "engine/model.h"
 #include "engine/model_info.h"
@@ -2461,6 +2462,11 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
   }
+  if (options.batch_groups < 1 || options.batch_group_min_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_groups must be >= 1 and batch_group_min_rows >= 0, got ",
+                     options.batch_groups, " and ", options.batch_group_min_rows));
+  }
   if (absl::Status s = CheckGemmBackendChoice(options.gemm_backend); !s.ok()) return s;
   if (options.conv_algorithm != "direct" && options.conv_algorithm != "winograd") {
     return absl::InvalidArgumentError(absl::StrCat("conv algorithm '", options.conv_algorithm,
@@ -2506,6 +2512,9 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
     s = absl::InternalError(absl::StrCat("compiling the model failed: ", e.what()));
   }
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  const int groups = BatchGroupsFor(options, threads);
+  if (groups > 1) return WrapInBatchGroups(std::move(model), path, options, threads, groups);
   return std::unique_ptr<CompiledModel>(std::move(model));
 }
 

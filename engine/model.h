@@ -189,6 +189,15 @@ struct CompileOptions {
   // oneDNN's FP32 direct and Winograd kernels are fastest.
   enum class ActivationLayout { kAuto, kChannelBlocked, kChannelsLast };
   ActivationLayout activation_layout = ActivationLayout::kAuto;
+  // Batch groups (engine/batch_groups.h): a batch of enough rows runs as
+  // this many row ranges at once, each on its own copy of the model with
+  // its share of num_threads (pinned to its share of the calling thread's
+  // cpus). 1: off, one team for every batch (the default: no reliable gain
+  // measured). Each group costs a copy of the weights.
+  int batch_groups = 1;
+  // The fewest rows a group runs; 0: MinRowsPerGroup(the model's FLOPs per
+  // row). Tests set it to group small models.
+  int64_t batch_group_min_rows = 0;
 };
 
 // The size of the last-level cache shared by the calling thread's core
@@ -350,6 +359,11 @@ class CompiledModel {
   // The compiled plan, one line per kernel step with the graph nodes it
   // stands for ("matmul: fc1+relu1"), for logs and tests.
   virtual std::string DescribePlan() const { return ""; }
+
+  // How a large batch splits into groups (CompileOptions::batch_groups):
+  // "2 x 8 threads on cpus 0-7 | 8-15, batches of 8+ rows (...)"; empty
+  // where every batch runs on one team.
+  virtual std::string DescribeBatchGroups() const { return ""; }
 
   // The plan as it ran at `batch`, with each step's implementation
   // (oneDNN creates some primitives at their first run, so this asks for a

@@ -112,6 +112,9 @@ absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
   printf("plan at batch %lld (%s; kernels %s, layouts %s):\n", static_cast<long long>(batch),
          kernels::IsaDescription().c_str(), kernels::IsaTierName(kernels::GetKernelTable().tier),
          model.ActivationLayoutName().c_str());
+  if (const std::string groups = model.DescribeBatchGroups(); !groups.empty()) {
+    printf("  (batch groups: %s; a grouped batch shows group 0's plan)\n", groups.c_str());
+  }
   if (serial_below_mflops < 0 && threads > 1) {
     printf(
         "  (steps below %.2f MFLOP, or without FLOPs reading below %lld floats, run on 1 "
@@ -149,6 +152,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   double serial_below_mflops = -1;
   double batch_split_mb = -1;
   double bf16_min_flops = -1;
+  int64_t batch_groups = 1;
   ArgParser parser(
       "bench",
       "run a model in process per batch size: inferences/s, p50/p99 latency, "
@@ -198,6 +202,9 @@ int BenchCommand(const std::vector<std::string>& args) {
       "activations outgrow this many MiB in "
       "slices of the batch that stay in that much cache (-1 = the last-level cache; "
       "0 = never)");
+  parser.AddInt("batch-groups", &batch_groups,
+                "run a batch of enough rows as this many row ranges at once, each on a copy of "
+                "the model with its share of the threads (1 = off, the default)");
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -242,6 +249,10 @@ int BenchCommand(const std::vector<std::string>& args) {
     fprintf(stderr, "numaserve bench: --top must be >= 0\n");
     return 2;
   }
+  if (batch_groups < 1 || batch_groups > 1024) {
+    fprintf(stderr, "numaserve bench: --batch-groups must be between 1 and 1024\n");
+    return 2;
+  }
   if (absl::Status s = engine::CheckGemmBackendChoice(gemm); !s.ok()) {
     fprintf(stderr, "numaserve bench: --gemm: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -262,6 +273,7 @@ int BenchCommand(const std::vector<std::string>& args) {
                               : layout == "nhwc"  ? Layout::kChannelsLast
                                                   : Layout::kAuto;
   options.precision = *precision;
+  options.batch_groups = static_cast<int>(batch_groups);
   if (bf16_min_flops >= 0) options.bf16_min_flops_per_input = bf16_min_flops;
   if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
   if (batch_split_mb >= 0) {

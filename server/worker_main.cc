@@ -75,41 +75,6 @@ std::string ReadMemoryNodes() {
   return SumNumaMapsPages(text.str());
 }
 
-absl::Status PinThisThread(const std::vector<int>& cpus) {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  for (int cpu : cpus) {
-    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &mask);
-  }
-  int rc = pthread_setaffinity_np(pthread_self(), sizeof(mask), &mask);
-  if (rc != 0) return absl::InternalError(absl::StrCat("pthread_setaffinity_np: ", strerror(rc)));
-  return absl::OkStatus();
-}
-
-// Pins each thread of a new OpenMP team of cpus.size() threads to its own
-// cpu of `cpus`, the calling thread (the team's thread 0) included: with
-// OMP_PROC_BIND set, libgomp binds a thread that starts its first team to
-// the first OpenMP place of the process (cpu 0 for every instance, which
-// left the second instance of a 2-core worker sharing the first one's core
-// and served one instance's worth). Pinned inside that first region, the
-// binding holds for every later region the thread starts.
-void PinTeam(const std::vector<int>& cpus) {
-  const int n = static_cast<int>(cpus.size());
-#pragma omp parallel num_threads(n)
-  {
-    const int t = omp_get_thread_num();
-    if (t < n) (void)PinThisThread({cpus[t]});
-  }
-}
-
-// The cpus of `cpus` split into n disjoint shares, in order (the shares'
-// sizes differ by at most one core).
-std::vector<std::vector<int>> Shares(const std::vector<int>& cpus, int n) {
-  std::vector<std::vector<int>> shares(n);
-  for (size_t c = 0; c < cpus.size(); ++c) shares[c * n / cpus.size()].push_back(cpus[c]);
-  return shares;
-}
-
 // instances_per_domain: auto. Each candidate count n is timed with its n
 // copies running at once (RowsPerSecondOnShares), each at kAutoRows rows (1
 // for a model that does not batch): one warm-up run, then runs until at
@@ -191,13 +156,13 @@ absl::StatusOr<double> RowsPerSecondOnShares(const std::string& path,
     threads.emplace_back([&, i] {
       absl::StatusOr<std::unique_ptr<engine::CompiledModel>> model =
           absl::UnknownError("not compiled");
-      if (absl::Status s = PinThisThread(shares[i]); !s.ok()) {
+      if (absl::Status s = affinity::PinCallingThread(shares[i]); !s.ok()) {
         model = s;
       } else {
         engine::CompileOptions own = options;
         own.num_threads = static_cast<int>(shares[i].size());
         omp_set_num_threads(own.num_threads);
-        PinTeam(shares[i]);
+        affinity::PinOpenMpTeam(shares[i]);
         model = engine::CompiledModel::Load(path, own);
       }
       {
@@ -257,7 +222,7 @@ class InstancePool {
       std::optional<absl::Status> started;
       threads_.emplace_back([&, i]() {
         std::unique_ptr<engine::CompiledModel> model;
-        absl::Status s = PinThisThread(shares[i]);
+        absl::Status s = affinity::PinCallingThread(shares[i]);
         if (s.ok()) {
           engine::CompileOptions own = options;
           own.num_threads = static_cast<int>(shares[i].size());
@@ -266,7 +231,7 @@ class InstancePool {
           // model's first parallel region: OMP_PROC_BIND places its threads
           // on the worker's places, not the share's. libgomp keeps these
           // threads for every later region this thread starts.
-          PinTeam(shares[i]);
+          affinity::PinOpenMpTeam(shares[i]);
           auto loaded = engine::CompiledModel::Load(path, own);
           if (loaded.ok()) {
             model = *std::move(loaded);
@@ -511,7 +476,8 @@ class Worker {
     int64_t weight_bytes = 0;
     auto pool = std::make_unique<InstancePool>(index_, load.key(), arena_, min_compute_,
                                                [this](const worker::Reply& r) { Reply(r); });
-    if (absl::Status s = pool->Start(load.path(), options, Shares(cpus_, n), &weight_bytes);
+    if (absl::Status s =
+            pool->Start(load.path(), options, affinity::SplitCpus(cpus_, n), &weight_bytes);
         !s.ok()) {
       return s;
     }
@@ -559,7 +525,7 @@ class Worker {
     const uint64_t available = affinity::AvailableMemoryBytes();
     // Only when one copy ran at all: otherwise the model keeps one copy.
     for (int n : one.ok() ? counts : std::vector<int>()) {
-      std::vector<std::vector<int>> shares = Shares(cpus_, n);
+      std::vector<std::vector<int>> shares = affinity::SplitCpus(cpus_, n);
       const std::vector<int>& smallest =
           *std::min_element(shares.begin(), shares.end(),
                             [](const auto& a, const auto& b) { return a.size() < b.size(); });
