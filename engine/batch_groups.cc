@@ -186,10 +186,8 @@ class BatchGroupedModel final : public CompiledModel {
 
   std::string DescribeBatchGroups() const override { return description_; }
 
-  std::string DescribePlan() const override {
-    return absl::StrCat(full_->DescribePlan(), full_->DescribePlan().empty() ? "" : "\n",
-                        "batch groups: ", description_);
-  }
+  // The steps are the full model's; how batches split is DescribeBatchGroups.
+  std::string DescribePlan() const override { return full_->DescribePlan(); }
 
   absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const override {
     const int n = GroupsAt(batch);

@@ -244,7 +244,7 @@ int ModelScheduler::PickWorker(const Queue& queue, bool partial_ok, int* idle_sl
     const int instances = workers_->Instances(w, queue.key);
     const int busy = in_flight_[static_cast<size_t>(w)];
     if (busy < instances) *idle_slots += instances - busy;
-    const int limit = partial_ok ? instances : instances + options_.pipeline_depth;
+    const int limit = partial_ok ? instances : instances * (1 + options_.pipeline_depth);
     if (busy >= limit) continue;
     // Least loaded relative to its instances: busy / instances, compared
     // without division.
@@ -288,7 +288,7 @@ bool ModelScheduler::NextLaunch(Launch* launch) {
       if (due.requests == 0) continue;
       int w = PickWorker(*queue, /*partial_ok=*/true, &idle);
       if (idle == 0) queue->sharing = false;
-      // No idle instance: a full batch may still wait in a pipeline slot.
+      // No idle instance: a full batch may still wait in a worker's pipeline.
       if (w < 0 && due.full) w = PickWorker(*queue, /*partial_ok=*/false, &idle);
       if (w < 0) continue;
       const int64_t max_rows = queue->batcher->options().max_batch_rows;
@@ -413,6 +413,12 @@ void ModelScheduler::Finish(const std::shared_ptr<Queue>& queue,
       retry = true;
     }
   }
+  // A slot is free: its next batch goes first, then this one's callers are
+  // answered (the queue still counts this batch in flight, so RemoveModel
+  // waits for the answers). A batch that could not be sent waits for the
+  // worker's next change or the timer, so a worker that refuses sends does
+  // not spin.
+  if (!outcome.not_sent) Schedule();
   if (!retry) {
     absl::Status status = outcome.status;
     if (outcome.lost) {
@@ -424,13 +430,8 @@ void ModelScheduler::Finish(const std::shared_ptr<Queue>& queue,
     std::lock_guard<std::mutex> lock(mu_);
     --queue->in_flight;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    drained_cv_.notify_all();
-  }
-  // A slot is free. (A batch that could not be sent waits for the worker's
-  // next change or the timer, so a worker that refuses sends does not spin.)
-  if (!outcome.not_sent) Schedule();
+  std::lock_guard<std::mutex> lock(mu_);
+  drained_cv_.notify_all();
 }
 
 void ModelScheduler::Answer(Queue* queue, Flight* flight, const absl::Status& status,

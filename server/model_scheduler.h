@@ -11,7 +11,11 @@
 //
 //   * a partial batch (its delay ran out) goes to an idle instance only;
 //     a full one (max rows or a preferred size) may also wait in a busy
-//     worker's pipeline slot, its inputs copied while the worker computes;
+//     worker's pipeline, one batch per instance, its inputs copied while
+//     the instances compute, so a worker of N instances has N batches ready
+//     as N single-instance workers would;
+//   * the slot an answered batch frees is filled before that batch's
+//     callers are answered, so the answering never keeps a slot idle;
 //   * with several idle instances, the queued rows are shared between them
 //     (each batch takes its share, up to max rows, and at least the smallest
 //     preferred batch size where the config names one), so 64 requests and
@@ -85,8 +89,10 @@ class ModelScheduler {
     size_t default_max_queue_size = 4096;
     // How often queues are checked for cancelled calls when nothing else is due.
     std::chrono::milliseconds idle_poll{10};
-    // Batches a worker may hold beyond its instances of the model: 1 lets
-    // the next full batch's inputs be copied while the worker computes.
+    // Full batches a worker may hold waiting, per instance of the model,
+    // beyond the ones its instances compute: 1 lets each instance's next
+    // batch be copied in while it computes. (One per worker instead left a
+    // worker of 16 instances with one batch ready for 16 slots.)
     int pipeline_depth = 1;
     // Total runs of a batch whose worker dies under it.
     int max_attempts = 2;
@@ -158,7 +164,7 @@ class ModelScheduler {
   // take a due batch.
   bool NextLaunch(Launch* launch);
   // Under mu_: the worker for a batch of `queue`: an idle instance
-  // (`partial_ok`), else a pipeline slot (full batches only); -1 if none.
+  // (`partial_ok`), else a pipeline place (full batches only); -1 if none.
   // `idle_slots` receives the idle instances of the model over all workers.
   int PickWorker(const Queue& queue, bool partial_ok, int* idle_slots);
   std::shared_ptr<Flight> Form(const std::shared_ptr<Queue>& queue, Batch batch);

@@ -1,7 +1,6 @@
 #include "server/worker_main.h"
 
 #include <omp.h>
-#include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -11,7 +10,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>

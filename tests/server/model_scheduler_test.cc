@@ -99,6 +99,8 @@ struct Call {
   std::vector<float> output;
   int64_t batch_rows = 0;
   std::string profile;  // InferenceTiming::profile
+  // Batches running on the fake pool when this call was answered.
+  size_t running_when_answered = 0;
 };
 
 class SchedulerTest : public ::testing::Test {
@@ -140,9 +142,11 @@ class SchedulerTest : public ::testing::Test {
         {reinterpret_cast<const char*>(call->input.data()), call->input.size() * sizeof(float)});
     p->parsed.output_bytes.push_back(static_cast<size_t>(rows) * sizeof(float));
     Call* c = call.get();
-    p->done = [c](const absl::Status& s, const std::vector<const char*>& outputs,
-                  const InferenceTiming& timing) {
+    FakePool* pool = pool_.get();
+    p->done = [c, pool](const absl::Status& s, const std::vector<const char*>& outputs,
+                        const InferenceTiming& timing) {
       c->answered = true;
+      c->running_when_answered = pool->running.size();
       c->status = s;
       c->batch_rows = timing.batch_rows;
       c->profile = timing.profile;
@@ -215,6 +219,43 @@ TEST_F(SchedulerTest, APartialBatchNeverStacksOnABusyInstanceAFullOneMay) {
   ExpectAnsweredCorrectly();
 }
 
+TEST_F(SchedulerTest, AWorkerHoldsOneFullBatchReadyPerInstance) {
+  // One worker of 4 instances holds as many batches ready as 4 workers of
+  // one instance would: 4 computing, 4 waiting in its pipeline.
+  Make(1);
+  auto m = Model("m", 2, 0);
+  pool_->Hold(0, m->key(), 4);
+  for (int i = 0; i < 14; ++i) Submit(m);
+  // The first 4 requests took the idle instances at once; then full
+  // batches of 2 fill the pipeline, one per instance; 2 requests queue.
+  EXPECT_EQ(RunningRows(), (std::vector<int64_t>{1, 1, 1, 1, 2, 2, 2, 2}));
+  EXPECT_EQ(scheduler_->pending(), 2u);
+  pool_->Complete(0);
+  EXPECT_EQ(RunningRows(), (std::vector<int64_t>{1, 1, 1, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(scheduler_->pending(), 0u);
+  pool_->CompleteAll();
+  ExpectAnsweredCorrectly();
+}
+
+TEST_F(SchedulerTest, TheFreedSlotIsFilledBeforeItsCallersAreAnswered) {
+  // Answering a batch's callers (gRPC completions, output copies) must not
+  // keep its slot idle: the next batch is sent first.
+  Make(1);
+  auto m = Model("m", 2, 0);
+  pool_->Hold(0, m->key(), 1);
+  auto first = Submit(m);                 // runs alone
+  for (int i = 0; i < 4; ++i) Submit(m);  // a full batch waits in the pipeline, one queues
+  EXPECT_EQ(RunningRows(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(scheduler_->pending(), 2u);
+  pool_->Complete(0);
+  ASSERT_TRUE(first->answered);
+  // When `first` was answered the queued batch was already running.
+  EXPECT_EQ(first->running_when_answered, 2u);
+  EXPECT_EQ(RunningRows(), (std::vector<int64_t>{2, 2}));
+  pool_->CompleteAll();
+  ExpectAnsweredCorrectly();
+}
+
 TEST_F(SchedulerTest, QueuedRowsAreSharedBetweenIdleInstances) {
   // 4 workers x 2 instances; 64 requests arrive within the delay.
   Make(4);
@@ -270,8 +311,8 @@ TEST_F(SchedulerTest, EverySlotGetsItsShareUnderSteadyLoad) {
   int64_t rows = 0;
   for (int round = 0; round < 50; ++round) {
     // Every instance of every worker computes and each worker holds one
-    // full batch more in its pipeline slot.
-    for (int w = 0; w < 8; ++w) ASSERT_EQ(pool_->RunningOn(w), 3) << "round " << round;
+    // full batch more per instance in its pipeline.
+    for (int w = 0; w < 8; ++w) ASSERT_EQ(pool_->RunningOn(w), 4) << "round " << round;
     // Each worker's two computing batches (its oldest) finish, one after
     // the other; their callers send again at once.
     for (int w = 0; w < 8; ++w) {
