@@ -23,7 +23,8 @@ constexpr KernelTable kScalar = {IsaTier::kScalar,
                                  cpu::mul_row_broadcast__scalar,
                                  cpu::reduce_rows__scalar,
                                  cpu::transpose_2d__scalar,
-                                 cpu::attention_head__scalar};
+                                 cpu::attention_head__scalar,
+                                 cpu::bias_activation_rows__scalar};
 constexpr KernelTable kAvx2 = {IsaTier::kAvx2,
                                cpu::softmax_rows__avx2,
                                cpu::layer_norm_rows__avx2,
@@ -31,7 +32,8 @@ constexpr KernelTable kAvx2 = {IsaTier::kAvx2,
                                cpu::mul_row_broadcast__avx2,
                                cpu::reduce_rows__avx2,
                                cpu::transpose_2d__avx2,
-                               cpu::attention_head__avx2};
+                               cpu::attention_head__avx2,
+                               cpu::bias_activation_rows__avx2};
 constexpr KernelTable kAvx512 = {IsaTier::kAvx512,
                                  cpu::softmax_rows__avx512,
                                  cpu::layer_norm_rows__avx512,
@@ -39,7 +41,8 @@ constexpr KernelTable kAvx512 = {IsaTier::kAvx512,
                                  cpu::mul_row_broadcast__avx512,
                                  cpu::reduce_rows__avx512,
                                  cpu::transpose_2d__avx512,
-                                 cpu::attention_head__avx512};
+                                 cpu::attention_head__avx512,
+                                 cpu::bias_activation_rows__avx512};
 
 bool CpuHasAvx2() {
   const auto& f = affinity::GetCpuFeatures();

@@ -29,6 +29,8 @@ struct KernelTable {
   void (*reduce_rows)(const float* x, float* out, int64_t rows, int64_t len, cpu::ReduceOp op);
   void (*transpose_2d)(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols);
   void (*attention_head)(const cpu::AttentionHead& h, float* scratch);
+  void (*bias_activation_rows)(float* y, const float* bias, int64_t rows, int64_t len,
+                               cpu::RowActivation act);
 };
 
 struct DispatchDecision {

@@ -32,6 +32,19 @@ void mul_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t
 void mul_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len);
 void mul_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows, int64_t len);
 
+// The epilogue of a GEMM, in place: y[r, :] = act(y[r, :] + bias[:]), `len`
+// floats per row; `bias` may be null (none). kGeluErf is GELU in its erf
+// form, 0.5 x (1 + erf(x / sqrt(2))); the vector versions compute erfc with
+// Abramowitz and Stegun's 7.1.26 (absolute error below 1.5e-7) and match
+// the scalar one (std::erf) to within 2e-7 x max(1, |x|). NaN stays NaN.
+enum class RowActivation { kNone, kRelu, kGeluErf };
+void bias_activation_rows__scalar(float* y, const float* bias, int64_t rows, int64_t len,
+                                  RowActivation act);
+void bias_activation_rows__avx2(float* y, const float* bias, int64_t rows, int64_t len,
+                                RowActivation act);
+void bias_activation_rows__avx512(float* y, const float* bias, int64_t rows, int64_t len,
+                                  RowActivation act);
+
 // out[r] = sum / max / min of x[r, :] for `rows` rows of `len` >= 1 floats
 // (mean = sum / len is left to the caller). Max and min are exact; sums
 // are accumulated in a different order per ISA (vector lanes, then lanes

@@ -25,6 +25,12 @@ struct Avx2 {
   static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
   static Reg Max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
   static Reg Min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
+  static Reg Div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg Abs(Reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  // Lanes where x >= 0 (ordered: NaN is not) from a, the others from b.
+  static Reg SelectNonNegative(Reg x, Reg a, Reg b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+  }
   static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg Round(Reg a) {
     return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -72,6 +78,11 @@ void add_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t r
 }
 void mul_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   RowBroadcast<Avx2, true>(x, v, y, rows, len);
+}
+
+void bias_activation_rows__avx2(float* y, const float* bias, int64_t rows, int64_t len,
+                                RowActivation act) {
+  BiasActivationRows<Avx2>(y, bias, rows, len, act);
 }
 
 void reduce_rows__avx2(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {

@@ -26,6 +26,12 @@ struct Avx512 {
   static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg Max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
   static Reg Min(Reg a, Reg b) { return _mm512_min_ps(a, b); }
+  static Reg Div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
+  static Reg Abs(Reg a) { return _mm512_abs_ps(a); }
+  // Lanes where x >= 0 (ordered: NaN is not) from a, the others from b.
+  static Reg SelectNonNegative(Reg x, Reg a, Reg b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), b, a);
+  }
   static Reg Fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg Round(Reg a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -56,6 +62,11 @@ void add_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t
 void mul_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows,
                                int64_t len) {
   RowBroadcast<Avx512, true>(x, v, y, rows, len);
+}
+
+void bias_activation_rows__avx512(float* y, const float* bias, int64_t rows, int64_t len,
+                                  RowActivation act) {
+  BiasActivationRows<Avx512>(y, bias, rows, len, act);
 }
 
 void reduce_rows__avx512(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {

@@ -44,6 +44,20 @@ void add_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t
   }
 }
 
+void bias_activation_rows__scalar(float* y, const float* bias, int64_t rows, int64_t len,
+                                  RowActivation act) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * len;
+    for (int64_t i = 0; i < len; ++i) {
+      float v = yr[i] + (bias != nullptr ? bias[i] : 0.0f);
+      if (act == RowActivation::kRelu) v = std::max(v, 0.0f);
+      if (act == RowActivation::kGeluErf) v = 0.5f * v * (1.0f + std::erf(v * kInvSqrt2));
+      yr[i] = v;
+    }
+  }
+}
+
 void mul_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t rows,
                                int64_t len) {
   for (int64_t r = 0; r < rows; ++r) {

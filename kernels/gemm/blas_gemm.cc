@@ -402,21 +402,22 @@ void ApplyEpilogue(const GemmOptions& o, int64_t m, float* dst) {
   const bool bias = !o.bias.empty();
   if (!bias && !o.relu && !o.gelu_erf) return;
   const int64_t n = o.n;
-  const float* b = o.bias.data();
-  const bool relu = o.relu, gelu = o.gelu_erf;
+  const float* b = bias ? o.bias.data() : nullptr;
+  // The CPU's own vector kernel (a scalar std::erf took 16 ns per value on
+  // a Zen 1 core: 10% of BERT-base's time, in its FFN GELUs).
+  const auto rows = GetKernelTable().bias_activation_rows;
+  using cpu::RowActivation;
 #pragma omp parallel for schedule(static) if (m > 1 && m * n >= kParallelEpilogueElements)
   for (int64_t i = 0; i < m; ++i) {
     float* row = dst + i * n;
-    if (bias) {
-      for (int64_t j = 0; j < n; ++j) row[j] += b[j];
-    }
-    if (relu) {
-      for (int64_t j = 0; j < n; ++j) row[j] = std::max(row[j], 0.0f);
-    }
-    if (gelu) {
-      constexpr float kInvSqrt2 = 0.70710678118654752f;
-      for (int64_t j = 0; j < n; ++j)
-        row[j] = 0.5f * row[j] * (1.0f + std::erf(row[j] * kInvSqrt2));
+    if (o.relu && o.gelu_erf) {
+      rows(row, b, 1, n, RowActivation::kRelu);
+      rows(row, nullptr, 1, n, RowActivation::kGeluErf);
+    } else {
+      rows(row, b, 1, n,
+           o.gelu_erf ? RowActivation::kGeluErf
+           : o.relu   ? RowActivation::kRelu
+                      : RowActivation::kNone);
     }
   }
 }

@@ -4,7 +4,9 @@
 // many). Tiers the CPU lacks are skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -80,6 +82,61 @@ TEST_P(RowKernelsTest, RowBroadcastAddAndMulAreExact) {
   KernelTableFor(IsaTier::kScalar)
       ->mul_row_broadcast(x.data(), v.data(), want.data(), rows(), len());
   EXPECT_EQ(y, want) << Shape();
+}
+
+TEST_P(RowKernelsTest, BiasActivationMatchesDoubleMath) {
+  const KernelTable* t = Table();
+  if (t == nullptr) GTEST_SKIP() << "CPU lacks " << IsaTierName(std::get<0>(GetParam()));
+  // Values over the whole range GELU bends in, and far out on both sides.
+  const std::vector<float> x = Random(rows() * len(), 5, 12.0f);
+  const std::vector<float> bias = Random(len(), 6, 1.0f);
+  for (const auto act :
+       {cpu::RowActivation::kNone, cpu::RowActivation::kRelu, cpu::RowActivation::kGeluErf}) {
+    for (const bool with_bias : {false, true}) {
+      std::vector<float> y = x;
+      t->bias_activation_rows(y.data(), with_bias ? bias.data() : nullptr, rows(), len(), act);
+      for (int64_t r = 0; r < rows(); ++r) {
+        for (int64_t i = 0; i < len(); ++i) {
+          const float in = x[r * len() + i] + (with_bias ? bias[i] : 0.0f);
+          const double v = in;
+          const double want = act == cpu::RowActivation::kRelu ? std::max(v, 0.0)
+                              : act == cpu::RowActivation::kGeluErf
+                                  ? 0.5 * v * std::erfc(-v / std::sqrt(2.0))
+                                  : v;
+          ASSERT_NEAR(y[r * len() + i], want, 2e-7 * std::max(1.0, std::fabs(v)))
+              << Shape() << " act " << static_cast<int>(act) << " bias " << with_bias << " at " << r
+              << "," << i << " x " << in;
+        }
+      }
+    }
+  }
+}
+
+TEST(BiasActivationRowsTest, SpecialValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (IsaTier tier : {IsaTier::kScalar, IsaTier::kAvx2, IsaTier::kAvx512}) {
+    const KernelTable* t = KernelTableFor(tier);
+    if (t == nullptr) continue;
+    std::vector<float> y = {nan, inf, -inf, 0.0f, -0.0f, 1e-30f, -100.0f, 100.0f, nan};
+    std::vector<float> r = y;
+    t->bias_activation_rows(y.data(), nullptr, 1, static_cast<int64_t>(y.size()),
+                            cpu::RowActivation::kGeluErf);
+    EXPECT_TRUE(std::isnan(y[0])) << IsaTierName(tier);
+    EXPECT_EQ(y[1], inf) << IsaTierName(tier);
+    EXPECT_TRUE(std::isnan(y[2])) << IsaTierName(tier);  // -inf * 0, as 0.5 x (1 + erf x) gives
+    EXPECT_EQ(y[3], 0.0f) << IsaTierName(tier);
+    EXPECT_EQ(y[4], 0.0f) << IsaTierName(tier);
+    EXPECT_NEAR(y[5], 0.5e-30f, 1e-37f) << IsaTierName(tier);
+    EXPECT_NEAR(y[6], 0.0f, 1e-30f) << IsaTierName(tier);  // underflows to ~0
+    EXPECT_EQ(y[7], 100.0f) << IsaTierName(tier);
+    EXPECT_TRUE(std::isnan(y[8])) << IsaTierName(tier);
+    t->bias_activation_rows(r.data(), nullptr, 1, static_cast<int64_t>(r.size()),
+                            cpu::RowActivation::kRelu);
+    EXPECT_TRUE(std::isnan(r[0])) << IsaTierName(tier) << ": relu keeps NaN";
+    EXPECT_EQ(r[2], 0.0f) << IsaTierName(tier);
+    EXPECT_EQ(r[7], 100.0f) << IsaTierName(tier);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
