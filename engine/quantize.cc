@@ -24,8 +24,8 @@
 namespace numaserve::engine {
 namespace {
 
-// Bins of the histogram a percentile is read from (over each tensor's
-// min-max range, found by a first pass).
+// Bins of the histogram a percentile or the entropy range is read from
+// (over each tensor's min-max range, found by a first pass).
 constexpr int kHistogramBins = 4096;
 
 absl::Status Prefix(const std::string& path, const absl::Status& s) {
@@ -153,7 +153,7 @@ struct Stats {
   float min = std::numeric_limits<float>::infinity();
   float max = -std::numeric_limits<float>::infinity();
   bool finite = true;
-  std::vector<int64_t> histogram;  // kPercentile's second pass
+  std::vector<int64_t> histogram;  // kPercentile's and kEntropy's second pass
   int64_t count = 0;
 
   void Range(const float* x, int64_t n) {
@@ -166,11 +166,14 @@ struct Stats {
       max = std::max(max, x[i]);
     }
   }
-  void Histogram(const float* x, int64_t n) {
+  // `skip_zeros`: exact zeros are left out (the entropy method's
+  // histogram: 0 is exact on every UINT8 grid, whatever the range, so a
+  // ReLU's spike of zeros must not pull the range in).
+  void Histogram(const float* x, int64_t n, bool skip_zeros) {
     if (histogram.empty()) histogram.assign(kHistogramBins, 0);
     const double width = static_cast<double>(max) - min;
     for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(x[i])) continue;
+      if (!std::isfinite(x[i]) || (skip_zeros && x[i] == 0.0f)) continue;
       int64_t bin =
           width > 0
               ? static_cast<int64_t>((x[i] - static_cast<double>(min)) / width * kHistogramBins)
@@ -203,8 +206,77 @@ struct Stats {
 absl::StatusOr<CalibrationMethod> CalibrationMethodFromName(const std::string& name) {
   if (name == "minmax") return CalibrationMethod::kMinMax;
   if (name == "percentile") return CalibrationMethod::kPercentile;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown calibration method '", name, "' (expected minmax or percentile)"));
+  if (name == "entropy") return CalibrationMethod::kEntropy;
+  return absl::InvalidArgumentError(absl::StrCat("unknown calibration method '", name,
+                                                 "' (expected minmax, percentile or entropy)"));
+}
+
+std::pair<float, float> EntropyRange(const std::vector<int64_t>& histogram, float min, float max) {
+  constexpr int64_t kLevels = 255;  // steps of a UINT8 grid
+  const int64_t bins = static_cast<int64_t>(histogram.size());
+  int64_t total = 0;
+  for (int64_t c : histogram) total += c;
+  if (bins <= kLevels || total == 0 || !(max > min)) return {min, max};
+  const double width = static_cast<double>(max) - min;
+  // The bin edge nearest to 0 (0 when all values are positive, `bins` when
+  // all are negative): every candidate keeps it inside.
+  const int64_t zero = std::clamp<int64_t>(
+      static_cast<int64_t>(std::llround(-static_cast<double>(min) / width * bins)), 0, bins);
+  double best_kl = std::numeric_limits<double>::infinity();
+  int64_t best_a = 0, best_b = bins;
+  std::vector<double> p(static_cast<size_t>(bins)), q(static_cast<size_t>(bins));
+  // Candidates: f = kept / bins for kept = bins, bins - 16, ..., down to 255.
+  for (int64_t kept = bins; kept >= kLevels; kept -= 16) {
+    const double f = static_cast<double>(kept) / bins;
+    const int64_t a = zero - static_cast<int64_t>(std::llround(zero * f));
+    const int64_t b = zero + static_cast<int64_t>(std::llround((bins - zero) * f));
+    const int64_t n = b - a;
+    if (n < kLevels) continue;
+    // Q: the kept bins as they are, each of the 255 steps' count spread
+    // evenly over its nonzero bins: what quantizing them keeps.
+    for (int64_t level = 0; level < kLevels; ++level) {
+      const int64_t lo = level * n / kLevels, hi = (level + 1) * n / kLevels;
+      double sum = 0;
+      int64_t nonzero = 0;
+      for (int64_t i = lo; i < hi; ++i) {
+        const auto c = static_cast<double>(histogram[a + i]);
+        sum += c;
+        nonzero += c > 0 ? 1 : 0;
+      }
+      for (int64_t i = lo; i < hi; ++i) {
+        q[i] = histogram[a + i] > 0 ? sum / static_cast<double>(nonzero) : 0;
+      }
+    }
+    // P: the kept bins with the values outside folded into the edge bins
+    // (where clipping puts them); Q lacks those, which is what clipping costs.
+    double q_total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] = static_cast<double>(histogram[a + i]);
+      q_total += q[i];
+    }
+    for (int64_t i = 0; i < a; ++i) p[0] += static_cast<double>(histogram[i]);
+    for (int64_t i = b; i < bins; ++i) p[n - 1] += static_cast<double>(histogram[i]);
+    // KL(P || Q) of the normalized distributions; a bin P has and Q lacks
+    // (an edge bin holding only clipped values) counts as if Q held a
+    // millionth of a value there.
+    if (q_total <= 0) continue;
+    const double floor = 1e-6 / static_cast<double>(total);
+    double kl = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (p[i] <= 0) continue;
+      const double pn = p[i] / static_cast<double>(total);
+      const double qn = std::max(q[i] / q_total, floor);
+      kl += pn * std::log(pn / qn);
+    }
+    if (kl < best_kl - 1e-12) {
+      best_kl = kl;
+      best_a = a;
+      best_b = b;
+    }
+  }
+  const float lo = best_a == 0 ? min : static_cast<float>(min + width * best_a / bins);
+  const float hi = best_b == bins ? max : static_cast<float>(min + width * best_b / bins);
+  return {lo, hi};
 }
 
 absl::StatusOr<ActivationRange> Uint8Range(float min, float max) {
@@ -477,9 +549,10 @@ absl::StatusOr<QuantizedModel> QuantizeModel(const std::string& model_path,
     return s;
   }
   const int64_t rows = report.calibration_rows;
-  if (options.method == CalibrationMethod::kPercentile) {
+  const bool entropy = options.method == CalibrationMethod::kEntropy;
+  if (options.method == CalibrationMethod::kPercentile || entropy) {
     if (absl::Status s =
-            pass([&](size_t a, const float* x, int64_t n) { stats[a].Histogram(x, n); });
+            pass([&](size_t a, const float* x, int64_t n) { stats[a].Histogram(x, n, entropy); });
         !s.ok()) {
       return s;
     }
@@ -497,6 +570,8 @@ absl::StatusOr<QuantizedModel> QuantizeModel(const std::string& model_path,
     if (options.method == CalibrationMethod::kPercentile) {
       lo = s.Quantile(1.0 - options.percentile / 100.0);
       hi = s.Quantile(options.percentile / 100.0);
+    } else if (options.method == CalibrationMethod::kEntropy) {
+      std::tie(lo, hi) = EntropyRange(s.histogram, s.min, s.max);
     }
     absl::StatusOr<ActivationRange> r = Uint8Range(lo, hi);
     if (!r.ok()) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,9 +28,11 @@ namespace numaserve::engine {
 enum class CalibrationMethod {
   kMinMax,      // the smallest and largest value seen
   kPercentile,  // the (100 - p)th and pth percentiles of the values seen
+  kEntropy,     // the clipped range whose 255-step quantization loses the
+                // least information (KL divergence; EntropyRange)
 };
 
-// "minmax", "percentile"; INVALID_ARGUMENT naming them otherwise.
+// "minmax", "percentile", "entropy"; INVALID_ARGUMENT naming them otherwise.
 absl::StatusOr<CalibrationMethod> CalibrationMethodFromName(const std::string& name);
 
 // Rows of calibration input: inputs[i] holds `rows` rows of the model's
@@ -64,6 +67,18 @@ struct ActivationRange {
 // gets scale 1. NaN or infinite bounds are an error (the caller names the
 // tensor).
 absl::StatusOr<ActivationRange> Uint8Range(float min, float max);
+
+// The entropy method's choice for one tensor, from `histogram` (equal bins
+// over [min, max] of the values seen, exact zeros left out: 0 is exact on
+// every grid, and a ReLU's spike of zeros would otherwise decide the
+// range): each candidate keeps the bins
+// within a fraction f of the range on both sides of 0 (0 stays inside,
+// values beyond fold into the edge bins), its distribution P is
+// quantized onto 255 equal steps (each step's count spread over its
+// nonzero bins: Q), and the candidate with the smallest KL(P || Q) wins;
+// at least 255 bins are kept. Returns {lo, hi} within [min, max]; min and
+// max themselves where the histogram is empty or too narrow to clip.
+std::pair<float, float> EntropyRange(const std::vector<int64_t>& histogram, float min, float max);
 
 // Symmetric INT8 per-channel quantization of `weights` (row-major,
 // `dims`) along `axis`: scales[c] = max|w| over channel c / 127 (1 where

@@ -153,7 +153,8 @@ int QuantizeCommand(const std::vector<std::string>& args) {
                      ".npy, a numaserve record file or an IDX image file (required)");
   parser.AddString("out", &out_path, "where to write the QDQ model (required)");
   parser.AddString("method", &method_name,
-                   "activation ranges: minmax or percentile (of the values seen)");
+                   "activation ranges: minmax, percentile (of the values seen) or entropy "
+                   "(the clipped range that loses the least information, by KL divergence)");
   parser.AddDouble("percentile", &percentile,
                    "--method percentile: the upper percentile kept (the lower is 100 minus it)");
   parser.AddInt("calibration-size", &rows_limit, "rows of calibration data used (0 = all)");

@@ -18,7 +18,10 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -392,12 +395,18 @@ TEST(Int8QuantizeTest, FashionMnistAccuracyWithinHalfAPointOfFp32) {
     batch.inputs.push_back(std::move(x));
     calibration.push_back(std::move(batch));
   }
-  auto q = QuantizeModel(NUMASERVE_TRAINED_MLP, calibration, QuantizeOptions());
-  ASSERT_TRUE(q.ok()) << q.status();
-  const std::string qdq = SaveBytes("int8_trained_mlp", q->onnx);
-  double accuracy[2] = {0, 0};
-  for (int k = 0; k < 2; ++k) {
-    auto model = CompiledModel::Load(k == 0 ? NUMASERVE_TRAINED_MLP : qdq, CompileOptions());
+  // FP32, then INT8 calibrated by min-max and by entropy.
+  std::string paths[3] = {NUMASERVE_TRAINED_MLP, "", ""};
+  for (int k = 1; k < 3; ++k) {
+    QuantizeOptions options;
+    options.method = k == 1 ? CalibrationMethod::kMinMax : CalibrationMethod::kEntropy;
+    auto q = QuantizeModel(NUMASERVE_TRAINED_MLP, calibration, options);
+    ASSERT_TRUE(q.ok()) << q.status();
+    paths[k] = SaveBytes(k == 1 ? "int8_trained_mlp" : "int8_entropy_trained_mlp", q->onnx);
+  }
+  double accuracy[3] = {0, 0, 0};
+  for (int k = 0; k < 3; ++k) {
+    auto model = CompiledModel::Load(paths[k], CompileOptions());
     ASSERT_TRUE(model.ok()) << model.status();
     int64_t correct = 0;
     for (int64_t first = 0; first < kImages; first += kBatch) {
@@ -413,7 +422,7 @@ TEST(Int8QuantizeTest, FashionMnistAccuracyWithinHalfAPointOfFp32) {
       }
     }
     accuracy[k] = 100.0 * correct / kImages;
-    if (k == 1) {
+    if (k > 0) {
       // fc1 and fc2 INT8; the 10-output classifier (20 FLOPs per input
       // element) FP32 on its fake-quantized input.
       int int8_steps = 0;
@@ -424,9 +433,64 @@ TEST(Int8QuantizeTest, FashionMnistAccuracyWithinHalfAPointOfFp32) {
     }
   }
   std::cout << "Fashion-MNIST, first " << kImages << " test images, trained MLP: FP32 "
-            << accuracy[0] << "%, INT8 " << accuracy[1] << "%\n";
+            << accuracy[0] << "%, INT8 " << accuracy[1] << "% (min-max), " << accuracy[2]
+            << "% (entropy)\n";
   EXPECT_GT(accuracy[0], 85.0) << "the trained model or the data is not what it should be";
   EXPECT_LE(std::abs(accuracy[1] - accuracy[0]), 0.5);
+  EXPECT_LE(std::abs(accuracy[2] - accuracy[0]), 0.5);
+}
+
+// A histogram of `values` over their own [min, max], as calibration builds it.
+std::vector<int64_t> HistogramOf(const std::vector<float>& values, float* min, float* max,
+                                 int bins = 4096) {
+  *min = *std::min_element(values.begin(), values.end());
+  *max = *std::max_element(values.begin(), values.end());
+  std::vector<int64_t> h(static_cast<size_t>(bins), 0);
+  for (float v : values) {
+    const double at = (v - static_cast<double>(*min)) / (static_cast<double>(*max) - *min) * bins;
+    ++h[static_cast<size_t>(std::clamp<int64_t>(static_cast<int64_t>(at), 0, bins - 1))];
+  }
+  return h;
+}
+
+TEST(Int8QuantizeTest, EntropyRangeClipsRareOutliersAndKeepsAFullRange) {
+  std::mt19937 rng(7);
+  // Post-ReLU-like: |N(0, 1)| and five values at 40: the range is clipped
+  // far below 40 and well above the bulk (P(|x| > 3) is 0.3%).
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> relu;
+  for (int i = 0; i < 200000; ++i) relu.push_back(std::fabs(normal(rng)));
+  for (int i = 0; i < 5; ++i) relu.push_back(40.0f);
+  float min = 0, max = 0;
+  std::vector<int64_t> h = HistogramOf(relu, &min, &max);  // sets min and max first
+  auto [lo, hi] = EntropyRange(h, min, max);
+  EXPECT_EQ(lo, min);
+  EXPECT_GT(hi, 3.0f);
+  EXPECT_LT(hi, 20.0f);
+  // Two-sided with outliers on both sides: both ends come in, 0 stays inside.
+  std::vector<float> both;
+  for (int i = 0; i < 200000; ++i) both.push_back(normal(rng));
+  both.push_back(-40.0f);
+  both.push_back(40.0f);
+  h = HistogramOf(both, &min, &max);
+  std::tie(lo, hi) = EntropyRange(h, min, max);
+  EXPECT_GT(lo, -20.0f);
+  EXPECT_LT(lo, -3.0f);
+  EXPECT_GT(hi, 3.0f);
+  EXPECT_LT(hi, 20.0f);
+  // Uniform values have nothing to clip: (nearly) the whole range stays.
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<float> flat;
+  for (int i = 0; i < 200000; ++i) flat.push_back(uniform(rng));
+  h = HistogramOf(flat, &min, &max);
+  std::tie(lo, hi) = EntropyRange(h, min, max);
+  EXPECT_EQ(lo, min);
+  EXPECT_GT(hi, 0.9f * max);
+  // Nothing to choose from: min and max themselves.
+  EXPECT_EQ(EntropyRange({}, -1.0f, 2.0f), std::make_pair(-1.0f, 2.0f));
+  EXPECT_EQ(EntropyRange(std::vector<int64_t>(4096, 0), -1.0f, 2.0f), std::make_pair(-1.0f, 2.0f));
+  EXPECT_EQ(EntropyRange(std::vector<int64_t>(100, 1), -1.0f, 2.0f), std::make_pair(-1.0f, 2.0f));
+  EXPECT_EQ(CalibrationMethodFromName("entropy").value(), CalibrationMethod::kEntropy);
 }
 
 TEST(Int8QuantizeTest, PercentileCalibrationNarrowsTheRange) {
