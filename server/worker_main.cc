@@ -192,12 +192,16 @@ class InstancePool {
  public:
   using ReplyFn = std::function<void(const worker::Reply&)>;
 
+  // `pinned`: the worker is bound to its cores. When it is not (a
+  // synthetic topology's cpus, bindings advisory), each copy's pinning is
+  // tried and a failure is not an error.
   InstancePool(int worker, std::string key, SharedArena* arena,
-               std::chrono::microseconds min_compute, ReplyFn reply)
+               std::chrono::microseconds min_compute, bool pinned, ReplyFn reply)
       : worker_(worker),
         key_(std::move(key)),
         arena_(arena),
         min_compute_(min_compute),
+        pinned_(pinned),
         reply_(std::move(reply)) {}
 
   ~InstancePool() {
@@ -221,6 +225,7 @@ class InstancePool {
       threads_.emplace_back([&, i]() {
         std::unique_ptr<engine::CompiledModel> model;
         absl::Status s = affinity::PinCallingThread(shares[i]);
+        if (!pinned_) s = absl::OkStatus();  // advisory, as the worker's own binding
         if (s.ok()) {
           engine::CompileOptions own = options;
           own.num_threads = static_cast<int>(shares[i].size());
@@ -307,6 +312,7 @@ class InstancePool {
   const std::string key_;
   SharedArena* const arena_;
   const std::chrono::microseconds min_compute_;
+  const bool pinned_;
   const ReplyFn reply_;
   std::vector<std::thread> threads_;
   std::mutex mu_;  // guards everything below
@@ -319,9 +325,13 @@ class InstancePool {
 
 class Worker {
  public:
-  Worker(int index, SharedArena* arena, std::vector<int> cpus,
+  Worker(int index, SharedArena* arena, std::vector<int> cpus, bool pinned,
          std::chrono::microseconds min_compute)
-      : index_(index), arena_(arena), cpus_(std::move(cpus)), min_compute_(min_compute) {}
+      : index_(index),
+        arena_(arena),
+        cpus_(std::move(cpus)),
+        pinned_(pinned),
+        min_compute_(min_compute) {}
 
   // Serves commands until the server closes the socket.
   int Serve() {
@@ -472,7 +482,7 @@ class Worker {
       return s;
     }
     int64_t weight_bytes = 0;
-    auto pool = std::make_unique<InstancePool>(index_, load.key(), arena_, min_compute_,
+    auto pool = std::make_unique<InstancePool>(index_, load.key(), arena_, min_compute_, pinned_,
                                                [this](const worker::Reply& r) { Reply(r); });
     if (absl::Status s =
             pool->Start(load.path(), options, affinity::SplitCpus(cpus_, n), &weight_bytes);
@@ -572,6 +582,7 @@ class Worker {
   int index_;
   SharedArena* arena_;
   std::vector<int> cpus_;                        // the cores this worker is bound to
+  const bool pinned_;                            // false: cpus_ is the plan's, advisory
   const std::chrono::microseconds min_compute_;  // --test-batch-compute-us
   std::mutex write_mu_;  // replies come from the serving thread and the pools' threads
   bool write_ok_ = true;
@@ -699,10 +710,13 @@ int WorkerCommand(const std::vector<std::string>& args) {
   h->set_worker_index(static_cast<int>(index));
   h->set_pid(getpid());
   auto cpus = affinity::ParseCpuList(cpus_text);
+  bool pinned = false;
   if (!cpus.ok()) {
     h->set_bind_warning(std::string(cpus.status().message()));
   } else if (absl::Status s = affinity::BindProcess(*cpus, static_cast<int>(node)); !s.ok()) {
     h->set_bind_warning(std::string(s.message()));
+  } else {
+    pinned = true;
   }
 
   // 2. Map the arena and bind its pages to this worker's node.
@@ -743,16 +757,22 @@ int WorkerCommand(const std::vector<std::string>& args) {
 
   // 3. Serve.
   // The worker's cores, for models with several instances: those it is
-  // actually bound to (the --cpus list when pinning failed).
+  // actually bound to, or the --cpus list when pinning failed (the plan's
+  // cpus, advisory: a synthetic topology's 16 cores on a 2-cpu machine are
+  // 16 instance slots, as the scheduler counts them; the process's own
+  // mask then says nothing, libgomp having moved its first thread to the
+  // first of GOMP_CPU_AFFINITY's cpus before main).
   std::vector<int> own_cpus;
-  cpu_set_t mask;
-  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &mask)) own_cpus.push_back(c);
+  if (pinned || !cpus.ok()) {
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &mask)) own_cpus.push_back(c);
+      }
     }
   }
   if (own_cpus.empty() && cpus.ok()) own_cpus = *cpus;
-  Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus),
+  Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus), pinned,
                 std::chrono::microseconds(std::max<int64_t>(0, test_batch_compute_us)));
   return worker.Serve();
 }

@@ -14,6 +14,10 @@ for a few seconds after a warm-up; then:
     instance (16), grew by amounts within 10% of each other (max/min over
     the measured interval, the difference of two scrapes);
   * every answer is the caller's own row, computed right.
+The same 16 slots again as one worker of 16 instances (a synthetic node
+of 16 cores; the worker counts the plan's cores when it cannot bind to
+them), the shape that left slots idle when a worker held one waiting batch
+for all its instances.
 
 Then `serve --instances auto` on a real model: the worker logs the choice
 and its figures ("instances auto: ... -> N"), ModelConfig's instance_group
@@ -41,9 +45,7 @@ import numaserve_client as nc  # noqa: E402
 PROMTOOL = os.environ.get("PROMTOOL", "/usr/bin/promtool")
 
 SLOTS_MODEL = "slots"
-WORKERS, INSTANCES = 8, 2
-SLOTS = WORKERS * INSTANCES
-TOPOLOGY = "package:1 numa:%d core:%d pu:1" % (WORKERS, INSTANCES)
+SLOTS = 16
 ROWS_PER_BATCH = 4                      # max_batch_size R
 BATCH_US = 100000                       # T: every batch takes 100 ms
 EXPECTED_ROWS_PER_SECOND = SLOTS * ROWS_PER_BATCH / (BATCH_US * 1e-6)   # 640
@@ -61,8 +63,8 @@ MAX_BUSY_SPREAD = 1.1
 SLOTS_CONFIG = """
 max_batch_size: %d
 dynamic_batching { max_queue_delay_microseconds: 2000 }
-instance_placement { instances_per_domain: %d }
-""" % (ROWS_PER_BATCH, INSTANCES)
+instance_placement { instances_per_domain: %%d }
+""" % ROWS_PER_BATCH
 
 AUTO_MODEL = nc.DEFAULT_MODEL_NAME
 FIXED_MODEL = "fixed_one_instance"
@@ -199,14 +201,18 @@ class ClosedLoad:
 class SchedulerSlotsTest(unittest.TestCase):
     """16 slots (8 workers x 2 instances) with fixed-time batches."""
 
+    WORKERS, INSTANCES = 8, 2
+
     @classmethod
     def setUpClass(cls):
+        assert cls.WORKERS * cls.INSTANCES == SLOTS
         cls.repo = tempfile.mkdtemp(prefix="numaserve_slots_")
         model, cls.bias = add_model(WIDTH)
         nc.write_model(cls.repo, SLOTS_MODEL, model)
-        write_config(cls.repo, SLOTS_MODEL, SLOTS_CONFIG)
+        write_config(cls.repo, SLOTS_MODEL, SLOTS_CONFIG % cls.INSTANCES)
+        topology = "package:1 numa:%d core:%d pu:1" % (cls.WORKERS, cls.INSTANCES)
         cls.server = nc.ServerProcess(cls.repo, [
-            "--topology", TOPOLOGY, "--domain", "numa",
+            "--topology", topology, "--domain", "numa",
             "--test-batch-compute-us", str(BATCH_US),
             "--worker-arena-mb", "16"]).start()
         cls.stub = cls.server.stub()
@@ -244,12 +250,12 @@ class SchedulerSlotsTest(unittest.TestCase):
         after = per_slot(self.after, BUSY, SLOTS_MODEL)
         return {slot: after[slot] - before.get(slot, 0.0) for slot in after}
 
-    def test_every_worker_has_two_instances(self):
+    def test_every_worker_has_its_instances(self):
         log = self.server.stderr_text(0)
         placed = set(re.findall(r"numaserve: worker (\d+): %s:1: instance (\d+) of %d on cpus"
-                                % (SLOTS_MODEL, INSTANCES), log))
+                                % (SLOTS_MODEL, self.INSTANCES), log))
         self.assertEqual(len(placed), SLOTS, "instance lines: %s%s" % (sorted(placed), self.log()))
-        self.assertEqual({w for w, _ in placed}, {str(w) for w in range(WORKERS)})
+        self.assertEqual({w for w, _ in placed}, {str(w) for w in range(self.WORKERS)})
         response = self.stub.ModelConfig(nc.pb.ModelConfigRequest(name=SLOTS_MODEL))
         self.assertEqual(sum(g.count for g in response.config.instance_group), SLOTS, response)
 
@@ -272,7 +278,7 @@ class SchedulerSlotsTest(unittest.TestCase):
         print("\nslots: %d workers x %d instances, R=%d, T=%.0f ms, %d callers: "
               "served %.1f rows/s by the callers' count, %.1f by the server's "
               "(%.0f batches of %.2f rows mean) over %.2f s; expected %.0f; ratio %.3f"
-              % (WORKERS, INSTANCES, ROWS_PER_BATCH, BATCH_US / 1000, CALLERS, served,
+              % (self.WORKERS, self.INSTANCES, ROWS_PER_BATCH, BATCH_US / 1000, CALLERS, served,
                  rows / self.seconds, batches, rows / batches if batches else 0,
                  self.seconds, EXPECTED_ROWS_PER_SECOND, ratio), file=sys.stderr)
         self.assertGreaterEqual(
@@ -297,7 +303,7 @@ class SchedulerSlotsTest(unittest.TestCase):
               file=sys.stderr)
         self.assertEqual(len(busy), SLOTS, "%s series: %s" % (BUSY, sorted(busy)))
         self.assertEqual(len(batches), SLOTS, "%s series: %s" % (BATCHES, sorted(batches)))
-        self.assertEqual({w for w, _ in busy}, {str(w) for w in range(WORKERS)})
+        self.assertEqual({w for w, _ in busy}, {str(w) for w in range(self.WORKERS)})
         self.assertGreater(low, 0, "an idle slot: %s%s" % (table, self.log()))
         self.assertLessEqual(spread, MAX_BUSY_SPREAD,
                              "busy seconds per slot differ by more than 10%%: %s" % table)
@@ -325,6 +331,14 @@ class SchedulerSlotsTest(unittest.TestCase):
                                 text=True, timeout=60)
         self.assertEqual(result.returncode, 0, "promtool check metrics failed:\n%s"
                          % result.stdout)
+
+
+class OneWorkerSixteenInstancesTest(SchedulerSlotsTest):
+    """The same 16 slots as 16 instances in one worker (a synthetic node of
+    16 cores): the worker holds one waiting batch per instance, so one
+    worker keeps 16 slots as busy as 8 workers do."""
+
+    WORKERS, INSTANCES = 1, 16
 
 
 class InstancesAutoTest(unittest.TestCase):
