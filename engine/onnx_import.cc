@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <new>
+#include <set>
 #include <sstream>
 
 #include "absl/container/flat_hash_set.h"
@@ -373,7 +374,106 @@ absl::Status MakeKernelShapesExplicit(onnx::GraphProto* g) {
   return absl::OkStatus();
 }
 
+// libonnx 1.12's LayerNormalization shape inference, when the node asks
+// for Mean or InvStdDev, sets the statistics' dims from `axis` on without
+// checking it against the input's rank: a rank-0 input with axis -1 is a
+// SEGV at dim(-1), which no try/catch stops. The rank is often known only
+// after inference, so such a model is first inferred as a copy whose
+// LayerNormalizations lose their statistics outputs (their readers get
+// stand-ins of the same rank and type); each one's axis is then checked
+// against the rank its input got there.
+absl::Status CheckLayerNormStatistics(const onnx::ModelProto& model) {
+  const onnx::GraphProto& g = model.graph();
+  bool any = false;
+  for (const onnx::NodeProto& n : g.node()) {
+    any = any || (n.op_type() == "LayerNormalization" && n.output_size() > 1);
+  }
+  if (!any) return absl::OkStatus();
+  onnx::ModelProto copy = model;
+  onnx::GraphProto* cg = copy.mutable_graph();
+  cg->clear_node();
+  // The stand-ins' dims differ from the statistics' own: the copy keeps no
+  // declared shapes of inner values, nor the statistics among its outputs.
+  cg->clear_value_info();
+  std::set<std::string> statistics;
+  for (const onnx::NodeProto& n : g.node()) {
+    if (n.op_type() != "LayerNormalization") continue;
+    for (int o = 1; o < n.output_size(); ++o) statistics.insert(n.output(o));
+  }
+  for (int o = cg->output_size() - 1; o >= 0; --o) {
+    if (statistics.count(cg->output(o).name()) != 0) cg->mutable_output()->DeleteSubrange(o, 1);
+  }
+  for (const onnx::NodeProto& n : g.node()) {
+    onnx::NodeProto* kept = cg->add_node();
+    *kept = n;
+    if (n.op_type() != "LayerNormalization" || n.output_size() <= 1 || n.input_size() < 1) {
+      continue;
+    }
+    kept->mutable_output()->DeleteSubrange(1, n.output_size() - 1);
+    // Each statistic, for its readers, as ReduceMean(X) with keepdims and
+    // no axes: X's rank, every dim 1 (broadcasts as the statistic does),
+    // cast to FLOAT as LayerNormalization's statistics are.
+    for (int o = 1; o < n.output_size(); ++o) {
+      if (n.output(o).empty()) continue;
+      const std::string reduced = absl::StrCat(n.output(o), "__numaserve_rank_check");
+      onnx::NodeProto* mean = cg->add_node();
+      mean->set_op_type("ReduceMean");
+      mean->add_input(n.input(0));
+      mean->add_output(reduced);
+      onnx::AttributeProto* keep = mean->add_attribute();
+      keep->set_name("keepdims");
+      keep->set_type(onnx::AttributeProto::INT);
+      keep->set_i(1);
+      onnx::NodeProto* cast = cg->add_node();
+      cast->set_op_type("Cast");
+      cast->add_input(reduced);
+      cast->add_output(n.output(o));
+      onnx::AttributeProto* to = cast->add_attribute();
+      to->set_name("to");
+      to->set_type(onnx::AttributeProto::INT);
+      to->set_i(onnx::TensorProto::FLOAT);
+    }
+  }
+  try {
+    onnx::checker::check_model(copy);
+    onnx::shape_inference::InferShapes(
+        copy, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  std::map<std::string, int> rank;
+  auto note = [&](const onnx::ValueInfoProto& v) {
+    if (v.type().has_tensor_type() && v.type().tensor_type().has_shape()) {
+      rank[v.name()] = v.type().tensor_type().shape().dim_size();
+    }
+  };
+  for (const auto& v : copy.graph().input()) note(v);
+  for (const auto& v : copy.graph().value_info()) note(v);
+  for (const auto& v : copy.graph().output()) note(v);
+  for (const auto& t : copy.graph().initializer()) rank[t.name()] = t.dims_size();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    if (n.op_type() != "LayerNormalization" || n.output_size() <= 1 || n.input_size() < 1) {
+      continue;
+    }
+    const auto r = rank.find(n.input(0));
+    if (r == rank.end()) continue;  // unknown: libonnx infers nothing for it
+    int64_t axis = -1;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "axis") axis = a.i();
+    }
+    if (r->second >= 1 && axis >= -r->second && axis < r->second) continue;
+    const std::string name = n.name().empty() ? absl::StrCat(n.op_type(), "_", i) : n.name();
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", name, "' (op LayerNormalization): axis ", axis,
+                     " is not an axis of its input '", n.input(0), "' of rank ", r->second));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAndInfer(onnx::ModelProto& model) {
+  if (absl::Status s = CheckLayerNormStatistics(model); !s.ok()) return s;
   try {
     onnx::checker::check_model(model);
     onnx::shape_inference::InferShapes(

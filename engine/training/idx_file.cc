@@ -92,15 +92,18 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, uint64_t max_bytes
   IdxArray array;
   // Up to 8 dims of up to 2^32 - 1: the product is checked, never wrapped
   // (a wrapped count could match a short body and describe data that is
-  // not there).
-  uint64_t count = 1;
+  // not there). The product of the dims other than 0 is held to the same
+  // limit: an empty array of 0 x 3275520 x 65535 x 4278190080 would
+  // otherwise pass (0 bytes) with rows no caller can size.
+  uint64_t count = 1, nonzero = 1;
   bool overflow = false;
   for (int i = 0; i < rank; ++i) {
     const uint32_t dim = BigEndian32(&b[4 + 4 * i]);
     array.dims.push_back(dim);
     overflow = overflow || __builtin_mul_overflow(count, uint64_t{dim}, &count);
+    if (dim != 0) overflow = overflow || __builtin_mul_overflow(nonzero, uint64_t{dim}, &nonzero);
   }
-  if (overflow || count > max_bytes) {
+  if (overflow || count > max_bytes || nonzero > max_bytes) {
     std::string dims;
     for (int64_t d : array.dims) absl::StrAppend(&dims, dims.empty() ? "" : "x", d);
     return absl::InvalidArgumentError(absl::StrCat(path, ": offset 4: dims ", dims,

@@ -146,6 +146,21 @@ TEST(IdxFileTest, SizesNearTwoToThe32AreCheckedAgainstTheBody) {
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
   EXPECT_NE(read.status().message().find("describe more than 4294967296 bytes"), std::string::npos)
       << read.status();
+  // No images, but rows of 3275520 x 65535 x 4278190080 bytes: 0 bytes in
+  // all, yet no caller can size a row (a dataset's row size overflowed).
+  WriteBytes(path, Header({0, 3275520u, 65535u, 4278190080u}));
+  read = ReadIdxFile(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
+  EXPECT_NE(read.status().message().find("dims 0x3275520x65535x4278190080 describe more than"),
+            std::string::npos)
+      << read.status();
+  // An empty file of sane rows is still an empty array.
+  WriteBytes(path, Header({0, 28, 28}));
+  read = ReadIdxFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->dims, (std::vector<int64_t>{0, 28, 28}));
+  EXPECT_TRUE(read->data.empty());
 }
 
 TEST(IdxFileTest, ReadsAtMostTheCap) {
