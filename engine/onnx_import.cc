@@ -374,6 +374,27 @@ absl::Status MakeKernelShapesExplicit(onnx::GraphProto* g) {
   return absl::OkStatus();
 }
 
+// libonnx's checker, then its shape inference (strict), on `model` as it
+// is: what they throw becomes INVALID_ARGUMENT.
+absl::Status CheckAndInferAsIs(onnx::ModelProto& model) {
+  try {
+    onnx::checker::check_model(model);
+    onnx::shape_inference::InferShapes(
+        model, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+void AddIntAttribute(onnx::NodeProto* node, const std::string& name, int64_t value) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(value);
+}
+
 // libonnx 1.12's LayerNormalization shape inference, when the node asks
 // for Mean or InvStdDev, sets the statistics' dims from `axis` on without
 // checking it against the input's rank: a rank-0 input with axis -1 is a
@@ -420,28 +441,15 @@ absl::Status CheckLayerNormStatistics(const onnx::ModelProto& model) {
       mean->set_op_type("ReduceMean");
       mean->add_input(n.input(0));
       mean->add_output(reduced);
-      onnx::AttributeProto* keep = mean->add_attribute();
-      keep->set_name("keepdims");
-      keep->set_type(onnx::AttributeProto::INT);
-      keep->set_i(1);
+      AddIntAttribute(mean, "keepdims", 1);
       onnx::NodeProto* cast = cg->add_node();
       cast->set_op_type("Cast");
       cast->add_input(reduced);
       cast->add_output(n.output(o));
-      onnx::AttributeProto* to = cast->add_attribute();
-      to->set_name("to");
-      to->set_type(onnx::AttributeProto::INT);
-      to->set_i(onnx::TensorProto::FLOAT);
+      AddIntAttribute(cast, "to", onnx::TensorProto::FLOAT);
     }
   }
-  try {
-    onnx::checker::check_model(copy);
-    onnx::shape_inference::InferShapes(
-        copy, onnx::OpSchemaRegistry::Instance(),
-        onnx::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
+  if (absl::Status s = CheckAndInferAsIs(copy); !s.ok()) return s;
   std::map<std::string, int> rank;
   auto note = [&](const onnx::ValueInfoProto& v) {
     if (v.type().has_tensor_type() && v.type().tensor_type().has_shape()) {
@@ -474,15 +482,7 @@ absl::Status CheckLayerNormStatistics(const onnx::ModelProto& model) {
 
 absl::Status CheckAndInfer(onnx::ModelProto& model) {
   if (absl::Status s = CheckLayerNormStatistics(model); !s.ok()) return s;
-  try {
-    onnx::checker::check_model(model);
-    onnx::shape_inference::InferShapes(
-        model, onnx::OpSchemaRegistry::Instance(),
-        onnx::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
-  return absl::OkStatus();
+  return CheckAndInferAsIs(model);
 }
 
 absl::Status CheckOpsSupported(const onnx::GraphProto& g) {
