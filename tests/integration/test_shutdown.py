@@ -209,7 +209,12 @@ class ShutdownTest(unittest.TestCase):
                                   stop_timeout=EXIT_WITHIN_S).start()
         try:
             stub = server.stub()
-            busy_x = np.tile(self.x, (4, 1))  # a good part of a second each
+            # Several seconds each on 2 cores (about 1.5 s per 1024 rows
+            # when the machine is otherwise idle): the first busy call must
+            # still be running when the cancel has gone through, even when
+            # ctest runs other tests beside this one (at 1024 rows it once
+            # finished first and the third busy call left the queue too).
+            busy_x = np.tile(self.x, (12, 1))
 
             def statistics():
                 stats = stub.ModelStatistics(nc.pb.ModelStatisticsRequest(name=SLOW),
