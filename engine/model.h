@@ -108,10 +108,11 @@ struct CompileOptions {
   // DefaultGemmCacheFile); empty: remembered in this process only.
   std::string gemm_cache_file;
   // Conv algorithm for 3x3 stride-1 convolutions: "winograd" (oneDNN's
-  // Winograd F(2x2,3x3) or F(4x4,3x3) where it has one for the layer,
-  // direct elsewhere: ~2.25x fewer FLOPs, faster on every such ResNet-50
-  // layer at batch 1 and 32 here; results differ from direct by ~1e-6
-  // relative) or "direct".
+  // Winograd F(2x2,3x3) or F(4x4,3x3) where it has one for the layer, on
+  // AVX-512; numaserve's own F(4x4,3x3) on the AVX2 tier, where oneDNN has
+  // none (kernels/cpu/winograd.h); direct elsewhere: 2.25-4x fewer FLOPs,
+  // faster on every such ResNet-50 layer at batch 1 and 32 on both tiers;
+  // results differ from direct by ~1e-6 relative) or "direct".
   std::string conv_algorithm = "winograd";
   // A conv or matmul whose residual (sum post-op) is read by no later step
   // writes into the residual's bytes instead of copying it into its own

@@ -174,8 +174,8 @@ int BenchCommand(const std::vector<std::string>& args) {
                  "of the time in steps, GFLOP/s) and every layout boundary and residual reorder");
   parser.AddInt("top", &top, "--profile: the costliest steps listed (0 = all)");
   parser.AddString("conv", &conv,
-                   "3x3 stride-1 conv algorithm: direct | winograd (oneDNN's, where it has one "
-                   "for the layer)");
+                   "3x3 stride-1 conv algorithm: direct | winograd (oneDNN's on AVX-512, "
+                   "numaserve's own F(4x4, 3x3) on the AVX2 tier, where the layer fits it)");
   parser.AddString("layout", &layout,
                    "activations between convs and pools: auto (channels-last where a conv runs "
                    "INT8 or a model with convs runs BF16 on AMX, the channel-blocked layout of "

@@ -339,4 +339,47 @@ BENCHMARK(BM_ConvResNet50)
     ->UseRealTime()
     ->Apply(AddMinMaxStatistics);
 
+// ResNet-50's 3x3 stride-1 convs (bias + Relu, blocked src and dst):
+// range(0): which (0: 64 ch on 56x56, 1: 128 on 28x28, 2: 256 on 14x14,
+// 3: 512 on 7x7), range(1): batch, range(2): 0 = direct, 1 = Winograd
+// (numaserve's own F(4x4, 3x3) on the AVX2 tier, oneDNN's on AVX-512).
+// GFLOP/s count the direct conv's FLOPs for both (Winograd's effective).
+void BM_ConvWinogradResNet50(benchmark::State& state) {
+  static constexpr int64_t kChannels[] = {64, 128, 256, 512}, kSize[] = {56, 28, 14, 7};
+  const int64_t c = kChannels[state.range(0)], hw = kSize[state.range(0)], n = state.range(1);
+  const numaserve::kernels::Shape src{n, c, hw, hw}, dst{n, c, hw, hw};
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  std::vector<float> w = Random(c * c * 9);
+  numaserve::kernels::ConvOnednnOptions o;
+  o.in_channels = o.out_channels = c;
+  o.kernel = {3, 3};
+  o.strides = o.dilations = {1, 1};
+  o.pads_begin = o.pads_end = {1, 1};
+  o.weights = w.data();
+  o.bias = Random(c);
+  o.eltwise.push_back({dnnl::algorithm::eltwise_relu, 0.0f, 0.0f});
+  o.winograd = state.range(2) == 1;
+  auto conv = numaserve::kernels::ConvOnednn::Create(engine, std::move(o));
+  std::vector<float> x = Random(numaserve::kernels::ActivationBytes(src, true) / sizeof(float));
+  std::vector<float> y(numaserve::kernels::ActivationBytes(dst, true) / sizeof(float));
+  if (!conv.ok() || !(*conv)->Prepare(src, dst, true, true).ok() ||
+      !(*conv)->Execute(stream, src, dst, x.data(), y.data()).ok()) {
+    state.SkipWithError("conv failed");
+    return;
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize((*conv)->Execute(stream, src, dst, x.data(), y.data()));
+    stream.wait();
+  }
+  SetFlopCounters(state, 2.0 * n * c * hw * hw * c * 9);
+  state.SetLabel((*conv)->ImplementationName(src));
+}
+BENCHMARK(BM_ConvWinogradResNet50)
+    ->ArgNames({"conv", "batch", "winograd"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 32}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Apply(AddMinMaxStatistics);
+
 BENCHMARK_MAIN();

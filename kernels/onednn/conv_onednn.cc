@@ -7,12 +7,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "kernels/dispatch.h"
 
 namespace numaserve::kernels {
 namespace {
 
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
+
+// The own AVX2 Winograd takes a conv from this many 4x4 output tiles on.
+constexpr int64_t kOwnWinogradMinTiles = 4;
 
 dnnl::memory::desc PlainDesc(const Shape& shape, dt type = dt::f32) {
   return dnnl::memory::desc(ToDnnlDims(shape), type, ToDnnlDims(RowMajorStrides(shape)));
@@ -185,6 +189,47 @@ bool ConvOnednn::WinogradCandidate() const {
   for (size_t d = 0; d < 2; ++d) {
     if (o.kernel[d] != 3 || o.strides[d] != 1 || o.dilations[d] != 1) return false;
   }
+  return true;
+}
+
+bool ConvOnednn::OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape,
+                                 bool src_blocked, bool dst_blocked,
+                                 cpu::WinogradConvShape* shape) const {
+  const ConvOnednnOptions& o = options_;
+  if (!WinogradCandidate() || o.int8.has_value() || o.dw.has_value() || !src_blocked ||
+      !dst_blocked || o.blocked_layout != BlockedLayout::kChannelBlocked ||
+      ActivationChannelBlock() != 8 || GetDispatchDecision().max_tier == IsaTier::kScalar ||
+      src_shape.size() != 4 || dst_shape.size() != 4 || user_weights_.empty()) {
+    return false;
+  }
+  // Channels: whole vectors, and few enough that a thread's buffers stay
+  // small (36 x 120 tiles x (C + K) floats at most).
+  const int64_t c = o.in_channels, k = o.out_channels;
+  if (c % 8 != 0 || k % 8 != 0 || c > 4096 || k > 4096 || src_shape[1] != c ||
+      dst_shape[1] != k || dst_shape[0] != src_shape[0]) {
+    return false;
+  }
+  if (o.eltwise.size() > 1 ||
+      (o.eltwise.size() == 1 &&
+       (o.eltwise[0].algorithm != dnnl::algorithm::eltwise_relu || o.eltwise[0].alpha != 0.0f))) {
+    return false;
+  }
+  cpu::WinogradConvShape s;
+  s.batch = src_shape[0];
+  s.in_channels = c;
+  s.out_channels = k;
+  s.in_h = src_shape[2];
+  s.in_w = src_shape[3];
+  s.out_h = dst_shape[2];
+  s.out_w = dst_shape[3];
+  s.pad_top = o.pads_begin[0];
+  s.pad_left = o.pads_begin[1];
+  if (s.out_h != s.in_h + o.pads_begin[0] + o.pads_end[0] - 2 ||
+      s.out_w != s.in_w + o.pads_begin[1] + o.pads_end[1] - 2 || s.out_h < 1 || s.out_w < 1) {
+    return false;
+  }
+  if (cpu::WinogradF4x3Tiles(s) < kOwnWinogradMinTiles) return false;
+  *shape = s;
   return true;
 }
 
@@ -421,6 +466,16 @@ absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shap
     if (*done) return &per_shape_.Emplace(src_shape, std::move(entry));
     entry = PerShape();
   }
+  if (OwnWinogradFits(src_shape, dst_shape, src_blocked, dst_blocked, &entry.winograd_shape)) {
+    if (!winograd_weights_) {
+      winograd_weights_ = std::make_shared<const cpu::WinogradF4x3Weights>(
+          cpu::TransformWinogradF4x3Weights(user_weights_.data(), options_.out_channels,
+                                            options_.in_channels));
+    }
+    entry.own_winograd = true;
+    entry.impl = "numaserve:winograd_f4x3 avx2";
+    return &per_shape_.Emplace(src_shape, std::move(entry));
+  }
   if (absl::Status s = PrepareDirect(src_shape, dst_shape, src_blocked, dst_blocked, &entry);
       !s.ok()) {
     return s;
@@ -636,6 +691,19 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   absl::StatusOr<PerShape*> entry = EntryFor(src_shape, dst_shape, src_blocked_, dst_blocked_);
   if (!entry.ok()) return entry.status();
   PerShape& e = **entry;
+  if (e.own_winograd) {
+    const cpu::WinogradEpilogue epilogue{
+        .bias = options_.bias.empty() ? nullptr : options_.bias.data(),
+        .sum = options_.sum,
+        .relu = !options_.eltwise.empty()};
+    if (!cpu::winograd_f4x3_conv__avx2(*winograd_weights_, e.winograd_shape, epilogue, src,
+                                       dst)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("ConvOnednn ", options_.name, ": cannot allocate the Winograd buffers for ",
+                       "input ", ShapeToString(src_shape)));
+    }
+    return absl::OkStatus();
+  }
   try {
     if (e.src_via_scratch || e.dst_via_scratch || e.quantized_bytes != 0) {
       char* scratch = ThreadScratch(e.scratch_bytes);

@@ -53,6 +53,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/bounded_cache.h"
+#include "kernels/cpu/winograd.h"
 #include "kernels/onednn/int8_params.h"
 #include "kernels/onednn/onednn_common.h"
 
@@ -148,9 +149,12 @@ struct ConvOnednnOptions {
   bool transposed = false;
   std::vector<float> bias;  // empty or M values
   bool sum = false;         // dst += conv (dst holds the addend on entry)
-  // Winograd F(4x4, 3x3) (oneDNN's convolution_winograd) where oneDNN has
-  // it for the shape and layouts (3x3, stride 1, no dilation, no groups,
-  // blocked activations); direct convolution otherwise. ~2.25x fewer FLOPs
+  // Winograd F(4x4, 3x3) for 3x3, stride-1, undilated, ungrouped convs
+  // between blocked activations: oneDNN's convolution_winograd where it
+  // has it (AVX-512); on the AVX2 tier numaserve's own
+  // (kernels/cpu/winograd.h) where the channels are multiples of 8, the
+  // activation is none or ReLU and there are enough tiles
+  // (OwnWinogradFits); direct convolution otherwise. 2.25-4x fewer FLOPs
   // for those layers, slightly different rounding.
   bool winograd = false;
   std::vector<EltwisePostOp> eltwise;  // applied after the sum, in order
@@ -220,6 +224,9 @@ class ConvOnednn {
     // INT8 with split weights (no VNNI): the conv on the low halves, run
     // after `call` on the same src and dst, adding onto it.
     BoundPrimitive second;
+    // numaserve's own AVX2 Winograd instead of a primitive (no scratch).
+    bool own_winograd = false;
+    cpu::WinogradConvShape winograd_shape;
     size_t dst_offset = 0;     // bytes, 64-byte aligned
     size_t scratch_bytes = 0;  // src and dst together (and the quantized input)
     // With int8: the input quantized in the caller's layout, at the
@@ -245,6 +252,10 @@ class ConvOnednn {
   absl::Status PrepareInt8(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                            bool dst_blocked, PerShape* entry);
   bool WinogradCandidate() const;
+  // Whether the shape runs on the own AVX2 Winograd (see
+  // ConvOnednnOptions::winograd); fills *shape when it does.
+  bool OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
+                       bool dst_blocked, cpu::WinogradConvShape* shape) const;
   bool ChannelsLastCandidate(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                              bool dst_blocked) const;
   // The nhwc brgemm conv, its reorders and its scratch; false when oneDNN
@@ -300,6 +311,8 @@ class ConvOnednn {
   std::vector<dnnl::memory> packed_lo_;  // the split INT8 weights' low halves
   dnnl::memory bias_;
   dnnl::memory dw_bias_;
+  // The own Winograd's transformed weights, made on its first shape.
+  std::shared_ptr<const cpu::WinogradF4x3Weights> winograd_weights_;
   // The layouts of the latest Prepare: those a shape Execute meets
   // unprepared is prepared in.
   bool src_blocked_ = false, dst_blocked_ = false;

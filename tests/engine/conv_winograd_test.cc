@@ -1,6 +1,6 @@
 // CompileOptions::conv_algorithm = "winograd": 3x3 stride-1 convs between
-// blocked activations run on oneDNN's Winograd where it has one (AVX-512),
-// others stay direct, and the results match the reference and the direct
+// blocked activations run on oneDNN's Winograd where it has one (AVX-512)
+// and on numaserve's own on the AVX2 tier, others stay direct, and the results match the reference and the direct
 // algorithm closely; unknown algorithms are refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -78,10 +78,15 @@ TEST(ConvWinogradTest, OnlyBlockedThreeByThreeStrideOneConvsUseIt) {
   EXPECT_THAT(impl[0], ::testing::Not(HasSubstr("wino")));  // plain input
   EXPECT_THAT(impl[2], ::testing::Not(HasSubstr("wino")));  // stride 2
   EXPECT_THAT(impl[3], ::testing::Not(HasSubstr("wino")));  // plain output
-  // oneDNN's Winograd kernels are AVX-512 only: on the AVX2 tier (an AVX2
-  // CPU, or NUMASERVE_MAX_ISA=avx2) the direct kernel runs.
-  if (kernels::GetDispatchDecision().max_tier == kernels::IsaTier::kAvx512) {
-    EXPECT_THAT(impl[1], HasSubstr("wino"));  // blocked in and out, residual sum, relu
+  // Blocked in and out, residual sum, relu: oneDNN's Winograd on AVX-512,
+  // numaserve's own on the AVX2 tier (an AVX2 CPU, or NUMASERVE_MAX_ISA=avx2),
+  // where oneDNN has none.
+  const kernels::IsaTier tier = kernels::GetDispatchDecision().max_tier;
+  if (tier == kernels::IsaTier::kAvx512) {
+    EXPECT_THAT(impl[1], HasSubstr("wino"));
+  }
+  if (tier == kernels::IsaTier::kAvx2) {
+    EXPECT_THAT(impl[1], HasSubstr("numaserve:winograd_f4x3 avx2"));
   }
   for (const std::string& name : impl) {
     EXPECT_FALSE(kernels::IsReferenceImplementation(name)) << name;

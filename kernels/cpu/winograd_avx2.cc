@@ -1,0 +1,296 @@
+// AVX2 + FMA Winograd F(4x4, 3x3) of kernels/cpu/winograd.h. Compiled with
+// -mavx2 -mfma (kernels/CMakeLists.txt); call only on a CPU with both.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "kernels/cpu/winograd.h"
+
+namespace numaserve::kernels::cpu {
+namespace {
+
+constexpr int64_t kBlock = 8;  // channels per vector (nChw8c)
+
+// B^T applied to six vectors (one column or one row of an input tile).
+inline void InputTransform6(const __m256 d[6], __m256 out[6]) {
+  const __m256 four = _mm256_set1_ps(4.0f), minus_five = _mm256_set1_ps(-5.0f),
+               two = _mm256_set1_ps(2.0f);
+  out[0] = _mm256_fmadd_ps(four, d[0], _mm256_fmadd_ps(minus_five, d[2], d[4]));
+  out[1] = _mm256_fnmadd_ps(four, _mm256_add_ps(d[1], d[2]), _mm256_add_ps(d[3], d[4]));
+  out[2] = _mm256_fmadd_ps(four, _mm256_sub_ps(d[1], d[2]), _mm256_sub_ps(d[4], d[3]));
+  out[3] = _mm256_fmadd_ps(two, _mm256_sub_ps(d[3], d[1]), _mm256_sub_ps(d[4], d[2]));
+  out[4] = _mm256_fmadd_ps(two, _mm256_sub_ps(d[1], d[3]), _mm256_sub_ps(d[4], d[2]));
+  out[5] = _mm256_fmadd_ps(four, d[1], _mm256_fmadd_ps(minus_five, d[3], d[5]));
+}
+
+// A^T applied to six vectors: four.
+inline void OutputTransform6(const __m256 m[6], __m256 out[4]) {
+  const __m256 a = _mm256_add_ps(m[1], m[2]), b = _mm256_sub_ps(m[1], m[2]);
+  const __m256 c = _mm256_add_ps(m[3], m[4]), d = _mm256_sub_ps(m[3], m[4]);
+  out[0] = _mm256_add_ps(_mm256_add_ps(m[0], a), c);
+  out[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d, b);
+  out[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), c, a);
+  out[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d, b), m[5]);
+}
+
+// The calling thread's buffer of at least `floats` floats (kept and grown,
+// never shrunk; 64-byte aligned); null when it cannot be allocated.
+float* ThreadBuffer(size_t floats) {
+  thread_local std::unique_ptr<float, void (*)(void*)> buffer{nullptr, &std::free};
+  thread_local size_t capacity = 0;
+  if (floats > capacity) {
+    buffer.reset();
+    capacity = 0;
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buffer.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (buffer) capacity = floats;
+  }
+  return buffer.get();
+}
+
+// out[r][0..16) = sum_c a[r][c] * b[c][0..16) for R <= 6 rows of a (row
+// stride lda), b packed [C][16], out row stride ldo. The accumulators are
+// named, not an array: GCC kept an array of them in registers but also
+// stored every one to the stack on each iteration (half the speed).
+template <int R>
+void Gemm16(const float* a, int64_t lda, const float* b, int64_t channels, float* out,
+            int64_t ldo) {
+  __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0,
+         l4 = l0, h4 = l0, l5 = l0, h5 = l0;
+  const float* a0 = a;
+  const float* a1 = a + lda;
+  const float* a2 = a + 2 * lda;
+  const float* a3 = a + 3 * lda;
+  const float* a4 = a + 4 * lda;
+  const float* a5 = a + 5 * lda;
+  for (int64_t c = 0; c < channels; ++c) {
+    const __m256 b0 = _mm256_loadu_ps(b + c * 16), b1 = _mm256_loadu_ps(b + c * 16 + 8);
+    __m256 x = _mm256_broadcast_ss(a0 + c);
+    l0 = _mm256_fmadd_ps(x, b0, l0);
+    h0 = _mm256_fmadd_ps(x, b1, h0);
+    if constexpr (R > 1) {
+      x = _mm256_broadcast_ss(a1 + c);
+      l1 = _mm256_fmadd_ps(x, b0, l1);
+      h1 = _mm256_fmadd_ps(x, b1, h1);
+    }
+    if constexpr (R > 2) {
+      x = _mm256_broadcast_ss(a2 + c);
+      l2 = _mm256_fmadd_ps(x, b0, l2);
+      h2 = _mm256_fmadd_ps(x, b1, h2);
+    }
+    if constexpr (R > 3) {
+      x = _mm256_broadcast_ss(a3 + c);
+      l3 = _mm256_fmadd_ps(x, b0, l3);
+      h3 = _mm256_fmadd_ps(x, b1, h3);
+    }
+    if constexpr (R > 4) {
+      x = _mm256_broadcast_ss(a4 + c);
+      l4 = _mm256_fmadd_ps(x, b0, l4);
+      h4 = _mm256_fmadd_ps(x, b1, h4);
+    }
+    if constexpr (R > 5) {
+      x = _mm256_broadcast_ss(a5 + c);
+      l5 = _mm256_fmadd_ps(x, b0, l5);
+      h5 = _mm256_fmadd_ps(x, b1, h5);
+    }
+  }
+  const __m256 lo[6] = {l0, l1, l2, l3, l4, l5}, hi[6] = {h0, h1, h2, h3, h4, h5};
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + r * ldo, lo[r]);
+    _mm256_storeu_ps(out + r * ldo + 8, hi[r]);
+  }
+}
+
+void GemmRows(int rows, const float* a, int64_t lda, const float* b, int64_t channels, float* out,
+              int64_t ldo) {
+  switch (rows) {
+    case 6: return Gemm16<6>(a, lda, b, channels, out, ldo);
+    case 5: return Gemm16<5>(a, lda, b, channels, out, ldo);
+    case 4: return Gemm16<4>(a, lda, b, channels, out, ldo);
+    case 3: return Gemm16<3>(a, lda, b, channels, out, ldo);
+    case 2: return Gemm16<2>(a, lda, b, channels, out, ldo);
+    default: return Gemm16<1>(a, lda, b, channels, out, ldo);
+  }
+}
+
+struct Chunk {
+  const WinogradF4x3Weights& w;
+  const WinogradConvShape& s;
+  const WinogradEpilogue& e;
+  int64_t tiles_h, tiles_w;
+  int64_t capacity;  // tiles a chunk's buffers hold
+  float* v;          // [36][capacity][C]
+  float* m;          // [36][capacity][Kp]
+};
+
+// The chunk's tiles [begin, end) (tile first + t at row t) transformed into
+// ch.v.
+void TransformInput(const Chunk& ch, const float* src, int64_t first, int64_t begin,
+                    int64_t end) {
+  const WinogradConvShape& s = ch.s;
+  const int64_t cblocks = s.in_channels / kBlock, C = s.in_channels;
+  const int64_t per_image = ch.tiles_h * ch.tiles_w;
+  const int64_t position_stride = ch.capacity * C;
+  alignas(32) __m256 tmp[6][6];
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t tile = first + t, n = tile / per_image;
+    const int64_t y0 = (tile % per_image) / ch.tiles_w * 4 - s.pad_top;
+    const int64_t x0 = (tile % per_image) % ch.tiles_w * 4 - s.pad_left;
+    const bool inside = y0 >= 0 && x0 >= 0 && y0 + 6 <= s.in_h && x0 + 6 <= s.in_w;
+    for (int64_t cb = 0; cb < cblocks; ++cb) {
+      const float* base = src + (n * cblocks + cb) * s.in_h * s.in_w * kBlock;
+      for (int j = 0; j < 6; ++j) {  // columns: B^T d
+        __m256 d[6];
+        const int64_t x = x0 + j;
+        for (int i = 0; i < 6; ++i) {
+          const int64_t y = y0 + i;
+          if (inside || (y >= 0 && y < s.in_h && x >= 0 && x < s.in_w)) {
+            d[i] = _mm256_loadu_ps(base + (y * s.in_w + x) * kBlock);
+          } else {
+            d[i] = _mm256_setzero_ps();
+          }
+        }
+        __m256 col[6];
+        InputTransform6(d, col);
+        for (int i = 0; i < 6; ++i) tmp[i][j] = col[i];
+      }
+      float* out = ch.v + t * C + cb * kBlock;
+      for (int i = 0; i < 6; ++i) {  // rows: (B^T d) B
+        __m256 row[6];
+        InputTransform6(tmp[i], row);
+        for (int j = 0; j < 6; ++j) _mm256_storeu_ps(out + (i * 6 + j) * position_stride, row[j]);
+      }
+    }
+  }
+}
+
+// ch.m = ch.v x U at point p for output channels [16 kb, 16 kb + 16),
+// `count` rows.
+void MultiplyBlock(const Chunk& ch, int64_t count, int64_t p, int64_t kb) {
+  const int64_t C = ch.s.in_channels, Kp = ch.w.padded_out_channels, kblocks = Kp / 16;
+  const float* a = ch.v + p * ch.capacity * C;
+  float* out = ch.m + p * ch.capacity * Kp + kb * 16;
+  const float* b = ch.w.packed.data() + (p * kblocks + kb) * C * 16;
+  for (int64_t r = 0; r < count; r += 6) {
+    GemmRows(static_cast<int>(std::min<int64_t>(6, count - r)), a + r * C, C, b, C, out + r * Kp,
+             Kp);
+  }
+}
+
+// ch.m = ch.v x U for each of the 36 points, `count` rows.
+void Multiply(const Chunk& ch, int64_t count) {
+  const int64_t kblocks = ch.w.padded_out_channels / 16;
+  for (int64_t p = 0; p < 36; ++p) {
+    for (int64_t kb = 0; kb < kblocks; ++kb) MultiplyBlock(ch, count, p, kb);
+  }
+}
+
+// The products of the chunk's tiles [begin, end) transformed back into
+// dst, with the epilogue.
+void TransformOutput(const Chunk& ch, float* dst, int64_t first, int64_t begin, int64_t end) {
+  const WinogradConvShape& s = ch.s;
+  const int64_t kblocks = s.out_channels / kBlock, Kp = ch.w.padded_out_channels;
+  const int64_t per_image = ch.tiles_h * ch.tiles_w;
+  const int64_t position_stride = ch.capacity * Kp;
+  const __m256 zero = _mm256_setzero_ps();
+  alignas(32) __m256 tmp[4][6];
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t tile = first + t, n = tile / per_image;
+    const int64_t oy0 = (tile % per_image) / ch.tiles_w * 4;
+    const int64_t ox0 = (tile % per_image) % ch.tiles_w * 4;
+    const int rows = static_cast<int>(std::min<int64_t>(4, s.out_h - oy0));
+    const int cols = static_cast<int>(std::min<int64_t>(4, s.out_w - ox0));
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+      const float* in = ch.m + t * Kp + kb * kBlock;
+      for (int j = 0; j < 6; ++j) {  // columns: A^T m
+        __m256 m[6], col[4];
+        for (int i = 0; i < 6; ++i) m[i] = _mm256_loadu_ps(in + (i * 6 + j) * position_stride);
+        OutputTransform6(m, col);
+        for (int r = 0; r < 4; ++r) tmp[r][j] = col[r];
+      }
+      const __m256 bias =
+          ch.e.bias != nullptr ? _mm256_loadu_ps(ch.e.bias + kb * kBlock) : zero;
+      float* base = dst + (n * kblocks + kb) * s.out_h * s.out_w * kBlock;
+      for (int r = 0; r < rows; ++r) {  // rows: (A^T m) A
+        __m256 y[4];
+        OutputTransform6(tmp[r], y);
+        float* out = base + ((oy0 + r) * s.out_w + ox0) * kBlock;
+        for (int c = 0; c < cols; ++c) {
+          __m256 v = _mm256_add_ps(y[c], bias);
+          if (ch.e.sum) v = _mm256_add_ps(v, _mm256_loadu_ps(out + c * kBlock));
+          if (ch.e.relu) v = _mm256_max_ps(v, zero);
+          _mm256_storeu_ps(out + c * kBlock, v);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
+                              const WinogradEpilogue& epilogue, const float* src, float* dst) {
+  const int64_t tiles = WinogradF4x3Tiles(s);
+  if (tiles == 0) return true;
+  const int64_t C = s.in_channels, Kp = w.padded_out_channels;
+  const int64_t threads = std::max(1, omp_in_parallel() ? 1 : omp_get_max_threads());
+  const int64_t tiles_h = (s.out_h + 3) / 4, tiles_w = (s.out_w + 3) / 4;
+  // A chunk's buffers take 36 x (C + Kp) floats per tile: about 2 MiB of
+  // them (cache-resident), but no fewer than 30 tiles, so that each
+  // transformed weight read from memory serves 30 rows of its GEMM.
+  const int64_t per_tile_bytes = 36 * (C + Kp) * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk_tiles = std::clamp<int64_t>((int64_t{2} << 20) / per_tile_bytes, 30, 120);
+  if (tiles >= threads * 16) {
+    // Enough tiles for a chunk per thread: each thread transforms,
+    // multiplies and transforms back its own chunks, in its own buffers.
+    const int64_t capacity = std::min(chunk_tiles, (tiles + threads - 1) / threads);
+    const int64_t chunks = (tiles + capacity - 1) / capacity;
+    const size_t floats = static_cast<size_t>(36 * capacity * (C + Kp));
+    float* buffers = ThreadBuffer(floats * threads);  // one per thread, from the caller's
+    if (buffers == nullptr) return false;
+#pragma omp parallel num_threads(static_cast<int>(threads))
+    {
+      float* buffer = buffers + floats * omp_get_thread_num();
+      const Chunk ch{w,        s,      epilogue, tiles_h, tiles_w,
+                     capacity, buffer, buffer + 36 * capacity * C};
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        const int64_t first = chunk * capacity;
+        const int64_t count = std::min(capacity, tiles - first);
+        TransformInput(ch, src, first, 0, count);
+        Multiply(ch, count);
+        TransformOutput(ch, dst, first, 0, count);
+      }
+    }
+    return true;
+  }
+  // Few tiles (a small image, or many threads): the team shares each chunk,
+  // the GEMMs split by point and block of 16 output channels, so that each
+  // transformed weight is read by one thread only (with a thread per chunk
+  // every thread would read all of them: 4 x the direct weights, which at
+  // 512 channels is what bounds the conv).
+  const int64_t shared_capacity = std::min<int64_t>(tiles, 120);
+  const int64_t chunks = (tiles + shared_capacity - 1) / shared_capacity;
+  float* buffer = ThreadBuffer(static_cast<size_t>(36 * shared_capacity * (C + Kp)));
+  if (buffer == nullptr) return false;
+  const Chunk ch{w,      s,           epilogue, tiles_h, tiles_w, shared_capacity,
+                 buffer, buffer + 36 * shared_capacity * C};
+  const int64_t blocks = 36 * (Kp / 16);
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t first = chunk * shared_capacity;
+    const int64_t count = std::min(shared_capacity, tiles - first);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < count; ++t) TransformInput(ch, src, first, t, t + 1);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) MultiplyBlock(ch, count, b / (Kp / 16), b % (Kp / 16));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < count; ++t) TransformOutput(ch, dst, first, t, t + 1);
+  }
+  return true;
+}
+
+}  // namespace numaserve::kernels::cpu
