@@ -36,8 +36,7 @@ WinogradF4x3Weights TransformWinogradF4x3Weights(const float* weights, int64_t o
         for (int j = 0; j < 6; ++j) {
           const double u = gg[i][0] * kG[j][0] + gg[i][1] * kG[j][1] + gg[i][2] * kG[j][2];
           const int64_t p = i * 6 + j;
-          w.packed[((p * blocks + k / 16) * in_channels + c) * 16 + k % 16] =
-              static_cast<float>(u);
+          w.packed[((p * blocks + k / 16) * in_channels + c) * 16 + k % 16] = static_cast<float>(u);
         }
       }
     }

@@ -192,9 +192,8 @@ bool ConvOnednn::WinogradCandidate() const {
   return true;
 }
 
-bool ConvOnednn::OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape,
-                                 bool src_blocked, bool dst_blocked,
-                                 cpu::WinogradConvShape* shape) const {
+bool ConvOnednn::OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
+                                 bool dst_blocked, cpu::WinogradConvShape* shape) const {
   const ConvOnednnOptions& o = options_;
   if (!WinogradCandidate() || o.int8.has_value() || o.dw.has_value() || !src_blocked ||
       !dst_blocked || o.blocked_layout != BlockedLayout::kChannelBlocked ||
@@ -205,8 +204,8 @@ bool ConvOnednn::OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape,
   // Channels: whole vectors, and few enough that a thread's buffers stay
   // small (36 x 120 tiles x (C + K) floats at most).
   const int64_t c = o.in_channels, k = o.out_channels;
-  if (c % 8 != 0 || k % 8 != 0 || c > 4096 || k > 4096 || src_shape[1] != c ||
-      dst_shape[1] != k || dst_shape[0] != src_shape[0]) {
+  if (c % 8 != 0 || k % 8 != 0 || c > 4096 || k > 4096 || src_shape[1] != c || dst_shape[1] != k ||
+      dst_shape[0] != src_shape[0]) {
     return false;
   }
   if (o.eltwise.size() > 1 ||
@@ -468,9 +467,9 @@ absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shap
   }
   if (OwnWinogradFits(src_shape, dst_shape, src_blocked, dst_blocked, &entry.winograd_shape)) {
     if (!winograd_weights_) {
-      winograd_weights_ = std::make_shared<const cpu::WinogradF4x3Weights>(
-          cpu::TransformWinogradF4x3Weights(user_weights_.data(), options_.out_channels,
-                                            options_.in_channels));
+      winograd_weights_ =
+          std::make_shared<const cpu::WinogradF4x3Weights>(cpu::TransformWinogradF4x3Weights(
+              user_weights_.data(), options_.out_channels, options_.in_channels));
     }
     entry.own_winograd = true;
     entry.impl = "numaserve:winograd_f4x3 avx2";
@@ -696,8 +695,7 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
         .bias = options_.bias.empty() ? nullptr : options_.bias.data(),
         .sum = options_.sum,
         .relu = !options_.eltwise.empty()};
-    if (!cpu::winograd_f4x3_conv__avx2(*winograd_weights_, e.winograd_shape, epilogue, src,
-                                       dst)) {
+    if (!cpu::winograd_f4x3_conv__avx2(*winograd_weights_, e.winograd_shape, epilogue, src, dst)) {
       return absl::ResourceExhaustedError(
           absl::StrCat("ConvOnednn ", options_.name, ": cannot allocate the Winograd buffers for ",
                        "input ", ShapeToString(src_shape)));

@@ -1,7 +1,7 @@
 // CompileOptions::conv_algorithm = "winograd": 3x3 stride-1 convs between
 // blocked activations run on oneDNN's Winograd where it has one (AVX-512)
-// and on numaserve's own on the AVX2 tier, others stay direct, and the results match the reference and the direct
-// algorithm closely; unknown algorithms are refused.
+// and on numaserve's own on the AVX2 tier, others stay direct, and the results match the reference
+// and the direct algorithm closely; unknown algorithms are refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

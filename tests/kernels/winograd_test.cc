@@ -95,8 +95,8 @@ TEST_P(WinogradF4x3Test, MatchesTheReferenceConv) {
   EXPECT_EQ(weights.padded_out_channels % 16, 0);
   const std::vector<float> src = ToBlocked(x.data, t.n, t.c, t.h * t.w);
   // Without a sum, dst starts as NaN: every output must be written.
-  std::vector<float> dst = t.sum ? ToBlocked(residual, t.n, t.k, out_hw)
-                                 : std::vector<float>(expected.size(), NAN);
+  std::vector<float> dst =
+      t.sum ? ToBlocked(residual, t.n, t.k, out_hw) : std::vector<float>(expected.size(), NAN);
   const WinogradEpilogue e{.bias = t.bias ? b.data.data() : nullptr, .sum = t.sum, .relu = t.relu};
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
@@ -119,24 +119,24 @@ TEST_P(WinogradF4x3Test, MatchesTheReferenceConv) {
   // F(4x4, 3x3) in FP32 rounds within about 1e-5 of the output's scale for
   // these channel counts; 1e-4 leaves room, and a wrong tap, tile or
   // channel is off by the size of a weight times an input (~0.1-1).
-  EXPECT_LT(max_diff, 1e-4 * scale) << "at " << worst << ": " << got[worst] << " vs "
-                                    << expected[worst];
+  EXPECT_LT(max_diff, 1e-4 * scale)
+      << "at " << worst << ": " << got[worst] << " vs " << expected[worst];
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, WinogradF4x3Test,
-    ::testing::Combine(
-        ::testing::Values(
-            // name, n, c, k, h, w, pads t l b r, bias, sum, relu
-            Case{"one_tile_exact", 1, 8, 16, 6, 6, 0, 0, 0, 0, false, false, false},
-            Case{"same_pad_edge_tiles", 1, 16, 16, 9, 9, 1, 1, 1, 1, true, false, true},
-            Case{"not_square", 2, 8, 24, 7, 13, 1, 1, 1, 1, true, true, false},
-            Case{"asymmetric_pads", 1, 24, 8, 10, 11, 2, 0, 1, 2, false, true, true},
-            Case{"one_pixel", 3, 8, 8, 1, 1, 1, 1, 1, 1, true, false, false},
-            Case{"many_tiles", 2, 16, 32, 20, 20, 1, 1, 1, 1, true, true, true},
-            Case{"several_chunks", 2, 64, 64, 56, 56, 1, 1, 1, 1, true, false, true},
-            Case{"wide_channels", 1, 256, 40, 7, 7, 1, 1, 1, 1, true, false, false}),
-        ::testing::Values(1, 2)),
+    ::testing::Combine(::testing::Values(
+                           // name, n, c, k, h, w, pads t l b r, bias, sum, relu
+                           Case{"one_tile_exact", 1, 8, 16, 6, 6, 0, 0, 0, 0, false, false, false},
+                           Case{"same_pad_edge_tiles", 1, 16, 16, 9, 9, 1, 1, 1, 1, true, false,
+                                true},
+                           Case{"not_square", 2, 8, 24, 7, 13, 1, 1, 1, 1, true, true, false},
+                           Case{"asymmetric_pads", 1, 24, 8, 10, 11, 2, 0, 1, 2, false, true, true},
+                           Case{"one_pixel", 3, 8, 8, 1, 1, 1, 1, 1, 1, true, false, false},
+                           Case{"many_tiles", 2, 16, 32, 20, 20, 1, 1, 1, 1, true, true, true},
+                           Case{"several_chunks", 2, 64, 64, 56, 56, 1, 1, 1, 1, true, false, true},
+                           Case{"wide_channels", 1, 256, 40, 7, 7, 1, 1, 1, 1, true, false, false}),
+                       ::testing::Values(1, 2)),
     [](const auto& info) {
       return std::get<0>(info.param).name + "_" + std::to_string(std::get<1>(info.param)) +
              "_threads";
