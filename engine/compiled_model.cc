@@ -974,7 +974,10 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
       .n = options.n,
       .src_transposed = options.src_transposed,
       .threads = omp_get_max_threads(),
-      .cpu = absl::StrCat(affinity::GetCpuFeatures().brand, " [", kernels::IsaDescription(), "]")};
+      // The backends timed are part of the key: a choice made before one
+      // existed (a new backend, a library installed since) is made again.
+      .cpu = absl::StrCat(affinity::GetCpuFeatures().brand, " [", kernels::IsaDescription(), "; ",
+                          kernels::AvailableGemmBackends(), "]")};
   auto& cache = kernels::GemmChoiceCache::Global();
   std::string where;
   if (auto cached = cache.Find(key, options_.gemm_cache_file, &where);
@@ -2295,7 +2298,8 @@ absl::StatusOr<Precision> PrecisionFromName(const std::string& name) {
 }
 
 const std::vector<std::string>& GemmBackendChoices() {
-  static const std::vector<std::string> kChoices = {"onednn", "blis", "openblas", "auto"};
+  static const std::vector<std::string> kChoices = {"onednn", "blis", "openblas", "numaserve",
+                                                    "auto"};
   return kChoices;
 }
 

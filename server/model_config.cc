@@ -437,7 +437,8 @@ std::string FormatInstances(int instances) {
 }
 
 const std::vector<std::string>& KnownGemmBackends() {
-  static const std::vector<std::string> kBackends = {"auto", "onednn", "blis", "openblas"};
+  static const std::vector<std::string> kBackends = {"auto", "onednn", "blis", "openblas",
+                                                     "numaserve"};
   return kBackends;
 }
 

@@ -259,12 +259,14 @@ void BM_Gemm(benchmark::State& state, numaserve::kernels::GemmBackend backend) {
 }
 
 // SGEMM 1024^3; the default MLP's first layer (784 -> 256) at batch 1, 32
-// and 256; BERT-base's attention projection and first FFN at 128 tokens.
+// and 256; BERT-base's attention projection and both FFN matmuls at 128
+// tokens, and the FFN matmuls at 256 to 4096 rows.
 void GemmArgs(benchmark::internal::Benchmark* b) {
   b->Args({1024, 1024, 1024});
   for (int64_t m : {1, 32, 256}) b->Args({m, 784, 256});
   b->Args({128, 768, 768});
   b->Args({128, 768, 3072});
+  b->Args({128, 3072, 768});
   for (int64_t m : {256, 1024, 4096}) {
     b->Args({m, 768, 3072});
     b->Args({m, 3072, 768});
@@ -274,6 +276,7 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_Gemm, onednn, numaserve::kernels::GemmBackend::kOnednn)->Apply(GemmArgs);
 BENCHMARK_CAPTURE(BM_Gemm, blis, numaserve::kernels::GemmBackend::kBlis)->Apply(GemmArgs);
 BENCHMARK_CAPTURE(BM_Gemm, openblas, numaserve::kernels::GemmBackend::kOpenblas)->Apply(GemmArgs);
+BENCHMARK_CAPTURE(BM_Gemm, numaserve, numaserve::kernels::GemmBackend::kNumaserve)->Apply(GemmArgs);
 
 }  // namespace
 

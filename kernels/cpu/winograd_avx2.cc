@@ -51,76 +51,7 @@ float* ThreadBuffer(size_t floats) {
   return buffer.get();
 }
 
-// out[r][0..16) = sum_c a[r][c] * b[c][0..16) for R <= 6 rows of a (row
-// stride lda), b packed [C][16], out row stride ldo. The accumulators are
-// named, not an array: GCC kept an array of them in registers but also
-// stored every one to the stack on each iteration (half the speed).
-template <int R>
-void Gemm16(const float* a, int64_t lda, const float* b, int64_t channels, float* out,
-            int64_t ldo) {
-  __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0,
-         l4 = l0, h4 = l0, l5 = l0, h5 = l0;
-  const float* a0 = a;
-  const float* a1 = a + lda;
-  const float* a2 = a + 2 * lda;
-  const float* a3 = a + 3 * lda;
-  const float* a4 = a + 4 * lda;
-  const float* a5 = a + 5 * lda;
-  for (int64_t c = 0; c < channels; ++c) {
-    const __m256 b0 = _mm256_loadu_ps(b + c * 16), b1 = _mm256_loadu_ps(b + c * 16 + 8);
-    __m256 x = _mm256_broadcast_ss(a0 + c);
-    l0 = _mm256_fmadd_ps(x, b0, l0);
-    h0 = _mm256_fmadd_ps(x, b1, h0);
-    if constexpr (R > 1) {
-      x = _mm256_broadcast_ss(a1 + c);
-      l1 = _mm256_fmadd_ps(x, b0, l1);
-      h1 = _mm256_fmadd_ps(x, b1, h1);
-    }
-    if constexpr (R > 2) {
-      x = _mm256_broadcast_ss(a2 + c);
-      l2 = _mm256_fmadd_ps(x, b0, l2);
-      h2 = _mm256_fmadd_ps(x, b1, h2);
-    }
-    if constexpr (R > 3) {
-      x = _mm256_broadcast_ss(a3 + c);
-      l3 = _mm256_fmadd_ps(x, b0, l3);
-      h3 = _mm256_fmadd_ps(x, b1, h3);
-    }
-    if constexpr (R > 4) {
-      x = _mm256_broadcast_ss(a4 + c);
-      l4 = _mm256_fmadd_ps(x, b0, l4);
-      h4 = _mm256_fmadd_ps(x, b1, h4);
-    }
-    if constexpr (R > 5) {
-      x = _mm256_broadcast_ss(a5 + c);
-      l5 = _mm256_fmadd_ps(x, b0, l5);
-      h5 = _mm256_fmadd_ps(x, b1, h5);
-    }
-  }
-  const __m256 lo[6] = {l0, l1, l2, l3, l4, l5}, hi[6] = {h0, h1, h2, h3, h4, h5};
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out + r * ldo, lo[r]);
-    _mm256_storeu_ps(out + r * ldo + 8, hi[r]);
-  }
-}
-
-void GemmRows(int rows, const float* a, int64_t lda, const float* b, int64_t channels, float* out,
-              int64_t ldo) {
-  switch (rows) {
-    case 6:
-      return Gemm16<6>(a, lda, b, channels, out, ldo);
-    case 5:
-      return Gemm16<5>(a, lda, b, channels, out, ldo);
-    case 4:
-      return Gemm16<4>(a, lda, b, channels, out, ldo);
-    case 3:
-      return Gemm16<3>(a, lda, b, channels, out, ldo);
-    case 2:
-      return Gemm16<2>(a, lda, b, channels, out, ldo);
-    default:
-      return Gemm16<1>(a, lda, b, channels, out, ldo);
-  }
-}
+#include "kernels/cpu/sgemm_6x16_avx2.inc"
 
 struct Chunk {
   const WinogradF4x3Weights& w;
@@ -180,8 +111,8 @@ void MultiplyBlock(const Chunk& ch, int64_t count, int64_t p, int64_t kb) {
   float* out = ch.m + p * ch.capacity * Kp + kb * 16;
   const float* b = ch.w.packed.data() + (p * kblocks + kb) * C * 16;
   for (int64_t r = 0; r < count; r += 6) {
-    GemmRows(static_cast<int>(std::min<int64_t>(6, count - r)), a + r * C, C, b, C, out + r * Kp,
-             Kp);
+    MicroKernelRows(static_cast<int>(std::min<int64_t>(6, count - r)), a + r * C, C, b, C,
+                    out + r * Kp, Kp, MicroStore::kOverwrite, 0.0f);
   }
 }
 

@@ -1,6 +1,10 @@
 #include "kernels/gemm/gemm_backend.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/sgemm.h"
+#include "kernels/dispatch.h"
 #include "kernels/gemm/blas_gemm.h"
 #include "kernels/onednn/matmul_onednn.h"
 
@@ -37,6 +41,82 @@ class OnednnKernel final : public GemmKernel {
   GemmOptions options_;
 };
 
+// numaserve's own AVX2 SGEMM on weights packed once into its panels; the
+// epilogue as the BLAS backends apply it. A transposed A (Gemm transA) is
+// transposed into the kernel's own buffer first.
+class NumaserveKernel final : public GemmKernel {
+ public:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  NumaserveKernel(GemmOptions options, std::unique_ptr<float, Free> packed)
+      : options_(std::move(options)), packed_(std::move(packed)) {
+    options_.weights = nullptr;  // only read at creation
+  }
+  GemmBackend backend() const override { return GemmBackend::kNumaserve; }
+  const GemmOptions& options() const override { return options_; }
+  int64_t weight_bytes() const override {
+    return cpu::SgemmPackedFloats(options_.k, options_.n) * static_cast<int64_t>(sizeof(float));
+  }
+  std::string ImplementationName(int64_t m) const override { return "numaserve:sgemm_6x16 avx2"; }
+  absl::Status Run(int64_t m, const float* src, float* dst) override {
+    const int64_t k = options_.k, n = options_.n;
+    if (m <= 0 || m > (int64_t{1} << 40) / k) {
+      return absl::InvalidArgumentError(absl::StrCat("numaserve gemm: M = ", m));
+    }
+    const float* a = src;
+    if (options_.src_transposed) {
+      if (static_cast<int64_t>(transposed_.size()) < m * k) transposed_.resize(m * k);
+      GetKernelTable().transpose_2d(src, transposed_.data(), 1, k, m);  // [K, M] -> [M, K]
+      a = transposed_.data();
+    }
+    cpu::sgemm_packed__avx2(m, n, k, a, k, packed_.get(),
+                            options_.accumulate ? options_.sum_scale : 0.0f, dst, n);
+    blas::ApplyEpilogue(options_, m, dst);
+    return absl::OkStatus();
+  }
+
+ private:
+  GemmOptions options_;
+  std::unique_ptr<float, Free> packed_;  // 64-byte aligned: a panel row is a cache line
+  std::vector<float> transposed_;
+};
+
+absl::Status NumaserveAvailable() {
+  const DispatchDecision& d = GetDispatchDecision();
+  if (d.max_tier == IsaTier::kAvx2) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "numaserve: the own GEMM has an AVX2 kernel only, and this process runs ",
+      IsaTierName(d.max_tier),
+      d.max_tier == IsaTier::kAvx512 ? " (oneDNN, BLIS and OpenBLAS have its kernels)" : ""));
+}
+
+absl::StatusOr<std::unique_ptr<GemmKernel>> CreateNumaserveKernel(const GemmOptions& options) {
+  if (absl::Status s = NumaserveAvailable(); !s.ok()) return s;
+  if (options.k <= 0 || options.n <= 0 || options.weights == nullptr) {
+    return absl::InvalidArgumentError("numaserve gemm: K, N and weights are required");
+  }
+  if (options.k > INT32_MAX || options.n > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("numaserve gemm: K=", options.k, " N=", options.n, " are too large"));
+  }
+  if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.n) {
+    return absl::InvalidArgumentError(absl::StrCat("numaserve gemm: bias has ", options.bias.size(),
+                                                   " values, N is ", options.n));
+  }
+  const int64_t floats = cpu::SgemmPackedFloats(options.k, options.n);
+  const size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + 63) / 64 * 64;
+  std::unique_ptr<float, NumaserveKernel::Free> packed(
+      static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (packed == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("numaserve gemm: cannot allocate ", floats * 4, " bytes of weights"));
+  }
+  cpu::PackSgemmWeights(options.weights, options.k, options.n, options.weights_transposed,
+                        options.weights_scale, packed.get());
+  return std::unique_ptr<GemmKernel>(new NumaserveKernel(options, std::move(packed)));
+}
+
 }  // namespace
 
 const char* GemmBackendName(GemmBackend backend) {
@@ -47,6 +127,8 @@ const char* GemmBackendName(GemmBackend backend) {
       return "blis";
     case GemmBackend::kOpenblas:
       return "openblas";
+    case GemmBackend::kNumaserve:
+      return "numaserve";
   }
   return "unknown";
 }
@@ -60,7 +142,17 @@ std::optional<GemmBackend> GemmBackendFromName(std::string_view name) {
 
 absl::Status GemmBackendAvailable(GemmBackend backend) {
   if (backend == GemmBackend::kOnednn) return absl::OkStatus();
+  if (backend == GemmBackend::kNumaserve) return NumaserveAvailable();
   return blas::Available(backend);
+}
+
+std::string AvailableGemmBackends() {
+  std::string names;
+  for (GemmBackend b : kAllGemmBackends) {
+    if (!GemmBackendAvailable(b).ok()) continue;
+    absl::StrAppend(&names, names.empty() ? "" : ",", GemmBackendName(b));
+  }
+  return names;
 }
 
 std::string GemmBackendDetails(GemmBackend backend) {
@@ -68,6 +160,10 @@ std::string GemmBackendDetails(GemmBackend backend) {
     const dnnl_version_t* v = dnnl_version();
     return absl::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch,
                         " matmul on prepacked weights");
+  }
+  if (backend == GemmBackend::kNumaserve) {
+    if (absl::Status s = NumaserveAvailable(); !s.ok()) return std::string(s.message());
+    return "numaserve's own AVX2 SGEMM (6x16 FMA micro-kernel) on weights packed once";
   }
   return blas::Details(backend);
 }
@@ -83,6 +179,7 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend
     return absl::InvalidArgumentError(
         absl::StrCat(GemmBackendName(backend), " has no INT8 GEMM: precision int8 runs on onednn"));
   }
+  if (backend == GemmBackend::kNumaserve) return CreateNumaserveKernel(options);
   if (backend != GemmBackend::kOnednn) return blas::CreateKernel(backend, options);
   auto mm = MatMulOnednn::Create(engine, options);
   if (!mm.ok()) return mm.status();
@@ -94,8 +191,9 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend
 }
 
 absl::Status CheckGemmLibrary(GemmBackend backend, const std::string& path) {
-  if (backend == GemmBackend::kOnednn) {
-    return absl::InvalidArgumentError("onednn is linked in, not loaded from a file");
+  if (backend == GemmBackend::kOnednn || backend == GemmBackend::kNumaserve) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(GemmBackendName(backend), " is linked in, not loaded from a file"));
   }
   return blas::CheckLibrary(backend, path);
 }

@@ -4,6 +4,10 @@
 //             bli_sgemv for one row (its sgemm packs even then)
 //   openblas  OpenBLAS's OpenMP build (libopenblas.so.0), cblas_sgemm, and
 //             cblas_sgemv for one row (0.3.21's sgemm does not switch to it)
+//   numaserve numaserve's own SGEMM on weights packed once
+//             (kernels/cpu/sgemm.h), on the AVX2 tier only: where the
+//             libraries' AVX2 kernels ran at 0.6-0.75 of a Zen 1's peak on
+//             BERT-base's shapes (unavailable, with the reason, elsewhere)
 // BLIS and OpenBLAS both export the BLAS/CBLAS symbols, so linking both would
 // make one shadow the other: each is dlopen'ed (RTLD_LOCAL | RTLD_DEEPBIND)
 // from its Debian path (then by soname) and called through its own pointers.
@@ -35,11 +39,11 @@
 
 namespace numaserve::kernels {
 
-enum class GemmBackend { kOnednn, kBlis, kOpenblas };
+enum class GemmBackend { kOnednn, kBlis, kOpenblas, kNumaserve };
 inline constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kOnednn, GemmBackend::kBlis,
-                                                   GemmBackend::kOpenblas};
+                                                   GemmBackend::kOpenblas, GemmBackend::kNumaserve};
 
-// "onednn", "blis", "openblas".
+// "onednn", "blis", "openblas", "numaserve".
 const char* GemmBackendName(GemmBackend backend);
 std::optional<GemmBackend> GemmBackendFromName(std::string_view name);
 
@@ -47,6 +51,10 @@ std::optional<GemmBackend> GemmBackendFromName(std::string_view name);
 // otherwise ("blis: cannot load /usr/lib/...: No such file or directory").
 // The first call for a BLAS backend loads its library.
 absl::Status GemmBackendAvailable(GemmBackend backend);
+
+// The names of the backends available here, comma-separated, in
+// kAllGemmBackends' order ("onednn,blis,openblas").
+std::string AvailableGemmBackends();
 
 // The library and the kernels it runs ("BLIS 0.9.0, sub-configuration skx
 // (from the CPU's AVX-512)"); the reason when unavailable.

@@ -113,7 +113,7 @@ TEST_P(GemmBackendModelTest, MlpMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GemmBackendModelTest,
-                         ::testing::Values("onednn", "blis", "openblas", "auto"),
+                         ::testing::Values("onednn", "blis", "openblas", "numaserve", "auto"),
                          [](const auto& info) { return info.param; });
 
 TEST(GemmBackendModelTest, UnknownBackendIsRefusedWithTheChoices) {
@@ -121,7 +121,8 @@ TEST(GemmBackendModelTest, UnknownBackendIsRefusedWithTheChoices) {
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(model.status().message(),
-              HasSubstr("gemm backend 'cublas' is not one of onednn, blis, openblas, auto"));
+              HasSubstr("gemm backend 'cublas' is not one of onednn, blis, openblas, "
+                        "numaserve, auto"));
 }
 
 TEST(GemmBackendModelTest, AutoRemembersItsChoicesInProcessAndInTheFile) {

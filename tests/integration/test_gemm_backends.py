@@ -64,18 +64,19 @@ class GemmBackendsTest(unittest.TestCase):
         args, result = self.bench("--gemm", "bogus")
         self.assertEqual(result.returncode, 2, describe(args, result))
         self.assertIn("numaserve bench: --gemm: gemm backend 'bogus' is not one of onednn, blis, "
-                      "openblas, auto", result.stderr, describe(args, result))
+                      "openblas, numaserve, auto", result.stderr, describe(args, result))
 
     def test_serve_refuses_an_unknown_backend(self):
         args = ("serve", "--model-repository", self.repo, "--grpc-port", "0", "--metrics-port",
                 "0", "--gemm", "cublas")
         result = run(args, self.env)
         self.assertNotEqual(result.returncode, 0, describe(args, result))
-        self.assertIn("--gemm: gemm backend 'cublas' is not one of onednn, blis, openblas, auto",
+        self.assertIn("--gemm: gemm backend 'cublas' is not one of onednn, blis, openblas, "
+                      "numaserve, auto",
                       result.stderr, describe(args, result))
 
     def test_bench_plan_names_the_backend(self):
-        for backend in ("onednn", "blis", "openblas"):
+        for backend in ("onednn", "blis", "openblas", "numaserve"):
             with self.subTest(backend=backend):
                 reason = self.unavailable(backend)
                 if reason:
@@ -97,8 +98,11 @@ class GemmBackendsTest(unittest.TestCase):
                     else:
                         self.assertTrue(description.endswith("[%s]" % backend),
                                         describe(args, result))
-                        # One row (batch 1) runs the library's matrix-vector product.
-                        self.assertTrue(implementation.startswith("%s sgemv, " % backend),
+                        # One row (batch 1) runs the library's matrix-vector
+                        # product; numaserve's own GEMM runs its one kernel.
+                        expected = ("numaserve:sgemm_6x16 avx2" if backend == "numaserve"
+                                    else "%s sgemv, " % backend)
+                        self.assertTrue(implementation.startswith(expected),
                                         describe(args, result))
                 # The libraries and their kernels are listed first.
                 self.assertRegex(result.stdout, r"gemm blis: ", describe(args, result))
@@ -106,7 +110,7 @@ class GemmBackendsTest(unittest.TestCase):
     def test_auto_logs_and_caches_its_choices(self):
         args, result = self.bench("--gemm", "auto", "--plan")
         self.assertEqual(result.returncode, 0, describe(args, result))
-        logged = re.findall(r"numaserve: gemm \S+ K=\d+ N=\d+: .* -> (onednn|blis|openblas)",
+        logged = re.findall(r"numaserve: gemm \S+ K=\d+ N=\d+: .* -> (onednn|blis|openblas|numaserve)",
                             result.stderr)
         self.assertEqual(len(logged), 3, describe(args, result))
         self.assertEqual(result.stdout.count("[auto: "), 3, describe(args, result))
