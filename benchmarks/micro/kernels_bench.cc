@@ -280,6 +280,36 @@ BENCHMARK_CAPTURE(BM_Gemm, numaserve, numaserve::kernels::GemmBackend::kNumaserv
 
 }  // namespace
 
+// Times `o` (a square 2D conv, its weights, bias and post-ops set here:
+// random, bias + Relu) from src to a blocked dst; GFLOP/s at the direct
+// conv's FLOPs, labelled with the implementation.
+void TimeConv(benchmark::State& state, numaserve::kernels::ConvOnednnOptions o,
+              const numaserve::kernels::Shape& src, const numaserve::kernels::Shape& dst,
+              bool src_blocked) {
+  const int64_t k = o.kernel[0];
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const std::vector<float> w = Random(o.out_channels * o.in_channels * k * k);
+  o.weights = w.data();
+  o.bias = Random(o.out_channels);
+  o.eltwise.push_back({dnnl::algorithm::eltwise_relu, 0.0f, 0.0f});
+  auto conv = numaserve::kernels::ConvOnednn::Create(engine, std::move(o));
+  std::vector<float> x =
+      Random(numaserve::kernels::ActivationBytes(src, src_blocked) / sizeof(float));
+  std::vector<float> y(numaserve::kernels::ActivationBytes(dst, true) / sizeof(float));
+  if (!conv.ok() || !(*conv)->Prepare(src, dst, src_blocked, true).ok() ||
+      !(*conv)->Execute(stream, src, dst, x.data(), y.data()).ok()) {
+    state.SkipWithError("conv failed");
+    return;
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize((*conv)->Execute(stream, src, dst, x.data(), y.data()));
+    stream.wait();
+  }
+  SetFlopCounters(state, 2.0 * dst[0] * dst[1] * dst[2] * dst[3] * src[1] * k * k);
+  state.SetLabel((*conv)->ImplementationName(src));
+}
+
 // ResNet-50 convs (bias + Relu, as after BatchNormalization folding):
 // range(0): which (0: the 7x7 stride-2 stem, 3 -> 64 on 224x224, plain src;
 // 1-3: the 3x3 stride-2 convs conv_108 (128 ch, 56x56), conv_215 (256 ch,
@@ -304,9 +334,6 @@ void BM_ConvResNet50(benchmark::State& state) {
   const int64_t out = (c.hw + 2 * c.pad - c.k) / c.stride + 1;
   const numaserve::kernels::Shape src{n, c.c, c.hw, c.hw}, dst{n, c.m, out, out};
   const bool src_blocked = c.c % 16 == 0;
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  std::vector<float> w = Random(c.m * c.c * c.k * c.k);
   numaserve::kernels::ConvOnednnOptions o;
   o.in_channels = c.c;
   o.out_channels = c.m;
@@ -314,26 +341,8 @@ void BM_ConvResNet50(benchmark::State& state) {
   o.strides = {c.stride, c.stride};
   o.dilations = {1, 1};
   o.pads_begin = o.pads_end = {c.pad, c.pad};
-  o.weights = w.data();
-  o.bias = Random(c.m);
-  o.eltwise.push_back({dnnl::algorithm::eltwise_relu, 0.0f, 0.0f});
   o.channels_last = layout;
-  auto conv = numaserve::kernels::ConvOnednn::Create(engine, std::move(o));
-  std::vector<float> x =
-      Random(numaserve::kernels::ActivationBytes(src, src_blocked) / sizeof(float));
-  std::vector<float> y(numaserve::kernels::ActivationBytes(dst, true) / sizeof(float));
-  if (!conv.ok() || !(*conv)->Prepare(src, dst, src_blocked, true).ok() ||
-      !(*conv)->Execute(stream, src, dst, x.data(), y.data()).ok()) {
-    state.SkipWithError("conv failed");
-    return;
-  }
-  for (auto _ : state) {
-    benchmark::DoNotOptimize((*conv)->Execute(stream, src, dst, x.data(), y.data()));
-    stream.wait();
-  }
-  const double flops = 2.0 * n * c.m * out * out * c.c * c.k * c.k;
-  SetFlopCounters(state, flops);
-  state.SetLabel((*conv)->ImplementationName(src));
+  TimeConv(state, std::move(o), src, dst, src_blocked);
 }
 BENCHMARK(BM_ConvResNet50)
     ->ArgNames({"conv", "batch", "path"})
@@ -350,33 +359,13 @@ BENCHMARK(BM_ConvResNet50)
 void BM_ConvWinogradResNet50(benchmark::State& state) {
   static constexpr int64_t kChannels[] = {64, 128, 256, 512}, kSize[] = {56, 28, 14, 7};
   const int64_t c = kChannels[state.range(0)], hw = kSize[state.range(0)], n = state.range(1);
-  const numaserve::kernels::Shape src{n, c, hw, hw}, dst{n, c, hw, hw};
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  std::vector<float> w = Random(c * c * 9);
   numaserve::kernels::ConvOnednnOptions o;
   o.in_channels = o.out_channels = c;
   o.kernel = {3, 3};
   o.strides = o.dilations = {1, 1};
   o.pads_begin = o.pads_end = {1, 1};
-  o.weights = w.data();
-  o.bias = Random(c);
-  o.eltwise.push_back({dnnl::algorithm::eltwise_relu, 0.0f, 0.0f});
   o.winograd = state.range(2) == 1;
-  auto conv = numaserve::kernels::ConvOnednn::Create(engine, std::move(o));
-  std::vector<float> x = Random(numaserve::kernels::ActivationBytes(src, true) / sizeof(float));
-  std::vector<float> y(numaserve::kernels::ActivationBytes(dst, true) / sizeof(float));
-  if (!conv.ok() || !(*conv)->Prepare(src, dst, true, true).ok() ||
-      !(*conv)->Execute(stream, src, dst, x.data(), y.data()).ok()) {
-    state.SkipWithError("conv failed");
-    return;
-  }
-  for (auto _ : state) {
-    benchmark::DoNotOptimize((*conv)->Execute(stream, src, dst, x.data(), y.data()));
-    stream.wait();
-  }
-  SetFlopCounters(state, 2.0 * n * c * hw * hw * c * 9);
-  state.SetLabel((*conv)->ImplementationName(src));
+  TimeConv(state, std::move(o), {n, c, hw, hw}, {n, c, hw, hw}, true);
 }
 BENCHMARK(BM_ConvWinogradResNet50)
     ->ArgNames({"conv", "batch", "winograd"})
