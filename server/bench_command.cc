@@ -191,7 +191,8 @@ int BenchCommand(const std::vector<std::string>& args) {
                    "fp32 | bf16 (convs and weight matmuls in BF16 with FP32 accumulation, "
                    "weights converted at load; refused where the CPU has no native BF16)");
   parser.AddString("gemm", &gemm,
-                   "GEMM backend: onednn | blis | openblas | auto (each timed once per shape at "
+                   "GEMM backend: onednn | blis | openblas | numaserve (the own AVX2 kernel) | "
+                   "auto (each timed once per shape at "
                    "load, the fastest kept)");
   parser.AddDouble("serial-below-mflops", &serial_below_mflops,
                    "run steps below this many MFLOP on one thread (-1 = derived from the cost of "

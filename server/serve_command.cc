@@ -346,6 +346,7 @@ int ServeCommand(const std::vector<std::string>& args) {
                 "worker (the worker sleeps out the rest); 0 = off");
   parser.AddString("gemm", &o.gemm,
                    "GEMM backend for models whose config names none: onednn | blis | openblas | "
+                   "numaserve (the own AVX2 kernel) | "
                    "auto (each timed once per shape at load, the fastest kept)");
   parser.AddString("grpc-tls-cert", &o.grpc_tls_cert,
                    "PEM certificate chain: serve gRPC over TLS (with --grpc-tls-key)");
