@@ -18,8 +18,8 @@ constexpr int64_t kMaxRows = 240;  // rows of A per block (20 micro-kernel rows)
 constexpr int64_t kGroup = 4;      // panels of 16 columns per work item
 
 // Rows [r0, r0 + rows) of C, columns of panel p, K block [k0, k0 + kc).
-void Block(int64_t rows, int64_t n, int64_t k, const float* a, int64_t lda, const float* panel,
-           int64_t p, int64_t k0, int64_t kc, float beta, float* c, int64_t ldc) {
+void Block(int64_t rows, int64_t n, const float* a, int64_t lda, const float* panel, int64_t p,
+           int64_t k0, int64_t kc, float beta, float* c, int64_t ldc) {
   const MicroStore mode = k0 > 0      ? MicroStore::kAdd
                           : beta == 0 ? MicroStore::kOverwrite
                           : beta == 1 ? MicroStore::kAdd
@@ -70,7 +70,7 @@ void sgemm_packed__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t
     for (int64_t k0 = 0; k0 < k; k0 += kKc) {
       const int64_t kc = std::min(kKc, k - k0);
       for (int64_t p = g * kGroup; p < std::min(panels, (g + 1) * kGroup); ++p) {
-        Block(rows, n, k, a + r0 * lda, lda, packed_b + p * k * 16, p, k0, kc, beta, c + r0 * ldc,
+        Block(rows, n, a + r0 * lda, lda, packed_b + p * k * 16, p, k0, kc, beta, c + r0 * ldc,
               ldc);
       }
     }

@@ -14,9 +14,9 @@
 // rounding only (about 1e-5 of the output's scale, growing with C).
 //
 // The work is split into chunks of tiles, one chunk per OpenMP thread at a
-// time; a chunk's transformed input and products stay in the thread's own
-// buffer (at most a few MiB, cache-resident for small C), so the only
-// shared data are the input, the output and the transformed weights.
+// time; a chunk's transformed input and products stay in the thread's part
+// of the caller's scratch (cache-resident for small C), so the only shared
+// data are the input, the output and the transformed weights.
 #pragma once
 
 #include <cstdint>
@@ -56,12 +56,25 @@ struct WinogradEpilogue {
   bool relu = false;
 };
 
+// How the conv's tiles are split over the calling thread's OpenMP team
+// (all of it, or one thread inside a parallel region) and the scratch that
+// takes: a chunk of tiles per thread in buffers of its own, or, with fewer
+// than 16 tiles per thread, chunks the team shares.
+struct WinogradF4x3Plan {
+  int64_t threads = 1;
+  bool per_thread = true;
+  int64_t chunk_tiles = 0;     // tiles per chunk
+  int64_t scratch_floats = 0;  // 64-byte aligned scratch the conv needs
+};
+WinogradF4x3Plan PlanWinogradF4x3(const WinogradF4x3Weights& w, const WinogradConvShape& s);
+
 // dst[N][K/8][OH][OW][8] = conv(src[N][C/8][H][W][8]), zero padding beyond
-// the input's edges, on the caller's OpenMP threads. `w` must have been
-// transformed for s.in_channels and s.out_channels. False (nothing
-// written) when the threads' buffers cannot be allocated. Call only on a
-// CPU with AVX2 and FMA (kernels/dispatch.h).
-bool winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
-                              const WinogradEpilogue& epilogue, const float* src, float* dst);
+// the input's edges, as `plan` (PlanWinogradF4x3 on this thread, for this
+// shape) says, in `scratch` (plan.scratch_floats). `w` must have been
+// transformed for s.in_channels and s.out_channels. Call only on a CPU with
+// AVX2 and FMA (kernels/dispatch.h).
+void winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
+                              const WinogradF4x3Plan& plan, const WinogradEpilogue& epilogue,
+                              const float* src, float* dst, float* scratch);
 
 }  // namespace numaserve::kernels::cpu

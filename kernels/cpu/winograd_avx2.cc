@@ -4,8 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <memory>
 
 #include "kernels/cpu/winograd.h"
 
@@ -34,21 +32,6 @@ inline void OutputTransform6(const __m256 m[6], __m256 out[4]) {
   out[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d, b);
   out[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), c, a);
   out[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d, b), m[5]);
-}
-
-// The calling thread's buffer of at least `floats` floats (kept and grown,
-// never shrunk; 64-byte aligned); null when it cannot be allocated.
-float* ThreadBuffer(size_t floats) {
-  thread_local std::unique_ptr<float, void (*)(void*)> buffer{nullptr, &std::free};
-  thread_local size_t capacity = 0;
-  if (floats > capacity) {
-    buffer.reset();
-    capacity = 0;
-    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    buffer.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    if (buffer) capacity = floats;
-  }
-  return buffer.get();
 }
 
 #include "kernels/cpu/sgemm_6x16_avx2.inc"
@@ -166,32 +149,22 @@ void TransformOutput(const Chunk& ch, float* dst, int64_t first, int64_t begin, 
 
 }  // namespace
 
-bool winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
-                              const WinogradEpilogue& epilogue, const float* src, float* dst) {
+void winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
+                              const WinogradF4x3Plan& plan, const WinogradEpilogue& epilogue,
+                              const float* src, float* dst, float* scratch) {
   const int64_t tiles = WinogradF4x3Tiles(s);
-  if (tiles == 0) return true;
-  const int64_t C = s.in_channels, Kp = w.padded_out_channels;
-  const int64_t threads = std::max(1, omp_in_parallel() ? 1 : omp_get_max_threads());
+  if (tiles == 0) return;
+  const int64_t C = s.in_channels, Kp = w.padded_out_channels, capacity = plan.chunk_tiles;
   const int64_t tiles_h = (s.out_h + 3) / 4, tiles_w = (s.out_w + 3) / 4;
-  // A chunk's buffers take 36 x (C + Kp) floats per tile: about 512 KiB of
-  // them (a Zen 1 core's L2; 5-25% faster than 1-2 MiB on ResNet-50's
-  // layers there), in whole 6-row blocks of the micro-kernel, but no fewer
-  // than 30 tiles, so that each transformed weight read from memory serves
-  // 30 rows of its GEMM (12 measured 10-25% slower from 256 channels on).
-  const int64_t per_tile_bytes = 36 * (C + Kp) * static_cast<int64_t>(sizeof(float));
-  const int64_t chunk_tiles =
-      std::clamp<int64_t>((int64_t{1} << 19) / per_tile_bytes / 6 * 6, 30, 120);
-  if (tiles >= threads * 16) {
-    // Enough tiles for a chunk per thread: each thread transforms,
-    // multiplies and transforms back its own chunks, in its own buffers.
-    const int64_t capacity = std::min(chunk_tiles, (tiles + threads - 1) / threads);
-    const int64_t chunks = (tiles + capacity - 1) / capacity;
-    const size_t floats = static_cast<size_t>(36 * capacity * (C + Kp));
-    float* buffers = ThreadBuffer(floats * threads);  // one per thread, from the caller's
-    if (buffers == nullptr) return false;
-#pragma omp parallel num_threads(static_cast <int>(threads))
+  const int64_t chunks = (tiles + capacity - 1) / capacity;
+  const int threads = static_cast<int>(plan.threads);
+  if (plan.per_thread) {
+    // Each thread transforms, multiplies and transforms back its own
+    // chunks, in its own part of the scratch.
+    const int64_t floats = 36 * capacity * (C + Kp);
+#pragma omp parallel num_threads(threads)
     {
-      float* buffer = buffers + floats * omp_get_thread_num();
+      float* buffer = scratch + floats * omp_get_thread_num();
       const Chunk ch{w,       s,        epilogue, tiles_h,
                      tiles_w, capacity, buffer,   buffer + 36 * capacity * C};
 #pragma omp for schedule(dynamic, 1)
@@ -203,32 +176,26 @@ bool winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvSh
         TransformOutput(ch, dst, first, 0, count);
       }
     }
-    return true;
+    return;
   }
   // Few tiles (a small image, or many threads): the team shares each chunk,
   // the GEMMs split by point and block of 16 output channels, so that each
   // transformed weight is read by one thread only (with a thread per chunk
   // every thread would read all of them: 4 x the direct weights, which at
   // 512 channels is what bounds the conv).
-  const int64_t shared_capacity = std::min<int64_t>(tiles, 120);
-  const int64_t chunks = (tiles + shared_capacity - 1) / shared_capacity;
-  float* buffer = ThreadBuffer(static_cast<size_t>(36 * shared_capacity * (C + Kp)));
-  if (buffer == nullptr) return false;
-  const Chunk ch{
-      w, s, epilogue, tiles_h, tiles_w, shared_capacity, buffer, buffer + 36 * shared_capacity * C};
-  const int64_t blocks = 36 * (Kp / 16);
-#pragma omp parallel num_threads(static_cast <int>(threads))
+  const Chunk ch{w, s, epilogue, tiles_h, tiles_w, capacity, scratch, scratch + 36 * capacity * C};
+  const int64_t kblocks = Kp / 16, blocks = 36 * kblocks;
+#pragma omp parallel num_threads(threads)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const int64_t first = chunk * shared_capacity;
-    const int64_t count = std::min(shared_capacity, tiles - first);
+    const int64_t first = chunk * capacity;
+    const int64_t count = std::min(capacity, tiles - first);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < count; ++t) TransformInput(ch, src, first, t, t + 1);
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) MultiplyBlock(ch, count, b / (Kp / 16), b % (Kp / 16));
+    for (int64_t b = 0; b < blocks; ++b) MultiplyBlock(ch, count, b / kblocks, b % kblocks);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < count; ++t) TransformOutput(ch, dst, first, t, t + 1);
   }
-  return true;
 }
 
 }  // namespace numaserve::kernels::cpu

@@ -695,11 +695,16 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
         .bias = options_.bias.empty() ? nullptr : options_.bias.data(),
         .sum = options_.sum,
         .relu = !options_.eltwise.empty()};
-    if (!cpu::winograd_f4x3_conv__avx2(*winograd_weights_, e.winograd_shape, epilogue, src, dst)) {
+    // In the thread's reordering scratch: this path reorders nothing.
+    const cpu::WinogradF4x3Plan plan = cpu::PlanWinogradF4x3(*winograd_weights_, e.winograd_shape);
+    char* scratch = ThreadScratch(static_cast<size_t>(plan.scratch_floats) * sizeof(float));
+    if (scratch == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("ConvOnednn ", options_.name, ": cannot allocate the Winograd buffers for ",
                        "input ", ShapeToString(src_shape)));
     }
+    cpu::winograd_f4x3_conv__avx2(*winograd_weights_, e.winograd_shape, plan, epilogue, src, dst,
+                                  reinterpret_cast<float*>(scratch));
     return absl::OkStatus();
   }
   try {
