@@ -5,8 +5,8 @@
 //
 // BLIS's loop structure without packing A (its rows are read in place, six
 // at a time): B in panels of 16 columns [K][16]; for each block of up to
-// 120 rows of A and each group of 4 panels (64 columns of C), blocks of 256
-// of K: the A block (120 x 256 floats) stays in L2 across the group's
+// 240 rows of A and each group of 4 panels (64 columns of C), blocks of 256
+// of K: the A block (240 x 256 floats) stays in L2 across the group's
 // panels, each panel block (256 x 16) in L1 across the A block's rows; the
 // 6 x 16 FMA micro-kernel (kernels/cpu/sgemm_6x16_avx2.inc) is bound by
 // the FMA units. Work items (row block, panel group) are split over the

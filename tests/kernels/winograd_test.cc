@@ -1,7 +1,9 @@
 // The own AVX2 Winograd F(4x4, 3x3) (kernels/cpu/winograd.h) against the
 // scalar reference conv: edge tiles, asymmetric and zero padding, output
-// channels padded to 16, bias, residual sum and ReLU, on one thread and on
-// two (a chunk per thread, and a team sharing few tiles).
+// channels padded to 16, bias, residual sum and ReLU, on 1, 2, 3 and 16
+// threads (a chunk per thread, a team sharing few tiles, and the split a
+// 16-core worker makes; more threads than cores still tests the split).
+
 #include "kernels/cpu/winograd.h"
 
 #include <gtest/gtest.h>
@@ -138,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
                            Case{"many_tiles", 2, 16, 32, 20, 20, 1, 1, 1, 1, true, true, true},
                            Case{"several_chunks", 2, 64, 64, 56, 56, 1, 1, 1, 1, true, false, true},
                            Case{"wide_channels", 1, 256, 40, 7, 7, 1, 1, 1, 1, true, false, false}),
-                       ::testing::Values(1, 2)),
+                       ::testing::Values(1, 2, 3, 16)),
     [](const auto& info) {
       return std::get<0>(info.param).name + "_" + std::to_string(std::get<1>(info.param)) +
              "_threads";
