@@ -14,11 +14,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "affinity/cpu_features.h"
+#include "kernels/cpu/sgemm.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_backend.h"
 #include "kernels/onednn/conv_onednn.h"
@@ -196,6 +198,37 @@ void SetFlopCounters(benchmark::State& state, double flops) {
   state.counters["peak_fraction"] =
       benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The own SGEMM's 6 x 16 micro-kernel alone on one thread, A (6 x 256) and
+// a B panel (256 x 16) in L1: the most the own GEMM and the Winograd conv's
+// products can reach on this core, as GFLOP/s and the fraction of one
+// core's FP32 peak. BM_Gemm/numaserve against it is what the blocking and
+// the memory around the micro-kernel cost.
+void BM_SgemmMicroKernel(benchmark::State& state) {
+  if (numaserve::kernels::GetDispatchDecision().max_tier == IsaTier::kScalar) {
+    state.SkipWithError("no AVX2 + FMA");
+    return;
+  }
+  constexpr int64_t kc = 256;
+  const std::vector<float> a = Random(6 * kc);
+  std::vector<float> b(kc * 16 + 16), c(6 * 16);
+  // The kernel reads B as 32-byte vectors; 64-byte alignment as the packed panels.
+  float* panel = b.data() + (16 - reinterpret_cast<uintptr_t>(b.data()) / 4 % 16) % 16;
+  const std::vector<float> values = Random(kc * 16);
+  std::copy(values.begin(), values.end(), panel);
+  for (auto _ : state) {
+    numaserve::kernels::cpu::sgemm_micro_kernel_6x16__avx2(a.data(), kc, panel, kc, c.data(), 16);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * 6 * 16 * kc;
+  const double peak = numaserve::kernels::Fp32PeakGflopsPerCore() * 1e9;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["core_peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SgemmMicroKernel);
 
 // Y[M,N] = X[M,K] W[K,N] on oneDNN with prepacked weights, all OpenMP threads.
 void BM_SgemmOnednn(benchmark::State& state) {

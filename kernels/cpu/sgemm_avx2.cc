@@ -77,4 +77,9 @@ void sgemm_packed__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t
   }
 }
 
+void sgemm_micro_kernel_6x16__avx2(const float* a, int64_t lda, const float* b, int64_t kc,
+                                   float* c, int64_t ldc) {
+  MicroKernel6x16<6>(a, lda, b, kc, c, ldc, MicroStore::kOverwrite, 0.0f);
+}
+
 }  // namespace numaserve::kernels::cpu
