@@ -1,5 +1,6 @@
 #include "kernels/onednn/conv_onednn.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -292,17 +293,20 @@ dt ConvOnednn::ComputeType() const {
 }
 
 void ConvOnednn::BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::desc& conv_src,
-                         PerShape* entry) {
-  if (conv_src == src_md) return;
+                         PerShape* entry, const dnnl::memory::dims& pad_offsets) {
+  if (conv_src == src_md && pad_offsets.empty()) return;
   entry->src_via_scratch = true;
-  entry->to_conv_src = BoundReorder(engine_, src_md, conv_src);
+  entry->to_conv_src = BoundReorder(
+      engine_, src_md,
+      pad_offsets.empty() ? conv_src : conv_src.submemory_desc(src_md.dims(), pad_offsets));
   entry->dst_offset = Align64(conv_src.get_size());
   entry->scratch_bytes = entry->dst_offset;
 }
 
 absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitive_desc& pd,
                                        const Shape& src_shape, const Shape& dst_shape,
-                                       bool src_blocked, bool dst_blocked, PerShape* entry) {
+                                       bool src_blocked, bool dst_blocked, PerShape* entry,
+                                       const dnnl::memory::dims& src_pad_offsets) {
   // With int8 the input is quantized (in the caller's layout) first.
   const dnnl::memory::desc src_md =
       Act(src_shape, src_blocked, options_.int8.has_value() ? dt::u8 : dt::f32);
@@ -316,7 +320,7 @@ absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitiv
   entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
   entry->call.args[DNNL_ARG_DST] = UnboundMemory(conv_dst, engine_);
   if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
-  BindSrc(src_md, conv_src, entry);
+  BindSrc(src_md, conv_src, entry, src_pad_offsets);
   if (conv_dst != dst_md) {
     entry->dst_via_scratch = true;
     if (options_.sum) entry->to_conv_dst = BoundReorder(engine_, dst_md, conv_dst);
@@ -512,13 +516,32 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
   const bool split = !user_weights_s8_lo_.empty();
   const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::s8, tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
-  const dnnl::memory::dims src_dims = ToDnnlDims(src_shape), dst_dims = ToDnnlDims(dst_shape);
+  dnnl::memory::dims src_dims = ToDnnlDims(src_shape);
+  const dnnl::memory::dims dst_dims = ToDnnlDims(dst_shape);
+  dnnl::memory::dims pads_begin = Dims(o.pads_begin, 0), pads_end = Dims(o.pads_end, 0);
+  // oneDNN 2.6's int8 grouped (depthwise) conv, given padding and a sum
+  // post-op (a residual, or the second pass of split weights), adds some
+  // output rows twice when it splits the rows over many threads: wrong
+  // outputs, no error (seen at 8 to 24 threads on 9x9 to 13x13 images).
+  // Such a conv gets no padding from oneDNN: the quantized input goes into
+  // a larger buffer that holds the zero point (a real 0) around it.
+  const bool padded = std::any_of(pads_begin.begin(), pads_begin.end(), [](auto p) { return p; }) ||
+                      std::any_of(pads_end.begin(), pads_end.end(), [](auto p) { return p; });
+  const bool explicit_pad = o.group > 1 && padded && (split || o.sum);
+  dnnl::memory::dims pad_offsets;
+  if (explicit_pad) {
+    pad_offsets.assign(src_dims.size(), 0);
+    for (size_t i = 0; i < pads_begin.size(); ++i) {
+      pad_offsets[2 + i] = pads_begin[i];
+      src_dims[2 + i] += pads_begin[i] + pads_end[i];
+      pads_begin[i] = pads_end[i] = 0;
+    }
+  }
   auto make_pd = [&](const dnnl::memory::desc& src_md, const dnnl::memory::desc& bias,
                      const dnnl::memory::desc& dst_md, Pass pass) {
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                         dnnl::algorithm::convolution_direct, src_md, any_w, bias,
-                                         dst_md, Dims(o.strides, 0), Dims(o.dilations, 1),
-                                         Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
+        bias, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), pads_begin, pads_end);
     return dnnl::convolution_forward::primitive_desc(desc, Attr(pass), engine_);
   };
   try {
@@ -554,9 +577,15 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
       return absl::UnimplementedError(absl::StrCat(
           "ConvOnednn ", o.name, ": oneDNN has no int8 conv for input ", ShapeToString(src_shape)));
     }
-    if (absl::Status s = BindReordered(pd, src_shape, dst_shape, src_blocked, dst_blocked, entry);
+    if (absl::Status s =
+            BindReordered(pd, src_shape, dst_shape, src_blocked, dst_blocked, entry, pad_offsets);
         !s.ok()) {
       return s;
+    }
+    if (explicit_pad) {  // Run fills the buffer, then reorders into its interior
+      entry->src_pad_fill = o.int8->src_zero_point;
+      entry->src_pad_bytes = pd.src_desc().get_size();
+      absl::StrAppend(&entry->impl, " (input padded here)");
     }
     if (!absl::StrContains(entry->impl, "int8")) absl::StrAppend(&entry->impl, " int8");
     if (entry->src_via_scratch || entry->dst_via_scratch) {
@@ -725,6 +754,7 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
         scratch += e.quantized_bytes;  // the reordered src and dst follow
       }
       if (e.src_via_scratch) {
+        if (e.src_pad_fill >= 0) std::memset(scratch, e.src_pad_fill, e.src_pad_bytes);
         RunReorder(e.to_conv_src, stream, conv_src, scratch);
         conv_src = scratch;
       }

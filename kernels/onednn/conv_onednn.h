@@ -221,6 +221,11 @@ class ConvOnednn {
     // (holding the residual first, with a sum post-op), reordered into dst.
     bool dst_via_scratch = false;
     BoundPrimitive to_conv_src, to_conv_dst, from_conv_dst;
+    // INT8 with the padding done here (see PrepareInt8): the src buffer's
+    // bytes, set to this value (the zero point) before to_conv_src writes
+    // its interior; -1: oneDNN pads.
+    int src_pad_fill = -1;
+    size_t src_pad_bytes = 0;
     // INT8 with split weights (no VNNI): the conv on the low halves, run
     // after `call` on the same src and dst, adding onto it.
     BoundPrimitive second;
@@ -274,15 +279,18 @@ class ConvOnednn {
                                                 PerShape* entry);
   // Binds `pd` (whose src/dst layouts or types may differ from the
   // caller's) with the reorders between them and the scratch, where they
-  // differ.
+  // differ. With `src_pad_offsets`, pd's src is padded here (PrepareInt8):
+  // the caller's input goes into its interior at these offsets.
   absl::Status BindReordered(const dnnl::convolution_forward::primitive_desc& pd,
                              const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
-                             bool dst_blocked, PerShape* entry);
+                             bool dst_blocked, PerShape* entry,
+                             const dnnl::memory::dims& src_pad_offsets = {});
   // The src reorder/conversion and the scratch for a primitive reading
   // `conv_src` where the caller passes `src_md` (nothing when they match;
-  // with int8, `src_md` is the caller's layout in u8).
+  // with int8, `src_md` is the caller's layout in u8), into conv_src's
+  // interior at `pad_offsets` when given.
   void BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::desc& conv_src,
-               PerShape* entry);
+               PerShape* entry, const dnnl::memory::dims& pad_offsets = {});
   // ActivationDesc in options.blocked_layout.
   dnnl::memory::desc Act(const Shape& shape, bool blocked,
                          dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
