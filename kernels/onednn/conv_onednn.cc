@@ -588,9 +588,15 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
       absl::StrAppend(&entry->impl, " (input padded here)");
     }
     if (!absl::StrContains(entry->impl, "int8")) absl::StrAppend(&entry->impl, " int8");
-    if (entry->src_via_scratch || entry->dst_via_scratch) {
-      absl::StrAppend(&entry->impl, " (reordered: ", entry->src_via_scratch ? "src" : "",
-                      entry->src_via_scratch && entry->dst_via_scratch ? ", " : "",
+    // Padding alone (the padded buffer in the caller's layout) is no reorder.
+    Shape padded_shape = src_shape;
+    for (size_t i = 2; i < padded_shape.size(); ++i) padded_shape[i] = src_dims[i];
+    const bool src_reordered =
+        entry->src_via_scratch &&
+        (!explicit_pad || pd.src_desc() != Act(padded_shape, src_blocked, dt::u8));
+    if (src_reordered || entry->dst_via_scratch) {
+      absl::StrAppend(&entry->impl, " (reordered: ", src_reordered ? "src" : "",
+                      src_reordered && entry->dst_via_scratch ? ", " : "",
                       entry->dst_via_scratch ? "dst" : "", ")");
     }
     if (split) {
