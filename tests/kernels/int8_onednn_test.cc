@@ -295,10 +295,15 @@ TEST(Int8ConvTest, DepthwiseWithASumIsRightOnManyThreads) {
   const int saved = omp_get_max_threads();
   for (int threads : {8, 16, 24}) {
     omp_set_num_threads(threads);
-    for (const auto& [c, hw, sum, zp] : std::vector<std::tuple<int64_t, int64_t, bool, int32_t>>{
-             {32, 9, false, 128}, {24, 11, true, 128}, {48, 10, true, 0}, {16, 13, false, 3}}) {
+    for (const auto& [c, hw, stride, sum, zp] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, bool, int32_t>>{
+             {32, 9, 1, false, 128},
+             {24, 11, 1, true, 128},
+             {48, 10, 1, true, 0},
+             {16, 13, 1, false, 3},
+             {64, 13, 2, true, 128}}) {
       SCOPED_TRACE(absl::StrCat(threads, " threads"));
-      const ConvCase k{1, c, hw, hw, c, c, 3, 1, 1, true, true, sum, true, zp, true};
+      const ConvCase k{1, c, hw, hw, c, c, 3, stride, 1, true, true, sum, true, zp, true};
       std::vector<float> x = RandomValues(k.n * k.c * k.h * k.w, 13);
       RunConvCase(k, x, RandomInt8(k.m * k.k * k.k, 14));
     }
