@@ -130,13 +130,15 @@ struct CompileOptions {
   // 0: never; negative: DefaultSerialBelowElements(threads), from the same
   // measured fork-join cost.
   int64_t serial_below_elements = -1;
-  // Batch splitting: the leading row-wise steps (conv, pool, weight
-  // matmul, layer norm, attention) whose activations at the
-  // run's batch outgrow this many bytes run the batch in slices of rows
-  // small enough that a slice's activations stay in this cache between
-  // one step and the next (ResNet-50 at batch 32: its stem and first two
-  // stages, in slices of 4 rows). 0: never; negative: the last-level cache
-  // of the CPU running Compile (LastLevelCacheBytes).
+  // Batch splitting: a prefix of the row-wise steps (conv, pool, weight
+  // matmul, layer norm, attention) runs the batch in slices of rows small
+  // enough that a slice's activations stay in a cache of this many bytes
+  // between one step and the next: the prefix saving the most memory
+  // traffic (outputs that outgrow the cache at the run's batch, less the
+  // weights every further slice reads again). ResNet-50 at batch 32: its
+  // stem and first two stages, in slices of 4 rows on a 32 MiB cache.
+  // 0: never; negative: the last-level cache of the CPU running Compile
+  // (LastLevelCacheBytes).
   int64_t batch_split_cache_bytes = -1;
   // Batch sizes whose plan (shapes, activation offsets, prepared steps) is
   // kept: a new size beyond this drops the least recently run one, planned

@@ -199,9 +199,9 @@ int BenchCommand(const std::vector<std::string>& args) {
                    "an OpenMP fork-join measured at load; 0 = never)");
   parser.AddDouble(
       "batch-split-mb", &batch_split_mb,
-      "run the leading row-wise steps (conv, pool, matmul, layer norm, attention) whose "
-      "activations outgrow this many MiB in "
-      "slices of the batch that stay in that much cache (-1 = the last-level cache; "
+      "run leading row-wise steps (conv, pool, matmul, layer norm, attention) in slices of "
+      "the batch that stay in a cache of this many MiB, as far as that saves more memory "
+      "traffic than re-reading their weights per slice costs (-1 = the last-level cache; "
       "0 = never)");
   parser.AddInt("batch-groups", &batch_groups,
                 "run a batch of enough rows as this many row ranges at once, each on a copy of "

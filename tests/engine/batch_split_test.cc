@@ -3,8 +3,9 @@
 // their own intermediate values sized for one slice. The results match the
 // reference executor and the unsplit plan at batches that divide into
 // slices and at ones that leave a shorter last slice; the split stops at
-// the first step that is not row-wise and before the steps whose
-// activations fit the cache.
+// the first step that is not row-wise, before the steps whose activations
+// fit the cache, and before steps whose weights, read again by every slice,
+// cost more memory traffic than the split saves.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +32,9 @@ using testing::RandomTensor;
 // Flatten -> Gemm to 10. At 20x20 a row's 32-ch activation is 51200 bytes,
 // at 10x10 25600. With `softmax_after_stem`, a Softmax over the channels
 // (a step that does not declare itself row-wise) follows the stem's Relu.
-std::string Model(bool softmax_after_stem) {
+// With `big_tail`, a 3x3 conv to 256 ch (590 KB of weights, 102400 bytes a
+// row) + Relu follows the last block.
+std::string Model(bool softmax_after_stem, bool big_tail = false) {
   OnnxModelBuilder b(13);
   b.Input("x", {-1, 8, 20, 20}).Output("y", {-1, 10});
   b.Initializer("w0", RandomTensor({32, 8, 3, 3}, 1));
@@ -57,12 +60,22 @@ std::string Model(bool softmax_after_stem) {
   b.Node("Relu", {"d"}, {"rd"}, "down_relu");
   in = "rd";
   in = testing::AddBottleneckBlock(b, 3, in, 64);
+  int64_t channels = 64;
+  if (big_tail) {
+    channels = 256;
+    b.Initializer("wt", RandomTensor({channels, 64, 3, 3}, 70));
+    OnnxModelBuilder::AttrInts(b.Node("Conv", {in, "wt"}, {"t"}, "tail"), "pads", {1, 1, 1, 1});
+    b.Node("Relu", {"t"}, {"rt"}, "tail_relu");
+    in = "rt";
+  }
   b.Node("GlobalAveragePool", {in}, {"g"}, "gap");
   b.Node("Flatten", {"g"}, {"f"}, "flatten");
-  b.Initializer("wf", RandomTensor({10, 64}, 60));
+  b.Initializer("wf", RandomTensor({10, channels}, 60));
   b.Initializer("bf", RandomTensor({10}, 61));
   OnnxModelBuilder::AttrInt(b.Node("Gemm", {"f", "wf", "bf"}, {"y"}, "fc"), "transB", 1);
-  return b.Save(softmax_after_stem ? "batch_split_softmax" : "batch_split");
+  return b.Save(softmax_after_stem ? "batch_split_softmax"
+                : big_tail         ? "batch_split_big_tail"
+                                   : "batch_split");
 }
 
 // 256 KiB: at batch 8 the 20x20 activations (410 KB) outgrow it, the 10x10
@@ -140,6 +153,20 @@ TEST(BatchSplitTest, SplitsTheLeadingStepsWhoseActivationsOutgrowTheCache) {
   ASSERT_TRUE(split_bytes.ok() && whole_bytes.ok());
   EXPECT_LT(*split_bytes, *whole_bytes);
   for (int64_t r : SliceRows(**whole, 8)) EXPECT_EQ(r, 0);
+}
+
+// The tail conv writes 819 KB at batch 8, more than the cache, but every
+// slice would read its 590 KB of weights again (and, with them, a slice
+// could hold only one row: 8 slices): 7 x 590 KB read again against 1.6 MB
+// of activations kept in the cache. The split ends where it did without it.
+TEST(BatchSplitTest, StopsBeforeStepsWhoseWeightsCostMoreThanTheSplitSaves) {
+  const std::string path = Model(false, /*big_tail=*/true);
+  testing::ExpectCompiledMatchesReference("split big tail", path, {5, 8}, 1e-9, Split());
+  auto model = CompiledModel::Load(path, Split());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int64_t> rows = SliceRows(**model, 8);
+  const std::vector<int64_t> expected = {2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(rows, expected);
 }
 
 TEST(BatchSplitTest, StopsAtTheFirstStepThatIsNotRowWise) {
