@@ -1952,7 +1952,7 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
       best_rows = max_rows;
     }
   }
-  if (best_end < 0 || best_rows <= 0) return;
+  if (best_end < 0) return;  // best_rows >= 1: the step made two slices or more
   // Of the sizes between half the most rows and that, one dividing the
   // batch is preferred.
   int64_t rows = best_rows;

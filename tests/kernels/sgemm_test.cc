@@ -12,23 +12,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/dispatch.h"
+#include "tests/kernels/test_util.h"
 
 namespace numaserve::kernels::cpu {
 namespace {
-
-std::vector<float> Random(int64_t count, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 struct Case {
   int64_t m, k, n;
@@ -43,8 +35,9 @@ TEST_P(SgemmTest, MatchesTheReference) {
   if (GetDispatchDecision().max_tier == IsaTier::kScalar) GTEST_SKIP() << "no AVX2 + FMA";
   const auto [t, threads] = GetParam();
   const int64_t lda = t.k + t.lda_pad, ldc = t.n + 3;
-  const std::vector<float> a = Random(t.m * lda, 1), w = Random(t.k * t.n, 2);
-  const std::vector<float> c0 = Random(t.m * ldc, 3);
+  const std::vector<float> a = testing::RandomValues(t.m * lda, 1),
+                           w = testing::RandomValues(t.k * t.n, 2);
+  const std::vector<float> c0 = testing::RandomValues(t.m * ldc, 3);
   const float scale = 0.75f;
 
   std::vector<float> packed(SgemmPackedFloats(t.k, t.n), NAN);

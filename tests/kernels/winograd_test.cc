@@ -11,12 +11,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/dispatch.h"
 #include "kernels/ref/conv_ref.h"
+#include "tests/kernels/test_util.h"
 
 namespace numaserve::kernels::cpu {
 namespace {
@@ -27,14 +27,6 @@ struct Case {
   int64_t pt, pl, pb, pr;
   bool bias, sum, relu;
 };
-
-std::vector<float> Random(int64_t count, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(count);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 // [N][C][H][W] <-> [N][C/8][H][W][8].
 std::vector<float> ToBlocked(const std::vector<float>& x, int64_t n, int64_t c, int64_t hw) {
@@ -80,13 +72,13 @@ TEST_P(WinogradF4x3Test, MatchesTheReferenceConv) {
   const int64_t out_hw = s.out_h * s.out_w;
 
   Tensor x({t.n, t.c, t.h, t.w}), w({t.k, t.c, 3, 3}), b({t.k});
-  x.data = Random(x.size(), 1);
-  w.data = Random(w.size(), 2);
-  b.data = Random(t.k, 3);
+  x.data = testing::RandomValues(x.size(), 1);
+  w.data = testing::RandomValues(w.size(), 2);
+  b.data = testing::RandomValues(t.k, 3);
   WindowParams p{{3, 3}, {1, 1}, {1, 1}, {t.pt, t.pl}, {t.pb, t.pr}};
   auto ref = ConvRef(x, w, t.bias ? &b : nullptr, p, 1, {t.n, t.k, s.out_h, s.out_w});
   ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::vector<float> residual = Random(t.n * t.k * out_hw, 4);
+  const std::vector<float> residual = testing::RandomValues(t.n * t.k * out_hw, 4);
   std::vector<float> expected = ref->data;
   for (size_t i = 0; i < expected.size(); ++i) {
     if (t.sum) expected[i] += residual[i];
