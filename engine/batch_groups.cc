@@ -183,6 +183,7 @@ class BatchGroupedModel final : public CompiledModel {
   }
 
   std::string ActivationLayoutName() const override { return full_->ActivationLayoutName(); }
+  std::string DescribeInt8Kernels() const override { return full_->DescribeInt8Kernels(); }
 
   std::string DescribeBatchGroups() const override { return description_; }
 

@@ -48,6 +48,7 @@
 #include "engine/typed_exec.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_autotune.h"
+#include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::engine {
 namespace {
@@ -137,6 +138,7 @@ class CompiledModelImpl final : public CompiledModel {
   std::string ActivationLayoutName() const override {
     return kernels::BlockedLayoutName(blocked_layout_);
   }
+  std::string DescribeInt8Kernels() const override { return int8_kernels_note_; }
   absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const override;
   absl::StatusOr<int64_t> ActivationBytes(int64_t batch) override {
     auto state = GetBatchState(batch);
@@ -321,6 +323,9 @@ class CompiledModelImpl final : public CompiledModel {
   std::vector<bool> absorbed_qdq_;
   // By Conv/MatMul/Gemm node: the quantized input it runs INT8 on.
   std::vector<std::optional<QdqInput>> int8_input_;
+  // Set by PlanQdq where CompileOptions::int8_kernels kept INT8-capable
+  // steps on the FP32 path (DescribeInt8Kernels).
+  std::string int8_kernels_note_;
   std::vector<ValueId> in_place_of_;  // by arena root: the residual whose bytes it takes
   // At most options_.batch_plans, the least recently used dropped first.
   std::map<int64_t, BatchState> per_batch_;
@@ -764,6 +769,12 @@ void CompiledModelImpl::PlanQdq(const std::vector<std::vector<int>>& consumers,
   qdq_of_node_.assign(n, std::nullopt);
   absorbed_qdq_.assign(n, false);
   int8_input_.assign(n, std::nullopt);
+  int8_kernels_note_.clear();
+  using Int8Kernels = CompileOptions::Int8Kernels;
+  const bool use_int8 =
+      options_.int8_kernels == Int8Kernels::kAlways ||
+      (options_.int8_kernels == Int8Kernels::kAuto && kernels::OnednnInt8ProductsExact());
+  int kept_fp32 = 0;
   std::vector<int> producer(graph_.num_values(), -1);
   for (int i = 0; i < n; ++i) {
     for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
@@ -825,8 +836,20 @@ void CompiledModelImpl::PlanQdq(const std::vector<std::vector<int>>& consumers,
     bool all = qdq_of_node_[i]->is_uint8 && !is_output_[out] && !consumers[out].empty();
     for (int c : consumers[out]) all = all && Int8Capable(c, out, shapes1);
     if (!all) continue;
+    if (!use_int8) {
+      kept_fp32 += static_cast<int>(consumers[out].size());
+      continue;
+    }
     absorbed_qdq_[i] = true;
     for (int c : consumers[out]) int8_input_[c] = qdq_of_node_[i];
+  }
+  if (kept_fp32 > 0) {
+    int8_kernels_note_ = absl::StrCat(
+        "INT8 kernels off (",
+        options_.int8_kernels == CompileOptions::Int8Kernels::kNever
+            ? "int8_kernels never"
+            : "no VNNI on this CPU: u8 x s8 products would take two passes, slower than FP32",
+        "): ", kept_fp32, " QDQ conv/matmul step(s) run FP32 on their dequantized weights");
   }
 }
 

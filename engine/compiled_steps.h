@@ -228,7 +228,18 @@ class ConvStep final : public Step {
   std::string Describe() const override { return "conv: " + name_; }
   std::vector<ValueId> Reads() const override { return {src_, sum_from_}; }
   std::vector<ValueId> Writes() const override { return {dst_}; }
-  std::vector<ValueId> BlockedReads() const override { return {src_, sum_from_}; }
+  // An input of 1 to 3 channels (an image, after a fake-quantize step) is
+  // read plain: oneDNN's jit kernels take it plain (their first-conv case)
+  // and not channel-blocked, where only its reference does (which the conv
+  // would reorder away from at each run).
+  std::vector<ValueId> BlockedReads() const override {
+    const kernels::ConvOnednnOptions& o = kernel_->options();
+    if (o.blocked_layout == kernels::BlockedLayout::kChannelBlocked && o.group == 1 &&
+        !o.transposed && o.in_channels <= 3) {
+      return {sum_from_};
+    }
+    return {src_, sum_from_};
+  }
   ValueId BlockedWrite() const override { return dst_; }
   void SetLayouts(const std::vector<bool>& blocked) override {
     src_blocked_ = blocked[src_];
@@ -352,6 +363,8 @@ class FakeQuantStep final : public Step {
   std::vector<ValueId> Writes() const override { return {dst_}; }
   std::vector<ValueId> BlockedReads() const override { return {src_}; }
   ValueId BlockedWrite() const override { return dst_; }
+  // Element-wise: a split batch (batch splitting) runs it per slice too.
+  std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
   void SetLayouts(const std::vector<bool>& blocked) override {
     src_blocked_ = blocked[src_];
     dst_blocked_ = blocked[dst_];

@@ -179,6 +179,20 @@ struct CompileOptions {
   // the 2-vCPU Zen 5; with channels-last ones (activation_layout) 64 and 0
   // were no faster than 256 there. 0: every one INT8 (tests).
   double int8_min_flops_per_input = 256;
+  // Whether a QDQ model's Conv/MatMul/Gemm runs on oneDNN's INT8 kernels at
+  // all. kAuto: where its u8 x s8 products are exact in one pass (VNNI:
+  // AVX512_VNNI, AVX-VNNI, AMX; kernels::OnednnInt8ProductsExact). Without
+  // VNNI they saturate in int16 pairs, so the weights split in two passes
+  // (twice the work) on kernels that are slower than FP32 even in one: on
+  // an AVX2-only EPYC (Zen 1, 2 cores) the INT8 plans ran at 0.17-0.61x
+  // their FP32 models' speed (BERT-base's matmuls at 15 GFLOP/s on
+  // `gemm:jit int8` against 72 in FP32), so there every QDQ pair runs as
+  // a fake-quantize (fused into the conv before it where it can be) and
+  // the op runs FP32 on its dequantized weights: the same QDQ meaning, at
+  // FP32 speed. kAlways: INT8 kernels on every CPU (split where needed;
+  // tests, comparisons). kNever: the FP32 path everywhere.
+  enum class Int8Kernels { kAuto, kAlways, kNever };
+  Int8Kernels int8_kernels = Int8Kernels::kAuto;
   // The layout of the activations that convs, pools and fake-quantize
   // steps pass between them (the rest read plain NC[D]HW). kAuto:
   // channels-last (nhwc) where at least one conv runs INT8, since oneDNN
@@ -358,6 +372,11 @@ class CompiledModel {
   // The layout chosen for the activations between convs and pools
   // (CompileOptions::activation_layout): "nChw16c", "nChw8c" or "nhwc".
   virtual std::string ActivationLayoutName() const { return ""; }
+
+  // Where a QDQ model's INT8-capable convs and matmuls run FP32 instead
+  // (CompileOptions::int8_kernels): why, and how many ("INT8 kernels off:
+  // ..."); empty where they run INT8 or the model has none.
+  virtual std::string DescribeInt8Kernels() const { return ""; }
 
   // The compiled plan, one line per kernel step with the graph nodes it
   // stands for ("matmul: fc1+relu1"), for logs and tests.

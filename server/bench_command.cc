@@ -145,6 +145,7 @@ absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
 int BenchCommand(const std::vector<std::string>& args) {
   std::string model_path, batches_text = "1,8,32", gemm = "auto", conv = "winograd";
   std::string attention = "fused", precision_name = "fp32", layout = "auto";
+  std::string int8_kernels = "auto";
   int64_t threads = 0;
   double seconds = 3.0;
   bool json = false, plan = false, profile = false;
@@ -190,6 +191,10 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddString("precision", &precision_name,
                    "fp32 | bf16 (convs and weight matmuls in BF16 with FP32 accumulation, "
                    "weights converted at load; refused where the CPU has no native BF16)");
+  parser.AddString("int8-kernels", &int8_kernels,
+                   "a QDQ model's convs and matmuls: auto (oneDNN's INT8 kernels where the CPU "
+                   "has VNNI or AMX, FP32 on the dequantized weights without: there the INT8 "
+                   "products take two passes) | on (INT8 kernels on any CPU) | off (FP32)");
   parser.AddString("gemm", &gemm,
                    "GEMM backend: onednn | blis | openblas | numaserve (the own AVX2 kernel) | "
                    "auto (each timed once per shape at "
@@ -246,6 +251,11 @@ int BenchCommand(const std::vector<std::string>& args) {
             attention.c_str());
     return 2;
   }
+  if (int8_kernels != "auto" && int8_kernels != "on" && int8_kernels != "off") {
+    fprintf(stderr, "numaserve bench: --int8-kernels: '%s' is not one of auto, on, off\n",
+            int8_kernels.c_str());
+    return 2;
+  }
   if (top < 0) {
     fprintf(stderr, "numaserve bench: --top must be >= 0\n");
     return 2;
@@ -274,6 +284,10 @@ int BenchCommand(const std::vector<std::string>& args) {
                               : layout == "nhwc"  ? Layout::kChannelsLast
                                                   : Layout::kAuto;
   options.precision = *precision;
+  using Int8Kernels = engine::CompileOptions::Int8Kernels;
+  options.int8_kernels = int8_kernels == "on"    ? Int8Kernels::kAlways
+                         : int8_kernels == "off" ? Int8Kernels::kNever
+                                                 : Int8Kernels::kAuto;
   options.batch_groups = static_cast<int>(batch_groups);
   if (bf16_min_flops >= 0) options.bf16_min_flops_per_input = bf16_min_flops;
   if (serial_below_mflops >= 0) options.serial_below_flops = serial_below_mflops * 1e6;
@@ -284,6 +298,9 @@ int BenchCommand(const std::vector<std::string>& args) {
   if (!model.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
     return 1;
+  }
+  if (const std::string note = (*model)->DescribeInt8Kernels(); !note.empty()) {
+    fprintf(stderr, "numaserve: %s: %s\n", model_path.c_str(), note.c_str());
   }
   if (plan) {
     for (kernels::GemmBackend b : kernels::kAllGemmBackends) {

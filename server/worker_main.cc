@@ -239,6 +239,7 @@ class InstancePool {
           if (loaded.ok()) {
             model = *std::move(loaded);
             *weight_bytes += model->info().parameter_bytes;
+            if (i == 0) int8_note_ = model->DescribeInt8Kernels();
           } else {
             s = loaded.status();
           }
@@ -269,6 +270,9 @@ class InstancePool {
     }
     return absl::OkStatus();
   }
+
+  // The first copy's DescribeInt8Kernels (every copy compiles alike).
+  const std::string& int8_note() const { return int8_note_; }
 
   void Submit(worker::Command command) {
     {
@@ -315,7 +319,8 @@ class InstancePool {
   const bool pinned_;
   const ReplyFn reply_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;  // guards everything below
+  std::string int8_note_;  // written by copy 0's thread before Start reads it
+  std::mutex mu_;          // guards everything below
   std::condition_variable cv_;
   std::deque<worker::Command> queue_;
   bool stop_ = false;
@@ -429,6 +434,17 @@ class Worker {
           absl::StrCat("worker ", index_, ": ", load.key(), ": gemm backend ",
                        options.gemm_backend),
           {{"model", key.name}, {"version", key.version}, {"gemm_backend", options.gemm_backend}});
+    }
+    std::string int8_note;
+    if (auto it = pools_.find(load.key()); it != pools_.end()) {
+      int8_note = it->second->int8_note();
+    } else if (auto m = models_.find(load.key()); m != models_.end()) {
+      int8_note = m->second->DescribeInt8Kernels();
+    }
+    if (!int8_note.empty()) {
+      Log(LogLevel::kInfo, "worker",
+          absl::StrFormat("worker %d: %s: %s", index_, load.key(), int8_note),
+          {{"model", key.name}, {"version", key.version}, {"int8_kernels", "off"}});
     }
     if (options.precision != engine::Precision::kFp32) {
       const std::string path = kernels::GetBf16Support().path;

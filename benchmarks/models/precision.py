@@ -18,7 +18,9 @@ QDQ model on ONNX Runtime, alternated within each of --rounds rounds (the
 table shows medians). Ratios: INT8 / FP32 on numaserve, and numaserve INT8
 / ONNX Runtime INT8. peak: the fraction of the INT8 peak (VNNI or AMX
 operations per cycle from the CPU model, `numaserve bench`'s figure) the
-INT8 model reaches; BF16's of the BF16 peak.
+INT8 model reaches; BF16's of the BF16 peak. On a CPU without VNNI the
+QDQ model runs FP32 on its dequantized weights (numaserve's default there,
+`bench --int8-kernels`), and the table says so.
 """
 import argparse
 import json
@@ -119,6 +121,13 @@ def main():
             print(f"{m:12} {b:5d} {fp32:9.1f} {bf16:9.1f} {int8:9.1f} {int8 / fp32:9.2f} "
                   f"{ort32:9.1f} {ort8:9.1f} {int8 / ort8:8.2f} "
                   f"{med('int8', b, 'peak_fraction'):9.3f} {med('bf16', b, 'peak_fraction'):9.3f}",
+                  flush=True)
+        # Without VNNI the QDQ model runs FP32 on its dequantized weights by
+        # default (bench --int8-kernels), and bench quotes the FP32 peak.
+        kinds = {r[b].get("peak_of", "?") for r in runs["int8"] for b in r}
+        if kinds != {"INT8"}:
+            print(f"{'':12} (INT8 model on {'/'.join(sorted(kinds))} kernels, no VNNI: its peak "
+                  "column is of that peak; `bench --int8-kernels on` forces the INT8 kernels)",
                   flush=True)
     print("INT8 against FP32 outputs (the quantizer's check on its first calibration batch):")
     for c in checks:

@@ -187,9 +187,17 @@ void CheckQuantizedModel(const std::string& fp32_path, const std::string& qdq_pa
   }
 }
 
+// INT8 kernels on every CPU (CompileOptions::int8_kernels: by default a
+// CPU without VNNI runs the FP32 path), with the default threshold.
+CompileOptions Int8KernelsOn() {
+  CompileOptions o;
+  o.int8_kernels = CompileOptions::Int8Kernels::kAlways;
+  return o;
+}
+
 // Every conv and weight matmul INT8, however little it does per input.
 CompileOptions AllInt8() {
-  CompileOptions o;
+  CompileOptions o = Int8KernelsOn();
   o.int8_min_flops_per_input = 0;
   return o;
 }
@@ -250,8 +258,8 @@ TEST(Int8QuantizeTest, LightConvsRunFp32OnTheFakeQuantizedInputByDefault) {
   const std::string fp32 = SmallCnn();
   const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_small_cnn_default");
   ASSERT_FALSE(qdq.empty());
-  CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, CompileOptions(), /*all_int8=*/false);
-  auto model = CompiledModel::Load(qdq, CompileOptions());
+  CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, Int8KernelsOn(), /*all_int8=*/false);
+  auto model = CompiledModel::Load(qdq, Int8KernelsOn());
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_THAT((*model)->DescribePlan(), HasSubstr("fake-quantize: c1_QuantizeLinear"));
 }
@@ -271,12 +279,12 @@ TEST(Int8QuantizeTest, APairAfterAConvFoldsIntoItsPostOps) {
   const std::string fp32 = b.Save("int8_fold_cnn");
   const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_fold_cnn_qdq");
   ASSERT_FALSE(qdq.empty());
-  CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, CompileOptions(), /*all_int8=*/false);
+  CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, Int8KernelsOn(), /*all_int8=*/false);
   auto graph = ImportOnnxModel(qdq);
   ASSERT_TRUE(graph.ok()) << graph.status();
   CompileOptions all_fp32;  // every conv FP32: the pairs fold into FP32 convs
-  all_fp32.int8_min_flops_per_input = 1e9;
-  for (const CompileOptions& options : {CompileOptions(), all_fp32}) {
+  all_fp32.int8_kernels = CompileOptions::Int8Kernels::kNever;
+  for (const CompileOptions& options : {Int8KernelsOn(), all_fp32}) {
     auto model = CompiledModel::Load(qdq, options);
     ASSERT_TRUE(model.ok()) << model.status();
     const std::string plan = (*model)->DescribePlan();
@@ -339,6 +347,63 @@ TEST(Int8QuantizeTest, MatMulsOn3dInputsRunInt8) {
   const std::string qdq = Quantize(fp32, {4, 64}, "int8_small_mlp_qdq");
   ASSERT_FALSE(qdq.empty());
   CheckQuantizedModel(fp32, qdq, {4, 64}, 0.05, AllInt8(), /*all_int8=*/true);
+}
+
+// int8_kernels: by default INT8 kernels only where their products are
+// exact in one pass (VNNI, AMX); without VNNI (and always with kNever)
+// every QDQ conv and matmul runs FP32 on its dequantized weights, with the
+// fake-quantize folded into the conv before it where it can be: no INT8
+// step, the tier's channel-blocked layout, the note saying why, and the
+// same meaning as the file and as the INT8 kernels. The `.avx2` run of
+// this test (the AVX2 cap, no VNNI) takes the FP32 path on every CI CPU.
+TEST(Int8QuantizeTest, WithoutVnniQdqStepsRunFp32OnTheDequantizedWeights) {
+  const std::string fp32 = SmallCnn();
+  const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_small_cnn_auto");
+  ASSERT_FALSE(qdq.empty());
+  auto graph = ImportOnnxModel(qdq);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto on = CompiledModel::Load(qdq, Int8KernelsOn());
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_EQ((*on)->DescribeInt8Kernels(), "");
+  int on_int8 = 0;  // the stem: the one conv above the default threshold
+  RunOnce(**on, 1, RandomTensor({1, 3, 16, 16}, 59).data);
+  for (const PlannedStep& s : ComputeSteps(**on, 1)) {
+    on_int8 += absl::StrContains(s.implementation, "int8");
+  }
+  EXPECT_EQ(on_int8, 1);
+  using Int8Kernels = CompileOptions::Int8Kernels;
+  for (Int8Kernels kind : {Int8Kernels::kAuto, Int8Kernels::kNever}) {
+    SCOPED_TRACE(kind == Int8Kernels::kAuto ? "auto" : "never");
+    CompileOptions options;
+    options.int8_kernels = kind;
+    auto model = CompiledModel::Load(qdq, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const bool int8 = kind == Int8Kernels::kAuto && kernels::OnednnInt8ProductsExact();
+    const std::string note = (*model)->DescribeInt8Kernels();
+    if (int8) {
+      EXPECT_EQ(note, "");
+    } else {
+      EXPECT_THAT(note, HasSubstr("INT8 kernels off ("));
+      EXPECT_THAT(note,
+                  HasSubstr(absl::StrCat(": ", on_int8, " QDQ conv/matmul step(s) run FP32")));
+      EXPECT_EQ((*model)->ActivationLayoutName(), kernels::BlockedLayoutName());
+    }
+    for (int64_t batch : {1, 6}) {
+      const kernels::Tensor x = RandomTensor({batch, 3, 16, 16}, 60 + batch);
+      auto expected = RunReference(*graph, {x});
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      const std::vector<float> y = RunOnce(**model, batch, x.data);
+      const std::vector<float> y_on = RunOnce(**on, batch, x.data);
+      EXPECT_LT(testing::NormalizedError((*expected)[0].data, y.data()), 1e-4);
+      EXPECT_LT(testing::NormalizedError(y_on, y.data()), 1e-4);
+      int int8_steps = 0;
+      for (const PlannedStep& s : ComputeSteps(**model, batch)) {
+        int8_steps += absl::StrContains(s.implementation, "int8");
+        EXPECT_FALSE(s.reference) << s.description << " on " << s.implementation;
+      }
+      EXPECT_EQ(int8_steps > 0, int8);
+    }
+  }
 }
 
 // A QDQ pair whose output an op other than an INT8 conv or matmul also
@@ -404,40 +469,51 @@ TEST(Int8QuantizeTest, FashionMnistAccuracyWithinHalfAPointOfFp32) {
     ASSERT_TRUE(q.ok()) << q.status();
     paths[k] = SaveBytes(k == 1 ? "int8_trained_mlp" : "int8_entropy_trained_mlp", q->onnx);
   }
-  double accuracy[3] = {0, 0, 0};
+  // The INT8 models on INT8 kernels (split without VNNI), then as served
+  // by default (FP32 on the dequantized weights where the CPU has no VNNI).
+  const bool vnni = kernels::OnednnInt8ProductsExact();
+  double accuracy[3][2] = {};
   for (int k = 0; k < 3; ++k) {
-    auto model = CompiledModel::Load(paths[k], CompileOptions());
-    ASSERT_TRUE(model.ok()) << model.status();
-    int64_t correct = 0;
-    for (int64_t first = 0; first < kImages; first += kBatch) {
-      std::vector<float> x(kBatch * kPixels);
-      for (int64_t i = 0; i < kBatch * kPixels; ++i) {
-        x[i] = images->data[first * kPixels + i] * (1.0f / 255.0f);
+    for (int on = 0; on < 2; ++on) {
+      if (k == 0 && on == 1) continue;
+      SCOPED_TRACE(absl::StrCat("model ", k, on == 0 ? ", int8 kernels" : ", default"));
+      auto model = CompiledModel::Load(paths[k], on == 0 ? Int8KernelsOn() : CompileOptions());
+      ASSERT_TRUE(model.ok()) << model.status();
+      int64_t correct = 0;
+      for (int64_t first = 0; first < kImages; first += kBatch) {
+        std::vector<float> x(kBatch * kPixels);
+        for (int64_t i = 0; i < kBatch * kPixels; ++i) {
+          x[i] = images->data[first * kPixels + i] * (1.0f / 255.0f);
+        }
+        const std::vector<float> y = RunOnce(**model, kBatch, x);
+        ASSERT_EQ(static_cast<int64_t>(y.size()), kBatch * 10);
+        for (int64_t r = 0; r < kBatch; ++r) {
+          const auto row = y.begin() + r * 10;
+          correct += std::max_element(row, row + 10) - row == labels->data[first + r];
+        }
       }
-      const std::vector<float> y = RunOnce(**model, kBatch, x);
-      ASSERT_EQ(static_cast<int64_t>(y.size()), kBatch * 10);
-      for (int64_t r = 0; r < kBatch; ++r) {
-        const auto row = y.begin() + r * 10;
-        correct += std::max_element(row, row + 10) - row == labels->data[first + r];
+      accuracy[k][on] = 100.0 * correct / kImages;
+      if (k > 0) {
+        // fc1 and fc2 INT8 (by default only with VNNI); the 10-output
+        // classifier (20 FLOPs per input element) FP32 on its
+        // fake-quantized input.
+        int int8_steps = 0;
+        for (const PlannedStep& s : ComputeSteps(**model, kBatch)) {
+          int8_steps += absl::StrContains(s.implementation, "int8");
+        }
+        EXPECT_EQ(int8_steps, on == 0 || vnni ? 2 : 0);
       }
-    }
-    accuracy[k] = 100.0 * correct / kImages;
-    if (k > 0) {
-      // fc1 and fc2 INT8; the 10-output classifier (20 FLOPs per input
-      // element) FP32 on its fake-quantized input.
-      int int8_steps = 0;
-      for (const PlannedStep& s : ComputeSteps(**model, kBatch)) {
-        int8_steps += absl::StrContains(s.implementation, "int8");
-      }
-      EXPECT_EQ(int8_steps, 2);
     }
   }
   std::cout << "Fashion-MNIST, first " << kImages << " test images, trained MLP: FP32 "
-            << accuracy[0] << "%, INT8 " << accuracy[1] << "% (min-max), " << accuracy[2]
-            << "% (entropy)\n";
-  EXPECT_GT(accuracy[0], 85.0) << "the trained model or the data is not what it should be";
-  EXPECT_LE(std::abs(accuracy[1] - accuracy[0]), 0.5);
-  EXPECT_LE(std::abs(accuracy[2] - accuracy[0]), 0.5);
+            << accuracy[0][0] << "%, INT8 " << accuracy[1][0] << "% (min-max), " << accuracy[2][0]
+            << "% (entropy); as served by default "
+            << (vnni ? "(INT8 kernels): " : "(no VNNI: FP32 on dequantized weights): ")
+            << accuracy[1][1] << "%, " << accuracy[2][1] << "%\n";
+  EXPECT_GT(accuracy[0][0], 85.0) << "the trained model or the data is not what it should be";
+  for (int k = 1; k < 3; ++k) {
+    for (int on = 0; on < 2; ++on) EXPECT_LE(std::abs(accuracy[k][on] - accuracy[0][0]), 0.5);
+  }
 }
 
 // A histogram of `values` over their own [min, max], as calibration builds it.

@@ -3,8 +3,10 @@
 (QDQ) on training images read from an IDX file, a .npy file and a
 numaserve record file; the quantized model served beside its FP32 original
 answers the same classes (and keeps the test accuracy within 0.5 point on
-the images sent, calibrated by min-max and by entropy), also from a worker capped to AVX2 (an AVX2-only EPYC: no
-VNNI); and the command's errors name the file and the option."""
+the images sent, calibrated by min-max and by entropy), also from a worker
+capped to AVX2 (an AVX2-only EPYC: no VNNI, so the QDQ matmuls run FP32 on
+their dequantized weights, and the worker's log says so); and the
+command's errors name the file and the option."""
 
 import gzip
 import os
@@ -26,6 +28,14 @@ TEST_IMAGES = os.path.join(DATA, "t10k-images-idx3-ubyte.gz")
 TEST_LABELS = os.path.join(DATA, "t10k-labels-idx1-ubyte.gz")
 TIMEOUT_S = 300
 READY_TIMEOUT_S = 60
+
+
+def cpu_has_vnni():
+    """Whether this CPU has VNNI (AVX512_VNNI or AVX-VNNI), where the INT8
+    kernels run by default."""
+    with open("/proc/cpuinfo") as f:
+        flags = set(f.read().split())
+    return bool(flags & {"avx512_vnni", "avx_vnni"})
 
 
 def run(args, env=None):
@@ -113,6 +123,11 @@ class QuantizeTest(unittest.TestCase):
                 self.assertLessEqual(abs(int8_acc - fp32_acc), 0.5,
                                      "%s: FP32 %.2f%%, INT8 %.2f%%" % (what, fp32_acc, int8_acc))
             self.assertNotIn("ref:", log, tier)
+            off = env is not None or not cpu_has_vnni()
+            for name in ("int8", "int8_entropy"):
+                line = "%s:1: INT8 kernels off (no VNNI on this CPU" % name
+                self.assertEqual(line in log, off, "%s: %r in the log: %s" % (tier, line, log[-3000:]))
+            self.assertNotIn("fp32:1: INT8 kernels off", log, tier)
         shutil.rmtree(repo, ignore_errors=True)
 
     def test_npy_and_record_calibration_give_the_same_model_as_idx(self):
