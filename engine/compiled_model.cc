@@ -1226,8 +1226,13 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
   // (one linear: see kernels::CanAppendEltwise). As in the INT8 kernels,
   // the reciprocal may differ from ONNX's division by one unit in the last
   // place, so at an exact tie once in a while.
-  if (!is_output_[out] && consumers[out].size() == 1) {
-    const int qn = consumers[out][0];
+  struct FoldablePair {
+    int quantize_node = -1, dequantize_node = -1;
+    std::vector<kernels::EltwisePostOp> post_ops;
+  };
+  auto foldable_pair = [&](ValueId value) -> std::optional<FoldablePair> {
+    if (is_output_[value] || consumers[value].size() != 1) return std::nullopt;
+    const int qn = consumers[value][0];
     const Node& q = graph_.nodes()[qn];
     const ValueId q_out = q.outputs.empty() ? kNoValue : q.outputs[0];
     const int dqn = q.op_type == "QuantizeLinear" && q.outputs.size() == 1 && !is_output_[q_out] &&
@@ -1235,30 +1240,46 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
                         ? consumers[q_out][0]
                         : -1;
     const std::optional<QdqInput>* pair = dqn >= 0 ? &qdq_of_node_[dqn] : nullptr;
-    if (pair != nullptr && pair->has_value() && !absorbed_qdq_[dqn] && (*pair)->source == out &&
-        (*pair)->quantize_node == qn && !fused[qn] && !fused[dqn]) {
-      const QdqInput& fq = **pair;
-      const float zp = static_cast<float>(fq.zero_point);
-      const float lo = fq.is_uint8 ? 0.0f : -128.0f, hi = fq.is_uint8 ? 255.0f : 127.0f;
-      const std::vector<kernels::EltwisePostOp> fake_quantize = {
-          {dnnl::algorithm::eltwise_linear, 1.0f / fq.scale, 0.0f},
-          {dnnl::algorithm::eltwise_round, 0.0f, 0.0f},
-          {dnnl::algorithm::eltwise_clip, lo - zp, hi - zp},
-          {dnnl::algorithm::eltwise_pow, fq.scale, 1.0f}};
-      kernels::ConvOnednnOptions trial = o;
-      bool appendable = true;
-      for (const kernels::EltwisePostOp& e : fake_quantize) {
-        appendable = appendable && kernels::CanAppendEltwise(trial.eltwise, e);
-        trial.eltwise.push_back(e);
-      }
-      const ValueId dq_out = graph_.nodes()[dqn].outputs[0];
-      if (appendable && runs_fast(trial, shapes1[input], shapes1[dq_out])) {
-        o.eltwise = std::move(trial.eltwise);
-        fused[qn] = true;
-        fused[dqn] = true;
-        out = dq_out;
-        absl::StrAppend(&name, "+", q.name, "+", graph_.nodes()[dqn].name);
-      }
+    if (pair == nullptr || !pair->has_value() || absorbed_qdq_[dqn] || (*pair)->source != value ||
+        (*pair)->quantize_node != qn || fused[qn] || fused[dqn]) {
+      return std::nullopt;
+    }
+    const QdqInput& fq = **pair;
+    const float zp = static_cast<float>(fq.zero_point);
+    const float lo = fq.is_uint8 ? 0.0f : -128.0f, hi = fq.is_uint8 ? 255.0f : 127.0f;
+    return FoldablePair{qn,
+                        dqn,
+                        {{dnnl::algorithm::eltwise_linear, 1.0f / fq.scale, 0.0f},
+                         {dnnl::algorithm::eltwise_round, 0.0f, 0.0f},
+                         {dnnl::algorithm::eltwise_clip, lo - zp, hi - zp},
+                         {dnnl::algorithm::eltwise_pow, fq.scale, 1.0f}}};
+  };
+  // Appends the pair's post-ops to `chain` where oneDNN runs them right
+  // (kernels::CanAppendEltwise); false, and `chain` as it was, otherwise.
+  auto append_pair = [](const FoldablePair& pair, std::vector<kernels::EltwisePostOp>& chain) {
+    std::vector<kernels::EltwisePostOp> trial = chain;
+    for (const kernels::EltwisePostOp& e : pair.post_ops) {
+      if (!kernels::CanAppendEltwise(trial, e)) return false;
+      trial.push_back(e);
+    }
+    chain = std::move(trial);
+    return true;
+  };
+  // Marks the pair fused into the conv named `name`, whose output becomes
+  // the pair's.
+  auto take_pair = [&](const FoldablePair& pair, ValueId& value, std::string& step_name) {
+    fused[pair.quantize_node] = true;
+    fused[pair.dequantize_node] = true;
+    value = graph_.nodes()[pair.dequantize_node].outputs[0];
+    absl::StrAppend(&step_name, "+", graph_.nodes()[pair.quantize_node].name, "+",
+                    graph_.nodes()[pair.dequantize_node].name);
+  };
+  if (const std::optional<FoldablePair> pair = foldable_pair(out); pair.has_value()) {
+    kernels::ConvOnednnOptions trial = o;
+    const ValueId dq_out = graph_.nodes()[pair->dequantize_node].outputs[0];
+    if (append_pair(*pair, trial.eltwise) && runs_fast(trial, shapes1[input], shapes1[dq_out])) {
+      o.eltwise = std::move(trial.eltwise);
+      take_pair(*pair, out, name);
     }
   }
   // A depthwise 3x3 conv (pad 1, stride 1 or 2, with its BatchNormalization
@@ -1311,6 +1332,15 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       for (const kernels::EltwisePostOp& e : dw.eltwise) {
         chain_ok = chain_ok && kernels::CanAppendEltwise(o.eltwise, e);
       }
+      // A QDQ pair reading only the depthwise output folds into the
+      // depthwise's own chain (MobileNetV2's pairs after each depthwise
+      // conv: a fake-quantize pass of their own otherwise). oneDNN runs the
+      // depthwise post-op's chain in a kernel of its own (the jit 1x1's
+      // depthwise kernel, or a primitive of its own in
+      // ref_fused_convolution), so its linear(1 / s) and pow(s, 1) may
+      // differ from the 1x1's pair's.
+      const std::optional<FoldablePair> dw_pair = foldable_pair(dw_out);
+      const bool dw_pair_ok = chain_ok && dw_pair.has_value() && append_pair(*dw_pair, dw.eltwise);
       kernels::ConvOnednnOptions trial = o;
       trial.dw = dw;
       trial.winograd = false;
@@ -1322,7 +1352,15 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       // kernels counts as fast (MobileNetV2 ran 17-20% faster with it, and
       // the expanded tensor needs no arena memory); one chaining a
       // reference kernel does not.
-      if (chain_ok && runs_fast(trial, shapes1[input], shapes1[dw_out])) {
+      bool fast = dw_pair_ok && runs_fast(trial, shapes1[input], shapes1[dw_out]);
+      if (fast) {
+        take_pair(*dw_pair, dw_out, dw_name);
+      } else if (dw_pair_ok) {  // without the pair, which runs as a step of its own
+        dw.eltwise.resize(dw.eltwise.size() - dw_pair->post_ops.size());
+        trial.dw = dw;
+      }
+      if (!fast) fast = chain_ok && runs_fast(trial, shapes1[input], shapes1[dw_out]);
+      if (fast) {
         o.dw = std::move(dw);
         o.winograd = false;
         o.bf16 = UseBf16(ConvFlopsPerInput(o, stride));

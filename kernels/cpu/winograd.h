@@ -49,11 +49,20 @@ WinogradF4x3Weights TransformWinogradF4x3Weights(const float* weights, int64_t o
                                                  int64_t in_channels);
 
 // What follows the conv, in oneDNN's post-op order: + bias[k] (null: none),
-// + dst's value on entry (sum: a residual), then ReLU.
+// + dst's value on entry (sum: a residual), then ReLU, then a fake-quantize
+// (a QuantizeLinear -> DequantizeLinear pair run in FP32): y = scale *
+// min(max(round(y * inverse_scale), lo), hi), rounding half to even, as
+// oneDNN's linear, round, clip and pow(scale, 1) post-ops compute it.
+struct WinogradFakeQuantize {
+  float inverse_scale = 1.0f;
+  float lo = 0.0f, hi = 0.0f;  // the integer range less the zero point
+  float scale = 1.0f;
+};
 struct WinogradEpilogue {
   const float* bias = nullptr;
   bool sum = false;
   bool relu = false;
+  const WinogradFakeQuantize* fake_quantize = nullptr;  // null: none
 };
 
 // How the conv's tiles are split over the calling thread's OpenMP team

@@ -131,6 +131,7 @@ void TransformOutput(const Chunk& ch, float* dst, int64_t first, int64_t begin, 
         for (int r = 0; r < 4; ++r) tmp[r][j] = col[r];
       }
       const __m256 bias = ch.e.bias != nullptr ? _mm256_loadu_ps(ch.e.bias + kb * kBlock) : zero;
+      const WinogradFakeQuantize* fq = ch.e.fake_quantize;
       float* base = dst + (n * kblocks + kb) * s.out_h * s.out_w * kBlock;
       for (int r = 0; r < rows; ++r) {  // rows: (A^T m) A
         __m256 y[4];
@@ -140,6 +141,12 @@ void TransformOutput(const Chunk& ch, float* dst, int64_t first, int64_t begin, 
           __m256 v = _mm256_add_ps(y[c], bias);
           if (ch.e.sum) v = _mm256_add_ps(v, _mm256_loadu_ps(out + c * kBlock));
           if (ch.e.relu) v = _mm256_max_ps(v, zero);
+          if (fq != nullptr) {
+            v = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(fq->inverse_scale)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(fq->lo)), _mm256_set1_ps(fq->hi));
+            v = _mm256_mul_ps(v, _mm256_set1_ps(fq->scale));
+          }
           _mm256_storeu_ps(out + c * kBlock, v);
         }
       }

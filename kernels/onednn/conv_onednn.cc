@@ -31,6 +31,36 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
 
 size_t Align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+// What of a conv's eltwise post-ops the own Winograd's epilogue computes:
+// none, ReLU, a fake-quantize (a QuantizeLinear -> DequantizeLinear pair
+// folded into the conv: linear(1 / s, 0), round, clip(lo, hi), pow(s, 1)),
+// or ReLU then a fake-quantize. nullopt for any other chain.
+struct OwnWinogradPostOps {
+  bool relu = false;
+  std::optional<cpu::WinogradFakeQuantize> fake_quantize;
+};
+std::optional<OwnWinogradPostOps> OwnWinogradPostOpsOf(const std::vector<EltwisePostOp>& ops) {
+  using alg = dnnl::algorithm;
+  OwnWinogradPostOps out;
+  size_t i = 0;
+  if (i < ops.size() && ops[i].algorithm == alg::eltwise_relu && ops[i].alpha == 0.0f) {
+    out.relu = true;
+    ++i;
+  }
+  if (i == ops.size()) return out;
+  if (ops.size() - i != 4 || ops[i].algorithm != alg::eltwise_linear || ops[i].beta != 0.0f ||
+      ops[i + 1].algorithm != alg::eltwise_round || ops[i + 2].algorithm != alg::eltwise_clip ||
+      !(ops[i + 2].alpha <= ops[i + 2].beta) || ops[i + 3].algorithm != alg::eltwise_pow ||
+      ops[i + 3].beta != 1.0f) {
+    return std::nullopt;
+  }
+  out.fake_quantize = cpu::WinogradFakeQuantize{.inverse_scale = ops[i].alpha,
+                                                .lo = ops[i + 2].alpha,
+                                                .hi = ops[i + 2].beta,
+                                                .scale = ops[i + 3].alpha};
+  return out;
+}
+
 }  // namespace
 
 dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked, dt type, BlockedLayout layout) {
@@ -209,11 +239,7 @@ bool ConvOnednn::OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape,
       dst_shape[0] != src_shape[0]) {
     return false;
   }
-  if (o.eltwise.size() > 1 ||
-      (o.eltwise.size() == 1 &&
-       (o.eltwise[0].algorithm != dnnl::algorithm::eltwise_relu || o.eltwise[0].alpha != 0.0f))) {
-    return false;
-  }
+  if (!OwnWinogradPostOpsOf(o.eltwise).has_value()) return false;
   cpu::WinogradConvShape s;
   s.batch = src_shape[0];
   s.in_channels = c;
@@ -726,10 +752,13 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   if (!entry.ok()) return entry.status();
   PerShape& e = **entry;
   if (e.own_winograd) {
+    // OwnWinogradFits accepted the post-ops.
+    const std::optional<OwnWinogradPostOps> post_ops = OwnWinogradPostOpsOf(options_.eltwise);
     const cpu::WinogradEpilogue epilogue{
         .bias = options_.bias.empty() ? nullptr : options_.bias.data(),
         .sum = options_.sum,
-        .relu = !options_.eltwise.empty()};
+        .relu = post_ops->relu,
+        .fake_quantize = post_ops->fake_quantize.has_value() ? &*post_ops->fake_quantize : nullptr};
     // In the thread's reordering scratch: this path reorders nothing.
     const cpu::WinogradF4x3Plan plan = cpu::PlanWinogradF4x3(*winograd_weights_, e.winograd_shape);
     char* scratch = ThreadScratch(static_cast<size_t>(plan.scratch_floats) * sizeof(float));

@@ -153,7 +153,8 @@ struct ConvOnednnOptions {
   // between blocked activations: oneDNN's convolution_winograd where it
   // has it (AVX-512); on the AVX2 tier numaserve's own
   // (kernels/cpu/winograd.h) where the channels are multiples of 8, the
-  // activation is none or ReLU and there are enough tiles
+  // post-ops are none, ReLU and/or a fake-quantize (linear(1/s), round,
+  // clip, pow(s, 1): a folded QDQ pair) and there are enough tiles
   // (OwnWinogradFits); direct convolution otherwise. 2.25-4x fewer FLOPs
   // for those layers, slightly different rounding.
   bool winograd = false;

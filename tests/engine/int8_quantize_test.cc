@@ -32,6 +32,7 @@
 #include "engine/quantize.h"
 #include "engine/reference_executor.h"
 #include "engine/training/idx_file.h"
+#include "kernels/dispatch.h"
 #include "kernels/onednn/onednn_common.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/conv_bn_block.h"
@@ -264,6 +265,45 @@ TEST(Int8QuantizeTest, LightConvsRunFp32OnTheFakeQuantizedInputByDefault) {
   EXPECT_THAT((*model)->DescribePlan(), HasSubstr("fake-quantize: c1_QuantizeLinear"));
 }
 
+// The QDQ file `qdq` compiled with `options`: the pair after `value` runs
+// inside the conv before it (`conv: ...+value_QuantizeLinear+
+// value_DequantizeLinear`, no fake-quantize step of its own), on no
+// reference kernel, and the model matches the file's reference meaning
+// within `tolerance` (normalized error) at batch 1 and `batch` of random
+// rows of `row_shape`. The model, run at both batches; null on a failure.
+std::unique_ptr<CompiledModel> ExpectPairFolded(const std::string& qdq,
+                                                const CompileOptions& options,
+                                                const std::string& value,
+                                                const std::vector<int64_t>& row_shape,
+                                                int64_t batch, double tolerance, uint32_t seed) {
+  auto graph = ImportOnnxModel(qdq);
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  auto model = CompiledModel::Load(qdq, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!graph.ok() || !model.ok()) return nullptr;
+  const std::string plan = (*model)->DescribePlan();
+  EXPECT_THAT(plan,
+              HasSubstr(absl::StrCat("+", value, "_QuantizeLinear+", value, "_DequantizeLinear")))
+      << plan;
+  EXPECT_THAT(plan, ::testing::Not(HasSubstr(absl::StrCat("fake-quantize: ", value, "_")))) << plan;
+  for (int64_t rows : {int64_t{1}, batch}) {
+    Shape shape = {rows};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    const kernels::Tensor x = RandomTensor(shape, seed + static_cast<uint32_t>(rows));
+    auto expected = RunReference(*graph, {x});
+    EXPECT_TRUE(expected.ok()) << expected.status();
+    if (!expected.ok()) return nullptr;
+    const std::vector<float> y = RunOnce(**model, rows, x.data);
+    EXPECT_LT(testing::NormalizedError((*expected)[0].data, y.data()), tolerance)
+        << "batch " << rows << "\n"
+        << plan;
+    for (const PlannedStep& s : ComputeSteps(**model, rows)) {
+      EXPECT_FALSE(s.reference) << s.description << " on " << s.implementation;
+    }
+  }
+  return *std::move(model);
+}
+
 // A conv whose output only a QDQ pair reads, and that pair only a light
 // (FP32) conv: the pair runs as post-ops of the producing conv, INT8 or
 // FP32, with no fake-quantize step, and the model keeps its meaning.
@@ -280,25 +320,82 @@ TEST(Int8QuantizeTest, APairAfterAConvFoldsIntoItsPostOps) {
   const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_fold_cnn_qdq");
   ASSERT_FALSE(qdq.empty());
   CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, Int8KernelsOn(), /*all_int8=*/false);
-  auto graph = ImportOnnxModel(qdq);
-  ASSERT_TRUE(graph.ok()) << graph.status();
   CompileOptions all_fp32;  // every conv FP32: the pairs fold into FP32 convs
   all_fp32.int8_kernels = CompileOptions::Int8Kernels::kNever;
   for (const CompileOptions& options : {Int8KernelsOn(), all_fp32}) {
-    auto model = CompiledModel::Load(qdq, options);
-    ASSERT_TRUE(model.ok()) << model.status();
-    const std::string plan = (*model)->DescribePlan();
-    EXPECT_THAT(plan, HasSubstr("+c1_QuantizeLinear+c1_DequantizeLinear")) << plan;
-    EXPECT_THAT(plan, ::testing::Not(HasSubstr("fake-quantize: c1_"))) << plan;
-    for (int64_t batch : {1, 5}) {
-      const kernels::Tensor x = RandomTensor({batch, 3, 16, 16}, 40 + batch);
-      auto expected = RunReference(*graph, {x});
-      ASSERT_TRUE(expected.ok()) << expected.status();
-      const std::vector<float> y = RunOnce(**model, batch, x.data);
-      // Tighter than CheckQuantizedModel's 1e-4: leaving the pairs out, or
-      // dequantizing with a scale 0.1% off, gives 1e-6 or more.
-      EXPECT_LT(testing::NormalizedError((*expected)[0].data, y.data()), 1e-7) << plan;
+    // Tighter than CheckQuantizedModel's 1e-4: leaving the pairs out, or
+    // dequantizing with a scale 0.1% off, gives 1e-6 or more.
+    EXPECT_NE(ExpectPairFolded(qdq, options, "c1", {3, 16, 16}, 5, 1e-7, 40), nullptr);
+  }
+}
+
+// A QDQ pair after a 3x3 conv that runs on the own AVX2 Winograd (channels
+// in multiples of 8) folds into the Winograd's epilogue rather than moving
+// the conv to oneDNN's direct kernel: ResNet-50's 3x3 convs in a QDQ file
+// on a CPU without VNNI. The Winograd's rounding (about 1e-5 of the
+// output's scale) moves a value across a rounding boundary of the pair
+// now and then, one step of its scale: far below the error of a wrong
+// scale, a missing pair or a wrong tap.
+TEST(Int8QuantizeTest, APairAfterAWinogradConvFoldsIntoItsEpilogue) {
+  OnnxModelBuilder b;
+  uint32_t seed = 41;
+  ConvBnBlocks blocks(&b, &seed, /*unit_gain=*/true);
+  b.Input("x", {-1, 16, 20, 20});
+  blocks.Add("x", "c1", 16, 32, 3, 1, 1, "relu");
+  blocks.Add("c1", "y", 32, 8, 1, 1, 1, "");
+  b.Output("y", {-1, 8, 20, 20});
+  const std::string fp32 = b.Save("int8_fold_winograd");
+  const std::string qdq = Quantize(fp32, {16, 20, 20}, "int8_fold_winograd_qdq");
+  ASSERT_FALSE(qdq.empty());
+  CompileOptions options;
+  options.int8_kernels = CompileOptions::Int8Kernels::kNever;
+  // Measured 1.5e-14 on Zen 1. One value one step off is about 1e-7; the
+  // pair left out (its rounding error) or its scale 1% off, 1e-5 or more.
+  const std::unique_ptr<CompiledModel> model =
+      ExpectPairFolded(qdq, options, "c1", {16, 20, 20}, 4, 1e-6, 90);
+  ASSERT_NE(model, nullptr);
+  if (kernels::GetDispatchDecision().max_tier != kernels::IsaTier::kAvx2 ||
+      model->ActivationLayoutName() != std::string("nChw8c")) {
+    GTEST_SKIP() << "not the AVX2 tier: no own Winograd";
+  }
+  for (const PlannedStep& s : ComputeSteps(*model, 4)) {
+    if (absl::StrContains(s.description, "+c1_QuantizeLinear")) {
+      EXPECT_THAT(s.implementation, HasSubstr("numaserve:winograd_f4x3")) << s.description;
     }
+  }
+}
+
+// A QDQ pair after a depthwise conv that runs fused into the 1x1 conv
+// before it (oneDNN's depthwise post-op) folds into the depthwise's own
+// post-ops, with a scale other than the 1x1's pair's (ReLU6 before one,
+// ReLU before the other): no fake-quantize step, and the model means what
+// its file says. On the AVX2 tier the two shapes take oneDNN's two ways of
+// running the pair: ref_fused_convolution chaining two jit primitives
+// (stride 1), and the jit 1x1 kernel's own depthwise kernel (stride 2 on
+// 112x112).
+TEST(Int8QuantizeTest, APairAfterAFusedDepthwiseFoldsIntoItsPostOps) {
+  for (const auto& [stride, side] : {std::pair<int64_t, int64_t>{1, 28}, {2, 112}}) {
+    SCOPED_TRACE(absl::StrCat("stride ", stride, ", ", side, "x", side));
+    OnnxModelBuilder b;
+    uint32_t seed = 31;
+    ConvBnBlocks blocks(&b, &seed, /*unit_gain=*/true);
+    b.Input("x", {-1, 16, side, side});
+    blocks.Add("x", "c1", 16, 96, 1, 1, 1, "relu6");
+    blocks.Add("c1", "c2", 96, 96, 3, stride, 96, "relu");
+    blocks.Add("c2", "y", 96, 24, 1, 1, 1, "");
+    b.Output("y", {-1, 24, side / stride, side / stride});
+    const std::string fp32 = b.Save(absl::StrCat("int8_fold_dw_", stride));
+    const std::string qdq =
+        Quantize(fp32, {16, side, side}, absl::StrCat("int8_fold_dw_qdq_", stride));
+    ASSERT_FALSE(qdq.empty());
+    CompileOptions options;
+    options.int8_kernels = CompileOptions::Int8Kernels::kNever;
+    // The depthwise pair's scale 0.1% off fails this, and so would the
+    // 1x1 pair's scale run for both chains.
+    const std::unique_ptr<CompiledModel> model =
+        ExpectPairFolded(qdq, options, "c2", {16, side, side}, 5, 1e-7, 80);
+    ASSERT_NE(model, nullptr);
+    EXPECT_THAT(model->DescribePlan(), HasSubstr("+c1_QuantizeLinear+c1_DequantizeLinear+c2_"));
   }
 }
 

@@ -1,8 +1,9 @@
 // The own AVX2 Winograd F(4x4, 3x3) (kernels/cpu/winograd.h) against the
 // scalar reference conv: edge tiles, asymmetric and zero padding, output
-// channels padded to 16, bias, residual sum and ReLU, on 1, 2, 3 and 16
-// threads (a chunk per thread, a team sharing few tiles, and the split a
-// 16-core worker makes; more threads than cores still tests the split).
+// channels padded to 16, bias, residual sum, ReLU and a fake-quantize, on
+// 1, 2, 3 and 16 threads (a chunk per thread, a team sharing few tiles, and
+// the split a 16-core worker makes; more threads than cores still tests
+// the split).
 
 #include "kernels/cpu/winograd.h"
 
@@ -137,6 +138,71 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param).name + "_" + std::to_string(std::get<1>(info.param)) +
              "_threads";
     });
+
+// The fake-quantize epilogue (a QuantizeLinear -> DequantizeLinear pair
+// folded into the conv) after bias and ReLU: every output is an integer
+// multiple of the scale within [lo, hi] steps, equal to the reference
+// conv's value quantized the same way, except where that value lies so
+// close to a rounding boundary that the Winograd's rounding (within 1e-4 of
+// the output's scale) may cross it; there it is one step away.
+TEST(WinogradF4x3Test, FakeQuantizeEpilogueMatchesTheQuantizedReference) {
+  if (GetDispatchDecision().max_tier == IsaTier::kScalar) GTEST_SKIP() << "no AVX2 + FMA";
+  const int64_t n = 2, c = 32, k = 24, h = 14, w = 14;
+  WinogradConvShape s;
+  s.batch = n;
+  s.in_channels = c;
+  s.out_channels = k;
+  s.in_h = h;
+  s.in_w = w;
+  s.out_h = h;
+  s.out_w = w;
+  s.pad_top = 1;
+  s.pad_left = 1;
+  Tensor x({n, c, h, w}), wt({k, c, 3, 3}), b({k});
+  x.data = testing::RandomValues(x.size(), 5);
+  wt.data = testing::RandomValues(wt.size(), 6);
+  b.data = testing::RandomValues(k, 7);
+  WindowParams p{{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}};
+  auto ref = ConvRef(x, wt, &b, p, 1, {n, k, h, w});
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  double range = 0;
+  for (float v : ref->data) range = std::max(range, static_cast<double>(std::fabs(v)));
+  ASSERT_GT(range, 0.5);
+  // uint8 with zero point 3: [0 - 3, 255 - 3] steps, and a scale that puts
+  // the largest outputs beyond hi, so the clamp is exercised too.
+  const float scale = static_cast<float>(range / 120.0);
+  const WinogradFakeQuantize fq{
+      .inverse_scale = 1.0f / scale, .lo = -3.0f, .hi = 100.0f, .scale = scale};
+  const WinogradF4x3Weights weights = TransformWinogradF4x3Weights(wt.data.data(), k, c);
+  const std::vector<float> src = ToBlocked(x.data, n, c, h * w);
+  std::vector<float> dst(ref->data.size(), NAN);
+  const WinogradEpilogue e{.bias = b.data.data(), .relu = true, .fake_quantize = &fq};
+  const WinogradF4x3Plan plan = PlanWinogradF4x3(weights, s);
+  std::vector<float> scratch(plan.scratch_floats);
+  winograd_f4x3_conv__avx2(weights, s, plan, e, src.data(), dst.data(), scratch.data());
+  const std::vector<float> got = FromBlocked(dst, n, k, h * w);
+
+  int clamped = 0, near_boundary = 0, off_by_one_step = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float relu = std::max(ref->data[i], 0.0f);
+    const float steps = relu * fq.inverse_scale;
+    const float expected = std::clamp(std::nearbyint(steps), fq.lo, fq.hi) * fq.scale;
+    const float got_steps = std::nearbyint(got[i] / fq.scale);
+    ASSERT_EQ(got[i], got_steps * fq.scale) << "at " << i << ": not a whole step";
+    ASSERT_GE(got_steps, fq.lo) << "at " << i;
+    ASSERT_LE(got_steps, fq.hi) << "at " << i;
+    if (steps > fq.hi + 1) ++clamped;
+    const bool near = std::fabs(steps - std::floor(steps) - 0.5f) < 1e-4 * range / scale;
+    if (near) ++near_boundary;
+    if (got[i] == expected) continue;
+    ASSERT_TRUE(near) << "at " << i << ": " << got[i] << " vs " << expected << " (" << steps
+                      << " steps)";
+    ASSERT_NEAR(got[i], expected, 1.01 * scale) << "at " << i;
+    ++off_by_one_step;
+  }
+  EXPECT_GT(clamped, 0);
+  EXPECT_LE(off_by_one_step, near_boundary);
+}
 
 TEST(WinogradF4x3Test, TilesCoverTheOutput) {
   WinogradConvShape s;
