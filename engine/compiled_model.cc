@@ -1245,6 +1245,9 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
       return std::nullopt;
     }
     const QdqInput& fq = **pair;
+    // A scale so small that 1 / s overflows (a subnormal one) would turn
+    // x * (1 / s) into inf or NaN where x / s is finite: a step of its own.
+    if (!std::isfinite(1.0f / fq.scale)) return std::nullopt;
     const float zp = static_cast<float>(fq.zero_point);
     const float lo = fq.is_uint8 ? 0.0f : -128.0f, hi = fq.is_uint8 ? 255.0f : 127.0f;
     return FoldablePair{qn,

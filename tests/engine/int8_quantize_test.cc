@@ -503,6 +503,42 @@ TEST(Int8QuantizeTest, WithoutVnniQdqStepsRunFp32OnTheDequantizedWeights) {
   }
 }
 
+// A pair whose scale is subnormal (1 / s overflows to inf) does not fold
+// into the conv before it: there x * (1 / s) would make 0 a NaN, clamped to
+// the bottom of the range, where ONNX's 0 / s quantizes to the zero point.
+// As a step of its own (x / s) the conv's exact zeros stay 0.
+TEST(Int8QuantizeTest, APairWithASubnormalScaleRunsAsAStep) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 8, 6, 6});
+  kernels::Tensor w = RandomTensor({8, 8, 1, 1}, 12);
+  std::fill(w.data.begin(), w.data.begin() + 8, 0.0f);  // channel 0: exact zeros
+  b.Initializer("w", w);
+  b.Initializer("s", kernels::Tensor(Shape{}, {1e-39f}));
+  const uint8_t zero_point = 128;
+  b.RawInitializer("zp", 2 /* UINT8 */, {}, &zero_point, 1);
+  b.Node("Conv", {"x", "w"}, {"c"}, "conv");
+  b.Node("QuantizeLinear", {"c", "s", "zp"}, {"cq"}, "q");
+  b.Node("DequantizeLinear", {"cq", "s", "zp"}, {"y"}, "dq");
+  b.Output("y", {-1, 8, 6, 6});
+  const std::string path = b.Save("int8_subnormal_scale");
+  auto graph = ImportOnnxModel(path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  CompileOptions options;
+  options.int8_kernels = CompileOptions::Int8Kernels::kNever;
+  auto model = CompiledModel::Load(path, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("fake-quantize: q+dq"));
+  const kernels::Tensor x = RandomTensor({2, 8, 6, 6}, 13);
+  auto expected = RunReference(*graph, {x});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const std::vector<float> y = RunOnce(**model, 2, x.data);
+  ASSERT_EQ(y.size(), (*expected)[0].data.size());
+  for (size_t i = 0; i < y.size(); ++i) {
+    ASSERT_EQ(y[i], (*expected)[0].data[i]) << "at " << i;
+  }
+  EXPECT_EQ(y[0], 0.0f);  // image 0, channel 0: the conv's exact zero
+}
+
 // A QDQ pair whose output an op other than an INT8 conv or matmul also
 // reads (here the residual Add) runs as one FP32 fake-quantize step, which
 // both readers see.
