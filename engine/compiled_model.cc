@@ -1247,12 +1247,13 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
     const QdqInput& fq = **pair;
     // A scale so small that 1 / s overflows (a subnormal one) would turn
     // x * (1 / s) into inf or NaN where x / s is finite: a step of its own.
-    if (!std::isfinite(1.0f / fq.scale)) return std::nullopt;
+    const float inverse_scale = 1.0f / fq.scale;
+    if (!std::isfinite(inverse_scale)) return std::nullopt;
     const float zp = static_cast<float>(fq.zero_point);
     const float lo = fq.is_uint8 ? 0.0f : -128.0f, hi = fq.is_uint8 ? 255.0f : 127.0f;
     return FoldablePair{qn,
                         dqn,
-                        {{dnnl::algorithm::eltwise_linear, 1.0f / fq.scale, 0.0f},
+                        {{dnnl::algorithm::eltwise_linear, inverse_scale, 0.0f},
                          {dnnl::algorithm::eltwise_round, 0.0f, 0.0f},
                          {dnnl::algorithm::eltwise_clip, lo - zp, hi - zp},
                          {dnnl::algorithm::eltwise_pow, fq.scale, 1.0f}}};

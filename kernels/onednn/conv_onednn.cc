@@ -31,15 +31,14 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
 
 size_t Align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+}  // namespace
+
 // What of a conv's eltwise post-ops the own Winograd's epilogue computes:
 // none, ReLU, a fake-quantize (a QuantizeLinear -> DequantizeLinear pair
 // folded into the conv: linear(1 / s, 0), round, clip(lo, hi), pow(s, 1)),
 // or ReLU then a fake-quantize. nullopt for any other chain.
-struct OwnWinogradPostOps {
-  bool relu = false;
-  std::optional<cpu::WinogradFakeQuantize> fake_quantize;
-};
-std::optional<OwnWinogradPostOps> OwnWinogradPostOpsOf(const std::vector<EltwisePostOp>& ops) {
+std::optional<ConvOnednn::OwnWinogradPostOps> ConvOnednn::OwnWinogradPostOpsOf(
+    const std::vector<EltwisePostOp>& ops) {
   using alg = dnnl::algorithm;
   OwnWinogradPostOps out;
   size_t i = 0;
@@ -60,8 +59,6 @@ std::optional<OwnWinogradPostOps> OwnWinogradPostOpsOf(const std::vector<Eltwise
                                                 .scale = ops[i + 3].alpha};
   return out;
 }
-
-}  // namespace
 
 dnnl::memory::desc ActivationDesc(const Shape& shape, bool blocked, dt type, BlockedLayout layout) {
   if (!blocked || shape.size() < 3 || shape.size() > 5) return PlainDesc(shape, type);
@@ -153,6 +150,7 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
   }
   std::unique_ptr<ConvOnednn> conv(new ConvOnednn(engine, std::move(options)));
   ConvOnednnOptions& o = conv->options_;
+  conv->winograd_post_ops_ = OwnWinogradPostOpsOf(o.eltwise);
   std::vector<float> bias = o.bias;
   if (o.int8.has_value()) {
     conv->user_weights_s8_ = std::move(o.int8->weights);
@@ -239,7 +237,7 @@ bool ConvOnednn::OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape,
       dst_shape[0] != src_shape[0]) {
     return false;
   }
-  if (!OwnWinogradPostOpsOf(o.eltwise).has_value()) return false;
+  if (!winograd_post_ops_.has_value()) return false;
   cpu::WinogradConvShape s;
   s.batch = src_shape[0];
   s.in_channels = c;
@@ -753,12 +751,12 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   PerShape& e = **entry;
   if (e.own_winograd) {
     // OwnWinogradFits accepted the post-ops.
-    const std::optional<OwnWinogradPostOps> post_ops = OwnWinogradPostOpsOf(options_.eltwise);
+    const OwnWinogradPostOps& post_ops = *winograd_post_ops_;
     const cpu::WinogradEpilogue epilogue{
         .bias = options_.bias.empty() ? nullptr : options_.bias.data(),
         .sum = options_.sum,
-        .relu = post_ops->relu,
-        .fake_quantize = post_ops->fake_quantize.has_value() ? &*post_ops->fake_quantize : nullptr};
+        .relu = post_ops.relu,
+        .fake_quantize = post_ops.fake_quantize.has_value() ? &*post_ops.fake_quantize : nullptr};
     // In the thread's reordering scratch: this path reorders nothing.
     const cpu::WinogradF4x3Plan plan = cpu::PlanWinogradF4x3(*winograd_weights_, e.winograd_shape);
     char* scratch = ThreadScratch(static_cast<size_t>(plan.scratch_floats) * sizeof(float));

@@ -258,6 +258,15 @@ class ConvOnednn {
   absl::Status PrepareInt8(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                            bool dst_blocked, PerShape* entry);
   bool WinogradCandidate() const;
+  // The eltwise post-ops as the own Winograd's epilogue computes them:
+  // ReLU, a fake-quantize, or both (OwnWinogradPostOpsOf; nullopt where
+  // that epilogue cannot compute the chain).
+  struct OwnWinogradPostOps {
+    bool relu = false;
+    std::optional<cpu::WinogradFakeQuantize> fake_quantize;
+  };
+  static std::optional<OwnWinogradPostOps> OwnWinogradPostOpsOf(
+      const std::vector<EltwisePostOp>& ops);
   // Whether the shape runs on the own AVX2 Winograd (see
   // ConvOnednnOptions::winograd); fills *shape when it does.
   bool OwnWinogradFits(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
@@ -322,6 +331,8 @@ class ConvOnednn {
   dnnl::memory dw_bias_;
   // The own Winograd's transformed weights, made on its first shape.
   std::shared_ptr<const cpu::WinogradF4x3Weights> winograd_weights_;
+  // OwnWinogradPostOpsOf(options_.eltwise), parsed once in Create.
+  std::optional<OwnWinogradPostOps> winograd_post_ops_;
   // The layouts of the latest Prepare: those a shape Execute meets
   // unprepared is prepared in.
   bool src_blocked_ = false, dst_blocked_ = false;
