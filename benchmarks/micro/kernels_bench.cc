@@ -292,11 +292,16 @@ void BM_Gemm(benchmark::State& state, numaserve::kernels::GemmBackend backend) {
 }
 
 // SGEMM 1024^3; the default MLP's first layer (784 -> 256) at batch 1, 32
-// and 256; BERT-base's attention projection and both FFN matmuls at 128
-// tokens, and the FFN matmuls at 256 to 4096 rows.
+// and 256; the benchmark MLP's (784 -> 1024 -> 1024) at 1 and 2 rows; BERT-base's attention
+// projection and both FFN matmuls at 128 tokens, and the FFN matmuls at 256 to 4096 rows.
 void GemmArgs(benchmark::internal::Benchmark* b) {
   b->Args({1024, 1024, 1024});
   for (int64_t m : {1, 32, 256}) b->Args({m, 784, 256});
+  // The benchmark MLP's layers at one and two rows (matrix-vector products).
+  for (int64_t m : {1, 2}) {
+    b->Args({m, 784, 1024});
+    b->Args({m, 1024, 1024});
+  }
   b->Args({128, 768, 768});
   b->Args({128, 768, 3072});
   b->Args({128, 3072, 768});

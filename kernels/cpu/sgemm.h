@@ -10,7 +10,9 @@
 // panels, each panel block (256 x 16) in L1 across the A block's rows; the
 // 6 x 16 FMA micro-kernel (kernels/cpu/sgemm_6x16_avx2.inc) is bound by
 // the FMA units. Work items (row block, panel group) are split over the
-// caller's OpenMP threads.
+// caller's OpenMP threads. One row of A (a matrix-vector product, batch 1
+// of a dense layer) runs each panel over the whole K with 8 FMA chains
+// instead, bound by reading the weights.
 #pragma once
 
 #include <cstdint>

@@ -44,6 +44,78 @@ void Block(int64_t rows, int64_t n, const float* a, int64_t lda, const float* pa
   }
 }
 
+// Adds `v` (16 columns as two vectors) to row `out` of C by `mode` and
+// stores its first `width` columns.
+inline void StoreRow(__m256 l, __m256 h, float* out, int64_t width, MicroStore mode, float beta) {
+  alignas(32) float tile[16] = {};
+  float* dst = width == 16 ? out : tile;
+  if (mode != MicroStore::kOverwrite) {
+    if (width < 16) std::memcpy(tile, out, width * 4);
+    const __m256 c0 = _mm256_loadu_ps(dst), c1 = _mm256_loadu_ps(dst + 8);
+    if (mode == MicroStore::kAdd) {
+      l = _mm256_add_ps(l, c0);
+      h = _mm256_add_ps(h, c1);
+    } else {
+      l = _mm256_fmadd_ps(_mm256_set1_ps(beta), c0, l);
+      h = _mm256_fmadd_ps(_mm256_set1_ps(beta), c1, h);
+    }
+  }
+  _mm256_storeu_ps(dst, l);
+  _mm256_storeu_ps(dst + 8, h);
+  if (width < 16) std::memcpy(out, tile, width * 4);
+}
+
+// c[0..width) = a[0..K) x one packed panel [K][16], stored by `mode`, over
+// the whole K with 8 accumulators: the products of k in 4 interleaved sums,
+// added at the end. The 6 x 16 micro-kernel keeps 2 FMA chains per row, too
+// few to hide the FMA latency when there is one row (BM_Gemm/numaserve
+// with M = 1: 1.5x with 8 chains; with two rows 4 chains already were as
+// fast as 8). Named accumulators, as in MicroKernel6x16.
+void OneRowPanel(const float* a, const float* panel, int64_t k, float* c, int64_t width,
+                 MicroStore mode, float beta) {
+  __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0;
+  int64_t i = 0;
+  for (; i + 4 <= k; i += 4) {
+    const float* b = panel + i * 16;
+    __m256 x = _mm256_broadcast_ss(a + i);
+    l0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b), l0);
+    h0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 8), h0);
+    x = _mm256_broadcast_ss(a + i + 1);
+    l1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 16), l1);
+    h1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 24), h1);
+    x = _mm256_broadcast_ss(a + i + 2);
+    l2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 32), l2);
+    h2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 40), h2);
+    x = _mm256_broadcast_ss(a + i + 3);
+    l3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 48), l3);
+    h3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + 56), h3);
+  }
+  for (; i < k; ++i) {
+    const __m256 x = _mm256_broadcast_ss(a + i);
+    l0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(panel + i * 16), l0);
+    h0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(panel + i * 16 + 8), h0);
+  }
+  StoreRow(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)),
+           _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3)), c, width, mode, beta);
+}
+
+// c = a x B + beta c for one row of A: each panel over the whole K at once
+// (the row stays in L1; B streams through once), the panels split over the
+// threads in contiguous ranges.
+void OneRow(int64_t n, int64_t k, const float* a, const float* packed_b, float beta, float* c) {
+  const MicroStore mode = beta == 0   ? MicroStore::kOverwrite
+                          : beta == 1 ? MicroStore::kAdd
+                                      : MicroStore::kAddScaled;
+  const int64_t panels = (n + 15) / 16;
+  const int threads =
+      omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), panels));
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < panels; ++p) {
+    OneRowPanel(a, packed_b + p * k * 16, k, c + p * 16, std::min<int64_t>(16, n - p * 16), mode,
+                beta);
+  }
+}
+
 }  // namespace
 
 void sgemm_packed__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -55,6 +127,7 @@ void sgemm_packed__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t
     }
     return;
   }
+  if (m == 1) return OneRow(n, k, a, packed_b, beta, c);
   const int64_t panels = (n + 15) / 16, groups = (panels + kGroup - 1) / kGroup;
   // Row blocks of equal size (a multiple of 6) up to kMaxRows.
   const int64_t row_blocks = (m + kMaxRows - 1) / kMaxRows;

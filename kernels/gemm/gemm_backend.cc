@@ -58,7 +58,9 @@ class NumaserveKernel final : public GemmKernel {
   int64_t weight_bytes() const override {
     return cpu::SgemmPackedFloats(options_.k, options_.n) * static_cast<int64_t>(sizeof(float));
   }
-  std::string ImplementationName(int64_t m) const override { return "numaserve:sgemm_6x16 avx2"; }
+  std::string ImplementationName(int64_t m) const override {
+    return m == 1 ? "numaserve:sgemv avx2" : "numaserve:sgemm_6x16 avx2";
+  }
   absl::Status Run(int64_t m, const float* src, float* dst) override {
     const int64_t k = options_.k, n = options_.n;
     if (m <= 0 || m > (int64_t{1} << 40) / k) {
@@ -163,7 +165,8 @@ std::string GemmBackendDetails(GemmBackend backend) {
   }
   if (backend == GemmBackend::kNumaserve) {
     if (absl::Status s = NumaserveAvailable(); !s.ok()) return std::string(s.message());
-    return "numaserve's own AVX2 SGEMM (6x16 FMA micro-kernel) on weights packed once";
+    return "numaserve's own AVX2 SGEMM (6x16 FMA micro-kernel, one-row kernel with 8 FMA chains) "
+           "on weights packed once";
   }
   return blas::Details(backend);
 }

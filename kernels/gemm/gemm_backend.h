@@ -5,7 +5,8 @@
 //   openblas  OpenBLAS's OpenMP build (libopenblas.so.0), cblas_sgemm, and
 //             cblas_sgemv for one row (0.3.21's sgemm does not switch to it)
 //   numaserve numaserve's own SGEMM on weights packed once
-//             (kernels/cpu/sgemm.h), on the AVX2 tier only: where the
+//             (kernels/cpu/sgemm.h), and its own matrix-vector kernel on
+//             the same panels for one row, on the AVX2 tier only: where the
 //             libraries' AVX2 kernels ran at 0.6-0.75 of a Zen 1's peak on
 //             BERT-base's shapes (unavailable, with the reason, elsewhere)
 // BLIS and OpenBLAS both export the BLAS/CBLAS symbols, so linking both would

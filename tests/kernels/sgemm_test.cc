@@ -1,9 +1,9 @@
 // The own AVX2 SGEMM (kernels/cpu/sgemm.h) against a double-precision
 // reference, called directly, on 1, 2, 3 and 16 threads (more threads than
 // cores still tests the split): several row blocks and K blocks, a partial
-// last panel, rows that are not a multiple of the micro-kernel's 6, and
-// beta 0 (C not read), 1 and 0.5. The GEMM backend tests cover it through
-// the backend with its epilogues at the default threads.
+// last panel, rows that are not a multiple of the micro-kernel's 6, one and
+// two rows (the few-row path), and beta 0 (C not read), 1 and 0.5. The GEMM backend tests cover it
+// through the backend with its epilogues at the default threads.
 #include "kernels/cpu/sgemm.h"
 
 #include <gtest/gtest.h>
@@ -77,7 +77,13 @@ INSTANTIATE_TEST_SUITE_P(
                            // m, k, n, transposed_w, beta, lda_pad
                            Case{1, 5, 3, false, 0.0f, 0}, Case{7, 300, 40, true, 0.0f, 2},
                            Case{13, 513, 64, false, 1.0f, 0}, Case{250, 96, 70, false, 0.5f, 1},
-                           Case{500, 260, 130, true, 0.0f, 0}, Case{128, 768, 200, false, 1.0f, 0}),
+                           Case{500, 260, 130, true, 0.0f, 0}, Case{128, 768, 200, false, 1.0f, 0},
+                           // One and two rows (the few-row path): K not a
+                           // multiple of its 4 or 2 interleaved sums, partial
+                           // last panels, every beta.
+                           Case{1, 1023, 40, false, 0.0f, 0}, Case{1, 3, 16, true, 1.0f, 1},
+                           Case{1, 784, 1030, true, 0.5f, 0}, Case{2, 7, 17, true, 0.5f, 2},
+                           Case{2, 514, 64, false, 0.0f, 0}, Case{2, 1, 5, false, 1.0f, 0}),
                        ::testing::Values(1, 2, 3, 16)),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);
