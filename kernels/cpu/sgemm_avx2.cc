@@ -44,8 +44,8 @@ void Block(int64_t rows, int64_t n, const float* a, int64_t lda, const float* pa
   }
 }
 
-// Adds `v` (16 columns as two vectors) to row `out` of C by `mode` and
-// stores its first `width` columns.
+// Stores a row of 16 columns (l: 0-7, h: 8-15) into `out` by `mode` (as
+// is, added, or added to beta x out), only its first `width` columns.
 inline void StoreRow(__m256 l, __m256 h, float* out, int64_t width, MicroStore mode, float beta) {
   alignas(32) float tile[16] = {};
   float* dst = width == 16 ? out : tile;
