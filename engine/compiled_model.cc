@@ -1032,12 +1032,22 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
   kernels::GemmChoice choice;
   auto kernel = kernels::CreateFastestGemmKernel(options, engine_, {}, &choice);
   if (!kernel.ok()) return kernel.status();
+  const bool contended = choice.contention > options_.gemm_cache_max_contention;
+  std::string unremembered;
+  if (contended && !options_.gemm_cache_file.empty()) {
+    unremembered = absl::StrFormat(
+        "; not written to %s: timed while off the cpu %.0f%% of the time (other work on the "
+        "cores)",
+        options_.gemm_cache_file, 100 * choice.contention);
+  }
   base::Log(base::LogLevel::kInfo, "gemm",
-            absl::StrFormat("gemm %s K=%d N=%d: %s", layer, options.k, options.n, choice.Summary()),
+            absl::StrFormat("gemm %s K=%d N=%d: %s%s", layer, options.k, options.n,
+                            choice.Summary(), unremembered),
             {{"layer", layer},
              {"k", options.k},
              {"n", options.n},
-             {"backend", kernels::GemmBackendName(choice.backend)}});
+             {"backend", kernels::GemmBackendName(choice.backend)},
+             {"contention", choice.contention}});
   for (const kernels::GemmTiming& t : choice.timings) {
     if (!t.status.ok() && !unavailable_logged_[static_cast<int>(t.backend)]) {
       unavailable_logged_[static_cast<int>(t.backend)] = true;
@@ -1047,7 +1057,7 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
                 {{"backend", kernels::GemmBackendName(t.backend)}, {"error", t.status.message()}});
     }
   }
-  cache.Store(key, choice.backend, options_.gemm_cache_file);
+  cache.Store(key, choice.backend, contended ? std::string() : options_.gemm_cache_file);
   *note = absl::StrCat("auto: ", choice.Summary());
   return kernel;
 }

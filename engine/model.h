@@ -107,6 +107,12 @@ struct CompileOptions {
   // "auto" only: a file that remembers the choices across processes (see
   // DefaultGemmCacheFile); empty: remembered in this process only.
   std::string gemm_cache_file;
+  // "auto" only: a choice timed while the timing thread was off its cpu
+  // more than this share of the time (GemmChoice::contention: other work
+  // on the cores, whose timings say little about the model's own) is used
+  // and remembered in this process, but not written to gemm_cache_file: a
+  // later process times it again. Infinity: always written.
+  double gemm_cache_max_contention = 0.1;
   // Conv algorithm for 3x3 stride-1 convolutions: "winograd" (oneDNN's
   // Winograd F(2x2,3x3) or F(4x4,3x3) where it has one for the layer, on
   // AVX-512; numaserve's own F(4x4,3x3) on the AVX2 tier, where oneDNN has

@@ -1,7 +1,9 @@
 #include "kernels/gemm/gemm_autotune.h"
 
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,13 @@ namespace numaserve::kernels {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// CPU time of the calling thread, in seconds.
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 // Times one run of each kernel on m rows per round, round after round, and
 // keeps each kernel's fastest run: load from other processes then falls on
@@ -141,6 +150,8 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateFastestGemmKernel(const GemmOp
     choice->timings.push_back(std::move(timing));
     kernels.push_back(std::move(kernel));
   }
+  const double cpu0 = ThreadCpuSeconds();
+  const auto start = Clock::now();
   std::vector<GemmKernel*> timed;
   std::vector<size_t> index;  // into choice->timings
   for (size_t i = 0; i < kernels.size(); ++i) {
@@ -161,6 +172,8 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateFastestGemmKernel(const GemmOp
       if (t.status.ok()) t.seconds.push_back(best[j]);
     }
   }
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  if (wall > 0) choice->contention = std::max(0.0, 1.0 - (ThreadCpuSeconds() - cpu0) / wall);
   std::unique_ptr<GemmKernel> fastest;
   double fastest_total = 0;
   absl::Status first_error;

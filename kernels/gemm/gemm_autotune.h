@@ -46,6 +46,12 @@ struct GemmChoice {
   std::vector<int64_t> rows;
   std::vector<GemmTiming> timings;  // empty when the choice came from a cache
   std::string cached_from;          // "", "this process" or the cache file
+  // The share of the timing's wall time the calling thread (the GEMMs'
+  // first OpenMP thread, busy throughout) was off its cpu: waiting while
+  // another thread held it, or for OpenMP workers that were. Near 0 on
+  // cores left to the process, about 0.5 where a busy thread shares its
+  // cpu. Negative for a choice from a cache.
+  double contention = -1;
   // "onednn 16+105us, blis 25+90us, openblas 30+120us (M=1+32) -> blis",
   // or "blis (cached in FILE)".
   std::string Summary() const;

@@ -110,20 +110,32 @@ class GemmBackendsTest(unittest.TestCase):
     def test_auto_logs_and_caches_its_choices(self):
         args, result = self.bench("--gemm", "auto", "--plan")
         self.assertEqual(result.returncode, 0, describe(args, result))
-        logged = re.findall(r"numaserve: gemm \S+ K=\d+ N=\d+: .* -> (onednn|blis|openblas|numaserve)",
+        logged = re.findall(r"numaserve: gemm \S+ K=\d+ N=\d+: .* -> "
+                            r"(?:onednn|blis|openblas|numaserve)(; not written to .*)?\n",
                             result.stderr)
         self.assertEqual(len(logged), 3, describe(args, result))
         self.assertEqual(result.stdout.count("[auto: "), 3, describe(args, result))
-        with open(self.cache) as f:
-            lines = f.read().splitlines()
-        self.assertTrue(lines[0].startswith("# numaserve gemm choices"), lines)
-        self.assertEqual(sum(1 for l in lines if l.startswith(self.model_path + "\t")), 3, lines)
-        # A second process finds every choice in the file and times nothing.
+        # A choice timed while other work held the cpu (other tests run
+        # beside this one) says so and is not written; the others are.
+        written = sum(1 for unwritten in logged if not unwritten)
+        for unwritten in logged:
+            if unwritten:
+                self.assertRegex(unwritten, r"^; not written to %s: timed while off the cpu "
+                                 r"\d+%% of the time" % re.escape(self.cache))
+        lines = []
+        if os.path.exists(self.cache):
+            with open(self.cache) as f:
+                lines = f.read().splitlines()
+            self.assertTrue(lines[0].startswith("# numaserve gemm choices"), lines)
+        self.assertEqual(sum(1 for l in lines if l.startswith(self.model_path + "\t")), written,
+                         lines)
+        # A second process finds every written choice in the file and times
+        # only the others.
         args, result = self.bench("--gemm", "auto", "--plan")
         self.assertEqual(result.returncode, 0, describe(args, result))
-        self.assertEqual(result.stderr.count("(cached in %s)" % self.cache), 3,
+        self.assertEqual(result.stderr.count("(cached in %s)" % self.cache), written,
                          describe(args, result))
-        self.assertEqual(result.stdout.count(", cached]"), 3, describe(args, result))
+        self.assertEqual(result.stdout.count(", cached]"), written, describe(args, result))
 
     def test_served_on_blis_and_openblas(self):
         for backend in ("blis", "openblas"):
