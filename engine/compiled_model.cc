@@ -991,24 +991,15 @@ absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGe
   }
   std::error_code ec;
   const std::filesystem::path model = std::filesystem::weakly_canonical(info_.path, ec);
-  // The backends timed, with what each runs (library version, kernel
-  // configuration, the own kernels), are part of the key: a choice made
-  // before one existed or changed (a new backend, a library installed or
-  // upgraded since, a new own kernel) is made again.
-  std::string backends;
-  for (kernels::GemmBackend b : kernels::kAllGemmBackends) {
-    if (!kernels::GemmBackendAvailable(b).ok()) continue;
-    absl::StrAppend(&backends, backends.empty() ? "" : "; ", kernels::GemmBackendName(b), ": ",
-                    kernels::GemmBackendDetails(b));
-  }
   kernels::GemmChoiceCache::Key key{
       .model = ec ? info_.path : model.string(),
       .k = options.k,
       .n = options.n,
       .src_transposed = options.src_transposed,
       .threads = omp_get_max_threads(),
+      // The backends timed, with what each runs (AvailableGemmBackends).
       .cpu = absl::StrCat(affinity::GetCpuFeatures().brand, " [", kernels::IsaDescription(), "; ",
-                          backends, "]")};
+                          kernels::AvailableGemmBackends(), "]")};
   auto& cache = kernels::GemmChoiceCache::Global();
   std::string where;
   if (auto cached = cache.Find(key, options_.gemm_cache_file, &where);

@@ -148,15 +148,6 @@ absl::Status GemmBackendAvailable(GemmBackend backend) {
   return blas::Available(backend);
 }
 
-std::string AvailableGemmBackends() {
-  std::string names;
-  for (GemmBackend b : kAllGemmBackends) {
-    if (!GemmBackendAvailable(b).ok()) continue;
-    absl::StrAppend(&names, names.empty() ? "" : ",", GemmBackendName(b));
-  }
-  return names;
-}
-
 std::string GemmBackendDetails(GemmBackend backend) {
   if (backend == GemmBackend::kOnednn) {
     const dnnl_version_t* v = dnnl_version();
@@ -169,6 +160,15 @@ std::string GemmBackendDetails(GemmBackend backend) {
            "on weights packed once";
   }
   return blas::Details(backend);
+}
+
+std::string AvailableGemmBackends() {
+  std::string out;
+  for (GemmBackend b : kAllGemmBackends) {
+    if (!GemmBackendAvailable(b).ok()) continue;
+    absl::StrAppend(&out, out.empty() ? "" : "; ", GemmBackendName(b), ": ", GemmBackendDetails(b));
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend,

@@ -53,13 +53,16 @@ std::optional<GemmBackend> GemmBackendFromName(std::string_view name);
 // The first call for a BLAS backend loads its library.
 absl::Status GemmBackendAvailable(GemmBackend backend);
 
-// The names of the backends available here, comma-separated, in
-// kAllGemmBackends' order ("onednn,blis,openblas").
-std::string AvailableGemmBackends();
-
 // The library and the kernels it runs ("BLIS 0.9.0, sub-configuration skx
 // (from the CPU's AVX-512)"); the reason when unavailable.
 std::string GemmBackendDetails(GemmBackend backend);
+
+// The backends available here with what each runs, in kAllGemmBackends'
+// order ("onednn: oneDNN 2.6.3 ...; blis: BLIS 0.9.0 ..."): part of the
+// "auto" choice cache's key, so that a choice made before a backend
+// existed or changed (a library installed or upgraded, a new own kernel)
+// is made again.
+std::string AvailableGemmBackends();
 
 // One GEMM with its weights prepared in the backend's layout.
 class GemmKernel {
