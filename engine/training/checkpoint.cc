@@ -130,7 +130,8 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
                                               (bytes.size() - off) / sizeof(float), " remain"));
     }
     std::vector<float> values(n);
-    if (n > 0) memcpy(values.data(), bytes.data() + off, n * sizeof(float));  // 0: data() may be null
+    if (n > 0)
+      memcpy(values.data(), bytes.data() + off, n * sizeof(float));  // 0: data() may be null
     off += n * sizeof(float);
     checkpoint.tensors.emplace_back(std::move(name), std::move(values));
   }

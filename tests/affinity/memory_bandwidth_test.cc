@@ -31,8 +31,8 @@ TEST(MemoryBandwidthTest, SplitsArraysIntoWholeCacheLinesPerThread) {
 
 TEST(MemoryBandwidthTest, DefaultSizeIsFarPastTheCacheAndBounded) {
   EXPECT_EQ(DefaultProbeBytes(32 * kMiB, 0), 256 * kMiB);           // at least 256 MiB
-  EXPECT_EQ(DefaultProbeBytes(100 * kMiB, 0), 400 * kMiB);  // 4x the cache
-  EXPECT_EQ(DefaultProbeBytes(508 * kMiB, 0), 512 * kMiB);  // capped at 512 MiB
+  EXPECT_EQ(DefaultProbeBytes(100 * kMiB, 0), 400 * kMiB);          // 4x the cache
+  EXPECT_EQ(DefaultProbeBytes(508 * kMiB, 0), 512 * kMiB);          // capped at 512 MiB
   EXPECT_EQ(DefaultProbeBytes(32 * kMiB, 512 * kMiB), 128 * kMiB);  // a quarter of what is free
   EXPECT_EQ(DefaultProbeBytes(32 * kMiB, 16 * kMiB), 64 * kMiB);    // never below 64 MiB
 }

@@ -37,8 +37,8 @@ class Scratch {
  public:
   Scratch() {
     const char* tmp = getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                          "/numaserve-fuzz-XXXXXX";
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/numaserve-fuzz-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) Fatal("mkdtemp " + pattern);
     path_ = pattern;
   }

@@ -52,11 +52,10 @@ std::vector<NamedModel> MakeModels() {
   };
   // One input per typed contents field, and the raw-only types.
   models[4].name = "typed";
-  models[4].info.inputs = {
-      {"i16", DataType::kInt16, {-1}},  {"u16", DataType::kUint16, {-1}},
-      {"i32", DataType::kInt32, {-1}},  {"u32", DataType::kUint32, {-1}},
-      {"i64", DataType::kInt64, {-1}},  {"u64", DataType::kUint64, {-1}},
-      {"f64", DataType::kFloat64, {-1}}, {"bf16", DataType::kBFloat16, {-1}}};
+  models[4].info.inputs = {{"i16", DataType::kInt16, {-1}},   {"u16", DataType::kUint16, {-1}},
+                           {"i32", DataType::kInt32, {-1}},   {"u32", DataType::kUint32, {-1}},
+                           {"i64", DataType::kInt64, {-1}},   {"u64", DataType::kUint64, {-1}},
+                           {"f64", DataType::kFloat64, {-1}}, {"bf16", DataType::kBFloat16, {-1}}};
   models[4].info.outputs = {{"sum", DataType::kFloat64, {-1}}};
   models[4].info.batched = true;
   return models;
@@ -137,8 +136,7 @@ int FuzzOne(const uint8_t* data, size_t size) {
   }
   // A byte limit only ever refuses more: what passes under it passes without.
   constexpr size_t kLimit = 256;
-  absl::StatusOr<server::ParsedRequest> limited =
-      server::ParseInferRequest(model, request, kLimit);
+  absl::StatusOr<server::ParsedRequest> limited = server::ParseInferRequest(model, request, kLimit);
   if (limited.ok()) {
     for (const auto& [bytes, length] : limited->inputs) FUZZ_CHECK(length <= kLimit);
     FUZZ_CHECK(server::ParseInferRequest(model, request).ok());

@@ -47,8 +47,8 @@ int FuzzOne(const uint8_t* data, size_t size) {
     const std::vector<int64_t> indices = {r.size() - 1, 0, r.size() / 2, r.size() - 1};
     kernels::Tensor batch;
     std::vector<uint8_t> labels;
-    FUZZ_CHECK(r.Gather(indices.data(), static_cast<int64_t>(indices.size()), &batch, &labels)
-                   .ok());
+    FUZZ_CHECK(
+        r.Gather(indices.data(), static_cast<int64_t>(indices.size()), &batch, &labels).ok());
     FUZZ_CHECK(labels.size() == indices.size());
     FUZZ_CHECK(batch.data.size() == indices.size() * static_cast<size_t>(per));
     // Gather sizes the batch before it looks at the indices: only where
