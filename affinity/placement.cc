@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/log.h"
 
 namespace numaserve::affinity {
 namespace {
@@ -78,35 +79,10 @@ std::string FormatBytes(uint64_t bytes) {
   return absl::StrFormat("%d MiB", bytes / (1024 * 1024));
 }
 
-// Minimal JSON writing: strings escaped per RFC 8259.
+// A JSON string literal (base/log.h).
 std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
+  std::string out;
+  base::AppendJsonString(&out, text);
   return out;
 }
 
