@@ -19,8 +19,8 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 SERVE_ARGS ?=
 
-.PHONY: all deps configure build serve test bench report format clean test-asan test-asan-ci test-tsan \
-  fuzz install reliability
+.PHONY: all deps configure build serve test bench report format format-check tidy docs clean \
+  test-asan test-asan-ci test-tsan fuzz install reliability
 
 all: build
 
@@ -131,6 +131,28 @@ reliability: build
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+# CI's format check: fails, naming the file and line, where `make format`
+# would change anything.
+format-check: deps
+	@git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
+	@echo "format-check: clean"
+
+# clang-tidy (.clang-tidy: bugprone, concurrency, performance) on every
+# source file outside tests/ and benchmarks/, on the release build's
+# compile_commands.json (the build first generates the protobuf headers).
+# Findings are errors. TIDY_FILES narrows it: make tidy TIDY_FILES=base/log.cc
+TIDY_FILES ?= $(shell git ls-files '*.cc' | grep -v '^tests/\|^benchmarks/')
+tidy: build
+	@run-clang-tidy -quiet -p $(BUILD_DIR) -j $(JOBS) \
+	  -extra-arg=-Wno-unknown-warning-option $(addprefix $(CURDIR)/,$(TIDY_FILES)) \
+	  > $(BUILD_DIR)/tidy.log 2>&1 || { grep -B1 -A3 'error:' $(BUILD_DIR)/tidy.log | head -200; \
+	  echo "tidy: findings above (full log: $(BUILD_DIR)/tidy.log)"; exit 1; }
+	@echo "tidy: clean ($(words $(TIDY_FILES)) files)"
+
+# The generated parts of docs/ (the operator list in docs/engine.md).
+docs: build
+	@$(BUILD_DIR)/bin/numaserve_op_docs --update docs/engine.md
 
 clean:
 	rm -rf $(BUILD_DIR)

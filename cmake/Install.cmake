@@ -5,7 +5,8 @@
 #   P/share/numaserve/models/                    the default model repository
 #   P/share/numaserve/prometheus/                scrape config, alert rules, their tests
 #   P/share/numaserve/grafana/numaserve.json     the dashboard
-#   P/share/doc/numaserve/                       README, numaserve.default (for
+#   P/share/doc/numaserve/                       README, docs/ (the reference),
+#                                                numaserve.default (for
 #                                                /etc/default/numaserve), the
 #                                                cpus.conf.example drop-in
 # tests/deploy/test_install.py checks the tree and verifies the installed unit.
@@ -37,6 +38,8 @@ install(FILES ${numaserve_deploy}/grafana/numaserve.json DESTINATION ${numaserve
 install(FILES ${PROJECT_SOURCE_DIR}/README.md
               ${numaserve_deploy}/systemd/numaserve.service.d/cpus.conf.example
         DESTINATION ${numaserve_doc})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${numaserve_doc}/docs
+        FILES_MATCHING PATTERN "*.md")
 
 # The unit and the environment file name /usr/local paths (the default
 # prefix); at install time they are rewritten for the prefix in force

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git clang-format
+  build-essential cmake ninja-build pkg-config git clang-format clang-tidy
   libdnnl-dev libopenblas-openmp-dev libblis-openmp-dev libhwloc-dev hwloc
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libonnx-dev libopenmpi-dev openmpi-bin

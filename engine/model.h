@@ -99,10 +99,10 @@ struct CompileOptions {
   // Threads for the kernels; 0 = the OpenMP default (OMP_NUM_THREADS).
   int num_threads = 0;
   // Backend for Gemm/MatMul with constant weights (kernels/gemm): "onednn",
-  // "blis", "openblas", or "auto", which times each available backend once
-  // per distinct shape at load and keeps the fastest (logged on stderr and
-  // shown by DescribePlan). A named backend that cannot run here fails the
-  // load with the reason.
+  // "blis", "openblas", "numaserve" (the own kernels), or "auto", which
+  // times each available backend once per distinct shape at load and keeps
+  // the fastest (logged on stderr and shown by DescribePlan). A named
+  // backend that cannot run here fails the load with the reason.
   std::string gemm_backend = "onednn";
   // "auto" only: a file that remembers the choices across processes (see
   // DefaultGemmCacheFile); empty: remembered in this process only.
@@ -116,14 +116,13 @@ struct CompileOptions {
   // Conv algorithm for 3x3 stride-1 convolutions: "winograd" (oneDNN's
   // Winograd F(2x2,3x3) or F(4x4,3x3) where it has one for the layer, on
   // AVX-512; numaserve's own F(4x4,3x3) on the AVX2 tier, where oneDNN has
-  // none (kernels/cpu/winograd.h); direct elsewhere: 2.25-4x fewer FLOPs,
-  // faster on every such ResNet-50 layer at batch 1 and 32 on both tiers;
-  // results differ from direct by ~1e-6 relative) or "direct".
+  // none (kernels/cpu/winograd.h); direct elsewhere; results differ from
+  // direct by ~1e-6 relative) or "direct". Why each default is what it is,
+  // with the figures: docs/engine.md, "Why the defaults".
   std::string conv_algorithm = "winograd";
   // A conv or matmul whose residual (sum post-op) is read by no later step
   // writes into the residual's bytes instead of copying it into its own
-  // output first (ResNet-50: ~8% of the run at batch 32). Off only to
-  // compare.
+  // output first. Off only to compare.
   bool in_place_residuals = true;
   // Steps too small to gain from a second thread run on the calling thread
   // alone: those with fewer FLOPs than this (conv, matmul), or, for steps
@@ -141,10 +140,8 @@ struct CompileOptions {
   // enough that a slice's activations stay in a cache of this many bytes
   // between one step and the next: the prefix saving the most memory
   // traffic (outputs that outgrow the cache at the run's batch, less the
-  // weights every further slice reads again). ResNet-50 at batch 32: its
-  // stem and first two stages, in slices of 4 rows on a 32 MiB cache.
-  // 0: never; negative: the last-level cache of the CPU running Compile
-  // (LastLevelCacheBytes).
+  // weights every further slice reads again). 0: never; negative: the
+  // last-level cache of the CPU running Compile (LastLevelCacheBytes).
   int64_t batch_split_cache_bytes = -1;
   // Batch sizes whose plan (shapes, activation offsets, prepared steps) is
   // kept: a new size beyond this drops the least recently run one, planned
@@ -155,8 +152,7 @@ struct CompileOptions {
   int batch_plans = 64;
   // Scaled dot-product attention (MatMul, scalar Mul/Div, Softmax over the
   // last axis, MatMul) runs as one step on the own fused kernel, the scores
-  // kept in cache (BERT-base: ~6% of the run at batch 32 before). Off only
-  // to compare.
+  // kept in cache. Off only to compare.
   bool fuse_attention = true;
   // kBf16: convs and weight matmuls in BF16 (see Precision). Needs
   // gemm_backend "onednn" or "auto" (which then means oneDNN, untimed).
@@ -165,38 +161,26 @@ struct CompileOptions {
   // least this many FLOPs per element of its input (a conv: 2 x (M/group)
   // x kernel / strides; a matmul: 2N); the others stay FP32. BF16 halves
   // the arithmetic but its input is converted first, one more pass over
-  // it, which a conv doing little per input element does not earn back. On
-  // the 2-vCPU Zen 5 (AVX512_BF16, no AMX), per step, BF16 against FP32:
-  // MobileNetV2's 1x1 projections (32 to 192 FLOPs per input element)
-  // 1.15-3.2x slower, its 3x3 stride-2 stem (144) 1.19x slower at batch
-  // 32, a depthwise 3x3 (18) 1.4x slower; ResNet-50's 1x1 256->64 (128)
-  // 1.2x slower at batch 1, 0.8-0.9x at 32; its 1x1 512->128 (256) even at
-  // batch 1 and 0.7x at 32; everything above 0.5-0.8x. 0: every conv and
-  // weight matmul in BF16 (tests).
+  // it, which a conv doing little per input element does not earn back.
+  // 0: every conv and weight matmul in BF16 (tests).
   double bf16_min_flops_per_input = 256;
   // A QDQ model's Conv/MatMul/Gemm runs on an INT8 kernel only where it
   // does at least this many FLOPs per element of its input (counted as for
   // bf16_min_flops_per_input); the others run FP32 on the dequantized
   // weights after a fake-quantize step, which computes the same QDQ
   // meaning. An INT8 conv quantizes its input, a pass that a conv doing
-  // little per input element does not earn back: with channel-blocked
-  // activations (each INT8 conv reordering its input and output too)
-  // MobileNetV2 with every conv INT8 ran at 0.44-0.56x its FP32 speed on
-  // the 2-vCPU Zen 5; with channels-last ones (activation_layout) 64 and 0
-  // were no faster than 256 there. 0: every one INT8 (tests).
+  // little per input element does not earn back. 0: every one INT8 (tests).
   double int8_min_flops_per_input = 256;
   // Whether a QDQ model's Conv/MatMul/Gemm runs on oneDNN's INT8 kernels at
   // all. kAuto: where its u8 x s8 products are exact in one pass (VNNI:
   // AVX512_VNNI, AVX-VNNI, AMX; kernels::OnednnInt8ProductsExact). Without
   // VNNI they saturate in int16 pairs, so the weights split in two passes
-  // (twice the work) on kernels that are slower than FP32 even in one: on
-  // an AVX2-only EPYC (Zen 1, 2 cores) the INT8 plans ran at 0.17-0.61x
-  // their FP32 models' speed (BERT-base's matmuls at 15 GFLOP/s on
-  // `gemm:jit int8` against 72 in FP32), so there every QDQ pair runs as
-  // a fake-quantize (fused into the conv before it where it can be) and
-  // the op runs FP32 on its dequantized weights: the same QDQ meaning, at
-  // FP32 speed. kAlways: INT8 kernels on every CPU (split where needed;
-  // tests, comparisons). kNever: the FP32 path everywhere.
+  // (twice the work) on kernels that are slower than FP32 even in one, so
+  // there every QDQ pair runs as a fake-quantize (fused into the conv
+  // before it where it can be) and the op runs FP32 on its dequantized
+  // weights: the same QDQ meaning, at FP32 speed. kAlways: INT8 kernels on
+  // every CPU (split where needed; tests, comparisons). kNever: the FP32
+  // path everywhere.
   enum class Int8Kernels { kAuto, kAlways, kNever };
   Int8Kernels int8_kernels = Int8Kernels::kAuto;
   // The layout of the activations that convs, pools and fake-quantize
@@ -204,12 +188,11 @@ struct CompileOptions {
   // channels-last (nhwc) where at least one conv runs INT8, since oneDNN
   // 2.6's INT8 convs read and write only that layout with a jit kernel
   // (with channel-blocked activations each one reorders its input and
-  // output: ResNet-50's INT8 1x1 convs took twice their FP32 time), or
-  // where a model with convs runs BF16 on AMX, whose convs (brgconv) oneDNN
-  // 2.6 has for nhwc only (channel-blocked ones run on the AVX512_BF16
-  // kernels: ResNet-50 BF16 0.6x FP32 on a 2-core AMX Xeon, 2.8x in nhwc);
-  // and the tier's channel-blocked layout (nChw16c / nChw8c) otherwise, where
-  // oneDNN's FP32 direct and Winograd kernels are fastest.
+  // output), or where a model with convs runs BF16 on AMX, whose convs
+  // (brgconv) oneDNN 2.6 has for nhwc only (channel-blocked ones run on the
+  // slower AVX512_BF16 kernels); and the tier's channel-blocked layout
+  // (nChw16c / nChw8c) otherwise, where oneDNN's FP32 direct and Winograd
+  // kernels are fastest.
   enum class ActivationLayout { kAuto, kChannelBlocked, kChannelsLast };
   ActivationLayout activation_layout = ActivationLayout::kAuto;
   // Batch groups (engine/batch_groups.h): a batch of enough rows runs as
@@ -258,7 +241,7 @@ double ElementwiseFloatsPerSecond();
 int64_t DefaultSerialBelowElements(int threads);
 
 // The backends CompileOptions::gemm_backend accepts: "onednn", "blis",
-// "openblas", "auto".
+// "openblas", "numaserve", "auto".
 const std::vector<std::string>& GemmBackendChoices();
 // OK, or INVALID_ARGUMENT naming the accepted values.
 absl::Status CheckGemmBackendChoice(const std::string& name);

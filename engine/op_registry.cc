@@ -186,11 +186,19 @@ constexpr std::array<OpSchema, 6> kCoreOps = {{
 const std::vector<OpSchema>& AllOps() {
   static const std::vector<OpSchema>* ops = [] {
     auto* table = new std::vector<OpSchema>(kCoreOps.begin(), kCoreOps.end());
-    ops::AddElementwiseOps(*table);
-    ops::AddNnOps(*table);
-    ops::AddNormOps(*table);
-    ops::AddTensorOps(*table);
-    ops::AddTypedOps(*table);
+    // Each family's rows are the ones its adder appended.
+    auto add = [table](absl::string_view family, void (*adder)(std::vector<OpSchema>&)) {
+      if (adder != nullptr) adder(*table);
+      for (OpSchema& op : *table) {
+        if (op.family.empty()) op.family = family;
+      }
+    };
+    add("matrix, shape", nullptr);
+    add("element-wise", ops::AddElementwiseOps);
+    add("neural network", ops::AddNnOps);
+    add("normalization", ops::AddNormOps);
+    add("tensor", ops::AddTensorOps);
+    add("types, quantization", ops::AddTypedOps);
     std::sort(table->begin(), table->end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return table;
@@ -206,6 +214,8 @@ const OpSchema* FindOpSchema(absl::string_view op_type) {
                              [](const OpSchema& a, absl::string_view b) { return a.op_type < b; });
   return it != ops.end() && it->op_type == op_type ? &*it : nullptr;
 }
+
+absl::Span<const OpSchema> AllOpSchemas() { return AllOps(); }
 
 std::string SupportedOpsList() {
   return absl::StrJoin(AllOps(), ", ", [](std::string* out, const OpSchema& op) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/graph.h"
 #include "engine/typed_tensor.h"
 #include "kernels/tensor.h"
@@ -41,6 +42,9 @@ struct OpSchema {
   // what it does not accept otherwise. Checked at load.
   absl::Status (*typed_accepts)(const Node& node, const std::vector<DataType>& inputs,
                                 const std::vector<DataType>& outputs) = nullptr;
+  // The family the op's row comes from ("element-wise", "neural network",
+  // ...), for the generated op list in docs/engine.md; set by the registry.
+  absl::string_view family = {};
 };
 
 // Null when the op is not supported.
@@ -48,6 +52,9 @@ const OpSchema* FindOpSchema(absl::string_view op_type);
 
 // Names of the supported ops, for error messages.
 std::string SupportedOpsList();
+
+// Every supported op, sorted by op type (tools/op_docs.cc lists them).
+absl::Span<const OpSchema> AllOpSchemas();
 
 // Softmax's effective axis and semantics for the graph's opset (the default
 // axis is 1 before opset 13 and -1 from it; before 13 the input is

@@ -1,4 +1,6 @@
-// numaserve: serve | topology | infer (and the internal `worker`).
+// numaserve: the command line. serve | topology | infer | train | bench |
+// profile | quantize, and the internal `worker` command (a worker process,
+// started by serve). `train` under mpirun is one rank of the job.
 #include <cstdio>
 #include <cstring>
 #include <string>

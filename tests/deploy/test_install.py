@@ -54,6 +54,8 @@ class InstallTest(unittest.TestCase):
             "share/numaserve/prometheus/alerts_test.yml",
             "share/numaserve/grafana/numaserve.json",
             "share/doc/numaserve/README.md",
+            "share/doc/numaserve/docs/architecture.md",
+            "share/doc/numaserve/docs/deployment.md",
             "share/doc/numaserve/numaserve.default",
             "share/doc/numaserve/cpus.conf.example",
         ]
