@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
+#include "engine/model.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/metrics.h"
 #include "server/model_scheduler.h"
@@ -20,18 +21,6 @@ using base::Log;
 using base::LogLevel;
 
 namespace {
-
-WorkerSupervisor::ModelToLoad ToLoad(const RepositoryModel& m, int default_instances) {
-  const int configured = m.config.instance_placement().instances_per_domain();
-  return {m.key(),
-          m.name,
-          absl::StrCat(m.version),
-          m.path,
-          m.workers,
-          m.config.gemm_backend(),
-          configured != 0 ? configured : default_instances,
-          m.config.precision()};
-}
 
 // The reason a served version keeps its previous config.
 constexpr char kNotApplied[] =
@@ -50,6 +39,22 @@ bool IsModelLevelError(const std::vector<RepositoryModel>& scanned) {
 }
 
 }  // namespace
+
+WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m, int default_instances,
+                                             const std::string& default_gemm_backend) {
+  const int configured = m.config.instance_placement().instances_per_domain();
+  const bool bf16 = m.config.precision() == engine::PrecisionName(engine::Precision::kBf16);
+  std::string gemm = m.config.gemm_backend();
+  if (gemm.empty() && !bf16) gemm = default_gemm_backend;
+  return {m.key(),
+          m.name,
+          absl::StrCat(m.version),
+          m.path,
+          m.workers,
+          gemm,
+          configured != 0 ? configured : default_instances,
+          m.config.precision()};
+}
 
 absl::StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text) {
   if (text == "none") return ModelControlMode::kNone;
@@ -274,8 +279,9 @@ absl::Status ModelManager::Load(const std::string& name) {
     RepositoryModel next = m;
     if (serving != nullptr) next.generation = serving->generation + 1;
     auto handle = std::make_shared<const RepositoryModel>(std::move(next));
-    absl::Status s =
-        workers_->LoadModel(ToLoad(*handle, options_.default_instances), options_.load_timeout);
+    absl::Status s = workers_->LoadModel(
+        ModelToLoadFor(*handle, options_.default_instances, options_.default_gemm_backend),
+        options_.load_timeout);
     if (s.ok()) s = scheduler_->AddModel(handle);
     if (!s.ok()) {
       workers_->UnloadModel(handle->key());

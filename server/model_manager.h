@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/model_repository.h"
+#include "server/worker_supervisor.h"
 
 namespace numaserve::server {
 
@@ -39,6 +40,14 @@ absl::StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text);
 
 using ModelHandle = std::shared_ptr<const RepositoryModel>;
 
+// What the workers load for repository model `m`: its config's choices,
+// and the server's defaults where the config sets none: instances
+// (`serve --instances`) and the GEMM backend (`serve --gemm`; not for a
+// BF16 model, which the worker runs on oneDNN unless its config names a
+// backend).
+WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m, int default_instances,
+                                             const std::string& default_gemm_backend);
+
 class ModelManager {
  public:
   struct Options {
@@ -54,6 +63,8 @@ class ModelManager {
     // Instances per worker of a model whose config sets none (`serve
     // --instances`): a count, kInstancesAuto or kInstancesPerCore.
     int default_instances = 1;
+    // GEMM backend of a model whose config sets none (`serve --gemm`).
+    std::string default_gemm_backend = "auto";
   };
 
   // One row of RepositoryIndex.

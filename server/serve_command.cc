@@ -417,8 +417,6 @@ int ServeCommand(const std::vector<std::string>& args) {
   if (absl::Status s = engine::CheckGemmBackendChoice(o.gemm); !s.ok()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--gemm: ", s.message())));
   }
-  // Workers inherit it: their default for models whose config has no gemm_backend.
-  setenv("NUMASERVE_GEMM", o.gemm.c_str(), 1);
   auto auth = GrpcAuth::Create({.tls_cert_file = o.grpc_tls_cert,
                                 .tls_key_file = o.grpc_tls_key,
                                 .tls_client_ca_file = o.grpc_tls_client_ca,
@@ -476,10 +474,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   std::vector<WorkerSupervisor::ModelToLoad> to_load;
   for (const auto& m : initial) {
     if (m.error.empty()) {
-      const int configured = m.config.instance_placement().instances_per_domain();
-      to_load.push_back({m.key(), m.name, absl::StrCat(m.version), m.path, m.workers,
-                         m.config.gemm_backend(), configured != 0 ? configured : *default_instances,
-                         m.config.precision()});
+      to_load.push_back(ModelToLoadFor(m, *default_instances, o.gemm));
       Log(LogLevel::kInfo, "serve",
           absl::StrFormat("model %s version %d: %s", m.name, m.version, m.path),
           {{"model", m.name}, {"version", m.version}, {"path", m.path}});
@@ -587,6 +582,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   manager_options.mode = *control_mode;
   manager_options.poll_interval = std::chrono::seconds(o.repository_poll_secs);
   manager_options.default_instances = *default_instances;
+  manager_options.default_gemm_backend = o.gemm;
   ModelManager models(manager_options, workers->get(), &scheduler, metrics->get());
   models.Start(initial, not_loaded);
   for (const auto& m : initial) {

@@ -382,8 +382,9 @@ class Worker {
   void Load(const worker::LoadModel& load, worker::Reply* reply) {
     auto start = std::chrono::steady_clock::now();
     const ModelKeyParts key = SplitModelKey(load.key());  // the log's model and version
-    // config.pbtxt's gemm_backend, else `numaserve serve --gemm` (passed
-    // down as NUMASERVE_GEMM), else auto; oneDNN for a BF16 model. The
+    // config.pbtxt's gemm_backend, else `numaserve serve --gemm` (the front
+    // end fills the load message with either: ModelToLoadFor); empty: auto,
+    // or oneDNN for a BF16 model. The
     // engine refuses BF16 where the CPU has no native path (the reply's
     // error, which the model's status shows).
     engine::CompileOptions options;
@@ -400,8 +401,7 @@ class Worker {
       // BF16 runs on oneDNN: serve --gemm's BLAS default does not apply.
       options.gemm_backend = "onednn";
     } else if (options.gemm_backend.empty()) {
-      const char* fallback = getenv("NUMASERVE_GEMM");
-      options.gemm_backend = fallback != nullptr && *fallback != '\0' ? fallback : "auto";
+      options.gemm_backend = "auto";
     }
     options.gemm_cache_file = engine::DefaultGemmCacheFile();
     int n = load.instances();

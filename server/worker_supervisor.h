@@ -72,7 +72,7 @@ class WorkerSupervisor {
     std::string version;       // for metrics labels
     std::string path;          // model.onnx
     std::vector<int> workers;  // the workers that load it; empty: every worker
-    std::string gemm_backend;  // config.pbtxt's choice; empty: the engine's
+    std::string gemm_backend;  // config.pbtxt's, else serve --gemm's; empty: auto
     // config.pbtxt's instance_placement.instances_per_domain: copies of the
     // model per worker, each on its share of the worker's cores, running up
     // to this many batches at once (0 or 1: one copy on every core);
