@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "affinity/hwloc_machine.h"
 #include "affinity/topology.h"
+#include "base/errno_text.h"
 
 namespace numaserve::affinity {
 namespace {
@@ -81,7 +82,8 @@ absl::Status PinCallingThread(const std::vector<int>& cpus) {
     if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &mask);
   }
   const int rc = pthread_setaffinity_np(pthread_self(), sizeof(mask), &mask);
-  if (rc != 0) return absl::InternalError(absl::StrCat("pthread_setaffinity_np: ", strerror(rc)));
+  if (rc != 0)
+    return absl::InternalError(absl::StrCat("pthread_setaffinity_np: ", base::ErrnoText(rc)));
   return absl::OkStatus();
 }
 

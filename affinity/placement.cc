@@ -221,7 +221,8 @@ std::vector<std::pair<std::string, std::string>> OpenMpEnvironment(const std::ve
   }
   // libgomp: pauses spun before sleeping. An explicit count overrides the
   // 30e9 (spin "forever") that OMP_WAIT_POLICY=active implies there and the
-  // 0 of passive. A pause takes ~23 ns on the Zen 5 the README measures
+  // 0 of passive. A pause takes ~23 ns on the Zen 5 of
+  // benchmarks/results/2026-11-22-cli-omp-wait.md
   // (more on older cores): 1000 is ~25 us, 10000 a few hundred us.
   env.emplace_back("GOMP_SPINCOUNT", spin ? "10000" : wait == OmpWait::kShort ? "1000" : "0");
   return env;

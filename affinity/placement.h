@@ -26,7 +26,8 @@ enum class OmpWait {
   // Sleep at once. Every parallel region then pays a wake-up (tens of
   // microseconds here), once per operator.
   kPassive,
-  // Spin ~1000 pauses (~25 us on the machine the README measures) before
+  // Spin ~1000 pauses (~25 us on the machine of
+  // benchmarks/results/2026-11-22-cli-omp-wait.md) before
   // sleeping: covers the gap between one operator and the next inside a
   // batch, and stops soon after the batch, so cores shared with the front
   // end lose little. The default.

@@ -462,8 +462,9 @@ void ConfigureLog(const LogOptions& options) {
   Logger& logger = TheLogger();
   logger.format = options.format;
   logger.level = options.level;
-  setenv(kFormatVariable, LogFormatName(options.format), 1);
-  setenv(kLevelVariable, LogLevelName(options.level), 1);
+  // Called at start-up, before the process starts threads (log.h).
+  setenv(kFormatVariable, LogFormatName(options.format), 1);  // NOLINT(concurrency-mt-unsafe)
+  setenv(kLevelVariable, LogLevelName(options.level), 1);     // NOLINT(concurrency-mt-unsafe)
 }
 
 LogOptions CurrentLogOptions() {

@@ -98,7 +98,8 @@ struct LogOptions {
 
 // Sets the process's log options and exports them to the environment for
 // child processes. Until it is called the options come from that
-// environment, else the defaults (text, info).
+// environment, else the defaults (text, info). Call at start-up, before the
+// process starts threads (setenv is not thread-safe).
 void ConfigureLog(const LogOptions& options);
 LogOptions CurrentLogOptions();
 bool LogEnabled(LogLevel level);

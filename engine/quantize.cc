@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/errno_text.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::engine {
@@ -114,7 +115,7 @@ absl::StatusOr<std::string> WriteTemporary(const std::string& bytes) {
   if (fd < 0) {
     return absl::InternalError(
         absl::StrCat("cannot create a temporary file for the calibration model in ",
-                     dir != nullptr ? dir : "/tmp", ": ", std::strerror(errno)));
+                     dir != nullptr ? dir : "/tmp", ": ", base::ErrnoText(errno)));
   }
   size_t done = 0;
   while (done < bytes.size()) {
@@ -124,7 +125,7 @@ absl::StatusOr<std::string> WriteTemporary(const std::string& bytes) {
       const int err = errno;
       close(fd);
       unlink(path.c_str());
-      return absl::InternalError(absl::StrCat("writing ", path, ": ", std::strerror(err)));
+      return absl::InternalError(absl::StrCat("writing ", path, ": ", base::ErrnoText(err)));
     }
     done += static_cast<size_t>(n);
   }

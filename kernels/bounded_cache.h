@@ -39,8 +39,8 @@ class BoundedCache {
   // copyable.
   BoundedCache(const BoundedCache&) = delete;
   BoundedCache& operator=(const BoundedCache&) = delete;
-  BoundedCache(BoundedCache&&) = default;
-  BoundedCache& operator=(BoundedCache&&) = default;
+  BoundedCache(BoundedCache&&) noexcept = default;
+  BoundedCache& operator=(BoundedCache&&) noexcept = default;
 
   // The entry for `key`, marked most recently used; null if absent.
   template <typename K>

@@ -112,8 +112,11 @@ void ExportIsaCapToOnednn() {
   const char* cap = std::getenv("NUMASERVE_MAX_ISA");
   if (cap == nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) return;
   const std::string c = cap;
-  if (c == "avx2") setenv("DNNL_MAX_CPU_ISA", "AVX2", 0);
-  if (c == "avx512") setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE", 0);
+  // First thing in main (dispatch.h), before any thread starts.
+  if (c == "avx2") setenv("DNNL_MAX_CPU_ISA", "AVX2", 0);  // NOLINT(concurrency-mt-unsafe)
+  if (c == "avx512") {
+    setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE", 0);  // NOLINT(concurrency-mt-unsafe)
+  }
 }
 
 double ProbeMicroseconds(const KernelTable& table, int reps) {

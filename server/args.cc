@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/errno_text.h"
 
 namespace numaserve::server {
 
@@ -108,7 +109,7 @@ absl::Status ArgParser::ReadConfigFile(const std::string& path,
   std::ifstream in(path);
   if (!in) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("cannot read --%s %s: %s", config_option_, path, strerror(errno)));
+        absl::StrFormat("cannot read --%s %s: %s", config_option_, path, base::ErrnoText(errno)));
   }
   std::set<std::string> seen;
   std::string raw;
@@ -140,7 +141,7 @@ absl::Status ArgParser::ReadConfigFile(const std::string& path,
   }
   if (in.bad()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("cannot read --%s %s: %s", config_option_, path, strerror(errno)));
+        absl::StrFormat("cannot read --%s %s: %s", config_option_, path, base::ErrnoText(errno)));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "base/errno_text.h"
 
 namespace numaserve::server {
 namespace {
@@ -20,7 +21,8 @@ absl::Status WriteAll(int fd, const char* p, size_t n) {
     ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrFormat("control socket write: %s", strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrFormat("control socket write: %s", base::ErrnoText(errno)));
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -33,7 +35,8 @@ absl::Status ReadAll(int fd, char* p, size_t n) {
     ssize_t r = read(fd, p, n);
     if (r < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrFormat("control socket read: %s", strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrFormat("control socket read: %s", base::ErrnoText(errno)));
     }
     if (r == 0) return absl::UnavailableError("peer closed the control socket");
     p += r;

@@ -144,7 +144,7 @@ bool ConstantTimeEquals(absl::string_view given, absl::string_view secret) {
   return diff == 0;
 }
 
-absl::string_view View(grpc::string_ref s) { return absl::string_view(s.data(), s.size()); }
+absl::string_view View(const grpc::string_ref& s) { return absl::string_view(s.data(), s.size()); }
 
 }  // namespace
 

@@ -760,7 +760,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     return FinishNow(context,
                      grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
   }
-  std::string name = request->model_name();
+  const std::string& name = request->model_name();
   return RunLifecycle(context, [this, name] { return models_->Load(name); });
 }
 
@@ -776,7 +776,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     return FinishNow(context,
                      grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
   }
-  std::string name = request->model_name();
+  const std::string& name = request->model_name();
   return RunLifecycle(context, [this, name] { return models_->Unload(name); });
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -24,7 +25,8 @@ std::vector<uint64_t> Words(int64_t elements, engine::DataType type) {
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+  return v[std::min(v.size() - 1,
+                    static_cast<size_t>(std::llround(q * static_cast<double>(v.size() - 1))))];
 }
 
 absl::StatusOr<RunBuffers> MakeRunBuffers(engine::CompiledModel& model, int64_t batch) {

@@ -38,7 +38,7 @@ ModelScheduler::ModelScheduler(const Options& options, WorkerPool* workers, Metr
 
 ModelScheduler::~ModelScheduler() { Stop(); }
 
-absl::Status ModelScheduler::AddModel(std::shared_ptr<const RepositoryModel> model) {
+absl::Status ModelScheduler::AddModel(const std::shared_ptr<const RepositoryModel>& model) {
   const config::ModelConfig& c = model->config;
   DynamicBatcher::Options o;
   o.max_queue_size = options_.default_max_queue_size;
@@ -306,7 +306,7 @@ bool ModelScheduler::NextLaunch(Launch* launch) {
       Batch batch = queue->batcher->Take(max_requests, rows, workers_->BatchBytesLimit());
       if (batch.empty()) continue;  // cancelled meanwhile
       launch->queue = queue;
-      launch->flight = Form(queue, std::move(batch));
+      launch->flight = Form(queue, batch);
       launch->worker = w;
     }
     ++in_flight_[static_cast<size_t>(launch->worker)];
@@ -319,7 +319,7 @@ bool ModelScheduler::NextLaunch(Launch* launch) {
 }
 
 std::shared_ptr<ModelScheduler::Flight> ModelScheduler::Form(const std::shared_ptr<Queue>& queue,
-                                                             Batch batch) {
+                                                             const Batch& batch) {
   const RepositoryModel* model = queue->model.get();
   auto flight = std::make_shared<Flight>();
   InferenceTask& task = flight->task;

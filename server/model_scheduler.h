@@ -104,7 +104,7 @@ class ModelScheduler {
   ~ModelScheduler();
 
   // Creates the queue of one served model version (any time).
-  absl::Status AddModel(std::shared_ptr<const RepositoryModel> model);
+  absl::Status AddModel(const std::shared_ptr<const RepositoryModel>& model);
   // Refuses new requests for `key` (UNAVAILABLE), waits until its queue is
   // empty and its batches are answered (at most `timeout`), then forgets it
   // (what is still queued is answered UNAVAILABLE). True if it drained in time.
@@ -167,7 +167,7 @@ class ModelScheduler {
   // (`partial_ok`), else a pipeline place (full batches only); -1 if none.
   // `idle_slots` receives the idle instances of the model over all workers.
   int PickWorker(const Queue& queue, bool partial_ok, int* idle_slots);
-  std::shared_ptr<Flight> Form(const std::shared_ptr<Queue>& queue, Batch batch);
+  std::shared_ptr<Flight> Form(const std::shared_ptr<Queue>& queue, const Batch& batch);
   // Runs a launch decided by NextLaunch (outside mu_).
   void Begin(const Launch& launch);
   void Finish(const std::shared_ptr<Queue>& queue, const std::shared_ptr<Flight>& flight,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "affinity/memory_bandwidth.h"
+#include "base/errno_text.h"
 #include "base/log.h"
 #include "server/args.h"
 #include "server/model_runs.h"
@@ -336,7 +337,8 @@ int ProfileCommand(const std::vector<std::string>& args) {
   if (!trace_path.empty()) {
     trace_file = fopen(trace_path.c_str(), "w");
     if (trace_file == nullptr) {
-      return Fail(absl::StrCat("--trace: cannot write '", trace_path, "': ", strerror(errno)), 2);
+      return Fail(
+          absl::StrCat("--trace: cannot write '", trace_path, "': ", base::ErrnoText(errno)), 2);
     }
   }
   auto close_trace = [&] {
@@ -404,7 +406,8 @@ int ProfileCommand(const std::vector<std::string>& args) {
     const bool closed = fclose(trace_file) == 0;
     trace_file = nullptr;
     if (!written || !closed) {
-      return Fail(absl::StrCat("--trace: writing '", trace_path, "' failed: ", strerror(errno)));
+      return Fail(
+          absl::StrCat("--trace: writing '", trace_path, "' failed: ", base::ErrnoText(errno)));
     }
   }
   if (json) {

@@ -28,6 +28,7 @@
 #include "affinity/memory_bandwidth.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
+#include "base/errno_text.h"
 #include "base/log.h"
 #include "engine/model.h"
 #include "engine/training/rank_binding.h"
@@ -734,7 +735,8 @@ int ServeCommand(const std::vector<std::string>& args) {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  Log(LogLevel::kInfo, "serve", absl::StrCat(strsignal(signal_number), " received, draining"),
+  Log(LogLevel::kInfo, "serve",
+      absl::StrCat(base::SignalText(signal_number), " received, draining"),
       {{"signal", signal_number}});
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
 

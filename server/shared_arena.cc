@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/errno_text.h"
 
 namespace numaserve::server {
 
@@ -15,13 +16,14 @@ absl::StatusOr<std::unique_ptr<SharedArena>> SharedArena::Create(const std::stri
   // Not close-on-exec: the worker inherits it at a fixed descriptor.
   int fd = memfd_create(name.c_str(), 0);
   if (fd < 0) {
-    return absl::InternalError(absl::StrFormat("memfd_create(%s): %s", name, strerror(errno)));
+    return absl::InternalError(
+        absl::StrFormat("memfd_create(%s): %s", name, base::ErrnoText(errno)));
   }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
     close(fd);
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("arena %s: cannot size to %d bytes: %s", name, bytes, strerror(err)));
+    return absl::ResourceExhaustedError(absl::StrFormat("arena %s: cannot size to %d bytes: %s",
+                                                        name, bytes, base::ErrnoText(err)));
   }
   auto arena = Attach(fd, bytes);
   if (!arena.ok()) close(fd);
@@ -32,7 +34,7 @@ absl::StatusOr<std::unique_ptr<SharedArena>> SharedArena::Attach(int fd, size_t 
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     return absl::InternalError(
-        absl::StrFormat("mmap of arena (%d bytes): %s", bytes, strerror(errno)));
+        absl::StrFormat("mmap of arena (%d bytes): %s", bytes, base::ErrnoText(errno)));
   }
   return std::unique_ptr<SharedArena>(new SharedArena(fd, static_cast<char*>(p), bytes));
 }

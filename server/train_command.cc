@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/errno_text.h"
 #include "base/log.h"
 #include "engine/training/rank_binding.h"
 #include "engine/training/trainer.h"
@@ -175,7 +176,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (resume) train_args.push_back("--resume");
   char self[4096];
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", strerror(errno)));
+  if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", base::ErrnoText(errno)));
   self[len] = '\0';
   std::vector<std::string> forwarded_env;
   for (const char* name : kForwardedVariables) {
@@ -198,7 +199,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
-  return Fail(absl::StrCat("cannot run ", mpirun, ": ", strerror(errno)));
+  return Fail(absl::StrCat("cannot run ", mpirun, ": ", base::ErrnoText(errno)));
 }
 
 }  // namespace numaserve::server

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/errno_text.h"
 #include "base/log.h"
 #include "engine/training/rank_binding.h"
 #include "engine/training/trainer.h"
@@ -48,15 +49,15 @@ class PrivateDir {
                                                             const std::string& config) {
     std::string dir = absl::StrCat(parent, "/numaserve-training-XXXXXX");
     if (mkdtemp(dir.data()) == nullptr) {
-      return absl::InternalError(
-          absl::StrCat("cannot make a private directory in ", parent, ": ", strerror(errno)));
+      return absl::InternalError(absl::StrCat("cannot make a private directory in ", parent, ": ",
+                                              base::ErrnoText(errno)));
     }
     std::unique_ptr<PrivateDir> made(new PrivateDir(dir));
     const int fd = open(made->config_path().c_str(),
                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
       return absl::InternalError(
-          absl::StrCat("cannot create ", made->config_path(), ": ", strerror(errno)));
+          absl::StrCat("cannot create ", made->config_path(), ": ", base::ErrnoText(errno)));
     }
     size_t done = 0;
     while (done < config.size()) {
@@ -463,7 +464,7 @@ absl::StatusOr<std::string> RandomHex(size_t bytes) {
   while (done < bytes) {
     const ssize_t n = getrandom(random.data() + done, bytes - done, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::InternalError(absl::StrCat("getrandom: ", strerror(errno)));
+    if (n <= 0) return absl::InternalError(absl::StrCat("getrandom: ", base::ErrnoText(errno)));
     done += n;
   }
   static constexpr char kHex[] = "0123456789abcdef";
@@ -523,7 +524,7 @@ absl::Status ConfineInput(const std::string& root, const std::string& field, std
   if (!path.ok()) return path.status();
   char real[PATH_MAX];
   if (realpath(path->c_str(), real) == nullptr) {
-    return Refuse(field, *value, absl::StrCat("cannot be read: ", strerror(errno)));
+    return Refuse(field, *value, absl::StrCat("cannot be read: ", base::ErrnoText(errno)));
   }
   if (!Inside(root, real)) {
     return Refuse(field, *value,
@@ -551,7 +552,7 @@ absl::Status ConfineOutput(const std::string& root, const std::string& field, st
   if (realpath(p.parent_path().c_str(), real) == nullptr) {
     return Refuse(
         field, *value,
-        absl::StrCat("has no directory ", p.parent_path().string(), ": ", strerror(errno)));
+        absl::StrCat("has no directory ", p.parent_path().string(), ": ", base::ErrnoText(errno)));
   }
   if (!Inside(root, real)) {
     return Refuse(field, *value,
@@ -577,7 +578,7 @@ absl::Status ConfineExport(const std::string& root, training::TrainingConfig* co
   if (!path.ok()) return path.status();
   char real[PATH_MAX];
   if (realpath(path->c_str(), real) == nullptr) {
-    return Refuse(field, value, absl::StrCat("cannot be used: ", strerror(errno)));
+    return Refuse(field, value, absl::StrCat("cannot be used: ", base::ErrnoText(errno)));
   }
   if (!Inside(root, real)) {
     return Refuse(field, value,
@@ -640,7 +641,7 @@ absl::StatusOr<std::unique_ptr<TrainingService>> TrainingService::Create(
   char real[PATH_MAX];
   if (realpath(options.root.c_str(), real) == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--training-root ", options.root, ": ", strerror(errno)));
+        absl::StrCat("--training-root ", options.root, ": ", base::ErrnoText(errno)));
   }
   struct stat st {};
   if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -814,7 +815,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
     // mask survives exec: unblock, or CancelTraining could not stop mpirun.
     sigset_t none;
     sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
     signal(SIGPIPE, SIG_DFL);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);

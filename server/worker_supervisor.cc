@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "affinity/topology.h"
+#include "base/errno_text.h"
 #include "base/log.h"
 #include "server/framing.h"
 #include "server/metrics.h"
@@ -35,7 +36,7 @@ namespace {
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
     return absl::StrFormat("killed by signal %d (%s)", WTERMSIG(status),
-                           strsignal(WTERMSIG(status)));
+                           base::SignalText(WTERMSIG(status)));
   }
   if (WIFEXITED(status)) return absl::StrFormat("exited with status %d", WEXITSTATUS(status));
   return "stopped";
@@ -91,7 +92,7 @@ WorkerSupervisor::~WorkerSupervisor() { Stop(); }
 absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-    return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
+    return absl::InternalError(absl::StrCat("socketpair: ", base::ErrnoText(errno)));
   }
   const auto& p = slot->placement;
   std::vector<std::string> args = {"numaserve-worker", "worker",
@@ -144,7 +145,7 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
-    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+    return absl::InternalError(absl::StrCat("fork: ", base::ErrnoText(errno)));
   }
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec. The cpu mask is set
@@ -153,7 +154,7 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
     for (int sig = 1; sig < NSIG; ++sig) {
       if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &default_action, nullptr);
     }
-    sigprocmask(SIG_SETMASK, &no_signals, nullptr);
+    pthread_sigmask(SIG_SETMASK, &no_signals, nullptr);
     if (have_mask) sched_setaffinity(0, sizeof(mask), &mask);
     // Both moved above the descriptors they go to first: the arena's or the
     // socket's own number may be 3 or 4 (a process with few files open), and

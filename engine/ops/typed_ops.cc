@@ -109,10 +109,8 @@ absl::StatusOr<std::vector<std::pair<Shape, std::vector<int64_t>>>> MovePosition
       for (size_t e = 0; e < t.data.size(); ++e) {
         const int64_t v = static_cast<int64_t>(t.data[e]);
         int64_t& p = result[j].second[e];
-        if (!split) {
-          p = v;
-        } else if (pass == 0) {
-          p = v;  // low half (or -1)
+        if (!split || pass == 0) {
+          p = v;  // the value, or its low half (or -1)
         } else {
           p = (v < 0 || p < 0) ? -1 : (v << kHalfBits) + p;
         }

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/errno_text.h"
 
 namespace numaserve::training {
 namespace {
@@ -21,7 +22,7 @@ void Put(std::string& out, T v) {
 }
 
 absl::Status Errno(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
+  return absl::InternalError(absl::StrCat(what, ": ", base::ErrnoText(errno)));
 }
 }  // namespace
 
@@ -54,7 +55,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& byt
   // rename replaces `path` itself, a symbolic link there included; it never
   // writes to the link's target.
   if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status status = Errno(absl::StrCat("rename ", tmp, " -> ", path));
+    absl::Status status = Errno(absl::StrCat("rename ", tmp, " -> ", path));
     unlink(tmp.c_str());
     return status;
   }

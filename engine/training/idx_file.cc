@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/errno_text.h"
 
 namespace numaserve::training {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 absl::StatusOr<std::vector<uint8_t>> ReadAllBytes(const std::string& path, uint64_t max_bytes) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", strerror(errno)));
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", base::ErrnoText(errno)));
   }
   std::unique_ptr<gzFile_s, int (*)(gzFile)> closer(file, gzclose);
   gzbuffer(file, 1 << 20);
@@ -148,7 +149,8 @@ absl::Status WriteIdxFile(const std::string& path, const IdxArray& array, bool g
     }
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, ": ", strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("rename ", tmp, " -> ", path, ": ", base::ErrnoText(errno)));
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/errno_text.h"
 #include "engine/training/checkpoint.h"
 
 namespace numaserve::training {
@@ -178,12 +179,12 @@ absl::StatusOr<std::string> NextVersionPath(const std::string& repository,
   // symbolic link there would put the export somewhere else.
   if (mkdir(model_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InternalError(
-        absl::StrCat("cannot create ", model_dir.string(), ": ", strerror(errno)));
+        absl::StrCat("cannot create ", model_dir.string(), ": ", base::ErrnoText(errno)));
   }
   struct stat st {};
   if (lstat(model_dir.c_str(), &st) != 0) {
     return absl::InternalError(
-        absl::StrCat("cannot stat ", model_dir.string(), ": ", strerror(errno)));
+        absl::StrCat("cannot stat ", model_dir.string(), ": ", base::ErrnoText(errno)));
   }
   if (!S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -204,7 +205,7 @@ absl::StatusOr<std::string> NextVersionPath(const std::string& repository,
     if (mkdir(dir.c_str(), 0755) == 0) return (dir / "model.onnx").string();
     if (errno != EEXIST || version > highest + 100) {
       return absl::InternalError(
-          absl::StrCat("cannot create ", dir.string(), ": ", strerror(errno)));
+          absl::StrCat("cannot create ", dir.string(), ": ", base::ErrnoText(errno)));
     }
   }
 }

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/errno_text.h"
 
 namespace numaserve::training {
 namespace {
@@ -175,8 +176,8 @@ absl::Status RecordFileReader::ReadAt(int64_t offset, int64_t length, uint8_t* o
     reads_.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      return absl::DataLossError(
-          absl::StrCat(path_, ": read failed at offset ", offset + done, ": ", strerror(errno)));
+      return absl::DataLossError(absl::StrCat(path_, ": read failed at offset ", offset + done,
+                                              ": ", base::ErrnoText(errno)));
     }
     if (n == 0) return Truncated(path_, static_cast<size_t>(offset + done), what);
     done += n;

@@ -45,7 +45,7 @@ class ConfigErrors : public google::protobuf::io::ErrorCollector {
 };
 
 std::string FormatDuration(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  const int64_t s = std::llround(seconds);
   if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
   return absl::StrFormat("%d:%02d", s / 60, s % 60);
 }
@@ -368,7 +368,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
         fprintf(
             options.progress,
             "epoch %lld/%lld step %lld/%lld loss %.4f acc %.2f%% lr %.5f %.0f images/s eta %s\n",
-            static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+            static_cast<long long>(epoch) + 1, static_cast<long long>(epochs),
             static_cast<long long>(step), static_cast<long long>(total_steps), sums[0] / sums[2],
             100.0 * sums[1] / sums[2], lr, rate, FormatDuration(eta).c_str());
         fflush(options.progress);
@@ -394,7 +394,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const Trai
       fprintf(options.progress,
               "epoch %lld done: loss %.4f train acc %.2f%%%s %.1f s %.0f images/s %.1f GFLOP/s "
               "(%.1f%% of FP32 peak)\n",
-              static_cast<long long>(epoch + 1), epoch_stats[0] / std::max(1.0, epoch_stats[2]),
+              static_cast<long long>(epoch) + 1, epoch_stats[0] / std::max(1.0, epoch_stats[2]),
               100.0 * epoch_stats[1] / std::max(1.0, epoch_stats[2]), test_text.c_str(), seconds,
               epoch_stats[2] / seconds, gflops,
               peak_gflops > 0 ? 100.0 * gflops / peak_gflops : 0.0);

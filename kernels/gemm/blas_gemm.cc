@@ -98,14 +98,20 @@ class Binder {
   std::vector<std::string> missing_;
 };
 
-// Sets an environment variable for the library's initialisation only.
+// Sets an environment variable for the library's initialisation only. The
+// libraries take these settings from the environment alone, and read them
+// once: this runs once per process, in the function-local statics that
+// load them (the static BlisApi / OpenblasApi pointers below), at the
+// first GEMM created on that backend. A thread reading the environment at
+// that moment could see it change.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): see above.
     if (!value.empty()) set_ = setenv(name, value.c_str(), 1) == 0;
   }
   ~ScopedEnv() {
-    if (set_) unsetenv(name_);
+    if (set_) unsetenv(name_);  // NOLINT(concurrency-mt-unsafe): see above.
   }
 
  private:
@@ -158,8 +164,8 @@ absl::Status BindBlis(void* handle, const std::string& path, BlisApi* api) {
 
 // The sub-configuration for this CPU: BLIS 0.9's own table knows neither
 // Zen 4/5 nor every hypervisor's CPUID, and falls back to 'generic'.
-// Measured on a 2-vCPU AMD Zen 5 (KVM), SGEMM 1024^3 on 2 threads: see
-// README ("GEMM backends").
+// Measured on a 2-vCPU AMD Zen 5 (KVM), SGEMM 1024^3 on 2 threads:
+// benchmarks/results/2026-11-21-gemm-zen5.md.
 std::pair<std::string, std::string> ChooseBlisArch() {
   if (const std::string forced = EnvOr("NUMASERVE_BLIS_ARCH", ""); !forced.empty()) {
     return {forced, "NUMASERVE_BLIS_ARCH"};

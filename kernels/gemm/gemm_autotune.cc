@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -120,7 +121,7 @@ std::string GemmChoice::Summary() const {
       continue;
     }
     std::vector<std::string> us;
-    for (double s : t.seconds) us.push_back(absl::StrCat(static_cast<int64_t>(s * 1e6 + 0.5)));
+    for (double s : t.seconds) us.push_back(absl::StrCat(std::llround(s * 1e6)));
     parts.push_back(absl::StrCat(GemmBackendName(t.backend), " ", absl::StrJoin(us, "+"), "us"));
   }
   return absl::StrCat(absl::StrJoin(parts, ", "), " (M=", absl::StrJoin(rows, "+"), ") -> ",
