@@ -71,7 +71,7 @@ ASAN_CI_TARGETS = tests/server/all tests/training/all tests/fuzz/all \
   engine_onnx_import_test engine_hostile_model_test engine_model_info_test
 test-asan-ci:
 	@$(MAKE) --no-print-directory test-asan ASAN_TARGETS='$(ASAN_CI_TARGETS)' \
-	  ASAN_CTEST_ARGS="-LE 'integration|models|avx2|threads16' -E '_NOT_BUILT|$(ASAN_EXCLUDE)'"
+	  ASAN_CTEST_ARGS="-LE 'integration|models|avx2|threads16|docs' -E '_NOT_BUILT|$(ASAN_EXCLUDE)'"
 
 # TSan (build/tsan): the unit tests of the server's threaded parts
 # (batcher, scheduler, model manager, worker supervisor, shared arena,
@@ -88,7 +88,7 @@ TSAN_DIR ?= build/tsan
 TSAN_TARGETS ?= dynamic_batcher_test model_scheduler_test model_manager_test \
   worker_supervisor_test shared_arena_test framing_test model_statistics_test \
   model_repository_test numaserve_fake_worker
-TSAN_CTEST_ARGS ?= -E '_NOT_BUILT$$' -LE 'integration|models|fuzz|threads16'
+TSAN_CTEST_ARGS ?= -E '_NOT_BUILT$$' -LE 'integration|models|fuzz|threads16|docs'
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 NO_ASLR = $(shell setarch -R true >/dev/null 2>&1 && echo setarch -R)
 test-tsan: deps
