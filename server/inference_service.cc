@@ -14,6 +14,7 @@
 #include "server/infer_request.h"
 #include "server/metrics.h"
 #include "server/model_config.h"
+#include "server/version.h"
 #include "server/worker_supervisor.h"
 
 namespace numaserve::server {
@@ -158,7 +159,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
   response->set_name("numaserve");
-  response->set_version(NUMASERVE_VERSION);
+  response->set_version(BuildVersion());
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -34,7 +34,7 @@ void PrintUsage() {
       "  quantize   quantize an FP32 ONNX model to INT8 (QDQ), calibrated on data\n\n"
       "`numaserve COMMAND --help` lists a command's options; `numaserve --version` prints the\n"
       "version, the git revision and the ISA the kernels dispatch to.\n",
-      NUMASERVE_VERSION);
+      numaserve::server::BuildVersion());
 }
 
 }  // namespace

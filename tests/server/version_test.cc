@@ -17,5 +17,9 @@ TEST(VersionTest, NamesVersionRevisionAndIsa) {
   EXPECT_STRNE(BuildRevision(), "");
 }
 
+// The version is project()'s, defined once in CMake and given to
+// version.cc alone.
+TEST(VersionTest, IsTheProjectVersion) { EXPECT_STREQ(BuildVersion(), NUMASERVE_EXPECTED_VERSION); }
+
 }  // namespace
 }  // namespace numaserve::server
