@@ -45,7 +45,7 @@ WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m, int defau
   const int configured = m.config.instance_placement().instances_per_domain();
   const bool bf16 = m.config.precision() == engine::PrecisionName(engine::Precision::kBf16);
   std::string gemm = m.config.gemm_backend();
-  if (gemm.empty() && !bf16) gemm = default_gemm_backend;
+  if (gemm.empty()) gemm = bf16 ? "onednn" : default_gemm_backend;  // BF16 runs on oneDNN
   return {m.key(),
           m.name,
           absl::StrCat(m.version),

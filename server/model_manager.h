@@ -42,9 +42,8 @@ using ModelHandle = std::shared_ptr<const RepositoryModel>;
 
 // What the workers load for repository model `m`: its config's choices,
 // and the server's defaults where the config sets none: instances
-// (`serve --instances`) and the GEMM backend (`serve --gemm`; not for a
-// BF16 model, which the worker runs on oneDNN unless its config names a
-// backend).
+// (`serve --instances`) and the GEMM backend (`serve --gemm`; "onednn"
+// for a BF16 model, whose matmuls run on oneDNN).
 WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m, int default_instances,
                                              const std::string& default_gemm_backend);
 

@@ -382,9 +382,9 @@ class Worker {
   void Load(const worker::LoadModel& load, worker::Reply* reply) {
     auto start = std::chrono::steady_clock::now();
     const ModelKeyParts key = SplitModelKey(load.key());  // the log's model and version
-    // config.pbtxt's gemm_backend, else `numaserve serve --gemm` (the front
-    // end fills the load message with either: ModelToLoadFor); empty: auto,
-    // or oneDNN for a BF16 model. The
+    // config.pbtxt's gemm_backend, else `numaserve serve --gemm`, else
+    // oneDNN for a BF16 model: the front end fills the load message
+    // (ModelToLoadFor); empty: auto. The
     // engine refuses BF16 where the CPU has no native path (the reply's
     // error, which the model's status shows).
     engine::CompileOptions options;
@@ -396,13 +396,7 @@ class Worker {
       }
       options.precision = *precision;
     }
-    options.gemm_backend = load.gemm_backend();
-    if (options.gemm_backend.empty() && options.precision == engine::Precision::kBf16) {
-      // BF16 runs on oneDNN: serve --gemm's BLAS default does not apply.
-      options.gemm_backend = "onednn";
-    } else if (options.gemm_backend.empty()) {
-      options.gemm_backend = "auto";
-    }
+    options.gemm_backend = load.gemm_backend().empty() ? "auto" : load.gemm_backend();
     options.gemm_cache_file = engine::DefaultGemmCacheFile();
     int n = load.instances();
     std::unique_ptr<engine::CompiledModel> model;  // compiled inline while measuring `auto`
