@@ -88,7 +88,7 @@ absl::Status NumaserveAvailable() {
   const DispatchDecision& d = GetDispatchDecision();
   if (d.max_tier == IsaTier::kAvx2) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "numaserve: the own GEMM has an AVX2 kernel only, and this process runs ",
+      "numaserve is unavailable: the own GEMM has an AVX2 kernel only, and this process runs ",
       IsaTierName(d.max_tier),
       d.max_tier == IsaTier::kAvx512 ? " (oneDNN, BLIS and OpenBLAS have its kernels)" : ""));
 }
