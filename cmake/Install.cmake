@@ -1,6 +1,6 @@
 # `cmake --install <build> [--prefix P]` (GNUInstallDirs, default prefix
 # /usr/local), DESTDIR honoured:
-#   P/bin/numaserve
+#   P/bin/numaserve, P/bin/numaserve-dataset     the server; the training-data converter
 #   P/lib/systemd/system/numaserve.service       paths rewritten for P
 #   P/share/numaserve/models/                    the default model repository
 #   P/share/numaserve/prometheus/                scrape config, alert rules, their tests
@@ -22,7 +22,8 @@ set(numaserve_doc ${CMAKE_INSTALL_DOCDIR})
 # As built: install(TARGETS) would rewrite the RUNPATH that Open MPI's link
 # directory adds (a system directory, harmless), and CMake's rewrite fails on
 # the form the linker leaves it in.
-install(PROGRAMS $<TARGET_FILE:numaserve> DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(PROGRAMS $<TARGET_FILE:numaserve> $<TARGET_FILE:numaserve-dataset>
+        DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # The default repository: the trained model models/ serves (the build copies
 # the same file to models/fashion_classifier/1/model.onnx).

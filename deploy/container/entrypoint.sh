@@ -80,7 +80,7 @@ case "${1:-}" in
       --metrics-port "$NUMASERVE_METRICS_PORT" \
       $NUMASERVE_ARGS "$@"
     ;;
-  serve | topology | infer | train | bench)
+  serve | topology | infer | train | bench | profile | quantize)
     exec "$NUMASERVE_BIN" "$@"
     ;;
   *)

@@ -239,6 +239,10 @@ class EntrypointTest(unittest.TestCase):
         result = dc.run([ENTRYPOINT, "topology", "--topology", "package:2 numa:1 core:2 pu:1"],
                         env=self.entrypoint_env())
         self.assertIn("worker", result.stdout + result.stderr)
+        # Every numaserve command but the internal `worker` passes through.
+        for command in ("serve", "topology", "infer", "train", "bench", "profile", "quantize"):
+            result = dc.run([ENTRYPOINT, command, "--help"], env=self.entrypoint_env())
+            self.assertIn("numaserve " + command, result.stdout + result.stderr, command)
         result = dc.run([ENTRYPOINT, "echo", "hello"], env=self.entrypoint_env())
         self.assertEqual(result.stdout.strip(), "hello")
 

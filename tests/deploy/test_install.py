@@ -47,6 +47,7 @@ class InstallTest(unittest.TestCase):
     def test_fhs_layout(self):
         expected = [
             "bin/numaserve",
+            "bin/numaserve-dataset",
             "lib/systemd/system/numaserve.service",
             "share/numaserve/models/%s/1/model.onnx" % MODEL,
             "share/numaserve/prometheus/prometheus.yml",
@@ -62,8 +63,9 @@ class InstallTest(unittest.TestCase):
         for relative in expected:
             self.assertTrue(os.path.isfile(self.path(relative)), "%s not installed\n%s"
                             % (relative, self.log))
-        mode = os.stat(self.path("bin/numaserve")).st_mode
-        self.assertTrue(mode & stat.S_IXOTH, "bin/numaserve is not executable")
+        for binary in ("bin/numaserve", "bin/numaserve-dataset"):
+            mode = os.stat(self.path(binary)).st_mode
+            self.assertTrue(mode & stat.S_IXOTH, "%s is not executable" % binary)
         # The default repository is the trained model the source tree serves.
         self.assertTrue(filecmp.cmp(self.path("share/numaserve/models/%s/1/model.onnx" % MODEL),
                                     os.path.join(dc.SOURCE_DIR, "models",
