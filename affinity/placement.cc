@@ -79,13 +79,6 @@ std::string FormatBytes(uint64_t bytes) {
   return absl::StrFormat("%d MiB", bytes / (1024 * 1024));
 }
 
-// A JSON string literal (base/log.h).
-std::string JsonString(absl::string_view text) {
-  std::string out;
-  base::AppendJsonString(&out, text);
-  return out;
-}
-
 std::string JsonIntArray(const std::vector<int>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ","), "]");
 }
@@ -274,7 +267,7 @@ std::string FormatReport(const Topology& topology, const Plan& plan) {
 
 std::string FormatReportJson(const Topology& topology, const Plan& plan) {
   std::string out = "{\"topology\":{";
-  absl::StrAppend(&out, "\"source\":", JsonString(topology.source),
+  absl::StrAppend(&out, "\"source\":", base::JsonString(topology.source),
                   ",\"is_this_machine\":", JsonBool(topology.is_this_machine),
                   ",\"packages\":", topology.num_packages, ",\"l3_domains\":", topology.num_l3,
                   ",\"cores\":", topology.cores.size(), ",\"pus\":", topology.num_pus(),
@@ -285,18 +278,18 @@ std::string FormatReportJson(const Topology& topology, const Plan& plan) {
                     ",\"package\":", node.package, ",\"memory_bytes\":", node.memory_bytes,
                     ",\"cpus\":", JsonIntArray(node.cpus), "}");
   }
-  absl::StrAppend(&out, "]},\"plan\":{\"domain\":", JsonString(DomainName(plan.domain)),
+  absl::StrAppend(&out, "]},\"plan\":{\"domain\":", base::JsonString(DomainName(plan.domain)),
                   ",\"use_smt\":", JsonBool(plan.use_smt),
-                  ",\"omp_wait\":", JsonString(OmpWaitName(plan.omp_wait)), ",\"workers\":[");
+                  ",\"omp_wait\":", base::JsonString(OmpWaitName(plan.omp_wait)), ",\"workers\":[");
   for (size_t i = 0; i < plan.workers.size(); ++i) {
     const WorkerPlacement& worker = plan.workers[i];
     absl::StrAppend(&out, i ? "," : "", "{\"index\":", worker.index,
-                    ",\"domain\":", JsonString(worker.domain),
+                    ",\"domain\":", base::JsonString(worker.domain),
                     ",\"cpus\":", JsonIntArray(worker.cpus), ",\"numa_node\":", worker.numa_node,
                     ",\"num_threads\":", worker.num_threads, ",\"env\":{");
     for (size_t j = 0; j < worker.env.size(); ++j) {
-      absl::StrAppend(&out, j ? "," : "", JsonString(worker.env[j].first), ":",
-                      JsonString(worker.env[j].second));
+      absl::StrAppend(&out, j ? "," : "", base::JsonString(worker.env[j].first), ":",
+                      base::JsonString(worker.env[j].second));
     }
     absl::StrAppend(&out, "}}");
   }

@@ -378,6 +378,12 @@ void AppendJsonString(std::string* out, absl::string_view text) {
   out->push_back('"');
 }
 
+std::string JsonString(absl::string_view text) {
+  std::string out;
+  AppendJsonString(&out, text);
+  return out;
+}
+
 std::string FormatLogLine(LogFormat format, absl::Time time, LogLevel level,
                           absl::string_view component, absl::string_view message,
                           absl::Span<const LogField> fields) {

@@ -69,6 +69,8 @@ class LogField {
 // Appends TEXT to OUT as a JSON string literal (quotes included): control
 // characters escaped, invalid UTF-8 replaced by U+FFFD.
 void AppendJsonString(std::string* out, absl::string_view text);
+// The same literal, returned.
+std::string JsonString(absl::string_view text);
 
 // One record as the line it is written as (with its '\n').
 std::string FormatLogLine(LogFormat format, absl::Time time, LogLevel level,

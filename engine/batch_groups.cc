@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
-#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -17,6 +16,7 @@
 #include "affinity/memory_bandwidth.h"
 #include "affinity/pinning.h"
 #include "affinity/topology.h"
+#include "base/log.h"
 
 namespace numaserve::engine {
 
@@ -267,7 +267,8 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> WrapInBatchGroups(
   if (groups < 2) return full;
   const ModelInfo& info = full->info();
   auto keep = [&](const std::string& why) {
-    fprintf(stderr, "numaserve: %s: batch groups off: %s\n", path.c_str(), why.c_str());
+    base::Log(base::LogLevel::kInfo, "engine", absl::StrCat(path, ": batch groups off: ", why),
+              {{"path", path}});
     return std::move(full);
   };
   const int64_t min_rows = options.batch_group_min_rows > 0 ? options.batch_group_min_rows
@@ -336,7 +337,8 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> WrapInBatchGroups(
                       thread_shares[0], where.empty() ? "" : absl::StrCat(" on cpus ", where),
                       static_cast<long long>(groups * min_rows));
   model->set_description(description);
-  fprintf(stderr, "numaserve: %s: batch groups: %s\n", path.c_str(), description.c_str());
+  base::Log(base::LogLevel::kInfo, "engine", absl::StrCat(path, ": batch groups: ", description),
+            {{"path", path}});
   return std::unique_ptr<CompiledModel>(std::move(model));
 }
 

@@ -104,12 +104,6 @@ bool IsBoundary(const StepProfile& row) {
          row.layouts.substr(0, arrow) != row.layouts.substr(arrow + 2);
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out;
-  base::AppendJsonString(&out, s);
-  return out;
-}
-
 }  // namespace
 
 std::string FormatStepProfile(const std::vector<StepProfile>& profile, int64_t runs, int top,
@@ -191,15 +185,17 @@ std::string StepProfileJson(const std::vector<StepProfile>& profile, int64_t run
                                  ", \"wall_ms\": ", wall_seconds * per_run, ", \"rows\": [");
   for (size_t i = 0; i < profile.size(); ++i) {
     const StepProfile& row = profile[i];
-    absl::StrAppend(
-        &out, i == 0 ? "" : ", ", "{\"index\": ", row.index, ", \"kind\": ", JsonString(row.kind),
-        ", \"step\": ", JsonString(row.description), ", \"layouts\": ", JsonString(row.layouts),
-        ", \"implementation\": ", JsonString(row.implementation), ", \"threads\": ", row.threads,
-        ", \"ms\": ", row.seconds * per_run, ", \"share\": ", total > 0 ? row.seconds / total : 0.0,
-        ", \"gflops\": ", row.seconds > 0 ? row.flops / row.seconds / 1e9 : 0.0,
-        ", \"bytes\": ", row.bytes / static_cast<double>(std::max<int64_t>(runs, 1)),
-        ", \"precision\": ", JsonString(row.precision),
-        ", \"boundary\": ", IsBoundary(row) ? "true" : "false", "}");
+    absl::StrAppend(&out, i == 0 ? "" : ", ", "{\"index\": ", row.index,
+                    ", \"kind\": ", base::JsonString(row.kind),
+                    ", \"step\": ", base::JsonString(row.description),
+                    ", \"layouts\": ", base::JsonString(row.layouts),
+                    ", \"implementation\": ", base::JsonString(row.implementation),
+                    ", \"threads\": ", row.threads, ", \"ms\": ", row.seconds * per_run,
+                    ", \"share\": ", total > 0 ? row.seconds / total : 0.0,
+                    ", \"gflops\": ", row.seconds > 0 ? row.flops / row.seconds / 1e9 : 0.0,
+                    ", \"bytes\": ", row.bytes / static_cast<double>(std::max<int64_t>(runs, 1)),
+                    ", \"precision\": ", base::JsonString(row.precision),
+                    ", \"boundary\": ", IsBoundary(row) ? "true" : "false", "}");
   }
   return out + "]}";
 }

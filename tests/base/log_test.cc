@@ -15,10 +15,12 @@ namespace {
 
 const absl::Time kTime = absl::FromUnixMillis(1767323045678);  // 2026-01-02T03:04:05.678Z
 
+// AppendJsonString's literal, checked to be what JsonString returns.
 std::string Json(absl::string_view text) {
-  std::string out;
+  std::string out = "prefix:";
   AppendJsonString(&out, text);
-  return out;
+  EXPECT_EQ(out.substr(7), JsonString(text));
+  return out.substr(7);
 }
 
 TEST(LogTest, ParsesLevelsAndFormats) {
