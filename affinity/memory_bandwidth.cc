@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "affinity/topology.h"
@@ -62,6 +63,84 @@ bool PinCallingThread(int cpu) {
 void Triad(double* __restrict a, const double* __restrict b, const double* __restrict c,
            int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = b[i] + kTriadScalar * c[i];
+}
+
+// What the probe's threads measured: the passes timed, the best pass's
+// seconds, and the cpu a thread could not be pinned to (-1: none).
+struct TriadRun {
+  int passes = 0;
+  double best = 0;
+  int unpinned = -1;
+};
+
+// Sets the calling thread's affinity back to `own` (nothing when empty).
+void RestoreCallingThreadCpus(const std::vector<int>& own) {
+  if (!own.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : own) CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+}
+
+// Runs the triad on one thread per thread_cpus entry (the calling thread is
+// thread 0), each pinned and touching its `share` of a, b and c first,
+// until options.repetitions passes or options.max_seconds.
+TriadRun RunTriadThreads(const std::vector<int>& thread_cpus, double* a, double* b, double* c,
+                         int64_t share, const BandwidthOptions& options) {
+  const int threads = static_cast<int>(thread_cpus.size());
+  using Clock = std::chrono::steady_clock;
+  // Run by whichever thread completes a phase, before any is released:
+  // phase 0 after pinning, 1 after the first touch (the clock starts),
+  // then one per pass.
+  int phase = 0;
+  int passes = 0;
+  double best = 0;
+  bool stop = false;
+  Clock::time_point pass_start, first_pass_start;
+  auto on_phase = [&]() noexcept {
+    const Clock::time_point now = Clock::now();
+    if (phase == 1) first_pass_start = now;
+    if (phase >= 2) {
+      const double seconds = std::chrono::duration<double>(now - pass_start).count();
+      best = passes == 0 ? seconds : std::min(best, seconds);
+      ++passes;
+      const double elapsed = std::chrono::duration<double>(now - first_pass_start).count();
+      stop = passes >= options.repetitions || (passes >= 2 && elapsed >= options.max_seconds);
+    }
+    ++phase;
+    pass_start = Clock::now();
+  };
+  std::barrier sync(threads, on_phase);
+  std::atomic<int> unpinned{-1};
+  auto work = [&](int t) {
+    if (!PinCallingThread(thread_cpus[t])) unpinned.store(thread_cpus[t]);
+    sync.arrive_and_wait();
+    if (unpinned.load() >= 0) return;
+    double* my_a = a + t * share;
+    double* my_b = b + t * share;
+    double* my_c = c + t * share;
+    // First touch from the pinned thread: the pages are local to its node.
+    for (int64_t i = 0; i < share; ++i) {
+      my_a[i] = 1.0;
+      my_b[i] = 2.0;
+      my_c[i] = 0.5;
+    }
+    sync.arrive_and_wait();
+    while (true) {
+      Triad(my_a, my_b, my_c, share);
+      sync.arrive_and_wait();
+      if (stop) break;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  // The calling thread is thread 0; its own affinity is restored after.
+  const std::vector<int> own = CallingThreadCpus();
+  work(0);
+  for (std::thread& th : pool) th.join();
+  RestoreCallingThreadCpus(own);
+  return TriadRun{.passes = passes, .best = best, .unpinned = unpinned.load()};
 }
 
 }  // namespace
@@ -114,66 +193,12 @@ absl::StatusOr<BandwidthResult> MeasureMemoryBandwidth(const BandwidthOptions& o
         "bandwidth probe: cannot allocate 3 arrays of ", n * sizeof(double), " bytes"));
   }
   const int64_t share = n / threads;
-
-  using Clock = std::chrono::steady_clock;
-  // Run by whichever thread completes a phase, before any is released:
-  // phase 0 after pinning, 1 after the first touch (the clock starts),
-  // then one per pass.
-  int phase = 0;
-  int passes = 0;
-  double best = 0;
-  bool stop = false;
-  Clock::time_point pass_start, first_pass_start;
-  auto on_phase = [&]() noexcept {
-    const Clock::time_point now = Clock::now();
-    if (phase == 1) first_pass_start = now;
-    if (phase >= 2) {
-      const double seconds = std::chrono::duration<double>(now - pass_start).count();
-      best = passes == 0 ? seconds : std::min(best, seconds);
-      ++passes;
-      const double elapsed = std::chrono::duration<double>(now - first_pass_start).count();
-      stop = passes >= options.repetitions || (passes >= 2 && elapsed >= options.max_seconds);
-    }
-    ++phase;
-    pass_start = Clock::now();
-  };
-  std::barrier sync(threads, on_phase);
-  std::atomic<int> unpinned{-1};
-  auto work = [&](int t) {
-    if (!PinCallingThread(thread_cpus[t])) unpinned.store(thread_cpus[t]);
-    sync.arrive_and_wait();
-    if (unpinned.load() >= 0) return;
-    double* my_a = a.get() + t * share;
-    double* my_b = b.get() + t * share;
-    double* my_c = c.get() + t * share;
-    // First touch from the pinned thread: the pages are local to its node.
-    for (int64_t i = 0; i < share; ++i) {
-      my_a[i] = 1.0;
-      my_b[i] = 2.0;
-      my_c[i] = 0.5;
-    }
-    sync.arrive_and_wait();
-    while (true) {
-      Triad(my_a, my_b, my_c, share);
-      sync.arrive_and_wait();
-      if (stop) break;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  // The calling thread is thread 0; its own affinity is restored after.
-  const std::vector<int> own = CallingThreadCpus();
-  work(0);
-  for (std::thread& th : pool) th.join();
-  if (!own.empty()) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int cpu : own) CPU_SET(cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-  }
-  if (unpinned.load() >= 0) {
+  const TriadRun run = RunTriadThreads(thread_cpus, a.get(), b.get(), c.get(), share, options);
+  const int passes = run.passes;
+  const double best = run.best;
+  if (run.unpinned >= 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("bandwidth probe: cannot pin a thread to cpu ", unpinned.load()));
+        absl::StrCat("bandwidth probe: cannot pin a thread to cpu ", run.unpinned));
   }
   // The triad's result, checked (and so not optimized away).
   const double expected = 2.0 + kTriadScalar * 0.5;

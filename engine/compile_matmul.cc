@@ -151,12 +151,64 @@ void CompiledModelImpl::CompileBatchedMatMul(int node_index,
                                                        std::move(dst_perm), alpha, name));
 }
 
+// An attention chain CompileAttention matches: the nodes after the first
+// MatMul (-1: absent), the chain's output, and the operands as stored.
+struct CompiledModelImpl::AttentionMatch {
+  int scale = -1;  // the scalar Mul/Div of the scores
+  float alpha = 1.0f;
+  int softmax = -1;
+  int pv = -1;  // MatMul(probabilities, v)
+  int out_transpose = -1;
+  size_t rank = 0;  // the product's
+  ValueId out = kNoValue;
+  std::vector<int64_t> dst_perm;
+  // q, k and v: as the graph names them, as stored, and the transposes
+  // read through to them (-1: none).
+  ValueId logical[3] = {kNoValue, kNoValue, kNoValue};
+  AttentionStep::Operand operands[3];
+  int transposes[3] = {-1, -1, -1};
+};
+
 bool CompiledModelImpl::CompileAttention(int node_index,
                                          const std::vector<std::vector<int>>& consumers,
                                          const std::vector<Shape>& shapes1,
                                          const std::vector<int>& producer,
                                          std::vector<bool>& fused) {
   if (!options_.fuse_attention) return false;
+  AttentionMatch m;
+  if (!MatchAttentionChain(node_index, consumers, shapes1, m) ||
+      !ResolveAttentionOperands(node_index, consumers, shapes1, producer, m) ||
+      !AttentionShapesFit(shapes1, m)) {
+    return false;
+  }
+  const auto& nodes = graph_.nodes();
+  const Node& qk = nodes[node_index];
+  const int step = static_cast<int>(steps_.size());
+  std::string name = qk.name;
+  for (int k = 0; k < 3; ++k) {
+    const int t = m.transposes[k];
+    if (t < 0) continue;
+    if (t < node_index) {
+      step_of_node_[t] = step;  // read inside this step only
+    } else {
+      fused[t] = true;
+    }
+    absl::StrAppend(&name, "+", nodes[t].name);
+  }
+  for (int j : {m.scale, m.softmax, m.pv, m.out_transpose}) {
+    if (j < 0) continue;
+    fused[j] = true;
+    absl::StrAppend(&name, "+", nodes[j].name);
+  }
+  steps_.push_back(std::make_unique<AttentionStep>(m.operands[0], m.operands[1], m.operands[2],
+                                                   m.out, std::move(m.dst_perm), m.alpha, name));
+  return true;
+}
+
+bool CompiledModelImpl::MatchAttentionChain(int node_index,
+                                            const std::vector<std::vector<int>>& consumers,
+                                            const std::vector<Shape>& shapes1,
+                                            AttentionMatch& m) const {
   const auto& nodes = graph_.nodes();
   const Node& qk = nodes[node_index];
   if (qk.op_type != "MatMul" || qk.inputs.size() != 2 || qk.inputs[0] == qk.inputs[1]) {
@@ -165,58 +217,80 @@ bool CompiledModelImpl::CompileAttention(int node_index,
   // qk -> [scale] -> Softmax(last axis) -> MatMul(probabilities, v) -> [Transpose]
   ValueId scores = qk.outputs[0];
   const auto [scale, alpha] = ScaleOfProduct(scores, consumers, shapes1);
+  m.scale = scale;
+  m.alpha = alpha;
   if (scale >= 0) scores = nodes[scale].outputs[0];
   const size_t rank = shapes1[qk.outputs[0]].size();
+  m.rank = rank;
   const int softmax = SoleConsumer(scores, "Softmax", consumers);
+  m.softmax = softmax;
   if (softmax < 0 || NeedsTypedRun(graph_, nodes[softmax]) || rank < 2) return false;
   const int64_t axis = GetSoftmaxSemantics(graph_, nodes[softmax]).axis;
   if (axis != -1 && axis != static_cast<int64_t>(rank) - 1) return false;
   const ValueId probs = nodes[softmax].outputs[0];
   const int pv = SoleConsumer(probs, "MatMul", consumers);
+  m.pv = pv;
   if (pv < 0 || NeedsTypedRun(graph_, nodes[pv]) || nodes[pv].inputs.size() != 2 ||
       nodes[pv].inputs[0] != probs || nodes[pv].inputs[1] == probs) {
     return false;
   }
-  ValueId out = nodes[pv].outputs[0];
-  if (shapes1[out].size() != rank) return false;
-  const int out_transpose = TransposeOfProduct(out, consumers, shapes1);
-  std::vector<int64_t> dst_perm;
-  if (out_transpose >= 0) {
-    dst_perm = TransposePerm(nodes[out_transpose], rank);
-    out = nodes[out_transpose].outputs[0];
+  m.out = nodes[pv].outputs[0];
+  if (shapes1[m.out].size() != rank) return false;
+  m.out_transpose = TransposeOfProduct(m.out, consumers, shapes1);
+  if (m.out_transpose >= 0) {
+    m.dst_perm = TransposePerm(nodes[m.out_transpose], rank);
+    m.out = nodes[m.out_transpose].outputs[0];
   }
+  return true;
+}
+
+bool CompiledModelImpl::ResolveAttentionOperands(int node_index,
+                                                 const std::vector<std::vector<int>>& consumers,
+                                                 const std::vector<Shape>& shapes1,
+                                                 const std::vector<int>& producer,
+                                                 AttentionMatch& m) const {
+  const auto& nodes = graph_.nodes();
+  const Node& qk = nodes[node_index];
+  const size_t rank = m.rank;
   // The operands as stored, through the transposes feeding them; each must
   // be ready here (computed by an earlier node) and of the product's rank.
-  AttentionStep::Operand operands[3];
-  int transposes[3] = {-1, -1, -1};
-  const ValueId logical[3] = {qk.inputs[0], qk.inputs[1], nodes[pv].inputs[1]};
+  m.logical[0] = qk.inputs[0];
+  m.logical[1] = qk.inputs[1];
+  m.logical[2] = nodes[m.pv].inputs[1];
   for (int k = 0; k < 3; ++k) {
-    const ValueId v = logical[k];
+    const ValueId v = m.logical[k];
     if (graph_.IsConstant(v) || shapes1[v].size() != rank) return false;
-    operands[k].value = v;
+    AttentionStep::Operand& operand = m.operands[k];
+    operand.value = v;
     const int t = producer[v];
     if (t >= 0 && nodes[t].op_type == "Transpose" &&
         (absorbed_transpose_[t] ||
          (t > node_index && TransposeFeedsBatchedMatMul(t, consumers, shapes1)))) {
-      operands[k].value = nodes[t].inputs[0];
-      operands[k].perm = TransposePerm(nodes[t], rank);
-      transposes[k] = t;
+      operand.value = nodes[t].inputs[0];
+      operand.perm = TransposePerm(nodes[t], rank);
+      m.transposes[k] = t;
     }
-    const int p = producer[operands[k].value];
-    if (p > node_index || graph_.IsConstant(operands[k].value)) return false;
+    const int p = producer[operand.value];
+    if (p > node_index || graph_.IsConstant(operand.value)) return false;
   }
+  return true;
+}
+
+bool CompiledModelImpl::AttentionShapesFit(const std::vector<Shape>& shapes1,
+                                           const AttentionMatch& m) const {
+  const size_t rank = m.rank;
   // v and the output are read and written a row of a head at a time.
   const size_t last = rank - 1;
-  if (!operands[2].perm.empty() && operands[2].perm[last] != static_cast<int64_t>(last)) {
+  if (!m.operands[2].perm.empty() && m.operands[2].perm[last] != static_cast<int64_t>(last)) {
     return false;
   }
-  if (!dst_perm.empty() && dst_perm[last] != static_cast<int64_t>(last)) return false;
+  if (!m.dst_perm.empty() && m.dst_perm[last] != static_cast<int64_t>(last)) return false;
   // Shapes at batch 1: q [.., sq, d], k [.., d, sk], v [.., sk, dv], batch
   // dims equal to the product's or 1.
-  const Shape& q = shapes1[logical[0]];
-  const Shape& k = shapes1[logical[1]];
-  const Shape& v = shapes1[logical[2]];
-  const Shape& y = shapes1[nodes[pv].outputs[0]];
+  const Shape& q = shapes1[m.logical[0]];
+  const Shape& k = shapes1[m.logical[1]];
+  const Shape& v = shapes1[m.logical[2]];
+  const Shape& y = shapes1[graph_.nodes()[m.pv].outputs[0]];
   if (k[last - 1] != q[last] || v[last - 1] != k[last] || y[last - 1] != q[last - 1] ||
       y[last] != v[last]) {
     return false;
@@ -226,25 +300,6 @@ bool CompiledModelImpl::CompileAttention(int node_index,
       if ((*x)[d] != 1 && (*x)[d] != y[d]) return false;
     }
   }
-  const int step = static_cast<int>(steps_.size());
-  std::string name = qk.name;
-  for (int k = 0; k < 3; ++k) {
-    const int t = transposes[k];
-    if (t < 0) continue;
-    if (t < node_index) {
-      step_of_node_[t] = step;  // read inside this step only
-    } else {
-      fused[t] = true;
-    }
-    absl::StrAppend(&name, "+", nodes[t].name);
-  }
-  for (int j : {scale, softmax, pv, out_transpose}) {
-    if (j < 0) continue;
-    fused[j] = true;
-    absl::StrAppend(&name, "+", nodes[j].name);
-  }
-  steps_.push_back(std::make_unique<AttentionStep>(operands[0], operands[1], operands[2], out,
-                                                   std::move(dst_perm), alpha, name));
   return true;
 }
 
@@ -355,6 +410,40 @@ void CompiledModelImpl::PlanQdq(const std::vector<std::vector<int>>& consumers,
       options_.int8_kernels == Int8Kernels::kAlways ||
       (options_.int8_kernels == Int8Kernels::kAuto && kernels::OnednnInt8ProductsExact());
   int kept_fp32 = 0;
+  FindQdqPairs();
+  const std::vector<bool> q_absorbed = QuantizesReadByPairsAlone(consumers);
+  for (int i = 0; i < n; ++i) {
+    if (!qdq_of_node_[i].has_value()) continue;
+    if (!q_absorbed[qdq_of_node_[i]->quantize_node]) {
+      qdq_of_node_[i].reset();  // the QuantizeLinear runs: its DequantizeLinear too
+      continue;
+    }
+    absorbed_qdq_[qdq_of_node_[i]->quantize_node] = true;
+    // INT8 kernels take UINT8 inputs; their readers must all run INT8 for
+    // the pair to need no step (else it runs as a fake-quantize step).
+    const ValueId out = graph_.nodes()[i].outputs[0];
+    bool all = qdq_of_node_[i]->is_uint8 && !is_output_[out] && !consumers[out].empty();
+    for (int c : consumers[out]) all = all && Int8Capable(c, out, shapes1);
+    if (!all) continue;
+    if (!use_int8) {
+      kept_fp32 += static_cast<int>(consumers[out].size());
+      continue;
+    }
+    absorbed_qdq_[i] = true;
+    for (int c : consumers[out]) int8_input_[c] = qdq_of_node_[i];
+  }
+  if (kept_fp32 > 0) {
+    int8_kernels_note_ = absl::StrCat(
+        "INT8 kernels off (",
+        options_.int8_kernels == CompileOptions::Int8Kernels::kNever
+            ? "int8_kernels never"
+            : "no VNNI on this CPU: u8 x s8 products would take two passes, slower than FP32",
+        "): ", kept_fp32, " QDQ conv/matmul step(s) run FP32 on their dequantized weights");
+  }
+}
+
+void CompiledModelImpl::FindQdqPairs() {
+  const int n = static_cast<int>(graph_.nodes().size());
   std::vector<int> producer(graph_.num_values(), -1);
   for (int i = 0; i < n; ++i) {
     for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
@@ -391,6 +480,11 @@ void CompiledModelImpl::PlanQdq(const std::vector<std::vector<int>>& consumers,
     in.quantize_node = j;
     qdq_of_node_[i] = in;
   }
+}
+
+std::vector<bool> CompiledModelImpl::QuantizesReadByPairsAlone(
+    const std::vector<std::vector<int>>& consumers) const {
+  const int n = static_cast<int>(graph_.nodes().size());
   // A QuantizeLinear needs no step when only recognised pairs read it.
   std::vector<bool> q_absorbed(n, false);
   for (int j = 0; j < n; ++j) {
@@ -403,35 +497,47 @@ void CompiledModelImpl::PlanQdq(const std::vector<std::vector<int>>& consumers,
     for (int c : consumers[q.outputs[0]]) all = all && qdq_of_node_[c].has_value();
     q_absorbed[j] = all;
   }
-  for (int i = 0; i < n; ++i) {
-    if (!qdq_of_node_[i].has_value()) continue;
-    if (!q_absorbed[qdq_of_node_[i]->quantize_node]) {
-      qdq_of_node_[i].reset();  // the QuantizeLinear runs: its DequantizeLinear too
-      continue;
+  return q_absorbed;
+}
+
+namespace {
+
+// Gemm's alpha, transA, beta and C on `mm`: a constant row-vector C becomes
+// the bias, another C (beta not 0) the value the product adds onto.
+void ReadGemmAttributes(const Graph& graph, const Node& node, kernels::GemmOptions& mm,
+                        ValueId& accumulate_from) {
+  mm.weights_scale = node.GetFloat("alpha", 1.0f);
+  mm.src_transposed = node.GetInt("transA", 0) != 0;
+  const float beta = node.GetFloat("beta", 1.0f);
+  const ValueId c_id = node.inputs.size() > 2 ? node.inputs[2] : kNoValue;
+  const Constant* c = c_id != kNoValue ? graph.FindConstant(c_id) : nullptr;
+  // A constant C that is a row vector (scalar, [N], [1,N]) is a bias.
+  const bool row_vector =
+      c != nullptr && c->type == DataType::kFloat32 && (c->shape.size() <= 1 || c->shape[0] == 1) &&
+      (kernels::NumElements(c->shape) == mm.n || kernels::NumElements(c->shape) == 1);
+  if (row_vector) {
+    mm.bias.resize(mm.n);
+    for (int64_t j = 0; j < mm.n; ++j) {
+      mm.bias[j] = beta * c->f32.data[c->f32.data.size() == 1 ? 0 : j];
     }
-    absorbed_qdq_[qdq_of_node_[i]->quantize_node] = true;
-    // INT8 kernels take UINT8 inputs; their readers must all run INT8 for
-    // the pair to need no step (else it runs as a fake-quantize step).
-    const ValueId out = graph_.nodes()[i].outputs[0];
-    bool all = qdq_of_node_[i]->is_uint8 && !is_output_[out] && !consumers[out].empty();
-    for (int c : consumers[out]) all = all && Int8Capable(c, out, shapes1);
-    if (!all) continue;
-    if (!use_int8) {
-      kept_fp32 += static_cast<int>(consumers[out].size());
-      continue;
-    }
-    absorbed_qdq_[i] = true;
-    for (int c : consumers[out]) int8_input_[c] = qdq_of_node_[i];
-  }
-  if (kept_fp32 > 0) {
-    int8_kernels_note_ = absl::StrCat(
-        "INT8 kernels off (",
-        options_.int8_kernels == CompileOptions::Int8Kernels::kNever
-            ? "int8_kernels never"
-            : "no VNNI on this CPU: u8 x s8 products would take two passes, slower than FP32",
-        "): ", kept_fp32, " QDQ conv/matmul step(s) run FP32 on their dequantized weights");
+  } else if (c_id != kNoValue && beta != 0.0f) {
+    mm.accumulate = true;
+    mm.sum_scale = beta;
+    accumulate_from = c_id;
   }
 }
+
+}  // namespace
+
+// A weight matmul being built: the kernel's options, the step's name and
+// the values it reads, adds onto and writes.
+struct CompiledModelImpl::MatMulBuild {
+  kernels::GemmOptions mm;
+  std::string name;
+  ValueId src = kNoValue;
+  ValueId accumulate_from = kNoValue;
+  ValueId out = kNoValue;
+};
 
 absl::Status CompiledModelImpl::CompileMatMul(int node_index,
                                               const std::vector<std::vector<int>>& consumers,
@@ -456,15 +562,16 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
     }
     return absl::OkStatus();
   }
-  kernels::GemmOptions mm;
+  MatMulBuild b;
+  kernels::GemmOptions& mm = b.mm;
   mm.weights = weights->f32.data.data();
   mm.weights_transposed = is_gemm && node.GetInt("transB", 0) != 0;
   mm.k = weights->shape[mm.weights_transposed ? 1 : 0];
   mm.n = weights->shape[mm.weights_transposed ? 0 : 1];
   // 2N FLOPs per element of A: a classifier of 10 outputs stays FP32.
   mm.bf16 = UseBf16(2.0 * static_cast<double>(mm.n));
-  std::string name = node.name;
-  ValueId src = node.inputs[0];
+  b.name = node.name;
+  b.src = node.inputs[0];
   if (const std::optional<QdqInput>& q8 = int8_input_[node_index]; q8.has_value()) {
     // A QDQ pair before it: INT8 on the pair's FP32 input.
     mm.int8 = Int8WeightsOf(node, mm.weights_transposed ? 0 : 1, mm.n);
@@ -472,46 +579,44 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
       mm.int8->src_scale = q8->scale;
       mm.int8->src_zero_point = q8->zero_point;
       mm.bf16 = false;
-      src = q8->source;
-      name = absl::StrCat(graph_.nodes()[q8->quantize_node].name, "+", name);
+      b.src = q8->source;
+      b.name = absl::StrCat(graph_.nodes()[q8->quantize_node].name, "+", b.name);
     }
   }
-  ValueId accumulate_from = kNoValue;
-  if (is_gemm) {
-    mm.weights_scale = node.GetFloat("alpha", 1.0f);
-    mm.src_transposed = node.GetInt("transA", 0) != 0;
-    const float beta = node.GetFloat("beta", 1.0f);
-    const ValueId c_id = node.inputs.size() > 2 ? node.inputs[2] : kNoValue;
-    const Constant* c = c_id != kNoValue ? graph_.FindConstant(c_id) : nullptr;
-    // A constant C that is a row vector (scalar, [N], [1,N]) is a bias.
-    const bool row_vector =
-        c != nullptr && c->type == DataType::kFloat32 &&
-        (c->shape.size() <= 1 || c->shape[0] == 1) &&
-        (kernels::NumElements(c->shape) == mm.n || kernels::NumElements(c->shape) == 1);
-    if (row_vector) {
-      mm.bias.resize(mm.n);
-      for (int64_t j = 0; j < mm.n; ++j) {
-        mm.bias[j] = beta * c->f32.data[c->f32.data.size() == 1 ? 0 : j];
-      }
-    } else if (c_id != kNoValue && beta != 0.0f) {
-      mm.accumulate = true;
-      mm.sum_scale = beta;
-      accumulate_from = c_id;
-    }
+  if (is_gemm) ReadGemmAttributes(graph_, node, mm, b.accumulate_from);
+  b.out = node.outputs[0];
+  FuseMatMulOutputs(node_index, consumers, shapes1, producer, fused, b);
+  std::string note;
+  auto kernel = CreateGemm(mm, b.name, &note);
+  if (!kernel.ok()) {
+    return absl::Status(kernel.status().code(),
+                        absl::StrCat(node.Describe(), ": ", kernel.status().message()));
   }
-  ValueId out = node.outputs[0];
+  steps_.push_back(std::make_unique<MatMulStep>(*std::move(kernel), b.src, b.out, b.accumulate_from,
+                                                std::move(b.name), std::move(note)));
+  return absl::OkStatus();
+}
+
+void CompiledModelImpl::FuseMatMulOutputs(int node_index,
+                                          const std::vector<std::vector<int>>& consumers,
+                                          const std::vector<Shape>& shapes1,
+                                          const std::vector<int>& producer,
+                                          std::vector<bool>& fused, MatMulBuild& b) const {
+  kernels::GemmOptions& mm = b.mm;
+  std::string& name = b.name;
+  ValueId& out = b.out;
   const size_t out_rank = shapes1[out].size();
   // + constant bias along N (any leading dims 1, rank not above the output's).
   if (int j = SoleConsumer(out, "Add", consumers); j >= 0) {
     const Node& add = graph_.nodes()[j];
     const ValueId other = add.inputs[0] == out ? add.inputs[1] : add.inputs[0];
-    const Constant* b = graph_.FindConstant(other);
-    const bool bias_like = b != nullptr && b->type == DataType::kFloat32 &&
-                           b->shape.size() <= out_rank && !b->shape.empty() &&
-                           b->shape.back() == mm.n && kernels::NumElements(b->shape) == mm.n;
+    const Constant* bias = graph_.FindConstant(other);
+    const bool bias_like = bias != nullptr && bias->type == DataType::kFloat32 &&
+                           bias->shape.size() <= out_rank && !bias->shape.empty() &&
+                           bias->shape.back() == mm.n && kernels::NumElements(bias->shape) == mm.n;
     if (bias_like) {
       if (mm.bias.empty()) mm.bias.assign(mm.n, 0.0f);
-      for (int64_t i = 0; i < mm.n; ++i) mm.bias[i] += b->f32.data[i];
+      for (int64_t i = 0; i < mm.n; ++i) mm.bias[i] += bias->f32.data[i];
       fused[j] = true;
       out = add.outputs[0];
       absl::StrAppend(&name, "+", add.name);
@@ -537,21 +642,12 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
         shapes1[other] == shapes1[out]) {
       mm.accumulate = true;
       mm.sum_scale = 1.0f;
-      accumulate_from = other;
+      b.accumulate_from = other;
       fused[j] = true;
       out = add.outputs[0];
       absl::StrAppend(&name, "+", add.name);
     }
   }
-  std::string note;
-  auto kernel = CreateGemm(mm, name, &note);
-  if (!kernel.ok()) {
-    return absl::Status(kernel.status().code(),
-                        absl::StrCat(node.Describe(), ": ", kernel.status().message()));
-  }
-  steps_.push_back(std::make_unique<MatMulStep>(*std::move(kernel), src, out, accumulate_from,
-                                                std::move(name), std::move(note)));
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CompiledModelImpl::CreateGemm(

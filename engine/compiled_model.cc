@@ -10,9 +10,17 @@
 // the arena, and Run reads and writes every input and output as the bytes of
 // its type.
 //
-// This file: the Compile driver, the element-wise and layout steps, the
-// plan's description, Load, and the defaults CompileOptions derives from
-// the machine. compiled_model_impl.h lists the others.
+// This file: the Compile driver and its lowering table (LoweringOf), the
+// element-wise and layout steps, the plan's description, Load, and the
+// defaults CompileOptions derives from the machine. compiled_model_impl.h
+// lists the others.
+// To lower an op on a faster step: write one Lower* member function (a
+// LowerContext in; true when it added the node's step or view, false to
+// leave the node to FastStep and then the reference) and add one row for
+// the op type to the table in LoweringOf.
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
 #include "engine/compiled_model_impl.h"
 
 namespace numaserve::engine::internal {
@@ -24,93 +32,216 @@ int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
   return graph_.nodes()[j].op_type == op_type ? j : -1;
 }
 
+// What Compile hands a lowering: the node and the graph-wide facts it has.
+struct CompiledModelImpl::LowerContext {
+  int node_index;
+  const std::vector<std::vector<int>>& consumers;  // by ValueId: reading nodes
+  const std::vector<Shape>& shapes1;               // every value's shape at batch 1
+  const std::vector<int>& producer;  // by ValueId: node index, -1 for inputs/constants
+  std::vector<bool>& fused;          // by node: taken into an earlier node's step
+};
+
+CompiledModelImpl::Lowering CompiledModelImpl::LoweringOf(const std::string& op_type) {
+  // One row per op type; ops sharing a lowering tell themselves apart by
+  // their op_type inside it.
+  static const absl::flat_hash_map<std::string_view, Lowering> kLowerings = {
+      {"Conv", &CompiledModelImpl::LowerConv},
+      {"ConvTranspose", &CompiledModelImpl::LowerConvTranspose},
+      {"Gemm", &CompiledModelImpl::LowerMatMul},
+      {"MatMul", &CompiledModelImpl::LowerMatMul},
+      {"Add", &CompiledModelImpl::LowerAdd},
+      {"Relu", &CompiledModelImpl::LowerRelu},
+      {"Softmax", &CompiledModelImpl::LowerSoftmax},
+      {"Flatten", &CompiledModelImpl::LowerView},
+      {"Reshape", &CompiledModelImpl::LowerView},
+      {"Identity", &CompiledModelImpl::LowerView},
+      {"Squeeze", &CompiledModelImpl::LowerView},
+      {"Unsqueeze", &CompiledModelImpl::LowerView},
+      {"Dropout", &CompiledModelImpl::LowerView},
+      {"MaxPool", &CompiledModelImpl::LowerPool},
+      {"AveragePool", &CompiledModelImpl::LowerPool},
+      {"GlobalAveragePool", &CompiledModelImpl::LowerPool},
+      {"GlobalMaxPool", &CompiledModelImpl::LowerPool},
+      {"Transpose", &CompiledModelImpl::LowerTranspose},
+      {"ReduceSum", &CompiledModelImpl::LowerReduce},
+      {"ReduceMean", &CompiledModelImpl::LowerReduce},
+      {"ReduceMax", &CompiledModelImpl::LowerReduce},
+      {"ReduceMin", &CompiledModelImpl::LowerReduce},
+      {"LayerNormalization", &CompiledModelImpl::LowerLayerNorm},
+  };
+  const auto it = kLowerings.find(std::string_view(op_type));
+  return it != kLowerings.end() ? it->second : nullptr;
+}
+
+bool CompiledModelImpl::AddReferenceStep(int node_index) {
+  steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerConv(const LowerContext& c) {
+  auto done = CompileConv(c.node_index, c.consumers, c.shapes1, c.producer, c.fused);
+  if (!done.ok()) return done.status();
+  if (!*done) AddReferenceStep(c.node_index);
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerConvTranspose(const LowerContext& c) {
+  if (!CompileConvTranspose(c.node_index, c.shapes1)) AddReferenceStep(c.node_index);
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerMatMul(const LowerContext& c) {
+  if (absl::Status s = CompileMatMul(c.node_index, c.consumers, c.shapes1, c.producer, c.fused);
+      !s.ok()) {
+    return s;
+  }
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerAdd(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  if (node.inputs.size() != 2) return false;
+  steps_.push_back(std::make_unique<AddStep>(engine_, node.inputs[0], node.inputs[1],
+                                             node.outputs[0], node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerRelu(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  steps_.push_back(std::make_unique<ReluStep>(engine_, node.inputs[0], node.outputs[0], node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerSoftmax(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
+  steps_.push_back(std::make_unique<SoftmaxStep>(engine_, sm.axis, sm.flatten_to_2d, node.inputs[0],
+                                                 node.outputs[0], node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerView(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  if (node.op_type == "Dropout" && node.outputs.size() != 1) return false;
+  root_[node.outputs[0]] = root_[node.inputs[0]];  // a view: same bytes, another shape
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerPool(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const std::string& op = node.op_type;
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  const Shape& x = c.shapes1[in];
+  const bool global = op.rfind("Global", 0) == 0;
+  const bool is_max = op == "MaxPool" || op == "GlobalMaxPool";
+  const bool include_pad = node.GetInt("count_include_pad", 0) != 0;
+  if (x.size() < 3 || x.size() > 5 || node.outputs.size() != 1) {
+    return AddReferenceStep(c.node_index);
+  }
+  if (include_pad && node.GetInt("ceil_mode", 0) != 0) return AddReferenceStep(c.node_index);
+  kernels::WindowParams window;
+  if (!global) {
+    auto w = ops::ResolveWindow(node, x, node.GetInts("kernel_shape", {}));
+    if (!w.ok()) return AddReferenceStep(c.node_index);
+    window = *w;
+    if (!is_max) {
+      for (int64_t d : window.dilations) {
+        if (d != 1) return AddReferenceStep(c.node_index);
+      }
+    }
+  }
+  const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
+                              : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+  steps_.push_back(std::make_unique<PoolStep>(
+      kernels::PoolOnednn(engine_, alg, window, global, blocked_layout_), in, out, node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerTranspose(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  auto perm = node.GetInts("perm", {});
+  if (perm.empty()) {
+    for (int64_t d = static_cast<int64_t>(c.shapes1[in].size()) - 1; d >= 0; --d) {
+      perm.push_back(d);
+    }
+  }
+  for (int64_t& p : perm) {
+    if (p < 0) p += static_cast<int64_t>(perm.size());
+  }
+  steps_.push_back(std::make_unique<TransposeStep>(perm, in, out, node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerReduce(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const std::string& op = node.op_type;
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  if (node.outputs.size() != 1) return false;
+  // Only reductions over trailing axes (contiguous rows) with the axes
+  // known at compile time; anything else stays on the reference.
+  const int64_t rank = static_cast<int64_t>(c.shapes1[in].size());
+  auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 1);
+  if (!axes.ok() || rank == 0) return AddReferenceStep(c.node_index);
+  int64_t first_axis = 0;  // no axes: all of them
+  if (axes->has_value() && !(*axes)->empty()) {
+    auto norm = ops::NormalizeAxes(node, **axes, rank);
+    if (!norm.ok()) return AddReferenceStep(c.node_index);
+    std::vector<int64_t> sorted = *norm;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    first_axis = rank - static_cast<int64_t>(sorted.size());
+    for (size_t j = 0; j < sorted.size(); ++j) {
+      if (sorted[j] != first_axis + static_cast<int64_t>(j)) return AddReferenceStep(c.node_index);
+    }
+  } else if (node.GetInt("noop_with_empty_axes", 0) != 0) {
+    return AddReferenceStep(c.node_index);
+  }
+  const auto kind = op == "ReduceSum"    ? ReduceRowsStep::Kind::kSum
+                    : op == "ReduceMean" ? ReduceRowsStep::Kind::kMean
+                    : op == "ReduceMax"  ? ReduceRowsStep::Kind::kMax
+                                         : ReduceRowsStep::Kind::kMin;
+  steps_.push_back(std::make_unique<ReduceRowsStep>(kind, first_axis, in, out, node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerLayerNorm(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  if (node.outputs.size() != 1) return false;
+  const Shape& x = c.shapes1[in];
+  const int64_t axis = node.GetInt("axis", -1);
+  const Constant* scale = graph_.FindConstant(node.inputs[1]);
+  const Constant* bias = node.inputs.size() > 2 && node.inputs[2] != kNoValue
+                             ? graph_.FindConstant(node.inputs[2])
+                             : nullptr;
+  const bool has_bias_input = node.inputs.size() > 2 && node.inputs[2] != kNoValue;
+  if (x.empty() || (axis != -1 && axis != static_cast<int64_t>(x.size()) - 1)) {
+    return AddReferenceStep(c.node_index);
+  }
+  const int64_t len = x.back();
+  if (scale == nullptr || static_cast<int64_t>(scale->f32.data.size()) != len) {
+    return AddReferenceStep(c.node_index);
+  }
+  if (has_bias_input && (bias == nullptr || static_cast<int64_t>(bias->f32.data.size()) != len)) {
+    return AddReferenceStep(c.node_index);
+  }
+  std::vector<float> b = bias != nullptr ? bias->f32.data : std::vector<float>(len, 0.0f);
+  steps_.push_back(std::make_unique<LayerNormStep>(
+      scale->f32.data, std::move(b), node.GetFloat("epsilon", 1e-5f), in, out, node.name));
+  return true;
+}
+
 std::unique_ptr<Step> CompiledModelImpl::FastStep(int node_index,
                                                   const std::vector<Shape>& shapes1) {
   const Node& node = graph_.nodes()[node_index];
   const std::string& op = node.op_type;
   const ValueId in = node.inputs[0], out = node.outputs[0];
-  if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
-      op == "GlobalMaxPool") {
-    const Shape& x = shapes1[in];
-    const bool global = op.rfind("Global", 0) == 0;
-    const bool is_max = op == "MaxPool" || op == "GlobalMaxPool";
-    const bool include_pad = node.GetInt("count_include_pad", 0) != 0;
-    if (x.size() < 3 || x.size() > 5 || node.outputs.size() != 1) return nullptr;
-    if (include_pad && node.GetInt("ceil_mode", 0) != 0) return nullptr;
-    kernels::WindowParams window;
-    if (!global) {
-      auto w = ops::ResolveWindow(node, x, node.GetInts("kernel_shape", {}));
-      if (!w.ok()) return nullptr;
-      window = *w;
-      if (!is_max) {
-        for (int64_t d : window.dilations) {
-          if (d != 1) return nullptr;
-        }
-      }
-    }
-    const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
-                                : include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                              : dnnl::algorithm::pooling_avg_exclude_padding;
-    return std::make_unique<PoolStep>(
-        kernels::PoolOnednn(engine_, alg, window, global, blocked_layout_), in, out, node.name);
-  }
-  if (op == "Transpose") {
-    auto perm = node.GetInts("perm", {});
-    if (perm.empty()) {
-      for (int64_t d = static_cast<int64_t>(shapes1[in].size()) - 1; d >= 0; --d) perm.push_back(d);
-    }
-    for (int64_t& p : perm) {
-      if (p < 0) p += static_cast<int64_t>(perm.size());
-    }
-    return std::make_unique<TransposeStep>(perm, in, out, node.name);
-  }
-  if ((op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin") &&
-      node.outputs.size() == 1) {
-    // Only reductions over trailing axes (contiguous rows) with the axes
-    // known at compile time; anything else stays on the reference.
-    const int64_t rank = static_cast<int64_t>(shapes1[in].size());
-    auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 1);
-    if (!axes.ok() || rank == 0) return nullptr;
-    int64_t first_axis = 0;  // no axes: all of them
-    if (axes->has_value() && !(*axes)->empty()) {
-      auto norm = ops::NormalizeAxes(node, **axes, rank);
-      if (!norm.ok()) return nullptr;
-      std::vector<int64_t> sorted = *norm;
-      std::sort(sorted.begin(), sorted.end());
-      sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-      first_axis = rank - static_cast<int64_t>(sorted.size());
-      for (size_t j = 0; j < sorted.size(); ++j) {
-        if (sorted[j] != first_axis + static_cast<int64_t>(j)) return nullptr;
-      }
-    } else if (node.GetInt("noop_with_empty_axes", 0) != 0) {
-      return nullptr;
-    }
-    const auto kind = op == "ReduceSum"    ? ReduceRowsStep::Kind::kSum
-                      : op == "ReduceMean" ? ReduceRowsStep::Kind::kMean
-                      : op == "ReduceMax"  ? ReduceRowsStep::Kind::kMax
-                                           : ReduceRowsStep::Kind::kMin;
-    return std::make_unique<ReduceRowsStep>(kind, first_axis, in, out, node.name);
-  }
+  // Compile sends every MatMul to CompileMatMul, which runs this case itself
+  // before calling here; kept so FastStep answers for a MatMul as before.
   if (op == "MatMul" && shapes1[in].size() >= 2 && shapes1[node.inputs[1]].size() >= 2) {
     return std::make_unique<BatchedMatMulStep>(engine_, in, node.inputs[1], out, node.name);
-  }
-  if (op == "LayerNormalization" && node.outputs.size() == 1) {
-    const Shape& x = shapes1[in];
-    const int64_t axis = node.GetInt("axis", -1);
-    const Constant* scale = graph_.FindConstant(node.inputs[1]);
-    const Constant* bias = node.inputs.size() > 2 && node.inputs[2] != kNoValue
-                               ? graph_.FindConstant(node.inputs[2])
-                               : nullptr;
-    const bool has_bias_input = node.inputs.size() > 2 && node.inputs[2] != kNoValue;
-    if (x.empty() || (axis != -1 && axis != static_cast<int64_t>(x.size()) - 1)) return nullptr;
-    const int64_t len = x.back();
-    if (scale == nullptr || static_cast<int64_t>(scale->f32.data.size()) != len) return nullptr;
-    if (has_bias_input && (bias == nullptr || static_cast<int64_t>(bias->f32.data.size()) != len)) {
-      return nullptr;
-    }
-    std::vector<float> b = bias != nullptr ? bias->f32.data : std::vector<float>(len, 0.0f);
-    return std::make_unique<LayerNormStep>(scale->f32.data, std::move(b),
-                                           node.GetFloat("epsilon", 1e-5f), in, out, node.name);
   }
   if (node.inputs.size() == 1 && node.outputs.size() == 1 && op != "Softmax") {
     if (auto p = ops::UnaryParamsOf(graph_, node); p.ok()) {
@@ -158,7 +289,7 @@ absl::Status CompiledModelImpl::Compile() {
     StepOfNodes step_of(i, steps_before, fused, steps_, step_of_node_);
     const Node& node = graph_.nodes()[i];
     const std::string& op = node.op_type;
-    const ValueId in = node.inputs[0], out = node.outputs[0];
+    const ValueId out = node.outputs[0];
     const bool view = op == "Flatten" || op == "Reshape" || op == "Identity" || op == "Squeeze" ||
                       op == "Unsqueeze" || (op == "Dropout" && node.outputs.size() == 1);
     if (absorbed_qdq_[i]) continue;  // read inside the INT8 steps after it
@@ -182,35 +313,24 @@ absl::Status CompiledModelImpl::Compile() {
       absorbed_transpose_[i] = true;  // no step: the matmul after it reads through strides
       continue;
     }
-    if (op == "Conv") {
-      auto done = CompileConv(i, consumers, *shapes1, producer, fused);
-      if (!done.ok()) return done.status();
-      if (!*done) steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
-    } else if (op == "ConvTranspose") {
-      if (!CompileConvTranspose(i, *shapes1)) {
-        steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
-      }
-    } else if (op == "Gemm" || op == "MatMul") {
-      if (absl::Status s = CompileMatMul(i, consumers, *shapes1, producer, fused); !s.ok()) {
-        return s;
-      }
-    } else if (op == "Add" && node.inputs.size() == 2) {
-      steps_.push_back(std::make_unique<AddStep>(engine_, in, node.inputs[1], out, node.name));
-    } else if (op == "Relu") {
-      steps_.push_back(std::make_unique<ReluStep>(engine_, in, out, node.name));
-    } else if (op == "Softmax") {
-      const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
-      steps_.push_back(
-          std::make_unique<SoftmaxStep>(engine_, sm.axis, sm.flatten_to_2d, in, out, node.name));
-    } else if (op == "Flatten" || op == "Reshape" || op == "Identity" || op == "Squeeze" ||
-               op == "Unsqueeze" || (op == "Dropout" && node.outputs.size() == 1)) {
-      root_[out] = root_[in];  // a view: same bytes, another shape
-    } else if (auto fast = FastStep(i, *shapes1); fast != nullptr) {
+    if (const Lowering lower = LoweringOf(op); lower != nullptr) {
+      auto handled = (this->*lower)(LowerContext{i, consumers, *shapes1, producer, fused});
+      if (!handled.ok()) return handled.status();
+      if (*handled) continue;
+    }
+    if (auto fast = FastStep(i, *shapes1); fast != nullptr) {
       steps_.push_back(std::move(fast));
     } else {
       steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
     }
   }
+  PlanAfterLowering(consumers, producer, *shapes1);
+  return absl::OkStatus();
+}
+
+void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
+                                          const std::vector<int>& producer,
+                                          const std::vector<Shape>& shapes1) {
   // An absorbed QDQ pair is read inside the steps of its readers: its
   // values (the pair's FP32 input included) live until the last of them.
   for (int i = static_cast<int>(graph_.nodes().size()) - 1; i >= 0; --i) {
@@ -220,7 +340,7 @@ absl::Status CompiledModelImpl::Compile() {
     }
   }
   AssignStorage();
-  ChooseLayouts(*shapes1);
+  ChooseLayouts(shapes1);
   threads_ = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
   if (options_.serial_below_flops < 0) {
     options_.serial_below_flops = DefaultSerialBelowFlops(threads_);
@@ -234,7 +354,6 @@ absl::Status CompiledModelImpl::Compile() {
   }
   PlanLifetimes(producer, consumers);
   PlanInPlaceResiduals();
-  return absl::OkStatus();
 }
 
 std::string CompiledModelImpl::DescribePlan() const {

@@ -1,7 +1,9 @@
 // CompiledModelImpl: the engine's CompiledModel (model.h), the class the
 // compiler's files share. Internal to engine/: nothing outside includes it.
-//   compiled_model.cc  the Compile driver, element-wise and layout steps,
-//                      the plan's description, Load, the options' defaults
+//   compiled_model.cc  the Compile driver and its table of lowerings by op
+//                      type (a new op: one Lower* function, one table row),
+//                      element-wise and layout steps, the plan's
+//                      description, Load, the options' defaults
 //   compile_matmul.cc  MatMul/Gemm, the GEMM choice, GELU, attention and
 //                      batched-matmul fusions, the QDQ (INT8) plan
 //   compile_conv.cc    Conv and ConvTranspose
@@ -160,6 +162,12 @@ class CompiledModelImpl final : public CompiledModel {
   absl::Status CompileMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
                              const std::vector<Shape>& shapes1, const std::vector<int>& producer,
                              std::vector<bool>& fused);
+  // CompileMatMul's weight matmul being built (compile_matmul.cc).
+  struct MatMulBuild;
+  // Folds a bias Add, then a Relu, an erf GELU or a residual Add after the matmul into `b`.
+  void FuseMatMulOutputs(int node_index, const std::vector<std::vector<int>>& consumers,
+                         const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                         std::vector<bool>& fused, MatMulBuild& b) const;
   // The GEMM kernel on the backend options_ names ("auto": the fastest, timed
   // here once per distinct shape, or remembered); `note` says which, for
   // DescribePlan.
@@ -178,11 +186,79 @@ class CompiledModelImpl final : public CompiledModel {
   absl::StatusOr<bool> CompileConv(int node_index, const std::vector<std::vector<int>>& consumers,
                                    const std::vector<Shape>& shapes1,
                                    const std::vector<int>& producer, std::vector<bool>& fused);
+  // CompileConv's phases (compile_conv.cc) share ConvBuild: the conv being built.
+  struct ConvBuild;
+  // A QDQ pair after a conv that folds into its post-ops.
+  struct FoldableQdqPair;
+  // A depthwise 3x3 conv that can run as a 1x1 conv's post-op.
+  struct DepthwiseMatch;
+  // Reads the conv's window, weights and bias; false when it needs the reference.
+  absl::StatusOr<bool> ReadConvParams(ConvBuild& cb) const;
+  // Folds a BatchNormalization, a residual Add and activations after the conv.
+  void FuseConvOutputs(ConvBuild& cb) const;
+  // Folds the BatchNormalization reading `value` alone into `wts` and `bs`.
+  bool FoldConvBatchNorm(ConvBuild& cb, ValueId& value, int64_t channels, std::vector<float>& wts,
+                         std::vector<float>& bs, std::string& label,
+                         std::vector<float>* int8_scales = nullptr) const;
+  // Appends the activations reading `value` (a chain) to `posts`.
+  void FuseConvActivations(ConvBuild& cb, ValueId& value,
+                           std::vector<kernels::EltwisePostOp>& posts, std::string& label) const;
+  // Sets the conv's weights and bias and chooses Winograd, BF16 or INT8.
+  void ChooseConvImplementation(ConvBuild& cb) const;
+  // Whether a conv with `trial`'s options runs on a non-reference kernel.
+  bool ConvRunsFast(kernels::ConvOnednnOptions trial, const Shape& src, const Shape& dst) const;
+  // The QDQ pair reading `value` alone that folds into a conv, or nothing.
+  std::optional<FoldableQdqPair> FoldableQdqPairOf(const ConvBuild& cb, ValueId value) const;
+  // Marks `pair` fused into the step named `step_name`; `value` becomes its output.
+  void TakeQdqPair(ConvBuild& cb, const FoldableQdqPair& pair, ValueId& value,
+                   std::string& step_name) const;
+  // The depthwise 3x3 conv after a 1x1 conv that may become its post-op, or nothing.
+  std::optional<DepthwiseMatch> DepthwiseAfterConv(const ConvBuild& cb) const;
+  // Fuses the depthwise conv `m` into the conv where oneDNN runs it fast.
+  void FuseConvDepthwise(ConvBuild& cb, const DepthwiseMatch& m) const;
   // ConvTranspose with constant weights on oneDNN's deconvolution; false
   // when the node needs the reference.
   bool CompileConvTranspose(int node_index, const std::vector<Shape>& shapes1);
-  // The fast step for an element-wise/layout op, or null.
+  // The generic step for a node no table lowering took (a batched MatMul, a
+  // unary op, a Clip activation, a binary op), or null: the reference runs it.
   std::unique_ptr<Step> FastStep(int node_index, const std::vector<Shape>& shapes1);
+  // Compile's lowerings, one per op type or family, found by op type in
+  // the table in LoweringOf (compiled_model.cc). Each adds the node's step
+  // (or view) and returns true, or returns false to leave the node to
+  // FastStep and then the reference step.
+  struct LowerContext;
+  using Lowering = absl::StatusOr<bool> (CompiledModelImpl::*)(const LowerContext& c);
+  // The lowering for `op_type`, or null when the table has none.
+  static Lowering LoweringOf(const std::string& op_type);
+  // Adds node `node_index`'s reference step; true, so a lowering can return it.
+  bool AddReferenceStep(int node_index);
+  // Conv on oneDNN (CompileConv), else the reference.
+  absl::StatusOr<bool> LowerConv(const LowerContext& c);
+  // ConvTranspose on oneDNN (CompileConvTranspose), else the reference.
+  absl::StatusOr<bool> LowerConvTranspose(const LowerContext& c);
+  // Gemm and MatMul: CompileMatMul.
+  absl::StatusOr<bool> LowerMatMul(const LowerContext& c);
+  // An Add of two inputs on oneDNN; false for any other arity.
+  absl::StatusOr<bool> LowerAdd(const LowerContext& c);
+  // Relu on oneDNN.
+  absl::StatusOr<bool> LowerRelu(const LowerContext& c);
+  // Softmax on oneDNN.
+  absl::StatusOr<bool> LowerSoftmax(const LowerContext& c);
+  // Flatten, Reshape, Identity, Squeeze, Unsqueeze and a one-output Dropout: a view, no step.
+  absl::StatusOr<bool> LowerView(const LowerContext& c);
+  // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool on oneDNN, else the reference.
+  absl::StatusOr<bool> LowerPool(const LowerContext& c);
+  // Transpose as a strided copy.
+  absl::StatusOr<bool> LowerTranspose(const LowerContext& c);
+  // ReduceSum/Mean/Max/Min over trailing axes, else the reference; false with several outputs.
+  absl::StatusOr<bool> LowerReduce(const LowerContext& c);
+  // LayerNormalization over the last axis with constant scale and bias, else
+  // the reference; false with several outputs.
+  absl::StatusOr<bool> LowerLayerNorm(const LowerContext& c);
+  // Compile's work once every node has its step: storage, layouts, the
+  // thread and serial-step defaults, profiling, lifetimes, in-place residuals.
+  void PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
+                         const std::vector<int>& producer, const std::vector<Shape>& shapes1);
   // Whether a conv or weight matmul doing `flops_per_input` FLOPs per
   // element of its input runs in BF16 (precision bf16, and at least
   // CompileOptions::bf16_min_flops_per_input).
@@ -208,6 +284,13 @@ class CompiledModelImpl final : public CompiledModel {
   // Decides state.split_steps and state.slice_rows for `batch`, and the
   // shapes and row sizes the slices use (BatchState).
   void PlanBatchSplit(int64_t batch, BatchState& state) const;
+  // PlanBatchSplit's choice of the split steps and rows (memory_plan.cc).
+  struct BatchSplitChoice;
+  // The prefix of row-wise steps whose split saves the most memory traffic at `shapes`.
+  BatchSplitChoice ChooseBatchSplit(int64_t batch, const std::vector<Shape>& shapes,
+                                    int64_t cache) const;
+  // Sets state.slice_local: the values the split steps alone write and read.
+  void MarkSliceLocal(BatchState& state) const;
   // Keeps conv/pool activations in oneDNN's blocked layout where every
   // reader accepts it (conv chains); plain elsewhere.
   void ChooseLayouts(const std::vector<Shape>& shapes1);
@@ -237,6 +320,10 @@ class CompiledModelImpl final : public CompiledModel {
   // and the pairs that need no step (qdq_of_node_, int8_input_,
   // absorbed_qdq_).
   void PlanQdq(const std::vector<std::vector<int>>& consumers, const std::vector<Shape>& shapes1);
+  // Sets qdq_of_node_: each QuantizeLinear -> DequantizeLinear pair with equal scalar parameters.
+  void FindQdqPairs();
+  // By node: a QuantizeLinear that only the pairs qdq_of_node_ holds read.
+  std::vector<bool> QuantizesReadByPairsAlone(const std::vector<std::vector<int>>& consumers) const;
   // The INT8 operands of a Conv/MatMul/Gemm node whose weights are a
   // folded DequantizeLinear of INT8 values with scales along its output
   // channels (`axis`), or nothing.
@@ -269,6 +356,14 @@ class CompiledModelImpl final : public CompiledModel {
     std::vector<int>& step_of_node_;
   };
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
+  // Places state's arena values (arena_offset) and sets its arena_bytes.
+  void PlanArena(BatchState& state) const;
+  // Grows arena_ to hold a plan of `arena_bytes` (for `batch`, in the error).
+  absl::Status GrowArena(int64_t batch, int64_t arena_bytes);
+  // Per step: its FLOPs, bytes and serial flag in `state`, and Prepare at its shapes.
+  absl::Status PrepareSteps(int64_t batch, BatchState& state);
+  // Drops the least recently used batch plans until a new one fits options_.batch_plans.
+  void EvictBatchPlans();
   // OK when `batch` is a row count Run takes: >= 1 when an input has a
   // dynamic dim 0, else 1.
   absl::Status CheckBatch(int64_t batch) const;
@@ -296,6 +391,17 @@ class CompiledModelImpl final : public CompiledModel {
   bool CompileAttention(int node_index, const std::vector<std::vector<int>>& consumers,
                         const std::vector<Shape>& shapes1, const std::vector<int>& producer,
                         std::vector<bool>& fused);
+  // The attention chain CompileAttention matches (compile_matmul.cc).
+  struct AttentionMatch;
+  // Matches qk -> [scale] -> Softmax -> MatMul(probabilities, v) -> [Transpose] into `m`.
+  bool MatchAttentionChain(int node_index, const std::vector<std::vector<int>>& consumers,
+                           const std::vector<Shape>& shapes1, AttentionMatch& m) const;
+  // q, k and v as stored (through transposes) into `m`; false when one is not ready here.
+  bool ResolveAttentionOperands(int node_index, const std::vector<std::vector<int>>& consumers,
+                                const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                                AttentionMatch& m) const;
+  // Whether `m`'s operand shapes and layouts are ones AttentionStep runs.
+  bool AttentionShapesFit(const std::vector<Shape>& shapes1, const AttentionMatch& m) const;
   int SoleConsumer(ValueId v, const char* op_type,
                    const std::vector<std::vector<int>>& consumers) const;
 

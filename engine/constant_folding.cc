@@ -151,187 +151,166 @@ std::optional<Constant::Int8Origin> Int8OriginOf(const Graph& graph, const Node&
   return origin;
 }
 
-}  // namespace
-
-absl::StatusOr<int> FoldConstants(Graph& graph) {
+// What FoldConstants knows of the values while it walks the nodes.
+struct FoldState {
   // Concrete shapes at two batch sizes: a value whose shape is the same at
   // both does not depend on the batch.
-  const int n = graph.num_values();
-  std::vector<std::optional<Shape>> at1(n), at2(n);
-  const std::vector<Shape> in1 = InputShapesForBatch(graph, 1), in2 = InputShapesForBatch(graph, 2);
-  for (size_t i = 0; i < graph.inputs().size(); ++i) {
-    at1[graph.inputs()[i]] = in1[i];
-    at2[graph.inputs()[i]] = in2[i];
-  }
-  for (const auto& [id, c] : graph.constants()) at1[id] = at2[id] = c.shape;
-
+  std::vector<std::optional<Shape>> at1, at2;
   // Small non-FP32 values computed from shapes, at batch 1 and 2.
-  std::vector<std::optional<std::array<TypedTensor, 2>>> at_batch(n);
-  std::vector<bool> folded(graph.nodes().size(), false);
-  int count = 0;
-  for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    const Node& node = graph.nodes()[i];
-    const OpSchema* schema = FindOpSchema(node.op_type);
-    if (schema == nullptr) continue;
-    bool all_const = true, shapes_known = true;
+  std::vector<std::optional<std::array<TypedTensor, 2>>> at_batch;
+};
+
+// A node whose inputs are all constants, run on them: through its typed
+// reference when TYPED (exact: integer constants never go through FP32
+// here), else its FP32 reference. Nothing when it cannot run.
+std::optional<std::vector<Constant>> FoldAllConstant(const Graph& graph, const Node& node,
+                                                     const OpSchema& schema, bool typed) {
+  std::optional<std::vector<Constant>> result;
+  if (typed) {
+    std::vector<TypedTensor> held;
+    held.reserve(node.inputs.size());
+    std::vector<const TypedTensor*> in;
     for (ValueId v : node.inputs) {
-      if (v == kNoValue) continue;
-      all_const = all_const && graph.IsConstant(v);
-      shapes_known = shapes_known && at1[v].has_value() && at2[v].has_value();
+      if (v == kNoValue) {
+        in.push_back(nullptr);
+        continue;
+      }
+      auto t = ConstantAsTyped(*graph.FindConstant(v));
+      if (!t.ok()) return result;
+      held.push_back(*std::move(t));
+      in.push_back(&held.back());
     }
-    std::optional<std::vector<Constant>> result;
-    const bool typed = FoldTyped(graph, node) && schema->typed_reference != nullptr &&
-                       CheckTypedNode(graph, node).ok();
-    std::vector<const Shape*> const_shapes;
-    if (all_const) {
-      for (ValueId v : node.inputs) {
-        const_shapes.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->shape);
-      }
-    }
-    if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok() &&
-        FoldableOutputs(graph, node, *schema, const_shapes)) {
-      if (typed) {
-        // Exact: integer constants never go through FP32 here.
-        std::vector<TypedTensor> held;
-        held.reserve(node.inputs.size());
-        std::vector<const TypedTensor*> in;
-        bool readable = true;
-        for (ValueId v : node.inputs) {
-          if (v == kNoValue) {
-            in.push_back(nullptr);
-            continue;
-          }
-          auto t = ConstantAsTyped(*graph.FindConstant(v));
-          if (!t.ok()) {
-            readable = false;
-            break;
-          }
-          held.push_back(*std::move(t));
-          in.push_back(&held.back());
-        }
-        if (readable) {
-          if (auto out = RunTypedNode(graph, node, in); out.ok()) {
-            result.emplace();
-            for (TypedTensor& t : *out) result->push_back(ConstantFromTyped(std::move(t)));
-            if (result->size() == 1) {
-              (*result)[0].int8_origin = Int8OriginOf(graph, node, (*result)[0]);
-            }
-          }
-        }
-      } else {
-        std::vector<const kernels::Tensor*> in;
-        for (ValueId v : node.inputs) {
-          in.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->f32);
-        }
-        if (auto out = schema->reference(graph, node, in); out.ok()) {
-          result.emplace();
-          for (size_t j = 0; j < out->size() && j < node.outputs.size(); ++j) {
-            result->push_back(
-                MakeConstant(graph.value(node.outputs[j]).type, std::move((*out)[j])));
-          }
-        }
-      }
-    } else if ((node.op_type == "Shape" || node.op_type == "Size") && shapes_known) {
-      // Only the shape is read (Size reads the element count). A shape that
-      // depends on the batch is kept at both batch sizes, so that shape
-      // arithmetic picking batch-independent dims still folds.
-      // Views without data: Shape and Size read the shape alone, so a
-      // huge shape costs nothing here.
-      static const uint8_t kNoData = 0;
-      const TypedTensor p1 = TypedTensor::View(DataType::kBool, *at1[node.inputs[0]], &kNoData);
-      const TypedTensor p2 = TypedTensor::View(DataType::kBool, *at2[node.inputs[0]], &kNoData);
-      auto out1 = RunTypedNode(graph, node, {&p1});
-      auto out2 = RunTypedNode(graph, node, {&p2});
-      if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
-        if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
-          result.emplace();
-          result->push_back(ConstantFromTyped(std::move((*out1)[0])));
-        } else {
-          at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
-        }
-      }
-    } else if (typed && node.outputs.size() == 1 && schema->validate(graph, node).ok()) {
-      // Inputs that are constants or known at both batch sizes (a Shape's
-      // output and what is computed from it): the same result at both
-      // batch sizes folds.
-      std::vector<const TypedTensor*> in1, in2;
-      std::vector<TypedTensor> held;
-      held.reserve(node.inputs.size());
-      bool known = false;  // some input tracked, every other one constant
-      for (ValueId v : node.inputs) {
-        if (v == kNoValue || graph.IsConstant(v)) continue;
-        known = at_batch[v].has_value();
-        if (!known) break;
-      }
-      for (ValueId v : node.inputs) {
-        if (!known) break;
-        if (v == kNoValue) {
-          in1.push_back(nullptr);
-          in2.push_back(nullptr);
-        } else if (at_batch[v].has_value()) {
-          in1.push_back(&(*at_batch[v])[0]);
-          in2.push_back(&(*at_batch[v])[1]);
-        } else if (const Constant* c = graph.FindConstant(v); c != nullptr) {
-          auto t = ConstantAsTyped(*c);
-          if (!t.ok()) {
-            known = false;
-            break;
-          }
-          held.push_back(*std::move(t));
-          in1.push_back(&held.back());
-          in2.push_back(&held.back());
-        } else {
-          known = false;
-          break;
-        }
-      }
-      if (known && !TrackedRunFits(graph, node, *schema, in1, in2)) known = false;
-      if (known) {
-        auto out1 = RunTypedNode(graph, node, in1);
-        auto out2 = RunTypedNode(graph, node, in2);
-        if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
-          if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
-            result.emplace();
-            result->push_back(ConstantFromTyped(std::move((*out1)[0])));
-          } else if ((*out1)[0].size() <= kMaxTrackedElements) {
-            at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
-          }
-        }
+    if (auto out = RunTypedNode(graph, node, in); out.ok()) {
+      result.emplace();
+      for (TypedTensor& t : *out) result->push_back(ConstantFromTyped(std::move(t)));
+      if (result->size() == 1) {
+        (*result)[0].int8_origin = Int8OriginOf(graph, node, (*result)[0]);
       }
     }
-    if (result.has_value() && result->size() == node.outputs.size()) {
-      for (size_t j = 0; j < node.outputs.size(); ++j) {
-        const ValueId out = node.outputs[j];
-        Value& value = graph.value(out);
-        value.shape = (*result)[j].shape;
-        value.has_shape = true;
-        at1[out] = at2[out] = value.shape;
-        graph.SetConstant(out, std::move((*result)[j]));
-        if (value.type == DataType::kUnknown) value.type = graph.FindConstant(out)->type;
-      }
-      folded[i] = true;
-      ++count;
-      continue;
-    }
-    if (!shapes_known) continue;
-    std::vector<const Shape*> s1, s2;
-    for (ValueId v : node.inputs) {
-      s1.push_back(v == kNoValue ? nullptr : &*at1[v]);
-      s2.push_back(v == kNoValue ? nullptr : &*at2[v]);
-    }
-    auto o1 = schema->infer_shapes(graph, node, s1);
-    auto o2 = schema->infer_shapes(graph, node, s2);
-    // Shapes that are not valid tensor shapes stay unknown here;
-    // validation reports them, naming the node.
-    if (!o1.ok() || !o2.ok() || !ValidShapes(*o1) || !ValidShapes(*o2)) continue;
-    for (size_t j = 0; j < node.outputs.size() && j < o1->size(); ++j) {
-      at1[node.outputs[j]] = (*o1)[j];
-      at2[node.outputs[j]] = (*o2)[j];
+    return result;
+  }
+  std::vector<const kernels::Tensor*> in;
+  for (ValueId v : node.inputs) {
+    in.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->f32);
+  }
+  if (auto out = schema.reference(graph, node, in); out.ok()) {
+    result.emplace();
+    for (size_t j = 0; j < out->size() && j < node.outputs.size(); ++j) {
+      result->push_back(MakeConstant(graph.value(node.outputs[j]).type, std::move((*out)[j])));
     }
   }
-  // Shape arithmetic whose every use folded (a Shape read only for its
-  // batch-independent dims) is dead: dropped, last first.
-  std::vector<int> readers(n, 0);
+  return result;
+}
+
+// Shape or Size of a value whose shape is known at both batch sizes: only
+// the shape is read (Size reads the element count). A result that depends
+// on the batch is kept at both batch sizes in STATE, so that shape
+// arithmetic picking batch-independent dims still folds.
+std::optional<std::vector<Constant>> FoldShapeRead(const Graph& graph, const Node& node,
+                                                   FoldState& state) {
+  // Views without data: Shape and Size read the shape alone, so a huge
+  // shape costs nothing here.
+  static const uint8_t kNoData = 0;
+  const TypedTensor p1 = TypedTensor::View(DataType::kBool, *state.at1[node.inputs[0]], &kNoData);
+  const TypedTensor p2 = TypedTensor::View(DataType::kBool, *state.at2[node.inputs[0]], &kNoData);
+  auto out1 = RunTypedNode(graph, node, {&p1});
+  auto out2 = RunTypedNode(graph, node, {&p2});
+  std::optional<std::vector<Constant>> result;
+  if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
+    if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
+      result.emplace();
+      result->push_back(ConstantFromTyped(std::move((*out1)[0])));
+    } else {
+      state.at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
+    }
+  }
+  return result;
+}
+
+// A typed node of one output whose inputs are constants or known at both
+// batch sizes (a Shape's output and what is computed from it): the same
+// result at both batch sizes folds; a small different one is tracked.
+std::optional<std::vector<Constant>> FoldTracked(const Graph& graph, const Node& node,
+                                                 const OpSchema& schema, FoldState& state) {
+  std::optional<std::vector<Constant>> result;
+  std::vector<const TypedTensor*> in1, in2;
+  std::vector<TypedTensor> held;
+  held.reserve(node.inputs.size());
+  bool known = false;  // some input tracked, every other one constant
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue || graph.IsConstant(v)) continue;
+    known = state.at_batch[v].has_value();
+    if (!known) break;
+  }
+  if (!known) return result;
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue) {
+      in1.push_back(nullptr);
+      in2.push_back(nullptr);
+    } else if (state.at_batch[v].has_value()) {
+      in1.push_back(&(*state.at_batch[v])[0]);
+      in2.push_back(&(*state.at_batch[v])[1]);
+    } else if (const Constant* c = graph.FindConstant(v); c != nullptr) {
+      auto t = ConstantAsTyped(*c);
+      if (!t.ok()) return result;
+      held.push_back(*std::move(t));
+      in1.push_back(&held.back());
+      in2.push_back(&held.back());
+    } else {
+      return result;
+    }
+  }
+  if (!TrackedRunFits(graph, node, schema, in1, in2)) return result;
+  auto out1 = RunTypedNode(graph, node, in1);
+  auto out2 = RunTypedNode(graph, node, in2);
+  if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
+    if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
+      result.emplace();
+      result->push_back(ConstantFromTyped(std::move((*out1)[0])));
+    } else if ((*out1)[0].size() <= kMaxTrackedElements) {
+      state.at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
+    }
+  }
+  return result;
+}
+
+// The node's outputs become the constants RESULT.
+void SetFolded(Graph& graph, const Node& node, std::vector<Constant>& result, FoldState& state) {
+  for (size_t j = 0; j < node.outputs.size(); ++j) {
+    const ValueId out = node.outputs[j];
+    Value& value = graph.value(out);
+    value.shape = result[j].shape;
+    value.has_shape = true;
+    state.at1[out] = state.at2[out] = value.shape;
+    graph.SetConstant(out, std::move(result[j]));
+    if (value.type == DataType::kUnknown) value.type = graph.FindConstant(out)->type;
+  }
+}
+
+// The output shapes at both batch sizes of a node that did not fold.
+void PropagateShapes(const Graph& graph, const Node& node, const OpSchema& schema,
+                     FoldState& state) {
+  std::vector<const Shape*> s1, s2;
+  for (ValueId v : node.inputs) {
+    s1.push_back(v == kNoValue ? nullptr : &*state.at1[v]);
+    s2.push_back(v == kNoValue ? nullptr : &*state.at2[v]);
+  }
+  auto o1 = schema.infer_shapes(graph, node, s1);
+  auto o2 = schema.infer_shapes(graph, node, s2);
+  // Shapes that are not valid tensor shapes stay unknown here;
+  // validation reports them, naming the node.
+  if (!o1.ok() || !o2.ok() || !ValidShapes(*o1) || !ValidShapes(*o2)) return;
+  for (size_t j = 0; j < node.outputs.size() && j < o1->size(); ++j) {
+    state.at1[node.outputs[j]] = (*o1)[j];
+    state.at2[node.outputs[j]] = (*o2)[j];
+  }
+}
+
+// Shape arithmetic whose every use folded (a Shape read only for its
+// batch-independent dims) is dead: marked in FOLDED, last first. Returns
+// how many.
+int DropDeadShapeArithmetic(const Graph& graph, const FoldState& state, std::vector<bool>& folded) {
+  std::vector<int> readers(graph.num_values(), 0);
   for (ValueId v : graph.outputs()) ++readers[v];
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     if (folded[i]) continue;
@@ -339,11 +318,12 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
       if (v != kNoValue) ++readers[v];
     }
   }
+  int count = 0;
   for (size_t i = graph.nodes().size(); i-- > 0;) {
     const Node& node = graph.nodes()[i];
     if (folded[i]) continue;
     bool dead = true;
-    for (ValueId v : node.outputs) dead = dead && readers[v] == 0 && at_batch[v].has_value();
+    for (ValueId v : node.outputs) dead = dead && readers[v] == 0 && state.at_batch[v].has_value();
     if (!dead) continue;
     folded[i] = true;
     ++count;
@@ -351,6 +331,60 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
       if (v != kNoValue) --readers[v];
     }
   }
+  return count;
+}
+
+}  // namespace
+
+absl::StatusOr<int> FoldConstants(Graph& graph) {
+  const int n = graph.num_values();
+  FoldState state{.at1 = std::vector<std::optional<Shape>>(n),
+                  .at2 = std::vector<std::optional<Shape>>(n),
+                  .at_batch = std::vector<std::optional<std::array<TypedTensor, 2>>>(n)};
+  const std::vector<Shape> in1 = InputShapesForBatch(graph, 1), in2 = InputShapesForBatch(graph, 2);
+  for (size_t i = 0; i < graph.inputs().size(); ++i) {
+    state.at1[graph.inputs()[i]] = in1[i];
+    state.at2[graph.inputs()[i]] = in2[i];
+  }
+  for (const auto& [id, c] : graph.constants()) state.at1[id] = state.at2[id] = c.shape;
+  std::vector<bool> folded(graph.nodes().size(), false);
+  int count = 0;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& node = graph.nodes()[i];
+    const OpSchema* schema = FindOpSchema(node.op_type);
+    if (schema == nullptr) continue;
+    bool all_const = true, shapes_known = true;
+    std::vector<const Shape*> const_shapes;
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) continue;
+      all_const = all_const && graph.IsConstant(v);
+      shapes_known = shapes_known && state.at1[v].has_value() && state.at2[v].has_value();
+    }
+    if (all_const) {
+      for (ValueId v : node.inputs) {
+        const_shapes.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->shape);
+      }
+    }
+    const bool typed = FoldTyped(graph, node) && schema->typed_reference != nullptr &&
+                       CheckTypedNode(graph, node).ok();
+    std::optional<std::vector<Constant>> result;
+    if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok() &&
+        FoldableOutputs(graph, node, *schema, const_shapes)) {
+      result = FoldAllConstant(graph, node, *schema, typed);
+    } else if ((node.op_type == "Shape" || node.op_type == "Size") && shapes_known) {
+      result = FoldShapeRead(graph, node, state);
+    } else if (typed && node.outputs.size() == 1 && schema->validate(graph, node).ok()) {
+      result = FoldTracked(graph, node, *schema, state);
+    }
+    if (result.has_value() && result->size() == node.outputs.size()) {
+      SetFolded(graph, node, *result, state);
+      folded[i] = true;
+      ++count;
+      continue;
+    }
+    if (shapes_known) PropagateShapes(graph, node, *schema, state);
+  }
+  count += DropDeadShapeArithmetic(graph, state, folded);
   if (count > 0) {
     std::vector<Node> kept;
     for (size_t i = 0; i < graph.nodes().size(); ++i) {

@@ -138,11 +138,56 @@ void CompiledModelImpl::AssignStorage() {
   }
 }
 
+// What ChooseBatchSplit found: the last split step (-1: no split gains),
+// the most rows a slice may hold and the floats per row of each value.
+struct CompiledModelImpl::BatchSplitChoice {
+  int best_end = -1;
+  int64_t best_rows = 0;
+  std::vector<int64_t> row_floats;  // by ValueId
+};
+
 void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
   const int num_values = graph_.num_values();
   state.slice_local.assign(num_values, false);
   const int64_t cache = options_.batch_split_cache_bytes;
   if (cache <= 0 || batch < 2) return;
+  BatchSplitChoice choice = ChooseBatchSplit(batch, state.shapes, cache);
+  if (choice.best_end < 0) return;  // best_rows >= 1: the step made two slices or more
+  // Of the sizes between half the most rows and that, one dividing the
+  // batch is preferred.
+  int64_t rows = choice.best_rows;
+  if (rows * 2 > batch) return;  // not two slices: nothing to gain
+  for (int64_t r = rows; r * 2 > rows; --r) {
+    if (batch % r == 0) {
+      rows = r;
+      break;
+    }
+  }
+  state.split_steps = choice.best_end + 1;
+  state.slice_rows = rows;
+  state.row_floats = std::move(choice.row_floats);
+  MarkSliceLocal(state);
+  std::vector<bool> seen(num_values, false);
+  for (int k = 0; k < state.split_steps; ++k) {
+    for (ValueId v : steps_[k]->RowWiseValues()) {
+      if (v != kNoValue && !seen[v]) {
+        seen[v] = true;
+        state.split_values.push_back(v);
+      }
+    }
+  }
+  state.slice_shapes = state.shapes;
+  for (ValueId v : state.split_values) state.slice_shapes[v][0] = rows;
+  if (batch % rows != 0) {
+    state.tail_shapes = state.shapes;
+    for (ValueId v : state.split_values) state.tail_shapes[v][0] = batch % rows;
+  }
+  state.slice_data.assign(num_values, nullptr);
+}
+
+CompiledModelImpl::BatchSplitChoice CompiledModelImpl::ChooseBatchSplit(
+    int64_t batch, const std::vector<Shape>& shapes, int64_t cache) const {
+  const int num_values = graph_.num_values();
   // The leading row-wise steps whose values all have the batch as their
   // leading dimension; of those, the prefix that saves the most memory
   // traffic. Unsplit, a step's output larger than the cache goes to memory
@@ -153,14 +198,17 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
   // and large weights (a CNN's last stages on an 8 MiB last-level cache)
   // that costs more than it saves. ResNet-50 at batch 32 ran 8% slower in
   // slices of one row through all its stages than unsplit on such a CPU.
-  std::vector<int64_t> row_floats(num_values, 0);
-  int best_end = -1;
+  BatchSplitChoice choice;
+  std::vector<int64_t>& row_floats = choice.row_floats;
+  row_floats.assign(num_values, 0);
+  int& best_end = choice.best_end;
   double saved = 0, weights = 0, best_net = 0;
   // The most rows a slice may hold for the steps so far: a step's largest
   // value for that many rows and its weights (read again by every slice)
   // fill at most half the cache, so that they and the next step's output
   // stay there; at least an eighth of the cache goes to the values.
-  int64_t max_rows = std::numeric_limits<int64_t>::max(), best_rows = 0;
+  int64_t max_rows = std::numeric_limits<int64_t>::max();
+  int64_t& best_rows = choice.best_rows;
   for (size_t k = 0; k < steps_.size(); ++k) {
     const std::vector<ValueId> values = steps_[k]->RowWiseValues();
     if (values.empty()) break;
@@ -168,7 +216,7 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
     int64_t written_bytes = 0, step_row_bytes = 0;
     for (ValueId v : values) {
       if (v == kNoValue) continue;
-      const Shape& s = state.shapes[v];
+      const Shape& s = shapes[v];
       const Shape& s1 = shapes1_[v];
       if (RuntimeType(graph_, v) != DataType::kFloat32 || s.empty() || s.size() != s1.size() ||
           s[0] != batch || s1[0] != 1 || !std::equal(s.begin() + 1, s.end(), s1.begin() + 1)) {
@@ -197,20 +245,11 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
       best_rows = max_rows;
     }
   }
-  if (best_end < 0) return;  // best_rows >= 1: the step made two slices or more
-  // Of the sizes between half the most rows and that, one dividing the
-  // batch is preferred.
-  int64_t rows = best_rows;
-  if (rows * 2 > batch) return;  // not two slices: nothing to gain
-  for (int64_t r = rows; r * 2 > rows; --r) {
-    if (batch % r == 0) {
-      rows = r;
-      break;
-    }
-  }
-  state.split_steps = best_end + 1;
-  state.slice_rows = rows;
-  state.row_floats = std::move(row_floats);
+  return choice;
+}
+
+void CompiledModelImpl::MarkSliceLocal(BatchState& state) const {
+  const int num_values = graph_.num_values();
   // Slice-local: arena values written and last read by the split steps.
   for (ValueId v = 0; v < num_values; ++v) {
     if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
@@ -229,22 +268,6 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
     }
   }
   for (ValueId v = 0; v < num_values; ++v) state.slice_local[v] = state.slice_local[root_[v]];
-  std::vector<bool> seen(num_values, false);
-  for (int k = 0; k < state.split_steps; ++k) {
-    for (ValueId v : steps_[k]->RowWiseValues()) {
-      if (v != kNoValue && !seen[v]) {
-        seen[v] = true;
-        state.split_values.push_back(v);
-      }
-    }
-  }
-  state.slice_shapes = state.shapes;
-  for (ValueId v : state.split_values) state.slice_shapes[v][0] = rows;
-  if (batch % rows != 0) {
-    state.tail_shapes = state.shapes;
-    for (ValueId v : state.split_values) state.tail_shapes[v][0] = batch % rows;
-  }
-  state.slice_data.assign(num_values, nullptr);
 }
 
 }  // namespace numaserve::engine::internal

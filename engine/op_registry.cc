@@ -198,6 +198,7 @@ const std::vector<OpSchema>& AllOps() {
     add("neural network", ops::AddNnOps);
     add("normalization", ops::AddNormOps);
     add("tensor", ops::AddTensorOps);
+    add("types, quantization", ops::AddQuantizeOps);
     add("types, quantization", ops::AddTypedOps);
     std::sort(table->begin(), table->end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });

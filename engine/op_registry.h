@@ -30,7 +30,7 @@ struct OpSchema {
       const Graph& graph, const Node& node, const std::vector<const kernels::Tensor*>& inputs);
   // Floating-point operations (2 per multiply-add) for the given shapes.
   double (*flops)(const Node& node, const std::vector<const Shape*>& inputs);
-  // The typed reference (engine/ops/typed_ops.cc), for nodes that read or
+  // The typed reference (engine/ops/typed_ops.cc and the files it names), for nodes that read or
   // write a runtime value of a type other than FP32; null when the op runs
   // on FP32 only. Every input is given (constants too; null only for an
   // omitted optional input); outputs have the node's output types.

@@ -16,6 +16,16 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   state.batch = batch;
   state.shapes = *std::move(shapes);
   PlanBatchSplit(batch, state);
+  PlanArena(state);
+  if (absl::Status s = GrowArena(batch, state.arena_bytes); !s.ok()) return s;
+  state.data.assign(graph_.num_values(), nullptr);
+  if (absl::Status s = PrepareSteps(batch, state); !s.ok()) return s;
+  EvictBatchPlans();
+  state.last_used = ++use_clock_;
+  return &per_batch_.emplace(batch, std::move(state)).first->second;
+}
+
+void CompiledModelImpl::PlanArena(BatchState& state) const {
   const int num_values = graph_.num_values();
   state.arena_offset.assign(num_values, -1);
   // Greedy memory plan: largest first, each at the lowest offset that does
@@ -79,10 +89,13 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     if (owner != v) state.arena_offset[v] = state.arena_offset[owner];
   }
   state.arena_bytes = floats * static_cast<int64_t>(sizeof(float));
-  if (state.arena_bytes > arena_bytes_ || arena_ == nullptr) {
+}
+
+absl::Status CompiledModelImpl::GrowArena(int64_t batch, int64_t arena_bytes) {
+  if (arena_bytes > arena_bytes_ || arena_ == nullptr) {
     // One arena for every batch size: it grows to the largest plan.
     const size_t bytes =
-        (std::max<int64_t>(state.arena_bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+        (std::max<int64_t>(arena_bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     arena_.reset();
     arena_bytes_ = 0;
     arena_.reset(static_cast<float*>(std::aligned_alloc(kAlignment, bytes)));
@@ -92,7 +105,10 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     }
     arena_bytes_ = static_cast<int64_t>(bytes);
   }
-  state.data.assign(num_values, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status CompiledModelImpl::PrepareSteps(int64_t batch, BatchState& state) {
   for (const auto& step : steps_) {
     const double flops = step->Flops(state.shapes);
     int64_t elements = 0;
@@ -124,6 +140,10 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     omp_set_num_threads(threads_);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
   }
+  return absl::OkStatus();
+}
+
+void CompiledModelImpl::EvictBatchPlans() {
   // Bounded: a new batch size drops the least recently used plan (planned
   // again if that size comes back; the kernels keep their primitives).
   while (options_.batch_plans > 0 &&
@@ -138,8 +158,6 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
     }
     per_batch_.erase(oldest);
   }
-  state.last_used = ++use_clock_;
-  return &per_batch_.emplace(batch, std::move(state)).first->second;
 }
 
 std::vector<std::vector<int64_t>> CompiledModelImpl::OutputShapes(int64_t batch) const {

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -133,122 +134,153 @@ void PrintOutput(const inference::ModelInferResponse::InferOutputTensor& out,
   if (rows > 16) printf("  ... %zu rows\n", rows);
 }
 
-}  // namespace
-
-int InferCommand(const std::vector<std::string>& args) {
+// The flags of `numaserve infer`, with their defaults.
+struct InferOptions {
   std::string url = "127.0.0.1:8001", model, version;
   std::vector<std::string> input_flags;
   int64_t seed = 1, timeout_ms = 30000;
-  ArgParser parser("infer",
-                   "Send one inference request to a running server and print the outputs.");
-  parser.AddString("url", &url, "server address HOST:PORT");
-  parser.AddString("model", &model, "model name");
-  parser.AddString("version", &version, "model version (empty: the served one)");
-  parser.AddRepeated("input", &input_flags,
+};
+
+// The server, the model and its inputs, and the request's seed and deadline.
+void AddInferFlags(ArgParser& parser, InferOptions& o) {
+  parser.AddString("url", &o.url, "server address HOST:PORT");
+  parser.AddString("model", &o.model, "model name");
+  parser.AddString("version", &o.version, "model version (empty: the served one)");
+  parser.AddRepeated("input", &o.input_flags,
                      "NAME=SHAPE:random (e.g. image=4,1,28,28:random) or NAME=FILE.npy "
                      "(NumPy's dtype for the input's datatype; float32 for BF16); inputs not "
                      "given get random values (floats in [0,1), integers 0..9, booleans) with the "
                      "batch of the inputs given, 1 if none");
-  parser.AddInt("seed", &seed, "seed for random inputs");
-  parser.AddInt("timeout-ms", &timeout_ms, "deadline of the request");
-  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
-  if (parser.help_requested()) {
-    printf("%s", parser.Usage().c_str());
-    return 0;
+  parser.AddInt("seed", &o.seed, "seed for random inputs");
+  parser.AddInt("timeout-ms", &o.timeout_ms, "deadline of the request");
+}
+
+// Checks the flags; the --input specs by input name.
+absl::StatusOr<std::map<std::string, InputSpec>> CheckInferFlags(const InferOptions& o) {
+  if (o.model.empty()) {
+    return absl::InvalidArgumentError("--model is required (see numaserve infer --help)");
   }
-  if (model.empty()) return Fail("--model is required (see numaserve infer --help)");
   std::map<std::string, InputSpec> specs;
-  for (const auto& f : input_flags) {
+  for (const auto& f : o.input_flags) {
     auto parsed = ParseInputFlag(f);
-    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+    if (!parsed.ok()) return parsed.status();
     specs[parsed->first] = parsed->second;
   }
+  return specs;
+}
 
-  auto channel = grpc::CreateChannel(url, grpc::InsecureChannelCredentials());
-  auto stub = inference::GRPCInferenceService::NewStub(channel);
-  auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
-
+// The model's metadata (its inputs' names, datatypes and shapes).
+absl::Status FetchMetadata(inference::GRPCInferenceService::Stub& stub, const InferOptions& o,
+                           std::chrono::system_clock::time_point deadline,
+                           inference::ModelMetadataResponse* meta) {
   inference::ModelMetadataRequest meta_request;
-  meta_request.set_name(model);
-  meta_request.set_version(version);
-  inference::ModelMetadataResponse meta;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(deadline);
-    grpc::Status s = stub->ModelMetadata(&ctx, meta_request, &meta);
-    if (!s.ok())
-      return Fail(absl::StrCat("ModelMetadata(", model, ") at ", url, ": ", s.error_message()));
+  meta_request.set_name(o.model);
+  meta_request.set_version(o.version);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  grpc::Status s = stub.ModelMetadata(&ctx, meta_request, meta);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("ModelMetadata(", o.model, ") at ", o.url, ": ", s.error_message()));
   }
+  return absl::OkStatus();
+}
 
-  inference::ModelInferRequest request;
-  request.set_model_name(model);
-  request.set_model_version(version);
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  // Files first: their batch (dim 0 where the model's is dynamic), or that
-  // of a NAME=SHAPE input, is the batch of the random inputs (1 if none).
-  std::map<std::string, NpyArray> files;
-  int64_t batch = 1;
+// Reads the .npy inputs into *files; their batch (dim 0 where the model's is
+// dynamic), or a NAME=SHAPE input's, is the random inputs' (*batch; 1 if none).
+absl::Status ReadInputFiles(const inference::ModelMetadataResponse& meta,
+                            const std::map<std::string, InputSpec>& specs,
+                            std::map<std::string, NpyArray>* files, int64_t* batch) {
   for (const auto& t : meta.inputs()) {
     auto it = specs.find(t.name());
     if (it == specs.end()) continue;
     const bool dynamic_batch = t.shape_size() > 0 && t.shape(0) < 0;
     if (!it->second.npy.empty()) {
       auto array = ReadNpy(it->second.npy);
-      if (!array.ok()) return Fail(std::string(array.status().message()));
+      if (!array.ok()) return array.status();
       if (absl::Status st = NpyContents(it->second.npy, t.name(), t.datatype(), &*array);
           !st.ok()) {
-        return Fail(std::string(st.message()));
+        return st;
       }
-      if (dynamic_batch && !array->shape.empty()) batch = array->shape[0];
-      files[t.name()] = *std::move(array);
+      if (dynamic_batch && !array->shape.empty()) *batch = array->shape[0];
+      (*files)[t.name()] = *std::move(array);
     } else if (dynamic_batch && !it->second.shape.empty()) {
-      batch = it->second.shape[0];
+      *batch = it->second.shape[0];
     }
   }
+  return absl::OkStatus();
+}
+
+// Input `t` of random values in `shape` (empty: the model's, with dim 0
+// `batch` and other dynamic dims 1): its shape into `in`, values into `raw`.
+absl::Status AddRandomInput(const inference::ModelMetadataResponse::TensorMetadata& t,
+                            std::vector<int64_t> shape, int64_t batch, std::mt19937* rng,
+                            inference::ModelInferRequest::InferInputTensor* in, std::string* raw) {
+  if (shape.empty()) {
+    for (int i = 0; i < t.shape_size(); ++i) {
+      shape.push_back(t.shape(i) >= 0 ? t.shape(i) : i == 0 ? batch : 1);
+    }
+  }
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    in->add_shape(d);
+    if (elements > (int64_t{1} << 30) / d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", t.name(), "' shape ", ShapeString(shape), " is too large for random values"));
+    }
+    elements *= d;
+  }
+  raw->resize(static_cast<size_t>(elements) *
+              engine::DataTypeSize(engine::DataTypeFromName(t.datatype())));
+  if (!FillRandom(t.datatype(), elements, 0.0f, 1.0f, rng, raw->data())) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", t.name(), "' is ", t.datatype(),
+                                                   ": no random values for it; pass a .npy file"));
+  }
+  return absl::OkStatus();
+}
+
+// The request: every input of the model, from its .npy file or random
+// values; an --input the model does not have is an error.
+absl::Status BuildRequest(const InferOptions& o, const inference::ModelMetadataResponse& meta,
+                          std::map<std::string, InputSpec> specs,
+                          inference::ModelInferRequest* request) {
+  request->set_model_name(o.model);
+  request->set_model_version(o.version);
+  std::mt19937 rng(static_cast<uint32_t>(o.seed));
+  std::map<std::string, NpyArray> files;
+  int64_t batch = 1;
+  if (absl::Status s = ReadInputFiles(meta, specs, &files, &batch); !s.ok()) return s;
   for (const auto& t : meta.inputs()) {
-    auto* in = request.add_inputs();
+    auto* in = request->add_inputs();
     in->set_name(t.name());
     in->set_datatype(t.datatype());
     InputSpec spec = specs.count(t.name()) ? specs[t.name()] : InputSpec{};
     specs.erase(t.name());
-    std::string* raw = request.add_raw_input_contents();
+    std::string* raw = request->add_raw_input_contents();
     if (!spec.npy.empty()) {
       NpyArray& array = files[t.name()];
       for (int64_t d : array.shape) in->add_shape(d);
       *raw = std::move(array.data);
       continue;
     }
-    std::vector<int64_t> shape = spec.shape;
-    if (shape.empty()) {
-      for (int i = 0; i < t.shape_size(); ++i) {
-        shape.push_back(t.shape(i) >= 0 ? t.shape(i) : i == 0 ? batch : 1);
-      }
-    }
-    int64_t elements = 1;
-    for (int64_t d : shape) {
-      in->add_shape(d);
-      if (elements > (int64_t{1} << 30) / d) {
-        return Fail(absl::StrCat("input '", t.name(), "' shape ", ShapeString(shape),
-                                 " is too large for random values"));
-      }
-      elements *= d;
-    }
-    raw->resize(static_cast<size_t>(elements) *
-                engine::DataTypeSize(engine::DataTypeFromName(t.datatype())));
-    if (!FillRandom(t.datatype(), elements, 0.0f, 1.0f, &rng, raw->data())) {
-      return Fail(absl::StrCat("input '", t.name(), "' is ", t.datatype(),
-                               ": no random values for it; pass a .npy file"));
-    }
+    if (absl::Status s = AddRandomInput(t, spec.shape, batch, &rng, in, raw); !s.ok()) return s;
   }
   if (!specs.empty()) {
-    return Fail(absl::StrCat("model '", model, "' has no input '", specs.begin()->first, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", o.model, "' has no input '", specs.begin()->first, "'"));
   }
+  return absl::OkStatus();
+}
 
+// Sends the request and prints the answer's outputs. Returns the exit code.
+int InferAndPrint(inference::GRPCInferenceService::Stub& stub,
+                  const inference::ModelInferRequest& request,
+                  std::chrono::system_clock::time_point deadline) {
   inference::ModelInferResponse response;
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
   auto start = std::chrono::steady_clock::now();
-  grpc::Status s = stub->ModelInfer(&ctx, request, &response);
+  grpc::Status s = stub.ModelInfer(&ctx, request, &response);
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!s.ok()) {
@@ -261,6 +293,35 @@ int InferCommand(const std::vector<std::string>& args) {
                 i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "");
   }
   return 0;
+}
+
+}  // namespace
+
+int InferCommand(const std::vector<std::string>& args) {
+  InferOptions o;
+  ArgParser parser("infer",
+                   "Send one inference request to a running server and print the outputs.");
+  AddInferFlags(parser, o);
+  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  absl::StatusOr<std::map<std::string, InputSpec>> specs = CheckInferFlags(o);
+  if (!specs.ok()) return Fail(std::string(specs.status().message()));
+
+  auto channel = grpc::CreateChannel(o.url, grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(o.timeout_ms);
+  inference::ModelMetadataResponse meta;
+  if (absl::Status s = FetchMetadata(*stub, o, deadline, &meta); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  inference::ModelInferRequest request;
+  if (absl::Status s = BuildRequest(o, meta, *std::move(specs), &request); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  return InferAndPrint(*stub, request, deadline);
 }
 
 }  // namespace numaserve::server

@@ -115,6 +115,167 @@ absl::Status CheckBoolBytes(const std::string& name, Bytes data) {
   return absl::OkStatus();
 }
 
+// What ParseInferRequest tracks across the request's inputs.
+struct InputScan {
+  bool raw = false;        // the request sends its inputs in raw_input_contents
+  std::vector<bool> seen;  // per model input: given in the request
+  int64_t rows = -1;       // the dynamic dim 0 the inputs agree on so far (-1: none yet)
+  std::string rows_from;   // the input that set `rows`
+};
+
+// The model input that request input `in` names; refuses an unknown name
+// and one given twice (marking it seen).
+absl::StatusOr<int> FindInput(const engine::ModelInfo& model,
+                              const inference::ModelInferRequest::InferInputTensor& in,
+                              InputScan* scan) {
+  int index = -1;
+  for (size_t i = 0; i < model.inputs.size(); ++i) {
+    if (model.inputs[i].name == in.name()) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    std::vector<std::string> names;
+    for (const auto& t : model.inputs) names.push_back(t.name);
+    return Invalid(absl::StrFormat("unknown input '%s': the model's inputs are %s", in.name(),
+                                   absl::StrJoin(names, ", ")));
+  }
+  if (scan->seen[index]) return Invalid(absl::StrFormat("input '%s' is given twice", in.name()));
+  scan->seen[index] = true;
+  return index;
+}
+
+// The element count of input `name` of `shape`, checked against the model's
+// `expected` shape dim by dim and capped at 2^40 elements.
+absl::StatusOr<int64_t> InputElements(const std::string& name, const std::vector<int64_t>& shape,
+                                      const std::vector<int64_t>& expected) {
+  if (shape.size() != expected.size()) {
+    return Invalid(absl::StrFormat("input '%s' has shape %s; the model expects %s (rank %d)", name,
+                                   ShapeString(shape), ShapeString(expected), expected.size()));
+  }
+  int64_t elements = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bool dynamic = expected[d] < 0;
+    if (shape[d] < 1 || (!dynamic && shape[d] != expected[d])) {
+      return Invalid(absl::StrFormat("input '%s' has shape %s; the model expects %s", name,
+                                     ShapeString(shape), ShapeString(expected)));
+    }
+    if (elements > (int64_t{1} << 40) / shape[d]) {
+      return Invalid(absl::StrFormat("input '%s' shape %s is too large", name, ShapeString(shape)));
+    }
+    elements *= shape[d];
+  }
+  return elements;
+}
+
+// The bytes of request input `r`: its raw_input_contents entry, or its typed
+// contents read as `want_type` (a mix of the two is refused).
+absl::StatusOr<Bytes> InputBytes(const inference::ModelInferRequest& request, int r, bool raw,
+                                 const std::string& want_type, const std::vector<int64_t>& shape,
+                                 int64_t elements, ParsedRequest* parsed) {
+  const auto& in = request.inputs(r);
+  if (raw) {
+    if (TypedCount(in.contents()) > 0) {
+      return Invalid(absl::StrFormat(
+          "input '%s' has typed contents but the request also uses raw_input_contents", in.name()));
+    }
+    const std::string& bytes = request.raw_input_contents(r);
+    return Bytes{bytes.data(), bytes.size()};
+  }
+  return ReadTypedContents(in.name(), want_type, shape, elements, in.contents(), parsed);
+}
+
+// Checks request input `r` against the model's input of the same name and
+// points parsed->inputs at its bytes; the first problem found is returned.
+absl::Status ParseInput(const engine::ModelInfo& model, const inference::ModelInferRequest& request,
+                        int r, size_t max_bytes, InputScan* scan, ParsedRequest* parsed) {
+  const auto& in = request.inputs(r);
+  absl::StatusOr<int> found = FindInput(model, in, scan);
+  if (!found.ok()) return found.status();
+  const int index = *found;
+  const engine::TensorInfo& expected = model.inputs[index];
+  const std::string want_type = engine::DataTypeName(expected.type);
+  if (in.datatype() != want_type) {
+    return Invalid(absl::StrFormat("input '%s' has datatype '%s'; the model expects %s", in.name(),
+                                   in.datatype(), want_type));
+  }
+  std::vector<int64_t> shape(in.shape().begin(), in.shape().end());
+  absl::StatusOr<int64_t> counted = InputElements(in.name(), shape, expected.shape);
+  if (!counted.ok()) return counted.status();
+  const int64_t elements = *counted;
+  // The engine runs every dynamic dim 0 at one row count, batched or not.
+  if (!expected.shape.empty() && expected.shape[0] < 0) {
+    if (scan->rows >= 0 && shape[0] != scan->rows) {
+      return Invalid(absl::StrFormat(
+          "input '%s' has %d rows but input '%s' has %d: the batch dimension must agree", in.name(),
+          shape[0], scan->rows_from, scan->rows));
+    }
+    scan->rows = shape[0];
+    scan->rows_from = in.name();
+  }
+  const size_t want_bytes = static_cast<size_t>(elements) * engine::DataTypeSize(expected.type);
+  if (max_bytes > 0 && want_bytes > max_bytes) {
+    return Invalid(absl::StrFormat(
+        "input '%s' shape %s of %s needs %d bytes, more than the %d-byte message limit", in.name(),
+        ShapeString(shape), want_type, want_bytes, max_bytes));
+  }
+  absl::StatusOr<Bytes> read =
+      InputBytes(request, r, scan->raw, want_type, shape, elements, parsed);
+  if (!read.ok()) return read.status();
+  const Bytes data = *read;
+  if (data.second != want_bytes) {
+    return Invalid(absl::StrFormat("input '%s': shape %s of %s needs %d bytes, got %d", in.name(),
+                                   ShapeString(shape), want_type, want_bytes, data.second));
+  }
+  if (expected.type == engine::DataType::kBool) {
+    if (absl::Status s = CheckBoolBytes(in.name(), data); !s.ok()) return s;
+  }
+  parsed->inputs[index] = data;
+  return absl::OkStatus();
+}
+
+// The model outputs the request asks for, in its order (all when it names
+// none), into parsed->outputs; an unknown name is refused.
+absl::Status SelectOutputs(const engine::ModelInfo& model,
+                           const inference::ModelInferRequest& request, ParsedRequest* parsed) {
+  if (request.outputs_size() == 0) {
+    for (size_t i = 0; i < model.outputs.size(); ++i)
+      parsed->outputs.push_back(static_cast<int>(i));
+  }
+  for (const auto& out : request.outputs()) {
+    int index = -1;
+    for (size_t i = 0; i < model.outputs.size(); ++i) {
+      if (model.outputs[i].name == out.name()) index = static_cast<int>(i);
+    }
+    if (index < 0) {
+      return Invalid(absl::StrFormat("unknown output '%s' requested", out.name()));
+    }
+    parsed->outputs.push_back(index);
+  }
+  return absl::OkStatus();
+}
+
+// The shape and byte size of every model output at parsed->rows; an output
+// too large to size is refused.
+absl::Status SizeOutputs(const engine::ModelInfo& model, ParsedRequest* parsed) {
+  auto shapes = OutputShapesFor(model, parsed->rows);
+  if (!shapes.ok()) return shapes.status();
+  parsed->output_shapes = *std::move(shapes);
+  for (size_t i = 0; i < model.outputs.size(); ++i) {
+    const auto& shape = parsed->output_shapes[i];
+    // Within a message-sized range, so no product below can overflow.
+    constexpr int64_t kMaxBytes = int64_t{1} << 50;
+    int64_t bytes = static_cast<int64_t>(engine::DataTypeSize(model.outputs[i].type));
+    for (int64_t d : shape) {
+      if (d < 0 || (d > 0 && bytes > kMaxBytes / d)) {
+        return Invalid(absl::StrFormat("output '%s' would be %s at %d rows: too large",
+                                       model.outputs[i].name, ShapeString(shape), parsed->rows));
+      }
+      bytes *= d;
+    }
+    parsed->output_bytes.push_back(static_cast<size_t>(bytes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<bool> RequestsProfile(const inference::ModelInferRequest& request) {
@@ -157,132 +318,29 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
                                                 size_t max_bytes) {
   ParsedRequest parsed;
   parsed.inputs.assign(model.inputs.size(), {nullptr, 0});
-  const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+  InputScan scan;
+  scan.raw = request.raw_input_contents_size() > 0;
+  if (scan.raw && request.raw_input_contents_size() != request.inputs_size()) {
     return Invalid(absl::StrFormat(
         "raw_input_contents has %d entries but the request names %d inputs; send one per input",
         request.raw_input_contents_size(), request.inputs_size()));
   }
-  int64_t rows = -1;
-  std::string rows_from;
-  std::vector<bool> seen(model.inputs.size(), false);
+  scan.seen.assign(model.inputs.size(), false);
   for (int r = 0; r < request.inputs_size(); ++r) {
-    const auto& in = request.inputs(r);
-    int index = -1;
-    for (size_t i = 0; i < model.inputs.size(); ++i) {
-      if (model.inputs[i].name == in.name()) index = static_cast<int>(i);
+    if (absl::Status s = ParseInput(model, request, r, max_bytes, &scan, &parsed); !s.ok()) {
+      return s;
     }
-    if (index < 0) {
-      std::vector<std::string> names;
-      for (const auto& t : model.inputs) names.push_back(t.name);
-      return Invalid(absl::StrFormat("unknown input '%s': the model's inputs are %s", in.name(),
-                                     absl::StrJoin(names, ", ")));
-    }
-    if (seen[index]) return Invalid(absl::StrFormat("input '%s' is given twice", in.name()));
-    seen[index] = true;
-    const engine::TensorInfo& expected = model.inputs[index];
-    const std::string want_type = engine::DataTypeName(expected.type);
-    if (in.datatype() != want_type) {
-      return Invalid(absl::StrFormat("input '%s' has datatype '%s'; the model expects %s",
-                                     in.name(), in.datatype(), want_type));
-    }
-    std::vector<int64_t> shape(in.shape().begin(), in.shape().end());
-    if (shape.size() != expected.shape.size()) {
-      return Invalid(absl::StrFormat("input '%s' has shape %s; the model expects %s (rank %d)",
-                                     in.name(), ShapeString(shape), ShapeString(expected.shape),
-                                     expected.shape.size()));
-    }
-    int64_t elements = 1;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      bool dynamic = expected.shape[d] < 0;
-      if (shape[d] < 1 || (!dynamic && shape[d] != expected.shape[d])) {
-        return Invalid(absl::StrFormat("input '%s' has shape %s; the model expects %s", in.name(),
-                                       ShapeString(shape), ShapeString(expected.shape)));
-      }
-      if (elements > (int64_t{1} << 40) / shape[d]) {
-        return Invalid(
-            absl::StrFormat("input '%s' shape %s is too large", in.name(), ShapeString(shape)));
-      }
-      elements *= shape[d];
-    }
-    // The engine runs every dynamic dim 0 at one row count, batched or not.
-    if (!expected.shape.empty() && expected.shape[0] < 0) {
-      if (rows >= 0 && shape[0] != rows) {
-        return Invalid(absl::StrFormat(
-            "input '%s' has %d rows but input '%s' has %d: the batch dimension must agree",
-            in.name(), shape[0], rows_from, rows));
-      }
-      rows = shape[0];
-      rows_from = in.name();
-    }
-    const size_t want_bytes = static_cast<size_t>(elements) * engine::DataTypeSize(expected.type);
-    if (max_bytes > 0 && want_bytes > max_bytes) {
-      return Invalid(absl::StrFormat(
-          "input '%s' shape %s of %s needs %d bytes, more than the %d-byte message limit",
-          in.name(), ShapeString(shape), want_type, want_bytes, max_bytes));
-    }
-    Bytes data;
-    if (raw) {
-      if (TypedCount(in.contents()) > 0) {
-        return Invalid(absl::StrFormat(
-            "input '%s' has typed contents but the request also uses raw_input_contents",
-            in.name()));
-      }
-      const std::string& bytes = request.raw_input_contents(r);
-      data = {bytes.data(), bytes.size()};
-    } else {
-      auto typed = ReadTypedContents(in.name(), want_type, shape, elements, in.contents(), &parsed);
-      if (!typed.ok()) return typed.status();
-      data = *typed;
-    }
-    if (data.second != want_bytes) {
-      return Invalid(absl::StrFormat("input '%s': shape %s of %s needs %d bytes, got %d", in.name(),
-                                     ShapeString(shape), want_type, want_bytes, data.second));
-    }
-    if (expected.type == engine::DataType::kBool) {
-      if (absl::Status s = CheckBoolBytes(in.name(), data); !s.ok()) return s;
-    }
-    parsed.inputs[index] = data;
   }
   for (size_t i = 0; i < model.inputs.size(); ++i) {
-    if (!seen[i]) {
+    if (!scan.seen[i]) {
       return Invalid(absl::StrFormat("missing input '%s' (%s %s)", model.inputs[i].name,
                                      engine::DataTypeName(model.inputs[i].type),
                                      ShapeString(model.inputs[i].shape)));
     }
   }
-  parsed.rows = rows >= 0 ? rows : 1;
-
-  if (request.outputs_size() == 0) {
-    for (size_t i = 0; i < model.outputs.size(); ++i) parsed.outputs.push_back(static_cast<int>(i));
-  }
-  for (const auto& out : request.outputs()) {
-    int index = -1;
-    for (size_t i = 0; i < model.outputs.size(); ++i) {
-      if (model.outputs[i].name == out.name()) index = static_cast<int>(i);
-    }
-    if (index < 0) {
-      return Invalid(absl::StrFormat("unknown output '%s' requested", out.name()));
-    }
-    parsed.outputs.push_back(index);
-  }
-  auto shapes = OutputShapesFor(model, parsed.rows);
-  if (!shapes.ok()) return shapes.status();
-  parsed.output_shapes = *std::move(shapes);
-  for (size_t i = 0; i < model.outputs.size(); ++i) {
-    const auto& shape = parsed.output_shapes[i];
-    // Within a message-sized range, so no product below can overflow.
-    constexpr int64_t kMaxBytes = int64_t{1} << 50;
-    int64_t bytes = static_cast<int64_t>(engine::DataTypeSize(model.outputs[i].type));
-    for (int64_t d : shape) {
-      if (d < 0 || (d > 0 && bytes > kMaxBytes / d)) {
-        return Invalid(absl::StrFormat("output '%s' would be %s at %d rows: too large",
-                                       model.outputs[i].name, ShapeString(shape), parsed.rows));
-      }
-      bytes *= d;
-    }
-    parsed.output_bytes.push_back(static_cast<size_t>(bytes));
-  }
+  parsed.rows = scan.rows >= 0 ? scan.rows : 1;
+  if (absl::Status s = SelectOutputs(model, request, &parsed); !s.ok()) return s;
+  if (absl::Status s = SizeOutputs(model, &parsed); !s.ok()) return s;
   return parsed;
 }
 

@@ -233,6 +233,12 @@ void InferenceService::CancelCall(CallCancellation& cancel) {
   for (const auto& p : queued) scheduler_->Cancel(p, why);
 }
 
+// Longer than ~80 lines on purpose: every path out of it (each refusal,
+// the queueing, the re-resolve of a switched version) answers through the
+// one `finish` closure, which must run exactly once per call and releases
+// what the call holds; kept in one function so that is visible on each
+// return.
+// NOLINTNEXTLINE(readability-function-size): the reason is above.
 void InferenceService::StartInference(grpc::CallbackServerContext* context,
                                       const std::shared_ptr<CallCancellation>& cancel,
                                       const inference::ModelInferRequest* request,

@@ -43,177 +43,198 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& addr
   m->port_ = ports.empty() ? 0 : ports.front();
   m->registry_ = std::make_shared<prometheus::Registry>();
   auto& r = *m->registry_;
+  m->RegisterRequestFamilies(r);
+  m->RegisterWorkerFamilies(r);
+  m->RegisterTrainingFamilies(r);
+  m->exposer_->RegisterCollectable(m->registry_);
+  return m;
+}
+
+// Requests, batches and queues, by model.
+void Metrics::RegisterRequestFamilies(prometheus::Registry& r) {
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
-  m->requests_ = &BuildCounter()
-                      .Name("numaserve_requests_total")
-                      .Help("Inference requests by model and outcome (success or gRPC status)")
-                      .Register(r);
-  m->request_duration_ = &BuildHistogram()
-                              .Name("numaserve_request_duration_seconds")
-                              .Help("Time from receiving an inference request to answering it")
-                              .Register(r);
-  m->inferences_ = &BuildCounter()
-                        .Name("numaserve_inferences_total")
-                        .Help("Rows (samples) inferred, by model")
-                        .Register(r);
-  m->queue_duration_ = &BuildHistogram()
-                            .Name("numaserve_queue_duration_seconds")
-                            .Help("Time a request waited for a worker")
-                            .Register(r);
-  m->compute_duration_ = &BuildHistogram()
-                              .Name("numaserve_compute_duration_seconds")
-                              .Help("Time a request's batch spent in the engine on a worker")
-                              .Register(r);
-  m->compute_input_duration_ =
+  requests_ = &BuildCounter()
+                   .Name("numaserve_requests_total")
+                   .Help("Inference requests by model and outcome (success or gRPC status)")
+                   .Register(r);
+  request_duration_ = &BuildHistogram()
+                           .Name("numaserve_request_duration_seconds")
+                           .Help("Time from receiving an inference request to answering it")
+                           .Register(r);
+  inferences_ = &BuildCounter()
+                     .Name("numaserve_inferences_total")
+                     .Help("Rows (samples) inferred, by model")
+                     .Register(r);
+  queue_duration_ = &BuildHistogram()
+                         .Name("numaserve_queue_duration_seconds")
+                         .Help("Time a request waited for a worker")
+                         .Register(r);
+  compute_duration_ = &BuildHistogram()
+                           .Name("numaserve_compute_duration_seconds")
+                           .Help("Time a request's batch spent in the engine on a worker")
+                           .Register(r);
+  compute_input_duration_ =
       &BuildHistogram()
            .Name("numaserve_compute_input_duration_seconds")
            .Help("Time copying a request's batch inputs into the worker's shared arena")
            .Register(r);
-  m->compute_output_duration_ =
+  compute_output_duration_ =
       &BuildHistogram()
            .Name("numaserve_compute_output_duration_seconds")
            .Help("Time copying a request's output rows out of the worker's arena into its response")
            .Register(r);
-  m->failures_ = &BuildCounter()
-                      .Name("numaserve_request_failures_total")
-                      .Help(
-                          "Failed inference requests by model and reason (rejected: queue "
-                          "full; timeout; canceled; invalid; not_found; unavailable; internal)")
-                      .Register(r);
-  m->executions_ = &BuildCounter()
-                        .Name("numaserve_executions_total")
-                        .Help(
-                            "Batches computed by model and version; inferences_total / "
-                            "executions_total is the mean batch size")
-                        .Register(r);
-  m->batch_size_ = &BuildHistogram()
-                        .Name("numaserve_batch_size_rows")
-                        .Help("Rows per computed batch, by model and version")
-                        .Register(r);
-  m->pending_ = &BuildGauge()
-                     .Name("numaserve_pending_requests")
-                     .Help("Requests waiting in a model version's batcher queue")
+  failures_ = &BuildCounter()
+                   .Name("numaserve_request_failures_total")
+                   .Help(
+                       "Failed inference requests by model and reason (rejected: queue "
+                       "full; timeout; canceled; invalid; not_found; unavailable; internal)")
+                   .Register(r);
+  executions_ = &BuildCounter()
+                     .Name("numaserve_executions_total")
+                     .Help(
+                         "Batches computed by model and version; inferences_total / "
+                         "executions_total is the mean batch size")
                      .Register(r);
-  m->worker_gflops_ = &BuildGauge()
-                           .Name("numaserve_worker_achieved_gflops")
-                           .Help("GFLOP/s a worker achieves while busy (FLOPs / busy seconds)")
-                           .Register(r);
-  m->worker_peak_fraction_ =
+  batch_size_ = &BuildHistogram()
+                     .Name("numaserve_batch_size_rows")
+                     .Help("Rows per computed batch, by model and version")
+                     .Register(r);
+  pending_ = &BuildGauge()
+                  .Name("numaserve_pending_requests")
+                  .Help("Requests waiting in a model version's batcher queue")
+                  .Register(r);
+}
+
+// Workers and their instances: compute, memory, peaks, readiness.
+void Metrics::RegisterWorkerFamilies(prometheus::Registry& r) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  worker_gflops_ = &BuildGauge()
+                        .Name("numaserve_worker_achieved_gflops")
+                        .Help("GFLOP/s a worker achieves while busy (FLOPs / busy seconds)")
+                        .Register(r);
+  worker_peak_fraction_ =
       &BuildGauge()
            .Name("numaserve_worker_peak_fraction_ratio")
            .Help("Achieved GFLOP/s over the worker's FP32 peak (probe GFLOP/s per core x cores)")
            .Register(r);
-  m->worker_peak_flops_ =
+  worker_peak_flops_ =
       &BuildGauge()
            .Name("numaserve_worker_peak_flops")
            .Help(
                "A worker's peak from the CPU model by precision: FLOP/s (int8: operations/s) "
                "per core x its cores")
            .Register(r);
-  m->memory_bandwidth_ = &BuildGauge()
-                              .Name("numaserve_memory_bandwidth_bytes_per_second")
-                              .Help(
-                                  "A NUMA node's memory bandwidth, STREAM triad measured at "
-                                  "start (serve --measure-bandwidth)")
-                              .Register(r);
-  m->worker_resident_ = &BuildGauge()
-                             .Name("numaserve_worker_resident_memory_bytes")
-                             .Help("Resident memory of each worker process")
-                             .Register(r);
-  m->model_load_seconds_ = &BuildGauge()
-                                .Name("numaserve_model_load_duration_seconds")
-                                .Help("Time a worker took to load and compile a model version")
-                                .Register(r);
-  m->worker_busy_ = &BuildCounter()
-                         .Name("numaserve_worker_busy_seconds_total")
-                         .Help("Seconds each worker spent computing")
-                         .Register(r);
-  m->worker_inferences_ = &BuildCounter()
-                               .Name("numaserve_worker_inferences_total")
-                               .Help("Rows computed by each worker")
-                               .Register(r);
-  m->worker_flops_ = &BuildCounter()
-                          .Name("numaserve_worker_flops_total")
-                          .Help("Floating-point operations executed by each worker")
-                          .Register(r);
-  m->worker_node_memory_ = &BuildGauge()
-                                .Name("numaserve_worker_node_memory_bytes")
-                                .Help(
-                                    "Resident memory of each worker by the NUMA node it lies "
-                                    "on (memory_node), read after its latest model load")
-                                .Register(r);
-  m->instance_busy_ = &BuildCounter()
-                           .Name("numaserve_instance_busy_seconds_total")
+  memory_bandwidth_ = &BuildGauge()
+                           .Name("numaserve_memory_bandwidth_bytes_per_second")
                            .Help(
-                               "Seconds each model instance (slot) of each worker spent "
-                               "computing; idle slots show as flat lines")
+                               "A NUMA node's memory bandwidth, STREAM triad measured at "
+                               "start (serve --measure-bandwidth)")
                            .Register(r);
-  m->instance_batches_ = &BuildCounter()
-                              .Name("numaserve_instance_batches_total")
-                              .Help("Batches each model instance (slot) of each worker computed")
-                              .Register(r);
-  m->worker_restarts_ = &BuildCounter()
-                             .Name("numaserve_worker_restarts_total")
-                             .Help("Times the supervisor restarted a worker that exited")
-                             .Register(r);
-  m->worker_ready_ = &BuildGauge()
-                          .Name("numaserve_worker_ready")
-                          .Help("1 when the worker process is up and has its models loaded")
+  worker_resident_ = &BuildGauge()
+                          .Name("numaserve_worker_resident_memory_bytes")
+                          .Help("Resident memory of each worker process")
                           .Register(r);
-  m->model_ready_ = &BuildGauge()
-                         .Name("numaserve_model_ready")
-                         .Help("1 when the model version is ready to serve")
-                         .Register(r);
-  m->model_weight_bytes_ = &BuildGauge()
-                                .Name("numaserve_model_weight_bytes")
-                                .Help("Bytes of model weights resident on each worker")
-                                .Register(r);
-  m->training_jobs_ = &BuildGauge()
-                           .Name("numaserve_training_jobs")
-                           .Help(
-                               "Training jobs the server started, by state (running, "
-                               "succeeded, failed, cancelled)")
-                           .Register(r);
-  for (const char* state : {"running", "succeeded", "failed", "cancelled"}) {
-    m->training_jobs_->Add({{"state", state}}).Set(0);
-  }
-  m->training_epoch_ = &BuildGauge()
-                            .Name("numaserve_training_epoch")
-                            .Help("Epoch (1-based) of a training job's latest progress line")
+  model_load_seconds_ = &BuildGauge()
+                             .Name("numaserve_model_load_duration_seconds")
+                             .Help("Time a worker took to load and compile a model version")
+                             .Register(r);
+  worker_busy_ = &BuildCounter()
+                      .Name("numaserve_worker_busy_seconds_total")
+                      .Help("Seconds each worker spent computing")
+                      .Register(r);
+  worker_inferences_ = &BuildCounter()
+                            .Name("numaserve_worker_inferences_total")
+                            .Help("Rows computed by each worker")
                             .Register(r);
-  m->training_step_ = &BuildGauge()
-                           .Name("numaserve_training_step")
-                           .Help("Steps a training job has completed")
+  worker_flops_ = &BuildCounter()
+                       .Name("numaserve_worker_flops_total")
+                       .Help("Floating-point operations executed by each worker")
+                       .Register(r);
+  worker_node_memory_ = &BuildGauge()
+                             .Name("numaserve_worker_node_memory_bytes")
+                             .Help(
+                                 "Resident memory of each worker by the NUMA node it lies "
+                                 "on (memory_node), read after its latest model load")
+                             .Register(r);
+  instance_busy_ = &BuildCounter()
+                        .Name("numaserve_instance_busy_seconds_total")
+                        .Help(
+                            "Seconds each model instance (slot) of each worker spent "
+                            "computing; idle slots show as flat lines")
+                        .Register(r);
+  instance_batches_ = &BuildCounter()
+                           .Name("numaserve_instance_batches_total")
+                           .Help("Batches each model instance (slot) of each worker computed")
                            .Register(r);
-  m->training_total_steps_ = &BuildGauge()
-                                  .Name("numaserve_training_total_steps")
-                                  .Help("Steps a training job runs in all")
-                                  .Register(r);
-  m->training_loss_ = &BuildGauge()
-                           .Name("numaserve_training_loss")
-                           .Help("Mean training loss (cross-entropy) over the last log interval")
-                           .Register(r);
-  m->training_accuracy_ = &BuildGauge()
-                               .Name("numaserve_training_accuracy_ratio")
-                               .Help("Training accuracy over the last log interval, 0..1")
+  worker_restarts_ = &BuildCounter()
+                          .Name("numaserve_worker_restarts_total")
+                          .Help("Times the supervisor restarted a worker that exited")
+                          .Register(r);
+  worker_ready_ = &BuildGauge()
+                       .Name("numaserve_worker_ready")
+                       .Help("1 when the worker process is up and has its models loaded")
+                       .Register(r);
+  model_ready_ = &BuildGauge()
+                      .Name("numaserve_model_ready")
+                      .Help("1 when the model version is ready to serve")
+                      .Register(r);
+  model_weight_bytes_ = &BuildGauge()
+                             .Name("numaserve_model_weight_bytes")
+                             .Help("Bytes of model weights resident on each worker")
+                             .Register(r);
+}
+
+// Training jobs of the training service.
+void Metrics::RegisterTrainingFamilies(prometheus::Registry& r) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  training_jobs_ = &BuildGauge()
+                        .Name("numaserve_training_jobs")
+                        .Help(
+                            "Training jobs the server started, by state (running, "
+                            "succeeded, failed, cancelled)")
+                        .Register(r);
+  for (const char* state : {"running", "succeeded", "failed", "cancelled"}) {
+    training_jobs_->Add({{"state", state}}).Set(0);
+  }
+  training_epoch_ = &BuildGauge()
+                         .Name("numaserve_training_epoch")
+                         .Help("Epoch (1-based) of a training job's latest progress line")
+                         .Register(r);
+  training_step_ = &BuildGauge()
+                        .Name("numaserve_training_step")
+                        .Help("Steps a training job has completed")
+                        .Register(r);
+  training_total_steps_ = &BuildGauge()
+                               .Name("numaserve_training_total_steps")
+                               .Help("Steps a training job runs in all")
                                .Register(r);
-  m->training_test_accuracy_ = &BuildGauge()
-                                    .Name("numaserve_training_test_accuracy_ratio")
-                                    .Help("Test-set accuracy after the last finished epoch, 0..1")
-                                    .Register(r);
-  m->training_images_per_second_ =
+  training_loss_ = &BuildGauge()
+                        .Name("numaserve_training_loss")
+                        .Help("Mean training loss (cross-entropy) over the last log interval")
+                        .Register(r);
+  training_accuracy_ = &BuildGauge()
+                            .Name("numaserve_training_accuracy_ratio")
+                            .Help("Training accuracy over the last log interval, 0..1")
+                            .Register(r);
+  training_test_accuracy_ = &BuildGauge()
+                                 .Name("numaserve_training_test_accuracy_ratio")
+                                 .Help("Test-set accuracy after the last finished epoch, 0..1")
+                                 .Register(r);
+  training_images_per_second_ =
       &BuildGauge()
            .Name("numaserve_training_images_per_second")
            .Help("Training throughput over the last log interval, all ranks together")
            .Register(r);
-  m->training_eta_ = &BuildGauge()
-                          .Name("numaserve_training_eta_seconds")
-                          .Help("Estimated time until a training job's last step (0 once ended)")
-                          .Register(r);
-  m->exposer_->RegisterCollectable(m->registry_);
-  return m;
+  training_eta_ = &BuildGauge()
+                       .Name("numaserve_training_eta_seconds")
+                       .Help("Estimated time until a training job's last step (0 once ended)")
+                       .Register(r);
 }
 
 Metrics::~Metrics() = default;

@@ -98,6 +98,10 @@ class Metrics {
 
  private:
   Metrics() = default;
+  // Create's metric families, by concern.
+  void RegisterRequestFamilies(prometheus::Registry& r);
+  void RegisterWorkerFamilies(prometheus::Registry& r);
+  void RegisterTrainingFamilies(prometheus::Registry& r);
   int port_ = 0;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -324,10 +324,9 @@ absl::Status ConvertTensors(const pb::RepeatedPtrField<TritonTensor>& from, cons
   return absl::OkStatus();
 }
 
-// Triton's config as numaserve's. Refuses what numaserve cannot honour,
-// naming the field and where it is written.
-absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
-                                               const TritonLocator& at, int num_workers) {
+// Refuses a Triton config that asks for another runtime than numaserve's:
+// another platform or backend, sequences, ensembles, another model file.
+absl::Status CheckTritonRuntime(const triton::ModelConfig& t, const TritonLocator& at) {
   if (!t.platform().empty() && t.platform() != "onnxruntime_onnx") {
     return Refuse(at.At("platform"), "platform",
                   absl::StrCat("'", t.platform(),
@@ -354,23 +353,14 @@ absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
                   absl::StrCat("'", t.default_model_filename(),
                                "': numaserve reads <version>/model.onnx; rename the file"));
   }
-  config::ModelConfig c;
-  c.set_name(t.name());
-  c.set_max_batch_size(t.max_batch_size());
-  // Same messages, other package: copied through the wire format.
-  if (t.has_version_policy()) {
-    c.mutable_version_policy()->ParseFromString(t.version_policy().SerializeAsString());
-  }
-  if (absl::Status s = ConvertTensors(t.input(), "input", at, c.mutable_input()); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ConvertTensors(t.output(), "output", at, c.mutable_output()); !s.ok()) {
-    return s;
-  }
-  *c.mutable_instance_placement() = t.instance_placement();
-  c.set_gemm_backend(t.gemm_backend());
-  c.set_precision(t.precision());
+  return absl::OkStatus();
+}
 
+// Triton's instance_group as c's instance_placement.instances_per_domain
+// (the CPU copies shared among the workers); refuses GPU groups, counts out
+// of range and a config that gives both.
+absl::Status ConvertInstanceGroups(const triton::ModelConfig& t, const TritonLocator& at,
+                                   int num_workers, config::ModelConfig* c) {
   int64_t copies = 0;
   for (int i = 0; i < t.instance_group_size(); ++i) {
     const triton::ModelInstanceGroup& g = t.instance_group(i);
@@ -403,9 +393,34 @@ absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
                           t.instance_placement().domains().end());
     const int64_t workers = std::max<int64_t>(1, domains.empty() ? num_workers : domains.size());
     const int64_t per_worker = (copies + workers - 1) / workers;
-    c.mutable_instance_placement()->set_instances_per_domain(
+    c->mutable_instance_placement()->set_instances_per_domain(
         static_cast<int32_t>(std::min<int64_t>(per_worker, int64_t{kMaxInstances} + 1)));
   }
+  return absl::OkStatus();
+}
+
+// Triton's config as numaserve's. Refuses what numaserve cannot honour,
+// naming the field and where it is written.
+absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
+                                               const TritonLocator& at, int num_workers) {
+  if (absl::Status s = CheckTritonRuntime(t, at); !s.ok()) return s;
+  config::ModelConfig c;
+  c.set_name(t.name());
+  c.set_max_batch_size(t.max_batch_size());
+  // Same messages, other package: copied through the wire format.
+  if (t.has_version_policy()) {
+    c.mutable_version_policy()->ParseFromString(t.version_policy().SerializeAsString());
+  }
+  if (absl::Status s = ConvertTensors(t.input(), "input", at, c.mutable_input()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ConvertTensors(t.output(), "output", at, c.mutable_output()); !s.ok()) {
+    return s;
+  }
+  *c.mutable_instance_placement() = t.instance_placement();
+  c.set_gemm_backend(t.gemm_backend());
+  c.set_precision(t.precision());
+  if (absl::Status s = ConvertInstanceGroups(t, at, num_workers, &c); !s.ok()) return s;
   if (t.has_dynamic_batching()) {
     const triton::ModelDynamicBatching& d = t.dynamic_batching();
     config::DynamicBatching* out = c.mutable_dynamic_batching();

@@ -214,6 +214,14 @@ std::vector<ModelManager::IndexEntry> ModelManager::Index() const {
   return out;
 }
 
+// What loading a model's scanned versions produced, for the switch.
+struct ModelManager::LoadOutcome {
+  std::vector<ModelHandle> loaded;
+  std::vector<ModelHandle> replaced;  // the previous loads of reloaded versions
+  std::string first_error;
+  std::set<int64_t> wanted;
+};
+
 absl::Status ModelManager::Load(const std::string& name) {
   std::lock_guard<std::mutex> load_lock(load_mu_);
   if (stopped_) return absl::UnavailableError("the server is shutting down");
@@ -245,14 +253,35 @@ absl::Status ModelManager::Load(const std::string& name) {
     entry.fingerprint = fingerprint;
     return absl::InvalidArgumentError(scanned[0].error);
   }
-  // Load the new versions, and new loads of served versions whose config
-  // changed, while the current ones serve.
-  std::vector<ModelHandle> loaded;
-  std::vector<ModelHandle> replaced;  // the previous loads of reloaded versions
-  std::string first_error;
-  std::set<int64_t> wanted;
+  LoadOutcome outcome;
+  LoadScannedVersions(name, scanned, &outcome);
+  const std::vector<int64_t> retired = SwitchToLoaded(name, fingerprint, outcome);
+  LogLoaded(outcome.loaded, started);
+  DrainReplaced(outcome.replaced);
+  if (!retired.empty()) {
+    // The new versions already serve; a retired one that fails to unload is
+    // logged, not a failure of this load.
+    if (absl::Status s = UnloadVersions(name, retired); !s.ok()) {
+      Log(LogLevel::kWarning, "models",
+          absl::StrCat("model ", name, ": retiring old versions: ", s.message()),
+          {{"model", name}, {"error", s.message()}});
+    }
+  }
+  if (!outcome.first_error.empty()) {
+    Log(LogLevel::kError, "models", absl::StrCat("model ", name, ": ", outcome.first_error),
+        {{"model", name}, {"error", outcome.first_error}});
+    return absl::InvalidArgumentError(outcome.first_error);
+  }
+  return absl::OkStatus();
+}
+
+// Load the new versions, and new loads of served versions whose config
+// changed, while the current ones serve.
+void ModelManager::LoadScannedVersions(const std::string& name,
+                                       const std::vector<RepositoryModel>& scanned,
+                                       LoadOutcome* out) {
   for (const auto& m : scanned) {
-    wanted.insert(m.version);
+    out->wanted.insert(m.version);
     ModelHandle serving;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -269,7 +298,7 @@ absl::Status ModelManager::Load(const std::string& name) {
       if (!m.error.empty()) {
         const std::string reason =
             serving != nullptr ? absl::StrCat(kNotApplied, m.error) : m.error;
-        if (first_error.empty()) first_error = reason;
+        if (out->first_error.empty()) out->first_error = reason;
         if (serving == nullptr) v.state = ModelState::kUnavailable;
         v.reason = reason;
         continue;
@@ -287,39 +316,50 @@ absl::Status ModelManager::Load(const std::string& name) {
       workers_->UnloadModel(handle->key());
       const std::string reason = absl::StrCat(serving != nullptr ? kNotApplied : "", "version ",
                                               m.version, ": ", s.message());
-      if (first_error.empty()) first_error = reason;
+      if (out->first_error.empty()) out->first_error = reason;
       std::lock_guard<std::mutex> lock(mu_);
       VersionState& v = models_[name].versions[m.version];
       if (v.handle == nullptr) v.state = ModelState::kUnavailable;
       v.reason = reason;
       continue;
     }
-    if (serving != nullptr) replaced.push_back(serving);
-    loaded.push_back(std::move(handle));
+    if (serving != nullptr) out->replaced.push_back(serving);
+    out->loaded.push_back(std::move(handle));
   }
-  // Switch: every loaded version becomes ready at once; requests resolved
-  // from now on go to the new loads.
+}
+
+// Switch: every loaded version becomes ready at once; requests resolved
+// from now on go to the new loads.
+std::vector<int64_t> ModelManager::SwitchToLoaded(const std::string& name,
+                                                  const std::string& fingerprint,
+                                                  const LoadOutcome& outcome) {
   std::vector<int64_t> retired;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ModelEntry& entry = models_[name];
-    for (const auto& h : loaded) {
-      VersionState& v = entry.versions[h->version];
-      v.handle = h;
-      v.state = ModelState::kReady;
-      v.reason.clear();
-    }
-    entry.error.clear();
-    entry.fingerprint = fingerprint;
-    // Versions the policy no longer selects leave only if something serves.
-    bool any_ready = false;
-    for (const auto& [n, s] : entry.versions) {
-      any_ready |= wanted.count(n) > 0 && s.handle != nullptr && s.state == ModelState::kReady;
-    }
-    for (const auto& [n, s] : entry.versions) {
-      if (wanted.count(n) == 0 && s.handle != nullptr && any_ready) retired.push_back(n);
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  ModelEntry& entry = models_[name];
+  for (const auto& h : outcome.loaded) {
+    VersionState& v = entry.versions[h->version];
+    v.handle = h;
+    v.state = ModelState::kReady;
+    v.reason.clear();
   }
+  entry.error.clear();
+  entry.fingerprint = fingerprint;
+  // Versions the policy no longer selects leave only if something serves.
+  bool any_ready = false;
+  for (const auto& [n, s] : entry.versions) {
+    any_ready |=
+        outcome.wanted.count(n) > 0 && s.handle != nullptr && s.state == ModelState::kReady;
+  }
+  for (const auto& [n, s] : entry.versions) {
+    if (outcome.wanted.count(n) == 0 && s.handle != nullptr && any_ready) retired.push_back(n);
+  }
+  return retired;
+}
+
+// Marks each newly loaded version ready in the metrics and logs it, with the
+// time since the load began at `started`.
+void ModelManager::LogLoaded(const std::vector<ModelHandle>& loaded,
+                             std::chrono::steady_clock::time_point started) {
   for (const auto& h : loaded) {
     if (metrics_) metrics_->SetModelReady(h->name, absl::StrCat(h->version), true);
     const double seconds =
@@ -334,8 +374,11 @@ absl::Status ModelManager::Load(const std::string& name) {
          {"path", h->path},
          {"seconds", seconds}});
   }
-  // The previous loads of reloaded versions: what they queued or run
-  // finishes on them, then the workers free them.
+}
+
+// The previous loads of reloaded versions: what they queued or run
+// finishes on them, then the workers free them.
+void ModelManager::DrainReplaced(const std::vector<ModelHandle>& replaced) {
   for (const auto& h : replaced) {
     if (!scheduler_->RemoveModel(h->key(), options_.drain_timeout)) {
       Log(LogLevel::kWarning, "models",
@@ -346,21 +389,6 @@ absl::Status ModelManager::Load(const std::string& name) {
     }
     workers_->UnloadModel(h->key());
   }
-  if (!retired.empty()) {
-    // The new versions already serve; a retired one that fails to unload is
-    // logged, not a failure of this load.
-    if (absl::Status s = UnloadVersions(name, retired); !s.ok()) {
-      Log(LogLevel::kWarning, "models",
-          absl::StrCat("model ", name, ": retiring old versions: ", s.message()),
-          {{"model", name}, {"error", s.message()}});
-    }
-  }
-  if (!first_error.empty()) {
-    Log(LogLevel::kError, "models", absl::StrCat("model ", name, ": ", first_error),
-        {{"model", name}, {"error", first_error}});
-    return absl::InvalidArgumentError(first_error);
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ModelManager::UnloadVersions(const std::string& name,

@@ -121,6 +121,20 @@ class ModelManager {
   void PollLoop();
   absl::Status UnloadVersions(const std::string& name, const std::vector<int64_t>& versions);
 
+  // Load's phases.
+  struct LoadOutcome;  // what loading the scanned versions produced (model_manager.cc)
+  // Loads the new and the reconfigured versions in `scanned` while the current ones serve.
+  void LoadScannedVersions(const std::string& name, const std::vector<RepositoryModel>& scanned,
+                           LoadOutcome* out);
+  // Serves every loaded version at once; returns the versions to retire.
+  std::vector<int64_t> SwitchToLoaded(const std::string& name, const std::string& fingerprint,
+                                      const LoadOutcome& outcome);
+  // Marks the loaded versions ready in the metrics and logs each one.
+  void LogLoaded(const std::vector<ModelHandle>& loaded,
+                 std::chrono::steady_clock::time_point started);
+  // Drains the previous loads of reloaded versions, then unloads them.
+  void DrainReplaced(const std::vector<ModelHandle>& replaced);
+
   const Options options_;
   WorkerSupervisor* const workers_;
   ModelScheduler* const scheduler_;

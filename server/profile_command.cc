@@ -278,89 +278,193 @@ std::string ChromeTraceJson(const std::vector<engine::StepEvent>& events,
   return out + "\n]}\n";
 }
 
-int ProfileCommand(const std::vector<std::string>& args) {
+namespace {
+
+// The flags of `numaserve profile`, with their defaults.
+struct ProfileOptions {
   std::string model_path, trace_path, precision_name = "fp32";
   int64_t batch = 1, threads = 0, top = 0, max_batch = 256;
   double seconds = 0, p99_ms = 0;
   bool json = false, advise = false;
+};
+
+// What is run: the model, its batch, threads, time and precision.
+void AddRunFlags(ArgParser& parser, ProfileOptions& o) {
+  parser.AddString("model", &o.model_path, "ONNX model file (required)");
+  parser.AddInt("batch", &o.batch, "rows per run (>= 1)");
+  parser.AddInt("threads", &o.threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
+  parser.AddDouble("seconds", &o.seconds,
+                   "time spent profiling (at least 5 runs; 0 = 2 s, with --advise 0.5 s per "
+                   "batch size)");
+  parser.AddString("precision", &o.precision_name,
+                   "fp32 | bf16 (convs and weight matmuls in BF16, as bench --precision)");
+}
+
+// What is printed or written: the table's rows, JSON, a Chrome trace.
+void AddOutputFlags(ArgParser& parser, ProfileOptions& o) {
+  parser.AddInt("top", &o.top, "text output: the costliest rows listed (0 = all)");
+  parser.AddBool("json", &o.json, "print one JSON object");
+  parser.AddString("trace", &o.trace_path,
+                   "write a Chrome trace (JSON, for Perfetto / chrome://tracing) of every step "
+                   "call to this file");
+}
+
+// --advise and its target.
+void AddAdviseFlags(ArgParser& parser, ProfileOptions& o) {
+  parser.AddBool("advise", &o.advise,
+                 "instead of one batch: profile batch 1, 2, 4, ... and suggest max_batch_size "
+                 "and max_queue_delay_microseconds for --p99-ms, with the batch where the model "
+                 "turns compute-bound");
+  parser.AddDouble("p99-ms", &o.p99_ms, "--advise: the p99 latency target, milliseconds");
+  parser.AddInt("max-batch", &o.max_batch, "--advise: the largest batch size tried");
+}
+
+// Checks the flags' values (an error is a usage error, exit 2); the
+// precision --precision names.
+absl::StatusOr<engine::Precision> CheckProfileFlags(const ProfileOptions& o) {
+  if (o.model_path.empty()) return absl::InvalidArgumentError("--model is required");
+  if (o.batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--batch must be >= 1, got ", o.batch));
+  }
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 0, got ", o.threads));
+  }
+  if (o.seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--seconds must be > 0, got ", o.seconds));
+  }
+  if (o.advise && !(o.p99_ms > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--advise needs --p99-ms > 0, got ", o.p99_ms));
+  }
+  if (o.advise && o.max_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-batch must be >= 1, got ", o.max_batch));
+  }
+  if (o.advise && !o.trace_path.empty()) {
+    return absl::InvalidArgumentError("--trace traces one batch size; leave it out with --advise");
+  }
+  if (o.top < 0) return absl::InvalidArgumentError(absl::StrCat("--top must be >= 0, got ", o.top));
+  const absl::StatusOr<engine::Precision> precision = engine::PrecisionFromName(o.precision_name);
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--precision: ", precision.status().message()));
+  }
+  return *precision;
+}
+
+// Writes the Chrome trace of `measured` to `trace_file` and closes it.
+absl::Status WriteTrace(FILE* trace_file, const ProfileOptions& o, const ProfiledRuns& measured) {
+  const std::string trace = ChromeTraceJson(measured.events, measured.steps, o.model_path, o.batch);
+  const bool written = fwrite(trace.data(), 1, trace.size(), trace_file) == trace.size();
+  const bool closed = fclose(trace_file) == 0;
+  if (!written || !closed) {
+    return absl::InternalError(
+        absl::StrCat("--trace: writing '", o.trace_path, "' failed: ", base::ErrnoText(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// Profiles --batch, writes the trace to `trace_file` (null: none; closed
+// here, whatever the outcome) and prints the roofline. Returns the exit code.
+int ProfileOneBatch(engine::CompiledModel& model, const ProfileOptions& o, int used_threads,
+                    const MachineLimits& limits, const affinity::BandwidthResult& bandwidth,
+                    FILE* trace_file) {
+  auto close_trace = [&] {
+    if (trace_file != nullptr) fclose(trace_file);
+    trace_file = nullptr;
+  };
+  const int64_t batch = o.batch;
+  // Warm-up: primitive creation, weight layouts, page faults.
+  {
+    absl::StatusOr<RunBuffers> warm = MakeRunBuffers(model, batch);
+    if (!warm.ok()) {
+      close_trace();
+      return Fail(absl::StrCat("batch ", batch, ": ", warm.status().message()));
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (absl::Status s = model.Run(batch, warm->in_ptrs, warm->out_ptrs); !s.ok()) {
+        close_trace();
+        return Fail(absl::StrCat("batch ", batch, ": ", s.message()));
+      }
+    }
+  }
+  auto measured =
+      ProfileRuns(model, batch, o.seconds, 5, trace_file != nullptr ? kMaxTraceEvents : 0);
+  if (!measured.ok()) {
+    close_trace();
+    return Fail(absl::StrCat("batch ", batch, ": ", measured.status().message()));
+  }
+  const Roofline roofline = MakeRoofline(measured->steps, measured->runs, limits);
+  const ProfileSettings settings{o.model_path, batch, used_threads, o.seconds, o.precision_name};
+  const int64_t trace_runs = TracedRuns(measured->events);
+  if (trace_file != nullptr) {
+    absl::Status written = WriteTrace(trace_file, o, *measured);
+    trace_file = nullptr;
+    if (!written.ok()) return Fail(std::string(written.message()));
+  }
+  if (o.json) {
+    printf("%s\n",
+           FormatJson(settings, *measured, roofline, limits, bandwidth, o.trace_path, trace_runs)
+               .c_str());
+  } else {
+    printf("%s", LimitsLine(limits, bandwidth, used_threads).c_str());
+    printf("%s", FormatText(settings, *measured, roofline, static_cast<int>(o.top)).c_str());
+    if (!o.trace_path.empty()) {
+      printf("trace: %s (%lld of %lld runs, %zu step events)\n", o.trace_path.c_str(),
+             static_cast<long long>(trace_runs), static_cast<long long>(measured->runs),
+             measured->events.size());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int ProfileCommand(const std::vector<std::string>& args) {
+  ProfileOptions o;
   ArgParser parser("profile",
                    "run a model in process with every compiled step timed and hold each step "
                    "against the machine's roofline: time, FLOPs, bytes moved, arithmetic "
                    "intensity, achieved GFLOP/s and GB/s, the bound for its intensity "
                    "(min(peak, intensity x memory bandwidth)) and the fraction of it reached");
-  parser.AddString("model", &model_path, "ONNX model file (required)");
-  parser.AddInt("batch", &batch, "rows per run (>= 1)");
-  parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
-  parser.AddDouble("seconds", &seconds,
-                   "time spent profiling (at least 5 runs; 0 = 2 s, with --advise 0.5 s per "
-                   "batch size)");
-  parser.AddString("precision", &precision_name,
-                   "fp32 | bf16 (convs and weight matmuls in BF16, as bench --precision)");
-  parser.AddInt("top", &top, "text output: the costliest rows listed (0 = all)");
-  parser.AddBool("json", &json, "print one JSON object");
-  parser.AddString("trace", &trace_path,
-                   "write a Chrome trace (JSON, for Perfetto / chrome://tracing) of every step "
-                   "call to this file");
-  parser.AddBool("advise", &advise,
-                 "instead of one batch: profile batch 1, 2, 4, ... and suggest max_batch_size "
-                 "and max_queue_delay_microseconds for --p99-ms, with the batch where the model "
-                 "turns compute-bound");
-  parser.AddDouble("p99-ms", &p99_ms, "--advise: the p99 latency target, milliseconds");
-  parser.AddInt("max-batch", &max_batch, "--advise: the largest batch size tried");
+  AddRunFlags(parser, o);
+  AddOutputFlags(parser, o);
+  AddAdviseFlags(parser, o);
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()), 2);
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
     return 0;
   }
-  if (model_path.empty()) return Fail("--model is required", 2);
-  if (batch < 1) return Fail(absl::StrCat("--batch must be >= 1, got ", batch), 2);
-  if (threads < 0) return Fail(absl::StrCat("--threads must be >= 0, got ", threads), 2);
-  if (seconds < 0) return Fail(absl::StrCat("--seconds must be > 0, got ", seconds), 2);
-  if (seconds == 0) seconds = advise ? 0.5 : 2.0;
-  if (advise && !(p99_ms > 0)) {
-    return Fail(absl::StrCat("--advise needs --p99-ms > 0, got ", p99_ms), 2);
-  }
-  if (advise && max_batch < 1) {
-    return Fail(absl::StrCat("--max-batch must be >= 1, got ", max_batch), 2);
-  }
-  if (advise && !trace_path.empty()) {
-    return Fail("--trace traces one batch size; leave it out with --advise", 2);
-  }
-  if (top < 0) return Fail(absl::StrCat("--top must be >= 0, got ", top), 2);
-  const absl::StatusOr<engine::Precision> precision = engine::PrecisionFromName(precision_name);
-  if (!precision.ok()) {
-    return Fail(absl::StrCat("--precision: ", precision.status().message()), 2);
-  }
+  const absl::StatusOr<engine::Precision> precision = CheckProfileFlags(o);
+  if (!precision.ok()) return Fail(std::string(precision.status().message()), 2);
+  if (o.seconds == 0) o.seconds = o.advise ? 0.5 : 2.0;
   // The trace file is opened first: a path that cannot be written fails
   // before minutes of profiling, not after.
   FILE* trace_file = nullptr;
-  if (!trace_path.empty()) {
-    trace_file = fopen(trace_path.c_str(), "w");
+  if (!o.trace_path.empty()) {
+    trace_file = fopen(o.trace_path.c_str(), "w");
     if (trace_file == nullptr) {
       return Fail(
-          absl::StrCat("--trace: cannot write '", trace_path, "': ", base::ErrnoText(errno)), 2);
+          absl::StrCat("--trace: cannot write '", o.trace_path, "': ", base::ErrnoText(errno)), 2);
     }
   }
   auto close_trace = [&] {
     if (trace_file != nullptr) fclose(trace_file);
     trace_file = nullptr;
   };
-  engine::CompileOptions options{.num_threads = static_cast<int>(threads),
+  engine::CompileOptions options{.num_threads = static_cast<int>(o.threads),
                                  .gemm_cache_file = engine::DefaultGemmCacheFile()};
   options.precision = *precision;
-  auto model = engine::CompiledModel::Load(model_path, options);
+  auto model = engine::CompiledModel::Load(o.model_path, options);
   if (!model.ok()) {
     close_trace();
     return Fail(std::string(model.status().message()));
   }
-  if (!(*model)->info().batched && (batch != 1 || advise)) {
+  if (!(*model)->info().batched && (o.batch != 1 || o.advise)) {
     close_trace();
-    return Fail(absl::StrCat(model_path, " is not batched (", (*model)->info().unbatched_reason,
+    return Fail(absl::StrCat(o.model_path, " is not batched (", (*model)->info().unbatched_reason,
                              "): it runs one request at a time (max_batch_size 0); profile it "
                              "with --batch 1"),
                 2);
   }
-  const int used_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
+  const int used_threads = o.threads > 0 ? static_cast<int>(o.threads) : omp_get_max_threads();
 
   // The machine's limits, once: the peaks from the CPU model, the memory
   // bandwidth measured with the model's thread count on this process's cpus.
@@ -372,58 +476,11 @@ int ProfileCommand(const std::vector<std::string>& args) {
     return Fail(absl::StrCat("measuring memory bandwidth: ", bandwidth.status().message()));
   }
   MachineLimits limits{ThisMachinePeakPerCore(), bandwidth->gb_per_second};
-  if (advise) {
-    return Advise(**model, {model_path, batch, used_threads, seconds, precision_name}, limits,
-                  p99_ms, max_batch, json);
+  if (o.advise) {
+    return Advise(**model, {o.model_path, o.batch, used_threads, o.seconds, o.precision_name},
+                  limits, o.p99_ms, o.max_batch, o.json);
   }
-
-  // Warm-up: primitive creation, weight layouts, page faults.
-  {
-    absl::StatusOr<RunBuffers> warm = MakeRunBuffers(**model, batch);
-    if (!warm.ok()) {
-      close_trace();
-      return Fail(absl::StrCat("batch ", batch, ": ", warm.status().message()));
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (absl::Status s = (*model)->Run(batch, warm->in_ptrs, warm->out_ptrs); !s.ok()) {
-        close_trace();
-        return Fail(absl::StrCat("batch ", batch, ": ", s.message()));
-      }
-    }
-  }
-  auto measured =
-      ProfileRuns(**model, batch, seconds, 5, trace_file != nullptr ? kMaxTraceEvents : 0);
-  if (!measured.ok()) {
-    close_trace();
-    return Fail(absl::StrCat("batch ", batch, ": ", measured.status().message()));
-  }
-  const Roofline roofline = MakeRoofline(measured->steps, measured->runs, limits);
-  const ProfileSettings settings{model_path, batch, used_threads, seconds, precision_name};
-  const int64_t trace_runs = TracedRuns(measured->events);
-  if (trace_file != nullptr) {
-    const std::string trace = ChromeTraceJson(measured->events, measured->steps, model_path, batch);
-    const bool written = fwrite(trace.data(), 1, trace.size(), trace_file) == trace.size();
-    const bool closed = fclose(trace_file) == 0;
-    trace_file = nullptr;
-    if (!written || !closed) {
-      return Fail(
-          absl::StrCat("--trace: writing '", trace_path, "' failed: ", base::ErrnoText(errno)));
-    }
-  }
-  if (json) {
-    printf("%s\n",
-           FormatJson(settings, *measured, roofline, limits, *bandwidth, trace_path, trace_runs)
-               .c_str());
-  } else {
-    printf("%s", LimitsLine(limits, *bandwidth, used_threads).c_str());
-    printf("%s", FormatText(settings, *measured, roofline, static_cast<int>(top)).c_str());
-    if (!trace_path.empty()) {
-      printf("trace: %s (%lld of %lld runs, %zu step events)\n", trace_path.c_str(),
-             static_cast<long long>(trace_runs), static_cast<long long>(measured->runs),
-             measured->events.size());
-    }
-  }
-  return 0;
+  return ProfileOneBatch(**model, o, used_threads, limits, *bandwidth, trace_file);
 }
 
 }  // namespace numaserve::server

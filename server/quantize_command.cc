@@ -139,122 +139,166 @@ absl::StatusOr<CalibrationRows> ReadCalibrationFile(const std::string& path, int
   return out;
 }
 
-int QuantizeCommand(const std::vector<std::string>& args) {
+namespace {
+
+// The flags of `numaserve quantize`, with their defaults.
+struct QuantizeOptions {
   std::string model_path, out_path, method_name = "minmax";
   std::vector<std::string> calibration_args;
   double percentile = 99.999;
   int64_t rows_limit = 1024, batch = 32, threads = 0;
-  ArgParser parser("quantize",
-                   "Quantize an FP32 ONNX model to INT8 (QDQ: per-channel INT8 weights, UINT8 "
-                   "activations calibrated on data) for Conv, MatMul and Gemm.");
-  parser.AddString("model", &model_path, "the FP32 ONNX model (required)");
-  parser.AddRepeated("calibration", &calibration_args,
+};
+
+// The model, its calibration data and method, and where the result goes.
+void AddQuantizeFlags(ArgParser& parser, QuantizeOptions& o) {
+  parser.AddString("model", &o.model_path, "the FP32 ONNX model (required)");
+  parser.AddRepeated("calibration", &o.calibration_args,
                      "calibration data: FILE (a model with one input) or NAME=FILE per input; "
                      ".npy, a numaserve record file or an IDX image file (required)");
-  parser.AddString("out", &out_path, "where to write the QDQ model (required)");
-  parser.AddString("method", &method_name,
+  parser.AddString("out", &o.out_path, "where to write the QDQ model (required)");
+  parser.AddString("method", &o.method_name,
                    "activation ranges: minmax, percentile (of the values seen) or entropy "
                    "(the clipped range that loses the least information, by KL divergence)");
-  parser.AddDouble("percentile", &percentile,
+  parser.AddDouble("percentile", &o.percentile,
                    "--method percentile: the upper percentile kept (the lower is 100 minus it)");
-  parser.AddInt("calibration-size", &rows_limit, "rows of calibration data used (0 = all)");
-  parser.AddInt("batch", &batch, "rows per calibration run");
-  parser.AddInt("threads", &threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
-  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
-  if (parser.help_requested()) {
-    printf("%s", parser.Usage().c_str());
-    return 0;
-  }
-  if (model_path.empty()) return Fail("--model FILE is required");
-  if (out_path.empty()) return Fail("--out FILE is required");
-  if (calibration_args.empty()) return Fail("--calibration FILE is required");
-  if (batch <= 0) return Fail(absl::StrCat("--batch: expected a positive number, got ", batch));
-  if (rows_limit < 0) return Fail("--calibration-size: expected 0 (all) or a positive number");
-  if (threads < 0) return Fail("--threads: expected 0 or a positive number");
-  absl::StatusOr<engine::CalibrationMethod> method = engine::CalibrationMethodFromName(method_name);
-  if (!method.ok()) return Fail(absl::StrCat("--method: ", method.status().message()));
-  if (out_path == model_path) return Fail("--out names the input model; write it elsewhere");
+  parser.AddInt("calibration-size", &o.rows_limit, "rows of calibration data used (0 = all)");
+  parser.AddInt("batch", &o.batch, "rows per calibration run");
+  parser.AddInt("threads", &o.threads, "kernel threads (0 = OMP_NUM_THREADS or all cores)");
+}
 
-  absl::StatusOr<engine::ModelInfo> info = engine::InspectModel(model_path);
-  if (!info.ok()) return Fail(std::string(info.status().message()));
-  // Which file feeds which input.
+// Checks the flags' values; the calibration method --method names.
+absl::StatusOr<engine::CalibrationMethod> CheckQuantizeFlags(const QuantizeOptions& o) {
+  if (o.model_path.empty()) return absl::InvalidArgumentError("--model FILE is required");
+  if (o.out_path.empty()) return absl::InvalidArgumentError("--out FILE is required");
+  if (o.calibration_args.empty()) {
+    return absl::InvalidArgumentError("--calibration FILE is required");
+  }
+  if (o.batch <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch: expected a positive number, got ", o.batch));
+  }
+  if (o.rows_limit < 0) {
+    return absl::InvalidArgumentError("--calibration-size: expected 0 (all) or a positive number");
+  }
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError("--threads: expected 0 or a positive number");
+  }
+  absl::StatusOr<engine::CalibrationMethod> method =
+      engine::CalibrationMethodFromName(o.method_name);
+  if (!method.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--method: ", method.status().message()));
+  }
+  if (o.out_path == o.model_path) {
+    return absl::InvalidArgumentError("--out names the input model; write it elsewhere");
+  }
+  return method;
+}
+
+// Which file feeds which input (--calibration FILE or NAME=FILE), every
+// name checked against the model's inputs.
+absl::StatusOr<std::map<std::string, std::string>> CalibrationFiles(const QuantizeOptions& o,
+                                                                    const engine::ModelInfo& info) {
   std::map<std::string, std::string> file_of;
-  for (const std::string& a : calibration_args) {
+  for (const std::string& a : o.calibration_args) {
     const size_t eq = a.find('=');
     if (eq == std::string::npos) {
-      if (info->inputs.size() != 1) {
-        return Fail(absl::StrCat("--calibration ", a, ": the model has ", info->inputs.size(),
-                                 " inputs; give NAME=FILE for each"));
+      if (info.inputs.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("--calibration ", a, ": the model has ",
+                                                       info.inputs.size(),
+                                                       " inputs; give NAME=FILE for each"));
       }
-      file_of[info->inputs[0].name] = a;
+      file_of[info.inputs[0].name] = a;
     } else {
       file_of[a.substr(0, eq)] = a.substr(eq + 1);
     }
   }
   for (const auto& [name, file] : file_of) {
     bool known = false;
-    for (const engine::TensorInfo& in : info->inputs) known = known || in.name == name;
+    for (const engine::TensorInfo& in : info.inputs) known = known || in.name == name;
     if (!known) {
-      return Fail(absl::StrCat("--calibration ", name, "=", file, ": no input '", name, "' in ",
-                               model_path));
+      return absl::InvalidArgumentError(absl::StrCat("--calibration ", name, "=", file,
+                                                     ": no input '", name, "' in ", o.model_path));
     }
   }
+  return file_of;
+}
+
+// How the calibration data is read and cut into runs.
+struct CalibrationPlan {
+  std::map<std::string, std::string> file_of;  // input name -> file
+  std::vector<int64_t> row_elements;           // per model input, in order
+  int64_t batch = 0;                           // rows per calibration run
+};
+
+// The files, each input's elements per row and the rows per run (--batch,
+// or 1 for a model with a static dim 0), checked against the model.
+absl::StatusOr<CalibrationPlan> PlanCalibration(const QuantizeOptions& o,
+                                                const engine::ModelInfo& info) {
+  absl::StatusOr<std::map<std::string, std::string>> file_of = CalibrationFiles(o, info);
+  if (!file_of.ok()) return file_of.status();
+  CalibrationPlan plan;
+  plan.file_of = *std::move(file_of);
+  plan.batch = o.batch;
   // A static dim 0 is part of the row: those models run one row at a time.
   bool static_rows = false;
-  std::vector<int64_t> row_elements;
-  for (const engine::TensorInfo& in : info->inputs) {
-    if (file_of.count(in.name) == 0) {
-      return Fail(absl::StrCat("no --calibration data for input '", in.name, "'"));
+  for (const engine::TensorInfo& in : info.inputs) {
+    if (plan.file_of.count(in.name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no --calibration data for input '", in.name, "'"));
     }
     if (in.shape.empty() || in.shape[0] != -1) static_rows = true;
     int64_t n = 1;
     for (size_t d = 1; d < in.shape.size(); ++d) n *= in.shape[d];
-    row_elements.push_back(n);
+    plan.row_elements.push_back(n);
   }
   if (static_rows) {
-    for (const engine::TensorInfo& in : info->inputs) {
+    for (const engine::TensorInfo& in : info.inputs) {
       if (!in.shape.empty() && in.shape[0] != -1 && in.shape[0] != 1) {
-        return Fail(absl::StrCat(model_path, ": input '", in.name, "' has a fixed first dim of ",
-                                 in.shape[0], "; only 1 or a dynamic one can be calibrated"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(o.model_path, ": input '", in.name, "' has a fixed first dim of ",
+                         in.shape[0], "; only 1 or a dynamic one can be calibrated"));
       }
     }
-    batch = 1;
+    plan.batch = 1;
   }
+  return plan;
+}
+
+// Reads every input's calibration file (up to `rows_limit` rows, 0: all)
+// and cuts the rows all files have into runs of plan.batch rows.
+absl::StatusOr<std::vector<engine::CalibrationBatch>> ReadCalibrationBatches(
+    const CalibrationPlan& plan, const engine::ModelInfo& info, int64_t rows_limit) {
+  const std::vector<int64_t>& row_elements = plan.row_elements;
   std::vector<CalibrationRows> data;
   int64_t rows = -1;
-  for (size_t i = 0; i < info->inputs.size(); ++i) {
+  for (size_t i = 0; i < info.inputs.size(); ++i) {
     absl::StatusOr<CalibrationRows> r =
-        ReadCalibrationFile(file_of[info->inputs[i].name], row_elements[i], rows_limit);
-    if (!r.ok()) return Fail(std::string(r.status().message()));
+        ReadCalibrationFile(plan.file_of.at(info.inputs[i].name), row_elements[i], rows_limit);
+    if (!r.ok()) return r.status();
     rows = rows < 0 ? r->rows : std::min(rows, r->rows);
     data.push_back(*std::move(r));
   }
   std::vector<engine::CalibrationBatch> batches;
-  for (int64_t begin = 0; begin < rows; begin += batch) {
+  for (int64_t begin = 0; begin < rows; begin += plan.batch) {
     engine::CalibrationBatch b;
-    b.rows = std::min(batch, rows - begin);
+    b.rows = std::min(plan.batch, rows - begin);
     for (size_t i = 0; i < data.size(); ++i) {
       const float* first = data[i].values.data() + begin * row_elements[i];
       b.inputs.emplace_back(first, first + b.rows * row_elements[i]);
     }
     batches.push_back(std::move(b));
   }
-  data.clear();
+  return batches;
+}
 
-  engine::QuantizeOptions options;
-  options.method = *method;
-  options.percentile = percentile;
-  options.compile.num_threads = static_cast<int>(threads);
-  absl::StatusOr<engine::QuantizedModel> q = engine::QuantizeModel(model_path, batches, options);
-  if (!q.ok()) return Fail(std::string(q.status().message()));
-  if (absl::Status s = training::WriteFileAtomically(out_path, q->onnx); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
-  const engine::QuantizeReport& report = q->report;
+// What the quantization did: the rows and method, the nodes quantized and
+// left FP32, and each activation's range.
+void PrintReport(const QuantizeOptions& o, engine::CalibrationMethod method,
+                 const engine::QuantizeReport& report) {
   printf("calibrated on %lld rows (%s%s)\n", static_cast<long long>(report.calibration_rows),
-         method_name.c_str(),
-         *method == engine::CalibrationMethod::kPercentile
-             ? absl::StrFormat(" %g", percentile).c_str()
+         o.method_name.c_str(),
+         method == engine::CalibrationMethod::kPercentile
+             ? absl::StrFormat(" %g", o.percentile).c_str()
              : "");
   printf("quantized %zu nodes to INT8:", report.quantized.size());
   for (const std::string& n : report.quantized) printf(" %s", n.c_str());
@@ -264,17 +308,49 @@ int QuantizeCommand(const std::vector<std::string>& args) {
     printf("  %-40s range [%g, %g] scale %g zero point %d\n", r.tensor.c_str(), r.min, r.max,
            r.scale, r.zero_point);
   }
+}
 
-  // The check: both models on the first calibration batch.
-  engine::CompileOptions compile = options.compile;
-  auto fp32 = engine::CompiledModel::Load(model_path, compile);
-  auto int8 = engine::CompiledModel::Load(out_path, compile);
-  if (!fp32.ok()) return Fail(std::string(fp32.status().message()));
-  if (!int8.ok()) {
-    return Fail(absl::StrCat("the quantized model was written but does not load: ",
-                             int8.status().message()));
+// Prints how far output `name` of the INT8 model (`b`) is from the FP32
+// model's (`a`), and for a [rows, cols] output how often the argmax agrees.
+void PrintOutputAgreement(const std::string& name, int64_t rows, const std::vector<int64_t>& shape,
+                          const std::vector<float>& a, const std::vector<float>& b) {
+  const int64_t n = *kernels::NumElementsChecked(shape);
+  double largest = 0, error = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    largest = std::max(largest, std::fabs(static_cast<double>(a[i])));
+    error = std::max(error, std::fabs(static_cast<double>(a[i]) - b[i]));
   }
-  const engine::CalibrationBatch& first = batches.front();
+  std::string agree;
+  const int64_t cols = shape.size() == 2 ? shape[1] : 0;
+  if (cols > 1) {
+    int64_t same = 0;
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      const float* fa = a.data() + r * cols;
+      const float* fb = b.data() + r * cols;
+      same += std::max_element(fa, fa + cols) - fa == std::max_element(fb, fb + cols) - fb;
+    }
+    agree = absl::StrFormat(", same argmax in %lld of %lld rows", static_cast<long long>(same),
+                            static_cast<long long>(shape[0]));
+  }
+  printf(
+      "output %s on %lld calibration rows: largest |INT8 - FP32| %.4g = %.4f of the "
+      "largest |FP32|%s\n",
+      name.c_str(), static_cast<long long>(rows), error, largest > 0 ? error / largest : 0.0,
+      agree.c_str());
+}
+
+// The check: both models on the first calibration batch, and how far
+// each FP32 output of the quantized one is from the original's.
+absl::Status CompareModels(const QuantizeOptions& o, const engine::CompileOptions& compile,
+                           const engine::ModelInfo& info, const engine::CalibrationBatch& first) {
+  auto fp32 = engine::CompiledModel::Load(o.model_path, compile);
+  auto int8 = engine::CompiledModel::Load(o.out_path, compile);
+  if (!fp32.ok()) return fp32.status();
+  if (!int8.ok()) {
+    return absl::Status(int8.status().code(),
+                        absl::StrCat("the quantized model was written but does not load: ",
+                                     int8.status().message()));
+  }
   std::vector<const void*> in;
   for (const auto& v : first.inputs) in.push_back(v.data());
   const auto shapes = (*fp32)->OutputShapes(first.rows);
@@ -282,43 +358,62 @@ int QuantizeCommand(const std::vector<std::string>& args) {
   std::vector<void*> out_a, out_b;
   for (size_t j = 0; j < shapes.size(); ++j) {
     auto n = kernels::NumElementsChecked(shapes[j]);
-    if (!n.ok()) return Fail(std::string(n.status().message()));
+    if (!n.ok()) return n.status();
     a[j].resize(*n * 2);
     b[j].resize(*n * 2);
     out_a.push_back(a[j].data());
     out_b.push_back(b[j].data());
   }
-  if (auto s = (*fp32)->Run(first.rows, in, out_a); !s.ok()) return Fail(std::string(s.message()));
+  if (auto s = (*fp32)->Run(first.rows, in, out_a); !s.ok()) return s;
   if (auto s = (*int8)->Run(first.rows, in, out_b); !s.ok()) {
-    return Fail(absl::StrCat("the quantized model does not run: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("the quantized model does not run: ", s.message()));
   }
   for (size_t j = 0; j < shapes.size(); ++j) {
-    if (info->outputs[j].type != engine::DataType::kFloat32) continue;
-    const int64_t n = *kernels::NumElementsChecked(shapes[j]);
-    double largest = 0, error = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      largest = std::max(largest, std::fabs(static_cast<double>(a[j][i])));
-      error = std::max(error, std::fabs(static_cast<double>(a[j][i]) - b[j][i]));
-    }
-    std::string agree;
-    const int64_t cols = shapes[j].size() == 2 ? shapes[j][1] : 0;
-    if (cols > 1) {
-      int64_t same = 0;
-      for (int64_t r = 0; r < shapes[j][0]; ++r) {
-        const float* fa = a[j].data() + r * cols;
-        const float* fb = b[j].data() + r * cols;
-        same += std::max_element(fa, fa + cols) - fa == std::max_element(fb, fb + cols) - fb;
-      }
-      agree = absl::StrFormat(", same argmax in %lld of %lld rows", static_cast<long long>(same),
-                              static_cast<long long>(shapes[j][0]));
-    }
-    printf(
-        "output %s on %lld calibration rows: largest |INT8 - FP32| %.4g = %.4f of the "
-        "largest |FP32|%s\n",
-        info->outputs[j].name.c_str(), static_cast<long long>(first.rows), error,
-        largest > 0 ? error / largest : 0.0, agree.c_str());
+    if (info.outputs[j].type != engine::DataType::kFloat32) continue;
+    PrintOutputAgreement(info.outputs[j].name, first.rows, shapes[j], a[j], b[j]);
   }
-  printf("wrote %s\n", out_path.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int QuantizeCommand(const std::vector<std::string>& args) {
+  QuantizeOptions o;
+  ArgParser parser("quantize",
+                   "Quantize an FP32 ONNX model to INT8 (QDQ: per-channel INT8 weights, UINT8 "
+                   "activations calibrated on data) for Conv, MatMul and Gemm.");
+  AddQuantizeFlags(parser, o);
+  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  absl::StatusOr<engine::CalibrationMethod> method = CheckQuantizeFlags(o);
+  if (!method.ok()) return Fail(std::string(method.status().message()));
+
+  absl::StatusOr<engine::ModelInfo> info = engine::InspectModel(o.model_path);
+  if (!info.ok()) return Fail(std::string(info.status().message()));
+  absl::StatusOr<CalibrationPlan> plan = PlanCalibration(o, *info);
+  if (!plan.ok()) return Fail(std::string(plan.status().message()));
+  absl::StatusOr<std::vector<engine::CalibrationBatch>> batches =
+      ReadCalibrationBatches(*plan, *info, o.rows_limit);
+  if (!batches.ok()) return Fail(std::string(batches.status().message()));
+
+  engine::QuantizeOptions options;
+  options.method = *method;
+  options.percentile = o.percentile;
+  options.compile.num_threads = static_cast<int>(o.threads);
+  absl::StatusOr<engine::QuantizedModel> q = engine::QuantizeModel(o.model_path, *batches, options);
+  if (!q.ok()) return Fail(std::string(q.status().message()));
+  if (absl::Status s = training::WriteFileAtomically(o.out_path, q->onnx); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  PrintReport(o, *method, q->report);
+
+  if (absl::Status s = CompareModels(o, options.compile, *info, batches->front()); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  printf("wrote %s\n", o.out_path.c_str());
   return 0;
 }
 

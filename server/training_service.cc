@@ -5,7 +5,6 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <thread>
 
@@ -24,12 +22,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "base/errno_text.h"
 #include "base/log.h"
 #include "engine/training/rank_binding.h"
 #include "engine/training/trainer.h"
 #include "server/metrics.h"
+#include "server/training_paths.h"
 
 extern char** environ;
 
@@ -207,7 +205,7 @@ class TrainingJob {
   }
 
   // One line of the job's output (mpirun's stdout and stderr): a log
-  // record of a rank or of the launcher (JSON, see StartTraining), one of
+  // record of a rank or of the launcher (JSON, see SpawnJob), one of
   // rank 0's progress lines (trainer.cc), or a message of mpirun's. The
   // progress it reports is kept; the line goes into the server's log as a
   // record naming the job.
@@ -457,150 +455,74 @@ std::string SelfExe() {
   return path;
 }
 
-// 2 * bytes random hex digits from the kernel's CSPRNG.
-absl::StatusOr<std::string> RandomHex(size_t bytes) {
-  std::vector<unsigned char> random(bytes);
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = getrandom(random.data() + done, bytes - done, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::InternalError(absl::StrCat("getrandom: ", base::ErrnoText(errno)));
-    done += n;
+// A StartTraining request's config, as the job runs it.
+struct JobConfig {
+  training::TrainingConfig config;  // its paths resolved inside the root
+  std::string text;                 // `config` printed: the job's config file
+};
+
+// Parses `config_text` (INVALID_ARGUMENT naming the field), resolves its
+// paths inside `root` (TrainingService::ConfinePaths) and prints it back.
+absl::StatusOr<JobConfig> ResolveJobConfig(const std::string& root,
+                                           const std::string& config_text) {
+  absl::StatusOr<training::TrainingConfig> config =
+      training::ParseTrainingConfig(config_text, "config_text");
+  if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
+  if (absl::Status s = TrainingService::ConfinePaths(root, &*config); !s.ok()) return s;
+  // The job runs the config with the resolved paths.
+  JobConfig resolved;
+  if (!google::protobuf::TextFormat::PrintToString(*config, &resolved.text)) {
+    return absl::InternalError("cannot print the training config");
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : random) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
+  resolved.config = *std::move(config);
+  return resolved;
 }
 
-// At most 40 characters of a value, for messages.
-std::string Shown(const std::string& value) {
-  return value.size() <= 40 ? value : value.substr(0, 40) + "...";
-}
-
-// `path` is `root` or inside it (both absolute and normalised).
-bool Inside(const std::string& root, const std::string& path) {
-  if (root == "/") return !path.empty() && path[0] == '/';
-  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
-                          path[root.size()] == '/');
-}
-
-absl::Status Refuse(const std::string& field, const std::string& value, const std::string& why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("config field '", field, "': '", Shown(value), "' ", why));
-}
-
-// `value` taken from `root` and checked as text: no NUL, no '..' component,
-// inside the root. The result is normalised (no '.', no '//').
-absl::StatusOr<std::string> Lexical(const std::string& root, const std::string& field,
-                                    const std::string& value) {
-  if (value.find('\0') != std::string::npos) return Refuse(field, "", "contains a NUL byte");
-  for (absl::string_view part : absl::StrSplit(value, '/')) {
-    if (part == "..") {
-      return Refuse(
-          field, value,
-          absl::StrCat("has a '..' component: job paths stay inside the training root ", root));
-    }
+// Starts `args` (args[0] the binary) in its own process group, its stdout
+// and stderr into a pipe whose reading end goes to *output_fd.
+absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The server's environment (the log level among it: its ranks log what
+  // the server does), with the job's log format JSON whatever the server's:
+  // ParseLine reads the ranks' records back whole (level, fields) and logs
+  // them in the server's own format.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "NUMASERVE_LOG_FORMAT=")) env_strings.emplace_back(*e);
   }
-  std::string normal =
-      std::filesystem::path(value[0] == '/' ? value : absl::StrCat(root, "/", value))
-          .lexically_normal()
-          .string();
-  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
-  if (!Inside(root, normal)) {
-    return Refuse(field, value, absl::StrCat("is outside the training root ", root));
+  env_strings.push_back("NUMASERVE_LOG_FORMAT=json");
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return absl::InternalError("fork failed");
   }
-  return normal;
-}
-
-// An input file: its real path (symbolic links resolved) must be a regular
-// file inside the root; `value` becomes that real path.
-absl::Status ConfineInput(const std::string& root, const std::string& field, std::string* value) {
-  if (value->empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> path = Lexical(root, field, *value);
-  if (!path.ok()) return path.status();
-  char real[PATH_MAX];
-  if (realpath(path->c_str(), real) == nullptr) {
-    return Refuse(field, *value, absl::StrCat("cannot be read: ", base::ErrnoText(errno)));
+  if (pid == 0) {
+    // Own process group, so Cancel reaches mpirun and its ranks; the job
+    // does not share the server's terminal signals.
+    setpgid(0, 0);
+    // The server blocks SIGTERM/SIGINT for its signal thread and a blocked
+    // mask survives exec: unblock, or CancelTraining could not stop mpirun.
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
   }
-  if (!Inside(root, real)) {
-    return Refuse(field, *value,
-                  absl::StrCat("resolves to ", real, ", outside the training root ", root));
-  }
-  struct stat st {};
-  if (stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return Refuse(field, *value, "is not a regular file");
-  }
-  *value = real;
-  return absl::OkStatus();
-}
-
-// An output file: its directory's real path must be inside the root, and
-// the file, when it exists, a regular file (not a symbolic link); `value`
-// becomes <real directory>/<name>.
-absl::Status ConfineOutput(const std::string& root, const std::string& field, std::string* value) {
-  if (value->empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> path = Lexical(root, field, *value);
-  if (!path.ok()) return path.status();
-  if (*path == root) return Refuse(field, *value, "names the training root, not a file");
-  const std::filesystem::path p(*path);
-  const std::string name = p.filename().string();
-  char real[PATH_MAX];
-  if (realpath(p.parent_path().c_str(), real) == nullptr) {
-    return Refuse(
-        field, *value,
-        absl::StrCat("has no directory ", p.parent_path().string(), ": ", base::ErrnoText(errno)));
-  }
-  if (!Inside(root, real)) {
-    return Refuse(field, *value,
-                  absl::StrCat("is in ", real, ", outside the training root ", root));
-  }
-  const std::string full = absl::StrCat(std::string(real) == "/" ? "" : real, "/", name);
-  struct stat st {};
-  if (lstat(full.c_str(), &st) == 0) {
-    if (S_ISLNK(st.st_mode)) return Refuse(field, *value, "is a symbolic link: not written to");
-    if (!S_ISREG(st.st_mode)) return Refuse(field, *value, "exists and is not a regular file");
-  }
-  *value = full;
-  return absl::OkStatus();
-}
-
-// The export: the repository a directory inside the root, the model name
-// one path component whose directory, when it exists, is a real directory.
-absl::Status ConfineExport(const std::string& root, training::TrainingConfig* config) {
-  if (config->export_repository().empty()) return absl::OkStatus();
-  const std::string field = "export_repository";
-  const std::string& value = config->export_repository();
-  absl::StatusOr<std::string> path = Lexical(root, field, value);
-  if (!path.ok()) return path.status();
-  char real[PATH_MAX];
-  if (realpath(path->c_str(), real) == nullptr) {
-    return Refuse(field, value, absl::StrCat("cannot be used: ", base::ErrnoText(errno)));
-  }
-  if (!Inside(root, real)) {
-    return Refuse(field, value,
-                  absl::StrCat("resolves to ", real, ", outside the training root ", root));
-  }
-  struct stat st {};
-  if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Refuse(field, value, "is not a directory");
-  }
-  const std::string& name = config->export_model_name();
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-      name.find('\0') != std::string::npos) {
-    return Refuse("export_model_name", name, "must be one path component (no '/', not '..')");
-  }
-  const std::string model_dir = absl::StrCat(real, "/", name);
-  if (lstat(model_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
-    return Refuse("export_model_name", name,
-                  absl::StrCat(model_dir, S_ISLNK(st.st_mode) ? " is a symbolic link"
-                                                              : " is not a directory"));
-  }
-  config->set_export_repository(real);
-  return absl::OkStatus();
+  setpgid(pid, pid);
+  close(pipe_fds[1]);
+  *output_fd = pipe_fds[0];
+  return pid;
 }
 
 }  // namespace
@@ -618,7 +540,7 @@ absl::Status TrainingService::ConfinePaths(const std::string& root,
       {"dataset.test_records", data->mutable_test_records()},
   };
   for (const auto& [field, value] : inputs) {
-    if (absl::Status s = ConfineInput(root, field, value); !s.ok()) return s;
+    if (absl::Status s = training_paths::ConfineInput(root, field, value); !s.ok()) return s;
   }
   const std::pair<const char*, std::string*> outputs[] = {
       {"checkpoint", config->mutable_checkpoint()},
@@ -626,9 +548,9 @@ absl::Status TrainingService::ConfinePaths(const std::string& root,
       {"timeline", config->mutable_timeline()},
   };
   for (const auto& [field, value] : outputs) {
-    if (absl::Status s = ConfineOutput(root, field, value); !s.ok()) return s;
+    if (absl::Status s = training_paths::ConfineOutput(root, field, value); !s.ok()) return s;
   }
-  return ConfineExport(root, config);
+  return training_paths::ConfineExport(root, config);
 }
 
 absl::StatusOr<std::unique_ptr<TrainingService>> TrainingService::Create(
@@ -715,8 +637,8 @@ absl::StatusOr<int> TrainingService::Ranks(const std::string& requested) const {
   }
   int ranks = 0;
   if (!absl::SimpleAtoi(requested, &ranks) || ranks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ranks: expected auto or a positive number, got '", Shown(requested), "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ranks: expected auto or a positive number, got '", training_paths::Shown(requested), "'"));
   }
   if (ranks > options_.max_ranks) {
     return absl::InvalidArgumentError(
@@ -739,16 +661,9 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   }
   absl::StatusOr<int> ranks = Ranks(request->ranks());
   if (!ranks.ok()) return Done(context, ranks.status());
-  absl::StatusOr<training::TrainingConfig> config =
-      training::ParseTrainingConfig(request->config_text(), "config_text");
-  if (!config.ok()) return Done(context, absl::InvalidArgumentError(config.status().message()));
-  if (absl::Status s = ConfinePaths(options_.root, &*config); !s.ok()) return Done(context, s);
-  // The job runs the config with the resolved paths.
-  std::string resolved;
-  if (!google::protobuf::TextFormat::PrintToString(*config, &resolved)) {
-    return Done(context, absl::InternalError("cannot print the training config"));
-  }
-  absl::StatusOr<std::string> secret = RandomHex(16);
+  absl::StatusOr<JobConfig> config = ResolveJobConfig(options_.root, request->config_text());
+  if (!config.ok()) return Done(context, config.status());
+  absl::StatusOr<std::string> secret = training_paths::RandomHex(16);
   if (!secret.ok()) return Done(context, secret.status());
 
   // A place among the running jobs, held until the job is in jobs_.
@@ -777,57 +692,19 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   const std::string id = absl::StrCat(label, "-", *secret);
 
   absl::StatusOr<std::unique_ptr<PrivateDir>> files =
-      PrivateDir::Create(options_.work_dir, resolved);
+      PrivateDir::Create(options_.work_dir, config->text);
   if (!files.ok()) return Done(context, files.status());
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    return Done(context, grpc::Status(grpc::StatusCode::INTERNAL, "pipe failed"));
-  }
   std::vector<std::string> args = {options_.binary,         "train",   "--config",
                                    (*files)->config_path(), "--ranks", absl::StrCat(*ranks)};
   if (request->resume()) args.push_back("--resume");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The server's environment (the log level among it: its ranks log what
-  // the server does), with the job's log format JSON whatever the server's:
-  // ParseLine reads the ranks' records back whole (level, fields) and logs
-  // them in the server's own format.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!absl::StartsWith(*e, "NUMASERVE_LOG_FORMAT=")) env_strings.emplace_back(*e);
-  }
-  env_strings.push_back("NUMASERVE_LOG_FORMAT=json");
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    return Done(context, grpc::Status(grpc::StatusCode::INTERNAL, "fork failed"));
-  }
-  if (pid == 0) {
-    // Own process group, so Cancel reaches mpirun and its ranks; the job
-    // does not share the server's terminal signals.
-    setpgid(0, 0);
-    // The server blocks SIGTERM/SIGINT for its signal thread and a blocked
-    // mask survives exec: unblock, or CancelTraining could not stop mpirun.
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGPIPE, SIG_DFL);
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  close(pipe_fds[1]);
-  const std::string model =
-      !config->export_model_name().empty() ? config->export_model_name() : config->model();
+  int output_fd = -1;
+  absl::StatusOr<pid_t> pid = SpawnJob(std::move(args), &output_fd);
+  if (!pid.ok()) return Done(context, pid.status());
+  const std::string model = !config->config.export_model_name().empty()
+                                ? config->config.export_model_name()
+                                : config->config.model();
   auto job =
-      std::make_shared<TrainingJob>(id, label, *caller, model, pid, pipe_fds[0], std::move(*files),
+      std::make_shared<TrainingJob>(id, label, *caller, model, *pid, output_fd, std::move(*files),
                                     options_.metrics, options_.stop_grace);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -836,7 +713,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   Log(LogLevel::kInfo, "training",
       absl::StrCat("training job ", label, " started (", *ranks, " rank(s))",
                    caller->empty() ? "" : " for ", *caller),
-      {{"job", label}, {"model", model}, {"ranks", *ranks}, {"caller", *caller}, {"pid", pid}});
+      {{"job", label}, {"model", model}, {"ranks", *ranks}, {"caller", *caller}, {"pid", *pid}});
   response->set_job_id(id);
   return Done(context, grpc::Status::OK);
 }
@@ -855,8 +732,9 @@ grpc::ServerWriteReactor<TrainingProgress>* TrainingService::WatchTraining(
   }
   std::shared_ptr<TrainingJob> job = Find(request->job_id(), *caller);
   if (job == nullptr) {
-    return new Refused(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                    "no training job '" + Shown(request->job_id()) + "'"));
+    return new Refused(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     "no training job '" + training_paths::Shown(request->job_id()) + "'"));
   }
   return new WatchReactor(std::move(job));
 }
@@ -868,8 +746,9 @@ grpc::ServerUnaryReactor* TrainingService::CancelTraining(
   if (!caller.ok()) return Done(context, caller.status());
   std::shared_ptr<TrainingJob> job = Find(request->job_id(), *caller);
   if (job == nullptr) {
-    return Done(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                      "no training job '" + Shown(request->job_id()) + "'"));
+    return Done(context,
+                grpc::Status(grpc::StatusCode::NOT_FOUND,
+                             "no training job '" + training_paths::Shown(request->job_id()) + "'"));
   }
   if (!job->Cancel()) {
     return Done(context,

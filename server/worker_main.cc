@@ -1,3 +1,7 @@
+// The worker process (worker_main.h): WorkerCommand (its options, pinning,
+// the arena, the Hello), the Worker's command loop and model table (load,
+// run, unload; the count of instances for `auto`), and RunBatchOn. A
+// model's copies (InstancePool) and their timing are in worker_instances.cc.
 #include "server/worker_main.h"
 
 #include <omp.h>
@@ -5,18 +9,15 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -38,12 +39,17 @@
 #include "server/model_config.h"
 #include "server/model_repository.h"
 #include "server/shared_arena.h"
+#include "server/worker_internal.h"
 #include "worker.pb.h"
 
 namespace numaserve::server {
 
 using base::Log;
 using base::LogLevel;
+using worker_internal::InstancePool;
+using worker_internal::kAutoRows;
+using worker_internal::RowsPerSecond;
+using worker_internal::RowsPerSecondOnShares;
 
 namespace {
 
@@ -73,15 +79,6 @@ std::string ReadMemoryNodes() {
   return SumNumaMapsPages(text.str());
 }
 
-// instances_per_domain: auto. Each candidate count n is timed with its n
-// copies running at once (RowsPerSecondOnShares), each at kAutoRows rows (1
-// for a model that does not batch): one warm-up run, then runs until at
-// least kAutoMinRuns took kAutoMinSeconds, or kAutoMaxSeconds passed (a big
-// model's load stays within seconds).
-constexpr int64_t kAutoRows = 8;
-constexpr int kAutoMinRuns = 3;
-constexpr double kAutoMinSeconds = 0.2;
-constexpr double kAutoMaxSeconds = 0.5;
 // The most copies whose measured throughput is at least this fraction of
 // the best count's are chosen. Served, copies hold up better than their
 // measurement at load says, and fewer, wider ones worse: the front end and
@@ -91,242 +88,6 @@ constexpr double kAutoMaxSeconds = 0.5;
 // 2x1, and served 258 and 342; ResNet-50 on the 16-core Xeon measured 4x4
 // 203 and 16x1 211 (one copy alone, times n), and served 171 and 221-235.
 constexpr double kAutoTolerance = 0.95;
-
-// Rows per second of `model` run back to back at `rows` rows on the calling
-// thread (and its OpenMP team), on zeroed inputs.
-absl::StatusOr<double> RowsPerSecond(engine::CompiledModel& model, int64_t rows) {
-  const engine::ModelInfo& info = model.info();
-  // Storage in 8-byte words, so every element type is aligned.
-  std::vector<std::vector<uint64_t>> inputs, outputs;
-  std::vector<const void*> in_ptrs;
-  std::vector<void*> out_ptrs;
-  std::vector<size_t> in_bytes, out_bytes;
-  auto add = [](int64_t elements, engine::DataType type, std::vector<std::vector<uint64_t>>* words,
-                std::vector<size_t>* bytes) {
-    bytes->push_back(static_cast<size_t>(elements) * engine::DataTypeSize(type));
-    words->emplace_back((bytes->back() + 7) / 8 + 1);
-  };
-  for (const engine::TensorInfo& t : info.inputs) {
-    int64_t elements = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d) elements *= t.shape[d] < 0 ? rows : t.shape[d];
-    add(elements, t.type, &inputs, &in_bytes);
-  }
-  const auto shapes = model.OutputShapes(rows);
-  for (size_t i = 0; i < shapes.size() && i < info.outputs.size(); ++i) {
-    int64_t elements = 1;
-    for (int64_t d : shapes[i]) elements *= d;
-    add(elements, info.outputs[i].type, &outputs, &out_bytes);
-  }
-  if (absl::Status s = model.CheckBufferSizes(rows, in_bytes, out_bytes); !s.ok()) return s;
-  for (auto& v : inputs) in_ptrs.push_back(v.data());
-  for (auto& v : outputs) out_ptrs.push_back(v.data());
-  if (absl::Status s = model.Run(rows, in_ptrs, out_ptrs); !s.ok()) return s;  // warm-up
-  const auto start = std::chrono::steady_clock::now();
-  int runs = 0;
-  double seconds = 0;
-  do {
-    if (absl::Status s = model.Run(rows, in_ptrs, out_ptrs); !s.ok()) return s;
-    ++runs;
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  } while ((runs < kAutoMinRuns || seconds < kAutoMinSeconds) && seconds < kAutoMaxSeconds);
-  return static_cast<double>(rows) * runs / std::max(seconds, 1e-9);
-}
-
-// The rows per second `shares.size()` copies of the model make together,
-// each compiled and run as an instance on its share: on its own thread
-// pinned to the share, with an OpenMP team of one thread per core of the
-// share, each pinned to its core. The copies compile first, then all run at
-// once, so that each sees the memory bandwidth and clock its siblings take
-// (on a 16-core Xeon one single-thread copy alone ran ResNet-50 at 19.7
-// rows/s, sixteen at once at 15.6 each).
-absl::StatusOr<double> RowsPerSecondOnShares(const std::string& path,
-                                             const engine::CompileOptions& options,
-                                             const std::vector<std::vector<int>>& shares,
-                                             int64_t rows) {
-  const size_t n = shares.size();
-  std::vector<absl::StatusOr<double>> results(n, absl::UnknownError("not measured"));
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t compiled = 0;
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      absl::StatusOr<std::unique_ptr<engine::CompiledModel>> model =
-          absl::UnknownError("not compiled");
-      if (absl::Status s = affinity::PinCallingThread(shares[i]); !s.ok()) {
-        model = s;
-      } else {
-        engine::CompileOptions own = options;
-        own.num_threads = static_cast<int>(shares[i].size());
-        omp_set_num_threads(own.num_threads);
-        affinity::PinOpenMpTeam(shares[i]);
-        model = engine::CompiledModel::Load(path, own);
-      }
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        ++compiled;
-        cv.notify_all();
-        cv.wait(lock, [&] { return compiled == n; });
-      }
-      results[i] =
-          model.ok() ? RowsPerSecond(**model, rows) : absl::StatusOr<double>(model.status());
-    });
-  }
-  for (auto& t : threads) t.join();
-  double total = 0;
-  for (const absl::StatusOr<double>& r : results) {
-    if (!r.ok()) return r.status();
-    total += *r;
-  }
-  return total;
-}
-
-// Copies of one model (config.pbtxt instance_placement.instances_per_domain
-// > 1), each owned by its own thread pinned to a disjoint share of the
-// worker's cores, with an OpenMP team of that many threads (the team is
-// the calling thread's own: libgomp keeps a thread pool per thread that
-// starts parallel regions). Batches queue here and the first free copy
-// takes the next; its thread writes the reply.
-class InstancePool {
- public:
-  using ReplyFn = std::function<void(const worker::Reply&)>;
-
-  // `pinned`: the worker is bound to its cores. When it is not (a
-  // synthetic topology's cpus, bindings advisory), each copy's pinning is
-  // tried and a failure is not an error.
-  InstancePool(int worker, std::string key, SharedArena* arena,
-               std::chrono::microseconds min_compute, bool pinned, ReplyFn reply)
-      : worker_(worker),
-        key_(std::move(key)),
-        arena_(arena),
-        min_compute_(min_compute),
-        pinned_(pinned),
-        reply_(std::move(reply)) {}
-
-  ~InstancePool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();  // each drains the queue first
-  }
-
-  // Starts `shares.size()` copies, one after the other (each compiles on its
-  // own thread, inside its cores, so its weights are first touched there).
-  // On error the copies already started are stopped by the destructor.
-  absl::Status Start(const std::string& path, const engine::CompileOptions& options,
-                     const std::vector<std::vector<int>>& shares, int64_t* weight_bytes) {
-    for (size_t i = 0; i < shares.size(); ++i) {
-      std::mutex started_mu;
-      std::condition_variable started_cv;
-      std::optional<absl::Status> started;
-      threads_.emplace_back([&, i]() {
-        std::unique_ptr<engine::CompiledModel> model;
-        absl::Status s = affinity::PinCallingThread(shares[i]);
-        if (!pinned_) s = absl::OkStatus();  // advisory, as the worker's own binding
-        if (s.ok()) {
-          engine::CompileOptions own = options;
-          own.num_threads = static_cast<int>(shares[i].size());
-          omp_set_num_threads(own.num_threads);
-          // Pin the team too, one thread per core of the share, before the
-          // model's first parallel region: OMP_PROC_BIND places its threads
-          // on the worker's places, not the share's. libgomp keeps these
-          // threads for every later region this thread starts.
-          affinity::PinOpenMpTeam(shares[i]);
-          auto loaded = engine::CompiledModel::Load(path, own);
-          if (loaded.ok()) {
-            model = *std::move(loaded);
-            *weight_bytes += model->info().parameter_bytes;
-            if (i == 0) int8_note_ = model->DescribeInt8Kernels();
-          } else {
-            s = loaded.status();
-          }
-        }
-        {
-          // Notified under the lock: Start() may return (and these locals
-          // go away) as soon as it can take the lock again.
-          std::lock_guard<std::mutex> lock(started_mu);
-          started = s;
-          started_cv.notify_all();
-        }
-        if (model) Serve(static_cast<int>(i), model.get());
-      });
-      std::unique_lock<std::mutex> lock(started_mu);
-      started_cv.wait(lock, [&] { return started.has_value(); });
-      if (!started->ok()) return *started;
-      const ModelKeyParts key = SplitModelKey(key_);
-      const std::string cpus = affinity::FormatCpuList(shares[i]);
-      Log(LogLevel::kInfo, "worker",
-          absl::StrFormat("worker %d: %s: instance %zu of %zu on cpus %s (%zu threads)", worker_,
-                          key_, i + 1, shares.size(), cpus, shares[i].size()),
-          {{"model", key.name},
-           {"version", key.version},
-           {"instance", i + 1},
-           {"instances", shares.size()},
-           {"cpus", cpus},
-           {"threads", shares[i].size()}});
-    }
-    return absl::OkStatus();
-  }
-
-  // The first copy's DescribeInt8Kernels (every copy compiles alike).
-  const std::string& int8_note() const { return int8_note_; }
-
-  void Submit(worker::Command command) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(command));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void Serve(int instance, engine::CompiledModel* model) {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
-      worker::Command command = std::move(queue_.front());
-      queue_.pop_front();
-      const int running = ++running_;
-      if (running > peak_) {
-        peak_ = running;
-        // Once per new peak: how many batches of this model computed at once.
-        const ModelKeyParts key = SplitModelKey(key_);
-        Log(LogLevel::kInfo, "worker",
-            absl::StrFormat("worker %d: %s: %d batches computing at once", worker_, key_, running),
-            {{"model", key.name}, {"version", key.version}, {"batches", running}});
-      }
-      lock.unlock();
-      worker::Reply reply;
-      reply.set_id(command.id());
-      reply.set_instance(instance);
-      RunBatchOn(*model, *arena_, command.run(), &reply, min_compute_);
-      lock.lock();
-      --running_;
-      lock.unlock();
-      reply_(reply);
-      lock.lock();
-    }
-  }
-
-  const int worker_;
-  const std::string key_;
-  SharedArena* const arena_;
-  const std::chrono::microseconds min_compute_;
-  const bool pinned_;
-  const ReplyFn reply_;
-  std::vector<std::thread> threads_;
-  std::string int8_note_;  // written by copy 0's thread before Start reads it
-  std::mutex mu_;          // guards everything below
-  std::condition_variable cv_;
-  std::deque<worker::Command> queue_;
-  bool stop_ = false;
-  int running_ = 0;
-  int peak_ = 0;
-};
 
 class Worker {
  public:
@@ -382,36 +143,13 @@ class Worker {
   void Load(const worker::LoadModel& load, worker::Reply* reply) {
     auto start = std::chrono::steady_clock::now();
     const ModelKeyParts key = SplitModelKey(load.key());  // the log's model and version
-    // config.pbtxt's gemm_backend, else `numaserve serve --gemm`, else
-    // oneDNN for a BF16 model: the front end fills the load message
-    // (ModelToLoadFor); empty: auto. The
-    // engine refuses BF16 where the CPU has no native path (the reply's
-    // error, which the model's status shows).
-    engine::CompileOptions options;
-    if (!load.precision().empty()) {
-      auto precision = engine::PrecisionFromName(load.precision());
-      if (!precision.ok()) {
-        reply->set_error(std::string(precision.status().message()));
-        return;
-      }
-      options.precision = *precision;
+    absl::StatusOr<engine::CompileOptions> options = CompileOptionsFor(load);
+    if (!options.ok()) {
+      reply->set_error(std::string(options.status().message()));
+      return;
     }
-    options.gemm_backend = load.gemm_backend().empty() ? "auto" : load.gemm_backend();
-    options.gemm_cache_file = engine::DefaultGemmCacheFile();
     int n = load.instances();
-    std::unique_ptr<engine::CompiledModel> model;  // compiled inline while measuring `auto`
-    absl::Status s;
-    if (n == kInstancesPerCore) {
-      n = Cores();
-    } else if (n == kInstancesAuto) {
-      auto chosen = ChooseInstances(load, options, &model, reply);
-      s = chosen.status();
-      if (s.ok()) n = *chosen;
-    }
-    if (s.ok()) {
-      s = n > 1 ? LoadInstances(load, options, n, reply)
-                : LoadInline(load, options, std::move(model), reply);
-    }
+    absl::Status s = LoadCopies(load, *options, &n, reply);
     reply->set_load_ns(NanosSince(start));
     if (!s.ok()) {
       reply->set_error(std::string(s.message()));
@@ -423,6 +161,64 @@ class Worker {
            {"error", s.message()}});
       return;
     }
+    LogLoadNotes(load, key, *options);
+    reply->set_instances(std::max(1, n));
+    reply->set_memory_nodes(ReadMemoryNodes());
+    reply->set_ok(true);
+    const double seconds = static_cast<double>(reply->load_ns()) * 1e-9;
+    Log(LogLevel::kDebug, "worker",
+        absl::StrFormat("worker %d: %s loaded: %d instance(s), %d weight bytes, %.3f s", index_,
+                        load.key(), reply->instances(), reply->weight_bytes(), seconds),
+        {{"model", key.name},
+         {"version", key.version},
+         {"instances", reply->instances()},
+         {"weight_bytes", reply->weight_bytes()},
+         {"seconds", seconds}});
+  }
+
+  // The compile options a load asks for; an unknown precision is the load's
+  // error.
+  static absl::StatusOr<engine::CompileOptions> CompileOptionsFor(const worker::LoadModel& load) {
+    // config.pbtxt's gemm_backend, else `numaserve serve --gemm`, else
+    // oneDNN for a BF16 model: the front end fills the load message
+    // (ModelToLoadFor); empty: auto. The
+    // engine refuses BF16 where the CPU has no native path (the reply's
+    // error, which the model's status shows).
+    engine::CompileOptions options;
+    if (!load.precision().empty()) {
+      auto precision = engine::PrecisionFromName(load.precision());
+      if (!precision.ok()) return precision.status();
+      options.precision = *precision;
+    }
+    options.gemm_backend = load.gemm_backend().empty() ? "auto" : load.gemm_backend();
+    options.gemm_cache_file = engine::DefaultGemmCacheFile();
+    return options;
+  }
+
+  // Resolves the copies `*n` (per_core: the cores; auto: measured, see
+  // ChooseInstances) and loads the model as that many instances, or inline.
+  absl::Status LoadCopies(const worker::LoadModel& load, const engine::CompileOptions& options,
+                          int* n, worker::Reply* reply) {
+    std::unique_ptr<engine::CompiledModel> model;  // compiled inline while measuring `auto`
+    absl::Status s;
+    if (*n == kInstancesPerCore) {
+      *n = Cores();
+    } else if (*n == kInstancesAuto) {
+      auto chosen = ChooseInstances(load, options, &model, reply);
+      s = chosen.status();
+      if (s.ok()) *n = *chosen;
+    }
+    if (s.ok()) {
+      s = *n > 1 ? LoadInstances(load, options, *n, reply)
+                 : LoadInline(load, options, std::move(model), reply);
+    }
+    return s;
+  }
+
+  // The log's notes on a loaded model: its GEMM backend when not auto, its
+  // int8 kernels' note, its precision when not FP32.
+  void LogLoadNotes(const worker::LoadModel& load, const ModelKeyParts& key,
+                    const engine::CompileOptions& options) {
     if (options.gemm_backend != "auto") {
       Log(LogLevel::kInfo, "worker",
           absl::StrCat("worker ", index_, ": ", load.key(), ": gemm backend ",
@@ -450,18 +246,6 @@ class Worker {
            {"precision", engine::PrecisionName(options.precision)},
            {"bf16_path", path}});
     }
-    reply->set_instances(std::max(1, n));
-    reply->set_memory_nodes(ReadMemoryNodes());
-    reply->set_ok(true);
-    const double seconds = static_cast<double>(reply->load_ns()) * 1e-9;
-    Log(LogLevel::kDebug, "worker",
-        absl::StrFormat("worker %d: %s loaded: %d instance(s), %d weight bytes, %.3f s", index_,
-                        load.key(), reply->instances(), reply->weight_bytes(), seconds),
-        {{"model", key.name},
-         {"version", key.version},
-         {"instances", reply->instances()},
-         {"weight_bytes", reply->weight_bytes()},
-         {"seconds", seconds}});
   }
 
   // The cores this worker's instances split (at least 1).
@@ -599,6 +383,43 @@ class Worker {
   std::map<std::string, std::unique_ptr<engine::CompiledModel>> models_;
   std::map<std::string, std::unique_ptr<InstancePool>> pools_;  // instances_per_domain > 1
 };
+
+// Logs the worker's start: its binding and OpenMP environment (a warning
+// when it runs unpinned), and --test-batch-compute-us when set.
+void LogWorkerStart(int64_t index, int64_t node, const worker::Hello& h,
+                    int64_t test_batch_compute_us) {
+  std::vector<base::LogField> fields = {
+      {"numa_node", node}, {"binding", h.binding()}, {"environment", h.environment()}};
+  if (!h.bind_warning().empty()) fields.emplace_back("bind_warning", h.bind_warning());
+  Log(h.bind_warning().empty() ? LogLevel::kInfo : LogLevel::kWarning, "worker",
+      absl::StrCat("worker ", index, " pid ", getpid(), ": ", h.binding(), "; ", h.environment(),
+                   h.bind_warning().empty() ? "" : "; unpinned: ", h.bind_warning()),
+      fields);
+  if (test_batch_compute_us > 0) {
+    Log(LogLevel::kInfo, "worker",
+        absl::StrFormat("worker %d: every batch takes at least %d us (--test-batch-compute-us; "
+                        "for scheduler tests)",
+                        index, test_batch_compute_us),
+        {{"test_batch_compute_us", test_batch_compute_us}});
+  }
+}
+
+// The worker's cores, for models with several instances: those it is
+// actually bound to, or the --cpus list `cpus` when pinning failed (see
+// WorkerCommand).
+std::vector<int> OwnCpus(bool pinned, const absl::StatusOr<std::vector<int>>& cpus) {
+  std::vector<int> own_cpus;
+  if (pinned || !cpus.ok()) {
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &mask)) own_cpus.push_back(c);
+      }
+    }
+  }
+  if (own_cpus.empty() && cpus.ok()) own_cpus = *cpus;
+  return own_cpus;
+}
 
 }  // namespace
 
@@ -746,23 +567,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   h->set_environment(OpenMpEnvironmentSeen());
   h->set_isa(affinity::FeatureList(affinity::GetCpuFeatures()));
   hello.set_ok(true);
-  {
-    std::vector<base::LogField> fields = {
-        {"numa_node", node}, {"binding", h->binding()}, {"environment", h->environment()}};
-    if (!h->bind_warning().empty()) fields.emplace_back("bind_warning", h->bind_warning());
-    Log(h->bind_warning().empty() ? LogLevel::kInfo : LogLevel::kWarning, "worker",
-        absl::StrCat("worker ", index, " pid ", getpid(), ": ", h->binding(), "; ",
-                     h->environment(),
-                     h->bind_warning().empty() ? "" : "; unpinned: ", h->bind_warning()),
-        fields);
-  }
-  if (test_batch_compute_us > 0) {
-    Log(LogLevel::kInfo, "worker",
-        absl::StrFormat("worker %d: every batch takes at least %d us (--test-batch-compute-us; "
-                        "for scheduler tests)",
-                        index, test_batch_compute_us),
-        {{"test_batch_compute_us", test_batch_compute_us}});
-  }
+  LogWorkerStart(index, node, *h, test_batch_compute_us);
   if (!WriteFramed(kWorkerControlFd, hello).ok()) return 1;
 
   // 3. Serve.
@@ -772,16 +577,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   // 16 instance slots, as the scheduler counts them; the process's own
   // mask then says nothing, libgomp having moved its first thread to the
   // first of GOMP_CPU_AFFINITY's cpus before main).
-  std::vector<int> own_cpus;
-  if (pinned || !cpus.ok()) {
-    cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
-      for (int c = 0; c < CPU_SETSIZE; ++c) {
-        if (CPU_ISSET(c, &mask)) own_cpus.push_back(c);
-      }
-    }
-  }
-  if (own_cpus.empty() && cpus.ok()) own_cpus = *cpus;
+  std::vector<int> own_cpus = OwnCpus(pinned, cpus);
   Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus), pinned,
                 std::chrono::microseconds(std::max<int64_t>(0, test_batch_compute_us)));
   return worker.Serve();

@@ -8,6 +8,51 @@
 
 namespace numaserve::server {
 
+namespace {
+
+// The bytes of a tensor's pieces, laid end to end.
+size_t PiecesBytes(const std::vector<std::pair<const char*, size_t>>& pieces) {
+  size_t bytes = 0;
+  for (const auto& piece : pieces) bytes += piece.second;
+  return bytes;
+}
+
+// Copies a tensor's pieces end to end to `to`.
+void CopyPieces(const std::vector<std::pair<const char*, size_t>>& pieces, char* to) {
+  for (const auto& [data, n] : pieces) {
+    memcpy(to, data, n);  // the one copy in
+    to += n;
+  }
+}
+
+// The outcome of a batch that never reached the worker: lost and not sent,
+// so the scheduler sends it again.
+RunOutcome NotSent(absl::Status status) {
+  RunOutcome outcome;
+  outcome.lost = true;
+  outcome.not_sent = true;
+  outcome.status = std::move(status);
+  return outcome;
+}
+
+// The failure of a batch the worker answered with an error, or that was lost
+// with its worker.
+void SetRunFailure(const worker::Reply& reply, bool lost, RunOutcome* outcome) {
+  if (lost) {
+    outcome->lost = true;
+    outcome->status = absl::UnavailableError(reply.error());
+  } else {
+    // The engine's own code (INVALID_ARGUMENT for an integer division
+    // by zero, ...); INTERNAL when the worker sent none.
+    const bool known = reply.code() > 0 && reply.code() <= 16;
+    const auto code =
+        known ? static_cast<absl::StatusCode>(reply.code()) : absl::StatusCode::kInternal;
+    outcome->status = absl::Status(code, reply.error());
+  }
+}
+
+}  // namespace
+
 int SupervisedWorkerPool::size() const { return workers_->size(); }
 
 bool SupervisedWorkerPool::Ready(int worker) const { return workers_->Ready(worker); }
@@ -54,15 +99,10 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
   bool fits = true;
   const auto copy_start = std::chrono::steady_clock::now();
   for (const auto& pieces : task.inputs) {
-    size_t bytes = 0;
-    for (const auto& piece : pieces) bytes += piece.second;
+    const size_t bytes = PiecesBytes(pieces);
     worker::TensorSlice* slice = run->add_inputs();
     if (!(fits = reserve(bytes, slice))) break;
-    char* to = base + slice->offset();
-    for (const auto& [data, n] : pieces) {
-      memcpy(to, data, n);  // the one copy in
-      to += n;
-    }
+    CopyPieces(pieces, base + slice->offset());
   }
   const double input_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
@@ -74,12 +114,8 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
     // BatchBytesLimit), so this one waits for the batches ahead of it to
     // free their space and is sent again, not failed.
     release();
-    RunOutcome outcome;
-    outcome.lost = true;
-    outcome.not_sent = true;
-    outcome.status = absl::ResourceExhaustedError(absl::StrCat(
-        "worker ", worker, "'s shared arena of ", allocator.capacity(), " bytes is full"));
-    return done(outcome);
+    return done(NotSent(absl::ResourceExhaustedError(absl::StrCat(
+        "worker ", worker, "'s shared arena of ", allocator.capacity(), " bytes is full"))));
   }
   const size_t num_inputs = task.inputs.size();
   // Copied: the command may be answered (or lost) before Send returns.
@@ -97,16 +133,8 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
           for (size_t i = num_inputs; i < offsets->size(); ++i) {
             outcome.outputs.push_back(workers_->arena(worker).data() + (*offsets)[i]);
           }
-        } else if (lost) {
-          outcome.lost = true;
-          outcome.status = absl::UnavailableError(reply.error());
         } else {
-          // The engine's own code (INVALID_ARGUMENT for an integer division
-          // by zero, ...); INTERNAL when the worker sent none.
-          const bool known = reply.code() > 0 && reply.code() <= 16;
-          const auto code =
-              known ? static_cast<absl::StatusCode>(reply.code()) : absl::StatusCode::kInternal;
-          outcome.status = absl::Status(code, reply.error());
+          SetRunFailure(reply, lost, &outcome);
         }
         (*finish)(outcome);  // copies the outputs out of the arena
         release();
@@ -114,11 +142,7 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
   if (!sent) {
     // The worker turned unready between choosing it and sending.
     release();
-    RunOutcome outcome;
-    outcome.lost = true;
-    outcome.not_sent = true;
-    outcome.status = absl::UnavailableError(absl::StrCat("worker ", worker, " is not ready"));
-    (*finish)(outcome);
+    (*finish)(NotSent(absl::UnavailableError(absl::StrCat("worker ", worker, " is not ready"))));
   }
 }
 

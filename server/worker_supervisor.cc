@@ -42,6 +42,53 @@ std::string DescribeExit(int status) {
   return "stopped";
 }
 
+// The parent's environment with the plan's OpenMP settings on top, and the
+// worker's index, as "KEY=VALUE" strings for execve.
+std::vector<std::string> WorkerEnvironment(int index, const affinity::WorkerPlacement& p) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : p.env) env[k] = v;
+  env["NUMASERVE_WORKER_INDEX"] = absl::StrCat(index);
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
+  return env_strings;
+}
+
+// Sets `mask` to `cpus` (those below CPU_SETSIZE); false when none is, and
+// the worker starts with the parent's mask.
+bool CpuMaskOf(const std::vector<int>& cpus, cpu_set_t* mask) {
+  CPU_ZERO(mask);
+  bool have_mask = false;
+  for (int cpu : cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) {
+      CPU_SET(cpu, mask);
+      have_mask = true;
+    }
+  }
+  return have_mask;
+}
+
+// Logs a worker's hello: where it started, and a warning when it runs
+// unpinned.
+void LogWorkerStarted(int index, const affinity::WorkerPlacement& p, const worker::Hello& h) {
+  Log(LogLevel::kInfo, "supervisor",
+      absl::StrFormat("worker %d (%s) pid %d started: %s", index, p.domain, h.pid(), h.binding()),
+      {{"worker", index},
+       {"domain", p.domain},
+       {"numa_node", p.numa_node},
+       {"pid", h.pid()},
+       {"binding", h.binding()}});
+  if (!h.bind_warning().empty()) {
+    Log(LogLevel::kWarning, "supervisor",
+        absl::StrFormat("worker %d runs unpinned: %s", index, h.bind_warning()),
+        {{"worker", index}, {"pid", h.pid()}, {"bind_warning", h.bind_warning()}});
+  }
+}
+
 }  // namespace
 
 bool WorkerSupervisor::ModelToLoad::LoadsOn(int worker) const {
@@ -89,46 +136,35 @@ absl::StatusOr<std::unique_ptr<WorkerSupervisor>> WorkerSupervisor::Create(
 
 WorkerSupervisor::~WorkerSupervisor() { Stop(); }
 
+std::vector<std::string> WorkerSupervisor::WorkerArgs(const Slot& slot) const {
+  const auto& p = slot.placement;
+  std::vector<std::string> args = {"numaserve-worker", "worker",
+                                   "--index",          absl::StrCat(slot.index),
+                                   "--cpus",           affinity::FormatCpuList(p.cpus),
+                                   "--numa-node",      absl::StrCat(p.numa_node),
+                                   "--arena-bytes",    absl::StrCat(slot.arena->size())};
+  if (options_.test_batch_compute_us > 0) {
+    args.push_back("--test-batch-compute-us");
+    args.push_back(absl::StrCat(options_.test_batch_compute_us));
+  }
+  return args;
+}
+
 absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return absl::InternalError(absl::StrCat("socketpair: ", base::ErrnoText(errno)));
   }
   const auto& p = slot->placement;
-  std::vector<std::string> args = {"numaserve-worker", "worker",
-                                   "--index",          absl::StrCat(slot->index),
-                                   "--cpus",           affinity::FormatCpuList(p.cpus),
-                                   "--numa-node",      absl::StrCat(p.numa_node),
-                                   "--arena-bytes",    absl::StrCat(slot->arena->size())};
-  // The parent's environment with the plan's OpenMP settings on top.
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  if (options_.test_batch_compute_us > 0) {
-    args.push_back("--test-batch-compute-us");
-    args.push_back(absl::StrCat(options_.test_batch_compute_us));
-  }
-  for (const auto& [k, v] : p.env) env[k] = v;
-  env["NUMASERVE_WORKER_INDEX"] = absl::StrCat(slot->index);
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
+  std::vector<std::string> args = WorkerArgs(*slot);
+  std::vector<std::string> env_strings = WorkerEnvironment(slot->index, p);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
   cpu_set_t mask;
-  CPU_ZERO(&mask);
-  bool have_mask = false;
-  for (int cpu : p.cpus) {
-    if (cpu >= 0 && cpu < CPU_SETSIZE) {
-      CPU_SET(cpu, &mask);
-      have_mask = true;
-    }
-  }
+  const bool have_mask = CpuMaskOf(p.cpus, &mask);
   const char* exe = options_.executable.c_str();
   const int arena_fd = slot->arena->fd();
   // What the child resets before exec: the server blocks SIGINT/SIGTERM
@@ -355,107 +391,107 @@ void WorkerSupervisor::Run(Slot* slot) {
     worker::Reply hello;
     absl::Status s = ReadFramed(fd, &hello);
     if (s.ok() && hello.has_hello()) {
-      const auto& h = hello.hello();
-      Log(LogLevel::kInfo, "supervisor",
-          absl::StrFormat("worker %d (%s) pid %d started: %s", slot->index, p.domain, h.pid(),
-                          h.binding()),
-          {{"worker", slot->index},
-           {"domain", p.domain},
-           {"numa_node", p.numa_node},
-           {"pid", h.pid()},
-           {"binding", h.binding()}});
-      if (!h.bind_warning().empty()) {
-        Log(LogLevel::kWarning, "supervisor",
-            absl::StrFormat("worker %d runs unpinned: %s", slot->index, h.bind_warning()),
-            {{"worker", slot->index}, {"pid", h.pid()}, {"bind_warning", h.bind_warning()}});
-      }
+      LogWorkerStarted(slot->index, p, hello.hello());
       {
         std::lock_guard<std::mutex> lock(slot->mu);
         slot->pid = *pid;
         slot->fd = fd;
         slot->load_errors.clear();
       }
-      // Load every model; the worker turns ready when all have answered.
-      std::vector<ModelToLoad> models;
-      {
-        std::lock_guard<std::mutex> lock(models_mu_);
-        models = models_;
-      }
-      int to_load = 0;
-      for (const auto& model : models) to_load += model.LoadsOn(slot->index) ? 1 : 0;
-      auto remaining = std::make_shared<std::atomic<int>>(to_load);
-      auto finish_load = [this, slot, remaining]() {
-        if (remaining->fetch_sub(1) == 1) {
-          {
-            std::lock_guard<std::mutex> lock(slot->mu);
-            if (slot->fd >= 0) slot->ready = true;
-            slot->started_once = true;
-          }
-          if (metrics_) metrics_->SetWorkerReady(slot->index, slot->placement.numa_node, true);
-          start_cv_.notify_all();
-          on_change_();
-        }
-      };
-      if (to_load == 0) {
-        remaining->store(1);
-        finish_load();
-      }
-      for (const auto& model : models) {
-        if (!model.LoadsOn(slot->index)) continue;
-        std::lock_guard<std::mutex> lock(slot->mu);
-        SendLocked(slot, LoadCommand(model),
-                   [this, slot, model, finish_load](const worker::Reply& reply, bool lost) {
-                     RecordLoad(slot, model, reply);
-                     if (!lost) finish_load();
-                   });
-      }
-      // Serve replies until the worker goes away.
-      while (true) {
-        worker::Reply reply;
-        if (!ReadFramed(fd, &reply).ok()) break;
-        ReplyFn fn;
-        std::string ran;  // a model whose batch succeeded
-        {
-          std::lock_guard<std::mutex> lock(slot->mu);
-          auto it = slot->pending.find(reply.id());
-          if (it == slot->pending.end()) continue;
-          fn = std::move(it->second.fn);
-          if (!it->second.load && reply.ok()) ran = std::move(it->second.model);
-          slot->pending.erase(it);
-        }
-        if (!ran.empty()) {
-          std::lock_guard<std::mutex> lock(models_mu_);
-          ran_ok_.insert(std::move(ran));
-        }
-        fn(reply, /*worker_lost=*/false);
-        on_change_();
-      }
+      LoadModels(slot);
+      ServeReplies(slot, fd);
     } else {
       std::lock_guard<std::mutex> lock(slot->mu);
       slot->fd = fd;
     }
-    // The worker is gone (or is being stopped): reap it, answer what it held.
-    int status = 0;
-    waitpid(*pid, &status, 0);
-    std::string why =
-        absl::StrFormat("worker %d (pid %d) %s", slot->index, *pid, DescribeExit(status));
-    if (metrics_) metrics_->SetWorkerReady(slot->index, p.numa_node, false);
-    if (!stopping_) {
-      Log(LogLevel::kWarning, "supervisor", absl::StrCat(why, "; restarting"),
-          {{"worker", slot->index}, {"pid", *pid}, {"exit", DescribeExit(status)}});
+    ReapWorker(slot, *pid);
+  }
+}
+
+void WorkerSupervisor::LoadModels(Slot* slot) {
+  // Load every model; the worker turns ready when all have answered.
+  std::vector<ModelToLoad> models;
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    models = models_;
+  }
+  int to_load = 0;
+  for (const auto& model : models) to_load += model.LoadsOn(slot->index) ? 1 : 0;
+  auto remaining = std::make_shared<std::atomic<int>>(to_load);
+  auto finish_load = [this, slot, remaining]() {
+    if (remaining->fetch_sub(1) == 1) {
+      {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        if (slot->fd >= 0) slot->ready = true;
+        slot->started_once = true;
+      }
+      if (metrics_) metrics_->SetWorkerReady(slot->index, slot->placement.numa_node, true);
+      start_cv_.notify_all();
+      on_change_();
     }
-    const bool resend = Lose(slot, why);
+  };
+  if (to_load == 0) {
+    remaining->store(1);
+    finish_load();
+  }
+  for (const auto& model : models) {
+    if (!model.LoadsOn(slot->index)) continue;
+    std::lock_guard<std::mutex> lock(slot->mu);
+    SendLocked(slot, LoadCommand(model),
+               [this, slot, model, finish_load](const worker::Reply& reply, bool lost) {
+                 RecordLoad(slot, model, reply);
+                 if (!lost) finish_load();
+               });
+  }
+}
+
+void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
+  // Serve replies until the worker goes away.
+  while (true) {
+    worker::Reply reply;
+    if (!ReadFramed(fd, &reply).ok()) break;
+    ReplyFn fn;
+    std::string ran;  // a model whose batch succeeded
     {
       std::lock_guard<std::mutex> lock(slot->mu);
-      slot->pid = -1;
-      // Start() keeps waiting while a load that crashed the worker is tried
-      // again (a bounded number of times), so it returns with the model
-      // either loaded or failed with its reason.
-      if (!resend) slot->started_once = true;
+      auto it = slot->pending.find(reply.id());
+      if (it == slot->pending.end()) continue;
+      fn = std::move(it->second.fn);
+      if (!it->second.load && reply.ok()) ran = std::move(it->second.model);
+      slot->pending.erase(it);
     }
-    start_cv_.notify_all();
+    if (!ran.empty()) {
+      std::lock_guard<std::mutex> lock(models_mu_);
+      ran_ok_.insert(std::move(ran));
+    }
+    fn(reply, /*worker_lost=*/false);
     on_change_();
   }
+}
+
+void WorkerSupervisor::ReapWorker(Slot* slot, pid_t pid) {
+  const auto& p = slot->placement;
+  // The worker is gone (or is being stopped): reap it, answer what it held.
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string why =
+      absl::StrFormat("worker %d (pid %d) %s", slot->index, pid, DescribeExit(status));
+  if (metrics_) metrics_->SetWorkerReady(slot->index, p.numa_node, false);
+  if (!stopping_) {
+    Log(LogLevel::kWarning, "supervisor", absl::StrCat(why, "; restarting"),
+        {{"worker", slot->index}, {"pid", pid}, {"exit", DescribeExit(status)}});
+  }
+  const bool resend = Lose(slot, why);
+  {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->pid = -1;
+    // Start() keeps waiting while a load that crashed the worker is tried
+    // again (a bounded number of times), so it returns with the model
+    // either loaded or failed with its reason.
+    if (!resend) slot->started_once = true;
+  }
+  start_cv_.notify_all();
+  on_change_();
 }
 
 void WorkerSupervisor::Start(std::chrono::milliseconds timeout) {

@@ -180,6 +180,18 @@ class WorkerSupervisor {
   WorkerSupervisor(const Options& options, std::vector<ModelToLoad> models, Metrics* metrics,
                    std::function<void()> on_change);
   void Run(Slot* slot);  // spawn, load, serve, restart; one thread per slot
+  // Sends the started worker every model it loads; it turns ready (and
+  // Start() is told) once all have answered.
+  void LoadModels(Slot* slot);
+  // Hands each reply on `fd` to its command's callback until the worker's
+  // end of the socket closes.
+  void ServeReplies(Slot* slot, int fd);
+  // Reaps the exited worker `pid`, answers the commands it held (Lose) and
+  // tells Start() and the router.
+  void ReapWorker(Slot* slot, pid_t pid);
+  // The worker's command line: its index, cpus, NUMA node and arena size
+  // (and --test-batch-compute-us when set).
+  std::vector<std::string> WorkerArgs(const Slot& slot) const;
   absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
   bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn);
   // Answers the lost worker's commands; true when its death was charged to

@@ -49,6 +49,51 @@ absl::Status Truncated(const std::string& path, size_t size, const std::string& 
       absl::StrCat(path, ": truncated at offset ", size, ": expected ", what));
 }
 
+// Checks FILE.idx against the data file `path` of `count` records (count
+// already checked against that file's size) of `record` bytes after a
+// `header`-byte header: its size (capped before it is read), magic, count
+// and the offsets of the records kept; returns how many are kept (`limit`
+// > 0 keeps the first).
+absl::StatusOr<int64_t> CheckRecordIndex(const std::string& path, uint64_t count, size_t header,
+                                         size_t record, int64_t limit) {
+  const std::string index_path = path + ".idx";
+  // The index is 8 bytes a record: one larger than that is refused before
+  // it is read (count is at most the data file's size here, so this fits).
+  {
+    std::error_code ec;
+    const uintmax_t index_size = std::filesystem::file_size(index_path, ec);
+    if (!ec && index_size > 16 + 8 * count) {
+      return absl::DataLossError(
+          absl::StrCat(index_path, ": ", index_size, " bytes, more than the ", 16 + 8 * count,
+                       " an index of ", count, " records takes (", path, " has ", count, ")"));
+    }
+  }
+  absl::StatusOr<std::string> index = ReadWholeFile(index_path);
+  if (!index.ok()) return index.status();
+  if (index->size() < 16 || memcmp(index->data(), kIndexMagic, 8) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": offset 0: not a numaserve record index (magic NSIDX001)"));
+  }
+  uint64_t index_count = 0;
+  memcpy(&index_count, index->data() + 8, 8);
+  if (index_count != count || index->size() != 16 + 8 * count) {
+    return absl::DataLossError(absl::StrCat(index_path, ": lists ", index_count, " records in ",
+                                            index->size(), " bytes; ", path, " has ", count));
+  }
+  const int64_t size = limit > 0 ? std::min<int64_t>(limit, count) : static_cast<int64_t>(count);
+  // Records have one size, so record i is at header + i * record; the index
+  // must agree (it is what other readers seek by).
+  for (int64_t i = 0; i < size; ++i) {
+    uint64_t offset = 0;
+    memcpy(&offset, index->data() + 16 + 8 * i, 8);
+    if (offset != header + i * record) {
+      return absl::DataLossError(absl::StrCat(index_path, ": offset ", 16 + 8 * i, ": record ", i,
+                                              " at ", offset, ", expected ", header + i * record));
+    }
+  }
+  return size;
+}
+
 }  // namespace
 
 absl::Status WriteRecordFile(const std::string& path, const Dataset& data) {
@@ -124,41 +169,9 @@ absl::StatusOr<std::unique_ptr<RecordFileReader>> RecordFileReader::Open(const s
         record, " bytes need ", wraps ? std::string("more than 2^64") : absl::StrCat(needed),
         " bytes in all"));
   }
-  const std::string index_path = path + ".idx";
-  // The index is 8 bytes a record: one larger than that is refused before
-  // it is read (count is at most the data file's size here, so this fits).
-  {
-    std::error_code ec;
-    const uintmax_t index_size = std::filesystem::file_size(index_path, ec);
-    if (!ec && index_size > 16 + 8 * count) {
-      return absl::DataLossError(
-          absl::StrCat(index_path, ": ", index_size, " bytes, more than the ", 16 + 8 * count,
-                       " an index of ", count, " records takes (", path, " has ", count, ")"));
-    }
-  }
-  absl::StatusOr<std::string> index = ReadWholeFile(index_path);
-  if (!index.ok()) return index.status();
-  if (index->size() < 16 || memcmp(index->data(), kIndexMagic, 8) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(index_path, ": offset 0: not a numaserve record index (magic NSIDX001)"));
-  }
-  uint64_t index_count = 0;
-  memcpy(&index_count, index->data() + 8, 8);
-  if (index_count != count || index->size() != 16 + 8 * count) {
-    return absl::DataLossError(absl::StrCat(index_path, ": lists ", index_count, " records in ",
-                                            index->size(), " bytes; ", path, " has ", count));
-  }
-  r->size_ = limit > 0 ? std::min<int64_t>(limit, count) : static_cast<int64_t>(count);
-  // Records have one size, so record i is at header + i * record; the index
-  // must agree (it is what other readers seek by).
-  for (int64_t i = 0; i < r->size_; ++i) {
-    uint64_t offset = 0;
-    memcpy(&offset, index->data() + 16 + 8 * i, 8);
-    if (offset != header + i * record) {
-      return absl::DataLossError(absl::StrCat(index_path, ": offset ", 16 + 8 * i, ": record ", i,
-                                              " at ", offset, ", expected ", header + i * record));
-    }
-  }
+  absl::StatusOr<int64_t> size = CheckRecordIndex(path, count, header, record, limit);
+  if (!size.ok()) return size.status();
+  r->size_ = *size;
   r->header_bytes_ = static_cast<int64_t>(header);
   r->record_bytes_ = static_cast<int64_t>(record);
   return r;

@@ -1,6 +1,10 @@
+// ConvOnednn (conv_onednn.h): Create, the per-shape primitives (EntryFor)
+// and their FP32/BF16 paths (direct, oneDNN's and the own Winograd,
+// channels-last, away from a reference kernel, the fused depthwise
+// post-op), Execute, and ActivationDesc/ActivationReorder. The INT8 path
+// (PrepareInt8 and what only it uses) is in conv_onednn_int8.cc.
 #include "kernels/onednn/conv_onednn.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -9,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
+#include "kernels/onednn/conv_onednn_internal.h"
 
 namespace numaserve::kernels {
 namespace {
@@ -23,13 +28,55 @@ dnnl::memory::desc PlainDesc(const Shape& shape, dt type = dt::f32) {
   return dnnl::memory::desc(ToDnnlDims(shape), type, ToDnnlDims(RowMajorStrides(shape)));
 }
 
-dnnl::memory::dims Dims(const std::vector<int64_t>& v, int64_t minus) {
-  dnnl::memory::dims out;
-  for (int64_t x : v) out.push_back(x - minus);
-  return out;
+// Checks Create's options (sizes, bias, and what goes with int8 and a
+// depthwise post-op), turning off winograd and channels_last where they
+// cannot apply; returns the weights' element count.
+absl::StatusOr<int64_t> CheckConvOptions(ConvOnednnOptions& options) {
+  const size_t spatial = options.kernel.size();
+  if (spatial < 1 || spatial > 3 || options.strides.size() != spatial ||
+      options.dilations.size() != spatial || options.pads_begin.size() != spatial ||
+      options.pads_end.size() != spatial ||
+      (options.weights == nullptr && !options.int8.has_value()) || options.group < 1 ||
+      options.in_channels % options.group != 0 || options.out_channels % options.group != 0) {
+    return absl::InvalidArgumentError("ConvOnednn: inconsistent options");
+  }
+  if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.out_channels) {
+    return absl::InvalidArgumentError("ConvOnednn: bias must have out_channels values");
+  }
+  int64_t count = options.out_channels * options.in_channels / options.group;
+  for (int64_t k : options.kernel) count *= k;
+  if (options.int8.has_value()) {
+    if (options.bf16 || options.transposed || options.dw.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ConvOnednn ", options.name, ": int8 goes with none of bf16, ConvTranspose and a ",
+          "fused depthwise post-op"));
+    }
+    if (absl::Status s = CheckInt8Params(*options.int8, options.out_channels, count,
+                                         absl::StrCat("ConvOnednn ", options.name));
+        !s.ok()) {
+      return s;
+    }
+    options.winograd = false;  // no int8 Winograd in oneDNN 2.6's CPU kernels
+    options.channels_last = ConvChannelsLast::kNever;
+  }
+  if (options.dw.has_value()) {
+    const DepthwisePostOp& dw = *options.dw;
+    bool one_by_one = spatial == 2 && options.group == 1 && !options.transposed && !options.sum;
+    for (size_t d = 0; d < spatial && one_by_one; ++d) {
+      one_by_one = options.kernel[d] == 1 && options.strides[d] == 1 && options.dilations[d] == 1 &&
+                   options.pads_begin[d] == 0 && options.pads_end[d] == 0;
+    }
+    if (!one_by_one || (dw.stride != 1 && dw.stride != 2) ||
+        static_cast<int64_t>(dw.weights.size()) != options.out_channels * 9 ||
+        static_cast<int64_t>(dw.bias.size()) != options.out_channels) {
+      return absl::InvalidArgumentError(
+          "ConvOnednn: a depthwise post-op needs a 1x1 stride-1 unpadded 2D conv, "
+          "[C,1,3,3] weights, C bias values and stride 1 or 2");
+    }
+    options.winograd = false;
+  }
+  return count;
 }
-
-size_t Align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
 
@@ -105,49 +152,8 @@ absl::Status ActivationReorder::Execute(dnnl::stream& stream, const Shape& shape
 
 absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engine& engine,
                                                                ConvOnednnOptions options) {
-  const size_t spatial = options.kernel.size();
-  if (spatial < 1 || spatial > 3 || options.strides.size() != spatial ||
-      options.dilations.size() != spatial || options.pads_begin.size() != spatial ||
-      options.pads_end.size() != spatial ||
-      (options.weights == nullptr && !options.int8.has_value()) || options.group < 1 ||
-      options.in_channels % options.group != 0 || options.out_channels % options.group != 0) {
-    return absl::InvalidArgumentError("ConvOnednn: inconsistent options");
-  }
-  if (!options.bias.empty() && static_cast<int64_t>(options.bias.size()) != options.out_channels) {
-    return absl::InvalidArgumentError("ConvOnednn: bias must have out_channels values");
-  }
-  int64_t count = options.out_channels * options.in_channels / options.group;
-  for (int64_t k : options.kernel) count *= k;
-  if (options.int8.has_value()) {
-    if (options.bf16 || options.transposed || options.dw.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ConvOnednn ", options.name, ": int8 goes with none of bf16, ConvTranspose and a ",
-          "fused depthwise post-op"));
-    }
-    if (absl::Status s = CheckInt8Params(*options.int8, options.out_channels, count,
-                                         absl::StrCat("ConvOnednn ", options.name));
-        !s.ok()) {
-      return s;
-    }
-    options.winograd = false;  // no int8 Winograd in oneDNN 2.6's CPU kernels
-    options.channels_last = ConvChannelsLast::kNever;
-  }
-  if (options.dw.has_value()) {
-    const DepthwisePostOp& dw = *options.dw;
-    bool one_by_one = spatial == 2 && options.group == 1 && !options.transposed && !options.sum;
-    for (size_t d = 0; d < spatial && one_by_one; ++d) {
-      one_by_one = options.kernel[d] == 1 && options.strides[d] == 1 && options.dilations[d] == 1 &&
-                   options.pads_begin[d] == 0 && options.pads_end[d] == 0;
-    }
-    if (!one_by_one || (dw.stride != 1 && dw.stride != 2) ||
-        static_cast<int64_t>(dw.weights.size()) != options.out_channels * 9 ||
-        static_cast<int64_t>(dw.bias.size()) != options.out_channels) {
-      return absl::InvalidArgumentError(
-          "ConvOnednn: a depthwise post-op needs a 1x1 stride-1 unpadded 2D conv, "
-          "[C,1,3,3] weights, C bias values and stride 1 or 2");
-    }
-    options.winograd = false;
-  }
+  absl::StatusOr<int64_t> count = CheckConvOptions(options);
+  if (!count.ok()) return count.status();
   std::unique_ptr<ConvOnednn> conv(new ConvOnednn(engine, std::move(options)));
   ConvOnednnOptions& o = conv->options_;
   conv->winograd_post_ops_ = OwnWinogradPostOpsOf(o.eltwise);
@@ -163,7 +169,7 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
     const std::vector<float> scales = Int8OutputScales(*o.int8, 1.0f);
     for (size_t c = 0; c < bias.size(); ++c) bias[c] /= scales[scales.size() == 1 ? 0 : c];
   } else {
-    conv->user_weights_.assign(o.weights, o.weights + count);
+    conv->user_weights_.assign(o.weights, o.weights + *count);
   }
   o.weights = nullptr;
   if (!bias.empty()) {
@@ -287,10 +293,10 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
   const dnnl::memory::desc nhwc_dst(ToDnnlDims(dst_shape), dt::f32, tag::nhwc);
   const dnnl::memory::desc any_w(UserWeightsDesc().dims(), ComputeType(), tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                       dnnl::algorithm::convolution_direct, nhwc_src, any_w,
-                                       bias_md, nhwc_dst, Dims(o.strides, 0), Dims(o.dilations, 1),
-                                       Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, nhwc_src, any_w,
+      bias_md, nhwc_dst, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
+      ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
   dnnl::convolution_forward::primitive_desc pd;
   try {
     pd = dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
@@ -377,8 +383,8 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
     try {
       dnnl::convolution_forward::desc desc(
           dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
-          bias_md, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0),
-          Dims(o.pads_end, 0));
+          bias_md, dst_md, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
+          ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
       pd = dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
     } catch (const dnnl::error&) {
       continue;
@@ -534,117 +540,53 @@ absl::StatusOr<ConvOnednn::PerShape*> ConvOnednn::EntryFor(const Shape& src_shap
   return &per_shape_.Emplace(src_shape, std::move(entry));
 }
 
-absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_shape,
-                                     bool src_blocked, bool dst_blocked, PerShape* entry) {
+dnnl::convolution_forward::primitive_desc ConvOnednn::DirectConvPd(
+    const dnnl::memory::desc& src_md, const dnnl::memory::desc& any_w,
+    const dnnl::memory::desc& bias_md, const dnnl::memory::desc& dst_md) const {
   const ConvOnednnOptions& o = options_;
-  const bool split = !user_weights_s8_lo_.empty();
-  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::s8, tag::any);
-  const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
-  dnnl::memory::dims src_dims = ToDnnlDims(src_shape);
-  const dnnl::memory::dims dst_dims = ToDnnlDims(dst_shape);
-  dnnl::memory::dims pads_begin = Dims(o.pads_begin, 0), pads_end = Dims(o.pads_end, 0);
-  // oneDNN 2.6's int8 grouped (depthwise) conv, given padding and a sum
-  // post-op (a residual, or the second pass of split weights), adds some
-  // output rows twice when it splits the rows over many threads: wrong
-  // outputs, no error (seen at 8 to 24 threads on 9x9 to 13x13 images).
-  // Such a conv gets no padding from oneDNN: the quantized input goes into
-  // a larger buffer that holds the zero point (a real 0) around it.
-  const bool padded = std::any_of(pads_begin.begin(), pads_begin.end(), [](auto p) { return p; }) ||
-                      std::any_of(pads_end.begin(), pads_end.end(), [](auto p) { return p; });
-  const bool explicit_pad = o.group > 1 && padded && (split || o.sum);
-  dnnl::memory::dims pad_offsets;
-  if (explicit_pad) {
-    pad_offsets.assign(src_dims.size(), 0);
-    for (size_t i = 0; i < pads_begin.size(); ++i) {
-      pad_offsets[2 + i] = pads_begin[i];
-      src_dims[2 + i] += pads_begin[i] + pads_end[i];
-      pads_begin[i] = pads_end[i] = 0;
-    }
-  }
-  auto make_pd = [&](const dnnl::memory::desc& src_md, const dnnl::memory::desc& bias,
-                     const dnnl::memory::desc& dst_md, Pass pass) {
+  auto make_pd = [&](dnnl::algorithm algorithm) {
     dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
-        bias, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), pads_begin, pads_end);
-    return dnnl::convolution_forward::primitive_desc(desc, Attr(pass), engine_);
+        dnnl::prop_kind::forward_inference, algorithm, src_md, any_w, bias_md, dst_md,
+        ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
+        ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
+    return dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
   };
-  try {
-    // The u8 src is ours (quantized into the scratch): oneDNN's layout. dst:
-    // the caller's where a jit kernel writes it, else oneDNN's, else
-    // channels-last (reordered into the caller's).
-    // oneDNN 2.6's int8 convs (avx512_core_vnni and avx2 alike) take only
-    // channels-last src and dst: blocked ones get ref_int8:any, so with
-    // channel-blocked activations the src is quantized, then reordered to
-    // nhwc, and the dst goes through the scratch (with a residual,
-    // reordered there first); the engine keeps a model with INT8 convs
-    // channels-last (BlockedLayout::kChannelsLast) to avoid both.
-    const dnnl::memory::desc src_any(src_dims, dt::u8, tag::any);
-    const dnnl::memory::desc dst_candidates[] = {
-        Act(dst_shape, dst_blocked), dnnl::memory::desc(dst_dims, dt::f32, tag::any),
-        ActivationDesc(dst_shape, true, dt::f32, BlockedLayout::kChannelsLast)};
-    const Pass first = split ? Pass::kFirst : Pass::kWhole;
-    dnnl::convolution_forward::primitive_desc pd;
-    for (const dnnl::memory::desc& dst_md : dst_candidates) {
-      dnnl::convolution_forward::primitive_desc candidate;
-      try {
-        candidate = make_pd(src_any, bias_md, dst_md, first);
-      } catch (const dnnl::error&) {
-        continue;
-      }
-      if (!pd) pd = candidate;  // a reference, kept should nothing else exist
-      if (!IsReferenceImplementation(candidate.impl_info_str())) {
-        pd = candidate;
-        break;
-      }
+  dnnl::convolution_forward::primitive_desc pd;
+  if (WinogradCandidate()) {
+    try {
+      pd = make_pd(dnnl::algorithm::convolution_winograd);
+    } catch (const dnnl::error&) {
+      // Not implemented for this shape, layout or CPU: direct.
     }
-    if (!pd) {
-      return absl::UnimplementedError(absl::StrCat(
-          "ConvOnednn ", o.name, ": oneDNN has no int8 conv for input ", ShapeToString(src_shape)));
-    }
-    if (absl::Status s =
-            BindReordered(pd, src_shape, dst_shape, src_blocked, dst_blocked, entry, pad_offsets);
-        !s.ok()) {
-      return s;
-    }
-    if (explicit_pad) {  // Run fills the buffer, then reorders into its interior
-      entry->src_pad_fill = o.int8->src_zero_point;
-      entry->src_pad_bytes = pd.src_desc().get_size();
-      absl::StrAppend(&entry->impl, " (input padded here)");
-    }
-    if (!absl::StrContains(entry->impl, "int8")) absl::StrAppend(&entry->impl, " int8");
-    // Padding alone (the padded buffer in the caller's layout) is no reorder.
-    Shape padded_shape = src_shape;
-    for (size_t i = 2; i < padded_shape.size(); ++i) padded_shape[i] = src_dims[i];
-    const bool src_reordered =
-        entry->src_via_scratch &&
-        (!explicit_pad || pd.src_desc() != Act(padded_shape, src_blocked, dt::u8));
-    if (src_reordered || entry->dst_via_scratch) {
-      absl::StrAppend(&entry->impl, " (reordered: ", src_reordered ? "src" : "",
-                      src_reordered && entry->dst_via_scratch ? ", " : "",
-                      entry->dst_via_scratch ? "dst" : "", ")");
-    }
-    if (split) {
-      // The same src and dst layouts: both passes read one quantized src
-      // and write one dst.
-      dnnl::convolution_forward::primitive_desc pd2 =
-          make_pd(pd.src_desc(), dnnl::memory::desc(), pd.dst_desc(), Pass::kSecond);
-      auto weights = WeightsFor(pd2.weights_desc(), Pass::kSecond);
-      if (!weights.ok()) return weights.status();
-      entry->second.primitive = dnnl::convolution_forward(pd2);
-      entry->second.args[DNNL_ARG_SRC] = UnboundMemory(pd2.src_desc(), engine_);
-      entry->second.args[DNNL_ARG_WEIGHTS] = *weights;
-      entry->second.args[DNNL_ARG_DST] = UnboundMemory(pd2.dst_desc(), engine_);
-      absl::StrAppend(&entry->impl, " (x2: s8 weights split, no VNNI)");
-      if (IsReferenceImplementation(pd2.impl_info_str())) entry->impl = pd2.impl_info_str();
-    }
-    const size_t caller_u8 = Act(src_shape, src_blocked, dt::u8).get_size();
-    entry->quantized_count = static_cast<int64_t>(caller_u8);
-    entry->quantized_bytes = Align64(caller_u8);
-    entry->scratch_bytes += entry->quantized_bytes;
-  } catch (const dnnl::error& e) {
-    return DnnlErrorToStatus(
-        e, absl::StrCat("creating int8 conv for input ", ShapeToString(src_shape)));
   }
+  if (!pd) pd = make_pd(dnnl::algorithm::convolution_direct);
+  return pd;
+}
+
+absl::Status ConvOnednn::BindDepthwise(const Shape& dst_shape, const dnnl::memory::desc& dst_desc,
+                                       const dnnl::memory::desc& final_dst_md,
+                                       const dnnl::memory::desc& dw_weights_md, PerShape* entry) {
+  const ConvOnednnOptions& o = options_;
+  if (dst_desc.dims() != final_dst_md.dims()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConvOnednn: the fused depthwise output is not ", ShapeToString(dst_shape)));
+  }
+  if (dst_desc != final_dst_md) {
+    // oneDNN writes the depthwise output in the 1x1 output's layout
+    // (the caller's src layout where dst is plain, as for a graph
+    // output): reordered from the scratch.
+    entry->dst_via_scratch = true;
+    entry->from_conv_dst = BoundReorder(engine_, dst_desc, final_dst_md);
+    entry->scratch_bytes = entry->dst_offset + dst_desc.get_size();
+  }
+  dnnl::memory user(dnnl::memory::desc({o.out_channels, 1, 1, 3, 3}, dt::f32, tag::goihw), engine_,
+                    const_cast<float*>(o.dw->weights.data()));
+  dnnl::memory dw_weights(dw_weights_md, engine_);
+  dnnl::stream stream(engine_);
+  dnnl::reorder(user, dw_weights).execute(stream, user, dw_weights);
+  stream.wait();
+  entry->call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS] = dw_weights;
+  entry->call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS] = dw_bias_;
   return absl::OkStatus();
 }
 
@@ -675,8 +617,8 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
     if (o.transposed) {
       dnnl::deconvolution_forward::desc desc(
           dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_md, any_w,
-          bias_md, dst_md, Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0),
-          Dims(o.pads_end, 0));
+          bias_md, dst_md, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
+          ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
       dnnl::deconvolution_forward::primitive_desc pd(desc, Attr(), engine_);
       weights_md = pd.weights_desc();
       src_desc = pd.src_desc();
@@ -684,21 +626,7 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
       entry->impl = pd.impl_info_str();
       entry->call.primitive = dnnl::deconvolution_forward(pd);
     } else {
-      auto make_pd = [&](dnnl::algorithm algorithm) {
-        dnnl::convolution_forward::desc desc(
-            dnnl::prop_kind::forward_inference, algorithm, src_md, any_w, bias_md, dst_md,
-            Dims(o.strides, 0), Dims(o.dilations, 1), Dims(o.pads_begin, 0), Dims(o.pads_end, 0));
-        return dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
-      };
-      dnnl::convolution_forward::primitive_desc pd;
-      if (WinogradCandidate()) {
-        try {
-          pd = make_pd(dnnl::algorithm::convolution_winograd);
-        } catch (const dnnl::error&) {
-          // Not implemented for this shape, layout or CPU: direct.
-        }
-      }
-      if (!pd) pd = make_pd(dnnl::algorithm::convolution_direct);
+      dnnl::convolution_forward::primitive_desc pd = DirectConvPd(src_md, any_w, bias_md, dst_md);
       if (o.dw.has_value()) {
         dw_weights_md =
             pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
@@ -717,26 +645,10 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
     if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
     BindSrc(Act(src_shape, src_blocked), src_desc, entry);
     if (o.dw.has_value()) {
-      if (dst_desc.dims() != final_dst_md.dims()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ConvOnednn: the fused depthwise output is not ", ShapeToString(dst_shape)));
+      if (absl::Status s = BindDepthwise(dst_shape, dst_desc, final_dst_md, dw_weights_md, entry);
+          !s.ok()) {
+        return s;
       }
-      if (dst_desc != final_dst_md) {
-        // oneDNN writes the depthwise output in the 1x1 output's layout
-        // (the caller's src layout where dst is plain, as for a graph
-        // output): reordered from the scratch.
-        entry->dst_via_scratch = true;
-        entry->from_conv_dst = BoundReorder(engine_, dst_desc, final_dst_md);
-        entry->scratch_bytes = entry->dst_offset + dst_desc.get_size();
-      }
-      dnnl::memory user(dnnl::memory::desc({o.out_channels, 1, 1, 3, 3}, dt::f32, tag::goihw),
-                        engine_, const_cast<float*>(o.dw->weights.data()));
-      dnnl::memory dw_weights(dw_weights_md, engine_);
-      dnnl::stream stream(engine_);
-      dnnl::reorder(user, dw_weights).execute(stream, user, dw_weights);
-      stream.wait();
-      entry->call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS] = dw_weights;
-      entry->call.args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS] = dw_bias_;
     }
   } catch (const dnnl::error& e) {
     return DnnlErrorToStatus(e, absl::StrCat("creating conv for input ", ShapeToString(src_shape)));

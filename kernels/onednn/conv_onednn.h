@@ -257,6 +257,25 @@ class ConvOnednn {
   // kernel takes it.
   absl::Status PrepareInt8(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                            bool dst_blocked, PerShape* entry);
+  // An INT8 conv's src extents and padding: oneDNN's, or (see
+  // ResolveInt8Padding) none for oneDNN, the input placed at pad_offsets in
+  // a buffer padded here.
+  struct Int8Padding {
+    dnnl::memory::dims src_dims;              // the src the conv reads (padded here or not)
+    dnnl::memory::dims pads_begin, pads_end;  // oneDNN's (zeros when padded here)
+    dnnl::memory::dims pad_offsets;           // empty unless padded here
+    bool explicit_pad = false;                // padded here
+  };
+  // PrepareInt8's padding for `src_shape` (split: the weights are split).
+  Int8Padding ResolveInt8Padding(const Shape& src_shape, bool split) const;
+  // After BindReordered for the INT8 `pd`: the explicit padding's fill, and
+  // what runs around the kernel (padding, int8, reorders) in entry->impl.
+  void AnnotateInt8Entry(const dnnl::convolution_forward::primitive_desc& pd,
+                         const Shape& src_shape, bool src_blocked, const Int8Padding& pad,
+                         PerShape* entry) const;
+  // Binds `pd2`, the second pass of split INT8 weights, into entry->second.
+  absl::Status BindSecondPass(const dnnl::convolution_forward::primitive_desc& pd2,
+                              PerShape* entry);
   bool WinogradCandidate() const;
   // The eltwise post-ops as the own Winograd's epilogue computes them:
   // ReLU, a fake-quantize, or both (OwnWinogradPostOpsOf; nullopt where
@@ -281,6 +300,18 @@ class ConvOnednn {
   // depthwise post-op included).
   absl::Status PrepareDirect(const Shape& src_shape, const Shape& dst_shape, bool src_blocked,
                              bool dst_blocked, PerShape* entry);
+  // PrepareDirect's (non-transposed) conv: Winograd where WinogradCandidate
+  // and oneDNN has it for these descriptors, direct otherwise.
+  dnnl::convolution_forward::primitive_desc DirectConvPd(const dnnl::memory::desc& src_md,
+                                                         const dnnl::memory::desc& any_w,
+                                                         const dnnl::memory::desc& bias_md,
+                                                         const dnnl::memory::desc& dst_md) const;
+  // PrepareDirect's depthwise post-op: its weights packed into
+  // `dw_weights_md`, its bias, and dst through the scratch where oneDNN
+  // writes a layout other than `final_dst_md`.
+  absl::Status BindDepthwise(const Shape& dst_shape, const dnnl::memory::desc& dst_desc,
+                             const dnnl::memory::desc& final_dst_md,
+                             const dnnl::memory::desc& dw_weights_md, PerShape* entry);
   // Where PrepareDirect found only a reference kernel: the first of oneDNN's
   // preferred layouts ("any"), plain, and channels-last that has another,
   // reordered; false when every one is a reference.

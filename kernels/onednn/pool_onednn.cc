@@ -1,5 +1,7 @@
 #include "kernels/onednn/pool_onednn.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "kernels/onednn/conv_onednn.h"
@@ -9,22 +11,30 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
-}  // namespace
+// A pool's window as oneDNN takes it (dilation 0 = dense).
+struct PoolDims {
+  dnnl::memory::dims strides, kernel, dilation, pl, pr;
+};
 
-absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape,
-                                                          const Shape& dst_shape, bool src_blocked,
-                                                          bool dst_blocked) {
-  if (PerShape* found = per_shape_.Find(src_shape)) return found;
-  WindowParams w = window_;
+// The window for src_shape -> dst_shape: the whole spatial extent when
+// `global`, and the end padding that gives dst's extent.
+PoolDims PoolWindowDims(const WindowParams& window, bool global, const Shape& src_shape,
+                        const Shape& dst_shape) {
+  WindowParams w = window;
   const size_t spatial = src_shape.size() - 2;
-  if (global_) {
+  if (global) {
     w.kernel.assign(src_shape.begin() + 2, src_shape.end());
     w.strides.assign(spatial, 1);
     w.dilations.assign(spatial, 1);
     w.pads_begin.assign(spatial, 0);
     w.pads_end.assign(spatial, 0);
   }
-  dnnl::memory::dims strides, kernel, dilation, pl, pr;
+  PoolDims out;
+  dnnl::memory::dims& strides = out.strides;
+  dnnl::memory::dims& kernel = out.kernel;
+  dnnl::memory::dims& dilation = out.dilation;
+  dnnl::memory::dims& pl = out.pl;
+  dnnl::memory::dims& pr = out.pr;
   for (size_t d = 0; d < spatial; ++d) {
     strides.push_back(w.strides[d]);
     kernel.push_back(w.kernel[d]);
@@ -34,6 +44,32 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
     const int64_t eff = (w.kernel[d] - 1) * w.dilations[d] + 1;
     pr.push_back((dst_shape[d + 2] - 1) * w.strides[d] + eff - src_shape[d + 2] - w.pads_begin[d]);
   }
+  return out;
+}
+
+// Says on stderr that oneDNN has only `reference` for the pool's layouts,
+// and what runs instead: *impl, which gains the reordering note when it is
+// not a reference itself.
+void LogReferencePool(const Shape& src_shape, bool src_blocked, BlockedLayout layout,
+                      const std::string& reference, std::string* impl) {
+  const bool away = !IsReferenceImplementation(*impl);
+  if (away) *impl = absl::StrCat(*impl, " (reordered: no ", BlockedLayoutName(layout), " kernel)");
+  base::Log(base::LogLevel::kWarning, "onednn",
+            absl::StrCat("pool, input ", ShapeToString(src_shape), ": oneDNN has only ", reference,
+                         " for ", src_blocked ? BlockedLayoutName(layout) : "plain",
+                         away ? "; running " : " on this CPU, and nothing else: it runs there",
+                         away ? *impl : ""),
+            {{"reference", reference}});
+}
+
+}  // namespace
+
+absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape,
+                                                          const Shape& dst_shape, bool src_blocked,
+                                                          bool dst_blocked) {
+  if (PerShape* found = per_shape_.Find(src_shape)) return found;
+  const auto [strides, kernel, dilation, pl, pr] =
+      PoolWindowDims(window_, global_, src_shape, dst_shape);
   const dnnl::memory::desc src_md = ActivationDesc(src_shape, src_blocked, dt::f32, layout_);
   const dnnl::memory::desc dst_md = ActivationDesc(dst_shape, dst_blocked, dt::f32, layout_);
   // src's own layout first (the pool writes it, reordered into dst's when
@@ -87,16 +123,7 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
         absl::StrCat("oneDNN has no pooling for ", ShapeToString(src_shape)));
   }
   if (!reference.empty()) {
-    const bool away = !IsReferenceImplementation(entry.impl);
-    if (away)
-      entry.impl =
-          absl::StrCat(entry.impl, " (reordered: no ", BlockedLayoutName(layout_), " kernel)");
-    base::Log(base::LogLevel::kWarning, "onednn",
-              absl::StrCat("pool, input ", ShapeToString(src_shape), ": oneDNN has only ",
-                           reference, " for ", src_blocked ? BlockedLayoutName(layout_) : "plain",
-                           away ? "; running " : " on this CPU, and nothing else: it runs there",
-                           away ? entry.impl : ""),
-              {{"reference", reference}});
+    LogReferencePool(src_shape, src_blocked, layout_, reference, &entry.impl);
   }
   return &per_shape_.Emplace(src_shape, std::move(entry));
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -212,31 +214,20 @@ int64_t NearestIndex(const std::string& mode, double x) {
   return static_cast<int64_t>(std::round(x));
 }
 
-}  // namespace
+// Per dim and output coordinate: the source indices and their weights.
+struct Taps {
+  std::vector<int64_t> index;
+  std::vector<double> weight;
+};
 
-absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape) {
-  const size_t rank = x.shape.size();
-  if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic") {
-    return absl::UnimplementedError(absl::StrCat("Resize mode '", p.mode, "' is not supported"));
-  }
-  // Per dim: for each output coordinate, up to two source indices + weights.
-  // Per dim and output coordinate: the source indices and their weights.
-  struct Taps {
-    std::vector<int64_t> index;
-    std::vector<double> weight;
-  };
-  const bool crop = p.coordinate_transformation_mode == "tf_crop_and_resize";
-  if (crop && p.roi.size() != 2 * rank) {
-    return absl::InvalidArgumentError(absl::StrCat("Resize tf_crop_and_resize needs ", 2 * rank,
-                                                   " roi values, got ", p.roi.size()));
-  }
-  // An empty output needs no taps: without this, one long dim beside a zero
-  // one (scales 2^21 and 1e-12) would build millions of taps for nothing.
-  Tensor y(out_shape);
-  if (y.data.empty()) return y;
+// The index tables of a resize: per dim, the taps of every output
+// coordinate (none where tf_crop_and_resize falls outside the input).
+std::vector<std::vector<Taps>> ResizeTaps(const Shape& in_shape, const ResizeParams& p,
+                                          const Shape& out_shape, bool crop) {
+  const size_t rank = in_shape.size();
   std::vector<std::vector<Taps>> taps(rank);
   for (size_t d = 0; d < rank; ++d) {
-    const int64_t in_len = x.shape[d];
+    const int64_t in_len = in_shape[d];
     for (int64_t o = 0; o < out_shape[d]; ++o) {
       const double c = SourceCoordinate(p, d, o, in_len, out_shape[d], p.scales[d]);
       Taps t;
@@ -280,6 +271,26 @@ absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const S
       taps[d].push_back(std::move(t));
     }
   }
+  return taps;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape) {
+  const size_t rank = x.shape.size();
+  if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic") {
+    return absl::UnimplementedError(absl::StrCat("Resize mode '", p.mode, "' is not supported"));
+  }
+  const bool crop = p.coordinate_transformation_mode == "tf_crop_and_resize";
+  if (crop && p.roi.size() != 2 * rank) {
+    return absl::InvalidArgumentError(absl::StrCat("Resize tf_crop_and_resize needs ", 2 * rank,
+                                                   " roi values, got ", p.roi.size()));
+  }
+  // An empty output needs no taps: without this, one long dim beside a zero
+  // one (scales 2^21 and 1e-12) would build millions of taps for nothing.
+  Tensor y(out_shape);
+  if (y.data.empty()) return y;
+  const std::vector<std::vector<Taps>> taps = ResizeTaps(x.shape, p, out_shape, crop);
   const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
   std::vector<size_t> k(rank);
   ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -71,22 +72,29 @@ absl::StatusOr<Tensor> LayerNormRef(const Tensor& x, const Tensor& scale, const 
   return y;
 }
 
-Tensor ReduceRef(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes,
-                 bool keepdims) {
+namespace {
+
+// The per-output accumulators of a reduction: acc (the sum, product, max, ...
+// before the final step), and with LogSumExp the max each output subtracts.
+struct ReduceAccumulators {
+  std::vector<double> acc;
+  std::vector<double> max_for_lse;
+};
+
+// Accumulates every element of `x` into its output (the index with the
+// `reduced` dims dropped from kept_shape): one pass, two with LogSumExp.
+ReduceAccumulators AccumulateReduce(ReduceKind kind, const Tensor& x,
+                                    const std::vector<bool>& reduced, const Shape& kept_shape,
+                                    int64_t out_count) {
   const int64_t rank = x.rank();
-  std::vector<bool> reduced(rank, axes.empty());
-  for (int64_t a : axes) reduced[a] = true;
-  Shape kept_shape = x.shape;  // reduced dims set to 1
-  for (int64_t d = 0; d < rank; ++d) {
-    if (reduced[d]) kept_shape[d] = 1;
-  }
-  const int64_t out_count = NumElements(kept_shape);
   const double init = kind == ReduceKind::kMax    ? -INFINITY
                       : kind == ReduceKind::kMin  ? INFINITY
                       : kind == ReduceKind::kProd ? 1.0
                                                   : 0.0;
-  std::vector<double> acc(out_count, init);
-  std::vector<double> max_for_lse;
+  ReduceAccumulators out;
+  std::vector<double>& acc = out.acc;
+  std::vector<double>& max_for_lse = out.max_for_lse;
+  acc.assign(out_count, init);
   if (kind == ReduceKind::kLogSumExp) {
     // Two passes: the max per output, then sum(exp(x - max)).
     max_for_lse.assign(out_count, -INFINITY);
@@ -138,6 +146,24 @@ Tensor ReduceRef(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& a
         break;
     }
   });
+  return out;
+}
+
+}  // namespace
+
+Tensor ReduceRef(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes,
+                 bool keepdims) {
+  const int64_t rank = x.rank();
+  std::vector<bool> reduced(rank, axes.empty());
+  for (int64_t a : axes) reduced[a] = true;
+  Shape kept_shape = x.shape;  // reduced dims set to 1
+  for (int64_t d = 0; d < rank; ++d) {
+    if (reduced[d]) kept_shape[d] = 1;
+  }
+  const int64_t out_count = NumElements(kept_shape);
+  const ReduceAccumulators sums = AccumulateReduce(kind, x, reduced, kept_shape, out_count);
+  const std::vector<double>& acc = sums.acc;
+  const std::vector<double>& max_for_lse = sums.max_for_lse;
   const double count = static_cast<double>(std::max<int64_t>(x.size(), 1)) /
                        static_cast<double>(std::max<int64_t>(out_count, 1));
   Shape out_shape;

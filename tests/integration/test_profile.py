@@ -142,6 +142,10 @@ class ProfileTest(unittest.TestCase):
     def test_bad_batch(self):
         self.expect_error(("profile", "--model", self.model, "--batch", "0"), "--batch")
         self.expect_error(("profile", "--model", self.model, "--batch", "-3"), "--batch")
+        # No batch size at all (only separators): refused, not run on nothing.
+        for command in ("profile", "bench"):
+            self.expect_error((command, "--model", self.model, "--batch", ","), "--batch")
+        self.expect_error(("bench", "--model", self.model, "--batch", "x"), "--batch", "'x'")
         # Buffers beyond the engine's tensor limit: an error naming the
         # batch, not an allocation failure.
         for command in ("profile", "bench"):
