@@ -1,5 +1,5 @@
 # Thin wrapper over CMake. The README's quick start is two commands:
-#   make serve   install dependencies, build, serve models/ on 8001 (gRPC) / 8002 (metrics)
+#   make serve   install dependencies, build, serve <build>/models on 8001 (gRPC) / 8002 (metrics)
 #   make test    install dependencies, build, run the whole test suite (ctest)
 # Sanitizers and fuzzing, each in its own build tree (CMakePresets.json):
 #   make test-asan   ASan+UBSan build (build/asan), the C++ unit tests under it
@@ -34,7 +34,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 serve: build
-	$(BUILD_DIR)/bin/numaserve serve --model-repository models \
+	$(BUILD_DIR)/bin/numaserve serve --model-repository $(BUILD_DIR)/models \
 	  --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(SERVE_ARGS)
 
 test: build
@@ -67,7 +67,7 @@ test-asan: deps
 # server, training and fuzz-replay tests and the engine's import tests
 # (~15 min of the full build's ~25 on 2 cores) and runs them once, not again
 # on the AVX2 tier. Tests of targets not built show up as <target>_NOT_BUILT.
-ASAN_CI_TARGETS = tests/server/all tests/training/all tests/fuzz/all \
+ASAN_CI_TARGETS = tests/serving/all tests/base/all tests/training/all tests/fuzz/all \
   engine_onnx_import_test engine_hostile_model_test engine_model_info_test
 test-asan-ci:
 	@$(MAKE) --no-print-directory test-asan ASAN_TARGETS='$(ASAN_CI_TARGETS)' \

@@ -40,8 +40,8 @@
 #include <vector>
 
 #include "affinity/topology.h"
+#include "base/args.h"
 #include "grpc_service.grpc.pb.h"
-#include "server/args.h"
 
 namespace {
 
@@ -289,8 +289,8 @@ int main(int argc, char** argv) {
   std::string url = "127.0.0.1:8001", model = "fashion_classifier", mode = "closed", cpus;
   int64_t rows = 1, concurrency = 1, max_outstanding = 4096, channels = 1;
   double seconds = 5, warmup = 1, rate = 1000;
-  numaserve::server::ArgParser parser("loadgen",
-                                      "gRPC load generator (closed loop, open loop or streams).");
+  numaserve::base::ArgParser parser("loadgen",
+                                    "gRPC load generator (closed loop, open loop or streams).");
   parser.AddString("url", &url, "server HOST:PORT");
   parser.AddString("model", &model, "model name");
   parser.AddInt("rows", &rows, "rows per request (the input's first dimension)");

@@ -43,9 +43,9 @@ build=${1:-build/release}
 bin=$build/bin
 secs=${SECONDS_PER_RUN:-5}
 delays=${DELAYS_US:-"0 1000 5000"}
-cases=${CASES:-"mlp=models/fashion_classifier/1/model.onnx:64:1:128:2000 \
-mlp=models/fashion_classifier/1/model.onnx:64:16:32:500 \
-mlp=models/fashion_classifier/1/model.onnx:64:64:4:200 \
+cases=${CASES:-"mlp=models/fashion_classifier.trained.onnx:64:1:128:2000 \
+mlp=models/fashion_classifier.trained.onnx:64:16:32:500 \
+mlp=models/fashion_classifier.trained.onnx:64:64:4:200 \
 cnn=benchmarks/models/out/mobilenetv2.onnx:16:1:32:40"}
 
 ncpu=$(nproc)

@@ -223,7 +223,7 @@ def synthetic_idx_dataset(directory, prefix, count, seed):
 
 
 def read_checkpoint(path):
-    """The checkpoint format of engine/training/checkpoint.h -> (step, {name: array})."""
+    """The checkpoint format of training/checkpoint.h -> (step, {name: array})."""
     with open(path, "rb") as f:
         data = f.read()
     assert data[:8] == b"NSCKPT01", path

@@ -22,13 +22,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
-#include "engine/training/idx_file.h"
 #include "kernels/dispatch.h"
 #include "kernels/onednn/onednn_common.h"
 #include "tests/engine/attention_block.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/conv_bn_block.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "training/idx_file.h"
 
 namespace numaserve::engine {
 namespace {

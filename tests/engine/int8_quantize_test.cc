@@ -31,12 +31,12 @@
 #include "engine/onnx_import.h"
 #include "engine/quantize.h"
 #include "engine/reference_executor.h"
-#include "engine/training/idx_file.h"
 #include "kernels/dispatch.h"
 #include "kernels/onednn/onednn_common.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/conv_bn_block.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "training/idx_file.h"
 
 namespace numaserve::engine {
 namespace {

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/training/checkpoint.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "training/checkpoint.h"
 
 namespace numaserve::fuzz {
 

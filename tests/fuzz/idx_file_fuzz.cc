@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/training/dataset.h"
-#include "engine/training/idx_file.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "training/dataset.h"
+#include "training/idx_file.h"
 
 namespace numaserve::fuzz {
 

@@ -11,7 +11,7 @@
 
 #include "engine/model.h"
 #include "grpc_service.pb.h"
-#include "server/infer_request.h"
+#include "serving/request/infer_request.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace numaserve::fuzz {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/model.h"
-#include "server/model_config.h"
+#include "serving/repository/model_config.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace numaserve::fuzz {

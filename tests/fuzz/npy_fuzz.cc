@@ -3,8 +3,8 @@
 // describe.
 #include <cstdint>
 
-#include "server/npy.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "tools/numaserve/npy.h"
 
 namespace numaserve::fuzz {
 

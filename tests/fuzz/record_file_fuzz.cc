@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/training/dataset.h"
-#include "engine/training/record_file.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "training/dataset.h"
+#include "training/record_file.h"
 
 namespace numaserve::fuzz {
 

@@ -253,7 +253,7 @@ class TrainingTest(unittest.TestCase):
     def cnn_model(self):
         path = os.path.join(self.dir, "fashion_cnn.onnx")
         if not os.path.exists(path):
-            script = os.path.join(os.environ["NUMASERVE_SOURCE_DIR"], "engine", "training",
+            script = os.path.join(os.environ["NUMASERVE_SOURCE_DIR"], "training",
                                   "models", "make_fashion_cnn.py")
             subprocess.run([sys.executable, script, "--out", path], check=True,
                            capture_output=True, timeout=120)

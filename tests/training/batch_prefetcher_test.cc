@@ -1,4 +1,4 @@
-#include "engine/training/batch_prefetcher.h"
+#include "training/batch_prefetcher.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/training/record_file.h"
+#include "training/record_file.h"
 
 namespace numaserve::training {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/training/checkpoint.h"
+#include "training/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

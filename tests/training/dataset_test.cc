@@ -1,11 +1,11 @@
-#include "engine/training/dataset.h"
+#include "training/dataset.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-#include "engine/training/idx_file.h"
+#include "training/idx_file.h"
 
 namespace numaserve::training {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/training/idx_file.h"
+#include "training/idx_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 // dW and dB over many geometries (for BatchNormalization also the running
 // statistics), gradients added to what the buffers already hold, and whole
 // nets.
-#include "engine/training/onednn_training_ops.h"
+#include "training/onednn_training_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -11,13 +11,13 @@
 #include <cmath>
 #include <random>
 
-#include "engine/training/batch_norm_op.h"
-#include "engine/training/conv_pool_ops.h"
-#include "engine/training/layer_norm_op.h"
-#include "engine/training/training_net.h"
-#include "engine/training/training_ops.h"
 #include "kernels/dispatch.h"
 #include "tests/training/graph_builder.h"
+#include "training/batch_norm_op.h"
+#include "training/conv_pool_ops.h"
+#include "training/layer_norm_op.h"
+#include "training/training_net.h"
+#include "training/training_ops.h"
 
 namespace numaserve::training {
 namespace {

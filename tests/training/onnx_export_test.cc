@@ -1,6 +1,6 @@
 // The exported model is the inference graph with the trained weights: the
 // engine's CompiledModel runs it and matches the training forward + Softmax.
-#include "engine/training/onnx_export.h"
+#include "training/onnx_export.h"
 
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
@@ -14,9 +14,9 @@
 
 #include "engine/model.h"
 #include "engine/onnx_import.h"
-#include "engine/training/optimizer.h"
-#include "engine/training/training_net.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "training/optimizer.h"
+#include "training/training_net.h"
 
 namespace numaserve::training {
 namespace {

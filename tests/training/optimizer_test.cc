@@ -1,4 +1,4 @@
-#include "engine/training/optimizer.h"
+#include "training/optimizer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "engine/training/record_file.h"
+#include "training/record_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

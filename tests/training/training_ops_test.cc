@@ -1,6 +1,6 @@
 // Gradient checks: every backward op against central finite differences of
 // the forward, through TrainingNet (so the autodiff plumbing is checked too).
-#include "engine/training/training_ops.h"
+#include "training/training_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <cmath>
 #include <random>
 
-#include "engine/training/conv_pool_ops.h"
-#include "engine/training/training_net.h"
 #include "tests/training/graph_builder.h"
+#include "training/conv_pool_ops.h"
+#include "training/training_net.h"
 
 namespace numaserve::training {
 namespace {

@@ -1,0 +1,183 @@
+// inference.GRPCInferenceService (KServe v2 / Open Inference Protocol) on
+// gRPC's callback API, plus Triton's streaming, statistics, config and
+// repository extensions: handlers validate, queue the request on its model
+// version's batcher and return; the reactor is finished from the completion
+// path.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpc_service.grpc.pb.h"
+#include "serving/observability/model_statistics.h"
+#include "serving/scheduling/model_manager.h"
+#include "serving/scheduling/model_scheduler.h"
+
+namespace numaserve::server {
+
+class Metrics;
+class WorkerSupervisor;
+class InferStream;
+
+// What a call's cancellation needs: whether it happened, the call's
+// deadline, and the requests the call has queued (a stream queues many).
+struct CallCancellation {
+  std::mutex mu;
+  std::atomic<bool> cancelled{false};
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  std::vector<std::weak_ptr<PendingInference>> queued;  // under mu
+  size_t prune_at = 64;  // under mu: when answered entries leave `queued`
+};
+
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  struct Options {
+    // Deadline for a request whose client set none: it waits at most this
+    // long for a worker, and is answered DEADLINE_EXCEEDED after.
+    std::chrono::milliseconds default_timeout{60000};
+    // The gRPC message limit: a request whose declared input or output
+    // tensors would exceed it is refused before anything is allocated.
+    size_t max_message_bytes = size_t{64} << 20;
+    // Where per-version counters for ModelStatistics go (not owned; may be null).
+    server::ModelStatistics* statistics = nullptr;
+    // The queue bound of a model whose config sets none (--max-queue-size),
+    // reported by ModelConfig.
+    size_t default_max_queue_size = 4096;
+    // Bytes of accepted, unanswered inferences (their inputs and outputs)
+    // the server holds before it refuses more with RESOURCE_EXHAUSTED
+    // (--max-inflight-bytes-mb); 0: no limit.
+    size_t max_inflight_bytes = size_t{1} << 30;
+    // Requests one ModelStreamInfer stream may have read and not yet
+    // answered; the stream stops reading (gRPC flow control then holds the
+    // client) until answers are written (--max-stream-outstanding).
+    int64_t max_stream_outstanding = 128;
+  };
+
+  InferenceService(const Options& options, ModelManager* models, WorkerSupervisor* workers,
+                   ModelScheduler* scheduler, Metrics* metrics);
+  ~InferenceService() override;
+
+  // Readiness turns false; new inferences and repository requests get
+  // UNAVAILABLE. Every open ModelStreamInfer stream stops reading and ends
+  // (UNAVAILABLE, "shutting down") once each request it has read is
+  // answered; load and unload requests not yet started are refused.
+  void SetShuttingDown();
+  // Waits until every accepted inference (unary or streamed) has been
+  // answered, every stream has ended and no new call has come for `quiet`
+  // (late callers get UNAVAILABLE rather than a cancelled call once gRPC
+  // stops), or until `deadline`; true if idle.
+  bool WaitUntilIdle(std::chrono::steady_clock::time_point deadline,
+                     std::chrono::milliseconds quiet) const;
+  // Waits for the load or unload under way (if any) to finish and be
+  // answered, then stops the thread that runs them. Call it before gRPC
+  // shuts down; idempotent.
+  void StopLifecycle();
+  bool Ready() const;
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
+
+ private:
+  friend class InferCall;
+  friend class InferStream;
+
+  // NOT_FOUND for an unknown model or version; the model otherwise.
+  absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version,
+                                      ModelManager::Need need = ModelManager::Need::kReady) const;
+  // Whether the repository has a model `name` (in any state): only such
+  // names become metric label values.
+  bool IsKnownModel(const std::string& name) const;
+  // Validates `request` and queues it; `answer` runs exactly once, after
+  // `response` is filled (on success). `request` and `response` must live
+  // until then. `cancel` is the call's: once the call is cancelled the
+  // request leaves its queue at once. Used by ModelInfer and ModelStreamInfer.
+  void StartInference(grpc::CallbackServerContext* context,
+                      const std::shared_ptr<CallCancellation>& cancel,
+                      const inference::ModelInferRequest* request,
+                      inference::ModelInferResponse* response,
+                      std::function<void(const absl::Status&)> answer);
+  // The call's OnCancel: its queued requests are answered CANCELLED (or
+  // DEADLINE_EXCEEDED when the call's deadline is what cancelled it) and
+  // leave their queues without being computed.
+  void CancelCall(CallCancellation& cancel);
+  // Runs `fn` (a load or unload) on the lifecycle thread and finishes the
+  // call with its status.
+  grpc::ServerUnaryReactor* RunLifecycle(grpc::CallbackServerContext* context,
+                                         std::function<absl::Status()> fn);
+  void LifecycleLoop();
+  // False (not added) once the server is shutting down.
+  bool AddStream(InferStream* stream);
+  void RemoveStream(InferStream* stream);
+
+  const Options options_;
+  ModelManager* const models_;
+  WorkerSupervisor* const workers_;
+  ModelScheduler* const scheduler_;
+  Metrics* const metrics_;
+  server::ModelStatistics* const statistics_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<int64_t> in_flight_{0};      // inferences not yet answered
+  std::atomic<size_t> inflight_bytes_{0};  // their inputs and outputs
+  std::atomic<int64_t> last_call_ns_{0};   // steady clock, when the last inference arrived
+
+  mutable std::mutex streams_mu_;
+  std::set<InferStream*> streams_;  // open ModelStreamInfer calls
+
+  // RepositoryModelLoad / RepositoryModelUnload run one at a time here.
+  struct LifecycleJob {
+    grpc::ServerUnaryReactor* reactor;
+    std::function<absl::Status()> run;
+  };
+  std::mutex lifecycle_mu_;
+  std::condition_variable lifecycle_cv_;
+  std::deque<LifecycleJob> lifecycle_jobs_;
+  bool lifecycle_stopping_ = false;
+  std::thread lifecycle_;
+};
+
+// One mapping from absl::Status to grpc::Status, used at the edge only.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace numaserve::server

@@ -1,0 +1,154 @@
+// The live set of served model versions and their lifecycle. Requests
+// resolve a (name, version) here to a shared handle that stays valid while
+// they are in flight. A (re)load reads the model's directory again, loads
+// new versions on the workers while the old ones keep serving, then swaps
+// the served set in one step; versions no longer wanted are drained and
+// unloaded. A served version whose config.pbtxt changed is loaded again with
+// the new config under a new key (RepositoryModel::generation) and switched
+// to the same way; its previous load drains, then leaves the workers. A
+// failed load, or an edited config that does not validate, keeps what was
+// serving and records the reason.
+// In poll mode a thread re-reads the repository every few seconds.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "serving/repository/model_repository.h"
+#include "serving/workers/worker_supervisor.h"
+
+namespace numaserve::server {
+
+class Metrics;
+class ModelScheduler;
+class WorkerSupervisor;
+
+enum class ModelControlMode {
+  kNone,      // load everything at start-up, never change
+  kPoll,      // load everything, then follow the repository's changes
+  kExplicit,  // load what RepositoryModelLoad asks for
+};
+absl::StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text);
+
+using ModelHandle = std::shared_ptr<const RepositoryModel>;
+
+// What the workers load for repository model `m`: its config's choices,
+// and the server's defaults where the config sets none: instances
+// (`serve --instances`) and the GEMM backend (`serve --gemm`; "onednn"
+// for a BF16 model, whose matmuls run on oneDNN).
+WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m, int default_instances,
+                                             const std::string& default_gemm_backend);
+
+class ModelManager {
+ public:
+  struct Options {
+    std::string repository;
+    int num_workers = 1;
+    ModelControlMode mode = ModelControlMode::kNone;
+    // Poll mode: how often the repository is read again.
+    std::chrono::milliseconds poll_interval{15000};
+    // How long a load may take on the workers before it counts as failed.
+    std::chrono::milliseconds load_timeout{std::chrono::minutes(5)};
+    // How long unloading waits for queued and running requests.
+    std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};
+    // Instances per worker of a model whose config sets none (`serve
+    // --instances`): a count, kInstancesAuto or kInstancesPerCore.
+    int default_instances = 1;
+    // GEMM backend of a model whose config sets none (`serve --gemm`).
+    std::string default_gemm_backend = "auto";
+  };
+
+  // One row of RepositoryIndex.
+  struct IndexEntry {
+    std::string name;
+    int64_t version = 0;  // 0 when the model has no usable version
+    ModelState state = ModelState::kUnavailable;
+    std::string reason;
+  };
+
+  ModelManager(const Options& options, WorkerSupervisor* workers, ModelScheduler* scheduler,
+               Metrics* metrics);
+  ~ModelManager();
+
+  // Takes the versions the workers loaded at start-up (their state follows
+  // the workers) and the names left unloaded (explicit mode), then starts
+  // polling in poll mode.
+  void Start(const std::vector<RepositoryModel>& initial,
+             const std::vector<std::string>& not_loaded);
+  void Stop();
+
+  // What a caller of Resolve needs: a version that a worker holds now
+  // (ModelReady, metadata), or one that may take requests: held now or
+  // held again soon by a worker restarting with it (inference requests
+  // queue for that worker rather than fail; WorkerSupervisor::ModelExpected).
+  enum class Need { kReady, kServable };
+  // The ready version `version` of `name` (0: the highest ready one).
+  // NOT_FOUND for an unknown model or version; UNAVAILABLE with the reason
+  // for a known one that is not ready.
+  absl::StatusOr<ModelHandle> Resolve(const std::string& name, int64_t version,
+                                      Need need = Need::kReady) const;
+  // Versions of `name` that are ready, ascending.
+  std::vector<int64_t> ReadyVersions(const std::string& name) const;
+  std::vector<IndexEntry> Index() const;
+
+  // Reads DIR/name again and serves what its policy selects now.
+  absl::Status Load(const std::string& name);
+  // Stops serving every version of `name` (drains, then unloads).
+  absl::Status Unload(const std::string& name);
+  ModelControlMode mode() const { return options_.mode; }
+
+ private:
+  struct VersionState {
+    ModelHandle handle;  // set while loaded (ready or unloading)
+    ModelState state = ModelState::kLoading;
+    std::string reason;
+  };
+  struct ModelEntry {
+    std::map<int64_t, VersionState> versions;
+    std::string error;        // model-level problem (config, no version)
+    std::string fingerprint;  // for polling
+  };
+
+  void RefreshReady();  // start-up versions: READY once a worker has them
+  void PollLoop();
+  absl::Status UnloadVersions(const std::string& name, const std::vector<int64_t>& versions);
+
+  // Load's phases.
+  struct LoadOutcome;  // what loading the scanned versions produced (model_manager.cc)
+  // Loads the new and the reconfigured versions in `scanned` while the current ones serve.
+  void LoadScannedVersions(const std::string& name, const std::vector<RepositoryModel>& scanned,
+                           LoadOutcome* out);
+  // Serves every loaded version at once; returns the versions to retire.
+  std::vector<int64_t> SwitchToLoaded(const std::string& name, const std::string& fingerprint,
+                                      const LoadOutcome& outcome);
+  // Marks the loaded versions ready in the metrics and logs each one.
+  void LogLoaded(const std::vector<ModelHandle>& loaded,
+                 std::chrono::steady_clock::time_point started);
+  // Drains the previous loads of reloaded versions, then unloads them.
+  void DrainReplaced(const std::vector<ModelHandle>& replaced);
+
+  const Options options_;
+  WorkerSupervisor* const workers_;
+  ModelScheduler* const scheduler_;
+  Metrics* const metrics_;
+
+  std::mutex load_mu_;    // one load or unload at a time
+  bool stopped_ = false;  // under load_mu_: Stop() has run
+  mutable std::mutex mu_;
+  std::map<std::string, ModelEntry> models_;
+
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;
+  bool stopping_ = false;
+  std::thread poller_;
+};
+
+}  // namespace numaserve::server

@@ -1,0 +1,54 @@
+// The worker process: `numaserve worker ...`, started by the supervisor, one
+// per planned domain. It pins itself first, then maps its arena (bound to its
+// node), then loads models, so everything it allocates is node-local.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model.h"
+#include "serving/workers/shared_arena.h"
+#include "worker.pb.h"
+
+namespace numaserve::server {
+
+// Descriptor numbers the supervisor places the control socket and the arena at.
+inline constexpr int kWorkerControlFd = 3;
+inline constexpr int kWorkerArenaFd = 4;
+
+// Entry point of the `worker` sub-command (internal: started by `serve`).
+int WorkerCommand(const std::vector<std::string>& args);
+
+// Runs one batch of `model` on the slices of `arena` that `run` names and
+// fills `reply` (ok and compute_ns, or the error and its code). First every
+// slice must lie inside the arena and hold exactly what the model reads or
+// writes at run.batch() rows (CompiledModel::CheckBufferSizes): otherwise
+// the batch fails, naming the tensor, before the engine reads or writes a
+// byte (code INTERNAL: the server's slots are wrong). An error of the
+// engine's run carries the engine's code (INVALID_ARGUMENT, ...).
+// `min_compute` > 0 (`worker --test-batch-compute-us`, for scheduler tests):
+// a batch that computed in less sleeps (it does not spin) until that long
+// has passed since its compute started, and reports the whole time as
+// compute_ns, so many workers on few cores each hold a busy slot of a known
+// length.
+// With run.profile(), the engine's step profiling is on for this one run
+// (SetProfiling(true) before, false after, so the model's next run pays
+// nothing) and a successful reply carries profile_json:
+// BatchProfileJson(run.batch(), compute_ns, StepProfileJson of the run).
+void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
+                worker::Reply* reply,
+                std::chrono::microseconds min_compute = std::chrono::microseconds(0));
+
+// One profiled batch as a JSON object: {"batch": rows, "compute_ms": ...}
+// followed by the fields of `steps_json` (engine::StepProfileJson: "runs",
+// "step_ms", "wall_ms", "rows").
+std::string BatchProfileJson(int64_t batch, int64_t compute_ns, std::string_view steps_json);
+
+// Pages of resident memory per NUMA node from the text of
+// /proc/<pid>/numa_maps (the N<node>=<pages> fields of every mapping,
+// summed): "0=1234 1=5", nodes ascending; empty when there are none.
+std::string SumNumaMapsPages(std::string_view numa_maps);
+
+}  // namespace numaserve::server

@@ -1,0 +1,97 @@
+// A stand-in for `numaserve worker` that WorkerSupervisor spawns in
+// worker_supervisor_test: it speaks the control protocol (hello, then one
+// reply per command) without the engine, and crashes on request, for real
+// (abort), so the supervisor's restart and crash accounting can be tested
+// on a real dying process.
+//
+//   FAKE_WORKER_LOG          file that gets its arguments at start ("args
+//                            worker --index 0 ...") and one line per command
+//                            ("load KEY", "run KEY BATCH", "unload KEY")
+//   FAKE_WORKER_CRASH_LOAD   abort() when loading a key containing this
+//   FAKE_WORKER_CRASH_RUN    abort() when running a key containing this
+//   FAKE_WORKER_CRASH_BATCH  abort() when running a batch of this many rows
+//   FAKE_WORKER_INSTANCES    a load's reply says it runs this many instances,
+//                            with instances_report "fake measurement" and
+//                            memory_nodes "0=7" (unset: none of the three)
+//
+// It changes no signal disposition or mask: what it has, it inherited.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "serving/workers/framing.h"
+#include "serving/workers/worker_main.h"
+#include "worker.pb.h"
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+void Log(const std::string& line) {
+  const std::string path = Env("FAKE_WORKER_LOG");
+  if (path.empty()) return;
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const std::string text = line + "\n";
+  (void)!write(fd, text.data(), text.size());
+  close(fd);
+}
+
+bool Contains(const std::string& key, const std::string& part) {
+  return !part.empty() && key.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using numaserve::server::kWorkerControlFd;
+  namespace worker = numaserve::worker;
+  const struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);  // its crashes leave no core files
+  worker::Reply hello;
+  hello.mutable_hello()->set_pid(getpid());
+  hello.mutable_hello()->set_binding("fake worker");
+  hello.set_ok(true);
+  if (!numaserve::server::WriteFramed(kWorkerControlFd, hello).ok()) return 1;
+  std::string args = "args";
+  for (int i = 1; i < argc; ++i) absl::StrAppend(&args, " ", argv[i]);
+  Log(args);
+  int64_t crash_batch = -1;
+  int32_t instances = 0;
+  if (!absl::SimpleAtoi(Env("FAKE_WORKER_INSTANCES"), &instances)) instances = 0;
+  if (!absl::SimpleAtoi(Env("FAKE_WORKER_CRASH_BATCH"), &crash_batch)) crash_batch = -1;
+  worker::Command command;
+  while (numaserve::server::ReadFramed(kWorkerControlFd, &command).ok()) {
+    worker::Reply reply;
+    reply.set_id(command.id());
+    reply.set_ok(true);
+    if (command.has_load()) {
+      Log(absl::StrCat("load ", command.load().key()));
+      if (Contains(command.load().key(), Env("FAKE_WORKER_CRASH_LOAD"))) abort();
+      if (instances > 0) {
+        reply.set_instances(instances);
+        reply.set_instances_report("fake measurement");
+        reply.set_memory_nodes("0=7");
+      }
+    } else if (command.has_run()) {
+      Log(absl::StrCat("run ", command.run().key(), " ", command.run().batch()));
+      if (Contains(command.run().key(), Env("FAKE_WORKER_CRASH_RUN")) ||
+          command.run().batch() == crash_batch) {
+        abort();
+      }
+    } else if (command.has_unload()) {
+      Log(absl::StrCat("unload ", command.unload().key()));
+    }
+    if (!numaserve::server::WriteFramed(kWorkerControlFd, reply).ok()) return 1;
+  }
+  return 0;
+}

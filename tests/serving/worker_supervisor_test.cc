@@ -1,0 +1,331 @@
+// WorkerSupervisor on real processes: tests/server/fake_worker.cc speaks
+// the worker protocol and aborts on request, so restarts, the crash
+// accounting that bounds crash loops, and what a spawned worker inherits
+// (signal mask and dispositions) are tested on processes that really die.
+#include "serving/workers/worker_supervisor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serving/repository/model_config.h"
+
+namespace numaserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using namespace std::chrono_literals;
+
+// Sets environment variables for the workers this test spawns (they copy
+// the environment at spawn), unset again at the end of the test.
+class ScopedEnv {
+ public:
+  void Set(const std::string& name, const std::string& value) {
+    setenv(name.c_str(), value.c_str(), 1);
+    names_.push_back(name);
+  }
+  ~ScopedEnv() {
+    for (const auto& n : names_) unsetenv(n.c_str());
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    log_ = ::testing::TempDir() + "/fake_worker_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".log";
+    std::remove(log_.c_str());
+    env_.Set("FAKE_WORKER_LOG", log_);
+  }
+  void TearDown() override {
+    if (supervisor_) supervisor_->Stop();
+    std::remove(log_.c_str());
+  }
+
+  static WorkerSupervisor::ModelToLoad Model(const std::string& key) {
+    WorkerSupervisor::ModelToLoad m;
+    m.key = key;
+    m.name = key.substr(0, key.find(':'));
+    m.version = "1";
+    m.path = "/nonexistent/" + key;
+    return m;
+  }
+
+  // `adjust`, when given, changes the options and the worker's placement.
+  void Create(std::vector<WorkerSupervisor::ModelToLoad> models,
+              const std::function<void(WorkerSupervisor::Options*, affinity::WorkerPlacement*)>&
+                  adjust = nullptr) {
+    WorkerSupervisor::Options options;
+    options.executable = FAKE_WORKER;
+    options.arena_bytes = size_t{1} << 20;
+    options.restart_delay = 10ms;
+    options.max_model_crashes = 2;
+    affinity::Plan plan;
+    affinity::WorkerPlacement placement;
+    placement.index = 0;
+    placement.domain = "test";
+    if (adjust) adjust(&options, &placement);
+    plan.workers.push_back(placement);
+    auto s = WorkerSupervisor::Create(options, plan, std::move(models), nullptr, [] {});
+    ASSERT_TRUE(s.ok()) << s.status();
+    supervisor_ = *std::move(s);
+  }
+
+  // The arguments the latest fake worker started with ("args worker ...").
+  std::string Args() const {
+    std::ifstream in(log_);
+    std::string args;
+    for (std::string l; std::getline(in, l);) {
+      if (l.rfind("args", 0) == 0) args = l;
+    }
+    return args;
+  }
+
+  // Lines of the fake workers' log equal to `line`.
+  int Count(const std::string& line) const {
+    std::ifstream in(log_);
+    int n = 0;
+    for (std::string l; std::getline(in, l);) n += l == line;
+    return n;
+  }
+
+  // Sends a batch of `rows` of `key` to worker 0; true when it succeeded,
+  // false when the worker was lost (or not ready).
+  bool Run(const std::string& key, int64_t rows) {
+    worker::Command command;
+    command.mutable_run()->set_key(key);
+    command.mutable_run()->set_batch(rows);
+    std::mutex mu;
+    std::condition_variable cv;
+    int answer = -1;
+    if (!supervisor_->Send(0, command, [&](const worker::Reply& reply, bool lost) {
+          std::lock_guard<std::mutex> lock(mu);
+          answer = !lost && reply.ok();
+          cv.notify_all();
+        })) {
+      return false;
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, 10s, [&] { return answer >= 0; }));
+    return answer == 1;
+  }
+
+  bool WaitReady() {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (supervisor_->Ready(0)) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
+  std::string log_;
+  ScopedEnv env_;
+  std::unique_ptr<WorkerSupervisor> supervisor_;
+};
+
+TEST_F(SupervisorTest, AModelWhoseLoadCrashesTheWorkerIsSentTwiceThenMarkedFailed) {
+  env_.Set("FAKE_WORKER_CRASH_LOAD", "bad");
+  // The bad model is sent first: when it kills the worker the good one is
+  // still queued behind it, and must not be blamed.
+  Create({Model("bad:1"), Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_TRUE(supervisor_->ModelAvailable("good:1"));
+  EXPECT_FALSE(supervisor_->ModelAvailable("bad:1"));
+  EXPECT_THAT(supervisor_->LoadError("bad:1"),
+              HasSubstr("crashed the worker 2 times while loading; not loaded again"));
+  EXPECT_THAT(supervisor_->LoadError("bad:1"), HasSubstr("signal 6"));
+  EXPECT_EQ(supervisor_->LoadError("good:1"), "");
+  // Start() returned with the outcome known: the third worker serves.
+  const pid_t pid = supervisor_->Pid(0);
+  EXPECT_TRUE(Run("good:1", 1));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(supervisor_->Pid(0), pid) << "the worker restarted again";
+  EXPECT_EQ(Count("load bad:1"), 2);
+  EXPECT_EQ(Count("load good:1"), 1) << "only the third worker got as far as the good model";
+}
+
+TEST_F(SupervisorTest, LoadModelOfACrashingModelFailsAndIsNotResentForever) {
+  env_.Set("FAKE_WORKER_CRASH_LOAD", "bad");
+  Create({Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  absl::Status s = supervisor_->LoadModel(Model("bad:2"), 10s);
+  EXPECT_FALSE(s.ok());
+  // The worker comes back (resending bad:2 once more, which kills it
+  // again), then serves the good model without it.
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_TRUE(supervisor_->ModelAvailable("good:1"));
+  EXPECT_FALSE(supervisor_->ModelAvailable("bad:2"));
+  EXPECT_THAT(supervisor_->LoadError("bad:2"), HasSubstr("crashed the worker 2 times"));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_LE(Count("load bad:2"), 2);
+  EXPECT_TRUE(Run("good:1", 1));
+}
+
+TEST_F(SupervisorTest, AModelWhoseFirstBatchCrashesTheWorkerIsMarkedFailedAfterTwo) {
+  env_.Set("FAKE_WORKER_CRASH_RUN", "bad");
+  Create({Model("bad:1"), Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  ASSERT_TRUE(supervisor_->ModelAvailable("bad:1"));
+  EXPECT_FALSE(Run("bad:1", 1));
+  ASSERT_TRUE(WaitReady());
+  EXPECT_TRUE(supervisor_->ModelAvailable("bad:1")) << "one crash: loaded again";
+  EXPECT_FALSE(Run("bad:1", 1));
+  ASSERT_TRUE(WaitReady());
+  EXPECT_FALSE(supervisor_->ModelAvailable("bad:1"));
+  EXPECT_THAT(supervisor_->LoadError("bad:1"),
+              HasSubstr("crashed the worker 2 times while running its first batch"));
+  EXPECT_EQ(Count("load bad:1"), 2) << "the third worker does not load it";
+  EXPECT_TRUE(Run("good:1", 1));
+}
+
+TEST_F(SupervisorTest, CrashesOfAModelThatHasRunAreNotChargedToIt) {
+  // Batches of 99 rows kill the worker (a request's doing, not the model's
+  // load): the model has run before, so it keeps being loaded.
+  env_.Set("FAKE_WORKER_CRASH_BATCH", "99");
+  Create({Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  ASSERT_TRUE(Run("good:1", 1));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(Run("good:1", 99));
+    ASSERT_TRUE(WaitReady());
+  }
+  EXPECT_TRUE(supervisor_->ModelAvailable("good:1"));
+  EXPECT_EQ(supervisor_->LoadError("good:1"), "");
+  EXPECT_TRUE(Run("good:1", 1));
+}
+
+TEST_F(SupervisorTest, TestBatchComputeTimeIsPassedToEveryWorker) {
+  Create({Model("good:1")}, [](WorkerSupervisor::Options* options, affinity::WorkerPlacement*) {
+    options->test_batch_compute_us = 20000;
+  });
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_THAT(Args(), HasSubstr(" --test-batch-compute-us 20000"));
+}
+
+TEST_F(SupervisorTest, NoTestBatchComputeTimeByDefault) {
+  Create({Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_THAT(Args(), HasSubstr("worker --index 0"));
+  EXPECT_THAT(Args(), Not(HasSubstr("--test-batch-compute-us")));
+}
+
+TEST_F(SupervisorTest, InstancesAreWhatTheWorkerSaysItRuns) {
+  env_.Set("FAKE_WORKER_INSTANCES", "3");
+  WorkerSupervisor::ModelToLoad model = Model("auto:1");
+  model.instances = kInstancesAuto;
+  Create({model});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_EQ(supervisor_->Instances(0, "auto:1"), 3);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "auto:1"), "fake measurement");
+  EXPECT_EQ(supervisor_->MemoryNodes(0), "0=7");
+  // Unloaded: nothing left of it.
+  supervisor_->UnloadModel("auto:1");
+  EXPECT_EQ(supervisor_->Instances(0, "auto:1"), 1);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "auto:1"), "");
+}
+
+TEST_F(SupervisorTest, AWorkerThatDoesNotSayRunsWhatWasAskedFor) {
+  WorkerSupervisor::ModelToLoad two = Model("two:1"), per_core = Model("per_core:1");
+  two.instances = 2;
+  per_core.instances = kInstancesPerCore;
+  Create({two, per_core});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_EQ(supervisor_->Instances(0, "two:1"), 2);
+  EXPECT_EQ(supervisor_->Instances(0, "per_core:1"), 1);
+  EXPECT_EQ(supervisor_->InstancesReport(0, "two:1"), "");
+  EXPECT_EQ(supervisor_->MemoryNodes(0), "");
+}
+
+TEST_F(SupervisorTest, ArenaOfAWorkerWithAutoOrPerCoreModelsHoldsABatchPerThreadPlusOne) {
+  for (int instances : {kInstancesAuto, kInstancesPerCore}) {
+    WorkerSupervisor::ModelToLoad model = Model("m:1");
+    model.instances = instances;
+    Create({model}, [](WorkerSupervisor::Options*, affinity::WorkerPlacement* placement) {
+      placement->cpus = {0, 1, 2, 3};
+      placement->num_threads = 4;
+    });
+    EXPECT_EQ(supervisor_->arena(0).size(), ArenaBytesForBatches(size_t{1} << 20, 5))
+        << FormatInstances(instances);
+    supervisor_.reset();
+  }
+  Create({Model("m:1")});
+  EXPECT_EQ(supervisor_->arena(0).size(), ArenaBytesForBatches(size_t{1} << 20, 2));
+}
+
+// "SigBlk:\t0000000000004000" -> the mask.
+uint64_t StatusMask(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::stoull(line.substr(field.size() + 1), nullptr, 16);
+    }
+  }
+  ADD_FAILURE() << "no " << field << " for pid " << pid;
+  return ~uint64_t{0};
+}
+
+TEST_F(SupervisorTest, WorkersStartWithNoSignalBlockedOrIgnored) {
+  // As `numaserve serve` does: SIGINT/SIGTERM blocked (for sigwait) and
+  // SIGPIPE ignored before any thread starts; threads inherit both, and so
+  // would an exec'd worker.
+  sigset_t blocked, old_mask;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGTERM);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &blocked, &old_mask), 0);
+  struct sigaction ignore = {}, old_pipe = {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGPIPE, &ignore, &old_pipe), 0);
+  Create({});
+  supervisor_->Start(30s);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  ASSERT_TRUE(WaitReady());
+  const pid_t pid = supervisor_->Pid(0);
+  ASSERT_GT(pid, 0);
+  // Every signal a program can set (1-31, SIGRTMIN-SIGRTMAX): glibc keeps
+  // 32 and 33 for itself (sigaction refuses them), so whatever the test
+  // runner left on those is inherited and not ours to reset.
+  uint64_t settable = 0;
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (sig < 32 || (sig >= SIGRTMIN && sig <= SIGRTMAX)) settable |= uint64_t{1} << (sig - 1);
+  }
+  EXPECT_EQ(StatusMask(pid, "SigBlk") & settable, 0u);
+  EXPECT_EQ(StatusMask(pid, "SigIgn") & settable, 0u);
+  // SIGTERM reaches it: the worker dies and a new one starts.
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline && supervisor_->Pid(0) == pid) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_NE(supervisor_->Pid(0), pid) << "SIGTERM did not end the worker";
+}
+
+}  // namespace
+}  // namespace numaserve::server

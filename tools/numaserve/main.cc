@@ -1,0 +1,68 @@
+// numaserve: the command line. serve | topology | infer | train | bench |
+// profile | quantize, and the internal `worker` command (a worker process,
+// started by serve). `train` under mpirun is one rank of the job.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "serving/observability/version.h"
+#include "serving/workers/worker_main.h"
+#include "tools/numaserve/bench_command.h"
+#include "tools/numaserve/infer_command.h"
+#include "tools/numaserve/profile_command.h"
+#include "tools/numaserve/quantize_command.h"
+#include "tools/numaserve/serve_command.h"
+#include "tools/numaserve/topology_command.h"
+#include "tools/numaserve/train_command.h"
+
+namespace {
+
+void PrintUsage() {
+  printf(
+      "numaserve %s: inference and training server for CPU nodes\n\n"
+      "usage: numaserve COMMAND [options]\n\n"
+      "commands:\n"
+      "  serve      serve a model repository over gRPC (KServe v2) with Prometheus metrics\n"
+      "  topology   print the machine (hwloc) and the worker placement plan\n"
+      "  infer      send one request to a running server and print the outputs\n"
+      "  train      train a model data-parallel on MPI and export it to a model repository\n"
+      "  bench      run a model in process per batch size: throughput, latency, GFLOP/s\n"
+      "  profile    time every compiled step of a model against the roofline (peak FLOP/s,\n"
+      "             memory bandwidth); Chrome trace with --trace\n"
+      "  quantize   quantize an FP32 ONNX model to INT8 (QDQ), calibrated on data\n\n"
+      "`numaserve COMMAND --help` lists a command's options; `numaserve --version` prints the\n"
+      "version, the git revision and the ISA the kernels dispatch to.\n",
+      numaserve::server::BuildVersion());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // NUMASERVE_MAX_ISA caps oneDNN too, here and in the workers and trainers
+  // started from here, whichever of them first touches oneDNN.
+  numaserve::kernels::ExportIsaCapToOnednn();
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    PrintUsage();
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    // The version, the git revision built from and the ISA dispatched to.
+    printf("%s\n", numaserve::server::VersionText().c_str());
+    return 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  using namespace numaserve::server;
+  if (command == "serve") return ServeCommand(args);
+  if (command == "topology") return TopologyCommand(args);
+  if (command == "infer") return InferCommand(args);
+  if (command == "train") return TrainCommand(args);
+  if (command == "bench") return BenchCommand(args);
+  if (command == "profile") return ProfileCommand(args);
+  if (command == "quantize") return QuantizeCommand(args);
+  if (command == "worker") return WorkerCommand(args);
+  fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
+  return 2;
+}

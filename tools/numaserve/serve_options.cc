@@ -1,0 +1,230 @@
+// `numaserve serve`'s flags, by concern, and their checks (serve_options.h).
+#include "tools/numaserve/serve_options.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model.h"
+
+namespace numaserve::server {
+
+namespace {
+
+// The host part of HOST:PORT, [V6]:PORT or unix:PATH (the whole string).
+std::string HostOf(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return address;
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+}  // namespace
+
+bool IsLocalOnly(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" ||
+         host.rfind("unix:", 0) == 0;
+}
+
+absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth) {
+  if (!o.training_service) {
+    if (!o.training_address.empty() || !o.training_root.empty()) {
+      return absl::InvalidArgumentError(
+          "--training-address and --training-root need --training-service");
+    }
+    return absl::OkStatus();
+  }
+  if (o.training_root.empty()) {
+    return absl::InvalidArgumentError(
+        "--training-service needs --training-root DIR: every file a job reads or writes must be "
+        "inside it");
+  }
+  if (o.training_address.empty() && !auth.authenticates()) {
+    return absl::InvalidArgumentError(
+        "--training-service on the gRPC port needs authentication (--grpc-auth-token-file or "
+        "--grpc-tls-client-ca); or give it a loopback address of its own, e.g. "
+        "--training-address 127.0.0.1:8003");
+  }
+  if (!o.training_address.empty() && !auth.authenticates() &&
+      !IsLocalOnly(HostOf(o.training_address))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--training-address ", o.training_address,
+        " is reachable from other machines: it needs authentication (--grpc-auth-token-file or "
+        "--grpc-tls-client-ca), or use a loopback address such as 127.0.0.1"));
+  }
+  if (o.training_max_ranks < 0 || o.training_max_jobs < 1 || o.training_max_config_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "--training-max-ranks must be 0 (auto) or more, --training-max-jobs and "
+        "--training-max-config-bytes at least 1");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+void AddListenFlags(base::ArgParser& parser, ServeOptions& o) {
+  parser.AddConfigFile("config",
+                       "read options from FILE: one 'name: value' a line, names as the flags "
+                       "without --, '#' comments; flags on the command line override it");
+  parser.AddString("model-repository", &o.model_repository,
+                   "directory of <model>/<version>/model.onnx");
+  parser.AddString("host", &o.host, "address to listen on (0.0.0.0 for every interface)");
+  parser.AddInt("grpc-port", &o.grpc_port, "gRPC port; 0 picks a free one");
+  parser.AddInt("metrics-port", &o.metrics_port, "Prometheus /metrics port; 0 picks a free one");
+  parser.AddString("metrics-address", &o.metrics_address,
+                   "HOST:PORT of the Prometheus /metrics endpoint, instead of --host and "
+                   "--metrics-port (port 0 picks a free one)");
+  parser.AddBool("grpc-reflection", &o.grpc_reflection,
+                 "offer gRPC server reflection (grpc.reflection.v1alpha), so grpcurl and similar "
+                 "tools list and call the API; --grpc-reflection=false hides it");
+  parser.AddString("log-format", &o.log_format,
+                   "text (\"numaserve: ...\" lines) | json (one object a line: ts, level, "
+                   "component, msg and fields)");
+  parser.AddString("log-level", &o.log_level, "least level logged: debug | info | warning | error");
+  parser.AddBool("version", &o.version,
+                 "print the version, git revision and dispatched ISA, and exit");
+}
+
+void AddPlacementFlags(base::ArgParser& parser, ServeOptions& o) {
+  parser.AddString("domain", &o.domain, "one worker per: numa | package | l3 | core");
+  parser.AddString("topology", &o.topology,
+                   "plan for an hwloc synthetic topology or XML file instead of this machine");
+  parser.AddString("cpuset", &o.cpuset, "use only these cpus, e.g. 0-7");
+  parser.AddBool("use-smt", &o.use_smt, "give workers the SMT siblings of their cores too");
+  parser.AddBool("measure-bandwidth", &o.measure_bandwidth,
+                 "measure each NUMA node's memory bandwidth at start (STREAM triad on its "
+                 "workers' cpus, ~1 s and up to 512 MiB per node) for "
+                 "numaserve_memory_bandwidth_bytes_per_second");
+  parser.AddString("omp-wait", &o.omp_wait,
+                   "how idle OpenMP threads wait: passive (sleep at once) | short (spin ~25 us, "
+                   "then sleep) | spin (spin ~1 ms: only when workers' cores are not shared with "
+                   "the front end or other processes)");
+  parser.AddBool("omp-spin", &o.omp_spin, "the same as --omp-wait spin");
+  parser.AddInt("max-workers", &o.max_workers, "at most this many workers (0: one per domain)");
+  parser.AddInt("worker-arena-mb", &o.worker_arena_mb,
+                "shared memory per worker for batch inputs and outputs");
+  parser.AddString("instances", &o.instances,
+                   "instances per worker of models whose config.pbtxt sets no "
+                   "instance_placement.instances_per_domain: N | auto (measure the model's "
+                   "scaling at load and pick the most throughput) | per_core (one per core)");
+  parser.AddInt("test-batch-compute-us", &o.test_batch_compute_us,
+                "for scheduler tests: every batch takes at least this many microseconds in its "
+                "worker (the worker sleeps out the rest); 0 = off");
+  parser.AddString("gemm", &o.gemm,
+                   "GEMM backend for models whose config names none: onednn | blis | openblas | "
+                   "numaserve (the own AVX2 kernel) | "
+                   "auto (each timed once per shape at load, the fastest kept)");
+}
+
+void AddModelControlFlags(base::ArgParser& parser, ServeOptions& o) {
+  parser.AddString("model-control-mode", &o.model_control_mode,
+                   "none (load all at start) | poll (follow the repository's changes) | "
+                   "explicit (RepositoryModelLoad / RepositoryModelUnload)");
+  parser.AddInt("repository-poll-secs", &o.repository_poll_secs,
+                "poll mode: seconds between reads of the repository");
+  parser.AddString("load-model", &o.load_model,
+                   "explicit mode: models to load at start-up, comma-separated");
+  parser.AddInt("default-timeout-ms", &o.default_timeout_ms,
+                "deadline for requests whose client sets none");
+  parser.AddInt("shutdown-timeout", &o.shutdown_timeout_s,
+                "seconds SIGTERM waits for accepted requests to finish");
+}
+
+// Bounds on what clients can make the server hold.
+void AddLimitFlags(base::ArgParser& parser, ServeOptions& o) {
+  parser.AddInt("grpc-max-message-bytes", &o.grpc_max_message_bytes,
+                "largest gRPC request or response; requests declaring bigger tensors are refused");
+  parser.AddInt("max-queue-size", &o.max_queue_size,
+                "queued requests per model version (when its config sets none) before "
+                "RESOURCE_EXHAUSTED");
+  parser.AddInt("max-inflight-bytes-mb", &o.max_inflight_bytes_mb,
+                "accepted, unanswered inferences (inputs + outputs) the server holds before "
+                "refusing more with RESOURCE_EXHAUSTED; 0 = no limit");
+  parser.AddInt("max-stream-outstanding", &o.max_stream_outstanding,
+                "requests one ModelStreamInfer stream may have unanswered; the server stops "
+                "reading it (flow control holds the client) until answers are written");
+  parser.AddInt("grpc-max-concurrent-streams", &o.grpc_max_concurrent_streams,
+                "calls one client connection may have open at once (HTTP/2 streams)");
+  parser.AddInt("grpc-memory-quota-mb", &o.grpc_memory_quota_mb,
+                "memory gRPC may use for connections and messages in flight (ResourceQuota)");
+}
+
+void AddSecurityFlags(base::ArgParser& parser, ServeOptions& o) {
+  parser.AddString("grpc-tls-cert", &o.grpc_tls_cert,
+                   "PEM certificate chain: serve gRPC over TLS (with --grpc-tls-key)");
+  parser.AddString("grpc-tls-key", &o.grpc_tls_key, "PEM private key of --grpc-tls-cert");
+  parser.AddString("grpc-tls-client-ca", &o.grpc_tls_client_ca,
+                   "PEM CA certificates: clients must present a certificate they signed (mTLS)");
+  parser.AddString("grpc-auth-token-file", &o.grpc_auth_token_file,
+                   "bearer tokens, one a line (\"NAME TOKEN\" or \"TOKEN\"): every call but the "
+                   "grpc.health.v1 health checks needs 'authorization: Bearer <token>' "
+                   "(needs TLS)");
+}
+
+void AddTrainingFlags(base::ArgParser& parser, ServeOptions& o) {
+  parser.AddBool("training-service", &o.training_service,
+                 "offer the training service (numaserve.training.TrainingService); its jobs run "
+                 "processes and write files as this server's user");
+  parser.AddString("training-address", &o.training_address,
+                   "HOST:PORT of the training service's own gRPC port (port 0 picks one); empty "
+                   "= the gRPC port, which then needs authentication");
+  parser.AddString("training-root", &o.training_root,
+                   "the directory every model, dataset, checkpoint and export path of a training "
+                   "job must be inside (relative paths are taken from it)");
+  parser.AddInt("training-max-ranks", &o.training_max_ranks,
+                "most ranks (processes) one training job may run; 0 = the NUMA domains of "
+                "this machine");
+  parser.AddInt("training-max-jobs", &o.training_max_jobs, "most training jobs running at once");
+  parser.AddInt("training-max-config-bytes", &o.training_max_config_bytes,
+                "largest training config a client may send");
+}
+
+}  // namespace
+
+void AddServeFlags(base::ArgParser& parser, ServeOptions& o) {
+  AddListenFlags(parser, o);
+  AddPlacementFlags(parser, o);
+  AddModelControlFlags(parser, o);
+  AddLimitFlags(parser, o);
+  AddSecurityFlags(parser, o);
+  AddTrainingFlags(parser, o);
+}
+
+absl::Status CheckServeFlags(const ServeOptions& o) {
+  if (!o.metrics_address.empty() && o.metrics_address.rfind(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-address expects HOST:PORT, got '", o.metrics_address, "'"));
+  }
+  if (o.grpc_port < 0 || o.grpc_port > 65535 || o.metrics_port < 0 || o.metrics_port > 65535) {
+    return absl::InvalidArgumentError("ports must be between 0 and 65535");
+  }
+  if (o.grpc_max_message_bytes < 1024 || o.max_queue_size < 1) {
+    return absl::InvalidArgumentError(
+        "--grpc-max-message-bytes must be at least 1024 and --max-queue-size at least 1");
+  }
+  if (o.worker_arena_mb < 1) {
+    return absl::InvalidArgumentError("--worker-arena-mb must be at least 1");
+  }
+  if (o.max_inflight_bytes_mb < 0 || o.max_inflight_bytes_mb > (int64_t{1} << 30) ||
+      o.max_stream_outstanding < 1 || o.grpc_max_concurrent_streams < 1 ||
+      o.grpc_max_concurrent_streams > (int64_t{1} << 30) || o.grpc_memory_quota_mb < 16 ||
+      o.grpc_memory_quota_mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        "--max-inflight-bytes-mb must be 0 or more, --max-stream-outstanding and "
+        "--grpc-max-concurrent-streams at least 1, --grpc-memory-quota-mb at least 16");
+  }
+  if (o.test_batch_compute_us < 0 || o.test_batch_compute_us > 60'000'000) {
+    return absl::InvalidArgumentError("--test-batch-compute-us must be 0..60000000");
+  }
+  if (absl::Status s = engine::CheckGemmBackendChoice(o.gemm); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--gemm: ", s.message()));
+  }
+  if (o.repository_poll_secs < 1) {
+    return absl::InvalidArgumentError("--repository-poll-secs must be at least 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace numaserve::server

@@ -1,0 +1,85 @@
+// `numaserve serve`'s options: what its flags (or a --config file) set,
+// the flags declared by concern (listening, placement, model control,
+// limits, security, training) and their checks. serve_command.cc composes
+// the server from them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "base/args.h"
+#include "serving/frontend/grpc_auth.h"
+
+namespace numaserve::server {
+
+struct ServeOptions {
+  std::string model_repository = "models";
+  std::string host = "127.0.0.1";
+  int64_t grpc_port = 8001;
+  int64_t metrics_port = 8002;
+  // HOST:PORT of the metrics endpoint; empty = --host:--metrics-port.
+  std::string metrics_address;
+  // gRPC server reflection (grpcurl, Postman, grpcui list and call the API
+  // without its .proto files).
+  bool grpc_reflection = true;
+  std::string log_format = "text";
+  std::string log_level = "info";
+  bool version = false;
+  std::string domain = "numa";
+  std::string topology;
+  std::string cpuset;
+  bool use_smt = false;
+  bool measure_bandwidth = false;
+  bool omp_spin = false;
+  std::string omp_wait = "short";
+  int64_t max_workers = 0;
+  int64_t worker_arena_mb = 256;
+  int64_t grpc_max_message_bytes = int64_t{64} << 20;
+  int64_t max_queue_size = 4096;
+  std::string model_control_mode = "none";
+  int64_t repository_poll_secs = 15;
+  std::string load_model;
+  int64_t default_timeout_ms = 60000;
+  int64_t shutdown_timeout_s = 30;
+  std::string gemm = "auto";
+  // gRPC security (serving/frontend/grpc_auth.h); on both gRPC ports.
+  std::string grpc_tls_cert;
+  std::string grpc_tls_key;
+  std::string grpc_tls_client_ca;
+  std::string grpc_auth_token_file;
+  // The training service (serving/frontend/training_service.h): off unless asked for.
+  bool training_service = false;
+  std::string training_address;  // empty = the gRPC port (needs authentication)
+  std::string training_root;
+  int64_t training_max_ranks = 0;  // 0 = the NUMA domains of this machine
+  int64_t training_max_jobs = 1;
+  int64_t training_max_config_bytes = int64_t{1} << 20;
+  // Instances per worker of models whose config.pbtxt sets none.
+  std::string instances = "1";
+  // Bounds on what clients can make the server hold.
+  int64_t max_inflight_bytes_mb = 1024;
+  int64_t max_stream_outstanding = 128;
+  int64_t grpc_max_concurrent_streams = 256;
+  int64_t grpc_memory_quota_mb = 2048;
+  // Scheduler tests: every batch takes at least this long in the worker.
+  int64_t test_batch_compute_us = 0;
+};
+
+// Declares every `serve` flag on PARSER, each writing its field of O.
+void AddServeFlags(base::ArgParser& parser, ServeOptions& o);
+
+// Each flag's value checked alone: ports, sizes and limits in range,
+// --metrics-address as HOST:PORT, --gemm a known backend. The training
+// flags, which depend on the security in force, are CheckTrainingFlags'.
+absl::Status CheckServeFlags(const ServeOptions& o);
+
+// The training flags against each other and the security in force: the
+// service needs a root, and authentication unless it listens on a
+// loopback address of its own.
+absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth);
+
+// Reachable from this machine only: loopback addresses and Unix sockets.
+bool IsLocalOnly(const std::string& host);
+
+}  // namespace numaserve::server

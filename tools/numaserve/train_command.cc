@@ -1,0 +1,205 @@
+#include "tools/numaserve/train_command.h"
+
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/args.h"
+#include "base/errno_text.h"
+#include "base/log.h"
+#include "training/rank_binding.h"
+#include "training/trainer.h"
+
+namespace numaserve::server {
+
+using base::Log;
+using base::LogLevel;
+
+namespace {
+
+// The variables mpirun passes on to ranks on other hosts (-x; ranks on this
+// host inherit the whole environment): the log settings, so every rank logs
+// as the process that launched it (`serve` exports them, base/log.h).
+constexpr const char* kForwardedVariables[] = {"NUMASERVE_LOG_FORMAT", "NUMASERVE_LOG_LEVEL"};
+
+// The command failed: its reason as a usage error in text (what a user at
+// a terminal reads), else an error record, then exit code 1.
+int Fail(const std::string& message) {
+  if (base::CurrentLogOptions().format == base::LogFormat::kText) {
+    fprintf(stderr, "numaserve train: %s\n", message.c_str());
+  } else {
+    Log(LogLevel::kError, "training", message);
+  }
+  return 1;
+}
+
+int EnvInt(const char* name, int default_value) {
+  const char* v = getenv(name);
+  int out = default_value;
+  if (v == nullptr || !absl::SimpleAtoi(v, &out)) return default_value;
+  return out;
+}
+
+volatile std::sig_atomic_t stop_requested = 0;
+void RequestStop(int) { stop_requested = 1; }
+
+// One rank of the job (under mpirun, or alone as an MPI singleton).
+int RunRank(const std::string& config_path, bool resume) {
+  // SIGUSR1 (mpirun forwards it to every rank) and SIGTERM (mpirun sends it
+  // when it is told to stop, then SIGKILL a second later): stop after the
+  // step in flight, with a checkpoint.
+  struct sigaction stop_action = {};
+  stop_action.sa_handler = RequestStop;
+  stop_action.sa_flags = SA_RESTART;
+  sigemptyset(&stop_action.sa_mask);
+  sigaction(SIGUSR1, &stop_action, nullptr);
+  sigaction(SIGTERM, &stop_action, nullptr);
+  // Bind before MPI and OpenMP start threads, like an inference worker.
+  const int local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  const int local_size = EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  absl::StatusOr<training::RankBinding> binding = training::BindRank(local_rank, local_size);
+  if (!binding.ok()) return Fail(std::string(binding.status().message()));
+  absl::StatusOr<training::TrainingConfig> config = training::LoadTrainingConfig(config_path);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Every record of this rank (the kernels' too) says which rank it is.
+  base::SetLogContext({{"rank", rank}});
+  Log(LogLevel::kInfo, "training", binding->description,
+      {{"local_rank", local_rank}, {"threads", binding->num_threads}});
+  training::TrainOptions options;
+  options.resume = resume;
+  options.stop = &stop_requested;
+  absl::StatusOr<training::TrainResult> result =
+      training::RunTraining(*config, options, MPI_COMM_WORLD);
+  if (!result.ok()) {
+    Log(LogLevel::kError, "training",
+        absl::StrCat("training rank ", rank, " failed: ", result.status().message()),
+        {{"error", result.status().message()}});
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  if (rank == 0 && !result->stopped) {
+    printf("done: %lld steps, %.0f images/s, %.1f GFLOP/s (%.1f%% of FP32 peak)",
+           static_cast<long long>(result->steps), result->images_per_second, result->gflops,
+           100.0 * result->peak_fraction);
+    if (result->test_accuracy >= 0) printf(", test accuracy %.2f%%", 100.0 * result->test_accuracy);
+    printf("\n");
+    fflush(stdout);
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> MpirunCommand(const MpirunOptions& o,
+                                       const std::vector<std::string>& train_args) {
+  std::vector<std::string> argv = {o.mpirun};
+  if (!o.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", o.hostfile});
+  if (o.ranks > 0) {
+    argv.insert(argv.end(), {"-np", std::to_string(o.ranks)});
+    // More ranks than NUMA domains on one machine (tests) must be allowed.
+    if (o.hostfile.empty()) argv.push_back("--oversubscribe");
+  } else {
+    // One rank per NUMA domain of every host in the hostfile.
+    argv.insert(argv.end(), {"--map-by", "ppr:1:numa"});
+  }
+  // Open MPI refuses root unless told; CI and containers run as root.
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (const std::string& name : o.forwarded_env) argv.insert(argv.end(), {"-x", name});
+  // Each rank binds itself to its domain's share of the plan
+  // (rank_binding.h), so mpirun must not bind.
+  argv.insert(argv.end(), {"--bind-to", "none"});
+  argv.push_back(o.self);
+  argv.push_back("train");
+  argv.insert(argv.end(), train_args.begin(), train_args.end());
+  return argv;
+}
+
+int TrainCommand(const std::vector<std::string>& args) {
+  std::string config_path, ranks_text = "auto", mpirun = "mpirun", hostfile;
+  bool resume = false, dry_run = false;
+  base::ArgParser parser(
+      "train",
+      "Train a model data-parallel on MPI, one rank per NUMA domain, and export it to a model "
+      "repository.");
+  parser.AddString("config", &config_path,
+                   "training configuration (TrainingConfig in protobuf text format)");
+  parser.AddString("ranks", &ranks_text,
+                   "auto (one per NUMA domain) or a number of ranks on this machine");
+  parser.AddBool("resume", &resume,
+                 "continue from the config's checkpoint with the same data order");
+  parser.AddString("mpirun", &mpirun, "the mpirun to launch ranks with");
+  parser.AddString("hostfile", &hostfile,
+                   "an Open MPI hostfile: run on those hosts (with --ranks auto, one rank per "
+                   "NUMA domain of each)");
+  parser.AddBool("dry-run", &dry_run, "print the mpirun command instead of running it");
+  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
+  if (parser.help_requested()) {
+    printf("%s", parser.Usage().c_str());
+    return 0;
+  }
+  if (config_path.empty()) return Fail("--config FILE is required");
+  // Under mpirun (or a multi-node launch): this process is one rank.
+  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return RunRank(config_path, resume);
+
+  int ranks = 0;  // 0: one per NUMA domain of every host (mpirun maps them)
+  if (ranks_text == "auto" && !hostfile.empty()) {
+    ranks = 0;
+  } else if (ranks_text == "auto") {
+    absl::StatusOr<int> n = training::AutoRankCount();
+    if (!n.ok()) return Fail(std::string(n.status().message()));
+    ranks = *n;
+  } else if (!absl::SimpleAtoi(ranks_text, &ranks) || ranks < 1) {
+    return Fail(
+        absl::StrCat("--ranks: expected auto or a positive number, got '", ranks_text, "'"));
+  }
+  // Check the config before launching anything.
+  if (absl::StatusOr<training::TrainingConfig> c = training::LoadTrainingConfig(config_path);
+      !c.ok()) {
+    return Fail(std::string(c.status().message()));
+  }
+  std::vector<std::string> train_args = {"--config", config_path};
+  if (resume) train_args.push_back("--resume");
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", base::ErrnoText(errno)));
+  self[len] = '\0';
+  std::vector<std::string> forwarded_env;
+  for (const char* name : kForwardedVariables) {
+    if (getenv(name) != nullptr) forwarded_env.push_back(name);
+  }
+  const std::vector<std::string> command =
+      MpirunCommand({.mpirun = mpirun,
+                     .self = self,
+                     .ranks = ranks,
+                     .hostfile = hostfile,
+                     .forwarded_env = std::move(forwarded_env)},
+                    train_args);
+  if (dry_run) {
+    printf("%s\n", absl::StrJoin(command, " ").c_str());
+    return 0;
+  }
+  Log(LogLevel::kInfo, "training", absl::StrCat("running ", absl::StrJoin(command, " ")),
+      {{"ranks", ranks}, {"hostfile", hostfile}});
+  std::vector<char*> argv;
+  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  return Fail(absl::StrCat("cannot run ", mpirun, ": ", base::ErrnoText(errno)));
+}
+
+}  // namespace numaserve::server
