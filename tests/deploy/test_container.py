@@ -100,6 +100,18 @@ class DockerfileTest(unittest.TestCase):
         build_runs = " ".join(self.instructions(self.build, "RUN"))
         self.assertIn("deploy/install-deps.sh", build_runs)
         self.assertIn("cmake --build", build_runs)
+        # Every program `cmake --install` installs is built by the build
+        # stage (an unbuilt target fails the install) and copied into the
+        # runtime stage.
+        with open(os.path.join(dc.SOURCE_DIR, "cmake", "Install.cmake")) as f:
+            programs = re.findall(r"\$<TARGET_FILE:([\w-]+)>", f.read())
+        self.assertIn("numaserve", programs)
+        targets = re.search(r"--target((?:\s+[\w-]+)+)", build_runs)
+        self.assertIsNotNone(targets, build_runs)
+        copies = " ".join(self.instructions(self.runtime, "COPY"))
+        for program in programs:
+            self.assertIn(program, targets.group(1).split())
+            self.assertIn("/staging/usr/bin/%s /usr/bin/%s" % (program, program), copies)
         # The runtime stage installs no compiler and no -dev package.
         for p in self.packages:
             self.assertFalse(p.endswith("-dev") or p in ("build-essential", "cmake", "clang"), p)
