@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "absl/strings/str_cat.h"
 #include "engine/typed_exec.h"
@@ -528,6 +529,22 @@ int64_t AttentionQueryChunks(int64_t heads, int64_t sq, int threads) {
   return best;
 }
 
+namespace {
+
+// Whether the first `n` (batch) dims of each operand view are 1 or the
+// output's.
+bool BatchDimsBroadcast(std::initializer_list<const std::pair<Shape, Shape>*> operands,
+                        const Shape& out, size_t n) {
+  for (size_t d = 0; d < n; ++d) {
+    for (const auto* x : operands) {
+      if (x->first[d] != 1 && x->first[d] != out[d]) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status AttentionStep::Run(const StepContext& ctx) {
   std::pair<Shape, Shape> y = ProductView(ctx.shapes[dst_], dst_perm_);
   const size_t rank = std::max<size_t>(y.first.size(), 2);
@@ -547,13 +564,9 @@ absl::Status AttentionStep::Run(const StepContext& ctx) {
   if (q.first[n] != h.sq || k.first[n] != h.d || v.first[n] != h.sk || v.first[n + 1] != h.dv) {
     return absl::InvalidArgumentError(absl::StrCat(Describe(), ": operand shapes do not match"));
   }
-  for (size_t d = 0; d < n; ++d) {
-    for (const auto* x : {&q, &k, &v}) {
-      if (x->first[d] != 1 && x->first[d] != y.first[d]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Describe(), ": batch dims do not broadcast to the output's"));
-      }
-    }
+  if (!BatchDimsBroadcast({&q, &k, &v}, y.first, n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": batch dims do not broadcast to the output's"));
   }
   if (h.sk < 1) {
     // No keys: the product with v sums nothing.

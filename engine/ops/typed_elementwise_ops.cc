@@ -88,6 +88,99 @@ absl::StatusOr<Shape> ForBroadcast(const Node& node, const Shape& a, const Shape
   return *shape;
 }
 
+// A comparison or logical op on one pair of elements.
+template <typename C>
+bool CompareOrLogic(Bin op, C x, C z) {
+  switch (op) {
+    case Bin::kEq:
+      return x == z;
+    case Bin::kLt:
+      return x < z;
+    case Bin::kLe:
+      return x <= z;
+    case Bin::kGt:
+      return x > z;
+    case Bin::kGe:
+      return x >= z;
+    case Bin::kAnd:
+      return x != C(0) && z != C(0);
+    case Bin::kOr:
+      return x != C(0) || z != C(0);
+    case Bin::kXor:
+      return (x != C(0)) != (z != C(0));
+    default:
+      return false;
+  }
+}
+
+// An arithmetic op on one pair of integers: wrapping two's-complement
+// arithmetic (no signed overflow UB); a zero divisor sets *div_by_zero.
+template <typename C>
+C IntegerArithmetic(Bin op, C x, C z, bool* div_by_zero) {
+  using U = std::make_unsigned_t<C>;
+  C r{};
+  switch (op) {
+    case Bin::kAdd:
+      return static_cast<C>(static_cast<U>(x) + static_cast<U>(z));
+    case Bin::kSub:
+      return static_cast<C>(static_cast<U>(x) - static_cast<U>(z));
+    case Bin::kMul:
+      return static_cast<C>(static_cast<U>(x) * static_cast<U>(z));
+    case Bin::kDiv:
+      if (z == 0) {
+        *div_by_zero = true;
+      } else if constexpr (std::is_signed_v<C>) {
+        r = (x == std::numeric_limits<C>::min() && z == C(-1)) ? x : static_cast<C>(x / z);
+      } else {
+        r = static_cast<C>(x / z);
+      }
+      return r;
+    case Bin::kMod:
+    case Bin::kFmod:
+      if (z == 0) {
+        *div_by_zero = true;
+      } else if constexpr (std::is_signed_v<C>) {
+        r = z == C(-1) ? C(0) : static_cast<C>(x % z);  // truncated (fmod=1)
+        // fmod=0: the result takes the divisor's sign.
+        if (op == Bin::kMod && r != 0 && ((r < 0) != (z < 0))) r = static_cast<C>(r + z);
+      } else {
+        r = static_cast<C>(x % z);
+      }
+      return r;
+    case Bin::kMin:
+      return std::min(x, z);
+    case Bin::kMax:
+      return std::max(x, z);
+    default:
+      return r;
+  }
+}
+
+// An arithmetic op on one pair of floating-point values.
+template <typename C>
+C FloatArithmetic(Bin op, C x, C z) {
+  switch (op) {
+    case Bin::kAdd:
+      return x + z;
+    case Bin::kSub:
+      return x - z;
+    case Bin::kMul:
+      return x * z;
+    case Bin::kDiv:
+      return x / z;
+    case Bin::kMod:
+    case Bin::kFmod:
+      return std::fmod(x, z);
+    // NaN propagates (ONNX Runtime's Min/Max).
+    case Bin::kMin:
+      return (std::isnan(x) || std::isnan(z)) ? C(NAN) : std::min(x, z);
+    case Bin::kMax:
+      return (std::isnan(x) || std::isnan(z)) ? C(NAN) : std::max(x, z);
+    default:
+      return C{};
+  }
+}
+
 template <typename T>
 absl::StatusOr<TypedTensor> BinaryOf(const Node& node, Bin op, const TypedTensor& a,
                                      const TypedTensor& b) {
@@ -102,112 +195,16 @@ absl::StatusOr<TypedTensor> BinaryOf(const Node& node, Bin op, const TypedTensor
   (void)ForBroadcast(node, a.shape, b.shape, [&](int64_t i, int64_t ia, int64_t ib) {
     const C x = ToCompute(pa[ia]), z = ToCompute(pb[ib]);
     if (out_type == DataType::kBool) {
-      bool r = false;
-      switch (op) {
-        case Bin::kEq:
-          r = x == z;
-          break;
-        case Bin::kLt:
-          r = x < z;
-          break;
-        case Bin::kLe:
-          r = x <= z;
-          break;
-        case Bin::kGt:
-          r = x > z;
-          break;
-        case Bin::kGe:
-          r = x >= z;
-          break;
-        case Bin::kAnd:
-          r = x != C(0) && z != C(0);
-          break;
-        case Bin::kOr:
-          r = x != C(0) || z != C(0);
-          break;
-        case Bin::kXor:
-          r = (x != C(0)) != (z != C(0));
-          break;
-        default:
-          break;
-      }
-      y.data<bool>()[i] = r;
+      y.data<bool>()[i] = CompareOrLogic(op, x, z);
       return;
     }
     C r{};
     if constexpr (std::is_same_v<T, bool>) {
       r = x;  // arithmetic on BOOL is refused at load
     } else if constexpr (std::is_integral_v<C>) {
-      using U = std::make_unsigned_t<C>;
-      switch (op) {
-        // Wrapping two's-complement arithmetic (no signed overflow UB).
-        case Bin::kAdd:
-          r = static_cast<C>(static_cast<U>(x) + static_cast<U>(z));
-          break;
-        case Bin::kSub:
-          r = static_cast<C>(static_cast<U>(x) - static_cast<U>(z));
-          break;
-        case Bin::kMul:
-          r = static_cast<C>(static_cast<U>(x) * static_cast<U>(z));
-          break;
-        case Bin::kDiv:
-          if (z == 0) {
-            div_by_zero = true;
-          } else if constexpr (std::is_signed_v<C>) {
-            r = (x == std::numeric_limits<C>::min() && z == C(-1)) ? x : static_cast<C>(x / z);
-          } else {
-            r = static_cast<C>(x / z);
-          }
-          break;
-        case Bin::kMod:
-        case Bin::kFmod:
-          if (z == 0) {
-            div_by_zero = true;
-          } else if constexpr (std::is_signed_v<C>) {
-            r = z == C(-1) ? C(0) : static_cast<C>(x % z);  // truncated (fmod=1)
-            // fmod=0: the result takes the divisor's sign.
-            if (op == Bin::kMod && r != 0 && ((r < 0) != (z < 0))) r = static_cast<C>(r + z);
-          } else {
-            r = static_cast<C>(x % z);
-          }
-          break;
-        case Bin::kMin:
-          r = std::min(x, z);
-          break;
-        case Bin::kMax:
-          r = std::max(x, z);
-          break;
-        default:
-          break;
-      }
+      r = IntegerArithmetic(op, x, z, &div_by_zero);
     } else {
-      switch (op) {
-        case Bin::kAdd:
-          r = x + z;
-          break;
-        case Bin::kSub:
-          r = x - z;
-          break;
-        case Bin::kMul:
-          r = x * z;
-          break;
-        case Bin::kDiv:
-          r = x / z;
-          break;
-        case Bin::kMod:
-        case Bin::kFmod:
-          r = std::fmod(x, z);
-          break;
-        // NaN propagates (ONNX Runtime's Min/Max).
-        case Bin::kMin:
-          r = (std::isnan(x) || std::isnan(z)) ? C(NAN) : std::min(x, z);
-          break;
-        case Bin::kMax:
-          r = (std::isnan(x) || std::isnan(z)) ? C(NAN) : std::max(x, z);
-          break;
-        default:
-          break;
-      }
+      r = FloatArithmetic(op, x, z);
     }
     y.data<T>()[i] = FromCompute<T>(r);
   });

@@ -606,18 +606,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
   return FinishNow(context, grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelConfig(
-    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
-    inference::ModelConfigResponse* response) {
-  auto model = Resolve(request->name(), request->version());
-  if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
-  const RepositoryModel& m = **model;
-  const config::ModelConfig& c = m.config;
-  inference::ModelConfig* out = response->mutable_config();
-  out->set_name(m.name);
-  out->set_platform(kOnnxPlatform);
-  out->set_backend("numaserve");
-  out->set_max_batch_size(c.max_batch_size());
+namespace {
+
+// The version policy as the config has it, `latest` (1) by default.
+void FillVersionPolicy(const config::ModelConfig& c, inference::ModelConfig* out) {
   switch (c.version_policy().policy_choice_case()) {
     case config::VersionPolicy::kAll:
       out->mutable_version_policy()->mutable_all();
@@ -631,9 +623,12 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
       out->mutable_version_policy()->mutable_latest()->set_num_versions(
           std::max<uint32_t>(1, c.version_policy().latest().num_versions()));
   }
-  // Inputs and outputs from the ONNX file (the config's lists were checked
-  // against it); dims without the batch dimension when batched, -1 dynamic.
-  const size_t first_dim = c.max_batch_size() > 0 ? 1 : 0;
+}
+
+// Inputs and outputs from the ONNX file (the config's lists were checked
+// against it); dims without the batch dimension when batched, -1 dynamic.
+void FillTensors(const RepositoryModel& m, inference::ModelConfig* out) {
+  const size_t first_dim = m.config.max_batch_size() > 0 ? 1 : 0;
   for (const auto& t : m.info.inputs) {
     auto* in = out->add_input();
     in->set_name(t.name);
@@ -646,6 +641,24 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     o->set_data_type(TritonDataType(t.type));
     for (size_t d = first_dim; d < t.shape.size(); ++d) o->add_dims(t.shape[d]);
   }
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  auto model = Resolve(request->name(), request->version());
+  if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
+  const RepositoryModel& m = **model;
+  const config::ModelConfig& c = m.config;
+  inference::ModelConfig* out = response->mutable_config();
+  out->set_name(m.name);
+  out->set_platform(kOnnxPlatform);
+  out->set_backend("numaserve");
+  out->set_max_batch_size(c.max_batch_size());
+  FillVersionPolicy(c, out);
+  FillTensors(m, out);
   // The copies the workers holding this version run (auto and per_core
   // resolved by each worker at load); where none holds it now, what the
   // config asks for.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -167,10 +168,21 @@ CaseResult Result(const std::string& name, Outcome outcome, std::string detail) 
   return {name, outcome, std::move(detail)};
 }
 
-// One data set against the model (frozen inputs are per data set).
-CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
-                      const fs::path& data_dir, const Options& options) {
-  onnx::ModelProto model = original;
+// A data set's inputs and expected outputs, the graph with its parameter
+// inputs frozen into initializers.
+struct DataSet {
+  onnx::ModelProto model;
+  std::vector<fs::path> input_files;
+  std::vector<engine::TypedTensor> inputs;
+  std::vector<onnx::TensorProto> expected;
+};
+
+// Reads the data set's input files: parameter inputs become initializers
+// of `set->model` (and leave its input list), the others `set->inputs`.
+// An error result when the data do not fit the graph.
+std::optional<CaseResult> ReadInputs(const std::string& name, const fs::path& data_dir,
+                                     DataSet* set) {
+  onnx::ModelProto& model = set->model;
   onnx::GraphProto& graph = *model.mutable_graph();
   std::vector<std::string> initializer_names;
   for (const auto& t : graph.initializer()) initializer_names.push_back(t.name());
@@ -181,14 +193,13 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
       runtime_inputs.push_back(i);
     }
   }
-  const std::vector<fs::path> input_files = Sorted(data_dir, "input_");
-  const std::vector<fs::path> output_files = Sorted(data_dir, "output_");
+  set->input_files = Sorted(data_dir, "input_");
+  const std::vector<fs::path>& input_files = set->input_files;
   if (input_files.size() != runtime_inputs.size()) {
     return Result(name, Outcome::kUnsupported,
                   absl::StrCat(input_files.size(), " input files for ", runtime_inputs.size(),
                                " graph inputs (optional inputs)"));
   }
-  std::vector<engine::TypedTensor> inputs;
   std::vector<int> frozen;
   for (size_t i = 0; i < input_files.size(); ++i) {
     onnx::TensorProto t;
@@ -215,14 +226,24 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
     }
     engine::TypedTensor data;
     if (!ReadTensor(t, data)) return Result(name, Outcome::kFailed, "bad input data");
-    inputs.push_back(std::move(data));
+    set->inputs.push_back(std::move(data));
   }
   // Drop frozen inputs from the graph's input list (from IR version 4,
   // initializers need not be listed as inputs; before, they must be).
   for (auto it = frozen.rbegin(); model.ir_version() >= 4 && it != frozen.rend(); ++it) {
     graph.mutable_input()->DeleteSubrange(*it, 1);
   }
-  std::vector<onnx::TensorProto> expected(output_files.size());
+  return std::nullopt;
+}
+
+// Reads the data set's expected outputs into `set->expected`; an error
+// result when they do not fit the graph.
+std::optional<CaseResult> ReadExpected(const std::string& name, const fs::path& data_dir,
+                                       DataSet* set) {
+  const onnx::GraphProto& graph = set->model.graph();
+  const std::vector<fs::path> output_files = Sorted(data_dir, "output_");
+  std::vector<onnx::TensorProto>& expected = set->expected;
+  expected.resize(output_files.size());
   for (const auto& output : graph.output()) {
     if (!output.type().has_tensor_type()) {
       return Result(name, Outcome::kUnsupported,
@@ -239,32 +260,16 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
                     absl::StrCat("output ", j, " has element type ", expected[j].data_type()));
     }
   }
-  const std::string path =
-      absl::StrCat(options.scratch_dir, "/numaserve_conformance_", getpid(), "_", name, ".onnx");
-  {
-    std::ofstream out(path, std::ios::binary);
-    model.SerializeToOstream(&out);
-  }
-  auto compiled = engine::CompiledModel::Load(path, {});
-  std::remove(path.c_str());
-  if (!compiled.ok()) {
-    const Outcome outcome = compiled.status().code() == absl::StatusCode::kUnimplemented
-                                ? Outcome::kUnsupported
-                                : Outcome::kFailed;
-    return Result(name, outcome, std::string(compiled.status().message()));
-  }
-  engine::CompiledModel& m = **compiled;
-  if (m.info().outputs.size() != expected.size()) {
-    return Result(
-        name, Outcome::kFailed,
-        absl::StrCat("model has ", m.info().outputs.size(), " outputs, data ", expected.size()));
-  }
-  int64_t batch = 1;
-  if (m.info().batched && !m.info().inputs.empty()) {
-    onnx::TensorProto t;
-    ReadProto(input_files[0], t);
-    batch = t.dims_size() > 0 ? t.dims(0) : 1;
-  }
+  return std::nullopt;
+}
+
+// The compiled model's inputs and outputs against the data set's: counts,
+// element types, and the output shapes at `batch`. Allocates `outputs`.
+std::optional<CaseResult> CheckSignature(const std::string& name, engine::CompiledModel& m,
+                                         const DataSet& set, int64_t batch,
+                                         std::vector<engine::TypedTensor>* outputs) {
+  const std::vector<engine::TypedTensor>& inputs = set.inputs;
+  const std::vector<onnx::TensorProto>& expected = set.expected;
   if (m.info().inputs.size() != inputs.size()) {
     return Result(
         name, Outcome::kFailed,
@@ -279,14 +284,6 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
     }
   }
   const auto shapes = m.OutputShapes(batch);
-  std::vector<engine::TypedTensor> outputs;
-  std::vector<const void*> in_ptrs;
-  std::vector<void*> out_ptrs;
-  std::vector<std::vector<uint8_t>> empty(inputs.size() + expected.size(),
-                                          std::vector<uint8_t>(8));  // for empty tensors
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    in_ptrs.push_back(inputs[i].bytes.empty() ? empty[i].data() : inputs[i].bytes.data());
-  }
   for (size_t j = 0; j < expected.size(); ++j) {
     std::vector<int64_t> want_shape(expected[j].dims().begin(), expected[j].dims().end());
     if (j >= shapes.size() || shapes[j] != want_shape) {
@@ -299,18 +296,15 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
           absl::StrCat("output ", j, " is ", engine::DataTypeName(m.info().outputs[j].type),
                        ", the data ", engine::DataTypeName(want_type)));
     }
-    outputs.emplace_back(want_type, want_shape);
+    outputs->emplace_back(want_type, want_shape);
   }
-  for (size_t j = 0; j < outputs.size(); ++j) {
-    out_ptrs.push_back(outputs[j].bytes.empty() ? empty[inputs.size() + j].data()
-                                                : outputs[j].bytes.data());
-  }
-  if (absl::Status s = m.Run(batch, in_ptrs, out_ptrs); !s.ok()) {
-    return Result(
-        name,
-        s.code() == absl::StatusCode::kUnimplemented ? Outcome::kUnsupported : Outcome::kFailed,
-        std::string(s.message()));
-  }
+  return std::nullopt;
+}
+
+// The outputs against the expected ones: integers and BOOL bit-equal,
+// floats within atol + rtol * |want| (NaN matches NaN, inf its sign).
+CaseResult Compare(const std::string& name, const std::vector<engine::TypedTensor>& outputs,
+                   const std::vector<onnx::TensorProto>& expected, const Options& options) {
   for (size_t j = 0; j < expected.size(); ++j) {
     engine::TypedTensor want;
     if (!ReadTensor(expected[j], want)) return Result(name, Outcome::kFailed, "bad output data");
@@ -337,6 +331,63 @@ CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
     }
   }
   return Result(name, Outcome::kPassed, "");
+}
+
+// One data set against the model (frozen inputs are per data set).
+CaseResult RunDataSet(const std::string& name, const onnx::ModelProto& original,
+                      const fs::path& data_dir, const Options& options) {
+  DataSet set;
+  set.model = original;
+  if (auto error = ReadInputs(name, data_dir, &set)) return *std::move(error);
+  if (auto error = ReadExpected(name, data_dir, &set)) return *std::move(error);
+  const std::string path =
+      absl::StrCat(options.scratch_dir, "/numaserve_conformance_", getpid(), "_", name, ".onnx");
+  {
+    std::ofstream out(path, std::ios::binary);
+    set.model.SerializeToOstream(&out);
+  }
+  auto compiled = engine::CompiledModel::Load(path, {});
+  std::remove(path.c_str());
+  if (!compiled.ok()) {
+    const Outcome outcome = compiled.status().code() == absl::StatusCode::kUnimplemented
+                                ? Outcome::kUnsupported
+                                : Outcome::kFailed;
+    return Result(name, outcome, std::string(compiled.status().message()));
+  }
+  engine::CompiledModel& m = **compiled;
+  const std::vector<engine::TypedTensor>& inputs = set.inputs;
+  const std::vector<onnx::TensorProto>& expected = set.expected;
+  if (m.info().outputs.size() != expected.size()) {
+    return Result(
+        name, Outcome::kFailed,
+        absl::StrCat("model has ", m.info().outputs.size(), " outputs, data ", expected.size()));
+  }
+  int64_t batch = 1;
+  if (m.info().batched && !m.info().inputs.empty()) {
+    onnx::TensorProto t;
+    ReadProto(set.input_files[0], t);
+    batch = t.dims_size() > 0 ? t.dims(0) : 1;
+  }
+  std::vector<engine::TypedTensor> outputs;
+  if (auto error = CheckSignature(name, m, set, batch, &outputs)) return *std::move(error);
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  std::vector<std::vector<uint8_t>> empty(inputs.size() + expected.size(),
+                                          std::vector<uint8_t>(8));  // for empty tensors
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    in_ptrs.push_back(inputs[i].bytes.empty() ? empty[i].data() : inputs[i].bytes.data());
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    out_ptrs.push_back(outputs[j].bytes.empty() ? empty[inputs.size() + j].data()
+                                                : outputs[j].bytes.data());
+  }
+  if (absl::Status s = m.Run(batch, in_ptrs, out_ptrs); !s.ok()) {
+    return Result(
+        name,
+        s.code() == absl::StatusCode::kUnimplemented ? Outcome::kUnsupported : Outcome::kFailed,
+        std::string(s.message()));
+  }
+  return Compare(name, outputs, expected, options);
 }
 
 }  // namespace

@@ -125,6 +125,20 @@ std::string LimitsJson(const affinity::Topology& topology, const affinity::Plan&
   return out + "]}";
 }
 
+// This CPU's brand, ISA, core model and peak per core, as text.
+void PrintCpuFeatures() {
+  const auto& f = affinity::GetCpuFeatures();
+  const auto& peak = affinity::GetPeakFlops();
+  printf("cpu: %s\n  isa: %s\n", f.brand.c_str(), affinity::FeatureList(f).c_str());
+  printf("  model: %s\n", affinity::FormatCpuModel(peak.model).c_str());
+  printf(
+      "  peak per core at %.2f GHz: fp32 %.1f GFLOP/s (avx2 %.1f), bf16 %.1f, int8 %.1f GOP/s; "
+      "probe %.1f GFLOP/s, %s\n",
+      peak.probe_ghz, peak.peak_gflops_per_core, peak.peak_avx2_gflops_per_core,
+      peak.peak_bf16_gflops_per_core, peak.peak_int8_gops_per_core, peak.measured_gflops_per_core,
+      peak.probe_agrees ? "agrees" : "disagrees");
+}
+
 }  // namespace
 
 int TopologyCommand(const std::vector<std::string>& args) {
@@ -192,18 +206,7 @@ int TopologyCommand(const std::vector<std::string>& args) {
     return 0;
   }
   printf("%s", affinity::FormatReport(*topology, *plan).c_str());
-  if (features && topology->is_this_machine) {
-    const auto& f = affinity::GetCpuFeatures();
-    const auto& peak = affinity::GetPeakFlops();
-    printf("cpu: %s\n  isa: %s\n", f.brand.c_str(), affinity::FeatureList(f).c_str());
-    printf("  model: %s\n", affinity::FormatCpuModel(peak.model).c_str());
-    printf(
-        "  peak per core at %.2f GHz: fp32 %.1f GFLOP/s (avx2 %.1f), bf16 %.1f, int8 %.1f GOP/s; "
-        "probe %.1f GFLOP/s, %s\n",
-        peak.probe_ghz, peak.peak_gflops_per_core, peak.peak_avx2_gflops_per_core,
-        peak.peak_bf16_gflops_per_core, peak.peak_int8_gops_per_core, peak.measured_gflops_per_core,
-        peak.probe_agrees ? "agrees" : "disagrees");
-  }
+  if (features && topology->is_this_machine) PrintCpuFeatures();
   if (measure) {
     printf("%s", LimitsText(*topology, *plan, ThisMachinePeakPerCore(), bandwidth).c_str());
   }
