@@ -180,7 +180,9 @@ void CheckQuantizedModel(const std::string& fp32_path, const std::string& qdq_pa
     EXPECT_GT(RelativeMaxError(y32, y), 0) << "bit-equal to FP32: INT8 did not run";
     int int8_steps = 0;
     for (const PlannedStep& s : ComputeSteps(**qdq, batch)) {
-      if (all_int8) EXPECT_THAT(s.implementation, HasSubstr("int8")) << s.description;
+      if (all_int8) {
+        EXPECT_THAT(s.implementation, HasSubstr("int8")) << s.description;
+      }
       int8_steps += absl::StrContains(s.implementation, "int8");
       EXPECT_FALSE(s.reference) << s.description << " on " << s.implementation;
     }

@@ -95,7 +95,9 @@ TEST(DatatypesTest, BFloat16RoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::nanf("")))));
   for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
     const float f = BFloat16ToFloat(static_cast<uint16_t>(bits));
-    if (!std::isnan(f)) ASSERT_EQ(FloatToBFloat16(f), bits) << std::hex << bits;
+    if (!std::isnan(f)) {
+      ASSERT_EQ(FloatToBFloat16(f), bits) << std::hex << bits;
+    }
   }
 }
 

@@ -54,7 +54,9 @@ TEST(ArenaAllocatorTest, RandomAllocationsNeverOverlapAndAllCoalesce) {
       size_t bytes = 1 + rng() % 3000;
       if (auto off = a.Allocate(bytes)) {
         auto next = live.lower_bound(*off);
-        if (next != live.end()) ASSERT_LE(*off + bytes, next->first) << "overlap at step " << step;
+        if (next != live.end()) {
+          ASSERT_LE(*off + bytes, next->first) << "overlap at step " << step;
+        }
         if (next != live.begin()) {
           auto prev = std::prev(next);
           ASSERT_LE(prev->first + prev->second, *off) << "overlap at step " << step;
