@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <utility>
 
@@ -17,9 +16,6 @@
 
 namespace numaserve::base {
 namespace {
-
-constexpr char kFormatVariable[] = "NUMASERVE_LOG_FORMAT";
-constexpr char kLevelVariable[] = "NUMASERVE_LOG_LEVEL";
 
 // The process's logger: options (atomics, read on every record), and the
 // sink and clock tests replace.
@@ -33,17 +29,7 @@ struct Logger {
 };
 
 Logger& TheLogger() {
-  static Logger* logger = [] {
-    auto* l = new Logger;
-    // Children (workers, trainers) start with what their parent configured.
-    if (const char* f = getenv(kFormatVariable); f != nullptr) {
-      if (auto format = ParseLogFormat(f); format.ok()) l->format = *format;
-    }
-    if (const char* v = getenv(kLevelVariable); v != nullptr) {
-      if (auto level = ParseLogLevel(v); level.ok()) l->level = *level;
-    }
-    return l;
-  }();
+  static Logger* logger = new Logger;  // never destroyed: records at exit still find it
   return *logger;
 }
 
@@ -468,14 +454,24 @@ void ConfigureLog(const LogOptions& options) {
   Logger& logger = TheLogger();
   logger.format = options.format;
   logger.level = options.level;
-  // Called at start-up, before the process starts threads (log.h).
-  setenv(kFormatVariable, LogFormatName(options.format), 1);  // NOLINT(concurrency-mt-unsafe)
-  setenv(kLevelVariable, LogLevelName(options.level), 1);     // NOLINT(concurrency-mt-unsafe)
 }
 
 LogOptions CurrentLogOptions() {
   Logger& logger = TheLogger();
   return {logger.format.load(), logger.level.load()};
+}
+
+absl::StatusOr<LogOptions> LogOptionsFromFlags(absl::string_view format_name,
+                                               absl::string_view level_name) {
+  absl::StatusOr<LogFormat> format = ParseLogFormat(format_name);
+  if (!format.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-format: ", format.status().message()));
+  }
+  absl::StatusOr<LogLevel> level = ParseLogLevel(level_name);
+  if (!level.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-level: ", level.status().message()));
+  }
+  return LogOptions{*format, *level};
 }
 
 bool LogEnabled(LogLevel level) { return level >= TheLogger().level.load(); }

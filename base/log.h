@@ -13,9 +13,8 @@
 //
 // Thread-safe: a record is formatted first and written with one write(2)
 // under a lock, so records from several threads never interleave.
-// ConfigureLog also exports the settings to the environment
-// (NUMASERVE_LOG_FORMAT, NUMASERVE_LOG_LEVEL), where child processes
-// (workers, trainers) pick them up when they first log.
+// A process's settings are its own: child processes (workers, trainers)
+// get them as --log-format and --log-level options on their command lines.
 #pragma once
 
 #include <cstdint>
@@ -98,12 +97,15 @@ struct LogOptions {
   LogLevel level = LogLevel::kInfo;
 };
 
-// Sets the process's log options and exports them to the environment for
-// child processes. Until it is called the options come from that
-// environment, else the defaults (text, info). Call at start-up, before the
-// process starts threads (setenv is not thread-safe).
+// Sets the process's log options (until it is called: text, info). Call at
+// start-up, before anything is logged; a process that starts another
+// passes its CurrentLogOptions on that one's command line.
 void ConfigureLog(const LogOptions& options);
 LogOptions CurrentLogOptions();
+// The options the values of --log-format and --log-level name (the options
+// of serve, worker and train); an error names the option.
+absl::StatusOr<LogOptions> LogOptionsFromFlags(absl::string_view format_name,
+                                               absl::string_view level_name);
 bool LogEnabled(LogLevel level);
 
 // Fields every JSON record of this process carries after its own: who the

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
 #include <omp.h>
 
 #include <chrono>
@@ -14,7 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "affinity/cpu_features.h"
+#include "base/log.h"
 #include "engine/onnx_import.h"
 #include "kernels/dispatch.h"
 #include "training/batch_prefetcher.h"
@@ -325,6 +328,31 @@ void PrintStart(const TrainingConfig& config, const TrainOptions& options, const
   fflush(options.progress);
 }
 
+// Rank 0's progress report to options.progress: LINE in text (what a user
+// at a terminal reads); with the JSON log format one record instead, LINE
+// as its message and REPORT as protobuf JSON in its "progress" field (a
+// string: records are flat), which the training service reads back. The
+// record is this command's output, not a log message: it is written
+// whatever the log level, in order with rank 0's other lines.
+void WriteProgress(const TrainOptions& options, int rank, const ProgressReport& report,
+                   const std::string& line) {
+  if (base::CurrentLogOptions().format == base::LogFormat::kJson) {
+    google::protobuf::util::JsonPrintOptions print;
+    print.preserve_proto_field_names = true;
+    std::string json;
+    if (google::protobuf::util::MessageToJsonString(report, &json, print).ok()) {
+      const base::LogField fields[] = {{"progress", json}, {"rank", rank}};
+      const std::string record = base::FormatLogLine(
+          base::LogFormat::kJson, absl::Now(), base::LogLevel::kInfo, "training", line, fields);
+      fputs(record.c_str(), options.progress);
+      fflush(options.progress);
+      return;
+    }
+  }
+  fprintf(options.progress, "%s\n", line.c_str());
+  fflush(options.progress);
+}
+
 // What the training loop's phases share; all of it owned by RunTraining.
 struct TrainLoop {
   const TrainingConfig& config;
@@ -443,12 +471,23 @@ void ReportInterval(const TrainLoop& loop, int64_t epoch, float lr, LoopState* s
     const double rate = sums[2] / std::max(1e-9, now - state->interval_start);
     const double eta = (run.total_steps - step) * run.global_batch / std::max(1e-9, rate);
     state->result.final_loss = sums[0] / sums[2];
-    fprintf(loop.options.progress,
-            "epoch %lld/%lld step %lld/%lld loss %.4f acc %.2f%% lr %.5f %.0f images/s eta %s\n",
-            static_cast<long long>(epoch) + 1, static_cast<long long>(run.epochs),
-            static_cast<long long>(step), static_cast<long long>(run.total_steps),
-            sums[0] / sums[2], 100.0 * sums[1] / sums[2], lr, rate, FormatDuration(eta).c_str());
-    fflush(loop.options.progress);
+    ProgressReport report;
+    report.set_kind(ProgressReport::INTERVAL);
+    report.set_epoch(epoch + 1);
+    report.set_epochs(run.epochs);
+    report.set_step(step);
+    report.set_total_steps(run.total_steps);
+    report.set_loss(sums[0] / sums[2]);
+    report.set_accuracy(sums[1] / sums[2]);
+    report.set_learning_rate(lr);
+    report.set_images_per_second(rate);
+    report.set_eta_seconds(eta);
+    report.set_test_accuracy(-1);
+    WriteProgress(
+        loop.options, run.rank, report,
+        absl::StrFormat("epoch %d/%d step %d/%d loss %.4f acc %.2f%% lr %.5f %.0f images/s eta %s",
+                        epoch + 1, run.epochs, step, run.total_steps, sums[0] / sums[2],
+                        100.0 * sums[1] / sums[2], lr, rate, FormatDuration(eta)));
     state->interval_start = now;
   }
   interval_stats[0] = interval_stats[1] = interval_stats[2] = interval_stats[3] = 0;
@@ -475,13 +514,24 @@ absl::Status FinishEpoch(const TrainLoop& loop, int64_t epoch, LoopState* state)
   const double peak_gflops = state->peak_gflops;
   const double seconds = std::max(1e-9, now - state->epoch_start);
   const double gflops = epoch_stats[3] / seconds / 1e9;
-  fprintf(loop.options.progress,
-          "epoch %lld done: loss %.4f train acc %.2f%%%s %.1f s %.0f images/s %.1f GFLOP/s "
-          "(%.1f%% of FP32 peak)\n",
-          static_cast<long long>(epoch) + 1, epoch_stats[0] / std::max(1.0, epoch_stats[2]),
-          100.0 * epoch_stats[1] / std::max(1.0, epoch_stats[2]), test_text.c_str(), seconds,
-          epoch_stats[2] / seconds, gflops, peak_gflops > 0 ? 100.0 * gflops / peak_gflops : 0.0);
-  fflush(loop.options.progress);
+  ProgressReport report;
+  report.set_kind(ProgressReport::EPOCH_END);
+  report.set_epoch(epoch + 1);
+  report.set_epochs(loop.run.epochs);
+  report.set_step(state->step);
+  report.set_total_steps(loop.run.total_steps);
+  report.set_loss(epoch_stats[0] / std::max(1.0, epoch_stats[2]));
+  report.set_accuracy(epoch_stats[1] / std::max(1.0, epoch_stats[2]));
+  report.set_images_per_second(epoch_stats[2] / seconds);
+  report.set_test_accuracy(state->result.test_accuracy);
+  WriteProgress(
+      loop.options, loop.run.rank, report,
+      absl::StrFormat("epoch %d done: loss %.4f train acc %.2f%%%s %.1f s %.0f images/s %.1f "
+                      "GFLOP/s (%.1f%% of FP32 peak)",
+                      epoch + 1, epoch_stats[0] / std::max(1.0, epoch_stats[2]),
+                      100.0 * epoch_stats[1] / std::max(1.0, epoch_stats[2]), test_text, seconds,
+                      epoch_stats[2] / seconds, gflops,
+                      peak_gflops > 0 ? 100.0 * gflops / peak_gflops : 0.0));
   epoch_stats[0] = epoch_stats[1] = epoch_stats[2] = epoch_stats[3] = 0;
   state->epoch_start = Now();
   state->interval_start = state->epoch_start;

@@ -25,7 +25,9 @@ absl::StatusOr<TrainingConfig> ParseTrainingConfig(const std::string& text,
 struct TrainOptions {
   // Continue from config.checkpoint (same data order) instead of starting over.
   bool resume = false;
-  // Where rank 0 writes progress lines.
+  // Where rank 0 writes its progress: lines, and with the JSON log format
+  // each progress report as a record instead (a ProgressReport in its
+  // "progress" field; trainer.cc, WriteProgress).
   FILE* progress = stdout;
   // Set (by a signal handler) to stop early: the ranks agree on it before
   // every step, stop together after the step in flight, and rank 0 writes

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/wrappers.pb.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +39,10 @@ namespace numaserve::server {
 using base::Log;
 using base::LogLevel;
 using training::TrainingProgress;
+
+// The longest line of a job's output the server keeps (a progress record
+// is a few hundred bytes).
+constexpr size_t kMaxOutputLine = 64 << 10;
 
 // A job's private directory (mkdtemp: a fresh name, mode 0700) and the
 // config file in it; both are removed by Remove() or the destructor.
@@ -179,15 +186,45 @@ class TrainingJob {
     kill(-pid_, SIGKILL);
   }
 
-  // "eta 1:02:03" or "eta 2:03" in a progress line; -1 when absent.
-  static double ParseEta(const std::string& line) {
-    const size_t at = line.rfind(" eta ");
-    if (at == std::string::npos) return -1;
-    int a = 0, b = 0, c = 0;
-    const int n = sscanf(line.c_str() + at, " eta %d:%d:%d", &a, &b, &c);
-    if (n == 3) return a * 3600.0 + b * 60.0 + c;
-    if (n == 2) return a * 60.0 + b;
-    return -1;
+  // The "progress" field of a record of rank 0 (trainer.cc, WriteProgress):
+  // a JSON string holding a ProgressReport as protobuf JSON. Refused, with
+  // the reason, when it is not one or when its figures cannot be (an epoch
+  // or step out of range, a ratio outside 0..1, a negative or non-finite
+  // rate or eta); the loss may be anything, NaN included (a diverged run).
+  static absl::StatusOr<training::ProgressReport> ReadProgressReport(
+      const std::string& field_json) {
+    // A JSON string reads back as a StringValue, whose JSON form is a string.
+    google::protobuf::StringValue text;
+    if (!google::protobuf::util::JsonStringToMessage(field_json, &text).ok()) {
+      return absl::InvalidArgumentError("its \"progress\" field is not a string");
+    }
+    training::ProgressReport report;
+    if (const auto status = google::protobuf::util::JsonStringToMessage(text.value(), &report);
+        !status.ok()) {
+      // The parser's first line says what is wrong; the rest points at it.
+      const std::string why = status.ToString();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "its \"progress\" field is not a ProgressReport: ", why.substr(0, why.find('\n'))));
+    }
+    const auto ratio = [](double x) { return x >= 0 && x <= 1; };  // false for NaN
+    const auto rate = [](double x) { return std::isfinite(x) && x >= 0; };
+    if (report.kind() != training::ProgressReport::INTERVAL &&
+        report.kind() != training::ProgressReport::EPOCH_END) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown kind ", report.kind()));
+    }
+    if (report.epoch() < 1 || report.epoch() > report.epochs() || report.step() < 0 ||
+        report.step() > report.total_steps()) {
+      return absl::InvalidArgumentError(absl::StrCat("epoch ", report.epoch(), " of ",
+                                                     report.epochs(), ", step ", report.step(),
+                                                     " of ", report.total_steps()));
+    }
+    // A test accuracy below 0 (-1) means none.
+    if (!ratio(report.accuracy()) || report.test_accuracy() > 1 ||
+        !rate(report.images_per_second()) || !rate(report.eta_seconds())) {
+      return absl::InvalidArgumentError(
+          "accuracy, test_accuracy, images_per_second or eta_seconds out of range");
+    }
+    return report;
   }
 
   void ExportFigures() {
@@ -205,49 +242,24 @@ class TrainingJob {
   }
 
   // One line of the job's output (mpirun's stdout and stderr): a log
-  // record of a rank or of the launcher (JSON, see SpawnJob), one of
-  // rank 0's progress lines (trainer.cc), or a message of mpirun's. The
+  // record of a rank or of the launcher (JSON, see SpawnJob), among them
+  // rank 0's progress reports (trainer.cc), another line of rank 0's
+  // ("exported ...", "stopped at step ..."), or a message of mpirun's. The
   // progress it reports is kept; the line goes into the server's log as a
   // record naming the job.
   void ParseLine(const std::string& line) {
     if (absl::StatusOr<base::LogRecord> record = base::ParseLogLine(line); record.ok()) {
-      ForwardRecord(*record);
+      if (const base::LogField* report = ProgressField(*record); report != nullptr) {
+        ReadProgress(record->message, report->json());
+      } else {
+        ForwardRecord(*record);
+      }
       return;
     }
     const std::string message = absl::StrCat("training job ", label_, ": ", line);
     std::lock_guard<std::mutex> lock(mu_);
-    long long epoch = 0, epochs = 0, step = 0, total = 0;
-    double loss = 0, acc = 0, lr = 0, rate = 0, test = 0;
-    if (sscanf(line.c_str(),
-               "epoch %lld/%lld step %lld/%lld loss %lf acc %lf%% lr %lf %lf images/s", &epoch,
-               &epochs, &step, &total, &loss, &acc, &lr, &rate) == 8) {
-      progress_.set_epoch(epoch);
-      progress_.set_step(step);
-      progress_.set_total_steps(total);
-      progress_.set_loss(loss);
-      progress_.set_accuracy(acc / 100.0);
-      progress_.set_images_per_second(rate);
-      eta_seconds_ = std::max(0.0, ParseEta(line));
-      ExportFigures();
-      Log(LogLevel::kDebug, "training", message,
-          {{"job", label_},
-           {"epoch", epoch},
-           {"epochs", epochs},
-           {"step", step},
-           {"total_steps", total},
-           {"loss", loss},
-           {"accuracy", acc / 100.0},
-           {"learning_rate", lr},
-           {"images_per_second", rate},
-           {"eta_seconds", eta_seconds_}});
-    } else if (const size_t at = line.find(" test acc ");
-               line.rfind("epoch ", 0) == 0 && at != std::string::npos &&
-               sscanf(line.c_str() + at, " test acc %lf%%", &test) == 1) {
-      progress_.set_test_accuracy(test / 100.0);
-      ExportFigures();
-      Log(LogLevel::kInfo, "training", message,
-          {{"job", label_}, {"epoch", progress_.epoch()}, {"test_accuracy", test / 100.0}});
-    } else if (line.rfind("exported ", 0) == 0) {
+    long long step = 0, total = 0;
+    if (line.rfind("exported ", 0) == 0) {
       progress_.set_message(line);
       Log(LogLevel::kInfo, "training", message,
           {{"job", label_}, {"path", line.substr(std::strlen("exported "))}});
@@ -259,12 +271,73 @@ class TrainingJob {
       Log(LogLevel::kInfo, "training", message,
           {{"job", label_}, {"step", step}, {"total_steps", total}});
     } else {
-      // Rank 0's other lines (the job's shape, epoch summaries without a
-      // test set, "done: ..."), mpirun's own: logged, not progress. The
-      // rules of mpirun's message blocks are left out.
+      // Rank 0's other lines (the job's shape, "done: ..."), mpirun's
+      // own: logged, not progress. The rules of mpirun's message blocks
+      // are left out.
       if (line.find_first_not_of("- \t") != std::string::npos) {
         Log(LogLevel::kInfo, "training", message, {{"job", label_}});
       }
+      return;
+    }
+    progress_.set_line(line);
+    ++version_;
+  }
+
+  // The "progress" field of a progress report's record (component
+  // "training"), else null.
+  static const base::LogField* ProgressField(const base::LogRecord& record) {
+    if (record.component != "training") return nullptr;
+    for (const base::LogField& f : record.fields) {
+      if (f.key() == "progress") return &f;
+    }
+    return nullptr;
+  }
+
+  // Rank 0's progress report: LINE (the record's message) as `numaserve
+  // train` prints it in text, and the "progress" field's JSON. A report
+  // that does not read back is left out with a debug record saying why:
+  // the job's output is not trusted to be well formed.
+  void ReadProgress(const std::string& line, const std::string& field_json) {
+    absl::StatusOr<training::ProgressReport> report = ReadProgressReport(field_json);
+    if (!report.ok()) {
+      Log(LogLevel::kDebug, "training",
+          absl::StrCat("training job ", label_,
+                       ": progress record ignored: ", report.status().message()),
+          {{"job", label_}});
+      return;
+    }
+    const std::string message = absl::StrCat("training job ", label_, ": ", line);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (report->kind() == training::ProgressReport::INTERVAL) {
+      progress_.set_epoch(report->epoch());
+      progress_.set_step(report->step());
+      progress_.set_total_steps(report->total_steps());
+      progress_.set_loss(report->loss());
+      progress_.set_accuracy(report->accuracy());
+      progress_.set_images_per_second(report->images_per_second());
+      eta_seconds_ = report->eta_seconds();
+      ExportFigures();
+      Log(LogLevel::kDebug, "training", message,
+          {{"job", label_},
+           {"epoch", report->epoch()},
+           {"epochs", report->epochs()},
+           {"step", report->step()},
+           {"total_steps", report->total_steps()},
+           {"loss", report->loss()},
+           {"accuracy", report->accuracy()},
+           {"learning_rate", report->learning_rate()},
+           {"images_per_second", report->images_per_second()},
+           {"eta_seconds", eta_seconds_}});
+    } else if (report->test_accuracy() >= 0) {
+      progress_.set_test_accuracy(report->test_accuracy());
+      ExportFigures();
+      Log(LogLevel::kInfo, "training", message,
+          {{"job", label_},
+           {"epoch", report->epoch()},
+           {"test_accuracy", report->test_accuracy()}});
+    } else {
+      // An epoch's summary without a test set: logged, not progress.
+      Log(LogLevel::kInfo, "training", message, {{"job", label_}});
       return;
     }
     progress_.set_line(line);
@@ -287,18 +360,29 @@ class TrainingJob {
     ++version_;
   }
 
+  // One line of the job's output without its newline, at most
+  // kMaxOutputLine bytes of it: the rest of a longer line is dropped, so a
+  // job cannot make the server hold a line of any length. False at the end
+  // of the output.
+  static bool ReadBoundedLine(FILE* in, std::string* line) {
+    line->clear();
+    bool any = false;
+    for (int c = getc(in); c != EOF; c = getc(in)) {
+      any = true;
+      if (c == '\n') return true;
+      if (line->size() < kMaxOutputLine) line->push_back(static_cast<char>(c));
+    }
+    return any;
+  }
+
   void ReadOutput(int fd) {
     FILE* in = fdopen(fd, "r");
-    char* buffer = nullptr;
-    size_t size = 0;
-    ssize_t n;
-    while ((n = getline(&buffer, &size, in)) > 0) {
-      std::string line(buffer, n);
-      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    std::string line;
+    while (ReadBoundedLine(in, &line)) {
+      while (!line.empty() && line.back() == '\r') line.pop_back();
       ParseLine(line);
       Notify();
     }
-    free(buffer);
     fclose(in);
     int status = 0;
     while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
@@ -478,26 +562,15 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const std::string& root,
   return resolved;
 }
 
-// Starts `args` (args[0] the binary) in its own process group, its stdout
-// and stderr into a pipe whose reading end goes to *output_fd.
+// Starts `args` (args[0] the binary, the job's log options among them: see
+// StartTraining) in its own process group with the server's environment,
+// its stdout and stderr into a pipe whose reading end goes to *output_fd.
 absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // The server's environment (the log level among it: its ranks log what
-  // the server does), with the job's log format JSON whatever the server's:
-  // ParseLine reads the ranks' records back whole (level, fields) and logs
-  // them in the server's own format.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!absl::StartsWith(*e, "NUMASERVE_LOG_FORMAT=")) env_strings.emplace_back(*e);
-  }
-  env_strings.push_back("NUMASERVE_LOG_FORMAT=json");
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
     close(pipe_fds[0]);
@@ -516,7 +589,7 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
     signal(SIGPIPE, SIG_DFL);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
-    execve(argv[0], argv.data(), envp.data());
+    execve(argv[0], argv.data(), environ);
     _exit(127);
   }
   setpgid(pid, pid);
@@ -694,8 +767,15 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   absl::StatusOr<std::unique_ptr<PrivateDir>> files =
       PrivateDir::Create(options_.work_dir, config->text);
   if (!files.ok()) return Done(context, files.status());
-  std::vector<std::string> args = {options_.binary,         "train",   "--config",
-                                   (*files)->config_path(), "--ranks", absl::StrCat(*ranks)};
+  // The job logs at the server's level, in JSON whatever the server's
+  // format: ParseLine reads the records of `train` and its ranks back whole
+  // (level, fields) and logs them in the server's own format.
+  std::vector<std::string> args = {
+      options_.binary, "train",
+      "--config",      (*files)->config_path(),
+      "--ranks",       absl::StrCat(*ranks),
+      "--log-format",  base::LogFormatName(base::LogFormat::kJson),
+      "--log-level",   base::LogLevelName(base::CurrentLogOptions().level)};
   if (request->resume()) args.push_back("--resume");
   int output_fd = -1;
   absl::StatusOr<pid_t> pid = SpawnJob(std::move(args), &output_fd);

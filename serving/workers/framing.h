@@ -1,5 +1,12 @@
-// Length-prefixed protobuf messages over a stream socket (the worker control
-// channel): 4 bytes little-endian length, then the serialized message.
+// Protobuf messages over a stream socket (the worker control channel), in
+// protobuf's own delimited format: the message's length as a varint, then the
+// serialized message (what google/protobuf/util/delimited_message_util.h
+// writes and parses). A frame is at most 64 MiB.
+//
+// Reads are unbuffered on purpose: protobuf's input streams read ahead, so a
+// stream made for one message would swallow the start of the next. Each read
+// takes the varint byte by byte (at most 5 bytes) and then exactly the
+// message, so callers need no state per descriptor.
 #pragma once
 
 #include "absl/status/status.h"

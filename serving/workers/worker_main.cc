@@ -519,7 +519,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
 
-  std::string cpus_text;
+  std::string cpus_text, log_format = "text", log_level = "info";
   int64_t index = 0, node = -1, arena_bytes = 0, test_batch_compute_us = 0;
   base::ArgParser parser("worker", "Internal: one worker process, started by `numaserve serve`.");
   parser.AddInt("index", &index, "worker index");
@@ -528,7 +528,16 @@ int WorkerCommand(const std::vector<std::string>& args) {
   parser.AddInt("arena-bytes", &arena_bytes, "size of the shared arena at fd 4");
   parser.AddInt("test-batch-compute-us", &test_batch_compute_us,
                 "for scheduler tests: every batch takes at least this long (sleeping)");
-  if (absl::Status s = parser.Parse(args); !s.ok()) {
+  parser.AddString("log-format", &log_format,
+                   "text | json, as `serve --log-format` (serve passes its own)");
+  parser.AddString("log-level", &log_level,
+                   "least level logged: debug | info | warning | error (serve passes its own)");
+  const absl::Status parsed = parser.Parse(args);
+  // The log is configured before anything is logged, a parse error included
+  // (in the format asked for, if it was read).
+  absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
+  if (log_options.ok()) base::ConfigureLog(*log_options);
+  if (absl::Status s = log_options.ok() ? parsed : log_options.status(); !s.ok()) {
     Log(LogLevel::kError, "worker", absl::StrCat("worker: ", s.message()));
     return 2;
   }

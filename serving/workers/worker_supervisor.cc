@@ -42,9 +42,9 @@ std::string DescribeExit(int status) {
   return "stopped";
 }
 
-// The parent's environment with the plan's OpenMP settings on top, and the
-// worker's index, as "KEY=VALUE" strings for execve.
-std::vector<std::string> WorkerEnvironment(int index, const affinity::WorkerPlacement& p) {
+// The parent's environment with the plan's OpenMP settings on top, as
+// "KEY=VALUE" strings for execve.
+std::vector<std::string> WorkerEnvironment(const affinity::WorkerPlacement& p) {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv(*e);
@@ -52,7 +52,6 @@ std::vector<std::string> WorkerEnvironment(int index, const affinity::WorkerPlac
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : p.env) env[k] = v;
-  env["NUMASERVE_WORKER_INDEX"] = absl::StrCat(index);
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
   return env_strings;
@@ -138,11 +137,15 @@ WorkerSupervisor::~WorkerSupervisor() { Stop(); }
 
 std::vector<std::string> WorkerSupervisor::WorkerArgs(const Slot& slot) const {
   const auto& p = slot.placement;
+  // The server's log settings, so the worker logs as the server does.
+  const base::LogOptions log = base::CurrentLogOptions();
   std::vector<std::string> args = {"numaserve-worker", "worker",
                                    "--index",          absl::StrCat(slot.index),
                                    "--cpus",           affinity::FormatCpuList(p.cpus),
                                    "--numa-node",      absl::StrCat(p.numa_node),
-                                   "--arena-bytes",    absl::StrCat(slot.arena->size())};
+                                   "--arena-bytes",    absl::StrCat(slot.arena->size()),
+                                   "--log-format",     base::LogFormatName(log.format),
+                                   "--log-level",      base::LogLevelName(log.level)};
   if (options_.test_batch_compute_us > 0) {
     args.push_back("--test-batch-compute-us");
     args.push_back(absl::StrCat(options_.test_batch_compute_us));
@@ -157,7 +160,7 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
   }
   const auto& p = slot->placement;
   std::vector<std::string> args = WorkerArgs(*slot);
-  std::vector<std::string> env_strings = WorkerEnvironment(slot->index, p);
+  std::vector<std::string> env_strings = WorkerEnvironment(p);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

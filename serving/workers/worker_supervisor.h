@@ -189,8 +189,8 @@ class WorkerSupervisor {
   // Reaps the exited worker `pid`, answers the commands it held (Lose) and
   // tells Start() and the router.
   void ReapWorker(Slot* slot, pid_t pid);
-  // The worker's command line: its index, cpus, NUMA node and arena size
-  // (and --test-batch-compute-us when set).
+  // The worker's command line: its index, cpus, NUMA node, arena size and
+  // the server's log settings (and --test-batch-compute-us when set).
   std::vector<std::string> WorkerArgs(const Slot& slot) const;
   absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
   bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn);

@@ -37,6 +37,17 @@ TEST(LogTest, ParsesLevelsAndFormats) {
   EXPECT_FALSE(ParseLogFormat("xml").ok());
 }
 
+TEST(LogTest, OptionsFromFlagsNameTheBadOption) {
+  absl::StatusOr<LogOptions> options = LogOptionsFromFlags("JSON", "warn");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->format, LogFormat::kJson);
+  EXPECT_EQ(options->level, LogLevel::kWarning);
+  EXPECT_EQ(LogOptionsFromFlags("xml", "info").status().message(),
+            "--log-format: unknown log format 'xml' (text | json)");
+  EXPECT_EQ(LogOptionsFromFlags("text", "loud").status().message(),
+            "--log-level: unknown log level 'loud' (debug | info | warning | error)");
+}
+
 TEST(LogTest, TextKeepsTheUsualLook) {
   EXPECT_EQ(FormatLogLine(LogFormat::kText, kTime, LogLevel::kWarning, "serve",
                           "model m version 1: /r/m/1/model.onnx", {{"model", "m"}}),
@@ -104,10 +115,17 @@ TEST_F(LogSinkTest, LevelFiltersRecords) {
   EXPECT_EQ(lines_, (std::vector<std::string>{"numaserve: w\n", "numaserve: e\n"}));
 }
 
-TEST_F(LogSinkTest, ConfigureExportsToChildren) {
+TEST_F(LogSinkTest, ConfigureSetsThisProcessOnly) {
+  // Child processes get the settings as options on their command lines
+  // (CurrentLogOptions), not through the environment.
+  unsetenv("NUMASERVE_LOG_FORMAT");
+  unsetenv("NUMASERVE_LOG_LEVEL");
   ConfigureLog({.format = LogFormat::kJson, .level = LogLevel::kDebug});
-  EXPECT_STREQ(getenv("NUMASERVE_LOG_FORMAT"), "json");
-  EXPECT_STREQ(getenv("NUMASERVE_LOG_LEVEL"), "debug");
+  EXPECT_EQ(getenv("NUMASERVE_LOG_FORMAT"), nullptr);
+  EXPECT_EQ(getenv("NUMASERVE_LOG_LEVEL"), nullptr);
+  const LogOptions current = CurrentLogOptions();
+  EXPECT_EQ(current.format, LogFormat::kJson);
+  EXPECT_EQ(current.level, LogLevel::kDebug);
   Log(LogLevel::kDebug, "worker", "hello", {{"worker", 2}});
   ASSERT_EQ(lines_.size(), 1u);
   EXPECT_EQ(lines_[0],

@@ -165,7 +165,8 @@ class LogTest(unittest.TestCase):
         SIGKILL (the supervisor restarts it), a bad request: every line the
         process tree wrote is a record, the workers' and the supervisor's
         among them, each worker's (its kernels' too) naming its index and
-        pid; debug records reach the workers through the environment."""
+        pid; the workers log at debug too (the server passes its log options
+        on their command lines)."""
         server = nc.ServerProcess(REPO, ["--log-format", "json", "--log-level", "debug",
                                          "--domain", "core", "--max-workers", "2"])
         workers = min(2, usable_cpus())
@@ -224,7 +225,7 @@ class LogTest(unittest.TestCase):
         self.assertIn("signal 9", restarts[0]["exit"], restarts[0])
 
         # The workers, in their own processes: each names itself, at every
-        # level it logs (debug: the level came through the environment),
+        # level it logs (debug: the level came on its command line),
         # and so do the kernels it runs.
         for pid in first | now:
             own = [r for r in records if r.get("pid") == pid and r["component"] != "supervisor"]

@@ -209,7 +209,15 @@ class TrainingTest(unittest.TestCase):
                               "--dry-run", "--resume"], capture_output=True, text=True,
                              timeout=60).stdout
         self.assertRegex(out, r"^mpirun --hostfile hosts --map-by ppr:1:numa .*--bind-to none "
-                              r"\S+ train --config \S+ --resume$")
+                              r"\S+ train --config \S+ --resume "
+                              r"--log-format text --log-level info$")
+        # The ranks log as train does: its options on their command line.
+        out = subprocess.run([self.binary, "train", "--config", config, "--ranks", "2",
+                              "--log-format", "json", "--log-level", "debug", "--dry-run"],
+                             capture_output=True, text=True, timeout=60).stdout
+        self.assertRegex(out, r"^mpirun -np 2 .*--bind-to none \S+ train --config \S+ "
+                              r"--log-format json --log-level debug$")
+        self.assertNotIn(" -x ", out)
 
     def test_outputs_are_not_written_through_planted_links(self):
         work = tempfile.mkdtemp(prefix="links_", dir=self.dir)

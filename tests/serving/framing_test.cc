@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "google/protobuf/util/delimited_message_util.h"
 #include "worker.pb.h"
 
 namespace numaserve::server {
@@ -35,10 +37,78 @@ TEST(FramingTest, RoundTripsMessagesInOrder) {
 TEST(FramingTest, RejectsGarbageWithoutCrashing) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-  const unsigned char huge[4] = {0xff, 0xff, 0xff, 0x7f};  // a 2 GiB frame
-  ASSERT_EQ(write(fds[0], huge, 4), 4);
+  const unsigned char huge[5] = {0xff, 0xff, 0xff, 0xff, 0x07};  // a 2 GiB frame
+  ASSERT_EQ(write(fds[0], huge, sizeof(huge)), static_cast<ssize_t>(sizeof(huge)));
   worker::Command c;
-  EXPECT_EQ(ReadFramed(fds[1], &c).code(), absl::StatusCode::kDataLoss);
+  absl::Status s = ReadFramed(fds[1], &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("control frame of"), absl::string_view::npos) << s;
+  close(fds[0]);
+  close(fds[1]);
+}
+
+TEST(FramingTest, RejectsOverlongLengthVarint) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  // Six bytes that all say "more follows": no 32-bit length is that long.
+  const unsigned char overlong[6] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+  ASSERT_EQ(write(fds[0], overlong, sizeof(overlong)), static_cast<ssize_t>(sizeof(overlong)));
+  worker::Command c;
+  absl::Status s = ReadFramed(fds[1], &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  close(fds[0]);
+  close(fds[1]);
+}
+
+TEST(FramingTest, RejectsLengthVarintOver32Bits) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  const unsigned char wide[5] = {0x80, 0x80, 0x80, 0x80, 0x10};  // 2^32
+  ASSERT_EQ(write(fds[0], wide, sizeof(wide)), static_cast<ssize_t>(sizeof(wide)));
+  worker::Command c;
+  absl::Status s = ReadFramed(fds[1], &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// The frames are protobuf's delimited format, so protobuf's own utilities
+// read what WriteFramed writes and write what ReadFramed reads.
+TEST(FramingTest, InteroperatesWithProtobufDelimitedUtilities) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  for (uint64_t id = 1; id <= 2; ++id) {
+    worker::Command c;
+    c.set_id(id);
+    c.mutable_run()->set_key("m:1");
+    c.mutable_run()->set_batch(static_cast<int64_t>(id * 10));
+    ASSERT_TRUE(WriteFramed(fds[0], c).ok());
+  }
+  {
+    // One buffered stream for both messages: it may read past the first.
+    google::protobuf::io::FileInputStream input(fds[1]);
+    for (uint64_t id = 1; id <= 2; ++id) {
+      worker::Command c;
+      bool clean_eof = false;
+      ASSERT_TRUE(google::protobuf::util::ParseDelimitedFromZeroCopyStream(&c, &input, &clean_eof));
+      EXPECT_EQ(c.id(), id);
+      EXPECT_EQ(c.run().key(), "m:1");
+      EXPECT_EQ(c.run().batch(), static_cast<int64_t>(id * 10));
+    }
+  }
+
+  for (uint64_t id = 3; id <= 4; ++id) {
+    worker::Command c;
+    c.set_id(id);
+    c.mutable_run()->set_key("m:2");
+    ASSERT_TRUE(google::protobuf::util::SerializeDelimitedToFileDescriptor(c, fds[1]));
+  }
+  for (uint64_t id = 3; id <= 4; ++id) {
+    worker::Command c;
+    ASSERT_TRUE(ReadFramed(fds[0], &c).ok());
+    EXPECT_EQ(c.id(), id);
+    EXPECT_EQ(c.run().key(), "m:2");
+  }
   close(fds[0]);
   close(fds[1]);
 }

@@ -12,29 +12,34 @@ namespace {
 
 using ::testing::ElementsAre;
 
-TEST(MpirunCommandTest, ForwardsTheNamedVariablesToEveryRank) {
+// The rank's command line: from the program on.
+std::vector<std::string> RankCommand(const std::vector<std::string>& argv) {
+  const auto program = std::find(argv.begin(), argv.end(), "/bin/numaserve");
+  EXPECT_NE(program, argv.end());
+  return std::vector<std::string>(program, argv.end());
+}
+
+TEST(MpirunCommandTest, EveryRankGetsTheLogOptionsOnItsCommandLine) {
   MpirunOptions options;
   options.self = "/bin/numaserve";
   options.ranks = 2;
-  options.forwarded_env = {"NUMASERVE_LOG_FORMAT", "NUMASERVE_LOG_LEVEL"};
+  options.log = {.format = base::LogFormat::kJson, .level = base::LogLevel::kDebug};
   const std::vector<std::string> argv = MpirunCommand(options, {"--config", "job.cfg"});
-  // -x NAME before the program, each once.
-  const auto program = std::find(argv.begin(), argv.end(), "/bin/numaserve");
-  ASSERT_NE(program, argv.end());
-  std::vector<std::string> forwarded;
-  for (auto it = argv.begin(); it != program; ++it) {
-    if (*it == "-x" && it + 1 != program) forwarded.push_back(*(it + 1));
-  }
-  EXPECT_THAT(forwarded, ElementsAre("NUMASERVE_LOG_FORMAT", "NUMASERVE_LOG_LEVEL"));
-  EXPECT_THAT(std::vector<std::string>(program, argv.end()),
-              ElementsAre("/bin/numaserve", "train", "--config", "job.cfg"));
+  EXPECT_THAT(RankCommand(argv), ElementsAre("/bin/numaserve", "train", "--config", "job.cfg",
+                                             "--log-format", "json", "--log-level", "debug"));
+  // Through the command line, not the environment: no variable is forwarded.
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), "-x"), 0);
 }
 
-TEST(MpirunCommandTest, NamesNoVariableWhenNoneIsSet) {
+TEST(MpirunCommandTest, DefaultLogOptionsArePassedToo) {
   MpirunOptions options;
   options.self = "/bin/numaserve";
-  const std::vector<std::string> argv = MpirunCommand(options, {});
-  EXPECT_EQ(std::count(argv.begin(), argv.end(), "-x"), 0);
+  options.hostfile = "hosts";
+  options.ranks = 0;
+  const std::vector<std::string> argv = MpirunCommand(options, {"--config", "job.cfg", "--resume"});
+  EXPECT_THAT(RankCommand(argv),
+              ElementsAre("/bin/numaserve", "train", "--config", "job.cfg", "--resume",
+                          "--log-format", "text", "--log-level", "info"));
 }
 
 }  // namespace

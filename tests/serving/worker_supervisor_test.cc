@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "serving/repository/model_config.h"
 
 namespace numaserve::server {
@@ -231,6 +232,20 @@ TEST_F(SupervisorTest, NoTestBatchComputeTimeByDefault) {
   ASSERT_TRUE(WaitReady());
   EXPECT_THAT(Args(), HasSubstr("worker --index 0"));
   EXPECT_THAT(Args(), Not(HasSubstr("--test-batch-compute-us")));
+}
+
+// The log settings reach workers on their command line, not through the
+// environment: the server's current ones, restarts included.
+TEST_F(SupervisorTest, WorkersGetTheServersLogSettings) {
+  const base::LogOptions before = base::CurrentLogOptions();
+  base::ConfigureLog({.format = base::LogFormat::kJson, .level = base::LogLevel::kWarning});
+  Create({Model("good:1")});
+  supervisor_->Start(30s);
+  const bool ready = WaitReady();
+  base::ConfigureLog(before);
+  ASSERT_TRUE(ready);
+  EXPECT_THAT(Args(), HasSubstr(" --log-format json --log-level warning"));
+  EXPECT_EQ(getenv("NUMASERVE_LOG_FORMAT"), nullptr);
 }
 
 TEST_F(SupervisorTest, InstancesAreWhatTheWorkerSaysItRuns) {

@@ -154,15 +154,9 @@ int Fail(const absl::Status& status) {
 
 // Sets the log format and level from the flags.
 absl::Status ConfigureLogFromFlags(const std::string& format_name, const std::string& level_name) {
-  auto format = base::ParseLogFormat(format_name);
-  if (!format.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--log-format: ", format.status().message()));
-  }
-  auto level = base::ParseLogLevel(level_name);
-  if (!level.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--log-level: ", level.status().message()));
-  }
-  base::ConfigureLog({.format = *format, .level = *level});
+  auto options = base::LogOptionsFromFlags(format_name, level_name);
+  if (!options.ok()) return options.status();
+  base::ConfigureLog(*options);
   return absl::OkStatus();
 }
 

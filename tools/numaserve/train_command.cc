@@ -26,11 +26,6 @@ using base::LogLevel;
 
 namespace {
 
-// The variables mpirun passes on to ranks on other hosts (-x; ranks on this
-// host inherit the whole environment): the log settings, so every rank logs
-// as the process that launched it (`serve` exports them, base/log.h).
-constexpr const char* kForwardedVariables[] = {"NUMASERVE_LOG_FORMAT", "NUMASERVE_LOG_LEVEL"};
-
 // The command failed: its reason as a usage error in text (what a user at
 // a terminal reads), else an error record, then exit code 1.
 int Fail(const std::string& message) {
@@ -119,18 +114,20 @@ std::vector<std::string> MpirunCommand(const MpirunOptions& o,
   }
   // Open MPI refuses root unless told; CI and containers run as root.
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
-  for (const std::string& name : o.forwarded_env) argv.insert(argv.end(), {"-x", name});
   // Each rank binds itself to its domain's share of the plan
   // (rank_binding.h), so mpirun must not bind.
   argv.insert(argv.end(), {"--bind-to", "none"});
   argv.push_back(o.self);
   argv.push_back("train");
   argv.insert(argv.end(), train_args.begin(), train_args.end());
+  argv.insert(argv.end(), {"--log-format", base::LogFormatName(o.log.format), "--log-level",
+                           base::LogLevelName(o.log.level)});
   return argv;
 }
 
 int TrainCommand(const std::vector<std::string>& args) {
   std::string config_path, ranks_text = "auto", mpirun = "mpirun", hostfile;
+  std::string log_format = "text", log_level = "info";
   bool resume = false, dry_run = false;
   base::ArgParser parser(
       "train",
@@ -147,7 +144,17 @@ int TrainCommand(const std::vector<std::string>& args) {
                    "an Open MPI hostfile: run on those hosts (with --ranks auto, one rank per "
                    "NUMA domain of each)");
   parser.AddBool("dry-run", &dry_run, "print the mpirun command instead of running it");
-  if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
+  parser.AddString("log-format", &log_format,
+                   "text (\"numaserve: ...\" lines) | json (one object a line: ts, level, "
+                   "component, msg and fields); the ranks get the same");
+  parser.AddString("log-level", &log_level,
+                   "least level logged: debug | info | warning | error; the ranks get the same");
+  const absl::Status parsed = parser.Parse(args);
+  // Even a parse error is reported in the format asked for, if it was read.
+  absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
+  if (!log_options.ok()) return Fail(std::string(log_options.status().message()));
+  base::ConfigureLog(*log_options);
+  if (!parsed.ok()) return Fail(std::string(parsed.message()));
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
     return 0;
@@ -178,17 +185,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", base::ErrnoText(errno)));
   self[len] = '\0';
-  std::vector<std::string> forwarded_env;
-  for (const char* name : kForwardedVariables) {
-    if (getenv(name) != nullptr) forwarded_env.push_back(name);
-  }
-  const std::vector<std::string> command =
-      MpirunCommand({.mpirun = mpirun,
-                     .self = self,
-                     .ranks = ranks,
-                     .hostfile = hostfile,
-                     .forwarded_env = std::move(forwarded_env)},
-                    train_args);
+  const std::vector<std::string> command = MpirunCommand(
+      {.mpirun = mpirun, .self = self, .ranks = ranks, .hostfile = hostfile, .log = *log_options},
+      train_args);
   if (dry_run) {
     printf("%s\n", absl::StrJoin(command, " ").c_str());
     return 0;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+
 namespace numaserve::server {
 
 int TrainCommand(const std::vector<std::string>& args);
@@ -18,14 +20,15 @@ struct MpirunOptions {
   int ranks = 1;
   // Open MPI hostfile for multi-node jobs; empty = this machine.
   std::string hostfile;
-  // Environment variables passed on to every rank (mpirun -x NAME): ranks
-  // on other hosts get only these (and Open MPI's own). Name only variables
-  // that are set: mpirun warns about the others.
-  std::vector<std::string> forwarded_env;
+  // The log settings every rank gets on its command line (--log-format,
+  // --log-level): the launcher's, so every rank, on this host or another,
+  // logs as the process that launched it.
+  base::LogOptions log;
 };
 
-// The mpirun command line that runs `numaserve train` ranks (exposed for
-// --dry-run and its tests).
+// The mpirun command line that runs `numaserve train` ranks: each rank's
+// arguments are `train_args` then the log options (exposed for --dry-run
+// and its tests).
 std::vector<std::string> MpirunCommand(const MpirunOptions& options,
                                        const std::vector<std::string>& train_args);
 
