@@ -21,7 +21,6 @@
 #include <functional>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,8 +30,6 @@
 #include "serving/observability/metrics.h"
 #include "training/rank_binding.h"
 #include "training/trainer.h"
-
-extern char** environ;
 
 namespace numaserve::server {
 
@@ -589,7 +586,7 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
     signal(SIGPIPE, SIG_DFL);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
-    execve(argv[0], argv.data(), environ);
+    execv(argv[0], argv.data());  // the server's environment
     _exit(127);
   }
   setpgid(pid, pid);
