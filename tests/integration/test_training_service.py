@@ -288,6 +288,8 @@ class ServerShutdownTest(unittest.TestCase):
             stderr = server.stderr_text()
             self.assertEqual(code, 0, stderr)
             self.assertIn("stopping training job %s " % label_of(job), stderr)
+            self.assertTrue(os.path.exists(checkpoint),
+                            "no checkpoint at %s; the server said:\n%s" % (checkpoint, stderr))
             step, _ = read_weights(checkpoint)
             self.assertGreaterEqual(step, update.step)
             self.assertIn("training job %s cancelled at step %d: cancelled: stopped at step %d"
