@@ -10,68 +10,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/import/model_info.h"
+#include "engine/ir/types.h"
+#include "engine/profile/step_profile.h"
 
 namespace numaserve::engine {
-
-enum class DataType {
-  kUnknown,
-  kBool,
-  kUint8,
-  kInt8,
-  kInt16,
-  kUint16,
-  kInt32,
-  kUint32,
-  kInt64,
-  kUint64,
-  kFloat16,
-  kBFloat16,
-  kFloat32,
-  kFloat64,
-};
-// KServe v2 names: "FP32", "INT64", "BOOL", ...; "UNKNOWN" otherwise.
-const char* DataTypeName(DataType type);
-DataType DataTypeFromName(const std::string& name);  // kUnknown if not a v2 name
-size_t DataTypeSize(DataType type);                  // bytes per element, 0 if unknown
-
-struct TensorInfo {
-  std::string name;
-  DataType type = DataType::kUnknown;
-  // -1 where the dimension is dynamic: dim 0 of an input (its rows), any dim
-  // of an output whose size follows the rows.
-  std::vector<int64_t> shape;
-};
-
-struct ModelInfo {
-  std::string path;
-  std::vector<TensorInfo> inputs;
-  std::vector<TensorInfo> outputs;
-  // True when requests may be batched together: dim 0 of every input is
-  // dynamic (the rows), and every output is [rows, static...] with row i
-  // computed from row i of the inputs alone (CheckRowIndependence), so rows
-  // of several requests can be concatenated into one run and the output rows
-  // scattered back. A model with a dynamic dim 0 that is not batched still
-  // takes any number of rows, one request per run (max_batch_size 0).
-  bool batched = false;
-  // Why a model with a dynamic dim 0 is not batched ("output 'y' is [3,3]
-  // at 3 rows: node 'mm' (op MatMul) pairs rows with rows"); empty otherwise.
-  std::string unbatched_reason;
-  // The output shapes of a run at `rows` (the inputs' dynamic dim 0), from
-  // the graph's own shape functions, for a model that is not batched but has
-  // outputs whose shape follows the rows (a Reshape of [n,64] to [1,-1] is
-  // [1,64n]; x times its transpose is [n,n]); an error when the model cannot
-  // run at that many rows. Null otherwise: an output is then `outputs` with
-  // dim 0 = rows where it is -1.
-  std::function<absl::StatusOr<std::vector<std::vector<int64_t>>>(int64_t rows)> output_shapes_at;
-  int64_t opset = 0;            // default-domain opset the model imports
-  int64_t parameter_bytes = 0;  // bytes of initializers (weights)
-  double flops_per_row = 0;     // multiply-adds x2 per batch row (Gemm/MatMul/Conv)
-};
-
-// Parses, checks (onnx::checker) and shape-infers the file; reads metadata.
-// Errors name the file and the problem, including unsupported operators
-// ("model.onnx: node 'conv1' uses unsupported op Conv").
-absl::StatusOr<ModelInfo> InspectModel(const std::string& path);
 
 // The arithmetic a compiled model's convs and matmuls run in (a model's
 // `precision` in config.pbtxt, `numaserve bench --precision`).
@@ -195,7 +138,7 @@ struct CompileOptions {
   // kernels are fastest.
   enum class ActivationLayout { kAuto, kChannelBlocked, kChannelsLast };
   ActivationLayout activation_layout = ActivationLayout::kAuto;
-  // Batch groups (engine/batch_groups.h): a batch of enough rows runs as
+  // Batch groups (engine/compiler/batch_groups.h): a batch of enough rows runs as
   // this many row ranges at once, each on its own copy of the model with
   // its share of num_threads (pinned to its share of the calling thread's
   // cpus). 1: off, one team for every batch (the default: no reliable gain
@@ -250,54 +193,6 @@ absl::Status CheckGemmBackendChoice(const std::string& name);
 // is set (empty: none), else $XDG_CACHE_HOME/numaserve/gemm_choices.tsv,
 // else ~/.cache/numaserve/gemm_choices.tsv ("" without a home).
 std::string DefaultGemmCacheFile();
-
-// One row of a CompiledModel's step profile: a compiled step, or the
-// residual a conv step copies/reorders into its output before it runs
-// (kind "reorder", same index as its step).
-struct StepProfile {
-  int index = 0;               // the step's position in the plan
-  std::string kind;            // "conv", "matmul", "pool", ..., "reorder"
-  std::string description;     // the plan line ("conv: conv1+bn1+relu1")
-  std::string layouts;         // "nChw16c->plain" where the step has a layout choice
-  std::string implementation;  // oneDNN's implementation name where known
-  int threads = 0;             // threads the step ran on (at the last batch profiled)
-  int64_t calls = 0;
-  double seconds = 0;  // wall time summed over calls
-  double flops = 0;    // multiply-adds x2 summed over calls; 0 if not counted
-  // Compulsory bytes moved, summed over calls: every tensor the step reads
-  // (activations, constants, and the weights and bias it holds, once per
-  // call at their logical size) plus what it writes, at the batch it ran.
-  // A reorder row: the residual read plus the copy written. 0 where unknown.
-  double bytes = 0;
-  // The arithmetic its FLOPs ran in, for the peak they are held against:
-  // "fp32", "bf16" (a conv or matmul under Precision::kBf16) or "int8" (a
-  // QDQ conv or matmul on an INT8 kernel).
-  std::string precision = "fp32";
-  // Rows per slice when the step ran the batch in slices
-  // (CompileOptions::batch_split_cache_bytes); 0: the whole batch at once.
-  int64_t slice_rows = 0;
-};
-
-// One timed call of a compiled step while profiling, for a timeline
-// (`numaserve profile --trace`). A step of a split batch has one event per
-// slice.
-struct StepEvent {
-  int index = 0;             // the step's position in the plan (StepProfile::index)
-  int64_t run = 0;           // the profiled Run it belongs to, from 0
-  double start_seconds = 0;  // since profiling started
-  double seconds = 0;        // its duration, a residual reorder included
-};
-
-// The profile as text: the time per run by step kind, the `top` costliest
-// rows (0: all) with their share of the time in steps and their GFLOP/s,
-// then every layout boundary (a step reading one layout and writing
-// another) and residual reorder/copy. `runs` divides the sums; `wall_seconds`
-// (the runs' total wall time, 0 if unknown) adds the time outside steps.
-std::string FormatStepProfile(const std::vector<StepProfile>& profile, int64_t runs, int top,
-                              double wall_seconds = 0);
-// The same as one JSON object (every row, no trailing newline).
-std::string StepProfileJson(const std::vector<StepProfile>& profile, int64_t runs,
-                            double wall_seconds = 0);
 
 // One compiled step as it ran at a batch size: what it stands for, its
 // layouts and the implementation that ran it.

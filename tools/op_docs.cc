@@ -1,5 +1,5 @@
 // numaserve_op_docs: writes the list of supported ONNX operators, from the
-// op registry (engine/op_registry.cc), into the generated block of a
+// op registry (engine/ops/op_registry.cc), into the generated block of a
 // Markdown file, so the documentation cannot drift from the code:
 //
 //   numaserve_op_docs --print                 the block on stdout
@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "engine/op_registry.h"
+#include "engine/ops/op_registry.h"
 
 namespace numaserve {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/graph.h"
+#include "engine/ir/graph.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::training::layer_norm {

@@ -18,7 +18,7 @@
 #include "absl/time/clock.h"
 #include "affinity/cpu_features.h"
 #include "base/log.h"
-#include "engine/onnx_import.h"
+#include "engine/import/onnx_import.h"
 #include "kernels/dispatch.h"
 #include "training/batch_prefetcher.h"
 #include "training/checkpoint.h"

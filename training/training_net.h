@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/graph.h"
+#include "engine/ir/graph.h"
 #include "training/training_ops.h"
 
 namespace numaserve::training {

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/op_registry.h"
+#include "engine/ops/op_registry.h"
 #include "kernels/shape_ops.h"
 #include "training/batch_norm_op.h"
 #include "training/conv_pool_ops.h"

@@ -1,5 +1,5 @@
 // Forward (training mode) and backward of the ONNX ops numaserve trains, in
-// one table like engine/op_registry.h. Forward writes the node's outputs;
+// one table like engine/ops/op_registry.h. Forward writes the node's outputs;
 // backward ADDS each input's gradient into `input_grads` (a value may feed
 // several nodes), skipping null entries (inputs that need no gradient).
 // Matrix products run on oneDNN's sgemm; the rest are plain OpenMP loops.
@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "engine/graph.h"
+#include "engine/ir/graph.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::training {

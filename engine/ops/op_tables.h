@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/graph.h"
-#include "engine/op_registry.h"
+#include "engine/ir/graph.h"
+#include "engine/ops/op_registry.h"
 #include "kernels/ref/conv_ref.h"
 #include "kernels/ref/elementwise_ref.h"
 

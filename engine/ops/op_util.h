@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/graph.h"
-#include "engine/op_registry.h"
+#include "engine/ir/graph.h"
+#include "engine/ops/op_registry.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::engine::ops {

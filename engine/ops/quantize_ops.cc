@@ -8,10 +8,10 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/ir/typed_tensor.h"
 #include "engine/ops/op_tables.h"
 #include "engine/ops/op_util.h"
 #include "engine/ops/typed_util.h"
-#include "engine/typed_tensor.h"
 #include "kernels/shape_ops.h"
 
 namespace numaserve::engine::ops {

@@ -1,5 +1,5 @@
 // Typed references: the ops that run on values of any supported element
-// type (engine/typed_tensor.h), for nodes that read or write a runtime
+// type (engine/ir/typed_tensor.h), for nodes that read or write a runtime
 // value other than FP32: data movement, Gather, Cast and CastLike, Shape,
 // Size, ConstantOfShape, MaxPool, the reductions; the element-wise ones are
 // in typed_elementwise_ops.cc, QuantizeLinear and DequantizeLinear in
@@ -16,10 +16,10 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/ir/typed_tensor.h"
 #include "engine/ops/op_tables.h"
 #include "engine/ops/op_util.h"
 #include "engine/ops/typed_util.h"
-#include "engine/typed_tensor.h"
 #include "kernels/ref/elementwise_ref.h"
 #include "kernels/shape_ops.h"
 

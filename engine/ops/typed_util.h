@@ -11,9 +11,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "engine/graph.h"
-#include "engine/op_registry.h"
-#include "engine/typed_tensor.h"
+#include "engine/ir/graph.h"
+#include "engine/ir/typed_tensor.h"
+#include "engine/ops/op_registry.h"
 
 namespace numaserve::engine::ops {
 

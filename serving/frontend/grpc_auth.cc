@@ -19,7 +19,7 @@
 #include "absl/strings/strip.h"
 #include "base/log.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 constexpr size_t kMaxFileBytes = size_t{1} << 20;
@@ -283,4 +283,4 @@ std::string GrpcAuth::Describe() const {
   return out;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 struct GrpcAuthOptions {
   // PEM certificate chain and private key of the server; both empty =
@@ -86,4 +86,4 @@ class GrpcAuth {
   std::shared_ptr<TokenProcessor> processor_;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -2,7 +2,9 @@
 // gRPC's callback API, plus Triton's streaming, statistics, config and
 // repository extensions: handlers validate, queue the request on its model
 // version's batcher and return; the reactor is finished from the completion
-// path.
+// path. The calls are implemented in inference_service.cc (health, metadata,
+// statistics, ModelInfer), infer_stream.cc (ModelStreamInfer) and
+// repository_calls.cc (ModelConfig and the repository calls).
 #pragma once
 
 #include <atomic>
@@ -22,7 +24,7 @@
 #include "serving/scheduling/model_manager.h"
 #include "serving/scheduling/model_scheduler.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class Metrics;
 class WorkerSupervisor;
@@ -48,7 +50,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     // tensors would exceed it is refused before anything is allocated.
     size_t max_message_bytes = size_t{64} << 20;
     // Where per-version counters for ModelStatistics go (not owned; may be null).
-    server::ModelStatistics* statistics = nullptr;
+    serving::ModelStatistics* statistics = nullptr;
     // The queue bound of a model whose config sets none (--max-queue-size),
     // reported by ModelConfig.
     size_t default_max_queue_size = 4096;
@@ -156,7 +158,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   WorkerSupervisor* const workers_;
   ModelScheduler* const scheduler_;
   Metrics* const metrics_;
-  server::ModelStatistics* const statistics_;
+  serving::ModelStatistics* const statistics_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> in_flight_{0};      // inferences not yet answered
   std::atomic<size_t> inflight_bytes_{0};  // their inputs and outputs
@@ -180,4 +182,4 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 // One mapping from absl::Status to grpc::Status, used at the edge only.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

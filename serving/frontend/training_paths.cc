@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "base/errno_text.h"
 
-namespace numaserve::server::training_paths {
+namespace numaserve::serving::training_paths {
 namespace {
 
 // `path` is `root` or inside it (both absolute and normalised).
@@ -159,4 +159,4 @@ absl::Status ConfineExport(const std::string& root, training::TrainingConfig* co
   return absl::OkStatus();
 }
 
-}  // namespace numaserve::server::training_paths
+}  // namespace numaserve::serving::training_paths

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "training.pb.h"
 
-namespace numaserve::server::training_paths {
+namespace numaserve::serving::training_paths {
 
 // 2 * bytes random hex digits from the kernel's CSPRNG.
 absl::StatusOr<std::string> RandomHex(size_t bytes);
@@ -50,4 +50,4 @@ absl::Status ConfineOutput(const std::string& root, const std::string& field, st
 // one path component whose directory, when it exists, is a real directory.
 absl::Status ConfineExport(const std::string& root, training::TrainingConfig* config);
 
-}  // namespace numaserve::server::training_paths
+}  // namespace numaserve::serving::training_paths

@@ -31,7 +31,7 @@
 #include "training/rank_binding.h"
 #include "training/trainer.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 using base::Log;
 using base::LogLevel;
@@ -861,4 +861,4 @@ grpc::ServerUnaryReactor* TrainingService::ListTrainings(
   return Done(context, grpc::Status::OK);
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

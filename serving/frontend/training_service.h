@@ -47,7 +47,7 @@
 #include "absl/status/statusor.h"
 #include "training.grpc.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class Metrics;
 
@@ -122,4 +122,4 @@ class TrainingService final : public training::TrainingService::CallbackService 
   int next_id_ = 1;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 // Latency buckets from 50 us to 10 s: small-batch MLPs finish in well under
@@ -419,4 +419,4 @@ void Metrics::SetTrainingState(const std::string& job, const std::string& model,
   if (state != "running") training_eta_->Add({{"job_id", job}, {"model", model}}).Set(0);
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -19,7 +19,7 @@ class Gauge;
 class Histogram;
 }  // namespace prometheus
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class Metrics {
  public:
@@ -169,4 +169,4 @@ class Metrics {
   std::map<std::string, PerModel, std::less<>> per_model_;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

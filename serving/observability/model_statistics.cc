@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 void Put(uint64_t count, uint64_t ns, inference::StatisticDuration* out) {
@@ -89,4 +89,4 @@ void ModelStatistics::Fill(const std::string& model, int64_t version,
   }
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

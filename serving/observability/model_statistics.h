@@ -11,7 +11,7 @@
 
 #include "grpc_service.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class ModelStatistics {
  public:
@@ -51,4 +51,4 @@ class ModelStatistics {
   std::map<std::pair<std::string, int64_t>, Stats> stats_;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -10,7 +10,7 @@
 #define NUMASERVE_GIT_REVISION "unknown"
 #endif
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 const char* BuildVersion() { return NUMASERVE_VERSION; }
 const char* BuildRevision() { return NUMASERVE_GIT_REVISION; }
@@ -20,4 +20,4 @@ std::string VersionText() {
                       kernels::IsaDescription(), ")");
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

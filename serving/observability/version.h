@@ -3,7 +3,7 @@
 
 #include <string>
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 // "numaserve 0.1.0 (git v0.1.0-12-gabcdef0, isa avx512, oneDNN avx512_core)":
 // the version, the git revision the binary was built from ("unknown"
@@ -13,4 +13,4 @@ std::string VersionText();
 const char* BuildVersion();
 const char* BuildRevision();
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -19,7 +19,7 @@
 #include "absl/strings/strip.h"
 #include "triton_config_file.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 // Keeps the first problem TextFormat reports, with its position.
@@ -644,4 +644,4 @@ std::vector<int> PlacementWorkers(const config::ModelConfig& c, int num_workers)
   return std::vector<int>(chosen.begin(), chosen.end());
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -12,7 +12,7 @@
 #include "engine/model.h"
 #include "model_config.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 // The file name inside <repo>/<model>/.
 inline constexpr char kModelConfigFile[] = "config.pbtxt";
@@ -104,4 +104,4 @@ absl::Status CheckInstancesFit(const std::string& model, int instances, int work
 // Matrix-multiply backends the engine is built with ("auto" picks).
 const std::vector<std::string>& KnownGemmBackends();
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

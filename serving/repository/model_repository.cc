@@ -17,7 +17,7 @@
 #include "base/log.h"
 #include "serving/repository/model_config.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 namespace fs = std::filesystem;
 
@@ -248,4 +248,4 @@ const RepositoryModel* ModelRepository::Find(const std::string& name, int64_t ve
   return found;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -14,7 +14,7 @@
 #include "engine/model.h"
 #include "model_config.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 // Where a model version is in its life.
 enum class ModelState {
@@ -95,4 +95,4 @@ class ModelRepository {
   std::vector<RepositoryModel> models_;  // sorted by name, then version
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 template <typename T>
@@ -105,4 +105,4 @@ bool FillRandom(const std::string& datatype, int64_t elements, float low, float 
   return true;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -8,11 +8,11 @@
 #include <random>
 #include <string>
 
-#include "engine/model.h"
-#include "engine/typed_tensor.h"
+#include "engine/ir/typed_tensor.h"
+#include "engine/ir/types.h"
 #include "triton_model_config.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 // The InferTensorContents field that carries `datatype` in KServe v2
 // ("int_contents" for INT8/INT16/INT32, "uint_contents" for
@@ -52,4 +52,4 @@ using engine::FloatToBFloat16;
 using engine::FloatToHalf;
 using engine::HalfToFloat;
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "serving/request/datatypes.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -390,4 +390,4 @@ void FillInferResponse(const engine::ModelInfo& model, const ParsedRequest& pars
   }
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

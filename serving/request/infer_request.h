@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/ir/types.h"
 #include "grpc_service.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 struct ParsedRequest {
   // Dim 0 of the inputs where it is dynamic (every such input agrees): the
@@ -80,4 +80,4 @@ absl::StatusOr<bool> RequestsProfile(const inference::ModelInferRequest& request
 
 std::string ShapeString(const std::vector<int64_t>& shape);  // "[-1,1,28,28]"
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 DynamicBatcher::DynamicBatcher(const Options& options, const base::Clock* clock,
                                CanDispatchFn can_dispatch, DispatchFn dispatch)
@@ -233,4 +233,4 @@ size_t DynamicBatcher::queued_requests() const {
   return queue_.size();
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -30,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 // One queued request; the server derives from it to carry the tensors.
 struct BatchRequest {
@@ -141,4 +141,4 @@ class DynamicBatcher {
   bool stopped_ = false;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -15,7 +15,7 @@
 #include "serving/scheduling/model_scheduler.h"
 #include "serving/workers/worker_supervisor.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 using base::Log;
 using base::LogLevel;
@@ -473,4 +473,4 @@ void ModelManager::PollLoop() {
   }
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

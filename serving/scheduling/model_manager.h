@@ -25,7 +25,7 @@
 #include "serving/repository/model_repository.h"
 #include "serving/workers/worker_supervisor.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class Metrics;
 class ModelScheduler;
@@ -151,4 +151,4 @@ class ModelManager {
   std::thread poller_;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

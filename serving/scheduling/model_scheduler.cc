@@ -7,7 +7,7 @@
 #include "base/log.h"
 #include "serving/observability/metrics.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 struct ModelScheduler::Flight {
   InferenceTask task;
@@ -537,4 +537,4 @@ int ModelScheduler::InFlight(int worker) const {
   return in_flight_.at(static_cast<size_t>(worker));
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

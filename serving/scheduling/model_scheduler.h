@@ -50,7 +50,7 @@
 #include "serving/scheduling/dynamic_batcher.h"
 #include "serving/workers/worker_pool.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class Metrics;
 
@@ -200,4 +200,4 @@ class ModelScheduler {
   std::thread timer_;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -14,7 +14,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/delimited_message_util.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 constexpr uint32_t kMaxFrame = 64u << 20;
@@ -102,4 +102,4 @@ absl::Status ReadFramed(int fd, google::protobuf::MessageLite* message) {
   return absl::OkStatus();
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

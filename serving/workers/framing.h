@@ -12,11 +12,11 @@
 #include "absl/status/status.h"
 #include "google/protobuf/message_lite.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 // Writes one message; retries on EINTR and short writes.
 absl::Status WriteFramed(int fd, const google::protobuf::MessageLite& message);
 // Reads one message. UNAVAILABLE("peer closed") on end of stream.
 absl::Status ReadFramed(int fd, google::protobuf::MessageLite* message);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

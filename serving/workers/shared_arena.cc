@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/errno_text.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 absl::StatusOr<std::unique_ptr<SharedArena>> SharedArena::Create(const std::string& name,
                                                                  size_t bytes) {
@@ -106,4 +106,4 @@ size_t ArenaBytesForBatches(size_t bytes_for_two, int batches) {
   return (bytes + kPage - 1) / kPage * kPage;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

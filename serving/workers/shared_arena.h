@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class SharedArena {
  public:
@@ -60,4 +60,4 @@ class ArenaAllocator {
   std::map<uint64_t, size_t> used_;  // offset -> length
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -30,7 +30,7 @@
 #include "serving/workers/worker_main.h"
 #include "worker.pb.h"
 
-namespace numaserve::server::worker_internal {
+namespace numaserve::serving::worker_internal {
 
 using base::Log;
 using base::LogLevel;
@@ -218,4 +218,4 @@ void InstancePool::Serve(int instance, engine::CompiledModel* model) {
   }
 }
 
-}  // namespace numaserve::server::worker_internal
+}  // namespace numaserve::serving::worker_internal

@@ -22,7 +22,7 @@
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
 
-namespace numaserve::server::worker_internal {
+namespace numaserve::serving::worker_internal {
 
 // instances_per_domain: auto. Each candidate count n is timed with its n
 // copies running at once (RowsPerSecondOnShares), each at kAutoRows rows (1
@@ -104,4 +104,4 @@ class InstancePool {
   int peak_ = 0;
 };
 
-}  // namespace numaserve::server::worker_internal
+}  // namespace numaserve::serving::worker_internal

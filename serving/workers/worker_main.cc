@@ -42,7 +42,7 @@
 #include "serving/workers/worker_internal.h"
 #include "worker.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 using base::Log;
 using base::LogLevel;
@@ -592,4 +592,4 @@ int WorkerCommand(const std::vector<std::string>& args) {
   return worker.Serve();
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -12,7 +12,7 @@
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 // Descriptor numbers the supervisor places the control socket and the arena at.
 inline constexpr int kWorkerControlFd = 3;
@@ -51,4 +51,4 @@ std::string BatchProfileJson(int64_t batch, int64_t compute_ns, std::string_view
 // summed): "0=1234 1=5", nodes ascending; empty when there are none.
 std::string SumNumaMapsPages(std::string_view numa_maps);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

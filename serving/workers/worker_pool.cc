@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "serving/workers/worker_supervisor.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 namespace {
 
@@ -146,4 +146,4 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
   }
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

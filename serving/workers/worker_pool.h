@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "base/clock.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class WorkerSupervisor;
 
@@ -99,4 +99,4 @@ class SupervisedWorkerPool final : public WorkerPool {
   WorkerSupervisor* const workers_;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -26,7 +26,7 @@
 
 extern char** environ;
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 using base::Log;
 using base::LogLevel;
@@ -713,4 +713,4 @@ bool WorkerSupervisor::ModelExpected(const std::string& key) const {
   return false;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -34,7 +34,7 @@
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 
 class Metrics;
 
@@ -224,4 +224,4 @@ class WorkerSupervisor {
   std::condition_variable start_cv_;
 };
 
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

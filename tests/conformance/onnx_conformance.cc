@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/ir/typed_tensor.h"
 #include "engine/model.h"
-#include "engine/typed_tensor.h"
 
 namespace numaserve::conformance {
 namespace {

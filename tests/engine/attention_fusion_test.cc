@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/compiled_steps.h"
+#include "engine/compiler/compiled_steps.h"
 #include "engine/model.h"
 #include "tests/engine/attention_block.h"
 #include "tests/engine/compare_with_reference.h"

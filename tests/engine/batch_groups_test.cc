@@ -1,9 +1,9 @@
-// Batch groups (engine/batch_groups.h): a batch of enough rows runs as row
+// Batch groups (engine/compiler/batch_groups.h): a batch of enough rows runs as row
 // ranges at once, each on its own copy of the model with its share of the
 // threads. The results match one team's and the reference executor's at
 // batches that split evenly, unevenly, and not at all; a model whose rows
 // are not independent is never grouped; groups are off by default.
-#include "engine/batch_groups.h"
+#include "engine/compiler/batch_groups.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/import/onnx_import.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
-#include "engine/reference_executor.h"
-#include "engine/shape_propagation.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/reference/reference_executor.h"
 
 namespace numaserve::engine::testing {
 

@@ -7,10 +7,10 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "engine/import/onnx_import.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
-#include "engine/reference_executor.h"
-#include "engine/shape_propagation.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/reference/reference_executor.h"
 #include "kernels/onednn/conv_onednn.h"
 #include "tests/engine/default_model.h"
 #include "tests/engine/onnx_model_builder.h"

@@ -150,7 +150,9 @@ TEST(ConvDepthwiseFusionTest, MobileNetV2LogitsMatchTheReference) {
   auto model = CompiledModel::Load(path, {});
   ASSERT_TRUE(model.ok()) << model.status();
   const Shape x_shape = InputShapesForBatch(*graph, 1)[0];
-  if (HasAvx512()) EXPECT_EQ(ConvSteps(**model, 1, x_shape).size(), 52u - 16u);
+  if (HasAvx512()) {
+    EXPECT_EQ(ConvSteps(**model, 1, x_shape).size(), 52u - 16u);
+  }
   const kernels::Tensor x = RandomTensor(x_shape, 11);
   auto expected = RunReference(*graph, {x});
   ASSERT_TRUE(expected.ok()) << expected.status();

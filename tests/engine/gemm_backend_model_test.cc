@@ -18,10 +18,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/import/onnx_import.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
-#include "engine/reference_executor.h"
-#include "engine/shape_propagation.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/reference/reference_executor.h"
 #include "kernels/gemm/gemm_backend.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/constant_folding.h"
-#include "engine/graph.h"
-#include "engine/onnx_import.h"
-#include "engine/shape_propagation.h"
+#include "engine/import/constant_folding.h"
+#include "engine/import/onnx_import.h"
+#include "engine/ir/graph.h"
+#include "engine/ops/shape_propagation.h"
 #include "kernels/shape_ops.h"
 #include "kernels/tensor.h"
 #include "tests/engine/onnx_model_builder.h"

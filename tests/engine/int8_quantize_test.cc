@@ -1,4 +1,4 @@
-// INT8 post-training quantization (engine/quantize.h) and QDQ models on the
+// INT8 post-training quantization (engine/quantize/quantize.h) and QDQ models on the
 // INT8 kernels: the range and weight arithmetic; a small CNN and an MLP
 // quantized on random calibration data run every conv and weight matmul
 // INT8 and match the QDQ model's meaning (the reference executor running
@@ -27,10 +27,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/import/onnx_import.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
-#include "engine/quantize.h"
-#include "engine/reference_executor.h"
+#include "engine/quantize/quantize.h"
+#include "engine/reference/reference_executor.h"
 #include "kernels/dispatch.h"
 #include "kernels/onednn/onednn_common.h"
 #include "tests/engine/compare_with_reference.h"

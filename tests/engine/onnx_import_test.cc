@@ -1,4 +1,4 @@
-#include "engine/onnx_import.h"
+#include "engine/import/onnx_import.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "engine/graph.h"
+#include "engine/import/onnx_import.h"
+#include "engine/ir/graph.h"
+#include "engine/ir/typed_tensor.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
-#include "engine/op_registry.h"
-#include "engine/reference_executor.h"
-#include "engine/shape_propagation.h"
-#include "engine/typed_exec.h"
-#include "engine/typed_tensor.h"
+#include "engine/ops/op_registry.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/ops/typed_exec.h"
+#include "engine/reference/reference_executor.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::engine {

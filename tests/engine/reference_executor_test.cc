@@ -1,10 +1,10 @@
-#include "engine/reference_executor.h"
+#include "engine/reference/reference_executor.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "engine/onnx_import.h"
+#include "engine/import/onnx_import.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::engine {

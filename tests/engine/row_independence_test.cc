@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_split.h"
 #include "engine/model.h"
-#include "engine/op_registry.h"
-#include "engine/shape_propagation.h"
+#include "engine/ops/op_registry.h"
+#include "engine/ops/shape_propagation.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::engine {

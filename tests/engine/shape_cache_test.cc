@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/compiled_steps.h"
+#include "engine/compiler/compiled_steps.h"
+#include "engine/import/onnx_import.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
-#include "engine/reference_executor.h"
+#include "engine/reference/reference_executor.h"
 #include "kernels/bounded_cache.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"

@@ -123,8 +123,9 @@ TEST(StepBytesTest, EventsOneCallPerStepPerRunUpToTheLimit) {
     EXPECT_EQ(events[i].index, static_cast<int>(i % 2));
     EXPECT_EQ(events[i].run, static_cast<int64_t>(i / 2));
     EXPECT_GE(events[i].seconds, 0);
-    if (i > 0)
+    if (i > 0) {
       EXPECT_GE(events[i].start_seconds, events[i - 1].start_seconds + events[i - 1].seconds);
+    }
   }
   EXPECT_EQ((*model)->Profile()[0].calls, 4) << "every run is still timed";
 }

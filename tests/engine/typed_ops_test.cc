@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/import/onnx_import.h"
+#include "engine/ir/typed_tensor.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
-#include "engine/reference_executor.h"
-#include "engine/typed_tensor.h"
+#include "engine/reference/reference_executor.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::engine {

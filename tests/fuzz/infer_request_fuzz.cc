@@ -76,7 +76,7 @@ size_t InputBytes(const engine::TensorInfo& t, int64_t rows) {
   return bytes;
 }
 
-void CheckAccepted(const engine::ModelInfo& model, const server::ParsedRequest& parsed) {
+void CheckAccepted(const engine::ModelInfo& model, const serving::ParsedRequest& parsed) {
   FUZZ_CHECK(parsed.rows >= 1);
   FUZZ_CHECK(parsed.inputs.size() == model.inputs.size());
   // Every input is there, of the size the engine reads, and readable (the
@@ -112,7 +112,7 @@ void CheckAccepted(const engine::ModelInfo& model, const server::ParsedRequest& 
   }
   for (const std::string& b : buffers) outputs.push_back(b.data());
   inference::ModelInferResponse response;
-  server::FillInferResponse(model, parsed, outputs, &response);
+  serving::FillInferResponse(model, parsed, outputs, &response);
   FUZZ_CHECK(response.outputs_size() == static_cast<int>(parsed.outputs.size()));
   for (int k = 0; k < response.outputs_size(); ++k) {
     FUZZ_CHECK(response.raw_output_contents(k).size() == parsed.output_bytes[parsed.outputs[k]]);
@@ -126,20 +126,21 @@ int FuzzOne(const uint8_t* data, size_t size) {
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   const engine::ModelInfo& model = ModelFor(request.model_name());
 
-  absl::StatusOr<server::ParsedRequest> parsed = server::ParseInferRequest(model, request);
+  absl::StatusOr<serving::ParsedRequest> parsed = serving::ParseInferRequest(model, request);
   if (parsed.ok()) {
     CheckAccepted(model, *parsed);
     // A copy points to the same live bytes (converted inputs are shared).
-    server::ParsedRequest copy = *parsed;
+    serving::ParsedRequest copy = *parsed;
     parsed = absl::InvalidArgumentError("dropped");
     CheckAccepted(model, copy);
   }
   // A byte limit only ever refuses more: what passes under it passes without.
   constexpr size_t kLimit = 256;
-  absl::StatusOr<server::ParsedRequest> limited = server::ParseInferRequest(model, request, kLimit);
+  absl::StatusOr<serving::ParsedRequest> limited =
+      serving::ParseInferRequest(model, request, kLimit);
   if (limited.ok()) {
     for (const auto& [bytes, length] : limited->inputs) FUZZ_CHECK(length <= kLimit);
-    FUZZ_CHECK(server::ParseInferRequest(model, request).ok());
+    FUZZ_CHECK(serving::ParseInferRequest(model, request).ok());
   }
   return 0;
 }

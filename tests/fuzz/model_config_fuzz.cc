@@ -30,37 +30,38 @@ engine::ModelInfo Model(bool batched) {
 
 int FuzzOne(const uint8_t* data, size_t size) {
   const std::string text(AsText(data, size));
-  absl::StatusOr<config::ModelConfig> parsed = server::ParseModelConfigText(text, "m/config.pbtxt");
+  absl::StatusOr<config::ModelConfig> parsed =
+      serving::ParseModelConfigText(text, "m/config.pbtxt");
   if (!parsed.ok()) {
     FUZZ_CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
     return 0;
   }
   const config::ModelConfig& c = *parsed;
-  if (server::ValidateModelConfigFields(c, "m", kWorkers).ok()) {
+  if (serving::ValidateModelConfigFields(c, "m", kWorkers).ok()) {
     FUZZ_CHECK(c.max_batch_size() >= 0);
     FUZZ_CHECK(c.dynamic_batching().max_queue_delay_microseconds() <=
-               server::kMaxConfigMicroseconds);
+               serving::kMaxConfigMicroseconds);
     FUZZ_CHECK(c.dynamic_batching().default_timeout_microseconds() <=
-               server::kMaxConfigMicroseconds);
+               serving::kMaxConfigMicroseconds);
     const int instances = c.instance_placement().instances_per_domain();
-    FUZZ_CHECK(instances == server::kInstancesAuto || instances == server::kInstancesPerCore ||
-               (instances >= 0 && instances <= server::kMaxInstances));
+    FUZZ_CHECK(instances == serving::kInstancesAuto || instances == serving::kInstancesPerCore ||
+               (instances >= 0 && instances <= serving::kMaxInstances));
     // What `numaserve` prints for the instances reads back as the same.
     if (instances != 0) {
-      absl::StatusOr<int> again = server::ParseInstances(server::FormatInstances(instances));
+      absl::StatusOr<int> again = serving::ParseInstances(serving::FormatInstances(instances));
       FUZZ_CHECK(again.ok() && *again == instances);
     }
-    for (int w : server::PlacementWorkers(c, kWorkers)) FUZZ_CHECK(w >= 0 && w < kWorkers);
+    for (int w : serving::PlacementWorkers(c, kWorkers)) FUZZ_CHECK(w >= 0 && w < kWorkers);
     for (int cores : {1, 4}) {
-      (void)server::CheckInstancesFit("m", instances, 0, cores);
+      (void)serving::CheckInstancesFit("m", instances, 0, cores);
     }
   }
   for (bool batched : {true, false}) {
-    (void)server::ValidateModelConfig(c, "m", Model(batched), kWorkers);
+    (void)serving::ValidateModelConfig(c, "m", Model(batched), kWorkers);
   }
   for (const std::vector<int64_t>& available :
        {std::vector<int64_t>{}, std::vector<int64_t>{1}, std::vector<int64_t>{1, 2, 7}}) {
-    absl::StatusOr<std::vector<int64_t>> versions = server::SelectVersions(c, available);
+    absl::StatusOr<std::vector<int64_t>> versions = serving::SelectVersions(c, available);
     if (!versions.ok()) continue;
     for (int64_t v : *versions) {
       FUZZ_CHECK(std::binary_search(available.begin(), available.end(), v));

@@ -9,10 +9,10 @@
 namespace numaserve::fuzz {
 
 int FuzzOne(const uint8_t* data, size_t size) {
-  absl::StatusOr<server::NpyArray> array = server::ReadNpy(MemoryFile(0, AsText(data, size)));
+  absl::StatusOr<cli::NpyArray> array = cli::ReadNpy(MemoryFile(0, AsText(data, size)));
   if (!array.ok()) return 0;
   std::string dtype = array->dtype;
-  absl::StatusOr<size_t> item = server::NormalizeDescr(&dtype);
+  absl::StatusOr<size_t> item = cli::NormalizeDescr(&dtype);
   FUZZ_CHECK(item.ok());
   FUZZ_CHECK(dtype == array->dtype);  // already normalized
   size_t bytes = *item;

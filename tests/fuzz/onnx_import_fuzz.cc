@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/import/model_info.h"
+#include "engine/import/onnx_import.h"
+#include "engine/ir/typed_tensor.h"
 #include "engine/model.h"
-#include "engine/model_info.h"
-#include "engine/onnx_import.h"
-#include "engine/reference_executor.h"
-#include "engine/shape_propagation.h"
-#include "engine/typed_tensor.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/reference/reference_executor.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace numaserve::fuzz {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 // KServe v2 name, Triton enum, typed field, .npy descr.
@@ -160,4 +160,4 @@ TEST(DatatypesTest, FillRandomGivesSmallIntegersBooleansAndFloatsInRange) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

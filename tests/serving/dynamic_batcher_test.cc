@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 using std::chrono::microseconds;
@@ -279,4 +279,4 @@ TEST(DynamicBatcherCreate, RejectsInconsistentOptions) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -53,7 +53,7 @@ bool Contains(const std::string& key, const std::string& part) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using numaserve::server::kWorkerControlFd;
+  using numaserve::serving::kWorkerControlFd;
   namespace worker = numaserve::worker;
   const struct rlimit no_core = {0, 0};
   setrlimit(RLIMIT_CORE, &no_core);  // its crashes leave no core files
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   hello.mutable_hello()->set_pid(getpid());
   hello.mutable_hello()->set_binding("fake worker");
   hello.set_ok(true);
-  if (!numaserve::server::WriteFramed(kWorkerControlFd, hello).ok()) return 1;
+  if (!numaserve::serving::WriteFramed(kWorkerControlFd, hello).ok()) return 1;
   std::string args = "args";
   for (int i = 1; i < argc; ++i) absl::StrAppend(&args, " ", argv[i]);
   Log(args);
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   if (!absl::SimpleAtoi(Env("FAKE_WORKER_INSTANCES"), &instances)) instances = 0;
   if (!absl::SimpleAtoi(Env("FAKE_WORKER_CRASH_BATCH"), &crash_batch)) crash_batch = -1;
   worker::Command command;
-  while (numaserve::server::ReadFramed(kWorkerControlFd, &command).ok()) {
+  while (numaserve::serving::ReadFramed(kWorkerControlFd, &command).ok()) {
     worker::Reply reply;
     reply.set_id(command.id());
     reply.set_ok(true);
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     } else if (command.has_unload()) {
       Log(absl::StrCat("unload ", command.unload().key()));
     }
-    if (!numaserve::server::WriteFramed(kWorkerControlFd, reply).ok()) return 1;
+    if (!numaserve::serving::WriteFramed(kWorkerControlFd, reply).ok()) return 1;
   }
   return 0;
 }

@@ -8,7 +8,7 @@
 #include "google/protobuf/util/delimited_message_util.h"
 #include "worker.pb.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 TEST(FramingTest, RoundTripsMessagesInOrder) {
@@ -114,4 +114,4 @@ TEST(FramingTest, InteroperatesWithProtobufDelimitedUtilities) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 engine::ModelInfo Classifier() {
@@ -536,4 +536,4 @@ TEST(InferRequestTest, ProfileParameterIsBoolOrTheStringTrueOrFalse) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 using ::testing::HasSubstr;
@@ -565,4 +565,4 @@ TEST(TritonConfig, UnknownFieldsKeepLineAndColumn) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

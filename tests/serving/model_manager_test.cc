@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 namespace fs = std::filesystem;
@@ -41,4 +41,4 @@ TEST(ModelManagerNames, LoadRefusesNamesThatAreNotModelNames) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -10,7 +10,7 @@
 
 #include "absl/strings/escaping.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 namespace fs = std::filesystem;
@@ -184,4 +184,4 @@ TEST_F(RepositoryTest, OddDirectoryNamesAreNotModelsOrVersions) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 using std::chrono::microseconds;
@@ -528,4 +528,4 @@ TEST_F(SchedulerTest, WorkForAModelNoWorkerWillHoldFailsAtOnce) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 TEST(ModelStatisticsTest, AccumulatesPerVersionAndBatchSize) {
@@ -44,4 +44,4 @@ TEST(ModelStatisticsTest, AccumulatesPerVersionAndBatchSize) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

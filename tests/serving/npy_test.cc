@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 std::string WriteFile(const std::string& name, const std::string& bytes) {
@@ -95,4 +95,4 @@ TEST(NpyTest, RefusesOtherDtypesNamingThem) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -7,7 +7,7 @@
 
 #include "tools/numaserve/profile_command.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 using ::testing::HasSubstr;
@@ -145,4 +145,4 @@ TEST(AdviseBatchingTest, ComputeBoundShareAndTightTargets) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 TEST(SharedArenaTest, ChildProcessSeesParentWritesAndViceVersa) {
@@ -86,4 +86,4 @@ TEST(ArenaBytesForBatches, GrowsWithTheBatchesInFlight) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

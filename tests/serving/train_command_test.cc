@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 using ::testing::ElementsAre;
@@ -43,4 +43,4 @@ TEST(MpirunCommandTest, DefaultLogOptionsArePassedToo) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

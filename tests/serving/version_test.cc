@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 TEST(VersionTest, NamesVersionRevisionAndIsa) {
@@ -22,4 +22,4 @@ TEST(VersionTest, NamesVersionRevisionAndIsa) {
 TEST(VersionTest, IsTheProjectVersion) { EXPECT_STREQ(BuildVersion(), NUMASERVE_EXPECTED_VERSION); }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -26,7 +26,7 @@
 #include "serving/workers/worker_supervisor.h"
 #include "tests/engine/onnx_model_builder.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 using engine::testing::kUnknownDim;
@@ -389,4 +389,4 @@ TEST_F(RealWorkerTest, TestBatchComputeTimeHoldsEveryBatch) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -23,7 +23,7 @@
 #include "base/log.h"
 #include "serving/repository/model_config.h"
 
-namespace numaserve::server {
+namespace numaserve::serving {
 namespace {
 
 using ::testing::HasSubstr;
@@ -343,4 +343,4 @@ TEST_F(SupervisorTest, WorkersStartWithNoSignalBlockedOrIgnored) {
 }
 
 }  // namespace
-}  // namespace numaserve::server
+}  // namespace numaserve::serving

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/graph.h"
+#include "engine/ir/graph.h"
 #include "kernels/tensor.h"
 
 namespace numaserve::training::testing {

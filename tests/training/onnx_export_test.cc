@@ -12,8 +12,8 @@
 #include <fstream>
 #include <random>
 
+#include "engine/import/onnx_import.h"
 #include "engine/model.h"
-#include "engine/onnx_import.h"
 #include "tests/engine/onnx_model_builder.h"
 #include "training/optimizer.h"
 #include "training/training_net.h"

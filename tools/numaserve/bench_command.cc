@@ -16,7 +16,7 @@
 #include "kernels/onednn/onednn_common.h"
 #include "tools/numaserve/model_runs.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 struct BatchResult {
@@ -461,4 +461,4 @@ int BenchCommand(const std::vector<std::string>& args) {
   return RunBatches(**model, o, batches, precision, used_threads, peak);
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

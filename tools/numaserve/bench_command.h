@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 int BenchCommand(const std::vector<std::string>& args);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -21,7 +21,15 @@
 #include "serving/request/infer_request.h"
 #include "tools/numaserve/npy.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
+
+using engine::FloatToBFloat16;
+using serving::ElementAsDouble;
+using serving::FillRandom;
+using serving::FormatElement;
+using serving::NpyDescrFor;
+using serving::ShapeString;
+
 namespace {
 
 int Fail(const std::string& message) {
@@ -324,4 +332,4 @@ int InferCommand(const std::vector<std::string>& args) {
   return InferAndPrint(*stub, request, deadline);
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 int InferCommand(const std::vector<std::string>& args);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

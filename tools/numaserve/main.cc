@@ -34,7 +34,7 @@ void PrintUsage() {
       "  quantize   quantize an FP32 ONNX model to INT8 (QDQ), calibrated on data\n\n"
       "`numaserve COMMAND --help` lists a command's options; `numaserve --version` prints the\n"
       "version, the git revision and the ISA the kernels dispatch to.\n",
-      numaserve::server::BuildVersion());
+      numaserve::serving::BuildVersion());
 }
 
 }  // namespace
@@ -49,12 +49,12 @@ int main(int argc, char** argv) {
   }
   if (strcmp(argv[1], "--version") == 0) {
     // The version, the git revision built from and the ISA dispatched to.
-    printf("%s\n", numaserve::server::VersionText().c_str());
+    printf("%s\n", numaserve::serving::VersionText().c_str());
     return 0;
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
-  using namespace numaserve::server;
+  using namespace numaserve::cli;
   if (command == "serve") return ServeCommand(args);
   if (command == "topology") return TopologyCommand(args);
   if (command == "infer") return InferCommand(args);
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   if (command == "bench") return BenchCommand(args);
   if (command == "profile") return ProfileCommand(args);
   if (command == "quantize") return QuantizeCommand(args);
-  if (command == "worker") return WorkerCommand(args);
+  if (command == "worker") return numaserve::serving::WorkerCommand(args);
   fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
   return 2;
 }

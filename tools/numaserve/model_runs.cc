@@ -11,7 +11,10 @@
 #include "kernels/tensor.h"
 #include "serving/request/datatypes.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
+
+using serving::FillRandom;
+
 namespace {
 
 std::vector<uint64_t> Words(int64_t elements, engine::DataType type) {
@@ -108,4 +111,4 @@ absl::StatusOr<ProfiledRuns> ProfileRuns(engine::CompiledModel& model, int64_t b
   return result;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

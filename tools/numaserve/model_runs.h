@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 // Random inputs and room for the outputs of `batch` rows, each in its own
 // datatype (storage in 8-byte words, so every element type is aligned).
@@ -44,4 +44,4 @@ absl::StatusOr<ProfiledRuns> ProfileRuns(engine::CompiledModel& model, int64_t b
                                          double seconds, int64_t min_runs = 5,
                                          int64_t max_events = 0);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 // The value of 'key' in the header's Python dict literal, as text.
@@ -102,4 +102,4 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   return array;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

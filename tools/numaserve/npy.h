@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 struct NpyArray {
   // numpy descr, normalized (see NormalizeDescr): "<f4", "<i8", "|b1", ...
@@ -28,4 +28,4 @@ absl::StatusOr<size_t> NormalizeDescr(std::string* descr);
 // Errors name the file and what is wrong ("x.npy: Fortran order is not supported").
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -18,7 +18,7 @@
 #include "base/log.h"
 #include "tools/numaserve/model_runs.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 // Step events kept for --trace: every call of the first runs up to about
@@ -484,4 +484,4 @@ int ProfileCommand(const std::vector<std::string>& args) {
   return ProfileOneBatch(**model, o, used_threads, limits, *bandwidth, trace_file);
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -11,7 +11,7 @@
 #include "engine/model.h"
 #include "tools/numaserve/roofline.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 int ProfileCommand(const std::vector<std::string>& args);
 
@@ -24,4 +24,4 @@ std::string ChromeTraceJson(const std::vector<engine::StepEvent>& events,
                             const std::vector<engine::StepProfile>& steps,
                             const std::string& model_path, int64_t batch);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -13,14 +13,14 @@
 #include "absl/strings/str_format.h"
 #include "base/args.h"
 #include "engine/model.h"
-#include "engine/quantize.h"
+#include "engine/quantize/quantize.h"
 #include "kernels/tensor.h"
 #include "tools/numaserve/npy.h"
 #include "training/checkpoint.h"
 #include "training/idx_file.h"
 #include "training/record_file.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 int Fail(const std::string& message) {
@@ -418,4 +418,4 @@ int QuantizeCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

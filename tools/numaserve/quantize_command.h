@@ -1,5 +1,5 @@
 // `numaserve quantize --model M.onnx --calibration DATA --out M_int8.onnx`:
-// post-training INT8 quantization into the QDQ form (engine/quantize.h),
+// post-training INT8 quantization into the QDQ form (engine/quantize/quantize.h),
 // calibrated on DATA, then checked: the quantized model runs here on the
 // first calibration batch and its outputs are compared with FP32.
 //
@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 int QuantizeCommand(const std::vector<std::string>& args);
 
@@ -32,4 +32,4 @@ struct CalibrationRows {
 absl::StatusOr<CalibrationRows> ReadCalibrationFile(const std::string& path, int64_t row_elements,
                                                     int64_t limit);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

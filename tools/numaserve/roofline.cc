@@ -6,7 +6,7 @@
 #include "affinity/cpu_features.h"
 #include "kernels/dispatch.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 PeakPerCore ThisMachinePeakPerCore() {
   const affinity::PeakFlops& peak = affinity::GetPeakFlops();
@@ -131,4 +131,4 @@ BatchAdvice AdviseBatching(const std::vector<BatchPoint>& points, double p99_ms)
   return advice;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -10,7 +10,7 @@
 
 #include "engine/model.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 // What one core computes at most, per precision (affinity's CPU model at the
 // probed clock; FP32 under the process's ISA cap, NUMASERVE_MAX_ISA).
@@ -102,4 +102,4 @@ inline constexpr double kSaturationGain = 0.10;
 // nothing: the worker is busy that long anyway).
 BatchAdvice AdviseBatching(const std::vector<BatchPoint>& points, double p99_ms);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

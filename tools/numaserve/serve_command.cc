@@ -48,13 +48,32 @@
 #include "tools/numaserve/serve_options.h"
 #include "training/rank_binding.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 using base::CurrentLogOptions;
 using base::Log;
 using base::LogBlock;
 using base::LogFormat;
 using base::LogLevel;
+using serving::BuildRevision;
+using serving::BuildVersion;
+using serving::GrpcAuth;
+using serving::InferenceService;
+using serving::Metrics;
+using serving::ModelControlMode;
+using serving::ModelManager;
+using serving::ModelRepository;
+using serving::ModelScheduler;
+using serving::ModelStatistics;
+using serving::ModelToLoadFor;
+using serving::ParseInstances;
+using serving::ParseModelControlMode;
+using serving::RepositoryModel;
+using serving::SupervisedWorkerPool;
+using serving::TrainingService;
+using serving::TrainingServiceOptions;
+using serving::VersionText;
+using serving::WorkerSupervisor;
 
 namespace {
 
@@ -607,4 +626,4 @@ int ServeCommand(const std::vector<std::string>& args) {
   return Serve(o, **auth, *default_instances, stop_signals);
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 int ServeCommand(const std::vector<std::string>& args);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

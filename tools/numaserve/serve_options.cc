@@ -6,7 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
+
+using serving::GrpcAuth;
 
 namespace {
 
@@ -227,4 +229,4 @@ absl::Status CheckServeFlags(const ServeOptions& o) {
   return absl::OkStatus();
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -11,7 +11,7 @@
 #include "base/args.h"
 #include "serving/frontend/grpc_auth.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 struct ServeOptions {
   std::string model_repository = "models";
@@ -77,9 +77,9 @@ absl::Status CheckServeFlags(const ServeOptions& o);
 // The training flags against each other and the security in force: the
 // service needs a root, and authentication unless it listens on a
 // loopback address of its own.
-absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth);
+absl::Status CheckTrainingFlags(const ServeOptions& o, const serving::GrpcAuth& auth);
 
 // Reachable from this machine only: loopback addresses and Unix sockets.
 bool IsLocalOnly(const std::string& host);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

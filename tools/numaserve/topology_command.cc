@@ -12,7 +12,7 @@
 #include "base/args.h"
 #include "tools/numaserve/roofline.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 namespace {
 
 // The memory bandwidth measured on one NUMA node's cores.
@@ -213,4 +213,4 @@ int TopologyCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

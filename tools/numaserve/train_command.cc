@@ -19,7 +19,7 @@
 #include "training/rank_binding.h"
 #include "training/trainer.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 using base::Log;
 using base::LogLevel;
@@ -201,4 +201,4 @@ int TrainCommand(const std::vector<std::string>& args) {
   return Fail(absl::StrCat("cannot run ", mpirun, ": ", base::ErrnoText(errno)));
 }
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

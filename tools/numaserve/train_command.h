@@ -9,7 +9,7 @@
 
 #include "base/log.h"
 
-namespace numaserve::server {
+namespace numaserve::cli {
 
 int TrainCommand(const std::vector<std::string>& args);
 
@@ -32,4 +32,4 @@ struct MpirunOptions {
 std::vector<std::string> MpirunCommand(const MpirunOptions& options,
                                        const std::vector<std::string>& train_args);
 
-}  // namespace numaserve::server
+}  // namespace numaserve::cli

@@ -1,0 +1,559 @@
+// CompiledModel: the graph lowered once, at Load, to a list of oneDNN-backed
+// steps. Gemm/MatMul absorb a following constant-bias Add and Relu and run on
+// the GEMM backend CompileOptions names (kernels/gemm); Flatten,
+// Reshape and Identity become views (no step, no copy); weights are packed
+// once. Per batch size, the concrete shapes, an activation arena and the
+// primitives are created on first use and cached, so a Run at a batch size
+// already seen allocates nothing of its own.
+// Nodes touching a value of a type other than FP32 run on their op's typed
+// reference (TypedReferenceStep); such values take their own byte size in
+// the arena, and Run reads and writes every input and output as the bytes of
+// its type.
+//
+// This file: the Compile driver and its lowering table (LoweringOf), the
+// element-wise and layout steps, the plan's description, Load, and the
+// defaults CompileOptions derives from the machine. compiled_model_impl.h
+// lists the others.
+// To lower an op on a faster step: write one Lower* member function (a
+// LowerContext in; true when it added the node's step or view, false to
+// leave the node to FastStep and then the reference) and add one row for
+// the op type to the table in LoweringOf.
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/compiler/compiled_model_impl.h"
+
+namespace numaserve::engine::internal {
+
+int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
+                                    const std::vector<std::vector<int>>& consumers) const {
+  if (is_output_[v] || consumers[v].size() != 1) return -1;
+  const int j = consumers[v][0];
+  return graph_.nodes()[j].op_type == op_type ? j : -1;
+}
+
+// What Compile hands a lowering: the node and the graph-wide facts it has.
+struct CompiledModelImpl::LowerContext {
+  int node_index;
+  const std::vector<std::vector<int>>& consumers;  // by ValueId: reading nodes
+  const std::vector<Shape>& shapes1;               // every value's shape at batch 1
+  const std::vector<int>& producer;  // by ValueId: node index, -1 for inputs/constants
+  std::vector<bool>& fused;          // by node: taken into an earlier node's step
+};
+
+CompiledModelImpl::Lowering CompiledModelImpl::LoweringOf(const std::string& op_type) {
+  // One row per op type; ops sharing a lowering tell themselves apart by
+  // their op_type inside it.
+  static const absl::flat_hash_map<std::string_view, Lowering> kLowerings = {
+      {"Conv", &CompiledModelImpl::LowerConv},
+      {"ConvTranspose", &CompiledModelImpl::LowerConvTranspose},
+      {"Gemm", &CompiledModelImpl::LowerMatMul},
+      {"MatMul", &CompiledModelImpl::LowerMatMul},
+      {"Add", &CompiledModelImpl::LowerAdd},
+      {"Relu", &CompiledModelImpl::LowerRelu},
+      {"Softmax", &CompiledModelImpl::LowerSoftmax},
+      {"Flatten", &CompiledModelImpl::LowerView},
+      {"Reshape", &CompiledModelImpl::LowerView},
+      {"Identity", &CompiledModelImpl::LowerView},
+      {"Squeeze", &CompiledModelImpl::LowerView},
+      {"Unsqueeze", &CompiledModelImpl::LowerView},
+      {"Dropout", &CompiledModelImpl::LowerView},
+      {"MaxPool", &CompiledModelImpl::LowerPool},
+      {"AveragePool", &CompiledModelImpl::LowerPool},
+      {"GlobalAveragePool", &CompiledModelImpl::LowerPool},
+      {"GlobalMaxPool", &CompiledModelImpl::LowerPool},
+      {"Transpose", &CompiledModelImpl::LowerTranspose},
+      {"ReduceSum", &CompiledModelImpl::LowerReduce},
+      {"ReduceMean", &CompiledModelImpl::LowerReduce},
+      {"ReduceMax", &CompiledModelImpl::LowerReduce},
+      {"ReduceMin", &CompiledModelImpl::LowerReduce},
+      {"LayerNormalization", &CompiledModelImpl::LowerLayerNorm},
+  };
+  const auto it = kLowerings.find(std::string_view(op_type));
+  return it != kLowerings.end() ? it->second : nullptr;
+}
+
+bool CompiledModelImpl::AddReferenceStep(int node_index) {
+  steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerConv(const LowerContext& c) {
+  auto done = CompileConv(c.node_index, c.consumers, c.shapes1, c.producer, c.fused);
+  if (!done.ok()) return done.status();
+  if (!*done) AddReferenceStep(c.node_index);
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerConvTranspose(const LowerContext& c) {
+  if (!CompileConvTranspose(c.node_index, c.shapes1)) AddReferenceStep(c.node_index);
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerMatMul(const LowerContext& c) {
+  if (absl::Status s = CompileMatMul(c.node_index, c.consumers, c.shapes1, c.producer, c.fused);
+      !s.ok()) {
+    return s;
+  }
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerAdd(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  if (node.inputs.size() != 2) return false;
+  steps_.push_back(std::make_unique<AddStep>(engine_, node.inputs[0], node.inputs[1],
+                                             node.outputs[0], node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerRelu(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  steps_.push_back(std::make_unique<ReluStep>(engine_, node.inputs[0], node.outputs[0], node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerSoftmax(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
+  steps_.push_back(std::make_unique<SoftmaxStep>(engine_, sm.axis, sm.flatten_to_2d, node.inputs[0],
+                                                 node.outputs[0], node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerView(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  if (node.op_type == "Dropout" && node.outputs.size() != 1) return false;
+  root_[node.outputs[0]] = root_[node.inputs[0]];  // a view: same bytes, another shape
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerPool(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const std::string& op = node.op_type;
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  const Shape& x = c.shapes1[in];
+  const bool global = op.rfind("Global", 0) == 0;
+  const bool is_max = op == "MaxPool" || op == "GlobalMaxPool";
+  const bool include_pad = node.GetInt("count_include_pad", 0) != 0;
+  if (x.size() < 3 || x.size() > 5 || node.outputs.size() != 1) {
+    return AddReferenceStep(c.node_index);
+  }
+  if (include_pad && node.GetInt("ceil_mode", 0) != 0) return AddReferenceStep(c.node_index);
+  kernels::WindowParams window;
+  if (!global) {
+    auto w = ops::ResolveWindow(node, x, node.GetInts("kernel_shape", {}));
+    if (!w.ok()) return AddReferenceStep(c.node_index);
+    window = *w;
+    if (!is_max) {
+      for (int64_t d : window.dilations) {
+        if (d != 1) return AddReferenceStep(c.node_index);
+      }
+    }
+  }
+  const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
+                              : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+  steps_.push_back(std::make_unique<PoolStep>(
+      kernels::PoolOnednn(engine_, alg, window, global, blocked_layout_), in, out, node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerTranspose(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  auto perm = node.GetInts("perm", {});
+  if (perm.empty()) {
+    for (int64_t d = static_cast<int64_t>(c.shapes1[in].size()) - 1; d >= 0; --d) {
+      perm.push_back(d);
+    }
+  }
+  for (int64_t& p : perm) {
+    if (p < 0) p += static_cast<int64_t>(perm.size());
+  }
+  steps_.push_back(std::make_unique<TransposeStep>(perm, in, out, node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerReduce(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const std::string& op = node.op_type;
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  if (node.outputs.size() != 1) return false;
+  // Only reductions over trailing axes (contiguous rows) with the axes
+  // known at compile time; anything else stays on the reference.
+  const int64_t rank = static_cast<int64_t>(c.shapes1[in].size());
+  auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 1);
+  if (!axes.ok() || rank == 0) return AddReferenceStep(c.node_index);
+  int64_t first_axis = 0;  // no axes: all of them
+  if (axes->has_value() && !(*axes)->empty()) {
+    auto norm = ops::NormalizeAxes(node, **axes, rank);
+    if (!norm.ok()) return AddReferenceStep(c.node_index);
+    std::vector<int64_t> sorted = *norm;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    first_axis = rank - static_cast<int64_t>(sorted.size());
+    for (size_t j = 0; j < sorted.size(); ++j) {
+      if (sorted[j] != first_axis + static_cast<int64_t>(j)) return AddReferenceStep(c.node_index);
+    }
+  } else if (node.GetInt("noop_with_empty_axes", 0) != 0) {
+    return AddReferenceStep(c.node_index);
+  }
+  const auto kind = op == "ReduceSum"    ? ReduceRowsStep::Kind::kSum
+                    : op == "ReduceMean" ? ReduceRowsStep::Kind::kMean
+                    : op == "ReduceMax"  ? ReduceRowsStep::Kind::kMax
+                                         : ReduceRowsStep::Kind::kMin;
+  steps_.push_back(std::make_unique<ReduceRowsStep>(kind, first_axis, in, out, node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerLayerNorm(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  if (node.outputs.size() != 1) return false;
+  const Shape& x = c.shapes1[in];
+  const int64_t axis = node.GetInt("axis", -1);
+  const Constant* scale = graph_.FindConstant(node.inputs[1]);
+  const Constant* bias = node.inputs.size() > 2 && node.inputs[2] != kNoValue
+                             ? graph_.FindConstant(node.inputs[2])
+                             : nullptr;
+  const bool has_bias_input = node.inputs.size() > 2 && node.inputs[2] != kNoValue;
+  if (x.empty() || (axis != -1 && axis != static_cast<int64_t>(x.size()) - 1)) {
+    return AddReferenceStep(c.node_index);
+  }
+  const int64_t len = x.back();
+  if (scale == nullptr || static_cast<int64_t>(scale->f32.data.size()) != len) {
+    return AddReferenceStep(c.node_index);
+  }
+  if (has_bias_input && (bias == nullptr || static_cast<int64_t>(bias->f32.data.size()) != len)) {
+    return AddReferenceStep(c.node_index);
+  }
+  std::vector<float> b = bias != nullptr ? bias->f32.data : std::vector<float>(len, 0.0f);
+  steps_.push_back(std::make_unique<LayerNormStep>(
+      scale->f32.data, std::move(b), node.GetFloat("epsilon", 1e-5f), in, out, node.name));
+  return true;
+}
+
+std::unique_ptr<Step> CompiledModelImpl::FastStep(int node_index,
+                                                  const std::vector<Shape>& shapes1) {
+  const Node& node = graph_.nodes()[node_index];
+  const std::string& op = node.op_type;
+  const ValueId in = node.inputs[0], out = node.outputs[0];
+  // Compile sends every MatMul to CompileMatMul, which runs this case itself
+  // before calling here; kept so FastStep answers for a MatMul as before.
+  if (op == "MatMul" && shapes1[in].size() >= 2 && shapes1[node.inputs[1]].size() >= 2) {
+    return std::make_unique<BatchedMatMulStep>(engine_, in, node.inputs[1], out, node.name);
+  }
+  if (node.inputs.size() == 1 && node.outputs.size() == 1 && op != "Softmax") {
+    if (auto p = ops::UnaryParamsOf(graph_, node); p.ok()) {
+      return std::make_unique<UnaryStep>(*p, in, out, node.name);
+    }
+  }
+  if (op == "Clip" && ActivationPostOp(graph_, node).has_value()) {
+    if (auto p = ops::UnaryParamsOf(graph_, node); p.ok()) {
+      return std::make_unique<UnaryStep>(*p, in, out, node.name);
+    }
+  }
+  if (node.inputs.size() == 2 && node.outputs.size() == 1 && op != "MatMul" && op != "Gemm" &&
+      op != "Mean") {
+    auto kind = ops::BinaryKindOf(node);
+    const bool legacy_prelu = op == "PRelu" && graph_.opset() < 7;
+    if (kind.ok() && !legacy_prelu && node.inputs[1] != kNoValue) {
+      return std::make_unique<BinaryStep>(*kind, in, node.inputs[1], out, node.name);
+    }
+  }
+  return nullptr;
+}
+
+absl::Status CompiledModelImpl::Compile() {
+  const int num_values = graph_.num_values();
+  root_.resize(num_values);
+  for (ValueId v = 0; v < num_values; ++v) root_[v] = v;
+  is_output_.assign(num_values, false);
+  for (ValueId v : graph_.outputs()) is_output_[v] = true;
+  const auto consumers = graph_.Consumers();
+  auto shapes1 = PropagateShapes(graph_, InputShapesForBatch(graph_, 1));
+  if (!shapes1.ok()) return shapes1.status();
+  shapes1_ = *shapes1;
+  std::vector<bool> fused(graph_.nodes().size(), false);
+  step_of_node_.assign(graph_.nodes().size(), -1);
+  absorbed_transpose_.assign(graph_.nodes().size(), false);
+  std::vector<int> producer(num_values, -1);  // node index, -1 for inputs/constants
+  for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
+    for (ValueId v : graph_.nodes()[i].outputs) producer[v] = i;
+  }
+  PlanQdq(consumers, *shapes1);
+  ChooseBlockedLayout();
+  for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
+    if (fused[i]) continue;
+    const size_t steps_before = steps_.size();
+    StepOfNodes step_of(i, steps_before, fused, steps_, step_of_node_);
+    const Node& node = graph_.nodes()[i];
+    const std::string& op = node.op_type;
+    const ValueId out = node.outputs[0];
+    const bool view = op == "Flatten" || op == "Reshape" || op == "Identity" || op == "Squeeze" ||
+                      op == "Unsqueeze" || (op == "Dropout" && node.outputs.size() == 1);
+    if (absorbed_qdq_[i]) continue;  // read inside the INT8 steps after it
+    if (const std::optional<QdqInput>& q = qdq_of_node_[i]; q.has_value()) {
+      // A QuantizeLinear -> DequantizeLinear pair whose readers do not all
+      // run INT8: one FP32 step, the quantized tensor never stored.
+      steps_.push_back(std::make_unique<FakeQuantStep>(
+          engine_, blocked_layout_, q->scale, q->zero_point, q->is_uint8 ? 0 : -128,
+          q->is_uint8 ? 255 : 127, q->source, out,
+          absl::StrCat(graph_.nodes()[q->quantize_node].name, "+", node.name)));
+      continue;
+    }
+    if (!view && NeedsTypedRun(graph_, node)) {
+      // A value other than FP32 at runtime: the op's typed reference.
+      auto step = TypedReferenceStep::Create(&graph_, i);
+      if (!step.ok()) return step.status();
+      steps_.push_back(*std::move(step));
+      continue;
+    }
+    if (op == "Transpose" && TransposeFeedsBatchedMatMul(i, consumers, *shapes1)) {
+      absorbed_transpose_[i] = true;  // no step: the matmul after it reads through strides
+      continue;
+    }
+    if (const Lowering lower = LoweringOf(op); lower != nullptr) {
+      auto handled = (this->*lower)(LowerContext{i, consumers, *shapes1, producer, fused});
+      if (!handled.ok()) return handled.status();
+      if (*handled) continue;
+    }
+    if (auto fast = FastStep(i, *shapes1); fast != nullptr) {
+      steps_.push_back(std::move(fast));
+    } else {
+      steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
+    }
+  }
+  PlanAfterLowering(consumers, producer, *shapes1);
+  return absl::OkStatus();
+}
+
+void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
+                                          const std::vector<int>& producer,
+                                          const std::vector<Shape>& shapes1) {
+  // An absorbed QDQ pair is read inside the steps of its readers: its
+  // values (the pair's FP32 input included) live until the last of them.
+  for (int i = static_cast<int>(graph_.nodes().size()) - 1; i >= 0; --i) {
+    if (!absorbed_qdq_[i]) continue;
+    for (ValueId v : graph_.nodes()[i].outputs) {
+      for (int c : consumers[v]) step_of_node_[i] = std::max(step_of_node_[i], step_of_node_[c]);
+    }
+  }
+  AssignStorage();
+  ChooseLayouts(shapes1);
+  threads_ = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
+  if (options_.serial_below_flops < 0) {
+    options_.serial_below_flops = DefaultSerialBelowFlops(threads_);
+  }
+  if (options_.serial_below_elements < 0) {
+    options_.serial_below_elements = DefaultSerialBelowElements(threads_);
+  }
+  if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) {
+    SetProfiling(true);
+    print_profile_at_exit_ = true;
+  }
+  PlanLifetimes(producer, consumers);
+  PlanInPlaceResiduals();
+}
+
+std::string CompiledModelImpl::DescribePlan() const {
+  std::string plan;
+  for (const auto& step : steps_) absl::StrAppend(&plan, step->Describe(), "\n");
+  return plan;
+}
+
+absl::StatusOr<std::vector<PlannedStep>> CompiledModelImpl::PlanAt(int64_t batch) const {
+  auto it = per_batch_.find(batch);
+  if (it == per_batch_.end() || !it->second.ran) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no run at batch ", batch, " yet: implementations are known after one"));
+  }
+  const BatchState& state = it->second;
+  std::vector<PlannedStep> plan;
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const Step& step = *steps_[k];
+    const bool sliced = static_cast<int>(k) < state.split_steps;
+    PlannedStep row;
+    row.index = static_cast<int>(k);
+    row.description = step.Describe();
+    row.kind = row.description.substr(0, row.description.find(':'));
+    row.layouts = step.Layouts();
+    row.implementation = step.Implementation(sliced ? state.slice_shapes : state.shapes);
+    row.reference = kernels::IsReferenceImplementation(row.implementation);
+    row.serial = state.serial[k] != 0;
+    row.slice_rows = sliced ? state.slice_rows : 0;
+    plan.push_back(std::move(row));
+  }
+  return plan;
+}
+
+}  // namespace numaserve::engine::internal
+
+namespace numaserve::engine {
+
+int64_t LastLevelCacheBytes() {
+  const uint64_t bytes = affinity::OuterCacheBytes(sched_getcpu());
+  return bytes > 0 ? static_cast<int64_t>(bytes) : int64_t{32} << 20;
+}
+
+double ForkJoinSeconds(int threads) {
+  static std::mutex mu;
+  static std::map<int, double> measured;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = measured.find(threads); it != measured.end()) return it->second;
+  constexpr int kRegions = 200;
+  std::vector<double> seconds;
+  seconds.reserve(kRegions);
+  std::atomic<int> sink{0};
+  for (int i = 0; i < kRegions + 10; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    sink.fetch_add(1, std::memory_order_relaxed);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 10) seconds.push_back(s);  // the first ones create the team
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + kRegions / 2, seconds.end());
+  return measured[threads] = seconds[kRegions / 2];
+}
+
+double ElementwiseFloatsPerSecond() {
+  static const double rate = [] {
+    constexpr int64_t kFloats = 64 * 1024;  // 256 KiB in, 256 KiB out: in L2
+    std::vector<float> x(kFloats, 1.0f), y(kFloats);
+    double best = 1e30;
+    for (int rep = 0; rep < 20; ++rep) {
+      const float a = 1.0f + 1e-7f * static_cast<float>(rep);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < kFloats; ++i) y[i] = a * x[i] + 0.5f;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      x[rep] = y[kFloats - 1 - rep];  // keeps each pass's result alive
+      best = std::min(best, s);
+    }
+    return best > 0 ? static_cast<double>(kFloats) / best : 1e9;
+  }();
+  return rate;
+}
+
+int64_t DefaultSerialBelowElements(int threads) {
+  if (threads <= 1) return 0;
+  return static_cast<int64_t>(kSerialForkJoins * ForkJoinSeconds(threads) *
+                              ElementwiseFloatsPerSecond() * threads / (threads - 1));
+}
+
+double DefaultSerialBelowFlops(int threads) {
+  if (threads <= 1) return 0;
+  const double flops_per_second = 0.5 * kernels::Fp32PeakGflopsPerCore() * 1e9;
+  return kSerialForkJoins * ForkJoinSeconds(threads) * flops_per_second * threads / (threads - 1);
+}
+
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& PrecisionChoices() {
+  static const std::vector<std::string> kChoices = {"fp32", "bf16"};
+  return kChoices;
+}
+
+absl::StatusOr<Precision> PrecisionFromName(const std::string& name) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    if (name == PrecisionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("precision '", absl::CHexEscape(name),
+                                                 "' is not one of ",
+                                                 absl::StrJoin(PrecisionChoices(), ", ")));
+}
+
+const std::vector<std::string>& GemmBackendChoices() {
+  static const std::vector<std::string> kChoices = {"onednn", "blis", "openblas", "numaserve",
+                                                    "auto"};
+  return kChoices;
+}
+
+absl::Status CheckGemmBackendChoice(const std::string& name) {
+  const auto& choices = GemmBackendChoices();
+  if (std::find(choices.begin(), choices.end(), name) != choices.end()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("gemm backend '", name, "' is not one of ", absl::StrJoin(choices, ", ")));
+}
+
+std::string DefaultGemmCacheFile() {
+  if (const char* file = std::getenv("NUMASERVE_GEMM_CACHE"); file != nullptr) return file;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
+    return absl::StrCat(xdg, "/numaserve/gemm_choices.tsv");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    return absl::StrCat(home, "/.cache/numaserve/gemm_choices.tsv");
+  }
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::string& path,
+                                                                   const CompileOptions& options) {
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
+  }
+  if (options.batch_groups < 1 || options.batch_group_min_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_groups must be >= 1 and batch_group_min_rows >= 0, got ",
+                     options.batch_groups, " and ", options.batch_group_min_rows));
+  }
+  if (absl::Status s = CheckGemmBackendChoice(options.gemm_backend); !s.ok()) return s;
+  if (options.conv_algorithm != "direct" && options.conv_algorithm != "winograd") {
+    return absl::InvalidArgumentError(absl::StrCat("conv algorithm '", options.conv_algorithm,
+                                                   "' is not one of direct, winograd"));
+  }
+  if (options.precision == Precision::kBf16) {
+    if (options.gemm_backend != "onednn" && options.gemm_backend != "auto") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": precision bf16 runs matmuls on oneDNN; gemm backend '",
+                       options.gemm_backend, "' has no BF16 path (use onednn or auto)"));
+    }
+    // Never emulated: where oneDNN has no native BF16 kernels, say why.
+    const kernels::Bf16Support& bf16 = kernels::GetBf16Support();
+    if (!bf16.native) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, ": precision bf16 is not available on this CPU: ", bf16.reason,
+                       " (native BF16 needs AVX512_BF16 or AMX-BF16; use precision fp32)"));
+    }
+  }
+  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  // The ISA tier (and oneDNN's cap) is fixed before any primitive exists.
+  kernels::GetKernelTable();
+  auto graph = ImportOnnxModel(path);
+  if (!graph.ok()) return graph.status();
+  auto info = DescribeGraph(*graph, path);
+  if (!info.ok()) return info.status();
+  std::unique_ptr<internal::CompiledModelImpl> model;
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    model = std::make_unique<internal::CompiledModelImpl>(*std::move(graph), *std::move(info),
+                                                          options, engine);
+  } catch (const dnnl::error& e) {
+    return kernels::DnnlErrorToStatus(e, path + ": creating the oneDNN engine");
+  }
+  // A oneDNN error or failed allocation while compiling fails this load,
+  // not the worker.
+  absl::Status s;
+  try {
+    s = model->Compile();
+  } catch (const std::bad_alloc&) {
+    s = absl::ResourceExhaustedError("out of memory compiling the model (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    s = absl::InternalError(absl::StrCat("compiling the model failed: ", e.what()));
+  }
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  const int groups = BatchGroupsFor(options, threads);
+  if (groups > 1) return WrapInBatchGroups(std::move(model), path, options, threads, groups);
+  return std::unique_ptr<CompiledModel>(std::move(model));
+}
+
+}  // namespace numaserve::engine

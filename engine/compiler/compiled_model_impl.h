@@ -1,0 +1,464 @@
+// CompiledModelImpl: the engine's CompiledModel (model.h), the class the
+// compiler's files share. Internal to engine/: nothing outside includes it.
+//   compiled_model.cc  the Compile driver and its table of lowerings by op
+//                      type (a new op: one Lower* function, one table row),
+//                      element-wise and layout steps, the plan's
+//                      description, Load, the options' defaults
+//   compile_matmul.cc  MatMul/Gemm, the GEMM choice, GELU, attention and
+//                      batched-matmul fusions, the QDQ (INT8) plan
+//   compile_conv.cc    Conv and ConvTranspose
+//   memory_plan.cc     layouts, lifetimes, in-place residuals, storage and
+//                      the batch split
+//   run_model.cc       per-batch states and Run
+//   step_profile.cc    per-step timings and their text and JSON reports
+#pragma once
+
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "affinity/cpu_features.h"
+#include "affinity/topology.h"
+#include "base/log.h"
+#include "engine/compiler/batch_groups.h"
+#include "engine/compiler/compiled_steps.h"
+#include "engine/import/model_info.h"
+#include "engine/import/onnx_import.h"
+#include "engine/model.h"
+#include "engine/ops/op_registry.h"
+#include "engine/ops/op_tables.h"
+#include "engine/ops/op_util.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/ops/typed_exec.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm/gemm_autotune.h"
+#include "kernels/onednn/onednn_common.h"
+
+namespace numaserve::engine::internal {
+
+inline constexpr size_t kAlignment = 64;
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// Where a value's data lives. Views share their source's storage: every
+// value resolves to a root, and only roots have storage.
+enum class Storage { kInput, kConstant, kArena, kOutput };
+
+// Everything that depends on the batch size. Its activations live in the
+// arena every state shares (CompiledModelImpl::arena_), at its offsets.
+struct BatchState {
+  int64_t batch = 0;
+  std::vector<Shape> shapes;           // by ValueId
+  std::vector<int64_t> arena_offset;   // by ValueId, for kArena roots
+  std::vector<float*> data;            // by ValueId, refreshed per Run
+  int64_t arena_bytes = 0;             // peak activation bytes (the plan's size)
+  std::vector<double> step_flops;      // by step, per Run (for the profile)
+  std::vector<double> step_bytes;      // by step, per Run: compulsory bytes moved
+  std::vector<double> residual_bytes;  // by step: its residual read and copied into dst
+  std::vector<char> serial;            // by step: runs on the calling thread alone
+  // Batch splitting (CompileOptions::batch_split_cache_bytes): steps
+  // [0, split_steps) run slice_rows rows at a time, the last slice with the
+  // rest. Values those steps alone use ("slice-local") hold one slice and
+  // are reused by every slice; the others hold the batch, and a slice sees
+  // its rows of them.
+  int split_steps = 0;
+  int64_t slice_rows = 0;
+  std::vector<Shape> slice_shapes, tail_shapes;  // by ValueId: a full slice's, the last's
+  std::vector<char> slice_local;                 // by ValueId (views included)
+  std::vector<int64_t> row_floats;    // by ValueId: floats per row, for batch-sized values
+  std::vector<ValueId> split_values;  // every value the split steps read or write
+  std::vector<float*> slice_data;     // by ValueId, per slice
+  bool ran = false;                   // a Run at this batch has completed
+  uint64_t last_used = 0;             // CompiledModelImpl::use_clock_ at its last use
+};
+
+// Per step, while profiling.
+struct StepTimes {
+  int64_t calls = 0;
+  double seconds = 0;           // the step, its residual copy excluded
+  double residual_seconds = 0;  // copying/reordering its residual into dst
+  double flops = 0;
+  double bytes = 0;
+  double residual_bytes = 0;
+};
+
+class CompiledModelImpl final : public CompiledModel {
+ public:
+  CompiledModelImpl(Graph graph, ModelInfo info, const CompileOptions& options,
+                    const dnnl::engine& engine)
+      : graph_(std::move(graph)),
+        info_(std::move(info)),
+        options_(options),
+        engine_(engine),
+        stream_(engine_) {
+    if (options_.batch_split_cache_bytes < 0) {
+      options_.batch_split_cache_bytes = LastLevelCacheBytes();
+    }
+  }
+
+  absl::Status Compile();
+  ~CompiledModelImpl() override { PrintProfile(); }
+  void SetProfiling(bool on) override {
+    profiling_ = on;
+    if (on) {
+      times_.assign(steps_.size(), StepTimes());
+      profile_runs_ = 0;
+      events_.clear();
+      events_full_ = false;
+      profile_start_ = std::chrono::steady_clock::now();
+    }
+  }
+  std::vector<StepProfile> Profile() const override;
+  void SetStepEventLimit(int64_t max_events) override {
+    event_limit_ = std::max<int64_t>(max_events, 0);
+  }
+  std::vector<StepEvent> StepEvents() const override { return events_; }
+
+  const ModelInfo& info() const override { return info_; }
+  std::string DescribePlan() const override;
+  std::string ActivationLayoutName() const override {
+    return kernels::BlockedLayoutName(blocked_layout_);
+  }
+  std::string DescribeInt8Kernels() const override { return int8_kernels_note_; }
+  absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const override;
+  absl::StatusOr<int64_t> ActivationBytes(int64_t batch) override {
+    auto state = GetBatchState(batch);
+    if (!state.ok()) return state.status();
+    return (*state)->arena_bytes;
+  }
+  std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override;
+  BatchPlanCache CachedBatchPlans() const override {
+    return {static_cast<int64_t>(per_batch_.size()), arena_bytes_};
+  }
+  absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
+                   const std::vector<void*>& outputs) override;
+  absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
+                                const std::vector<size_t>& output_bytes) const override;
+
+ private:
+  // shapes1: every value's shape at batch 1 (for ranks).
+  absl::Status CompileMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
+                             const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                             std::vector<bool>& fused);
+  // CompileMatMul's weight matmul being built (compile_matmul.cc).
+  struct MatMulBuild;
+  // Folds a bias Add, then a Relu, an erf GELU or a residual Add after the matmul into `b`.
+  void FuseMatMulOutputs(int node_index, const std::vector<std::vector<int>>& consumers,
+                         const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                         std::vector<bool>& fused, MatMulBuild& b) const;
+  // The GEMM kernel on the backend options_ names ("auto": the fastest, timed
+  // here once per distinct shape, or remembered); `note` says which, for
+  // DescribePlan.
+  absl::StatusOr<std::unique_ptr<kernels::GemmKernel>> CreateGemm(
+      const kernels::GemmOptions& options, const std::string& layer, std::string* note);
+  // x / sqrt(2) -> Erf -> + 1 -> x * . -> * 0.5 (any operand order): the
+  // nodes and the final value, when `x` feeds exactly that pattern.
+  struct GeluMatch {
+    std::vector<int> nodes;
+    ValueId output;
+  };
+  std::optional<GeluMatch> MatchErfGelu(ValueId x,
+                                        const std::vector<std::vector<int>>& consumers) const;
+  // Conv (+BatchNormalization folded, +residual Add as a sum, +activation)
+  // on oneDNN; false when the node needs the reference (runtime weights).
+  absl::StatusOr<bool> CompileConv(int node_index, const std::vector<std::vector<int>>& consumers,
+                                   const std::vector<Shape>& shapes1,
+                                   const std::vector<int>& producer, std::vector<bool>& fused);
+  // CompileConv's phases (compile_conv.cc) share ConvBuild: the conv being built.
+  struct ConvBuild;
+  // A QDQ pair after a conv that folds into its post-ops.
+  struct FoldableQdqPair;
+  // A depthwise 3x3 conv that can run as a 1x1 conv's post-op.
+  struct DepthwiseMatch;
+  // Reads the conv's window, weights and bias; false when it needs the reference.
+  absl::StatusOr<bool> ReadConvParams(ConvBuild& cb) const;
+  // Folds a BatchNormalization, a residual Add and activations after the conv.
+  void FuseConvOutputs(ConvBuild& cb) const;
+  // Folds the BatchNormalization reading `value` alone into `wts` and `bs`.
+  bool FoldConvBatchNorm(ConvBuild& cb, ValueId& value, int64_t channels, std::vector<float>& wts,
+                         std::vector<float>& bs, std::string& label,
+                         std::vector<float>* int8_scales = nullptr) const;
+  // Appends the activations reading `value` (a chain) to `posts`.
+  void FuseConvActivations(ConvBuild& cb, ValueId& value,
+                           std::vector<kernels::EltwisePostOp>& posts, std::string& label) const;
+  // Sets the conv's weights and bias and chooses Winograd, BF16 or INT8.
+  void ChooseConvImplementation(ConvBuild& cb) const;
+  // Whether a conv with `trial`'s options runs on a non-reference kernel.
+  bool ConvRunsFast(kernels::ConvOnednnOptions trial, const Shape& src, const Shape& dst) const;
+  // The QDQ pair reading `value` alone that folds into a conv, or nothing.
+  std::optional<FoldableQdqPair> FoldableQdqPairOf(const ConvBuild& cb, ValueId value) const;
+  // Marks `pair` fused into the step named `step_name`; `value` becomes its output.
+  void TakeQdqPair(ConvBuild& cb, const FoldableQdqPair& pair, ValueId& value,
+                   std::string& step_name) const;
+  // The depthwise 3x3 conv after a 1x1 conv that may become its post-op, or nothing.
+  std::optional<DepthwiseMatch> DepthwiseAfterConv(const ConvBuild& cb) const;
+  // Fuses the depthwise conv `m` into the conv where oneDNN runs it fast.
+  void FuseConvDepthwise(ConvBuild& cb, const DepthwiseMatch& m) const;
+  // ConvTranspose with constant weights on oneDNN's deconvolution; false
+  // when the node needs the reference.
+  bool CompileConvTranspose(int node_index, const std::vector<Shape>& shapes1);
+  // The generic step for a node no table lowering took (a batched MatMul, a
+  // unary op, a Clip activation, a binary op), or null: the reference runs it.
+  std::unique_ptr<Step> FastStep(int node_index, const std::vector<Shape>& shapes1);
+  // Compile's lowerings, one per op type or family, found by op type in
+  // the table in LoweringOf (compiled_model.cc). Each adds the node's step
+  // (or view) and returns true, or returns false to leave the node to
+  // FastStep and then the reference step.
+  struct LowerContext;
+  using Lowering = absl::StatusOr<bool> (CompiledModelImpl::*)(const LowerContext& c);
+  // The lowering for `op_type`, or null when the table has none.
+  static Lowering LoweringOf(const std::string& op_type);
+  // Adds node `node_index`'s reference step; true, so a lowering can return it.
+  bool AddReferenceStep(int node_index);
+  // Conv on oneDNN (CompileConv), else the reference.
+  absl::StatusOr<bool> LowerConv(const LowerContext& c);
+  // ConvTranspose on oneDNN (CompileConvTranspose), else the reference.
+  absl::StatusOr<bool> LowerConvTranspose(const LowerContext& c);
+  // Gemm and MatMul: CompileMatMul.
+  absl::StatusOr<bool> LowerMatMul(const LowerContext& c);
+  // An Add of two inputs on oneDNN; false for any other arity.
+  absl::StatusOr<bool> LowerAdd(const LowerContext& c);
+  // Relu on oneDNN.
+  absl::StatusOr<bool> LowerRelu(const LowerContext& c);
+  // Softmax on oneDNN.
+  absl::StatusOr<bool> LowerSoftmax(const LowerContext& c);
+  // Flatten, Reshape, Identity, Squeeze, Unsqueeze and a one-output Dropout: a view, no step.
+  absl::StatusOr<bool> LowerView(const LowerContext& c);
+  // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool on oneDNN, else the reference.
+  absl::StatusOr<bool> LowerPool(const LowerContext& c);
+  // Transpose as a strided copy.
+  absl::StatusOr<bool> LowerTranspose(const LowerContext& c);
+  // ReduceSum/Mean/Max/Min over trailing axes, else the reference; false with several outputs.
+  absl::StatusOr<bool> LowerReduce(const LowerContext& c);
+  // LayerNormalization over the last axis with constant scale and bias, else
+  // the reference; false with several outputs.
+  absl::StatusOr<bool> LowerLayerNorm(const LowerContext& c);
+  // Compile's work once every node has its step: storage, layouts, the
+  // thread and serial-step defaults, profiling, lifetimes, in-place residuals.
+  void PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
+                         const std::vector<int>& producer, const std::vector<Shape>& shapes1);
+  // Whether a conv or weight matmul doing `flops_per_input` FLOPs per
+  // element of its input runs in BF16 (precision bf16, and at least
+  // CompileOptions::bf16_min_flops_per_input).
+  bool UseBf16(double flops_per_input) const {
+    return options_.precision == Precision::kBf16 &&
+           flops_per_input >= options_.bf16_min_flops_per_input;
+  }
+  void AssignStorage();
+  // With NUMASERVE_PROFILE_STEPS set, Run times every step from the start;
+  // the profile goes to stderr when the model is freed.
+  void PrintProfile() const;
+  // The compulsory bytes one Run of `step` moves at `shapes`: the values
+  // it reads and writes (each once) and the parameters it holds.
+  double StepBytes(const Step& step, const std::vector<Shape>& shapes) const;
+  // Run's step loop, timing each step when `profile`.
+  template <bool kProfile>
+  absl::Status RunSteps(const StepContext& ctx, BatchState& state);
+  // Steps [begin, end) on `ctx`; `first` is false for the second and later
+  // slices of a split batch (the profile counts a step once per run).
+  template <bool kProfile>
+  absl::Status RunRange(const StepContext& ctx, const BatchState& state, size_t begin, size_t end,
+                        bool first);
+  // Decides state.split_steps and state.slice_rows for `batch`, and the
+  // shapes and row sizes the slices use (BatchState).
+  void PlanBatchSplit(int64_t batch, BatchState& state) const;
+  // PlanBatchSplit's choice of the split steps and rows (memory_plan.cc).
+  struct BatchSplitChoice;
+  // The prefix of row-wise steps whose split saves the most memory traffic at `shapes`.
+  BatchSplitChoice ChooseBatchSplit(int64_t batch, const std::vector<Shape>& shapes,
+                                    int64_t cache) const;
+  // Sets state.slice_local: the values the split steps alone write and read.
+  void MarkSliceLocal(BatchState& state) const;
+  // Keeps conv/pool activations in oneDNN's blocked layout where every
+  // reader accepts it (conv chains); plain elsewhere.
+  void ChooseLayouts(const std::vector<Shape>& shapes1);
+  // blocked_layout_ from CompileOptions::activation_layout (after PlanQdq:
+  // kAuto asks whether a conv runs INT8).
+  void ChooseBlockedLayout();
+  // Per arena value, the first step writing it and the last reading it
+  // (views included), for the activation memory plan.
+  void PlanLifetimes(const std::vector<int>& producer,
+                     const std::vector<std::vector<int>>& consumers);
+  // A conv that adds a residual dying at its step writes into the
+  // residual's bytes instead of copying it into its own (same layout).
+  void PlanInPlaceResiduals();
+  // The arena root whose bytes `v` (an arena root) takes at these shapes,
+  // following in-place links that hold (equal shapes); `v` itself if none.
+  ValueId BytesOwner(ValueId v, const std::vector<Shape>& shapes) const;
+
+  // The FP32 value a QDQ pair quantizes and the pair's parameters.
+  struct QdqInput {
+    ValueId source = kNoValue;  // the QuantizeLinear's FP32 input
+    float scale = 1;
+    int32_t zero_point = 0;
+    bool is_uint8 = true;  // UINT8 (else INT8) quantized values
+    int quantize_node = -1;
+  };
+  // Finds the QDQ pairs, the Conv/MatMul/Gemm nodes that run INT8 on them
+  // and the pairs that need no step (qdq_of_node_, int8_input_,
+  // absorbed_qdq_).
+  void PlanQdq(const std::vector<std::vector<int>>& consumers, const std::vector<Shape>& shapes1);
+  // Sets qdq_of_node_: each QuantizeLinear -> DequantizeLinear pair with equal scalar parameters.
+  void FindQdqPairs();
+  // By node: a QuantizeLinear that only the pairs qdq_of_node_ holds read.
+  std::vector<bool> QuantizesReadByPairsAlone(const std::vector<std::vector<int>>& consumers) const;
+  // The INT8 operands of a Conv/MatMul/Gemm node whose weights are a
+  // folded DequantizeLinear of INT8 values with scales along its output
+  // channels (`axis`), or nothing.
+  std::optional<kernels::Int8Params> Int8WeightsOf(const Node& node, int64_t axis,
+                                                   int64_t channels) const;
+  // Whether node `i` can run INT8 reading value `v` (its input 0) quantized.
+  bool Int8Capable(int i, ValueId v, const std::vector<Shape>& shapes1) const;
+
+  // Records, when a node's step has been added, which step stands for it
+  // and for the nodes it fused.
+  struct StepOfNodes {
+    StepOfNodes(int node, size_t steps_before, const std::vector<bool>& fused,
+                const std::vector<std::unique_ptr<Step>>& steps, std::vector<int>& step_of_node)
+        : node_(node),
+          before_(steps_before),
+          fused_(fused),
+          steps_(steps),
+          step_of_node_(step_of_node) {}
+    ~StepOfNodes() {
+      if (steps_.size() == before_) return;  // a view: no step
+      step_of_node_[node_] = static_cast<int>(before_);
+      for (size_t j = node_ + 1; j < fused_.size(); ++j) {
+        if (fused_[j] && step_of_node_[j] < 0) step_of_node_[j] = static_cast<int>(before_);
+      }
+    }
+    int node_;
+    size_t before_;
+    const std::vector<bool>& fused_;
+    const std::vector<std::unique_ptr<Step>>& steps_;
+    std::vector<int>& step_of_node_;
+  };
+  absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
+  // Places state's arena values (arena_offset) and sets its arena_bytes.
+  void PlanArena(BatchState& state) const;
+  // Grows arena_ to hold a plan of `arena_bytes` (for `batch`, in the error).
+  absl::Status GrowArena(int64_t batch, int64_t arena_bytes);
+  // Per step: its FLOPs, bytes and serial flag in `state`, and Prepare at its shapes.
+  absl::Status PrepareSteps(int64_t batch, BatchState& state);
+  // Drops the least recently used batch plans until a new one fits options_.batch_plans.
+  void EvictBatchPlans();
+  // OK when `batch` is a row count Run takes: >= 1 when an input has a
+  // dynamic dim 0, else 1.
+  absl::Status CheckBatch(int64_t batch) const;
+  // Follows a value's only consumer if it is `op_type` and the value is not
+  // a graph output; -1 otherwise.
+  // A Transpose whose only reader is a MatMul of two runtime FP32 operands
+  // of the same rank: the matmul reads its input through strides instead.
+  bool TransposeFeedsBatchedMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
+                                   const std::vector<Shape>& shapes1) const;
+  // The matmul of two runtime operands, with the transposes before it, a
+  // scalar Mul/Div and a Transpose after it absorbed.
+  void CompileBatchedMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
+                            const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                            std::vector<bool>& fused);
+  // A scalar Mul/Div reading a matmul's product `out` alone: the node and
+  // the factor it applies; {-1, 1} when there is none.
+  std::pair<int, float> ScaleOfProduct(ValueId out, const std::vector<std::vector<int>>& consumers,
+                                       const std::vector<Shape>& shapes1) const;
+  // A Transpose reading `out` alone, keeping its rank; -1 when there is none.
+  int TransposeOfProduct(ValueId out, const std::vector<std::vector<int>>& consumers,
+                         const std::vector<Shape>& shapes1) const;
+  // Scaled dot-product attention starting at the MatMul `node_index` (see
+  // AttentionStep): the whole chain becomes one step when it matches and
+  // CompileOptions::fuse_attention is on; false (nothing done) otherwise.
+  bool CompileAttention(int node_index, const std::vector<std::vector<int>>& consumers,
+                        const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                        std::vector<bool>& fused);
+  // The attention chain CompileAttention matches (compile_matmul.cc).
+  struct AttentionMatch;
+  // Matches qk -> [scale] -> Softmax -> MatMul(probabilities, v) -> [Transpose] into `m`.
+  bool MatchAttentionChain(int node_index, const std::vector<std::vector<int>>& consumers,
+                           const std::vector<Shape>& shapes1, AttentionMatch& m) const;
+  // q, k and v as stored (through transposes) into `m`; false when one is not ready here.
+  bool ResolveAttentionOperands(int node_index, const std::vector<std::vector<int>>& consumers,
+                                const std::vector<Shape>& shapes1, const std::vector<int>& producer,
+                                AttentionMatch& m) const;
+  // Whether `m`'s operand shapes and layouts are ones AttentionStep runs.
+  bool AttentionShapesFit(const std::vector<Shape>& shapes1, const AttentionMatch& m) const;
+  int SoleConsumer(ValueId v, const char* op_type,
+                   const std::vector<std::vector<int>>& consumers) const;
+
+  Graph graph_;
+  ModelInfo info_;
+  CompileOptions options_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::vector<std::unique_ptr<Step>> steps_;
+  std::vector<ValueId> root_;     // by ValueId
+  std::vector<Storage> storage_;  // by root ValueId
+  std::vector<int> output_slot_;  // by root ValueId: index into Run's outputs, or -1
+  std::vector<bool> is_output_;   // by ValueId
+  std::vector<bool> blocked_;     // by root ValueId: blocked layout
+  kernels::BlockedLayout blocked_layout_ = kernels::BlockedLayout::kChannelBlocked;
+  std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
+  std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
+  std::vector<bool> internal_;               // by arena root: read only inside its step
+  std::vector<bool> absorbed_transpose_;     // by node: read through strides by a matmul
+  // QDQ models: a QuantizeLinear -> DequantizeLinear pair, by the
+  // DequantizeLinear node, where both take the same scalar constant scale and
+  // zero point and the QuantizeLinear's input is FP32.
+  std::vector<std::optional<QdqInput>> qdq_of_node_;
+  // By node: a QuantizeLinear or DequantizeLinear with no step of its own
+  // (every reader of its output runs INT8 on the pair's FP32 input).
+  std::vector<bool> absorbed_qdq_;
+  // By Conv/MatMul/Gemm node: the quantized input it runs INT8 on.
+  std::vector<std::optional<QdqInput>> int8_input_;
+  // Set by PlanQdq where CompileOptions::int8_kernels kept INT8-capable
+  // steps on the FP32 path (DescribeInt8Kernels).
+  std::string int8_kernels_note_;
+  std::vector<ValueId> in_place_of_;  // by arena root: the residual whose bytes it takes
+  // At most options_.batch_plans, the least recently used dropped first.
+  std::map<int64_t, BatchState> per_batch_;
+  uint64_t use_clock_ = 0;
+  // The activation arena of every batch state (one Run at a time), as large
+  // as the largest plan so far.
+  std::unique_ptr<float, FreeDeleter> arena_;
+  int64_t arena_bytes_ = 0;
+  std::vector<Shape> shapes1_;              // every value's shape at batch 1
+  int threads_ = 1;                         // kernel threads for steps not run serially
+  const BatchState* last_state_ = nullptr;  // the last profiled Run's
+  bool profiling_ = false;
+  bool print_profile_at_exit_ = false;  // NUMASERVE_PROFILE_STEPS
+  std::vector<StepTimes> times_;        // by step, since profiling started
+  int64_t profile_runs_ = 0;
+  std::chrono::steady_clock::time_point profile_start_;  // the last SetProfiling(true)
+  int64_t event_limit_ = 0;                              // SetStepEventLimit
+  std::vector<StepEvent> events_;                        // since profiling started
+  bool events_full_ = false;                         // a Run went past event_limit_: keep no more
+  bool record_events_ = false;                       // keep this Run's events
+  const std::vector<Shape>* last_shapes_ = nullptr;  // the last Run's, for Profile
+  bool unavailable_logged_[std::size(kernels::kAllGemmBackends)] = {};  // by GemmBackend
+};
+
+// The oneDNN post-op for an activation node (Relu, LeakyRelu, Sigmoid,
+// Tanh, Clip with constant bounds), if it maps to one (compile_conv.cc).
+std::optional<kernels::EltwisePostOp> ActivationPostOp(const Graph& graph, const Node& node);
+
+}  // namespace numaserve::engine::internal

@@ -1,0 +1,398 @@
+#include "engine/import/constant_folding.h"
+
+#include <array>
+#include <cmath>
+#include <optional>
+
+#include "engine/ops/op_registry.h"
+#include "engine/ops/op_tables.h"
+#include "engine/ops/op_util.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/ops/typed_exec.h"
+#include "kernels/tensor.h"
+
+namespace numaserve::engine {
+namespace {
+
+Constant MakeConstant(DataType type, kernels::Tensor t) {
+  const DataType to = type == DataType::kUnknown ? DataType::kFloat32 : type;
+  if (to == DataType::kFloat32) {
+    Constant c;
+    c.type = to;
+    c.shape = t.shape;
+    c.f32 = std::move(t);
+    return c;
+  }
+  // An FP32 reference's result for a non-FP32 value (integers rounded).
+  if (IsIntegerType(to) || to == DataType::kBool) {
+    for (float& v : t.data) v = std::nearbyint(v);
+  }
+  return ConstantFromTyped(TypedTensor::FromFloat(t).CastTo(to));
+}
+
+// Shape arithmetic tracked at two batch sizes stays this small.
+constexpr int64_t kMaxTrackedElements = 64;
+
+// A folded output may hold this many elements (64 MiB of FP32), or as many
+// as the node's constant inputs together (a transposed or scaled weight
+// folds at any size). Bigger results (a ConstantOfShape, Expand or Tile
+// blowing a few values up) stay nodes and run at run time, so a model
+// cannot make the importer allocate what its file does not hold.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
+
+// Whether shapes `out` may be folded under `cap` elements in all.
+bool FoldableSize(const std::vector<Shape>& out, int64_t cap) {
+  int64_t total = 0;
+  for (const Shape& shape : out) {
+    auto n = kernels::NumElementsChecked(shape);
+    if (!n.ok() || __builtin_add_overflow(total, *n, &total) || total > cap) return false;
+  }
+  return true;
+}
+
+bool ValidShapes(const std::vector<Shape>& shapes) {
+  for (const Shape& shape : shapes) {
+    if (!kernels::NumElementsChecked(shape).ok()) return false;
+  }
+  return true;
+}
+
+// Whether the node's outputs, computed from inputs of these shapes, are
+// small enough to fold (above). False also when the shapes do not infer:
+// validation then reports the node.
+bool FoldableOutputs(const Graph& graph, const Node& node, const OpSchema& schema,
+                     const std::vector<const Shape*>& inputs) {
+  int64_t cap = kMaxFoldedElements;
+  for (const Shape* s : inputs) {
+    if (s == nullptr) continue;
+    auto n = kernels::NumElementsChecked(*s);
+    if (!n.ok()) return false;
+    cap += *n;  // each at most 2^31: no overflow for any realistic input count
+  }
+  auto out = schema.infer_shapes(graph, node, inputs);
+  return out.ok() && FoldableSize(*out, cap);
+}
+
+// True when the node's constants or outputs are not all FP32: folded
+// through the typed reference when the op has one for those types.
+bool FoldTyped(const Graph& graph, const Node& node) {
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue) continue;
+    const Constant* c = graph.FindConstant(v);
+    if (c != nullptr && c->type != DataType::kFloat32) return true;
+  }
+  for (ValueId v : node.outputs) {
+    if (RuntimeType(graph, v) != DataType::kFloat32) return true;
+  }
+  return false;
+}
+
+// Whether running the node on tracked values (at batch 1 and 2) stays
+// within kMaxFoldedElements: from the inferred shapes when they infer
+// without constant values, else, for ConstantOfShape (the one op whose typed
+// reference sizes its output by its input's values), from those values.
+bool TrackedRunFits(const Graph& graph, const Node& node, const OpSchema& schema,
+                    const std::vector<const TypedTensor*>& in1,
+                    const std::vector<const TypedTensor*>& in2) {
+  for (const auto* in : {&in1, &in2}) {
+    std::vector<const Shape*> shapes;
+    for (const TypedTensor* t : *in) shapes.push_back(t == nullptr ? nullptr : &t->shape);
+    if (auto out = schema.infer_shapes(graph, node, shapes); out.ok()) {
+      if (!FoldableSize(*out, kMaxFoldedElements)) return false;
+      continue;
+    }
+    if (node.op_type == "ConstantOfShape" && !in->empty() && (*in)[0] != nullptr) {
+      const TypedTensor& dims = *(*in)[0];
+      if (!IsIntegerType(dims.type)) return false;
+      Shape shape;
+      for (int64_t i = 0; i < dims.size(); ++i) shape.push_back(dims.GetInt64(i));
+      if (!FoldableSize({shape}, kMaxFoldedElements)) return false;
+    }
+  }
+  return true;
+}
+
+// Where a folded DequantizeLinear's FP32 result came from, when that is
+// INT8 values with an FP32 scale and no or all-zero zero points (the
+// result is then exactly values * scale, per tensor or per axis); nullopt
+// otherwise.
+std::optional<Constant::Int8Origin> Int8OriginOf(const Graph& graph, const Node& node,
+                                                 const Constant& folded) {
+  if (node.op_type != "DequantizeLinear" || folded.type != DataType::kFloat32) return std::nullopt;
+  const Constant* x = graph.FindConstant(node.inputs[0]);
+  const Constant* scale = graph.FindConstant(node.inputs[1]);
+  if (x == nullptr || scale == nullptr || x->type != DataType::kInt8 ||
+      scale->type != DataType::kFloat32) {
+    return std::nullopt;
+  }
+  if (ops::HasInput(node, 2)) {
+    const Constant* zp = graph.FindConstant(node.inputs[2]);
+    if (zp == nullptr || zp->type != DataType::kInt8 ||
+        static_cast<int64_t>(zp->bytes.size()) != kernels::NumElements(zp->shape)) {
+      return std::nullopt;
+    }
+    for (uint8_t v : zp->bytes) {
+      if (v != 0) return std::nullopt;
+    }
+  }
+  auto axis = ops::QuantizeAxisOf(node, x->shape, scale->shape);
+  if (!axis.ok()) return std::nullopt;
+  const int64_t count = kernels::NumElements(x->shape);
+  const size_t scales = *axis < 0 ? 1 : static_cast<size_t>(x->shape[*axis]);
+  if (x->shape != folded.shape || static_cast<int64_t>(x->bytes.size()) != count ||
+      scale->f32.data.size() != scales) {
+    return std::nullopt;
+  }
+  Constant::Int8Origin origin;
+  const auto* values = reinterpret_cast<const int8_t*>(x->bytes.data());
+  origin.values.assign(values, values + count);
+  origin.scales = scale->f32.data;
+  origin.axis = *axis;
+  return origin;
+}
+
+// What FoldConstants knows of the values while it walks the nodes.
+struct FoldState {
+  // Concrete shapes at two batch sizes: a value whose shape is the same at
+  // both does not depend on the batch.
+  std::vector<std::optional<Shape>> at1, at2;
+  // Small non-FP32 values computed from shapes, at batch 1 and 2.
+  std::vector<std::optional<std::array<TypedTensor, 2>>> at_batch;
+};
+
+// A node whose inputs are all constants, run on them: through its typed
+// reference when TYPED (exact: integer constants never go through FP32
+// here), else its FP32 reference. Nothing when it cannot run.
+std::optional<std::vector<Constant>> FoldAllConstant(const Graph& graph, const Node& node,
+                                                     const OpSchema& schema, bool typed) {
+  std::optional<std::vector<Constant>> result;
+  if (typed) {
+    std::vector<TypedTensor> held;
+    held.reserve(node.inputs.size());
+    std::vector<const TypedTensor*> in;
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) {
+        in.push_back(nullptr);
+        continue;
+      }
+      auto t = ConstantAsTyped(*graph.FindConstant(v));
+      if (!t.ok()) return result;
+      held.push_back(*std::move(t));
+      in.push_back(&held.back());
+    }
+    if (auto out = RunTypedNode(graph, node, in); out.ok()) {
+      result.emplace();
+      for (TypedTensor& t : *out) result->push_back(ConstantFromTyped(std::move(t)));
+      if (result->size() == 1) {
+        (*result)[0].int8_origin = Int8OriginOf(graph, node, (*result)[0]);
+      }
+    }
+    return result;
+  }
+  std::vector<const kernels::Tensor*> in;
+  for (ValueId v : node.inputs) {
+    in.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->f32);
+  }
+  if (auto out = schema.reference(graph, node, in); out.ok()) {
+    result.emplace();
+    for (size_t j = 0; j < out->size() && j < node.outputs.size(); ++j) {
+      result->push_back(MakeConstant(graph.value(node.outputs[j]).type, std::move((*out)[j])));
+    }
+  }
+  return result;
+}
+
+// Shape or Size of a value whose shape is known at both batch sizes: only
+// the shape is read (Size reads the element count). A result that depends
+// on the batch is kept at both batch sizes in STATE, so that shape
+// arithmetic picking batch-independent dims still folds.
+std::optional<std::vector<Constant>> FoldShapeRead(const Graph& graph, const Node& node,
+                                                   FoldState& state) {
+  // Views without data: Shape and Size read the shape alone, so a huge
+  // shape costs nothing here.
+  static const uint8_t kNoData = 0;
+  const TypedTensor p1 = TypedTensor::View(DataType::kBool, *state.at1[node.inputs[0]], &kNoData);
+  const TypedTensor p2 = TypedTensor::View(DataType::kBool, *state.at2[node.inputs[0]], &kNoData);
+  auto out1 = RunTypedNode(graph, node, {&p1});
+  auto out2 = RunTypedNode(graph, node, {&p2});
+  std::optional<std::vector<Constant>> result;
+  if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
+    if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
+      result.emplace();
+      result->push_back(ConstantFromTyped(std::move((*out1)[0])));
+    } else {
+      state.at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
+    }
+  }
+  return result;
+}
+
+// A typed node of one output whose inputs are constants or known at both
+// batch sizes (a Shape's output and what is computed from it): the same
+// result at both batch sizes folds; a small different one is tracked.
+std::optional<std::vector<Constant>> FoldTracked(const Graph& graph, const Node& node,
+                                                 const OpSchema& schema, FoldState& state) {
+  std::optional<std::vector<Constant>> result;
+  std::vector<const TypedTensor*> in1, in2;
+  std::vector<TypedTensor> held;
+  held.reserve(node.inputs.size());
+  bool known = false;  // some input tracked, every other one constant
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue || graph.IsConstant(v)) continue;
+    known = state.at_batch[v].has_value();
+    if (!known) break;
+  }
+  if (!known) return result;
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue) {
+      in1.push_back(nullptr);
+      in2.push_back(nullptr);
+    } else if (state.at_batch[v].has_value()) {
+      in1.push_back(&(*state.at_batch[v])[0]);
+      in2.push_back(&(*state.at_batch[v])[1]);
+    } else if (const Constant* c = graph.FindConstant(v); c != nullptr) {
+      auto t = ConstantAsTyped(*c);
+      if (!t.ok()) return result;
+      held.push_back(*std::move(t));
+      in1.push_back(&held.back());
+      in2.push_back(&held.back());
+    } else {
+      return result;
+    }
+  }
+  if (!TrackedRunFits(graph, node, schema, in1, in2)) return result;
+  auto out1 = RunTypedNode(graph, node, in1);
+  auto out2 = RunTypedNode(graph, node, in2);
+  if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
+    if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
+      result.emplace();
+      result->push_back(ConstantFromTyped(std::move((*out1)[0])));
+    } else if ((*out1)[0].size() <= kMaxTrackedElements) {
+      state.at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
+    }
+  }
+  return result;
+}
+
+// The node's outputs become the constants RESULT.
+void SetFolded(Graph& graph, const Node& node, std::vector<Constant>& result, FoldState& state) {
+  for (size_t j = 0; j < node.outputs.size(); ++j) {
+    const ValueId out = node.outputs[j];
+    Value& value = graph.value(out);
+    value.shape = result[j].shape;
+    value.has_shape = true;
+    state.at1[out] = state.at2[out] = value.shape;
+    graph.SetConstant(out, std::move(result[j]));
+    if (value.type == DataType::kUnknown) value.type = graph.FindConstant(out)->type;
+  }
+}
+
+// The output shapes at both batch sizes of a node that did not fold.
+void PropagateShapes(const Graph& graph, const Node& node, const OpSchema& schema,
+                     FoldState& state) {
+  std::vector<const Shape*> s1, s2;
+  for (ValueId v : node.inputs) {
+    s1.push_back(v == kNoValue ? nullptr : &*state.at1[v]);
+    s2.push_back(v == kNoValue ? nullptr : &*state.at2[v]);
+  }
+  auto o1 = schema.infer_shapes(graph, node, s1);
+  auto o2 = schema.infer_shapes(graph, node, s2);
+  // Shapes that are not valid tensor shapes stay unknown here;
+  // validation reports them, naming the node.
+  if (!o1.ok() || !o2.ok() || !ValidShapes(*o1) || !ValidShapes(*o2)) return;
+  for (size_t j = 0; j < node.outputs.size() && j < o1->size(); ++j) {
+    state.at1[node.outputs[j]] = (*o1)[j];
+    state.at2[node.outputs[j]] = (*o2)[j];
+  }
+}
+
+// Shape arithmetic whose every use folded (a Shape read only for its
+// batch-independent dims) is dead: marked in FOLDED, last first. Returns
+// how many.
+int DropDeadShapeArithmetic(const Graph& graph, const FoldState& state, std::vector<bool>& folded) {
+  std::vector<int> readers(graph.num_values(), 0);
+  for (ValueId v : graph.outputs()) ++readers[v];
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    if (folded[i]) continue;
+    for (ValueId v : graph.nodes()[i].inputs) {
+      if (v != kNoValue) ++readers[v];
+    }
+  }
+  int count = 0;
+  for (size_t i = graph.nodes().size(); i-- > 0;) {
+    const Node& node = graph.nodes()[i];
+    if (folded[i]) continue;
+    bool dead = true;
+    for (ValueId v : node.outputs) dead = dead && readers[v] == 0 && state.at_batch[v].has_value();
+    if (!dead) continue;
+    folded[i] = true;
+    ++count;
+    for (ValueId v : node.inputs) {
+      if (v != kNoValue) --readers[v];
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+absl::StatusOr<int> FoldConstants(Graph& graph) {
+  const int n = graph.num_values();
+  FoldState state{.at1 = std::vector<std::optional<Shape>>(n),
+                  .at2 = std::vector<std::optional<Shape>>(n),
+                  .at_batch = std::vector<std::optional<std::array<TypedTensor, 2>>>(n)};
+  const std::vector<Shape> in1 = InputShapesForBatch(graph, 1), in2 = InputShapesForBatch(graph, 2);
+  for (size_t i = 0; i < graph.inputs().size(); ++i) {
+    state.at1[graph.inputs()[i]] = in1[i];
+    state.at2[graph.inputs()[i]] = in2[i];
+  }
+  for (const auto& [id, c] : graph.constants()) state.at1[id] = state.at2[id] = c.shape;
+  std::vector<bool> folded(graph.nodes().size(), false);
+  int count = 0;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& node = graph.nodes()[i];
+    const OpSchema* schema = FindOpSchema(node.op_type);
+    if (schema == nullptr) continue;
+    bool all_const = true, shapes_known = true;
+    std::vector<const Shape*> const_shapes;
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) continue;
+      all_const = all_const && graph.IsConstant(v);
+      shapes_known = shapes_known && state.at1[v].has_value() && state.at2[v].has_value();
+    }
+    if (all_const) {
+      for (ValueId v : node.inputs) {
+        const_shapes.push_back(v == kNoValue ? nullptr : &graph.FindConstant(v)->shape);
+      }
+    }
+    const bool typed = FoldTyped(graph, node) && schema->typed_reference != nullptr &&
+                       CheckTypedNode(graph, node).ok();
+    std::optional<std::vector<Constant>> result;
+    if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok() &&
+        FoldableOutputs(graph, node, *schema, const_shapes)) {
+      result = FoldAllConstant(graph, node, *schema, typed);
+    } else if ((node.op_type == "Shape" || node.op_type == "Size") && shapes_known) {
+      result = FoldShapeRead(graph, node, state);
+    } else if (typed && node.outputs.size() == 1 && schema->validate(graph, node).ok()) {
+      result = FoldTracked(graph, node, *schema, state);
+    }
+    if (result.has_value() && result->size() == node.outputs.size()) {
+      SetFolded(graph, node, *result, state);
+      folded[i] = true;
+      ++count;
+      continue;
+    }
+    if (shapes_known) PropagateShapes(graph, node, *schema, state);
+  }
+  count += DropDeadShapeArithmetic(graph, state, folded);
+  if (count > 0) {
+    std::vector<Node> kept;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      if (!folded[i]) kept.push_back(std::move(graph.nodes()[i]));
+    }
+    graph.nodes() = std::move(kept);
+  }
+  return count;
+}
+
+}  // namespace numaserve::engine

@@ -1,0 +1,645 @@
+#include "engine/import/onnx_import.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <new>
+#include <set>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/import/constant_folding.h"
+#include "engine/ops/op_registry.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/ops/typed_exec.h"
+#include "kernels/tensor.h"
+
+namespace numaserve::engine {
+namespace {
+
+DataType FromOnnxType(int32_t t) {
+  switch (t) {
+    case onnx::TensorProto::BOOL:
+      return DataType::kBool;
+    case onnx::TensorProto::UINT8:
+      return DataType::kUint8;
+    case onnx::TensorProto::INT8:
+      return DataType::kInt8;
+    case onnx::TensorProto::UINT16:
+      return DataType::kUint16;
+    case onnx::TensorProto::INT16:
+      return DataType::kInt16;
+    case onnx::TensorProto::INT32:
+      return DataType::kInt32;
+    case onnx::TensorProto::UINT32:
+      return DataType::kUint32;
+    case onnx::TensorProto::INT64:
+      return DataType::kInt64;
+    case onnx::TensorProto::UINT64:
+      return DataType::kUint64;
+    case onnx::TensorProto::FLOAT16:
+      return DataType::kFloat16;
+    case onnx::TensorProto::BFLOAT16:
+      return DataType::kBFloat16;
+    case onnx::TensorProto::FLOAT:
+      return DataType::kFloat32;
+    case onnx::TensorProto::DOUBLE:
+      return DataType::kFloat64;
+    default:
+      return DataType::kUnknown;  // STRING, complex, FP8, ...
+  }
+}
+
+// Copies a repeated field (one entry per element, converted to T) or
+// little-endian raw_data into `out`. The declared count (at most
+// kMaxTensorElements, so count * sizeof(T) fits) is checked against the
+// bytes or values actually present before anything is allocated: a tensor
+// claiming 2^40 elements with 16 bytes of data is an error, not an
+// allocation.
+template <typename T, typename Repeated>
+absl::Status ReadElements(const onnx::TensorProto& t, const Repeated& field, int64_t count,
+                          std::vector<uint8_t>& out) {
+  const uint64_t expected = static_cast<uint64_t>(count) * sizeof(T);
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "initializer '", t.name(), "' declares dims [", absl::StrJoin(t.dims(), ","), "] (",
+          count, " elements, ", expected, " bytes) but holds ", t.raw_data().size(), " raw bytes"));
+    }
+    out.resize(expected);
+    std::memcpy(out.data(), t.raw_data().data(), t.raw_data().size());
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(field.size()) != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initializer '", t.name(), "' declares dims [", absl::StrJoin(t.dims(), ","),
+                     "] (", count, " elements) but holds ", field.size(), " values"));
+  }
+  out.resize(expected);
+  T* dst = reinterpret_cast<T*>(out.data());
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(field.Get(i));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Constant> ReadConstant(const onnx::TensorProto& t) {
+  // External data would be a path the model names: never followed.
+  if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("initializer '", t.name(), "' uses external data, which is not supported"));
+  }
+  if (t.has_segment()) {
+    return absl::UnimplementedError(
+        absl::StrCat("initializer '", t.name(), "' is segmented, which is not supported"));
+  }
+  Constant c;
+  c.type = FromOnnxType(t.data_type());
+  c.shape.assign(t.dims().begin(), t.dims().end());
+  auto checked = kernels::NumElementsChecked(c.shape);
+  if (!checked.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initializer '", t.name(), "': ", checked.status().message()));
+  }
+  const int64_t count = *checked;
+  std::vector<uint8_t> bytes;
+  absl::Status status;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      status = ReadElements<float>(t, t.float_data(), count, bytes);
+      break;
+    case onnx::TensorProto::DOUBLE:
+      status = ReadElements<double>(t, t.double_data(), count, bytes);
+      break;
+    case onnx::TensorProto::INT64:
+      status = ReadElements<int64_t>(t, t.int64_data(), count, bytes);
+      break;
+    case onnx::TensorProto::UINT64:
+      status = ReadElements<uint64_t>(t, t.uint64_data(), count, bytes);
+      break;
+    case onnx::TensorProto::UINT32:
+      status = ReadElements<uint32_t>(t, t.uint64_data(), count, bytes);
+      break;
+    case onnx::TensorProto::INT32:
+      status = ReadElements<int32_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::INT16:
+      status = ReadElements<int16_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::UINT16:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      // FP16/BF16 bits are stored in int32_data.
+      status = ReadElements<uint16_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::INT8:
+      status = ReadElements<int8_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::UINT8:
+      status = ReadElements<uint8_t>(t, t.int32_data(), count, bytes);
+      break;
+    case onnx::TensorProto::BOOL:
+      status = ReadElements<uint8_t>(t, t.int32_data(), count, bytes);
+      for (uint8_t& b : bytes) b = b != 0;
+      break;
+    default:
+      return c;  // kept as type + shape; ops that need the data reject it
+  }
+  if (!status.ok()) return status;
+  if (c.type == DataType::kFloat32) {
+    c.f32.shape = c.shape;
+    c.f32.data.resize(count);
+    if (count > 0) std::memcpy(c.f32.data.data(), bytes.data(), count * sizeof(float));
+    return c;
+  }
+  // Non-FP32 constants keep their exact elements and also get an FP32 copy
+  // (the FP32 references read every operand as FP32); integer and boolean
+  // ones their values as int64 for shape arithmetic.
+  return ConstantFromTyped(TypedTensor::FromBytes(c.type, c.shape, bytes.data()));
+}
+
+void ReadValueInfo(const onnx::ValueInfoProto& info, Value& value) {
+  if (!info.type().has_tensor_type()) return;
+  const auto& tt = info.type().tensor_type();
+  value.type = FromOnnxType(tt.elem_type());
+  if (!tt.has_shape()) return;
+  value.has_shape = true;
+  value.shape.clear();
+  for (const auto& dim : tt.shape().dim()) {
+    value.shape.push_back(dim.has_dim_value() && dim.dim_value() >= 0 ? dim.dim_value() : -1);
+  }
+}
+
+absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& graph) {
+  Node node;
+  node.op_type = proto.op_type();
+  node.name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
+  const bool default_domain = proto.domain().empty() || proto.domain() == "ai.onnx";
+  if (!default_domain || FindOpSchema(node.op_type) == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat(node.Describe(), " is not supported (supported: ", SupportedOpsList(), ")"));
+  }
+  for (const std::string& in : proto.input()) {
+    node.inputs.push_back(in.empty() ? kNoValue : graph.GetOrAddValue(in));
+  }
+  // Trailing omitted optional outputs ("") are dropped.
+  int num_outputs = proto.output_size();
+  while (num_outputs > 0 && proto.output(num_outputs - 1).empty()) --num_outputs;
+  for (int i = 0; i < num_outputs; ++i) {
+    if (proto.output(i).empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat(node.Describe(), ": an omitted output before a present one"));
+    }
+    node.outputs.push_back(graph.GetOrAddValue(proto.output(i)));
+  }
+  for (const onnx::AttributeProto& a : proto.attribute()) {
+    switch (a.type()) {
+      case onnx::AttributeProto::INT:
+        node.attributes[a.name()] = static_cast<int64_t>(a.i());
+        break;
+      case onnx::AttributeProto::FLOAT:
+        node.attributes[a.name()] = a.f();
+        break;
+      case onnx::AttributeProto::STRING:
+        node.attributes[a.name()] = a.s();
+        break;
+      case onnx::AttributeProto::INTS:
+        node.attributes[a.name()] = std::vector<int64_t>(a.ints().begin(), a.ints().end());
+        break;
+      case onnx::AttributeProto::FLOATS:
+        node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
+        break;
+      case onnx::AttributeProto::TENSOR: {
+        // A small tensor attribute (ConstantOfShape's value): exact, and as
+        // FP32 for the FP32 references.
+        auto c = ReadConstant(a.t());
+        if (!c.ok()) {
+          return absl::Status(c.status().code(),
+                              absl::StrCat(node.Describe(), ": attribute '", a.name(),
+                                           "': ", c.status().message()));
+        }
+        if (static_cast<int64_t>(c->f32.data.size()) != kernels::NumElements(c->shape)) {
+          return absl::UnimplementedError(absl::StrCat(node.Describe(), ": tensor attribute '",
+                                                       a.name(), "' has an unsupported type"));
+        }
+        node.attributes[a.name()] = c->f32.data;
+        node.tensor_attributes[a.name()] = *std::move(c);
+        break;
+      }
+      default:
+        return absl::UnimplementedError(
+            absl::StrCat(node.Describe(), ": attribute '", a.name(), "' has an unsupported kind"));
+    }
+  }
+  return node;
+}
+
+// A Constant node becomes a graph constant (no runtime work).
+absl::Status ReadConstantNode(const onnx::NodeProto& proto, Graph& graph) {
+  if (proto.output_size() != 1 || proto.attribute_size() != 1 ||
+      proto.attribute(0).name() != "value" || !proto.attribute(0).has_t()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "node '", proto.name(), "' (op Constant): only the 'value' tensor form is supported"));
+  }
+  auto c = ReadConstant(proto.attribute(0).t());
+  if (!c.ok()) {
+    return absl::Status(c.status().code(), absl::StrCat("node '", proto.name(),
+                                                        "' (op Constant): ", c.status().message()));
+  }
+  const ValueId id = graph.GetOrAddValue(proto.output(0));
+  graph.value(id).type = c->type;
+  graph.value(id).shape = c->shape;
+  graph.value(id).has_shape = true;
+  graph.SetConstant(id, *std::move(c));
+  return absl::OkStatus();
+}
+
+// The largest |axis| an attribute may name: far above any rank a model
+// has, far below where libonnx's axis arithmetic overflows.
+constexpr int64_t kMaxAxisMagnitude = 1024;
+
+// Attributes libonnx's shape inference divides by or indexes with without
+// checking (a Conv or MaxPool with strides 0 is a SIGFPE inside
+// onnx::convPoolShapeInference in libonnx 1.12, a LayerNormalization with
+// axis 2^63-1 a SEGV, which no try/catch stops): refused before it runs.
+absl::Status CheckAttributesForOnnx(const onnx::GraphProto& g) {
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& proto = g.node(i);
+    for (const onnx::AttributeProto& a : proto.attribute()) {
+      if (a.name() == "axis" || a.name() == "axes" || a.name() == "perm") {
+        std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+        if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());
+        for (int64_t v : values) {
+          if (v >= -kMaxAxisMagnitude && v <= kMaxAxisMagnitude) continue;
+          const std::string name =
+              proto.name().empty() ? absl::StrCat(proto.op_type(), "_", i) : proto.name();
+          return absl::InvalidArgumentError(absl::StrCat(
+              "node '", name, "' (op ", proto.op_type(), "): attribute '", a.name(), "' has ", v,
+              "; it must be in -", kMaxAxisMagnitude, "..", kMaxAxisMagnitude));
+        }
+        continue;
+      }
+      const bool window = a.name() == "strides" || a.name() == "dilations" ||
+                          a.name() == "kernel_shape" || a.name() == "blocksize";
+      if (!window) continue;
+      std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+      if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());
+      for (int64_t v : values) {
+        if (v >= 1 && v <= kernels::kMaxTensorElements) continue;
+        const std::string name =
+            proto.name().empty() ? absl::StrCat(proto.op_type(), "_", i) : proto.name();
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", name, "' (op ", proto.op_type(), "): attribute '", a.name(),
+                         "' has ", v, "; it must be in 1..", kernels::kMaxTensorElements));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A Conv or ConvTranspose without kernel_shape takes it from its weights'
+// shape inside onnx::convPoolShapeInference, which then indexes the
+// dilations by the weights' spatial dims: weights of higher rank than the
+// input read past the end (a SEGV in libonnx 1.12). The attribute is made
+// explicit here from the weights' rank where that is known before shape
+// inference (an initializer, a graph input with a shape, a Constant, or
+// one of those through DequantizeLinear, QuantizeLinear, Identity or
+// Cast), so ONNX compares it with the input's rank and fails cleanly; a
+// conv whose weights' rank is not known so is refused.
+absl::Status MakeKernelShapesExplicit(onnx::GraphProto* g) {
+  std::map<std::string, std::vector<int64_t>> dims;  // of values whose dims are known
+  for (const auto& t : g->initializer()) dims[t.name()] = {t.dims().begin(), t.dims().end()};
+  for (const auto& v : g->input()) {
+    if (dims.count(v.name()) != 0 || !v.type().tensor_type().has_shape()) continue;
+    std::vector<int64_t> d;
+    for (const auto& dim : v.type().tensor_type().shape().dim()) {
+      d.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    }
+    dims[v.name()] = d;
+  }
+  for (int i = 0; i < g->node_size(); ++i) {
+    onnx::NodeProto* node = g->mutable_node(i);
+    const std::string& op = node->op_type();
+    if (op == "Constant" && node->output_size() == 1) {
+      for (const auto& a : node->attribute()) {
+        if (a.name() == "value" && a.has_t()) {
+          dims[node->output(0)] = {a.t().dims().begin(), a.t().dims().end()};
+        }
+      }
+      continue;
+    }
+    const bool same_shape =
+        op == "DequantizeLinear" || op == "QuantizeLinear" || op == "Identity" || op == "Cast";
+    if (same_shape && node->input_size() > 0 && node->output_size() >= 1) {
+      if (auto d = dims.find(node->input(0)); d != dims.end()) {
+        dims[node->output(0)] = d->second;
+      }
+      continue;
+    }
+    if (op != "Conv" && op != "ConvTranspose") continue;
+    bool has_kernel_shape = false;
+    for (const auto& a : node->attribute()) has_kernel_shape |= a.name() == "kernel_shape";
+    if (has_kernel_shape || node->input_size() < 2) continue;
+    const auto w = dims.find(node->input(1));
+    const std::string name = node->name().empty() ? absl::StrCat(op, "_", i) : node->name();
+    if (w == dims.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node '", name, "' (op ", op,
+          "): without kernel_shape, its weights' shape must be known before shape inference "
+          "(an initializer or a graph input with a shape); add kernel_shape"));
+    }
+    if (w->second.size() < 3) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", name, "' (op ", op,
+                                                     "): weights of rank ", w->second.size(),
+                                                     "; a conv's weights have rank 3 or more"));
+    }
+    onnx::AttributeProto* k = node->add_attribute();
+    k->set_name("kernel_shape");
+    k->set_type(onnx::AttributeProto::INTS);
+    for (size_t d = 2; d < w->second.size(); ++d) {
+      if (w->second[d] < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", name, "' (op ", op,
+                         "): its weights' spatial dims must be known and positive"));
+      }
+      k->add_ints(w->second[d]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// libonnx's checker, then its shape inference (strict), on `model` as it
+// is: what they throw becomes INVALID_ARGUMENT.
+absl::Status CheckAndInferAsIs(onnx::ModelProto& model) {
+  try {
+    onnx::checker::check_model(model);
+    onnx::shape_inference::InferShapes(
+        model, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+void AddIntAttribute(onnx::NodeProto* node, const std::string& name, int64_t value) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(value);
+}
+
+// libonnx 1.12's LayerNormalization shape inference, when the node asks
+// for Mean or InvStdDev, sets the statistics' dims from `axis` on without
+// checking it against the input's rank: a rank-0 input with axis -1 is a
+// SEGV at dim(-1), which no try/catch stops. The rank is often known only
+// after inference, so such a model is first inferred as a copy whose
+// LayerNormalizations lose their statistics outputs (their readers get
+// stand-ins of the same rank and type); each one's axis is then checked
+// against the rank its input got there.
+absl::Status CheckLayerNormStatistics(const onnx::ModelProto& model) {
+  const onnx::GraphProto& g = model.graph();
+  bool any = false;
+  for (const onnx::NodeProto& n : g.node()) {
+    any = any || (n.op_type() == "LayerNormalization" && n.output_size() > 1);
+  }
+  if (!any) return absl::OkStatus();
+  onnx::ModelProto copy = model;
+  onnx::GraphProto* cg = copy.mutable_graph();
+  cg->clear_node();
+  // The stand-ins' dims differ from the statistics' own: the copy keeps no
+  // declared shapes of inner values, nor the statistics among its outputs.
+  cg->clear_value_info();
+  std::set<std::string> statistics;
+  for (const onnx::NodeProto& n : g.node()) {
+    if (n.op_type() != "LayerNormalization") continue;
+    for (int o = 1; o < n.output_size(); ++o) statistics.insert(n.output(o));
+  }
+  for (int o = cg->output_size() - 1; o >= 0; --o) {
+    if (statistics.count(cg->output(o).name()) != 0) cg->mutable_output()->DeleteSubrange(o, 1);
+  }
+  for (const onnx::NodeProto& n : g.node()) {
+    onnx::NodeProto* kept = cg->add_node();
+    *kept = n;
+    if (n.op_type() != "LayerNormalization" || n.output_size() <= 1 || n.input_size() < 1) {
+      continue;
+    }
+    kept->mutable_output()->DeleteSubrange(1, n.output_size() - 1);
+    // Each statistic, for its readers, as ReduceMean(X) with keepdims and
+    // no axes: X's rank, every dim 1 (broadcasts as the statistic does),
+    // cast to FLOAT as LayerNormalization's statistics are.
+    for (int o = 1; o < n.output_size(); ++o) {
+      if (n.output(o).empty()) continue;
+      const std::string reduced = absl::StrCat(n.output(o), "__numaserve_rank_check");
+      onnx::NodeProto* mean = cg->add_node();
+      mean->set_op_type("ReduceMean");
+      mean->add_input(n.input(0));
+      mean->add_output(reduced);
+      AddIntAttribute(mean, "keepdims", 1);
+      onnx::NodeProto* cast = cg->add_node();
+      cast->set_op_type("Cast");
+      cast->add_input(reduced);
+      cast->add_output(n.output(o));
+      AddIntAttribute(cast, "to", onnx::TensorProto::FLOAT);
+    }
+  }
+  if (absl::Status s = CheckAndInferAsIs(copy); !s.ok()) return s;
+  std::map<std::string, int> rank;
+  auto note = [&](const onnx::ValueInfoProto& v) {
+    if (v.type().has_tensor_type() && v.type().tensor_type().has_shape()) {
+      rank[v.name()] = v.type().tensor_type().shape().dim_size();
+    }
+  };
+  for (const auto& v : copy.graph().input()) note(v);
+  for (const auto& v : copy.graph().value_info()) note(v);
+  for (const auto& v : copy.graph().output()) note(v);
+  for (const auto& t : copy.graph().initializer()) rank[t.name()] = t.dims_size();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    if (n.op_type() != "LayerNormalization" || n.output_size() <= 1 || n.input_size() < 1) {
+      continue;
+    }
+    const auto r = rank.find(n.input(0));
+    if (r == rank.end()) continue;  // unknown: libonnx infers nothing for it
+    int64_t axis = -1;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "axis") axis = a.i();
+    }
+    if (r->second >= 1 && axis >= -r->second && axis < r->second) continue;
+    const std::string name = n.name().empty() ? absl::StrCat(n.op_type(), "_", i) : n.name();
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", name, "' (op LayerNormalization): axis ", axis,
+                     " is not an axis of its input '", n.input(0), "' of rank ", r->second));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAndInfer(onnx::ModelProto& model) {
+  if (absl::Status s = CheckLayerNormStatistics(model); !s.ok()) return s;
+  return CheckAndInferAsIs(model);
+}
+
+absl::Status CheckOpsSupported(const onnx::GraphProto& g) {
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& proto = g.node(i);
+    const bool default_domain = proto.domain().empty() || proto.domain() == "ai.onnx";
+    if (default_domain && (proto.op_type() == "Constant" || FindOpSchema(proto.op_type()))) {
+      continue;
+    }
+    const std::string name =
+        proto.name().empty() ? absl::StrCat(proto.op_type(), "_", i) : proto.name();
+    return absl::UnimplementedError(
+        absl::StrCat("node '", name, "' (op ", proto.op_type(), default_domain ? "" : " in domain ",
+                     default_domain ? "" : proto.domain(),
+                     ") is not supported (supported: ", SupportedOpsList(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Why a graph input/output's type is not supported, for the error.
+std::string TypeProblem(const onnx::ValueInfoProto& info) {
+  if (!info.type().has_tensor_type()) {
+    return "is not a tensor (sequences, maps and optionals are not supported)";
+  }
+  const int32_t t = info.type().tensor_type().elem_type();
+  const std::string name =
+      onnx::TensorProto::DataType_IsValid(t)
+          ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t))
+          : absl::StrCat(t);
+  return absl::StrCat("has element type ", name,
+                      ", which is not supported (supported: BOOL, UINT8/16/32/64, INT8/16/32/64, "
+                      "FLOAT16, BFLOAT16, FLOAT, DOUBLE)");
+}
+
+absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
+  Graph graph;
+  for (const auto& opset : model.opset_import()) {
+    if (opset.domain().empty() || opset.domain() == "ai.onnx") graph.set_opset(opset.version());
+  }
+  const onnx::GraphProto& g = model.graph();
+  absl::flat_hash_set<std::string> initializer_names;
+  for (const onnx::TensorProto& t : g.initializer()) {
+    auto c = ReadConstant(t);
+    if (!c.ok()) return c.status();
+    const ValueId id = graph.GetOrAddValue(t.name());
+    graph.value(id).type = c->type;
+    graph.value(id).shape = c->shape;
+    graph.value(id).has_shape = true;
+    graph.SetConstant(id, *std::move(c));
+    initializer_names.insert(t.name());
+  }
+  for (const onnx::ValueInfoProto& in : g.input()) {
+    if (initializer_names.contains(in.name())) continue;  // a weight, not a runtime input
+    const ValueId id = graph.GetOrAddValue(in.name());
+    ReadValueInfo(in, graph.value(id));
+    const Value& v = graph.value(id);
+    if (v.type == DataType::kUnknown) {
+      return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' ", TypeProblem(in)));
+    }
+    if (!v.has_shape) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name(), "' has no shape"));
+    }
+    for (size_t d = 1; d < v.shape.size(); ++d) {
+      if (v.shape[d] < 0) {
+        return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' has dynamic dim ", d,
+                                                     "; only dim 0 (the batch) may be dynamic"));
+      }
+    }
+    // One row must fit the limit per tensor (the batch is checked per run).
+    Shape row = v.shape;
+    if (!row.empty() && row[0] < 0) row[0] = 1;
+    if (auto n = kernels::NumElementsChecked(row); !n.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", in.name(), "': ", n.status().message()));
+    }
+    graph.inputs().push_back(id);
+  }
+  for (const onnx::ValueInfoProto& vi : g.value_info()) {
+    ReadValueInfo(vi, graph.value(graph.GetOrAddValue(vi.name())));
+  }
+  int index = 0;
+  for (const onnx::NodeProto& proto : g.node()) {
+    if (proto.op_type() == "Constant" && (proto.domain().empty() || proto.domain() == "ai.onnx")) {
+      if (absl::Status s = ReadConstantNode(proto, graph); !s.ok()) return s;
+    } else {
+      auto node = ReadNode(proto, index, graph);
+      if (!node.ok()) return node.status();
+      graph.nodes().push_back(*std::move(node));
+    }
+    ++index;
+  }
+  for (const onnx::ValueInfoProto& out : g.output()) {
+    const ValueId id = graph.GetOrAddValue(out.name());
+    ReadValueInfo(out, graph.value(id));
+    if (graph.value(id).type == DataType::kUnknown) {
+      return absl::UnimplementedError(absl::StrCat("output '", out.name(), "' ", TypeProblem(out)));
+    }
+    graph.outputs().push_back(id);
+  }
+  if (auto folded = FoldConstants(graph); !folded.ok()) return folded.status();
+  for (const Node& node : graph.nodes()) {
+    if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
+  }
+  // Values of types other than FP32 at runtime: only ops with a typed
+  // reference for those types may touch them.
+  for (const Node& node : graph.nodes()) {
+    if (!NeedsTypedRun(graph, node)) continue;
+    if (absl::Status s = CheckTypedNode(graph, node); !s.ok()) return s;
+  }
+  // Validates every shape at a concrete batch (Reshape targets, broadcasts).
+  if (auto shapes = PropagateShapes(graph, InputShapesForBatch(graph, 1)); !shapes.ok()) {
+    return shapes.status();
+  }
+  return graph;
+}
+
+absl::Status Prefix(const std::string& path, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+absl::StatusOr<Graph> ImportUnguarded(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open the model file"));
+  std::stringstream bytes;
+  bytes << file.rdbuf();
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes.str())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid ONNX protobuf"));
+  }
+  // Unsupported ops first: the most useful message when there are any.
+  if (absl::Status s = CheckOpsSupported(model.graph()); !s.ok()) return Prefix(path, s);
+  if (absl::Status s = CheckAttributesForOnnx(model.graph()); !s.ok()) return Prefix(path, s);
+  if (absl::Status s = MakeKernelShapesExplicit(model.mutable_graph()); !s.ok()) {
+    return Prefix(path, s);
+  }
+  if (absl::Status s = CheckAndInfer(model); !s.ok()) return Prefix(path, s);
+  auto graph = BuildGraph(model);
+  if (!graph.ok()) return Prefix(path, graph.status());
+  return graph;
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> ImportOnnxModel(const std::string& path) {
+  // Whatever a hostile file still makes throw (an allocation the checks did
+  // not foresee, libonnx or protobuf internals) fails this model only.
+  try {
+    return ImportUnguarded(path);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": out of memory importing the model (std::bad_alloc)"));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": importing the model failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(path, ": importing the model failed: unknown error"));
+  }
+}
+
+}  // namespace numaserve::engine

@@ -1,0 +1,481 @@
+#include "engine/ops/shape_propagation.h"
+
+#include <iterator>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/ops/op_registry.h"
+#include "engine/ops/op_util.h"
+#include "kernels/shape_ops.h"
+
+namespace numaserve::engine {
+
+std::vector<Shape> InputShapesForBatch(const Graph& graph, int64_t batch) {
+  std::vector<Shape> shapes;
+  for (ValueId id : graph.inputs()) {
+    Shape s = graph.value(id).shape;
+    for (int64_t& d : s) {
+      if (d < 0) d = batch;
+    }
+    shapes.push_back(std::move(s));
+  }
+  return shapes;
+}
+
+absl::StatusOr<std::vector<Shape>> PropagateShapes(const Graph& graph,
+                                                   const std::vector<Shape>& input_shapes) {
+  if (input_shapes.size() != graph.inputs().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", graph.inputs().size(),
+                                                   " input shapes, got ", input_shapes.size()));
+  }
+  std::vector<Shape> shapes(graph.num_values());
+  std::vector<bool> known(graph.num_values(), false);
+  // Every shape is checked (no negative dim, at most kMaxTensorElements
+  // elements), so the shape functions' arithmetic on them never overflows
+  // and a model claiming a huge tensor is refused, naming the value.
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    if (auto n = kernels::NumElementsChecked(input_shapes[i]); !n.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", graph.value(graph.inputs()[i]).name,
+                                                     "': ", n.status().message()));
+    }
+    shapes[graph.inputs()[i]] = input_shapes[i];
+    known[graph.inputs()[i]] = true;
+  }
+  for (const auto& [id, constant] : graph.constants()) {
+    if (auto n = kernels::NumElementsChecked(constant.shape); !n.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("constant '", graph.value(id).name, "': ", n.status().message()));
+    }
+    shapes[id] = constant.shape;
+    known[id] = true;
+  }
+  for (const Node& node : graph.nodes()) {
+    const OpSchema* schema = FindOpSchema(node.op_type);
+    if (schema == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(node.Describe(), " is not supported"));
+    }
+    std::vector<const Shape*> in;
+    for (ValueId v : node.inputs) {
+      if (v != kNoValue && !known[v]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node.Describe(), ": input '", graph.value(v).name, "' is never computed"));
+      }
+      in.push_back(v == kNoValue ? nullptr : &shapes[v]);
+    }
+    auto out = schema->infer_shapes(graph, node, in);
+    if (!out.ok()) return out.status();
+    for (size_t i = 0; i < node.outputs.size() && i < out->size(); ++i) {
+      if (auto n = kernels::NumElementsChecked((*out)[i]); !n.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": output '",
+                                                       graph.value(node.outputs[i]).name,
+                                                       "': ", n.status().message()));
+      }
+      shapes[node.outputs[i]] = (*out)[i];
+      known[node.outputs[i]] = true;
+    }
+  }
+  for (ValueId id : graph.outputs()) {
+    if (!known[id]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", graph.value(id).name, "' is never computed"));
+    }
+  }
+  return shapes;
+}
+
+}  // namespace numaserve::engine
+
+// --- Rows: may requests be batched together? ---------------------------------
+
+namespace numaserve::engine {
+namespace {
+
+// What a value holds, as far as the rows of a batch go.
+enum class RowKind {
+  kConstant,  // computed from constants alone
+  kCount,     // follows the number of rows, not their values (Shape, Size)
+  kRows,      // one axis (`axis`) is the rows; element i along it comes from row i alone
+  kMixed,     // anything else (`why` says where rows met)
+};
+
+struct RowState {
+  RowKind kind = RowKind::kConstant;
+  int axis = -1;
+  std::string why;
+};
+
+// How an op moves rows, for an op with at least one input of kind kRows.
+enum class RowRule {
+  kElementwise,  // broadcasting element-wise (incl. Expand, Concat, Split, Pad, Tile)
+  // Moves elements without combining them along the row axis (Transpose;
+  // Reduce*, where reducing the row axis leaves no row axis).
+  kPositional,
+  kView,       // reinterprets the shape (Reshape, Flatten, Squeeze, Unsqueeze)
+  kSoftmax,    // Softmax, LogSoftmax: combines along its axis (and after it, before opset 13)
+  kLayerNorm,  // combines along [axis, rank)
+  kMatMul,
+  kGemm,
+  kGather,
+  kSlice,
+  kPerSample,  // [N, C, ...] ops computing each N apart (Conv, pooling, BatchNormalization, ...)
+  kCount,      // Shape, Size
+};
+
+const std::map<std::string, RowRule>& RowRules() {
+  static const auto* rules = [] {
+    auto* r = new std::map<std::string, RowRule>();
+    const std::pair<const char*, RowRule> kRows[] = {
+        {"Abs Acos Acosh Add And Asin Asinh Atan Atanh Cast CastLike Ceil Celu Clip Concat Cos "
+         "Cosh Div Dropout Elu Equal Erf Exp Expand Floor Greater GreaterOrEqual HardSigmoid "
+         "HardSwish Identity LeakyRelu Less LessOrEqual Log Max Mean Min Mod Mul Neg Not Or Pad "
+         "Pow PRelu Reciprocal Relu Round Selu Sigmoid Sign Sin Sinh Softplus Softsign Split Sqrt "
+         "Sub Sum Tan Tanh ThresholdedRelu Tile Where Xor "
+         // A per-axis scale along the rows' axis cannot match every row
+         // count, so such a model's shapes fail before any rule applies.
+         "QuantizeLinear DequantizeLinear",
+         RowRule::kElementwise},
+        {"Transpose ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin "
+         "ReduceProd ReduceSum ReduceSumSquare ConstantOfShape",
+         RowRule::kPositional},
+        {"Reshape Flatten Squeeze Unsqueeze", RowRule::kView},
+        {"Softmax LogSoftmax", RowRule::kSoftmax},
+        {"LayerNormalization", RowRule::kLayerNorm},
+        {"MatMul", RowRule::kMatMul},
+        {"Gemm", RowRule::kGemm},
+        {"Gather", RowRule::kGather},
+        {"Slice", RowRule::kSlice},
+        {"Conv ConvTranspose MaxPool AveragePool GlobalAveragePool GlobalMaxPool "
+         "BatchNormalization DepthToSpace SpaceToDepth Resize Upsample",
+         RowRule::kPerSample},
+        {"Shape Size", RowRule::kCount},
+    };
+    for (const auto& [ops, rule] : kRows) {
+      for (absl::string_view op : absl::StrSplit(ops, ' ')) (*r)[std::string(op)] = rule;
+    }
+    return r;
+  }();
+  return *rules;
+}
+
+// The row counts the shapes are propagated at: an axis is a value's row
+// axis when its size is the row count at every one of them.
+constexpr int64_t kRowCounts[] = {1, 2, 3};
+constexpr size_t kNumCounts = std::size(kRowCounts);
+
+std::string DescribeShape(const Shape& shape) {
+  std::string out = "[";
+  for (size_t d = 0; d < shape.size(); ++d) absl::StrAppend(&out, d ? "," : "", shape[d]);
+  return out + "]";
+}
+
+int64_t Product(const Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end && d < shape.size(); ++d) p *= shape[d];
+  return p;
+}
+
+class RowAnalysis {
+ public:
+  RowAnalysis(const Graph& graph, std::vector<std::vector<Shape>> shapes)
+      : graph_(graph), shapes_(std::move(shapes)), state_(graph.num_values()) {}
+
+  RowIndependence Run() {
+    RowIndependence result;
+    bool any_dynamic = false;
+    for (ValueId v : graph_.inputs()) {
+      const Value& value = graph_.value(v);
+      if (!value.shape.empty() && value.shape[0] < 0) {
+        any_dynamic = true;
+        state_[v] = {RowKind::kRows, 0, ""};
+      } else {
+        state_[v] = Mixed(absl::StrCat("input '", value.name,
+                                       "' has a fixed dim 0, so it cannot be split by rows"));
+      }
+    }
+    if (!any_dynamic) {
+      result.reason = "no input has a dynamic dim 0 (the rows)";
+      return result;
+    }
+    for (const Node& node : graph_.nodes()) Visit(node);
+    for (ValueId v : graph_.outputs()) {
+      const std::string what = absl::StrCat("output '", graph_.value(v).name, "' is ",
+                                            DescribeShape(shapes_[kNumCounts - 1][v]), " at ",
+                                            kRowCounts[kNumCounts - 1], " rows");
+      const RowState& s = state_[v];
+      switch (s.kind) {
+        case RowKind::kConstant:
+          result.reason = absl::StrCat(what, ": it does not depend on the inputs");
+          return result;
+        case RowKind::kCount:
+          result.reason = absl::StrCat(what, ": it depends on the number of rows");
+          return result;
+        case RowKind::kMixed:
+          result.reason = absl::StrCat(what, ": ", s.why);
+          return result;
+        case RowKind::kRows:
+          break;
+      }
+      if (s.axis != 0) {
+        result.reason = absl::StrCat(what, ": its rows are on axis ", s.axis, ", not 0");
+        return result;
+      }
+      for (size_t d = 1; d < shapes_[0][v].size(); ++d) {
+        for (size_t k = 1; k < kNumCounts; ++k) {
+          if (shapes_[k][v][d] != shapes_[0][v][d]) {
+            result.reason = absl::StrCat(what, ": its dim ", d, " changes with the rows");
+            return result;
+          }
+        }
+      }
+    }
+    result.independent = true;
+    return result;
+  }
+
+ private:
+  static RowState Mixed(std::string why) { return {RowKind::kMixed, -1, std::move(why)}; }
+
+  // The axes of `v` whose size is the row count at every count.
+  std::vector<int> RowAxes(ValueId v) const {
+    std::vector<int> axes;
+    const size_t rank = shapes_[0][v].size();
+    for (size_t d = 0; d < rank; ++d) {
+      bool rows = true;
+      for (size_t k = 0; k < kNumCounts && rows; ++k) {
+        rows = shapes_[k][v].size() == rank && shapes_[k][v][d] == kRowCounts[k];
+      }
+      if (rows) axes.push_back(static_cast<int>(d));
+    }
+    return axes;
+  }
+
+  int Rank(ValueId v) const { return static_cast<int>(shapes_[0][v].size()); }
+
+  void Visit(const Node& node) {
+    bool rows = false, count = false;
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) continue;
+      const RowState& s = state_[v];
+      if (s.kind == RowKind::kMixed) {
+        for (ValueId out : node.outputs) state_[out] = s;
+        return;
+      }
+      rows |= s.kind == RowKind::kRows;
+      count |= s.kind == RowKind::kCount;
+    }
+    auto it = RowRules().find(node.op_type);
+    const bool is_count = it != RowRules().end() && it->second == RowRule::kCount;
+    if (is_count || !rows) {
+      const RowKind kind =
+          (rows || count) ? RowKind::kCount : RowKind::kConstant;  // Shape of rows: a count
+      for (ValueId out : node.outputs) state_[out] = {kind, -1, ""};
+      return;
+    }
+    if (count) {
+      for (ValueId out : node.outputs) {
+        state_[out] = Mixed(absl::StrCat(node.Describe(),
+                                         " combines the number of rows with "
+                                         "their values"));
+      }
+      return;
+    }
+    if (it == RowRules().end()) {
+      for (ValueId out : node.outputs) {
+        state_[out] = Mixed(absl::StrCat(node.Describe(),
+                                         " has no rule for rows here, so it is taken to combine "
+                                         "them"));
+      }
+      return;
+    }
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      state_[node.outputs[j]] = OutputState(node, it->second, j);
+    }
+  }
+
+  // The row input `index` of `node` when its row axis is `axis`: why that
+  // combines rows under `rule`, or "" when it does not.
+  std::string CombinesRows(const Node& node, RowRule rule, size_t index, int axis, ValueId out,
+                           int out_axis) const {
+    const ValueId in = node.inputs[index];
+    const int rank = Rank(in);
+    switch (rule) {
+      case RowRule::kElementwise:
+        // Broadcasting aligns dims from the right.
+        if (axis + (Rank(out) - rank) != out_axis) return "moves the rows to another axis";
+        return "";
+      case RowRule::kPositional:
+      case RowRule::kCount:
+        return "";
+      case RowRule::kView:
+        // Row-major: rows stay whole and in order when the dims before the
+        // row axis hold as many elements before and after.
+        for (size_t k = 0; k < kNumCounts; ++k) {
+          if (Product(shapes_[k][in], 0, axis) != Product(shapes_[k][out], 0, out_axis)) {
+            return absl::StrCat("reshapes ", DescribeShape(shapes_[k][in]), " to ",
+                                DescribeShape(shapes_[k][out]), " across rows");
+          }
+        }
+        return "";
+      case RowRule::kSoftmax: {
+        const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
+        auto a = kernels::NormalizeAxis(sm.axis, rank);
+        if (!a.ok()) return std::string(a.status().message());
+        if (sm.flatten_to_2d ? axis >= *a : axis == *a) return "normalizes over the rows";
+        return "";
+      }
+      case RowRule::kLayerNorm: {
+        if (index > 0) {
+          return axis + (Rank(out) - rank) != out_axis ? "moves the rows to another axis" : "";
+        }
+        auto a = kernels::NormalizeAxis(node.GetInt("axis", -1), rank);
+        if (!a.ok()) return std::string(a.status().message());
+        return axis >= *a ? "normalizes over the rows" : "";
+      }
+      case RowRule::kMatMul:
+        // A [..., M, K] x B [..., K, N]: K is summed over.
+        if (index == 0 && (rank == 1 || axis == rank - 1)) return "sums over the rows";
+        if (index == 1 && (rank == 1 || axis == rank - 2)) return "sums over the rows";
+        return "";
+      case RowRule::kGemm:
+        if (index == 0 && axis == (node.GetInt("transA", 0) ? 0 : 1)) return "sums over the rows";
+        if (index == 1 && axis == (node.GetInt("transB", 0) ? 1 : 0)) return "sums over the rows";
+        return "";
+      case RowRule::kGather: {
+        if (index != 0) return "";
+        if (state_[node.inputs[1]].kind == RowKind::kRows) return "picks rows by row values";
+        auto a = kernels::NormalizeAxis(node.GetInt("axis", 0), rank);
+        if (!a.ok()) return std::string(a.status().message());
+        return axis == *a ? "picks among the rows" : "";
+      }
+      case RowRule::kSlice: {
+        if (index != 0) return "slices by row values";
+        auto starts = ops::IntsFromAttrOrInput(graph_, node, "starts", 1);
+        auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 3);
+        auto steps = ops::ConstInts(graph_, node, 4, "steps");
+        if (!starts.ok() || !axes.ok() || !steps.ok() || !starts->has_value()) {
+          return "slices by runtime values";
+        }
+        const size_t n = (*starts)->size();
+        for (size_t i = 0; i < n; ++i) {
+          const int64_t a =
+              axes->has_value() && i < (*axes)->size() ? (**axes)[i] : static_cast<int64_t>(i);
+          auto normalized = kernels::NormalizeAxis(a, rank);
+          const int64_t step = steps->has_value() && i < (*steps)->size() ? (**steps)[i] : 1;
+          if (normalized.ok() && *normalized == axis && step != 1) return "reorders the rows";
+        }
+        return "";
+      }
+      case RowRule::kPerSample:
+        if (index != 0) return "takes per-row parameters";
+        if (axis != 0 || out_axis != 0) return "computes across the rows of an axis other than N";
+        if (node.op_type == "BatchNormalization" && node.GetInt("training_mode", 0) != 0) {
+          return "normalizes with statistics over the rows (training mode)";
+        }
+        return "";
+    }
+    return "";
+  }
+
+  RowState OutputState(const Node& node, RowRule rule, size_t output) const {
+    const ValueId out = node.outputs[output];
+    if (node.op_type == "MaxPool" && output == 1) {
+      return Mixed(absl::StrCat(node.Describe(), " numbers its indices across the rows"));
+    }
+    const std::vector<int> axes = RowAxes(out);
+    if (axes.size() != 1) {
+      return Mixed(absl::StrCat(node.Describe(),
+                                axes.empty() ? " combines the rows" : " pairs rows with rows"));
+    }
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId in = node.inputs[i];
+      if (in == kNoValue || state_[in].kind != RowKind::kRows) continue;
+      std::string why = CombinesRows(node, rule, i, state_[in].axis, out, axes[0]);
+      if (!why.empty()) return Mixed(absl::StrCat(node.Describe(), " ", why));
+    }
+    return {RowKind::kRows, axes[0], ""};
+  }
+
+  const Graph& graph_;
+  const std::vector<std::vector<Shape>> shapes_;  // by row count, then ValueId
+  std::vector<RowState> state_;                   // by ValueId
+};
+
+// Keeps shapes and small constants: shape functions read Reshape's target,
+// Slice's starts and the like, never a weight's elements.
+constexpr int64_t kShapeConstantElements = 1024;
+
+}  // namespace
+
+bool HasRowRule(const std::string& op_type) { return RowRules().contains(op_type); }
+
+absl::StatusOr<RowIndependence> CheckRowIndependence(const Graph& graph) {
+  std::vector<std::vector<Shape>> shapes;
+  for (int64_t rows : kRowCounts) {
+    auto s = PropagateShapes(graph, InputShapesForBatch(graph, rows));
+    if (!s.ok()) {
+      RowIndependence result;
+      result.reason =
+          absl::StrCat("its shapes cannot be computed at ", rows, " rows: ", s.status().message());
+      return result;
+    }
+    shapes.push_back(*std::move(s));
+  }
+  return RowAnalysis(graph, std::move(shapes)).Run();
+}
+
+OutputShapeFn MakeOutputShapeFn(const Graph& graph) {
+  auto copy = std::make_shared<Graph>(graph);
+  std::vector<ValueId> large;
+  for (const auto& [id, c] : copy->constants()) {
+    if (kernels::NumElements(c.shape) > kShapeConstantElements) large.push_back(id);
+  }
+  for (ValueId id : large) {
+    const Constant& weights = *copy->FindConstant(id);
+    Constant shape_only;
+    shape_only.type = weights.type;
+    shape_only.shape = weights.shape;
+    shape_only.f32.shape = weights.f32.shape;
+    copy->SetConstant(id, std::move(shape_only));
+  }
+  std::shared_ptr<const Graph> shapes_only = std::move(copy);
+  return [shapes_only](int64_t rows) -> absl::StatusOr<std::vector<std::vector<int64_t>>> {
+    auto shapes = PropagateShapes(*shapes_only, InputShapesForBatch(*shapes_only, rows));
+    if (!shapes.ok()) return shapes.status();
+    std::vector<std::vector<int64_t>> out;
+    for (ValueId v : shapes_only->outputs()) out.push_back((*shapes)[v]);
+    return out;
+  };
+}
+
+absl::Status DescribeBatching(const Graph& graph, ModelInfo* info) {
+  auto rows = CheckRowIndependence(graph);
+  if (!rows.ok()) return rows.status();
+  // Rows of several requests stack only where every input has them: a
+  // scalar input or one of fixed first dim has no rows to stack.
+  bool dynamic = false;
+  std::string fixed_input;
+  for (const TensorInfo& t : info->inputs) {
+    const bool rows_dim = !t.shape.empty() && t.shape[0] < 0;
+    dynamic |= rows_dim;
+    if (!rows_dim && fixed_input.empty()) fixed_input = t.name;
+  }
+  info->batched = rows->independent && !info->inputs.empty() && fixed_input.empty();
+  info->unbatched_reason = info->batched || !dynamic ? ""
+                           : !fixed_input.empty()
+                               ? absl::StrCat("input '", fixed_input, "' has no dynamic first dim")
+                               : rows->reason;
+  bool follows_rows = false;
+  for (const TensorInfo& t : info->outputs) {
+    for (int64_t d : t.shape) follows_rows |= d < 0;
+  }
+  info->output_shapes_at = nullptr;
+  if (!info->batched && follows_rows) info->output_shapes_at = MakeOutputShapeFn(graph);
+  return absl::OkStatus();
+}
+
+}  // namespace numaserve::engine

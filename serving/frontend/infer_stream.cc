@@ -1,0 +1,181 @@
+// InferenceService's ModelStreamInfer call: the InferStream reactor, which
+// starts an inference for every request it reads and writes the answers
+// back in completion order, and the service's list of open streams
+// (AddStream, RemoveStream, and SetShuttingDown, which drains them and
+// refuses the loads and unloads not yet started).
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "serving/frontend/inference_service.h"
+
+namespace numaserve::serving {
+
+// One ModelStreamInfer call: every request read starts an inference; the
+// answers are written back one at a time as they complete. The call ends
+// when the client has finished writing and every answer has been written,
+// or, once the server drains, when every request read so far is answered.
+class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                                         inference::ModelStreamInferResponse> {
+ public:
+  InferStream(InferenceService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context), cancel_(std::make_shared<CallCancellation>()) {
+    cancel_->deadline = context->deadline();
+    if (service_->AddStream(this)) {
+      ReadNext();
+    } else {
+      finished_ = true;
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    bool read_more = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok || finished_) {
+        reads_done_ = true;
+        MaybeFinishLocked();
+        return;
+      }
+      ++outstanding_;
+      // Draining: this request is answered (UNAVAILABLE), no more are read.
+      read_more = !draining_;
+      if (!read_more) reads_done_ = true;
+      // At the limit, the next read waits for an answer to be written.
+      if (read_more && outstanding_ >= service_->options_.max_stream_outstanding) {
+        read_more = false;
+        read_paused_ = true;
+      }
+    }
+    std::shared_ptr<Item> item = std::move(reading_);
+    service_->StartInference(
+        context_, cancel_, &item->request, item->reply.mutable_infer_response(),
+        [this, item](const absl::Status& status) {
+          if (!status.ok()) {
+            const std::string id = item->request.id();
+            item->reply.Clear();
+            item->reply.set_error_message(
+                absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
+            item->reply.mutable_infer_response()->set_id(id);
+            item->reply.mutable_infer_response()->set_model_name(item->request.model_name());
+          }
+          Write(item);
+        });
+    if (read_more) ReadNext();
+  }
+
+  void OnWriteDone(bool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.pop_front();
+    --outstanding_;
+    if (read_paused_ && !draining_ && !finished_ &&
+        outstanding_ < service_->options_.max_stream_outstanding) {
+      read_paused_ = false;
+      ReadNext();  // the read chain was idle: nothing else touches reading_
+    }
+    if (!writes_.empty()) {
+      StartWrite(&writes_.front()->reply);
+      return;
+    }
+    writing_ = false;
+    MaybeFinishLocked();
+  }
+
+  void OnCancel() override { service_->CancelCall(*cancel_); }
+
+  void OnDone() override {
+    service_->RemoveStream(this);
+    delete this;
+  }
+
+  // The server is shutting down: stop reading, end the call once every
+  // request read so far has been answered.
+  void Drain() {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    MaybeFinishLocked();
+  }
+
+ private:
+  struct Item {
+    inference::ModelInferRequest request;
+    inference::ModelStreamInferResponse reply;
+  };
+
+  void ReadNext() {
+    reading_ = std::make_shared<Item>();
+    StartRead(&reading_->request);
+  }
+
+  void Write(std::shared_ptr<Item> item) {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.push_back(std::move(item));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&writes_.front()->reply);
+    }
+  }
+
+  void MaybeFinishLocked() {
+    if ((!reads_done_ && !draining_) || outstanding_ > 0 || writing_ || finished_) return;
+    finished_ = true;
+    if (reads_done_ && !draining_) {
+      Finish(grpc::Status::OK);
+    } else {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the server is shutting down; every request read on this stream "
+                          "has been answered"));
+    }
+  }
+
+  InferenceService* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<CallCancellation> cancel_;
+  std::shared_ptr<Item> reading_;  // only touched by the read chain
+  std::mutex mu_;
+  std::deque<std::shared_ptr<Item>> writes_;  // front: being written
+  int64_t outstanding_ = 0;                   // read, not yet written
+  bool writing_ = false;
+  bool read_paused_ = false;  // at max_stream_outstanding; OnWriteDone reads on
+  bool reads_done_ = false;
+  bool draining_ = false;
+  bool finished_ = false;
+};
+
+bool InferenceService::AddStream(InferStream* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.insert(stream);
+  return !shutting_down_;
+}
+
+void InferenceService::RemoveStream(InferStream* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.erase(stream);
+}
+
+void InferenceService::SetShuttingDown() {
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    shutting_down_ = true;
+    for (InferStream* stream : streams_) stream->Drain();
+  }
+  // Loads and unloads not yet started are refused; the one under way ends.
+  std::deque<LifecycleJob> refused;
+  {
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    refused.swap(lifecycle_jobs_);
+  }
+  for (auto& job : refused) {
+    job.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  }
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new InferStream(this, context);
+}
+
+}  // namespace numaserve::serving
