@@ -1,0 +1,155 @@
+// Internal to the gRPC front end: one training job as the training service
+// runs it (training_service.cc): the `numaserve train` child's private
+// directory, its output read back into TrainingProgress, the metrics and
+// log records it makes, and stopping it. Not part of the front end's API;
+// nothing outside serving/frontend includes it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/log.h"
+#include "training.pb.h"
+
+namespace numaserve::serving {
+
+class Metrics;
+
+// A job's private directory (mkdtemp: a fresh name, mode 0700) and the
+// config file in it; both are removed by Remove() or the destructor.
+class PrivateDir {
+ public:
+  // Makes <parent>/numaserve-training-XXXXXX and writes `config` into it
+  // as job.cfg (0600, O_EXCL | O_NOFOLLOW).
+  static absl::StatusOr<std::unique_ptr<PrivateDir>> Create(const std::string& parent,
+                                                            const std::string& config);
+  ~PrivateDir() { Remove(); }
+
+  std::string config_path() const { return dir_ + "/job.cfg"; }
+  void Remove();
+
+ private:
+  explicit PrivateDir(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+  std::mutex mu_;
+  bool removed_ = false;
+};
+
+// The ServerWriteReactor of a WatchTraining call (training_service.cc).
+class WatchReactor;
+
+// What a job notifies: a watcher that may already be gone (reactor null).
+// The mutex is recursive because gRPC may run OnDone inline from Finish.
+struct WatchSink {
+  std::recursive_mutex mu;
+  WatchReactor* reactor = nullptr;
+};
+
+// One `numaserve train` child and what it has reported.
+class TrainingJob {
+ public:
+  // `label` is the public part of `id` (metrics, log); `files` is removed
+  // when the process has exited.
+  TrainingJob(std::string id, std::string label, std::string owner, std::string model, pid_t pid,
+              int output_fd, std::unique_ptr<PrivateDir> files, Metrics* metrics,
+              std::chrono::milliseconds stop_grace);
+  ~TrainingJob();
+
+  const std::string& id() const { return id_; }
+  const std::string& label() const { return label_; }
+  const std::string& owner() const { return owner_; }
+
+  // The latest progress and its version (incremented on every change).
+  std::pair<training::TrainingProgress, int64_t> Snapshot();
+  bool finished();
+
+  // Starts stopping the job (see training_service.h); returns false when it
+  // has already ended. A job already stopping stays so.
+  bool Cancel();
+
+  void AddSink(std::shared_ptr<WatchSink> sink);
+  void RemoveSink(const WatchSink* sink);
+
+ private:
+  // Pumps every watcher still there; defined in training_service.cc, where
+  // WatchReactor is.
+  void Notify();
+
+  // SIGTERM when the job has not ended stop_grace after SIGUSR1, SIGKILL
+  // 5 s later.
+  void Escalate();
+
+  // The "progress" field of a record of rank 0 (trainer.cc, WriteProgress):
+  // a JSON string holding a ProgressReport as protobuf JSON. Refused, with
+  // the reason, when it is not one or when its figures cannot be (an epoch
+  // or step out of range, a ratio outside 0..1, a negative or non-finite
+  // rate or eta); the loss may be anything, NaN included (a diverged run).
+  static absl::StatusOr<training::ProgressReport> ReadProgressReport(const std::string& field_json);
+
+  void ExportFigures();
+
+  // One line of the job's output (mpirun's stdout and stderr): a log
+  // record of a rank or of the launcher (JSON, see SpawnJob in
+  // training_service.cc), among them rank 0's progress reports
+  // (trainer.cc), another line of rank 0's ("exported ...", "stopped at
+  // step ..."), or a message of mpirun's. The progress it reports is kept;
+  // the line goes into the server's log as a record naming the job.
+  void ParseLine(const std::string& line);
+
+  // The "progress" field of a progress report's record (component
+  // "training"), else null.
+  static const base::LogField* ProgressField(const base::LogRecord& record);
+
+  // Rank 0's progress report: LINE (the record's message) as `numaserve
+  // train` prints it in text, and the "progress" field's JSON. A report
+  // that does not read back is left out with a debug record saying why:
+  // the job's output is not trusted to be well formed.
+  void ReadProgress(const std::string& line, const std::string& field_json);
+
+  // A record a rank or the launcher wrote, in the server's log with the
+  // job's label; its error is what the job's failure reports.
+  void ForwardRecord(const base::LogRecord& record);
+
+  // One line of the job's output without its newline, at most
+  // kMaxOutputLine bytes of it: the rest of a longer line is dropped, so a
+  // job cannot make the server hold a line of any length. False at the end
+  // of the output.
+  static bool ReadBoundedLine(FILE* in, std::string* line);
+
+  void ReadOutput(int fd);
+
+  const std::string id_;
+  const std::string label_;  // the public part of id_: metrics and log
+  const std::string owner_;  // the caller that started it ("" = anonymous)
+  const std::string model_;  // metrics label
+  const pid_t pid_;
+  Metrics* const metrics_;
+  const std::chrono::milliseconds stop_grace_;
+  const std::unique_ptr<PrivateDir> files_;
+  std::mutex mu_;  // guards the fields below
+  std::condition_variable exited_cv_;
+  training::TrainingProgress progress_;
+  int64_t version_ = 1;
+  bool cancelled_ = false;
+  bool exited_ = false;
+  double eta_seconds_ = 0;
+  std::string last_error_;
+  std::string stop_line_;
+  std::mutex sinks_mu_;  // guards sinks_ only; never held while notifying
+  std::vector<std::shared_ptr<WatchSink>> sinks_;
+  std::thread reader_;
+  std::thread stopper_;
+};
+
+}  // namespace numaserve::serving
