@@ -548,7 +548,7 @@ absl::Status TrainSteps(const TrainLoop& loop, LoopState* state) {
     if (loop.options.stop != nullptr) {
       // One int all-reduce a step (microseconds): every rank stops at the
       // same step even when the signal reached them at different times.
-      int local = *loop.options.stop != 0 ? 1 : 0, any = 0;
+      int local = loop.options.stop->load() ? 1 : 0, any = 0;
       MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, loop.comm);
       if (any != 0) {
         state->result.stopped = true;

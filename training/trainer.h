@@ -5,7 +5,7 @@
 
 #include <mpi.h>
 
-#include <csignal>
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -29,10 +29,10 @@ struct TrainOptions {
   // each progress report as a record instead (a ProgressReport in its
   // "progress" field; trainer.cc, WriteProgress).
   FILE* progress = stdout;
-  // Set (by a signal handler) to stop early: the ranks agree on it before
+  // Set (by the thread that takes the stop signals) to stop early: the ranks agree on it before
   // every step, stop together after the step in flight, and rank 0 writes
   // the checkpoint (when the config has one); no final weights, no export.
-  const volatile std::sig_atomic_t* stop = nullptr;
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct TrainResult {

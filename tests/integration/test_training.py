@@ -11,6 +11,8 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
   * IDX files converted to packed records (numaserve-dataset) train to
     the same weights, on 2 ranks that each read only their shard of the
     record file;
+  * SIGUSR1 to a 2-rank run stops it after a step with a checkpoint, and
+    no thread of a rank is interrupted by it (all block it; one sigwaits);
   * configuration errors name the file, line and field;
   * `precision: "bf16"` trains the CNN with its convolutions in BF16 to
     test accuracy and weights close to the FP32 run's where the CPU has
@@ -24,6 +26,7 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -153,6 +156,57 @@ class TrainingTest(unittest.TestCase):
         for name in w_straight:
             np.testing.assert_allclose(w_resumed[name], w_straight[name], rtol=0, atol=1e-6,
                                        err_msg=name)
+
+    def test_stop_signals_interrupt_no_thread(self):
+        """SIGUSR1 to a 2-rank job stops it with a checkpoint. No thread of a
+        rank runs a handler for it (a handler once interrupted a oneDNN GEMM
+        and a rank aborted with a corrupted heap): every thread blocks
+        SIGUSR1 and SIGTERM and one takes them with sigwait."""
+        checkpoint = os.path.join(self.dir, "signalled.ckpt")
+        config = self.config("signalled", max_steps=10000000, epochs=100000, log_every_steps=4,
+                             checkpoint='"%s"' % checkpoint)
+        proc = subprocess.Popen([self.binary, "train", "--config", config, "--ranks", "2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            for line in proc.stdout:  # the first progress line: both ranks are in the loop
+                if re.match(r"epoch \d+/\d+ step \d+/", line):
+                    break
+            ranks = nc.child_pids(proc.pid)
+            self.assertEqual(len(ranks), 2, ranks)
+            usr1, term = 1 << (signal.SIGUSR1 - 1), 1 << (signal.SIGTERM - 1)
+            for rank in ranks:
+                threads = os.listdir("/proc/%d/task" % rank)
+                self.assertGreaterEqual(len(threads), 3, threads)  # MPI's and the waiter
+                waiters = 0
+                for tid in threads:
+                    task = "/proc/%d/task/%s/" % (rank, tid)
+                    try:
+                        with open(task + "status") as f:
+                            status = dict(line.split(":", 1) for line in f if ":" in line)
+                        with open(task + "syscall") as f:
+                            syscall = f.read().split()[0]
+                    except (FileNotFoundError, IndexError):
+                        continue  # a thread that has just ended
+                    blocked, caught = int(status["SigBlk"], 16), int(status["SigCgt"], 16)
+                    self.assertEqual(caught & (usr1 | term), 0, (rank, tid, status))
+                    # In sigwait (rt_sigtimedwait, 128 on x86-64) the kernel
+                    # shows the signals waited for as unblocked.
+                    if syscall == "128":
+                        waiters += 1
+                        continue
+                    self.assertEqual(blocked & (usr1 | term), usr1 | term, (rank, tid, status))
+                self.assertEqual(waiters, 1, "rank %d: %d threads in sigwait" % (rank, waiters))
+            os.killpg(proc.pid, signal.SIGUSR1)
+            rest, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.assertEqual(proc.returncode, 0, rest)
+        step, _ = read_weights(checkpoint)
+        self.assertGreater(step, 0)
+        self.assertRegex(rest, r"stopped at step %d of \d+: checkpoint %s" % (step, re.escape(checkpoint)))
 
     def test_exported_model_is_served_as_a_new_version(self):
         repo = os.path.join(self.dir, "export_repo")
