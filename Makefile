@@ -138,14 +138,15 @@ format-check: deps
 	@git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 	@echo "format-check: clean"
 
-# clang-tidy (.clang-tidy: bugprone, concurrency, performance) on every
+# clang-tidy (.clang-tidy: bugprone, concurrency, performance, clang's
+# thread-safety analysis under -Wthread-safety) on every
 # source file outside tests/ and benchmarks/, on the release build's
 # compile_commands.json (the build first generates the protobuf headers).
 # Findings are errors. TIDY_FILES narrows it: make tidy TIDY_FILES=base/log.cc
 TIDY_FILES ?= $(shell git ls-files '*.cc' | grep -v '^tests/\|^benchmarks/')
 tidy: build
 	@run-clang-tidy -quiet -p $(BUILD_DIR) -j $(JOBS) \
-	  -extra-arg=-Wno-unknown-warning-option $(addprefix $(CURDIR)/,$(TIDY_FILES)) \
+	  -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wthread-safety $(addprefix $(CURDIR)/,$(TIDY_FILES)) \
 	  > $(BUILD_DIR)/tidy.log 2>&1 || { grep -B1 -A3 'error:' $(BUILD_DIR)/tidy.log | head -200; \
 	  echo "tidy: findings above (full log: $(BUILD_DIR)/tidy.log)"; exit 1; }
 	@echo "tidy: clean ($(words $(TIDY_FILES)) files)"
