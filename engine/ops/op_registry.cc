@@ -25,10 +25,11 @@ absl::Status NodeError(const Node& node, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": ", message));
 }
 
+// Between min_in and max_in inputs, the first present (an optional input
+// after it may be absent), and one output.
 absl::Status CheckArity(const Node& node, size_t min_in, size_t max_in) {
-  size_t present = 0;
-  for (ValueId v : node.inputs) present += v != kNoValue;
-  if (node.inputs.size() < min_in || node.inputs.size() > max_in || node.inputs[0] == kNoValue) {
+  if (node.inputs.size() < min_in || node.inputs.size() > max_in || node.inputs.empty() ||
+      node.inputs[0] == kNoValue) {
     return NodeError(
         node, absl::StrCat("expects ", min_in, "..", max_in, " inputs, has ", node.inputs.size()));
   }
