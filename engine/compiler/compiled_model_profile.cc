@@ -32,14 +32,14 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
     row.seconds = times_[k].seconds;
     row.flops = times_[k].flops;
     row.bytes = times_[k].bytes;
-    row.precision = step.Arithmetic();
+    row.precision = step.traits().arithmetic;
     rows.push_back(row);
     // A conv or matmul writing into its residual's bytes has nothing to copy.
-    const ValueId out = step.ResidualOutput();
+    const ValueId out = step.traits().residual_output;
     if (out != kNoValue && last_shapes_ != nullptr && BytesOwner(out, *last_shapes_) != out) {
       continue;
     }
-    if (step.ResidualInput() != kNoValue) {
+    if (step.traits().residual_input != kNoValue) {
       StepProfile r;
       r.index = static_cast<int>(k);
       r.kind = "reorder";
@@ -57,7 +57,7 @@ std::vector<StepProfile> CompiledModelImpl::Profile() const {
 }
 
 double CompiledModelImpl::StepBytes(const Step& step, const std::vector<Shape>& shapes) const {
-  double bytes = static_cast<double>(step.ParameterBytes());
+  double bytes = static_cast<double>(step.traits().parameter_bytes);
   std::vector<ValueId> counted;
   auto add = [&](ValueId v) {
     if (v == kNoValue || v >= static_cast<ValueId>(shapes.size())) return;
@@ -67,8 +67,8 @@ double CompiledModelImpl::StepBytes(const Step& step, const std::vector<Shape>& 
     bytes += static_cast<double>(kernels::NumElements(shapes[v])) *
              static_cast<double>(size > 0 ? size : sizeof(float));
   };
-  for (ValueId v : step.Reads()) add(v);
-  for (ValueId v : step.Writes()) add(v);
+  for (ValueId v : step.traits().reads) add(v);
+  for (ValueId v : step.traits().writes) add(v);
   return bytes;
 }
 

@@ -31,16 +31,23 @@ double MatMulStep::Flops(const std::vector<Shape>& shapes) const {
          static_cast<double>(kernel_->n()) * static_cast<double>(kernel_->k());
 }
 
-int64_t MatMulStep::ParameterBytes() const {
-  const kernels::GemmOptions& o = kernel_->options();
+StepTraits MatMulStep::Traits(const kernels::GemmKernel& kernel, ValueId src, ValueId dst,
+                              ValueId accumulate_from) {
+  const kernels::GemmOptions& o = kernel.options();
+  StepTraits t = StepTraits::ReadsWrites({src, accumulate_from}, {dst});
+  t.residual_input = accumulate_from;
+  t.residual_source = src;
+  t.residual_output = dst;
+  // Rows of the product are rows of src (and of a residual of the output's
+  // shape); a broadcast Gemm C has no batch rows and ends a batch split.
+  t.row_wise = accumulate_from == kNoValue ? std::vector<ValueId>{src, dst}
+                                           : std::vector<ValueId>{src, accumulate_from, dst};
+  t.weight_bytes = kernel.weight_bytes();
   const int64_t weight_size = o.int8.has_value() ? 1 : o.bf16 ? 2 : sizeof(float);
-  return kernel_->k() * kernel_->n() * weight_size +
-         static_cast<int64_t>(o.bias.size() * sizeof(float));
-}
-
-const char* MatMulStep::Arithmetic() const {
-  const kernels::GemmOptions& o = kernel_->options();
-  return o.int8.has_value() ? "int8" : o.bf16 ? "bf16" : "fp32";
+  t.parameter_bytes =
+      kernel.k() * kernel.n() * weight_size + static_cast<int64_t>(o.bias.size() * sizeof(float));
+  t.arithmetic = o.int8.has_value() ? "int8" : o.bf16 ? "bf16" : "fp32";
+  return t;
 }
 
 std::string OwnKernelName(const char* kernel) {
@@ -214,30 +221,37 @@ double ConvStep::Flops(const std::vector<Shape>& shapes) const {
          static_cast<double>(o.in_channels / o.group) * k;
 }
 
-int64_t ConvStep::WeightBytes() const {
-  const kernels::ConvOnednnOptions& o = kernel_->options();
-  int64_t n = o.out_channels * (o.in_channels / std::max<int64_t>(o.group, 1));
-  for (int64_t k : o.kernel) n *= k;
-  return n * (o.bf16 ? 2 : static_cast<int64_t>(sizeof(float)));
-}
-
-int64_t ConvStep::ParameterBytes() const {
-  const kernels::ConvOnednnOptions& o = kernel_->options();
-  const int64_t weight_size = o.int8.has_value() ? 1 : o.bf16 ? 2 : sizeof(float);
+StepTraits ConvStep::Traits(const kernels::ConvOnednnOptions& o, ValueId src, ValueId dst,
+                            ValueId sum_from) {
+  StepTraits t = StepTraits::ReadsWrites({src, sum_from}, {dst});
+  // An input of 1 to 3 channels (an image, after a fake-quantize step) is
+  // read plain: oneDNN's jit kernels take it plain (their first-conv case)
+  // and not channel-blocked, where only its reference does (which the conv
+  // would reorder away from at each run).
+  if (o.blocked_layout == kernels::BlockedLayout::kChannelBlocked && o.group == 1 &&
+      !o.transposed && o.in_channels <= 3) {
+    t.blocked_reads = {sum_from};
+  } else {
+    t.blocked_reads = {src, sum_from};
+  }
+  t.blocked_write = dst;
+  t.residual_input = sum_from;
+  t.residual_source = src;
+  t.residual_output = dst;
+  t.row_wise = sum_from == kNoValue ? std::vector<ValueId>{src, dst}
+                                    : std::vector<ValueId>{src, sum_from, dst};
   int64_t weights = o.out_channels * (o.in_channels / std::max<int64_t>(o.group, 1));
   for (int64_t k : o.kernel) weights *= k;
-  int64_t bytes = weights * weight_size + static_cast<int64_t>(o.bias.size() * sizeof(float));
+  t.weight_bytes = weights * (o.bf16 ? 2 : static_cast<int64_t>(sizeof(float)));
+  const int64_t weight_size = o.int8.has_value() ? 1 : o.bf16 ? 2 : sizeof(float);
+  t.parameter_bytes = weights * weight_size + static_cast<int64_t>(o.bias.size() * sizeof(float));
   if (o.dw.has_value()) {
     // The fused depthwise conv's weights (BF16 with the 1x1's) and bias.
-    bytes += static_cast<int64_t>(o.dw->weights.size()) * (o.bf16 ? 2 : sizeof(float)) +
-             static_cast<int64_t>(o.dw->bias.size() * sizeof(float));
+    t.parameter_bytes += static_cast<int64_t>(o.dw->weights.size()) * (o.bf16 ? 2 : sizeof(float)) +
+                         static_cast<int64_t>(o.dw->bias.size() * sizeof(float));
   }
-  return bytes;
-}
-
-const char* ConvStep::Arithmetic() const {
-  const kernels::ConvOnednnOptions& o = kernel_->options();
-  return o.int8.has_value() ? "int8" : o.bf16 ? "bf16" : "fp32";
+  t.arithmetic = o.int8.has_value() ? "int8" : o.bf16 ? "bf16" : "fp32";
+  return t;
 }
 
 absl::Status ConvStep::Run(const StepContext& ctx) {
@@ -500,14 +514,17 @@ double AttentionStep::Flops(const std::vector<Shape>& shapes) const {
   return 2.0 * out * sk + 2.0 * out / dv * sk * d;
 }
 
-std::vector<ValueId> AttentionStep::RowWiseValues() const {
+StepTraits AttentionStep::Traits(const Operand& q, const Operand& k, const Operand& v, ValueId dst,
+                                 const std::vector<int64_t>& dst_perm) {
+  StepTraits t = StepTraits::ReadsWrites({q.value, k.value, v.value}, {dst});
   // Row b of the output depends on row b of q, k and v alone when the
   // leading dim is a batch dim of every operand as stored (not transposed
   // away, not broadcast from a lower rank).
-  for (const std::vector<int64_t>* perm : {&q_.perm, &k_.perm, &v_.perm, &dst_perm_}) {
-    if (!perm->empty() && (*perm)[0] != 0) return {};
+  for (const std::vector<int64_t>* perm : {&q.perm, &k.perm, &v.perm, &dst_perm}) {
+    if (!perm->empty() && (*perm)[0] != 0) return t;
   }
-  return {q_.value, k_.value, v_.value, dst_};
+  t.row_wise = {q.value, k.value, v.value, dst};
+  return t;
 }
 
 int64_t AttentionQueryChunks(int64_t heads, int64_t sq, int threads) {

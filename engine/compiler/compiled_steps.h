@@ -1,6 +1,10 @@
 // The steps a CompiledModel runs: each wraps one oneDNN-backed kernel
 // (possibly standing for several fused graph nodes) and reads/writes values
-// through a per-run pointer table indexed by ValueId.
+// through a per-run pointer table indexed by ValueId. What the planners
+// (layouts, memory, batch split, profile) know of a step is its
+// StepTraits, plain data fixed when the step is made; the step itself
+// keeps what differs per kernel: Prepare, Run, Describe and the profile's
+// views at concrete shapes.
 #pragma once
 
 #include <memory>
@@ -8,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,9 +40,60 @@ struct StepContext {
   double* residual_seconds = nullptr;
 };
 
+// What the planners (layouts, memory, batch split, profile) know of a
+// step: plain data, fixed when the step is made.
+struct StepTraits {
+  // Every value the step reads (kNoValue for an absent optional operand).
+  std::vector<ValueId> reads;
+  // Every value the step writes (its output; a reference step's outputs).
+  std::vector<ValueId> writes;
+  // Those of `reads` the step can read in oneDNN's channel-blocked layout
+  // (nC[D]HW16c, nC[D]HW8c on AVX2), and the value it writes, if it can
+  // write it blocked (kNoValue otherwise). A value stays blocked only when
+  // its producer and every reader handle it (CompiledModel decides).
+  std::vector<ValueId> blocked_reads;
+  ValueId blocked_write = kNoValue;
+  // The residual this step copies into its output first, if any; with one,
+  // the value the step computes from (residual_source) and the value it
+  // writes (residual_output), for the in-place residual plan.
+  ValueId residual_input = kNoValue;
+  ValueId residual_source = kNoValue;
+  ValueId residual_output = kNoValue;
+  // Every value the step reads and writes when row i (index i of the
+  // leading, batch dimension) of what it writes depends on row i of what it
+  // reads alone, as in conv, pooling, matmul with constant weights, layer
+  // norm and attention over batch dims: such a step can run a batch in
+  // slices of rows. The value written comes last. Empty otherwise.
+  std::vector<ValueId> row_wise;
+  // Bytes of the constant weights the step reads on every run (and every
+  // slice of a split batch); 0 when it has none worth counting.
+  int64_t weight_bytes = 0;
+  // For the profile's bytes moved: the constant operands the step holds
+  // itself (weights, bias, norm scales folded in at compile time, which
+  // `reads` does not name), at their logical size in the type the step
+  // reads them in, not their prepacked (padded) size; 0 for steps holding
+  // none.
+  int64_t parameter_bytes = 0;
+  // The arithmetic the step's multiply-adds run in: "fp32", "bf16" or
+  // "int8" (the peak its FLOPs are measured against).
+  const char* arithmetic = "fp32";
+
+  // A step that reads `reads`, writes `writes` and has nothing else to say.
+  static StepTraits ReadsWrites(std::vector<ValueId> reads, std::vector<ValueId> writes) {
+    StepTraits t;
+    t.reads = std::move(reads);
+    t.writes = std::move(writes);
+    return t;
+  }
+};
+
 class Step {
  public:
+  explicit Step(StepTraits traits) : traits_(std::move(traits)) {}
   virtual ~Step() = default;
+
+  const StepTraits& traits() const { return traits_; }
+
   // Called once per new batch size, before its first Run. What it creates
   // per shape is kept for the kernels::kShapeCacheCapacity most recently
   // run shapes only: Run creates it again for a shape dropped since.
@@ -46,17 +102,9 @@ class Step {
   // The kernel and the graph nodes this step stands for
   // ("matmul: fc1+add1+relu1").
   virtual std::string Describe() const = 0;
-
-  // Every value the step reads, and those of them it can read in oneDNN's
-  // channel-blocked layout (nC[D]HW16c, nC[D]HW8c on AVX2); the value it writes, if it can
-  // write it blocked (kNoValue otherwise). A value stays blocked only when
-  // its producer and every reader handle it (CompiledModel decides).
-  virtual std::vector<ValueId> Reads() const = 0;
-  // Every value the step writes (its output; a reference step's outputs).
-  virtual std::vector<ValueId> Writes() const = 0;
-  virtual std::vector<ValueId> BlockedReads() const { return {}; }
-  virtual ValueId BlockedWrite() const { return kNoValue; }
-  // The layouts chosen (by ValueId), before the first Prepare.
+  // The layouts chosen (by ValueId), before the first Prepare: true for a
+  // value stored blocked (only values in traits().blocked_reads or
+  // traits().blocked_write can be).
   virtual void SetLayouts(const std::vector<bool>& blocked) {}
 
   // For the profile: the multiply-adds x2 one Run does at these shapes (0
@@ -65,33 +113,12 @@ class Step {
   virtual double Flops(const std::vector<Shape>& shapes) const { return 0; }
   virtual std::string Layouts() const { return ""; }
   virtual std::string Implementation(const std::vector<Shape>& shapes) const { return ""; }
-  // The residual this step copies into its output first, if any; with one,
-  // the value the step computes from (ResidualSource) and the value it
-  // writes (ResidualOutput), for the in-place residual plan.
-  virtual ValueId ResidualInput() const { return kNoValue; }
-  virtual ValueId ResidualSource() const { return kNoValue; }
-  virtual ValueId ResidualOutput() const { return kNoValue; }
-  // Every value the step reads and writes when row i (index i of the
-  // leading, batch dimension) of what it writes depends on row i of what it
-  // reads alone, as in conv, pooling, matmul with constant weights, layer norm
-  // and attention over batch dims: such a step can run a batch in
-  // slices of rows. The value written comes last. Empty otherwise.
-  virtual std::vector<ValueId> RowWiseValues() const { return {}; }
-  // Bytes of the constant weights the step reads on every run (and every
-  // slice of a split batch); 0 when it has none worth counting.
-  virtual int64_t WeightBytes() const { return 0; }
-  // For the profile's bytes moved: the constant operands the step holds
-  // itself (weights, bias, norm scales folded in at compile time, which
-  // Reads() does not name), at their logical size in the type the step
-  // reads them in, not their prepacked (padded) size; 0 for steps holding
-  // none.
-  virtual int64_t ParameterBytes() const { return 0; }
-  // The arithmetic the step's multiply-adds run in: "fp32", "bf16" or
-  // "int8" (the peak its FLOPs are measured against).
-  virtual const char* Arithmetic() const { return "fp32"; }
   // Shapes (or shape pairs) the step keeps compiled state for (primitives,
   // broadcast plans), for tests of its bound; 0 for steps keeping none.
   virtual size_t CachedShapes() const { return 0; }
+
+ private:
+  StepTraits traits_;
 };
 
 // "numaserve:<kernel> <tier>" for the own kernel `kernel` of the dispatch
@@ -104,6 +131,24 @@ inline const char* LayoutName(bool blocked, kernels::BlockedLayout layout) {
   return blocked ? kernels::BlockedLayoutName(layout) : "plain";
 }
 
+// The traits of a step reading src and writing dst in either layout
+// (plain or blocked) with row i of dst from row i of src alone: pooling,
+// and element-wise steps that a split batch runs per slice too.
+inline StepTraits BlockedRowWiseTraits(ValueId src, ValueId dst) {
+  StepTraits t = StepTraits::ReadsWrites({src}, {dst});
+  t.blocked_reads = {src};
+  t.blocked_write = dst;
+  t.row_wise = {src, dst};
+  return t;
+}
+
+// The traits of a step running graph node `node_index` as a whole: its
+// inputs and outputs.
+inline StepTraits NodeTraits(const Graph& graph, int node_index) {
+  const Node& node = graph.nodes()[node_index];
+  return StepTraits::ReadsWrites(node.inputs, node.outputs);
+}
+
 // Gemm / MatMul with constant weights on one GEMM backend (kernels/gemm),
 // with bias, Gemm's beta*C or a residual (copied into the output, then
 // summed), and Relu or erf-GELU folded in. `backend_note` follows the nodes
@@ -113,7 +158,8 @@ class MatMulStep final : public Step {
  public:
   MatMulStep(std::unique_ptr<kernels::GemmKernel> kernel, ValueId src, ValueId dst,
              ValueId accumulate_from, std::string name, std::string backend_note = "")
-      : kernel_(std::move(kernel)),
+      : Step(Traits(*kernel, src, dst, accumulate_from)),
+        kernel_(std::move(kernel)),
         src_(src),
         dst_(dst),
         accumulate_from_(accumulate_from),
@@ -124,25 +170,16 @@ class MatMulStep final : public Step {
   std::string Describe() const override {
     return "matmul: " + name_ + (backend_note_.empty() ? "" : " [" + backend_note_ + "]");
   }
-  std::vector<ValueId> Reads() const override { return {src_, accumulate_from_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override;
-  // Rows of the product are rows of src (and of a residual of the output's
-  // shape); a broadcast Gemm C has no batch rows and ends a batch split.
-  std::vector<ValueId> RowWiseValues() const override {
-    if (accumulate_from_ == kNoValue) return {src_, dst_};
-    return {src_, accumulate_from_, dst_};
-  }
   const kernels::GemmKernel& kernel() const { return *kernel_; }
-  ValueId ResidualInput() const override { return accumulate_from_; }
-  int64_t WeightBytes() const override { return kernel_->weight_bytes(); }
-  int64_t ParameterBytes() const override;
-  const char* Arithmetic() const override;
-  ValueId ResidualSource() const override { return src_; }
-  ValueId ResidualOutput() const override { return dst_; }
 
  private:
+  // Reads src and the residual (accumulate_from, copied into dst first),
+  // row-wise in both; the kernel's weights, bias and arithmetic.
+  static StepTraits Traits(const kernels::GemmKernel& kernel, ValueId src, ValueId dst,
+                           ValueId accumulate_from);
+
   std::unique_ptr<kernels::GemmKernel> kernel_;
   ValueId src_, dst_, accumulate_from_;
   std::string name_;
@@ -152,11 +189,14 @@ class MatMulStep final : public Step {
 class AddStep final : public Step {
  public:
   AddStep(const dnnl::engine& engine, ValueId a, ValueId b, ValueId dst, std::string name)
-      : kernel_(engine), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
+      : Step(StepTraits::ReadsWrites({a, b}, {dst})),
+        kernel_(engine),
+        a_(a),
+        b_(b),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "add: " + name_; }
-  std::vector<ValueId> Reads() const override { return {a_, b_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(shapes[a_], shapes[b_]);
   }
@@ -171,11 +211,13 @@ class AddStep final : public Step {
 class ReluStep final : public Step {
  public:
   ReluStep(const dnnl::engine& engine, ValueId src, ValueId dst, std::string name)
-      : kernel_(engine), src_(src), dst_(dst), name_(std::move(name)) {}
+      : Step(StepTraits::ReadsWrites({src}, {dst})),
+        kernel_(engine),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "relu: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(kernels::NumElements(shapes[src_]));
   }
@@ -191,11 +233,13 @@ class SoftmaxStep final : public Step {
  public:
   SoftmaxStep(const dnnl::engine& engine, int64_t axis, bool flatten_to_2d, ValueId src,
               ValueId dst, std::string name)
-      : kernel_(engine, axis, flatten_to_2d), src_(src), dst_(dst), name_(std::move(name)) {}
+      : Step(StepTraits::ReadsWrites({src}, {dst})),
+        kernel_(engine, axis, flatten_to_2d),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "softmax: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(shapes[src_]);
   }
@@ -213,7 +257,8 @@ class ConvStep final : public Step {
  public:
   ConvStep(std::unique_ptr<kernels::ConvOnednn> kernel, ValueId src, ValueId dst, ValueId sum_from,
            std::string name)
-      : kernel_(std::move(kernel)),
+      : Step(Traits(kernel->options(), src, dst, sum_from)),
+        kernel_(std::move(kernel)),
         src_(src),
         dst_(dst),
         sum_from_(sum_from),
@@ -226,21 +271,6 @@ class ConvStep final : public Step {
   }
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "conv: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_, sum_from_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
-  // An input of 1 to 3 channels (an image, after a fake-quantize step) is
-  // read plain: oneDNN's jit kernels take it plain (their first-conv case)
-  // and not channel-blocked, where only its reference does (which the conv
-  // would reorder away from at each run).
-  std::vector<ValueId> BlockedReads() const override {
-    const kernels::ConvOnednnOptions& o = kernel_->options();
-    if (o.blocked_layout == kernels::BlockedLayout::kChannelBlocked && o.group == 1 &&
-        !o.transposed && o.in_channels <= 3) {
-      return {sum_from_};
-    }
-    return {src_, sum_from_};
-  }
-  ValueId BlockedWrite() const override { return dst_; }
   void SetLayouts(const std::vector<bool>& blocked) override {
     src_blocked_ = blocked[src_];
     dst_blocked_ = blocked[dst_];
@@ -254,16 +284,6 @@ class ConvStep final : public Step {
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_->ImplementationName(shapes[src_]);
   }
-  ValueId ResidualInput() const override { return sum_from_; }
-  std::vector<ValueId> RowWiseValues() const override {
-    if (sum_from_ == kNoValue) return {src_, dst_};
-    return {src_, sum_from_, dst_};
-  }
-  int64_t WeightBytes() const override;
-  int64_t ParameterBytes() const override;
-  const char* Arithmetic() const override;
-  ValueId ResidualSource() const override { return src_; }
-  ValueId ResidualOutput() const override { return dst_; }
   // The residual's layout -> dst's ("plain->plain" is a copy).
   std::string ResidualLayouts() const {
     return std::string(LayoutName(sum_blocked_, layout())) + "->" +
@@ -274,6 +294,11 @@ class ConvStep final : public Step {
   }
 
  private:
+  // Reads src and the residual (sum_from, copied into dst first), both
+  // blocked where the conv's layout allows, row-wise in both; writes dst
+  // blocked. The weights, bias and arithmetic of the kernel's options.
+  static StepTraits Traits(const kernels::ConvOnednnOptions& o, ValueId src, ValueId dst,
+                           ValueId sum_from);
   kernels::BlockedLayout layout() const { return kernel_->options().blocked_layout; }
 
   std::unique_ptr<kernels::ConvOnednn> kernel_;
@@ -286,7 +311,11 @@ class ConvStep final : public Step {
 class PoolStep final : public Step {
  public:
   PoolStep(kernels::PoolOnednn kernel, ValueId src, ValueId dst, std::string name)
-      : kernel_(std::move(kernel)), src_(src), dst_(dst), name_(std::move(name)) {}
+      : Step(BlockedRowWiseTraits(src, dst)),
+        kernel_(std::move(kernel)),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override {
     return kernel_.Execute(ctx.stream, ctx.shapes[src_], ctx.shapes[dst_], ctx.data[src_],
                            ctx.data[dst_], src_blocked_, dst_blocked_);
@@ -295,11 +324,6 @@ class PoolStep final : public Step {
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return kernel_.ImplementationName(shapes[src_]);
   }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
-  std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
-  std::vector<ValueId> BlockedReads() const override { return {src_}; }
-  ValueId BlockedWrite() const override { return dst_; }
   void SetLayouts(const std::vector<bool>& blocked) override {
     src_blocked_ = blocked[src_];
     dst_blocked_ = blocked[dst_];
@@ -321,11 +345,13 @@ class PoolStep final : public Step {
 class UnaryStep final : public Step {
  public:
   UnaryStep(kernels::UnaryParams params, ValueId src, ValueId dst, std::string name)
-      : params_(params), src_(src), dst_(dst), name_(std::move(name)) {}
+      : Step(StepTraits::ReadsWrites({src}, {dst})),
+        params_(params),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "unary: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return "numaserve:loop";
   }
@@ -348,7 +374,8 @@ class FakeQuantStep final : public Step {
   FakeQuantStep(const dnnl::engine& engine, kernels::BlockedLayout layout, float scale,
                 int32_t zero_point, int32_t lo, int32_t hi, ValueId src, ValueId dst,
                 std::string name)
-      : reorder_(engine, layout),
+      : Step(BlockedRowWiseTraits(src, dst)),
+        reorder_(engine, layout),
         layout_(layout),
         scale_(scale),
         zero_point_(zero_point),
@@ -359,12 +386,6 @@ class FakeQuantStep final : public Step {
         name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "fake-quantize: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
-  std::vector<ValueId> BlockedReads() const override { return {src_}; }
-  ValueId BlockedWrite() const override { return dst_; }
-  // Element-wise: a split batch (batch splitting) runs it per slice too.
-  std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
   void SetLayouts(const std::vector<bool>& blocked) override {
     src_blocked_ = blocked[src_];
     dst_blocked_ = blocked[dst_];
@@ -394,12 +415,15 @@ class FakeQuantStep final : public Step {
 class BinaryStep final : public Step {
  public:
   BinaryStep(kernels::BinaryKind kind, ValueId a, ValueId b, ValueId dst, std::string name)
-      : kind_(kind), a_(a), b_(b), dst_(dst), name_(std::move(name)) {}
+      : Step(StepTraits::ReadsWrites({a, b}, {dst})),
+        kind_(kind),
+        a_(a),
+        b_(b),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Prepare(const std::vector<Shape>& shapes) override;
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "binary: " + name_; }
-  std::vector<ValueId> Reads() const override { return {a_, b_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override;
   size_t CachedShapes() const override { return plans_.size(); }
 
@@ -443,7 +467,8 @@ class BatchedMatMulStep final : public Step {
   // dst_perm: the output stored is Transpose(product, dst_perm).
   BatchedMatMulStep(const dnnl::engine& engine, Operand a, Operand b, ValueId dst,
                     std::vector<int64_t> dst_perm, float alpha, std::string name)
-      : engine_(engine),
+      : Step(StepTraits::ReadsWrites({a.value, b.value}, {dst})),
+        engine_(engine),
         a_(std::move(a)),
         b_(std::move(b)),
         dst_(dst),
@@ -452,8 +477,6 @@ class BatchedMatMulStep final : public Step {
         name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "batched_matmul: " + name_; }
-  std::vector<ValueId> Reads() const override { return {a_.value, b_.value}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override;
   size_t CachedShapes() const override { return per_shape_.size(); }
@@ -495,7 +518,8 @@ class AttentionStep final : public Step {
   using Operand = BatchedMatMulStep::Operand;
   AttentionStep(Operand q, Operand k, Operand v, ValueId dst, std::vector<int64_t> dst_perm,
                 float alpha, std::string name)
-      : q_(std::move(q)),
+      : Step(Traits(q, k, v, dst, dst_perm)),
+        q_(std::move(q)),
         k_(std::move(k)),
         v_(std::move(v)),
         dst_(dst),
@@ -504,15 +528,17 @@ class AttentionStep final : public Step {
         name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "attention: " + name_; }
-  std::vector<ValueId> Reads() const override { return {q_.value, k_.value, v_.value}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   double Flops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return OwnKernelName("attention_head");
   }
-  std::vector<ValueId> RowWiseValues() const override;
 
  private:
+  // Reads q, k and v; row-wise when the leading dim is a batch dim of
+  // every operand as stored.
+  static StepTraits Traits(const Operand& q, const Operand& k, const Operand& v, ValueId dst,
+                           const std::vector<int64_t>& dst_perm);
+
   Operand q_, k_, v_;
   ValueId dst_;
   std::vector<int64_t> dst_perm_;
@@ -526,7 +552,8 @@ class LayerNormStep final : public Step {
  public:
   LayerNormStep(std::vector<float> scale, std::vector<float> bias, float epsilon, ValueId src,
                 ValueId dst, std::string name)
-      : scale_(std::move(scale)),
+      : Step(Traits(src, dst, scale.size() + bias.size())),
+        scale_(std::move(scale)),
         bias_(std::move(bias)),
         epsilon_(epsilon),
         src_(src),
@@ -534,17 +561,19 @@ class LayerNormStep final : public Step {
         name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "layer_norm: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return OwnKernelName("layer_norm_rows");
   }
-  std::vector<ValueId> RowWiseValues() const override { return {src_, dst_}; }
-  int64_t ParameterBytes() const override {
-    return static_cast<int64_t>((scale_.size() + bias_.size()) * sizeof(float));
-  }
 
  private:
+  // Row-wise; holds `parameters` floats of scale and bias.
+  static StepTraits Traits(ValueId src, ValueId dst, size_t parameters) {
+    StepTraits t = StepTraits::ReadsWrites({src}, {dst});
+    t.row_wise = {src, dst};
+    t.parameter_bytes = static_cast<int64_t>(parameters * sizeof(float));
+    return t;
+  }
+
   std::vector<float> scale_, bias_;
   float epsilon_;
   ValueId src_, dst_;
@@ -557,11 +586,13 @@ class LayerNormStep final : public Step {
 class TransposeStep final : public Step {
  public:
   TransposeStep(std::vector<int64_t> perm, ValueId src, ValueId dst, std::string name)
-      : perm_(std::move(perm)), src_(src), dst_(dst), name_(std::move(name)) {}
+      : Step(StepTraits::ReadsWrites({src}, {dst})),
+        perm_(std::move(perm)),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "transpose: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override;
 
  private:
@@ -578,11 +609,14 @@ class ReduceRowsStep final : public Step {
  public:
   enum class Kind { kSum, kMean, kMax, kMin };
   ReduceRowsStep(Kind kind, int64_t first_axis, ValueId src, ValueId dst, std::string name)
-      : kind_(kind), first_axis_(first_axis), src_(src), dst_(dst), name_(std::move(name)) {}
+      : Step(StepTraits::ReadsWrites({src}, {dst})),
+        kind_(kind),
+        first_axis_(first_axis),
+        src_(src),
+        dst_(dst),
+        name_(std::move(name)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override { return "reduce_rows: " + name_; }
-  std::vector<ValueId> Reads() const override { return {src_}; }
-  std::vector<ValueId> Writes() const override { return {dst_}; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return OwnKernelName("reduce_rows");
   }
@@ -599,15 +633,14 @@ class ReduceRowsStep final : public Step {
 class ReferenceStep final : public Step {
  public:
   ReferenceStep(const Graph* graph, int node_index)
-      : graph_(graph),
+      : Step(NodeTraits(*graph, node_index)),
+        graph_(graph),
         node_index_(node_index),
         schema_(FindOpSchema(graph->nodes()[node_index].op_type)) {}
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override {
     return "reference: " + graph_->nodes()[node_index_].name;
   }
-  std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
-  std::vector<ValueId> Writes() const override { return graph_->nodes()[node_index_].outputs; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return "numaserve:reference " + graph_->nodes()[node_index_].op_type;
   }
@@ -632,14 +665,13 @@ class TypedReferenceStep final : public Step {
   std::string Describe() const override {
     return "typed_reference: " + graph_->nodes()[node_index_].name;
   }
-  std::vector<ValueId> Reads() const override { return graph_->nodes()[node_index_].inputs; }
-  std::vector<ValueId> Writes() const override { return graph_->nodes()[node_index_].outputs; }
   std::string Implementation(const std::vector<Shape>& shapes) const override {
     return "numaserve:typed_reference " + graph_->nodes()[node_index_].op_type;
   }
 
  private:
-  TypedReferenceStep(const Graph* graph, int node_index) : graph_(graph), node_index_(node_index) {}
+  TypedReferenceStep(const Graph* graph, int node_index)
+      : Step(NodeTraits(*graph, node_index)), graph_(graph), node_index_(node_index) {}
   const Graph* graph_;
   int node_index_;
   std::vector<std::optional<TypedTensor>> constants_;  // by input index

@@ -10,10 +10,10 @@ void CompiledModelImpl::PlanInPlaceResiduals() {
   if (!options_.in_place_residuals) return;
   for (size_t k = 0; k < steps_.size(); ++k) {
     // Conv's residual sum and MatMul's residual (or Gemm's C).
-    const Step& step = *steps_[k];
-    const ValueId residual = step.ResidualInput();
+    const StepTraits& traits = steps_[k]->traits();
+    const ValueId residual = traits.residual_input;
     if (residual == kNoValue) continue;
-    const ValueId source = step.ResidualSource(), d = step.ResidualOutput();
+    const ValueId source = traits.residual_source, d = traits.residual_output;
     const ValueId s = root_[residual];
     if (root_[d] != d || storage_[s] != Storage::kArena || storage_[d] != Storage::kArena ||
         internal_[s] || internal_[d] || first_step_[s] < 0 || first_step_[d] < 0 ||
@@ -91,7 +91,7 @@ void CompiledModelImpl::ChooseLayouts(const std::vector<Shape>& shapes1) {
   const int num_values = graph_.num_values();
   blocked_.assign(num_values, false);
   for (const auto& step : steps_) {
-    const ValueId v = step->BlockedWrite();
+    const ValueId v = step->traits().blocked_write;
     if (v != kNoValue && root_[v] == v && storage_[v] == Storage::kArena &&
         shapes1[v].size() >= 3 && shapes1[v].size() <= 5) {
       blocked_[v] = true;
@@ -109,8 +109,8 @@ void CompiledModelImpl::ChooseLayouts(const std::vector<Shape>& shapes1) {
       }
     };
     for (const auto& step : steps_) {
-      const std::vector<ValueId> ok = step->BlockedReads();
-      for (ValueId r : step->Reads()) {
+      const std::vector<ValueId>& ok = step->traits().blocked_reads;
+      for (ValueId r : step->traits().reads) {
         if (r != kNoValue && std::find(ok.begin(), ok.end(), r) == ok.end()) unblock(r);
       }
     }
@@ -169,7 +169,7 @@ void CompiledModelImpl::PlanBatchSplit(int64_t batch, BatchState& state) const {
   MarkSliceLocal(state);
   std::vector<bool> seen(num_values, false);
   for (int k = 0; k < state.split_steps; ++k) {
-    for (ValueId v : steps_[k]->RowWiseValues()) {
+    for (ValueId v : steps_[k]->traits().row_wise) {
       if (v != kNoValue && !seen[v]) {
         seen[v] = true;
         state.split_values.push_back(v);
@@ -210,7 +210,7 @@ CompiledModelImpl::BatchSplitChoice CompiledModelImpl::ChooseBatchSplit(
   int64_t max_rows = std::numeric_limits<int64_t>::max();
   int64_t& best_rows = choice.best_rows;
   for (size_t k = 0; k < steps_.size(); ++k) {
-    const std::vector<ValueId> values = steps_[k]->RowWiseValues();
+    const std::vector<ValueId>& values = steps_[k]->traits().row_wise;
     if (values.empty()) break;
     bool row_wise = true;
     int64_t written_bytes = 0, step_row_bytes = 0;
@@ -232,11 +232,11 @@ CompiledModelImpl::BatchSplitChoice CompiledModelImpl::ChooseBatchSplit(
     }
     if (!row_wise) break;
     if (step_row_bytes > 0) {
-      const int64_t budget = std::max(cache / 2 - steps_[k]->WeightBytes(), cache / 8);
+      const int64_t budget = std::max(cache / 2 - steps_[k]->traits().weight_bytes, cache / 8);
       max_rows = std::min(max_rows, std::max<int64_t>(1, budget / step_row_bytes));
     }
     if (written_bytes > cache) saved += 2.0 * static_cast<double>(written_bytes);
-    weights += static_cast<double>(steps_[k]->WeightBytes());
+    weights += static_cast<double>(steps_[k]->traits().weight_bytes);
     const int64_t slices = max_rows >= batch ? 1 : (batch + max_rows - 1) / max_rows;
     const double net = saved - static_cast<double>(slices - 1) * weights;
     if (slices >= 2 && net > best_net) {

@@ -112,14 +112,14 @@ absl::Status CompiledModelImpl::PrepareSteps(int64_t batch, BatchState& state) {
   for (const auto& step : steps_) {
     const double flops = step->Flops(state.shapes);
     int64_t elements = 0;
-    for (ValueId v : step->Reads()) {
+    for (ValueId v : step->traits().reads) {
       if (v != kNoValue) elements += kernels::NumElements(state.shapes[v]);
     }
     const bool serial = threads_ > 1 && (flops > 0 ? flops < options_.serial_below_flops
                                                    : elements < options_.serial_below_elements);
     state.step_flops.push_back(flops);
     state.step_bytes.push_back(StepBytes(*step, state.shapes));
-    const ValueId residual = step->ResidualInput();
+    const ValueId residual = step->traits().residual_input;
     state.residual_bytes.push_back(
         residual == kNoValue
             ? 0.0
