@@ -7,12 +7,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <mutex>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/mutex.h"
 
 namespace numaserve::base {
 namespace {
@@ -22,10 +23,10 @@ namespace {
 struct Logger {
   std::atomic<LogFormat> format{LogFormat::kText};
   std::atomic<LogLevel> level{LogLevel::kInfo};
-  std::mutex mu;  // one record written at a time; guards the three below
-  std::function<void(absl::string_view)> sink;
-  std::function<absl::Time()> clock;
-  std::vector<LogField> context;  // SetLogContext
+  base::Mutex mu;  // one record written at a time
+  std::function<void(absl::string_view)> sink ABSL_GUARDED_BY(mu);
+  std::function<absl::Time()> clock ABSL_GUARDED_BY(mu);
+  std::vector<LogField> context ABSL_GUARDED_BY(mu);  // SetLogContext
 };
 
 Logger& TheLogger() {
@@ -46,7 +47,7 @@ void WriteAll(int fd, absl::string_view data) {
 
 void Emit(Logger& logger, LogFormat format, LogLevel level, absl::string_view component,
           absl::string_view message, absl::Span<const LogField> fields) {
-  std::lock_guard<std::mutex> lock(logger.mu);
+  base::MutexLock lock(&logger.mu);
   const absl::Time now = logger.clock ? logger.clock() : absl::Now();
   std::vector<LogField> with_context;
   if (format == LogFormat::kJson && !logger.context.empty()) {
@@ -478,7 +479,7 @@ bool LogEnabled(LogLevel level) { return level >= TheLogger().level.load(); }
 
 void SetLogContext(std::vector<LogField> fields) {
   Logger& logger = TheLogger();
-  std::lock_guard<std::mutex> lock(logger.mu);
+  base::MutexLock lock(&logger.mu);
   logger.context = std::move(fields);
 }
 
@@ -493,7 +494,7 @@ void LogBlock(LogLevel level, absl::string_view component, absl::string_view tex
   Logger& logger = TheLogger();
   if (level < logger.level.load()) return;
   if (logger.format.load() == LogFormat::kText) {
-    std::lock_guard<std::mutex> lock(logger.mu);
+    base::MutexLock lock(&logger.mu);
     if (logger.sink) {
       logger.sink(text);
     } else {
@@ -509,7 +510,7 @@ void LogBlock(LogLevel level, absl::string_view component, absl::string_view tex
 void SetLogSinkForTesting(std::function<void(absl::string_view line)> sink,
                           std::function<absl::Time()> clock) {
   Logger& logger = TheLogger();
-  std::lock_guard<std::mutex> lock(logger.mu);
+  base::MutexLock lock(&logger.mu);
   logger.sink = std::move(sink);
   logger.clock = std::move(clock);
 }

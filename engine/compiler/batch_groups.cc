@@ -4,19 +4,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "affinity/memory_bandwidth.h"
 #include "affinity/pinning.h"
 #include "affinity/topology.h"
 #include "base/log.h"
+#include "base/mutex.h"
 
 namespace numaserve::engine {
 
@@ -65,10 +65,10 @@ class BatchGroupedModel final : public CompiledModel {
 
   ~BatchGroupedModel() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       stop_ = true;
     }
-    work_cv_.notify_all();
+    work_cv_.SignalAll();
     for (Group& g : groups_) {
       if (g.thread.joinable()) g.thread.join();
     }
@@ -102,14 +102,14 @@ class BatchGroupedModel final : public CompiledModel {
               }
             }
             {
-              std::lock_guard<std::mutex> lock(mu_);
+              base::MutexLock lock(&mu_);
               loaded = s;
             }
-            done_cv_.notify_all();
+            done_cv_.SignalAll();
             if (g.model) Serve(g);
           });
-      std::unique_lock<std::mutex> lock(mu_);
-      done_cv_.wait(lock, [&] { return loaded.has_value(); });
+      base::MutexLock lock(&mu_);
+      while (!loaded.has_value()) done_cv_.Wait(&mu_);
       if (!loaded->ok()) return *loaded;
     }
     return absl::OkStatus();
@@ -135,7 +135,7 @@ class BatchGroupedModel final : public CompiledModel {
       last_ = full_.get();
       return full_->Run(batch, inputs, outputs);  // its checks and errors
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     for (int k = 0; k < n; ++k) {
       const int64_t first = batch * k / n, rows = batch * (k + 1) / n - first;
       Group& g = groups_[k];
@@ -151,8 +151,8 @@ class BatchGroupedModel final : public CompiledModel {
       g.pending = true;
     }
     running_ = n;
-    work_cv_.notify_all();
-    done_cv_.wait(lock, [&] { return running_ == 0; });
+    work_cv_.SignalAll();
+    while (running_ != 0) done_cv_.Wait(&mu_);
     last_ = groups_[0].model.get();
     for (int k = 0; k < n; ++k) {
       if (!groups_[k].status.ok()) return groups_[k].status;
@@ -232,17 +232,17 @@ class BatchGroupedModel final : public CompiledModel {
     return static_cast<int>(n);
   }
 
-  void Serve(Group& g) {
-    std::unique_lock<std::mutex> lock(mu_);
+  void Serve(Group& g) ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
     while (true) {
-      work_cv_.wait(lock, [&] { return stop_ || g.pending; });
+      while (!stop_ && !g.pending) work_cv_.Wait(&mu_);
       if (!g.pending) return;  // stopping
       g.pending = false;
-      lock.unlock();
+      mu_.Unlock();  // the group's rows run unlocked; Run does not touch them meanwhile
       absl::Status s = g.model->Run(g.rows, g.inputs, g.outputs);
-      lock.lock();
+      mu_.Lock();
       g.status = std::move(s);
-      if (--running_ == 0) done_cv_.notify_all();
+      if (--running_ == 0) done_cv_.SignalAll();
     }
   }
 
@@ -252,10 +252,12 @@ class BatchGroupedModel final : public CompiledModel {
   CompiledModel* last_;  // the copy that ran the last batch
   std::vector<Group> groups_;
   std::string description_;
-  std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
-  int running_ = 0;  // under mu_
-  bool stop_ = false;
+  // Guards every Group's pending/rows/inputs/outputs/status as well (a
+  // group's fields cannot name their owner's mutex in an annotation).
+  base::Mutex mu_;
+  base::CondVar work_cv_, done_cv_;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

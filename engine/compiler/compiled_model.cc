@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "base/mutex.h"
 #include "engine/compiler/compiled_model_impl.h"
 
 namespace numaserve::engine::internal {
@@ -397,9 +398,9 @@ int64_t LastLevelCacheBytes() {
 }
 
 double ForkJoinSeconds(int threads) {
-  static std::mutex mu;
-  static std::map<int, double> measured;
-  std::lock_guard<std::mutex> lock(mu);
+  static base::Mutex mu;
+  static std::map<int, double> measured;  // under mu
+  base::MutexLock lock(&mu);
   if (auto it = measured.find(threads); it != measured.end()) return it->second;
   constexpr int kRegions = 200;
   std::vector<double> seconds;

@@ -28,7 +28,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 
 #include "absl/status/status.h"

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/log.h"
+#include "base/mutex.h"
 
 namespace numaserve::kernels {
 namespace {
@@ -204,7 +205,7 @@ GemmChoiceCache& GemmChoiceCache::Global() {
 std::optional<GemmBackend> GemmChoiceCache::Find(const Key& key, const std::string& file,
                                                  std::string* where) {
   const std::string text = KeyText(key);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   if (auto it = in_process_.find(text); it != in_process_.end()) {
     *where = "this process";
     return it->second;
@@ -223,7 +224,7 @@ std::optional<GemmBackend> GemmChoiceCache::Find(const Key& key, const std::stri
 
 void GemmChoiceCache::Store(const Key& key, GemmBackend backend, const std::string& file) {
   const std::string text = KeyText(key);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   in_process_[text] = backend;
   if (file.empty() || !Storable(key.model) || !Storable(key.cpu)) return;
   // Merge with what other processes wrote since, less the entries of model

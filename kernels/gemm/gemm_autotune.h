@@ -7,12 +7,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "kernels/gemm/gemm_backend.h"
 
 namespace numaserve::kernels {
@@ -85,14 +86,15 @@ class GemmChoiceCache {
 
   // The remembered backend, looked up in process first, then in `file`
   // ("" for none); `where` says which.
-  std::optional<GemmBackend> Find(const Key& key, const std::string& file, std::string* where);
+  std::optional<GemmBackend> Find(const Key& key, const std::string& file, std::string* where)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Remembers in process, and in `file` unless it is "". A file that cannot
   // be written is a warning in the log, not an error.
-  void Store(const Key& key, GemmBackend backend, const std::string& file);
+  void Store(const Key& key, GemmBackend backend, const std::string& file) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  std::mutex mu_;
-  std::map<std::string, GemmBackend> in_process_;
+  base::Mutex mu_;
+  std::map<std::string, GemmBackend> in_process_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace numaserve::kernels

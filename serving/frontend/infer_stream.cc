@@ -5,10 +5,11 @@
 // refuses the loads and unloads not yet started).
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 #include "serving/frontend/inference_service.h"
 
 namespace numaserve::serving {
@@ -34,7 +35,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   void OnReadDone(bool ok) override {
     bool read_more = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       if (!ok || finished_) {
         reads_done_ = true;
         MaybeFinishLocked();
@@ -68,7 +69,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   }
 
   void OnWriteDone(bool) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     writes_.pop_front();
     --outstanding_;
     if (read_paused_ && !draining_ && !finished_ &&
@@ -93,8 +94,8 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
 
   // The server is shutting down: stop reading, end the call once every
   // request read so far has been answered.
-  void Drain() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Drain() ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
     draining_ = true;
     MaybeFinishLocked();
   }
@@ -110,8 +111,8 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
     StartRead(&reading_->request);
   }
 
-  void Write(std::shared_ptr<Item> item) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Write(std::shared_ptr<Item> item) ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
     writes_.push_back(std::move(item));
     if (!writing_) {
       writing_ = true;
@@ -119,7 +120,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
     }
   }
 
-  void MaybeFinishLocked() {
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if ((!reads_done_ && !draining_) || outstanding_ > 0 || writing_ || finished_) return;
     finished_ = true;
     if (reads_done_ && !draining_) {
@@ -135,37 +136,38 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<CallCancellation> cancel_;
   std::shared_ptr<Item> reading_;  // only touched by the read chain
-  std::mutex mu_;
-  std::deque<std::shared_ptr<Item>> writes_;  // front: being written
-  int64_t outstanding_ = 0;                   // read, not yet written
-  bool writing_ = false;
-  bool read_paused_ = false;  // at max_stream_outstanding; OnWriteDone reads on
-  bool reads_done_ = false;
-  bool draining_ = false;
-  bool finished_ = false;
+  base::Mutex mu_;
+  std::deque<std::shared_ptr<Item>> writes_ ABSL_GUARDED_BY(mu_);  // front: being written
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;                   // read, not yet written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // At max_stream_outstanding; OnWriteDone reads on.
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 bool InferenceService::AddStream(InferStream* stream) {
-  std::lock_guard<std::mutex> lock(streams_mu_);
+  base::MutexLock lock(&streams_mu_);
   streams_.insert(stream);
   return !shutting_down_;
 }
 
 void InferenceService::RemoveStream(InferStream* stream) {
-  std::lock_guard<std::mutex> lock(streams_mu_);
+  base::MutexLock lock(&streams_mu_);
   streams_.erase(stream);
 }
 
 void InferenceService::SetShuttingDown() {
   {
-    std::lock_guard<std::mutex> lock(streams_mu_);
+    base::MutexLock lock(&streams_mu_);
     shutting_down_ = true;
     for (InferStream* stream : streams_) stream->Drain();
   }
   // Loads and unloads not yet started are refused; the one under way ends.
   std::deque<LifecycleJob> refused;
   {
-    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    base::MutexLock lock(&lifecycle_mu_);
     refused.swap(lifecycle_jobs_);
   }
   for (auto& job : refused) {

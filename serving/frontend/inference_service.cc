@@ -10,12 +10,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/mutex.h"
 #include "serving/frontend/call_util.h"
 #include "serving/observability/metrics.h"
 #include "serving/observability/version.h"
@@ -98,7 +98,7 @@ bool InferenceService::WaitUntilIdle(std::chrono::steady_clock::time_point deadl
         std::chrono::steady_clock::time_point(std::chrono::nanoseconds(last_call_ns_.load()));
     bool streams_open = false;
     {
-      std::lock_guard<std::mutex> lock(streams_mu_);
+      base::MutexLock lock(&streams_mu_);
       streams_open = !streams_.empty();
     }
     if (in_flight_.load() == 0 && !streams_open && now - last_call >= quiet) return true;
@@ -216,7 +216,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 void InferenceService::CancelCall(CallCancellation& cancel) {
   std::vector<std::shared_ptr<PendingInference>> queued;
   {
-    std::lock_guard<std::mutex> lock(cancel.mu);
+    base::MutexLock lock(&cancel.mu);
     cancel.cancelled = true;
     for (const auto& weak : cancel.queued) {
       if (auto p = weak.lock()) queued.push_back(std::move(p));
@@ -385,7 +385,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     finish(status);
   };
   {
-    std::lock_guard<std::mutex> lock(cancel->mu);
+    base::MutexLock lock(&cancel->mu);
     if (cancel->cancelled) {
       return finish(absl::CancelledError("the call was cancelled before it was queued"));
     }

@@ -9,16 +9,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
 #include "grpc_service.grpc.pb.h"
 #include "serving/observability/model_statistics.h"
 #include "serving/scheduling/model_manager.h"
@@ -33,11 +33,11 @@ class InferStream;
 // What a call's cancellation needs: whether it happened, the call's
 // deadline, and the requests the call has queued (a stream queues many).
 struct CallCancellation {
-  std::mutex mu;
+  base::Mutex mu;
   std::atomic<bool> cancelled{false};
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
-  std::vector<std::weak_ptr<PendingInference>> queued;  // under mu
-  size_t prune_at = 64;  // under mu: when answered entries leave `queued`
+  std::vector<std::weak_ptr<PendingInference>> queued ABSL_GUARDED_BY(mu);
+  size_t prune_at ABSL_GUARDED_BY(mu) = 64;  // when answered entries leave `queued`
 };
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
@@ -72,17 +72,17 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // UNAVAILABLE. Every open ModelStreamInfer stream stops reading and ends
   // (UNAVAILABLE, "shutting down") once each request it has read is
   // answered; load and unload requests not yet started are refused.
-  void SetShuttingDown();
+  void SetShuttingDown() ABSL_LOCKS_EXCLUDED(streams_mu_, lifecycle_mu_);
   // Waits until every accepted inference (unary or streamed) has been
   // answered, every stream has ended and no new call has come for `quiet`
   // (late callers get UNAVAILABLE rather than a cancelled call once gRPC
   // stops), or until `deadline`; true if idle.
   bool WaitUntilIdle(std::chrono::steady_clock::time_point deadline,
-                     std::chrono::milliseconds quiet) const;
+                     std::chrono::milliseconds quiet) const ABSL_LOCKS_EXCLUDED(streams_mu_);
   // Waits for the load or unload under way (if any) to finish and be
   // answered, then stops the thread that runs them. Call it before gRPC
   // shuts down; idempotent.
-  void StopLifecycle();
+  void StopLifecycle() ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
   bool Ready() const;
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
@@ -147,11 +147,12 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // Runs `fn` (a load or unload) on the lifecycle thread and finishes the
   // call with its status.
   grpc::ServerUnaryReactor* RunLifecycle(grpc::CallbackServerContext* context,
-                                         std::function<absl::Status()> fn);
-  void LifecycleLoop();
+                                         std::function<absl::Status()> fn)
+      ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
+  void LifecycleLoop() ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
   // False (not added) once the server is shutting down.
-  bool AddStream(InferStream* stream);
-  void RemoveStream(InferStream* stream);
+  bool AddStream(InferStream* stream) ABSL_LOCKS_EXCLUDED(streams_mu_);
+  void RemoveStream(InferStream* stream) ABSL_LOCKS_EXCLUDED(streams_mu_);
 
   const Options options_;
   ModelManager* const models_;
@@ -164,18 +165,18 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   std::atomic<size_t> inflight_bytes_{0};  // their inputs and outputs
   std::atomic<int64_t> last_call_ns_{0};   // steady clock, when the last inference arrived
 
-  mutable std::mutex streams_mu_;
-  std::set<InferStream*> streams_;  // open ModelStreamInfer calls
+  mutable base::Mutex streams_mu_;
+  std::set<InferStream*> streams_ ABSL_GUARDED_BY(streams_mu_);  // open ModelStreamInfer calls
 
   // RepositoryModelLoad / RepositoryModelUnload run one at a time here.
   struct LifecycleJob {
     grpc::ServerUnaryReactor* reactor;
     std::function<absl::Status()> run;
   };
-  std::mutex lifecycle_mu_;
-  std::condition_variable lifecycle_cv_;
-  std::deque<LifecycleJob> lifecycle_jobs_;
-  bool lifecycle_stopping_ = false;
+  base::Mutex lifecycle_mu_;
+  base::CondVar lifecycle_cv_;
+  std::deque<LifecycleJob> lifecycle_jobs_ ABSL_GUARDED_BY(lifecycle_mu_);
+  bool lifecycle_stopping_ ABSL_GUARDED_BY(lifecycle_mu_) = false;
   std::thread lifecycle_;
 };
 

@@ -5,11 +5,11 @@
 // StopLifecycle).
 #include <algorithm>
 #include <deque>
-#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/mutex.h"
 #include "serving/frontend/call_util.h"
 #include "serving/frontend/inference_service.h"
 #include "serving/repository/model_config.h"
@@ -142,10 +142,10 @@ grpc::ServerUnaryReactor* InferenceService::RunLifecycle(grpc::CallbackServerCon
                                                          std::function<absl::Status()> fn) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   {
-    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    base::MutexLock lock(&lifecycle_mu_);
     if (!lifecycle_stopping_ && !shutting_down_) {
       lifecycle_jobs_.push_back({reactor, std::move(fn)});
-      lifecycle_cv_.notify_one();
+      lifecycle_cv_.Signal();
       return reactor;
     }
   }
@@ -154,26 +154,27 @@ grpc::ServerUnaryReactor* InferenceService::RunLifecycle(grpc::CallbackServerCon
 }
 
 void InferenceService::LifecycleLoop() {
-  std::unique_lock<std::mutex> lock(lifecycle_mu_);
   while (true) {
-    lifecycle_cv_.wait(lock, [&] { return lifecycle_stopping_ || !lifecycle_jobs_.empty(); });
-    if (lifecycle_jobs_.empty()) return;  // stopping, nothing left
-    LifecycleJob job = std::move(lifecycle_jobs_.front());
-    lifecycle_jobs_.pop_front();
-    lock.unlock();
+    LifecycleJob job{};
+    {
+      base::MutexLock lock(&lifecycle_mu_);
+      while (!lifecycle_stopping_ && lifecycle_jobs_.empty()) lifecycle_cv_.Wait(&lifecycle_mu_);
+      if (lifecycle_jobs_.empty()) return;  // stopping, nothing left
+      job = std::move(lifecycle_jobs_.front());
+      lifecycle_jobs_.pop_front();
+    }
     job.reactor->Finish(ToGrpcStatus(job.run()));
-    lock.lock();
   }
 }
 
 void InferenceService::StopLifecycle() {
   std::deque<LifecycleJob> refused;
   {
-    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    base::MutexLock lock(&lifecycle_mu_);
     lifecycle_stopping_ = true;
     refused.swap(lifecycle_jobs_);
   }
-  lifecycle_cv_.notify_all();
+  lifecycle_cv_.SignalAll();
   for (auto& job : refused) {
     job.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
   }

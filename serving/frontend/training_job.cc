@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/errno_text.h"
+#include "base/mutex.h"
 #include "serving/observability/metrics.h"
 
 namespace numaserve::serving {
@@ -60,7 +61,7 @@ absl::StatusOr<std::unique_ptr<PrivateDir>> PrivateDir::Create(const std::string
 }
 
 void PrivateDir::Remove() {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   if (removed_) return;
   removed_ = true;
   unlink(config_path().c_str());
@@ -91,17 +92,17 @@ TrainingJob::~TrainingJob() {
 }
 
 std::pair<TrainingProgress, int64_t> TrainingJob::Snapshot() {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   return {progress_, version_};
 }
 
 bool TrainingJob::finished() {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   return progress_.state() != TrainingProgress::RUNNING;
 }
 
 bool TrainingJob::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   if (progress_.state() != TrainingProgress::RUNNING) return false;
   if (cancelled_) return true;
   cancelled_ = true;
@@ -111,24 +112,34 @@ bool TrainingJob::Cancel() {
 }
 
 void TrainingJob::AddSink(std::shared_ptr<WatchSink> sink) {
-  std::lock_guard<std::mutex> lock(sinks_mu_);
+  base::MutexLock lock(&sinks_mu_);
   sinks_.push_back(std::move(sink));
 }
 
 void TrainingJob::RemoveSink(const WatchSink* sink) {
-  std::lock_guard<std::mutex> lock(sinks_mu_);
+  base::MutexLock lock(&sinks_mu_);
   std::erase_if(sinks_, [&](const auto& s) { return s.get() == sink; });
 }
 
+bool TrainingJob::WaitForExit(std::chrono::milliseconds timeout) {
+  // Timed on the steady clock; a wakeup before the end waits out the rest.
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!exited_) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    exited_cv_.WaitUntil(&mu_, until);
+  }
+  return true;
+}
+
 void TrainingJob::Escalate() {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (exited_cv_.wait_for(lock, stop_grace_, [&] { return exited_; })) return;
+  base::MutexLock lock(&mu_);
+  if (WaitForExit(stop_grace_)) return;
   Log(LogLevel::kWarning, "training",
       absl::StrFormat("training job %s still running %.0f s after SIGUSR1: SIGTERM", label_,
                       stop_grace_.count() / 1000.0),
       {{"job", label_}, {"signal", "SIGTERM"}});
   kill(-pid_, SIGTERM);
-  if (exited_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return exited_; })) return;
+  if (WaitForExit(std::chrono::seconds(5))) return;
   Log(LogLevel::kWarning, "training",
       absl::StrCat("training job ", label_, " still running 5 s after SIGTERM: SIGKILL"),
       {{"job", label_}, {"signal", "SIGKILL"}});
@@ -195,7 +206,7 @@ void TrainingJob::ParseLine(const std::string& line) {
     return;
   }
   const std::string message = absl::StrCat("training job ", label_, ": ", line);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   long long step = 0, total = 0;
   if (line.rfind("exported ", 0) == 0) {
     progress_.set_message(line);
@@ -239,7 +250,7 @@ void TrainingJob::ReadProgress(const std::string& line, const std::string& field
     return;
   }
   const std::string message = absl::StrCat("training job ", label_, ": ", line);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   if (report->kind() == training::ProgressReport::INTERVAL) {
     progress_.set_epoch(report->epoch());
     progress_.set_step(report->step());
@@ -282,7 +293,7 @@ void TrainingJob::ForwardRecord(const base::LogRecord& record) {
   Log(record.level, record.component, absl::StrCat("training job ", label_, ": ", record.message),
       fields);
   if (record.level != LogLevel::kError) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   last_error_ = record.message;
   progress_.set_line(record.message);
   ++version_;
@@ -314,9 +325,9 @@ void TrainingJob::ReadOutput(int fd) {
   files_->Remove();
   std::string state;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     exited_ = true;
-    exited_cv_.notify_all();
+    exited_cv_.SignalAll();
     if (cancelled_) {
       progress_.set_state(TrainingProgress::CANCELLED);
       progress_.set_message(stop_line_.empty() ? "cancelled"

@@ -8,18 +8,19 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::recursive_mutex (WatchSink)
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "training.pb.h"
 
 namespace numaserve::serving {
@@ -37,13 +38,13 @@ class PrivateDir {
   ~PrivateDir() { Remove(); }
 
   std::string config_path() const { return dir_ + "/job.cfg"; }
-  void Remove();
+  void Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit PrivateDir(std::string dir) : dir_(std::move(dir)) {}
   const std::string dir_;
-  std::mutex mu_;
-  bool removed_ = false;
+  base::Mutex mu_;
+  bool removed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The ServerWriteReactor of a WatchTraining call (training_service.cc).
@@ -71,24 +72,28 @@ class TrainingJob {
   const std::string& owner() const { return owner_; }
 
   // The latest progress and its version (incremented on every change).
-  std::pair<training::TrainingProgress, int64_t> Snapshot();
-  bool finished();
+  std::pair<training::TrainingProgress, int64_t> Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  bool finished() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Starts stopping the job (see training_service.h); returns false when it
   // has already ended. A job already stopping stays so.
-  bool Cancel();
+  bool Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
-  void AddSink(std::shared_ptr<WatchSink> sink);
-  void RemoveSink(const WatchSink* sink);
+  void AddSink(std::shared_ptr<WatchSink> sink) ABSL_LOCKS_EXCLUDED(sinks_mu_);
+  void RemoveSink(const WatchSink* sink) ABSL_LOCKS_EXCLUDED(sinks_mu_);
 
  private:
   // Pumps every watcher still there; defined in training_service.cc, where
   // WatchReactor is.
-  void Notify();
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_, sinks_mu_);
 
   // SIGTERM when the job has not ended stop_grace after SIGUSR1, SIGKILL
   // 5 s later.
-  void Escalate();
+  void Escalate() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Waits until the process has exited (true) or `timeout` has passed
+  // (false).
+  bool WaitForExit(std::chrono::milliseconds timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The "progress" field of a record of rank 0 (trainer.cc, WriteProgress):
   // a JSON string holding a ProgressReport as protobuf JSON. Refused, with
@@ -97,7 +102,7 @@ class TrainingJob {
   // rate or eta); the loss may be anything, NaN included (a diverged run).
   static absl::StatusOr<training::ProgressReport> ReadProgressReport(const std::string& field_json);
 
-  void ExportFigures();
+  void ExportFigures() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One line of the job's output (mpirun's stdout and stderr): a log
   // record of a rank or of the launcher (JSON, see SpawnJob in
@@ -105,7 +110,7 @@ class TrainingJob {
   // (trainer.cc), another line of rank 0's ("exported ...", "stopped at
   // step ..."), or a message of mpirun's. The progress it reports is kept;
   // the line goes into the server's log as a record naming the job.
-  void ParseLine(const std::string& line);
+  void ParseLine(const std::string& line) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The "progress" field of a progress report's record (component
   // "training"), else null.
@@ -115,11 +120,12 @@ class TrainingJob {
   // train` prints it in text, and the "progress" field's JSON. A report
   // that does not read back is left out with a debug record saying why:
   // the job's output is not trusted to be well formed.
-  void ReadProgress(const std::string& line, const std::string& field_json);
+  void ReadProgress(const std::string& line, const std::string& field_json)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // A record a rank or the launcher wrote, in the server's log with the
   // job's label; its error is what the job's failure reports.
-  void ForwardRecord(const base::LogRecord& record);
+  void ForwardRecord(const base::LogRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
 
   // One line of the job's output without its newline, at most
   // kMaxOutputLine bytes of it: the rest of a longer line is dropped, so a
@@ -127,7 +133,7 @@ class TrainingJob {
   // of the output.
   static bool ReadBoundedLine(FILE* in, std::string* line);
 
-  void ReadOutput(int fd);
+  void ReadOutput(int fd) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string id_;
   const std::string label_;  // the public part of id_: metrics and log
@@ -137,19 +143,19 @@ class TrainingJob {
   Metrics* const metrics_;
   const std::chrono::milliseconds stop_grace_;
   const std::unique_ptr<PrivateDir> files_;
-  std::mutex mu_;  // guards the fields below
-  std::condition_variable exited_cv_;
-  training::TrainingProgress progress_;
-  int64_t version_ = 1;
-  bool cancelled_ = false;
-  bool exited_ = false;
-  double eta_seconds_ = 0;
-  std::string last_error_;
-  std::string stop_line_;
-  std::mutex sinks_mu_;  // guards sinks_ only; never held while notifying
-  std::vector<std::shared_ptr<WatchSink>> sinks_;
+  base::Mutex mu_;
+  base::CondVar exited_cv_;  // signalled when exited_ turns true
+  training::TrainingProgress progress_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool exited_ ABSL_GUARDED_BY(mu_) = false;
+  double eta_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::string stop_line_ ABSL_GUARDED_BY(mu_);
+  base::Mutex sinks_mu_;  // never held while notifying
+  std::vector<std::shared_ptr<WatchSink>> sinks_ ABSL_GUARDED_BY(sinks_mu_);
   std::thread reader_;
-  std::thread stopper_;
+  std::thread stopper_ ABSL_GUARDED_BY(mu_);  // started by Cancel; joined by the destructor
 };
 
 }  // namespace numaserve::serving

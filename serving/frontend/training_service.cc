@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/errno_text.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "serving/frontend/training_job.h"
 #include "serving/frontend/training_paths.h"
 #include "training/rank_binding.h"
@@ -92,7 +93,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<TrainingProgress> {
 void TrainingJob::Notify() {
   std::vector<std::shared_ptr<WatchSink>> sinks;
   {
-    std::lock_guard<std::mutex> lock(sinks_mu_);
+    base::MutexLock lock(&sinks_mu_);
     sinks = sinks_;
   }
   for (const std::shared_ptr<WatchSink>& sink : sinks) {
@@ -247,7 +248,7 @@ TrainingService::TrainingService(TrainingServiceOptions options) : options_(std:
 void TrainingService::StopAll() {
   std::vector<std::shared_ptr<TrainingJob>> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     jobs = jobs_;
   }
   for (auto& job : jobs) {
@@ -263,7 +264,7 @@ TrainingService::~TrainingService() {
   StopAll();
   std::vector<std::shared_ptr<TrainingJob>> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     jobs.swap(jobs_);
   }
   jobs.clear();  // joins the readers once the children have exited
@@ -271,7 +272,7 @@ TrainingService::~TrainingService() {
 
 std::shared_ptr<TrainingJob> TrainingService::Find(const std::string& id,
                                                    const std::string& caller) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   for (auto& job : jobs_) {
     if (job->id() == id && job->owner() == caller) return job;
   }
@@ -326,7 +327,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   // A place among the running jobs, held until the job is in jobs_.
   std::string label;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     const int running =
         starting_ + static_cast<int>(std::count_if(jobs_.begin(), jobs_.end(),
                                                    [](const auto& j) { return !j->finished(); }));
@@ -342,7 +343,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   struct Release {
     TrainingService* service;
     ~Release() {
-      std::lock_guard<std::mutex> lock(service->mu_);
+      base::MutexLock lock(&service->mu_);
       --service->starting_;
     }
   } release{this};
@@ -371,7 +372,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
       std::make_shared<TrainingJob>(id, label, *caller, model, *pid, output_fd, std::move(*files),
                                     options_.metrics, options_.stop_grace);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     jobs_.push_back(job);
   }
   Log(LogLevel::kInfo, "training",
@@ -439,7 +440,7 @@ grpc::ServerUnaryReactor* TrainingService::ListTrainings(
   }
   std::vector<std::shared_ptr<TrainingJob>> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     jobs = jobs_;
   }
   for (auto& job : jobs) {

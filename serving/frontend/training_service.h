@@ -40,11 +40,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "training.grpc.pb.h"
 
 namespace numaserve::serving {
@@ -89,7 +90,7 @@ class TrainingService final : public training::TrainingService::CallbackService 
 
   // Starts stopping every running job and returns; for the server's
   // shutdown, which then goes on draining inference while they stop.
-  void StopAll();
+  void StopAll() ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ServerUnaryReactor* StartTraining(grpc::CallbackServerContext* context,
                                           const training::StartTrainingRequest* request,
@@ -110,16 +111,17 @@ class TrainingService final : public training::TrainingService::CallbackService 
  private:
   explicit TrainingService(TrainingServiceOptions options);
   // The caller's job `id`, or null (also when another caller owns it).
-  std::shared_ptr<TrainingJob> Find(const std::string& id, const std::string& caller);
+  std::shared_ptr<TrainingJob> Find(const std::string& id, const std::string& caller)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The caller, or UNAUTHENTICATED when authenticated callers are expected.
   absl::StatusOr<std::string> Caller(const grpc::ServerContextBase& context) const;
   absl::StatusOr<int> Ranks(const std::string& requested) const;
 
   TrainingServiceOptions options_;
-  std::mutex mu_;  // guards the fields below
-  std::vector<std::shared_ptr<TrainingJob>> jobs_;
-  int starting_ = 0;  // jobs between the concurrency check and jobs_
-  int next_id_ = 1;
+  base::Mutex mu_;
+  std::vector<std::shared_ptr<TrainingJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;  // jobs between the concurrency check and jobs_
+  int next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace numaserve::serving

@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 
 namespace numaserve::serving {
 namespace {
@@ -257,7 +258,7 @@ void Metrics::RecordRequest(const std::string& model, const std::string& outcome
   prometheus::Counter* requests = nullptr;
   prometheus::Histogram* duration = nullptr;
   {
-    std::lock_guard<std::mutex> lock(children_mu_);
+    base::MutexLock lock(&children_mu_);
     PerModel& m = ModelChildren(model);
     auto it = m.requests.find(outcome);
     if (it == m.requests.end()) {
@@ -280,7 +281,7 @@ void Metrics::RecordInference(const std::string& model, int64_t rows, double que
                               double compute_output_seconds) {
   PerModel* m = nullptr;
   {
-    std::lock_guard<std::mutex> lock(children_mu_);
+    base::MutexLock lock(&children_mu_);
     m = &ModelChildren(model);  // std::map nodes do not move
   }
   m->inferences->Increment(static_cast<double>(rows));
@@ -310,7 +311,7 @@ void Metrics::RecordWorkerBusy(int worker, int numa_node, double seconds, int64_
   double gflops = 0;
   double peak = 0;
   {
-    std::lock_guard<std::mutex> lock(totals_mu_);
+    base::MutexLock lock(&totals_mu_);
     WorkerTotals& t = worker_totals_[worker];
     t.seconds += seconds;
     t.flops += flops;
@@ -337,7 +338,7 @@ void Metrics::RecordInstanceBusy(int worker, int numa_node, int instance, double
 
 void Metrics::SetWorkerPeak(int worker, int numa_node, double peak_gflops) {
   {
-    std::lock_guard<std::mutex> lock(totals_mu_);
+    base::MutexLock lock(&totals_mu_);
     worker_totals_[worker].peak_gflops = peak_gflops;
   }
   auto labels = WorkerLabels(worker, numa_node);
@@ -408,7 +409,7 @@ void Metrics::SetTrainingProgress(const std::string& job, const std::string& mod
 
 void Metrics::SetTrainingState(const std::string& job, const std::string& model,
                                const std::string& state) {
-  std::lock_guard<std::mutex> lock(training_mu_);
+  base::MutexLock lock(&training_mu_);
   auto [it, inserted] = training_states_.try_emplace(job, state);
   if (!inserted) {
     if (it->second == state) return;

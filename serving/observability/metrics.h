@@ -4,10 +4,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 
 namespace prometheus {
 class Exposer;
@@ -39,7 +40,8 @@ class Metrics {
 
   // One finished ModelInfer call. `outcome` is "success" or the gRPC status
   // name in lower case ("invalid_argument", "not_found", "unavailable", ...).
-  void RecordRequest(const std::string& model, const std::string& outcome, double seconds);
+  void RecordRequest(const std::string& model, const std::string& outcome, double seconds)
+      ABSL_LOCKS_EXCLUDED(children_mu_);
   // A failed ModelInfer call by reason: rejected (queue full), timeout,
   // canceled, invalid, not_found, unavailable, internal, other.
   void RecordFailure(const std::string& model, const std::string& reason);
@@ -47,19 +49,20 @@ class Metrics {
   // copying its batch's inputs in, in the engine, and copying its outputs out.
   void RecordInference(const std::string& model, int64_t rows, double queue_seconds,
                        double compute_input_seconds, double compute_seconds,
-                       double compute_output_seconds);
+                       double compute_output_seconds) ABSL_LOCKS_EXCLUDED(children_mu_);
   // One batch of `rows` rows went through the engine.
   void RecordExecution(const std::string& model, const std::string& version, int64_t rows);
   // Requests waiting in the model version's batcher queue.
   void SetPendingRequests(const std::string& model, const std::string& version, double count);
   // A worker spent `seconds` computing `rows` rows (`flops` floating-point operations).
-  void RecordWorkerBusy(int worker, int numa_node, double seconds, int64_t rows, double flops);
+  void RecordWorkerBusy(int worker, int numa_node, double seconds, int64_t rows, double flops)
+      ABSL_LOCKS_EXCLUDED(totals_mu_);
   // One batch computed by instance `instance` of a model on the worker.
   void RecordInstanceBusy(int worker, int numa_node, int instance, double seconds);
   void RecordWorkerRestart(int worker, int numa_node);
   // The worker's FP32 peak (probe GFLOP/s per core x its cores), for the
   // fraction-of-peak gauge and the "fp32" peak-flops gauge.
-  void SetWorkerPeak(int worker, int numa_node, double peak_gflops);
+  void SetWorkerPeak(int worker, int numa_node, double peak_gflops) ABSL_LOCKS_EXCLUDED(totals_mu_);
   // The worker's peak in another precision ("bf16", "int8") from the CPU
   // model: FLOP/s (INT8: operations/s) per core x its cores.
   void SetWorkerPeakFlops(int worker, int numa_node, const std::string& precision,
@@ -94,7 +97,8 @@ class Metrics {
                            const TrainingFigures& figures);
   // A job's state: running, succeeded, failed or cancelled; jobs_by_state
   // counts them.
-  void SetTrainingState(const std::string& job, const std::string& model, const std::string& state);
+  void SetTrainingState(const std::string& job, const std::string& model, const std::string& state)
+      ABSL_LOCKS_EXCLUDED(training_mu_);
 
  private:
   Metrics() = default;
@@ -128,8 +132,8 @@ class Metrics {
     double flops = 0;
     double peak_gflops = 0;
   };
-  std::mutex totals_mu_;
-  std::map<int, WorkerTotals> worker_totals_;
+  base::Mutex totals_mu_;
+  std::map<int, WorkerTotals> worker_totals_ ABSL_GUARDED_BY(totals_mu_);
   prometheus::Family<prometheus::Counter>* worker_busy_ = nullptr;
   prometheus::Family<prometheus::Counter>* worker_inferences_ = nullptr;
   prometheus::Family<prometheus::Counter>* worker_flops_ = nullptr;
@@ -149,8 +153,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* training_test_accuracy_ = nullptr;
   prometheus::Family<prometheus::Gauge>* training_images_per_second_ = nullptr;
   prometheus::Family<prometheus::Gauge>* training_eta_ = nullptr;
-  std::mutex training_mu_;
-  std::map<std::string, std::string> training_states_;  // job -> state
+  base::Mutex training_mu_;
+  // job -> state
+  std::map<std::string, std::string> training_states_ ABSL_GUARDED_BY(training_mu_);
 
   // The children every request updates, looked up once per model (and
   // outcome) instead of hashing label sets on each call. prometheus-cpp keeps
@@ -164,9 +169,9 @@ class Metrics {
     prometheus::Histogram* compute_output_duration = nullptr;
     std::map<std::string, prometheus::Counter*, std::less<>> requests;  // by outcome
   };
-  PerModel& ModelChildren(const std::string& model);  // with children_mu_ held
-  std::mutex children_mu_;
-  std::map<std::string, PerModel, std::less<>> per_model_;
+  PerModel& ModelChildren(const std::string& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(children_mu_);
+  base::Mutex children_mu_;
+  std::map<std::string, PerModel, std::less<>> per_model_ ABSL_GUARDED_BY(children_mu_);
 };
 
 }  // namespace numaserve::serving

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 
 namespace numaserve::serving {
 namespace {
@@ -26,7 +27,7 @@ void ModelStatistics::RecordSuccess(const std::string& model, int64_t version, i
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   Stats& s = stats_[{model, version}];
   s.last_inference_ms = static_cast<uint64_t>(now_ms);
   s.inference_count += static_cast<uint64_t>(rows);
@@ -38,18 +39,18 @@ void ModelStatistics::RecordSuccess(const std::string& model, int64_t version, i
 }
 
 void ModelStatistics::Register(const std::string& model, int64_t version) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   stats_[{model, version}];
 }
 
 void ModelStatistics::RecordFailure(const std::string& model, int64_t version, double total_s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   stats_[{model, version}].fail.Add(total_s);
 }
 
 void ModelStatistics::RecordExecution(const std::string& model, int64_t version, int64_t rows,
                                       double input_s, double infer_s, double output_s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   Stats& s = stats_[{model, version}];
   ++s.execution_count;
   BatchStats& b = s.batches[rows];
@@ -60,7 +61,7 @@ void ModelStatistics::RecordExecution(const std::string& model, int64_t version,
 
 void ModelStatistics::Fill(const std::string& model, int64_t version,
                            inference::ModelStatisticsResponse* response) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   for (const auto& [key, s] : stats_) {
     if (!model.empty() && key.first != model) continue;
     if (version != 0 && key.second != version) continue;

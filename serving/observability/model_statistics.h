@@ -5,10 +5,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
 #include "grpc_service.pb.h"
 
 namespace numaserve::serving {
@@ -16,19 +17,21 @@ namespace numaserve::serving {
 class ModelStatistics {
  public:
   // A version that starts serving: listed (with zeros) from now on.
-  void Register(const std::string& model, int64_t version);
+  void Register(const std::string& model, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   // One request answered successfully.
   void RecordSuccess(const std::string& model, int64_t version, int64_t rows, double total_s,
-                     double queue_s, double input_s, double infer_s, double output_s);
+                     double queue_s, double input_s, double infer_s, double output_s)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // One request of a resolved model version that failed.
-  void RecordFailure(const std::string& model, int64_t version, double total_s);
+  void RecordFailure(const std::string& model, int64_t version, double total_s)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // One batch of `rows` rows computed.
   void RecordExecution(const std::string& model, int64_t version, int64_t rows, double input_s,
-                       double infer_s, double output_s);
+                       double infer_s, double output_s) ABSL_LOCKS_EXCLUDED(mu_);
   // Appends the statistics of `model` (every model if empty) and `version`
   // (every version if 0), in name and version order.
   void Fill(const std::string& model, int64_t version,
-            inference::ModelStatisticsResponse* response) const;
+            inference::ModelStatisticsResponse* response) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Duration {
@@ -47,8 +50,8 @@ class ModelStatistics {
     std::map<int64_t, BatchStats> batches;
   };
 
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, int64_t>, Stats> stats_;
+  mutable base::Mutex mu_;
+  std::map<std::pair<std::string, int64_t>, Stats> stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace numaserve::serving

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 
 namespace numaserve::serving {
 
@@ -46,7 +47,7 @@ absl::StatusOr<std::unique_ptr<DynamicBatcher>> DynamicBatcher::Create(const Opt
 absl::Status DynamicBatcher::Enqueue(std::shared_ptr<BatchRequest> request,
                                      base::Clock::TimePoint* next_poll) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     if (stopped_) return absl::UnavailableError("the model's queue is closed (shutting down)");
     if (queue_.size() >= options_.max_queue_size) {
       return absl::ResourceExhaustedError(absl::StrCat("the model's queue is full (",
@@ -123,7 +124,7 @@ DynamicBatcher::DropExpiredLocked(base::Clock::TimePoint now) {
 void DynamicBatcher::DropExpired() {
   std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     dropped = DropExpiredLocked(clock_->Now());
   }
   for (auto& [request, status] : dropped) {
@@ -132,7 +133,7 @@ void DynamicBatcher::DropExpired() {
 }
 
 DynamicBatcher::Due DynamicBatcher::Peek() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   Due due;
   for (const auto& r : queue_) due.queued_rows += r->rows;
   if (!stopped_) due.requests = DueBatchSize(clock_->Now(), &due.full);
@@ -140,7 +141,7 @@ DynamicBatcher::Due DynamicBatcher::Peek() const {
 }
 
 Batch DynamicBatcher::Take(size_t max_requests, int64_t max_rows, size_t max_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   size_t n = 0;
   int64_t rows = 0;
   size_t bytes = 0;  // at most max_bytes after the first request
@@ -158,7 +159,7 @@ Batch DynamicBatcher::Take(size_t max_requests, int64_t max_rows, size_t max_byt
 }
 
 base::Clock::TimePoint DynamicBatcher::NextWake() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   return NextWakeLocked();
 }
 
@@ -168,7 +169,7 @@ base::Clock::TimePoint DynamicBatcher::Poll() {
     Batch batch;
     base::Clock::TimePoint next;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       const base::Clock::TimePoint now = clock_->Now();
       dropped = DropExpiredLocked(now);
       if (!stopped_ && can_dispatch_) {
@@ -193,7 +194,7 @@ base::Clock::TimePoint DynamicBatcher::Poll() {
 bool DynamicBatcher::Cancel(const BatchRequest* request, const absl::Status& why) {
   std::shared_ptr<BatchRequest> found;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     auto it = std::find_if(queue_.begin(), queue_.end(),
                            [&](const auto& r) { return r.get() == request; });
     if (it == queue_.end()) return false;
@@ -207,7 +208,7 @@ bool DynamicBatcher::Cancel(const BatchRequest* request, const absl::Status& why
 void DynamicBatcher::Stop(const absl::Status& why) {
   std::deque<std::shared_ptr<BatchRequest>> queued;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     stopped_ = true;
     queued.swap(queue_);
   }
@@ -219,7 +220,7 @@ void DynamicBatcher::Stop(const absl::Status& why) {
 size_t DynamicBatcher::RejectAll(const absl::Status& why) {
   std::deque<std::shared_ptr<BatchRequest>> queued;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     queued.swap(queue_);
   }
   for (auto& r : queued) {
@@ -229,7 +230,7 @@ size_t DynamicBatcher::RejectAll(const absl::Status& why) {
 }
 
 size_t DynamicBatcher::queued_requests() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   return queue_.size();
 }
 

@@ -22,13 +22,14 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/clock.h"
+#include "base/mutex.h"
 
 namespace numaserve::serving {
 
@@ -79,22 +80,22 @@ class DynamicBatcher {
   // it receives what that poll returned (see Poll()), so a caller with a
   // timer needs no second poll.
   absl::Status Enqueue(std::shared_ptr<BatchRequest> request,
-                       base::Clock::TimePoint* next_poll = nullptr);
+                       base::Clock::TimePoint* next_poll = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops expired and cancelled requests, sends every batch that is due
   // while workers can take one. Returns when it next needs to run if nothing
   // else happens (TimePoint::max() when the queue is empty).
-  base::Clock::TimePoint Poll();
+  base::Clock::TimePoint Poll() ABSL_LOCKS_EXCLUDED(mu_);
   // Takes `request` out of the queue and rejects it with `why` (the call
   // was cancelled). False if it is not queued (already batched, rejected or
   // never enqueued): then nothing happens.
-  bool Cancel(const BatchRequest* request, const absl::Status& why);
+  bool Cancel(const BatchRequest* request, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Rejects everything queued with `why`; later Enqueue calls fail.
-  void Stop(const absl::Status& why);
+  void Stop(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Rejects everything queued with `why`; the queue stays open. Returns how
   // many were rejected.
-  size_t RejectAll(const absl::Status& why);
+  size_t RejectAll(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
-  size_t queued_requests() const;
+  size_t queued_requests() const ABSL_LOCKS_EXCLUDED(mu_);
   const Options& options() const { return options_; }
 
   // The pull side, for a scheduler that owns the slots (serving/scheduling/model_scheduler.h):
@@ -105,40 +106,41 @@ class DynamicBatcher {
   //
   // Drops expired and cancelled requests (rejecting them, outside the
   // batcher's lock; call it without locks of your own held).
-  void DropExpired();
+  void DropExpired() ABSL_LOCKS_EXCLUDED(mu_);
   struct Due {
     size_t requests = 0;      // requests of the batch due now; 0: none is due
     bool full = true;         // that batch is full (see CanDispatchFn)
     int64_t queued_rows = 0;  // rows of every queued request
   };
   // What is due now (nothing after Stop()).
-  Due Peek() const;
+  Due Peek() const ABSL_LOCKS_EXCLUDED(mu_);
   // Takes requests from the front while their rows fit `max_rows` and their
   // bytes `max_bytes` (at least one request, at most `max_requests`).
   Batch Take(size_t max_requests, int64_t max_rows,
-             size_t max_bytes = std::numeric_limits<size_t>::max());
+             size_t max_bytes = std::numeric_limits<size_t>::max()) ABSL_LOCKS_EXCLUDED(mu_);
   // When the front request's delay ends or the first deadline passes; max()
   // when the queue is empty.
-  base::Clock::TimePoint NextWake() const;
+  base::Clock::TimePoint NextWake() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   DynamicBatcher(const Options& options, const base::Clock* clock, CanDispatchFn can_dispatch,
                  DispatchFn dispatch);
   // Under mu_: how many requests from the front make the batch due now; 0 if
   // none is due yet. `full` says whether that batch is full (see CanDispatchFn).
-  size_t DueBatchSize(base::Clock::TimePoint now, bool* full) const;
-  base::Clock::TimePoint NextWakeLocked() const;
+  size_t DueBatchSize(base::Clock::TimePoint now, bool* full) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  base::Clock::TimePoint NextWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> DropExpiredLocked(
-      base::Clock::TimePoint now);
+      base::Clock::TimePoint now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const base::Clock* const clock_;
   const CanDispatchFn can_dispatch_;
   const DispatchFn dispatch_;
 
-  mutable std::mutex mu_;
-  std::deque<std::shared_ptr<BatchRequest>> queue_;
-  bool stopped_ = false;
+  mutable base::Mutex mu_;
+  std::deque<std::shared_ptr<BatchRequest>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace numaserve::serving

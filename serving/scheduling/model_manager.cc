@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "engine/model.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "serving/observability/metrics.h"
@@ -73,7 +74,7 @@ ModelManager::~ModelManager() { Stop(); }
 void ModelManager::Start(const std::vector<RepositoryModel>& initial,
                          const std::vector<std::string>& not_loaded) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     for (const auto& name : not_loaded) {
       models_[name].error = "not loaded (use RepositoryModelLoad)";
     }
@@ -98,11 +99,11 @@ void ModelManager::Start(const std::vector<RepositoryModel>& initial,
     if (!m.error.empty() || m.path.empty()) continue;
     ModelHandle handle;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       handle = models_[m.name].versions[m.version].handle;
     }
     if (absl::Status s = scheduler_->AddModel(handle); !s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       VersionState& v = models_[m.name].versions[m.version];
       v.state = ModelState::kUnavailable;
       v.reason = std::string(s.message());
@@ -116,19 +117,19 @@ void ModelManager::Start(const std::vector<RepositoryModel>& initial,
 
 void ModelManager::Stop() {
   {
-    std::lock_guard<std::mutex> lock(poll_mu_);
+    base::MutexLock lock(&poll_mu_);
     stopping_ = true;
   }
-  poll_cv_.notify_all();
+  poll_cv_.SignalAll();
   if (poller_.joinable()) poller_.join();
   // Waits for a load or unload under way; later ones are refused.
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  base::MutexLock load_lock(&load_mu_);
   stopped_ = true;
 }
 
 absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64_t version,
                                                   Need need) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it == models_.end()) {
     return absl::NotFoundError(absl::StrFormat("model '%s' is not in the repository", name));
@@ -180,7 +181,7 @@ absl::StatusOr<ModelHandle> ModelManager::Resolve(const std::string& name, int64
 }
 
 std::vector<int64_t> ModelManager::ReadyVersions(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   std::vector<int64_t> out;
   auto it = models_.find(name);
   if (it == models_.end()) return out;
@@ -191,7 +192,7 @@ std::vector<int64_t> ModelManager::ReadyVersions(const std::string& name) const 
 }
 
 std::vector<ModelManager::IndexEntry> ModelManager::Index() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   std::vector<IndexEntry> out;
   for (const auto& [name, entry] : models_) {
     if (entry.versions.empty()) {
@@ -223,7 +224,7 @@ struct ModelManager::LoadOutcome {
 };
 
 absl::Status ModelManager::Load(const std::string& name) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  base::MutexLock load_lock(&load_mu_);
   if (stopped_) return absl::UnavailableError("the server is shutting down");
   // A name with a NUL, a control character, a separator or ".." never
   // becomes a path (a NUL would cut "good\0x" to "good" for the kernel).
@@ -232,7 +233,7 @@ absl::Status ModelManager::Load(const std::string& name) {
     std::error_code ec;
     const std::filesystem::path dir = std::filesystem::path(options_.repository) / name;
     if (!std::filesystem::is_directory(dir, ec)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       if (models_.count(name) == 0) {
         return absl::NotFoundError(
             absl::StrCat("model '", name, "' is not in the repository ", options_.repository));
@@ -244,7 +245,7 @@ absl::Status ModelManager::Load(const std::string& name) {
       ModelRepository::ScanModel(options_.repository, name, options_.num_workers);
   const std::string fingerprint = ModelRepository::Fingerprint(options_.repository, name);
   if (IsModelLevelError(scanned)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     ModelEntry& entry = models_[name];
     bool serving = false;
     for (const auto& [n, v] : entry.versions) serving |= v.handle != nullptr;
@@ -284,7 +285,7 @@ void ModelManager::LoadScannedVersions(const std::string& name,
     out->wanted.insert(m.version);
     ModelHandle serving;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       ModelEntry& entry = models_[name];
       VersionState& v = entry.versions[m.version];
       if (v.handle != nullptr && v.state == ModelState::kReady) serving = v.handle;
@@ -317,7 +318,7 @@ void ModelManager::LoadScannedVersions(const std::string& name,
       const std::string reason = absl::StrCat(serving != nullptr ? kNotApplied : "", "version ",
                                               m.version, ": ", s.message());
       if (out->first_error.empty()) out->first_error = reason;
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       VersionState& v = models_[name].versions[m.version];
       if (v.handle == nullptr) v.state = ModelState::kUnavailable;
       v.reason = reason;
@@ -334,7 +335,7 @@ std::vector<int64_t> ModelManager::SwitchToLoaded(const std::string& name,
                                                   const std::string& fingerprint,
                                                   const LoadOutcome& outcome) {
   std::vector<int64_t> retired;
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   ModelEntry& entry = models_[name];
   for (const auto& h : outcome.loaded) {
     VersionState& v = entry.versions[h->version];
@@ -395,7 +396,7 @@ absl::Status ModelManager::UnloadVersions(const std::string& name,
                                           const std::vector<int64_t>& versions) {
   std::vector<ModelHandle> handles;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     ModelEntry& entry = models_[name];
     for (int64_t n : versions) {
       VersionState& v = entry.versions[n];
@@ -409,7 +410,7 @@ absl::Status ModelManager::UnloadVersions(const std::string& name,
     drained &= scheduler_->RemoveModel(h->key(), options_.drain_timeout);
     workers_->UnloadModel(h->key());
     if (metrics_) metrics_->SetModelReady(h->name, absl::StrCat(h->version), false);
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     VersionState& v = models_[name].versions[h->version];
     v.handle = nullptr;
     v.state = ModelState::kUnavailable;
@@ -426,11 +427,11 @@ absl::Status ModelManager::UnloadVersions(const std::string& name,
 }
 
 absl::Status ModelManager::Unload(const std::string& name) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  base::MutexLock load_lock(&load_mu_);
   if (stopped_) return absl::UnavailableError("the server is shutting down");
   std::vector<int64_t> versions;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     auto it = models_.find(name);
     if (it == models_.end()) {
       return absl::NotFoundError(absl::StrCat("model '", name, "' is not in the repository"));
@@ -443,15 +444,18 @@ absl::Status ModelManager::Unload(const std::string& name) {
 }
 
 void ModelManager::PollLoop() {
-  std::unique_lock<std::mutex> lock(poll_mu_);
-  while (!stopping_) {
-    poll_cv_.wait_for(lock, options_.poll_interval);
-    if (stopping_) break;
-    lock.unlock();
+  while (true) {
+    {
+      base::MutexLock lock(&poll_mu_);
+      if (stopping_) return;
+      // One wait, woken early by Stop (its result is not needed).
+      poll_cv_.WaitFor(&poll_mu_, options_.poll_interval);
+      if (stopping_) return;
+    }
     const std::vector<std::string> names = ModelRepository::ListModels(options_.repository);
     std::vector<std::string> changed, gone;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      base::MutexLock l(&mu_);
       for (const auto& name : names) {
         auto it = models_.find(name);
         if (it == models_.end() ||
@@ -466,10 +470,9 @@ void ModelManager::PollLoop() {
     for (const auto& name : changed) Load(name).IgnoreError();
     for (const auto& name : gone) {
       Unload(name).IgnoreError();
-      std::lock_guard<std::mutex> l(mu_);
+      base::MutexLock l(&mu_);
       models_.erase(name);
     }
-    lock.lock();
   }
 }
 

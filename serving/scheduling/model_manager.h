@@ -12,16 +12,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "serving/repository/model_repository.h"
 #include "serving/workers/worker_supervisor.h"
 
@@ -82,8 +82,8 @@ class ModelManager {
   // the workers) and the names left unloaded (explicit mode), then starts
   // polling in poll mode.
   void Start(const std::vector<RepositoryModel>& initial,
-             const std::vector<std::string>& not_loaded);
-  void Stop();
+             const std::vector<std::string>& not_loaded) ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(poll_mu_, load_mu_);
 
   // What a caller of Resolve needs: a version that a worker holds now
   // (ModelReady, metadata), or one that may take requests: held now or
@@ -94,15 +94,15 @@ class ModelManager {
   // NOT_FOUND for an unknown model or version; UNAVAILABLE with the reason
   // for a known one that is not ready.
   absl::StatusOr<ModelHandle> Resolve(const std::string& name, int64_t version,
-                                      Need need = Need::kReady) const;
+                                      Need need = Need::kReady) const ABSL_LOCKS_EXCLUDED(mu_);
   // Versions of `name` that are ready, ascending.
-  std::vector<int64_t> ReadyVersions(const std::string& name) const;
-  std::vector<IndexEntry> Index() const;
+  std::vector<int64_t> ReadyVersions(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<IndexEntry> Index() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Reads DIR/name again and serves what its policy selects now.
-  absl::Status Load(const std::string& name);
+  absl::Status Load(const std::string& name) ABSL_LOCKS_EXCLUDED(load_mu_, mu_);
   // Stops serving every version of `name` (drains, then unloads).
-  absl::Status Unload(const std::string& name);
+  absl::Status Unload(const std::string& name) ABSL_LOCKS_EXCLUDED(load_mu_, mu_);
   ModelControlMode mode() const { return options_.mode; }
 
  private:
@@ -118,36 +118,40 @@ class ModelManager {
   };
 
   void RefreshReady();  // start-up versions: READY once a worker has them
-  void PollLoop();
-  absl::Status UnloadVersions(const std::string& name, const std::vector<int64_t>& versions);
+  void PollLoop() ABSL_LOCKS_EXCLUDED(poll_mu_, load_mu_, mu_);
+  absl::Status UnloadVersions(const std::string& name, const std::vector<int64_t>& versions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Load's phases.
   struct LoadOutcome;  // what loading the scanned versions produced (model_manager.cc)
   // Loads the new and the reconfigured versions in `scanned` while the current ones serve.
   void LoadScannedVersions(const std::string& name, const std::vector<RepositoryModel>& scanned,
-                           LoadOutcome* out);
+                           LoadOutcome* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Serves every loaded version at once; returns the versions to retire.
   std::vector<int64_t> SwitchToLoaded(const std::string& name, const std::string& fingerprint,
-                                      const LoadOutcome& outcome);
+                                      const LoadOutcome& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   // Marks the loaded versions ready in the metrics and logs each one.
   void LogLoaded(const std::vector<ModelHandle>& loaded,
                  std::chrono::steady_clock::time_point started);
   // Drains the previous loads of reloaded versions, then unloads them.
-  void DrainReplaced(const std::vector<ModelHandle>& replaced);
+  void DrainReplaced(const std::vector<ModelHandle>& replaced)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
 
   const Options options_;
   WorkerSupervisor* const workers_;
   ModelScheduler* const scheduler_;
   Metrics* const metrics_;
 
-  std::mutex load_mu_;    // one load or unload at a time
-  bool stopped_ = false;  // under load_mu_: Stop() has run
-  mutable std::mutex mu_;
-  std::map<std::string, ModelEntry> models_;
+  base::Mutex load_mu_;                             // one load or unload at a time
+  bool stopped_ ABSL_GUARDED_BY(load_mu_) = false;  // Stop() has run
+  mutable base::Mutex mu_;
+  std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
 
-  std::mutex poll_mu_;
-  std::condition_variable poll_cv_;
-  bool stopping_ = false;
+  base::Mutex poll_mu_;
+  base::CondVar poll_cv_;
+  bool stopping_ ABSL_GUARDED_BY(poll_mu_) = false;
   std::thread poller_;
 };
 

@@ -1,10 +1,12 @@
 #include "serving/scheduling/model_scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "serving/observability/metrics.h"
 
 namespace numaserve::serving {
@@ -72,7 +74,7 @@ absl::Status ModelScheduler::AddModel(const std::shared_ptr<const RepositoryMode
   queue->version = absl::StrCat(model->version);
   queue->batcher = *std::move(batcher);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     queues_[queue->key] = queue;
   }
   ReportPending(*queue);
@@ -85,17 +87,26 @@ bool ModelScheduler::RemoveModel(const std::string& key, std::chrono::millisecon
   bool drained = true;
   std::deque<std::shared_ptr<Flight>> retries;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     auto it = queues_.find(key);
     if (it == queues_.end()) return true;
     queue = it->second;
     queue->draining = true;  // Submit refuses from now on
     // Batches leave as slots free (Finish runs Schedule); every Schedule
-    // and every answer notifies.
-    drained = drained_cv_.wait_for(lock, timeout, [&] {
+    // and every answer signals.
+    auto is_drained = [&] {
+      mu_.AssertHeld();
       return stopped_ || (queue->in_flight == 0 && queue->retries.empty() &&
                           queue->batcher->queued_requests() == 0);
-    });
+    };
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!is_drained()) {
+      // True once `timeout` has passed on the steady clock.
+      if (drained_cv_.WaitUntil(&mu_, deadline)) {
+        drained = is_drained();
+        break;
+      }
+    }
     queues_.erase(key);
     retries.swap(queue->retries);
   }
@@ -111,7 +122,7 @@ void ModelScheduler::Start() {
 }
 
 std::vector<std::shared_ptr<ModelScheduler::Queue>> ModelScheduler::Queues() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<Queue>> all;
   all.reserve(queues_.size());
   for (const auto& [key, queue] : queues_) all.push_back(queue);
@@ -121,7 +132,7 @@ std::vector<std::shared_ptr<ModelScheduler::Queue>> ModelScheduler::Queues() con
 absl::Status ModelScheduler::Submit(std::shared_ptr<PendingInference> request) {
   std::shared_ptr<Queue> queue;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     auto it = queues_.find(request->model->key());
     if (it != queues_.end() && !it->second->draining && !stopped_) queue = it->second;
   }
@@ -151,8 +162,8 @@ bool ModelScheduler::Cancel(const std::shared_ptr<PendingInference>& request,
   for (const auto& queue : Queues()) {
     if (queue->batcher->Cancel(request.get(), why)) {
       ReportPending(*queue);
-      std::lock_guard<std::mutex> lock(mu_);
-      drained_cv_.notify_all();
+      base::MutexLock lock(&mu_);
+      drained_cv_.SignalAll();
       return true;
     }
   }
@@ -185,9 +196,9 @@ void ModelScheduler::Schedule() {
     while (true) {
       Launch launch;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        base::MutexLock lock(&mu_);
         if (!NextLaunch(&launch)) {
-          drained_cv_.notify_all();
+          drained_cv_.SignalAll();
           break;
         }
       }
@@ -208,7 +219,7 @@ void ModelScheduler::Schedule() {
 void ModelScheduler::FailUnservable() {
   for (const auto& queue : Queues()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       if (queue->retries.empty() && queue->batcher->queued_requests() == 0) continue;
     }
     bool held = false;
@@ -222,14 +233,14 @@ void ModelScheduler::FailUnservable() {
                      "RepositoryIndex); the request was not computed"));
     std::deque<std::shared_ptr<Flight>> retries;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       retries.swap(queue->retries);
     }
     for (auto& flight : retries) Answer(queue.get(), flight.get(), why, RunOutcome(), -1);
     queue->batcher->RejectAll(why);
     ReportPending(*queue);
-    std::lock_guard<std::mutex> lock(mu_);
-    drained_cv_.notify_all();
+    base::MutexLock lock(&mu_);
+    drained_cv_.SignalAll();
   }
 }
 
@@ -402,7 +413,7 @@ void ModelScheduler::Finish(const std::shared_ptr<Queue>& queue,
                             const RunOutcome& outcome) {
   bool retry = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     --in_flight_[static_cast<size_t>(worker)];
     if (outcome.lost && !stopped_ &&
         (outcome.not_sent || flight->task.attempts < options_.max_attempts)) {
@@ -427,11 +438,11 @@ void ModelScheduler::Finish(const std::shared_ptr<Queue>& queue,
                        flight->task.attempts, " of ", options_.max_attempts, ")"));
     }
     Answer(queue.get(), flight.get(), status, outcome, worker);
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     --queue->in_flight;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  drained_cv_.notify_all();
+  base::MutexLock lock(&mu_);
+  drained_cv_.SignalAll();
 }
 
 void ModelScheduler::Answer(Queue* queue, Flight* flight, const absl::Status& status,
@@ -479,25 +490,27 @@ void ModelScheduler::Answer(Queue* queue, Flight* flight, const absl::Status& st
 
 void ModelScheduler::WakeBy(base::Clock::TimePoint when) {
   if (when == base::Clock::TimePoint::max()) return;
-  std::lock_guard<std::mutex> lock(timer_mu_);
+  base::MutexLock lock(&timer_mu_);
   if (when < wake_at_) {
     wake_at_ = when;
-    timer_cv_.notify_one();
+    timer_cv_.Signal();
   }
 }
 
 void ModelScheduler::TimerLoop() {
-  std::unique_lock<std::mutex> lock(timer_mu_);
-  while (!timer_stopping_) {
-    // The timer sleeps on the real clock; the queues read `clock_`.
-    const auto now = std::chrono::steady_clock::now();
-    const auto until = std::min(wake_at_, now + options_.idle_poll);
-    timer_cv_.wait_until(lock, until);
-    if (timer_stopping_) break;
-    wake_at_ = base::Clock::TimePoint::max();
-    lock.unlock();
+  while (true) {
+    {
+      base::MutexLock lock(&timer_mu_);
+      if (timer_stopping_) return;
+      // The timer sleeps on the real clock; the queues read `clock_`.
+      const auto now = std::chrono::steady_clock::now();
+      const auto until = std::min(wake_at_, now + options_.idle_poll);
+      // One wait, woken early by WakeBy or Stop (its result is not needed).
+      timer_cv_.WaitUntil(&timer_mu_, until);
+      if (timer_stopping_) return;
+      wake_at_ = base::Clock::TimePoint::max();
+    }
     Pump();  // drops expired and cancelled requests, launches what is due
-    lock.lock();
   }
 }
 
@@ -505,20 +518,20 @@ void ModelScheduler::Stop() {
   std::vector<std::shared_ptr<Queue>> queues;
   std::vector<std::pair<std::shared_ptr<Queue>, std::shared_ptr<Flight>>> retries;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     stopped_ = true;
     for (const auto& [key, queue] : queues_) {
       queues.push_back(queue);
       for (auto& flight : queue->retries) retries.emplace_back(queue, flight);
       queue->retries.clear();
     }
-    drained_cv_.notify_all();
+    drained_cv_.SignalAll();
   }
   {
-    std::lock_guard<std::mutex> lock(timer_mu_);
+    base::MutexLock lock(&timer_mu_);
     timer_stopping_ = true;
   }
-  timer_cv_.notify_all();
+  timer_cv_.SignalAll();
   if (timer_.joinable()) timer_.join();
   const absl::Status why = absl::UnavailableError("the server is shutting down");
   for (const auto& queue : queues) queue->batcher->Stop(why);
@@ -533,7 +546,7 @@ size_t ModelScheduler::pending() const {
 }
 
 int ModelScheduler::InFlight(int worker) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   return in_flight_.at(static_cast<size_t>(worker));
 }
 

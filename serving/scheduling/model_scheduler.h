@@ -32,18 +32,18 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "base/clock.h"
+#include "base/mutex.h"
 #include "serving/observability/model_statistics.h"
 #include "serving/repository/model_repository.h"
 #include "serving/request/infer_request.h"
@@ -105,31 +105,34 @@ class ModelScheduler {
   ~ModelScheduler();
 
   // Creates the queue of one served model version (any time).
-  absl::Status AddModel(const std::shared_ptr<const RepositoryModel>& model);
+  absl::Status AddModel(const std::shared_ptr<const RepositoryModel>& model)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Refuses new requests for `key` (UNAVAILABLE), waits until its queue is
   // empty and its batches are answered (at most `timeout`), then forgets it
   // (what is still queued is answered UNAVAILABLE). True if it drained in time.
-  bool RemoveModel(const std::string& key, std::chrono::milliseconds timeout);
+  bool RemoveModel(const std::string& key, std::chrono::milliseconds timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Starts the timer thread (tests on a fake clock call Pump() instead).
   void Start();
   // Queues the request on its model version's queue. Not OK (and `done` is
   // not called) when the queue is full (RESOURCE_EXHAUSTED) or closed.
-  absl::Status Submit(std::shared_ptr<PendingInference> request);
+  absl::Status Submit(std::shared_ptr<PendingInference> request) ABSL_LOCKS_EXCLUDED(mu_);
   // Takes a queued request out of its queue and answers it with `why`
   // (its call was cancelled). False if it is no longer queued.
-  bool Cancel(const std::shared_ptr<PendingInference>& request, const absl::Status& why);
+  bool Cancel(const std::shared_ptr<PendingInference>& request, const absl::Status& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Fills free slots with due batches, and answers the work of models no
   // worker will hold (FailUnservable); the cue that a worker changed or
   // that the fake clock moved.
-  void Pump();
+  void Pump() ABSL_LOCKS_EXCLUDED(mu_);
   // Answers every queued request UNAVAILABLE and stops the timer; batches
   // in flight are answered as their workers reply.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_, timer_mu_);
 
   // Requests waiting in queues (batches waiting for a retry not included).
-  size_t pending() const;
+  size_t pending() const ABSL_LOCKS_EXCLUDED(mu_);
   // Batches in flight on `worker` (tests and the load balance check).
-  int InFlight(int worker) const;
+  int InFlight(int worker) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // One batch on its way: the task and the requests it answers.
@@ -139,6 +142,8 @@ class ModelScheduler {
     std::string key;
     std::string version;  // metrics label
     std::unique_ptr<DynamicBatcher> batcher;
+    // The rest is under the scheduler's mu_ (not annotated: ABSL_GUARDED_BY
+    // cannot name a mutex of the enclosing object).
     // Batches whose worker died, formed and waiting to run again.
     std::deque<std::shared_ptr<Flight>> retries;
     int64_t in_flight = 0;  // batches started and not yet answered
@@ -155,19 +160,20 @@ class ModelScheduler {
   };
 
   // Forms and launches batches while slots are free; then arms the timer.
-  void Schedule();
+  void Schedule() ABSL_LOCKS_EXCLUDED(mu_);
   // Answers the queued requests and retries of every model that no ready
   // worker holds and none is on its way to (WorkerPool::ModelExpected):
   // they would otherwise wait for their deadline, or forever. While a
   // worker restarts with the model they wait for it.
-  void FailUnservable();
+  void FailUnservable() ABSL_LOCKS_EXCLUDED(mu_);
   // Under mu_: the next batch to launch, or false when no free slot can
   // take a due batch.
-  bool NextLaunch(Launch* launch);
+  bool NextLaunch(Launch* launch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Under mu_: the worker for a batch of `queue`: an idle instance
   // (`partial_ok`), else a pipeline place (full batches only); -1 if none.
   // `idle_slots` receives the idle instances of the model over all workers.
-  int PickWorker(const Queue& queue, bool partial_ok, int* idle_slots);
+  int PickWorker(const Queue& queue, bool partial_ok, int* idle_slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Flight> Form(const std::shared_ptr<Queue>& queue, const Batch& batch);
   // Runs a launch decided by NextLaunch (outside mu_).
   void Begin(const Launch& launch);
@@ -176,27 +182,29 @@ class ModelScheduler {
   void Answer(Queue* queue, Flight* flight, const absl::Status& status, const RunOutcome& outcome,
               int worker);
   void ReportPending(const Queue& queue);
-  void TimerLoop();
-  void WakeBy(base::Clock::TimePoint when);
-  std::vector<std::shared_ptr<Queue>> Queues() const;
+  void TimerLoop() ABSL_LOCKS_EXCLUDED(timer_mu_);
+  void WakeBy(base::Clock::TimePoint when) ABSL_LOCKS_EXCLUDED(timer_mu_);
+  std::vector<std::shared_ptr<Queue>> Queues() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   WorkerPool* const workers_;
   Metrics* const metrics_;
   const base::Clock* const clock_;
 
-  mutable std::mutex mu_;  // guards everything below
-  std::condition_variable drained_cv_;
-  std::map<std::string, std::shared_ptr<Queue>> queues_;  // by "name:version"
-  std::vector<int> in_flight_;                            // per worker
-  size_t next_queue_ = 0;                                 // round-robin position over queues_
-  int next_worker_ = 0;                                   // rotation among equally loaded workers
-  bool stopped_ = false;
+  mutable base::Mutex mu_;  // also guards the scheduling fields of every Queue
+  base::CondVar drained_cv_;
+  std::map<std::string, std::shared_ptr<Queue>> queues_ ABSL_GUARDED_BY(mu_);  // by "name:version"
+  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);                            // per worker
+  // Round-robin position over queues_.
+  size_t next_queue_ ABSL_GUARDED_BY(mu_) = 0;
+  // Rotation among equally loaded workers.
+  int next_worker_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::mutex timer_mu_;
-  std::condition_variable timer_cv_;
-  base::Clock::TimePoint wake_at_ = base::Clock::TimePoint::max();
-  bool timer_stopping_ = false;
+  base::Mutex timer_mu_;
+  base::CondVar timer_cv_;
+  base::Clock::TimePoint wake_at_ ABSL_GUARDED_BY(timer_mu_) = base::Clock::TimePoint::max();
+  bool timer_stopping_ ABSL_GUARDED_BY(timer_mu_) = false;
   std::thread timer_;
 };
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/errno_text.h"
+#include "base/mutex.h"
 
 namespace numaserve::serving {
 
@@ -55,7 +56,7 @@ ArenaAllocator::ArenaAllocator(size_t capacity) : capacity_(capacity / kAlign * 
 
 std::optional<uint64_t> ArenaAllocator::Allocate(size_t bytes) {
   size_t need = RoundUp(bytes == 0 ? 1 : bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < need) continue;
     uint64_t offset = it->first;
@@ -69,7 +70,7 @@ std::optional<uint64_t> ArenaAllocator::Allocate(size_t bytes) {
 }
 
 void ArenaAllocator::Free(uint64_t offset) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   auto u = used_.find(offset);
   if (u == used_.end()) return;
   size_t length = u->second;
@@ -92,7 +93,7 @@ void ArenaAllocator::Free(uint64_t offset) {
 }
 
 size_t ArenaAllocator::used() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [offset, length] : used_) n += length;
   return n;

@@ -7,11 +7,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 
 namespace numaserve::serving {
 
@@ -48,16 +49,16 @@ class ArenaAllocator {
  public:
   explicit ArenaAllocator(size_t capacity);
   // The offset of a free range of at least `bytes`, or nullopt when full.
-  std::optional<uint64_t> Allocate(size_t bytes);
-  void Free(uint64_t offset);
+  std::optional<uint64_t> Allocate(size_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void Free(uint64_t offset) ABSL_LOCKS_EXCLUDED(mu_);
   size_t capacity() const { return capacity_; }
-  size_t used() const;
+  size_t used() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::map<uint64_t, size_t> free_;  // offset -> length, coalesced
-  std::map<uint64_t, size_t> used_;  // offset -> length
+  mutable base::Mutex mu_;
+  std::map<uint64_t, size_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
+  std::map<uint64_t, size_t> used_ ABSL_GUARDED_BY(mu_);  // offset -> length
 };
 
 }  // namespace numaserve::serving

@@ -7,10 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -23,6 +21,7 @@
 #include "affinity/pinning.h"
 #include "affinity/topology.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "engine/model.h"
 #include "serving/repository/model_repository.h"
 #include "serving/workers/shared_arena.h"
@@ -79,9 +78,9 @@ absl::StatusOr<double> RowsPerSecondOnShares(const std::string& path,
                                              int64_t rows) {
   const size_t n = shares.size();
   std::vector<absl::StatusOr<double>> results(n, absl::UnknownError("not measured"));
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t compiled = 0;
+  base::Mutex mu;
+  base::CondVar cv;
+  size_t compiled = 0;  // under mu
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -98,10 +97,10 @@ absl::StatusOr<double> RowsPerSecondOnShares(const std::string& path,
         model = engine::CompiledModel::Load(path, own);
       }
       {
-        std::unique_lock<std::mutex> lock(mu);
+        base::MutexLock lock(&mu);
         ++compiled;
-        cv.notify_all();
-        cv.wait(lock, [&] { return compiled == n; });
+        cv.SignalAll();
+        while (compiled != n) cv.Wait(&mu);
       }
       results[i] =
           model.ok() ? RowsPerSecond(**model, rows) : absl::StatusOr<double>(model.status());
@@ -118,10 +117,10 @@ absl::StatusOr<double> RowsPerSecondOnShares(const std::string& path,
 
 InstancePool::~InstancePool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& t : threads_) t.join();  // each drains the queue first
 }
 
@@ -129,9 +128,9 @@ absl::Status InstancePool::Start(const std::string& path, const engine::CompileO
                                  const std::vector<std::vector<int>>& shares,
                                  int64_t* weight_bytes) {
   for (size_t i = 0; i < shares.size(); ++i) {
-    std::mutex started_mu;
-    std::condition_variable started_cv;
-    std::optional<absl::Status> started;
+    base::Mutex started_mu;
+    base::CondVar started_cv;
+    std::optional<absl::Status> started;  // under started_mu
     threads_.emplace_back([&, i]() {
       std::unique_ptr<engine::CompiledModel> model;
       absl::Status s = affinity::PinCallingThread(shares[i]);
@@ -155,16 +154,16 @@ absl::Status InstancePool::Start(const std::string& path, const engine::CompileO
         }
       }
       {
-        // Notified under the lock: Start() may return (and these locals
+        // Signalled under the lock: Start() may return (and these locals
         // go away) as soon as it can take the lock again.
-        std::lock_guard<std::mutex> lock(started_mu);
+        base::MutexLock lock(&started_mu);
         started = s;
-        started_cv.notify_all();
+        started_cv.SignalAll();
       }
       if (model) Serve(static_cast<int>(i), model.get());
     });
-    std::unique_lock<std::mutex> lock(started_mu);
-    started_cv.wait(lock, [&] { return started.has_value(); });
+    base::MutexLock lock(&started_mu);
+    while (!started.has_value()) started_cv.Wait(&started_mu);
     if (!started->ok()) return *started;
     const ModelKeyParts key = SplitModelKey(key_);
     const std::string cpus = affinity::FormatCpuList(shares[i]);
@@ -183,38 +182,40 @@ absl::Status InstancePool::Start(const std::string& path, const engine::CompileO
 
 void InstancePool::Submit(worker::Command command) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     queue_.push_back(std::move(command));
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void InstancePool::Serve(int instance, engine::CompiledModel* model) {
-  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and nothing left to run
-    worker::Command command = std::move(queue_.front());
-    queue_.pop_front();
-    const int running = ++running_;
-    if (running > peak_) {
-      peak_ = running;
-      // Once per new peak: how many batches of this model computed at once.
-      const ModelKeyParts key = SplitModelKey(key_);
-      Log(LogLevel::kInfo, "worker",
-          absl::StrFormat("worker %d: %s: %d batches computing at once", worker_, key_, running),
-          {{"model", key.name}, {"version", key.version}, {"batches", running}});
+    worker::Command command;
+    {
+      base::MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      command = std::move(queue_.front());
+      queue_.pop_front();
+      const int running = ++running_;
+      if (running > peak_) {
+        peak_ = running;
+        // Once per new peak: how many batches of this model computed at once.
+        const ModelKeyParts key = SplitModelKey(key_);
+        Log(LogLevel::kInfo, "worker",
+            absl::StrFormat("worker %d: %s: %d batches computing at once", worker_, key_, running),
+            {{"model", key.name}, {"version", key.version}, {"batches", running}});
+      }
     }
-    lock.unlock();
     worker::Reply reply;
     reply.set_id(command.id());
     reply.set_instance(instance);
     RunBatchOn(*model, *arena_, command.run(), &reply, min_compute_);
-    lock.lock();
-    --running_;
-    lock.unlock();
+    {
+      base::MutexLock lock(&mu_);
+      --running_;
+    }
     reply_(reply);
-    lock.lock();
   }
 }
 

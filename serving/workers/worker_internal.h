@@ -6,18 +6,18 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "engine/model.h"
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
@@ -72,7 +72,7 @@ class InstancePool {
         pinned_(pinned),
         reply_(std::move(reply)) {}
 
-  ~InstancePool();
+  ~InstancePool() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Starts `shares.size()` copies, one after the other (each compiles on its
   // own thread, inside its cores, so its weights are first touched there).
@@ -83,10 +83,10 @@ class InstancePool {
   // The first copy's DescribeInt8Kernels (every copy compiles alike).
   const std::string& int8_note() const { return int8_note_; }
 
-  void Submit(worker::Command command);
+  void Submit(worker::Command command) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Serve(int instance, engine::CompiledModel* model);
+  void Serve(int instance, engine::CompiledModel* model) ABSL_LOCKS_EXCLUDED(mu_);
 
   const int worker_;
   const std::string key_;
@@ -96,12 +96,12 @@ class InstancePool {
   const ReplyFn reply_;
   std::vector<std::thread> threads_;
   std::string int8_note_;  // written by copy 0's thread before Start reads it
-  std::mutex mu_;          // guards everything below
-  std::condition_variable cv_;
-  std::deque<worker::Command> queue_;
-  bool stop_ = false;
-  int running_ = 0;
-  int peak_ = 0;
+  base::Mutex mu_;
+  base::CondVar cv_;
+  std::deque<worker::Command> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  int peak_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace numaserve::serving::worker_internal

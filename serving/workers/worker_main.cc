@@ -17,11 +17,11 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,6 +33,7 @@
 #include "affinity/topology.h"
 #include "base/args.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "engine/model.h"
 #include "kernels/dispatch.h"
 #include "serving/repository/model_config.h"
@@ -133,8 +134,8 @@ class Worker {
   }
 
  private:
-  bool Reply(const worker::Reply& reply) {
-    std::lock_guard<std::mutex> lock(write_mu_);
+  bool Reply(const worker::Reply& reply) ABSL_LOCKS_EXCLUDED(write_mu_) {
+    base::MutexLock lock(&write_mu_);
     if (!write_ok_) return false;
     write_ok_ = WriteFramed(kWorkerControlFd, reply).ok();
     return write_ok_;
@@ -378,8 +379,8 @@ class Worker {
   std::vector<int> cpus_;                        // the cores this worker is bound to
   const bool pinned_;                            // false: cpus_ is the plan's, advisory
   const std::chrono::microseconds min_compute_;  // --test-batch-compute-us
-  std::mutex write_mu_;  // replies come from the serving thread and the pools' threads
-  bool write_ok_ = true;
+  base::Mutex write_mu_;  // replies come from the serving thread and the pools' threads
+  bool write_ok_ ABSL_GUARDED_BY(write_mu_) = true;
   std::map<std::string, std::unique_ptr<engine::CompiledModel>> models_;
   std::map<std::string, std::unique_ptr<InstancePool>> pools_;  // instances_per_domain > 1
 };

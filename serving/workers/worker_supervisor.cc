@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -19,6 +20,7 @@
 #include "affinity/topology.h"
 #include "base/errno_text.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "serving/observability/metrics.h"
 #include "serving/repository/model_repository.h"
 #include "serving/workers/framing.h"
@@ -118,9 +120,12 @@ absl::StatusOr<std::unique_ptr<WorkerSupervisor>> WorkerSupervisor::Create(
     const int threads =
         std::max({1, placement.num_threads, static_cast<int>(placement.cpus.size())});
     int most_instances = 1;
-    for (const auto& model : s->models_) {
-      if (!model.LoadsOn(placement.index)) continue;
-      most_instances = std::max(most_instances, model.instances < 0 ? threads : model.instances);
+    {
+      base::MutexLock lock(&s->models_mu_);  // no thread runs yet; uncontended
+      for (const auto& model : s->models_) {
+        if (!model.LoadsOn(placement.index)) continue;
+        most_instances = std::max(most_instances, model.instances < 0 ? threads : model.instances);
+      }
     }
     const size_t arena_bytes = ArenaBytesForBatches(options.arena_bytes, most_instances + 1);
     auto arena =
@@ -225,7 +230,7 @@ bool WorkerSupervisor::SendLocked(Slot* slot, worker::Command command, ReplyFn f
   } else if (command.has_run()) {
     pending.model = command.run().key();
   }
-  std::lock_guard<std::mutex> write_lock(slot->write_mu);
+  base::MutexLock write_lock(&slot->write_mu);
   // A failed write means the worker is gone: the reader sees the same end of
   // stream and answers this command (now pending) as lost, so the command is
   // taken either way.
@@ -235,7 +240,7 @@ bool WorkerSupervisor::SendLocked(Slot* slot, worker::Command command, ReplyFn f
 
 bool WorkerSupervisor::Send(int w, worker::Command command, ReplyFn fn) {
   Slot* slot = slots_[w].get();
-  std::lock_guard<std::mutex> lock(slot->mu);
+  base::MutexLock lock(&slot->mu);
   if (!slot->ready) return false;
   return SendLocked(slot, std::move(command), std::move(fn));
 }
@@ -253,7 +258,7 @@ worker::Command WorkerSupervisor::LoadCommand(const ModelToLoad& model) {
 void WorkerSupervisor::RecordLoad(Slot* slot, const ModelToLoad& model,
                                   const worker::Reply& reply) {
   {
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     if (reply.ok()) {
       slot->models.insert(model.key);
       // What the worker runs; a worker that does not say (none of numaserve's
@@ -301,7 +306,7 @@ bool WorkerSupervisor::ChargeCrash(const Slot::Pending& oldest, const std::strin
   std::string failed;
   int crashes = 0;
   {
-    std::lock_guard<std::mutex> lock(models_mu_);
+    base::MutexLock lock(&models_mu_);
     // A model that has run batches before is not blamed for a later crash
     // (that is the request's doing, retried once and failed by the router).
     if (!oldest.load && ran_ok_.count(oldest.model) > 0) return false;
@@ -320,14 +325,15 @@ bool WorkerSupervisor::ChargeCrash(const Slot::Pending& oldest, const std::strin
       {{"model", key.name}, {"version", key.version}, {"crashes", crashes}, {"last", why}});
   // Workers that hold it (it crashed another on its first batch) free it;
   // none is chosen for it from now on.
-  for (auto& other : slots_) {
-    std::lock_guard<std::mutex> lock(other->mu);
+  for (auto& other_ptr : slots_) {
+    Slot* other = other_ptr.get();
+    base::MutexLock lock(&other->mu);
     other->instances.erase(oldest.model);
     other->instances_reports.erase(oldest.model);
     if (other->models.erase(oldest.model) == 0) continue;
     worker::Command unload;
     unload.mutable_unload()->set_key(oldest.model);
-    SendLocked(other.get(), unload, [](const worker::Reply&, bool) {});
+    SendLocked(other, unload, [](const worker::Reply&, bool) {});
   }
   return false;
 }
@@ -336,7 +342,7 @@ bool WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
   std::map<uint64_t, Slot::Pending> pending;
   const Slot::Pending* culprit = nullptr;  // in `pending`
   {
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     pending.swap(slot->pending);
     // The worker runs loads, unloads and the batches of single-instance
     // models one at a time in the order sent: the oldest of those it had not
@@ -396,7 +402,7 @@ void WorkerSupervisor::Run(Slot* slot) {
     if (s.ok() && hello.has_hello()) {
       LogWorkerStarted(slot->index, p, hello.hello());
       {
-        std::lock_guard<std::mutex> lock(slot->mu);
+        base::MutexLock lock(&slot->mu);
         slot->pid = *pid;
         slot->fd = fd;
         slot->load_errors.clear();
@@ -404,7 +410,7 @@ void WorkerSupervisor::Run(Slot* slot) {
       LoadModels(slot);
       ServeReplies(slot, fd);
     } else {
-      std::lock_guard<std::mutex> lock(slot->mu);
+      base::MutexLock lock(&slot->mu);
       slot->fd = fd;
     }
     ReapWorker(slot, *pid);
@@ -415,7 +421,7 @@ void WorkerSupervisor::LoadModels(Slot* slot) {
   // Load every model; the worker turns ready when all have answered.
   std::vector<ModelToLoad> models;
   {
-    std::lock_guard<std::mutex> lock(models_mu_);
+    base::MutexLock lock(&models_mu_);
     models = models_;
   }
   int to_load = 0;
@@ -424,12 +430,16 @@ void WorkerSupervisor::LoadModels(Slot* slot) {
   auto finish_load = [this, slot, remaining]() {
     if (remaining->fetch_sub(1) == 1) {
       {
-        std::lock_guard<std::mutex> lock(slot->mu);
+        base::MutexLock lock(&slot->mu);
         if (slot->fd >= 0) slot->ready = true;
         slot->started_once = true;
       }
       if (metrics_) metrics_->SetWorkerReady(slot->index, slot->placement.numa_node, true);
-      start_cv_.notify_all();
+      {
+        // Under start_mu_, so Start() cannot miss it between its check and its wait.
+        base::MutexLock lock(&start_mu_);
+        start_cv_.SignalAll();
+      }
       on_change_();
     }
   };
@@ -439,7 +449,7 @@ void WorkerSupervisor::LoadModels(Slot* slot) {
   }
   for (const auto& model : models) {
     if (!model.LoadsOn(slot->index)) continue;
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     SendLocked(slot, LoadCommand(model),
                [this, slot, model, finish_load](const worker::Reply& reply, bool lost) {
                  RecordLoad(slot, model, reply);
@@ -456,7 +466,7 @@ void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
     ReplyFn fn;
     std::string ran;  // a model whose batch succeeded
     {
-      std::lock_guard<std::mutex> lock(slot->mu);
+      base::MutexLock lock(&slot->mu);
       auto it = slot->pending.find(reply.id());
       if (it == slot->pending.end()) continue;
       fn = std::move(it->second.fn);
@@ -464,7 +474,7 @@ void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
       slot->pending.erase(it);
     }
     if (!ran.empty()) {
-      std::lock_guard<std::mutex> lock(models_mu_);
+      base::MutexLock lock(&models_mu_);
       ran_ok_.insert(std::move(ran));
     }
     fn(reply, /*worker_lost=*/false);
@@ -486,14 +496,18 @@ void WorkerSupervisor::ReapWorker(Slot* slot, pid_t pid) {
   }
   const bool resend = Lose(slot, why);
   {
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     slot->pid = -1;
     // Start() keeps waiting while a load that crashed the worker is tried
     // again (a bounded number of times), so it returns with the model
     // either loaded or failed with its reason.
     if (!resend) slot->started_once = true;
   }
-  start_cv_.notify_all();
+  {
+    // Under start_mu_, so Start() cannot miss it between its check and its wait.
+    base::MutexLock lock(&start_mu_);
+    start_cv_.SignalAll();
+  }
   on_change_();
 }
 
@@ -502,21 +516,28 @@ void WorkerSupervisor::Start(std::chrono::milliseconds timeout) {
     Slot* s = slot.get();
     s->thread = std::thread([this, s] { Run(s); });
   }
-  std::unique_lock<std::mutex> lock(start_mu_);
-  start_cv_.wait_for(lock, timeout, [this] {
+  auto all_started = [this] {
     for (auto& slot : slots_) {
-      std::lock_guard<std::mutex> l(slot->mu);
+      base::MutexLock l(&slot->mu);
       if (!slot->started_once) return false;
     }
     return true;
-  });
+  };
+  base::MutexLock lock(&start_mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!all_started()) {
+    // True once `timeout` has passed on the steady clock.
+    if (start_cv_.WaitUntil(&start_mu_, deadline)) {
+      break;
+    }
+  }
 }
 
 void WorkerSupervisor::Stop() {
   if (stopping_.exchange(true)) return;
   std::vector<pid_t> pids;
   for (auto& slot : slots_) {
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     slot->ready = false;
     // Half-close: the worker sees end of stream and exits; our reader then
     // sees the worker's end close.
@@ -528,13 +549,13 @@ void WorkerSupervisor::Stop() {
     Slot* slot = slots_[i].get();
     while (std::chrono::steady_clock::now() < deadline) {
       {
-        std::lock_guard<std::mutex> lock(slot->mu);
+        base::MutexLock lock(&slot->mu);
         if (slot->pid < 0) break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     {
-      std::lock_guard<std::mutex> lock(slot->mu);
+      base::MutexLock lock(&slot->mu);
       if (slot->pid > 0) kill(slot->pid, SIGKILL);
     }
     if (slot->thread.joinable()) slot->thread.join();
@@ -542,46 +563,46 @@ void WorkerSupervisor::Stop() {
 }
 
 bool WorkerSupervisor::Ready(int w) const {
-  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  base::MutexLock lock(&slots_[w]->mu);
   return slots_[w]->ready;
 }
 
 bool WorkerSupervisor::HasModel(int w, const std::string& key) const {
-  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  base::MutexLock lock(&slots_[w]->mu);
   return slots_[w]->ready && slots_[w]->models.count(key) > 0;
 }
 
 int WorkerSupervisor::Instances(int w, const std::string& key) const {
-  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  base::MutexLock lock(&slots_[w]->mu);
   auto it = slots_[w]->instances.find(key);
   return it == slots_[w]->instances.end() ? 1 : it->second;
 }
 
 std::string WorkerSupervisor::InstancesReport(int w, const std::string& key) const {
-  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  base::MutexLock lock(&slots_[w]->mu);
   auto it = slots_[w]->instances_reports.find(key);
   return it == slots_[w]->instances_reports.end() ? "" : it->second;
 }
 
 std::string WorkerSupervisor::MemoryNodes(int w) const {
-  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  base::MutexLock lock(&slots_[w]->mu);
   return slots_[w]->memory_nodes;
 }
 
 int WorkerSupervisor::Outstanding(int w) const {
-  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  base::MutexLock lock(&slots_[w]->mu);
   return static_cast<int>(slots_[w]->pending.size());
 }
 
 pid_t WorkerSupervisor::Pid(int w) const {
-  std::lock_guard<std::mutex> lock(slots_[w]->mu);
+  base::MutexLock lock(&slots_[w]->mu);
   return slots_[w]->pid;
 }
 
 absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
                                          std::chrono::milliseconds timeout) {
   {
-    std::lock_guard<std::mutex> lock(models_mu_);
+    base::MutexLock lock(&models_mu_);
     // Asked for again: a model marked failed gets its chances back.
     crashes_.erase(model.key);
     failed_.erase(model.key);
@@ -595,41 +616,47 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
     }
   }
   struct Wait {
-    std::mutex mu;
-    std::condition_variable cv;
-    int outstanding = 0;
-    int loaded = 0;
-    std::string error;
+    base::Mutex mu;
+    base::CondVar cv;
+    int outstanding ABSL_GUARDED_BY(mu) = 0;
+    int loaded ABSL_GUARDED_BY(mu) = 0;
+    std::string error ABSL_GUARDED_BY(mu);
   };
   auto wait = std::make_shared<Wait>();
   for (auto& slot_ptr : slots_) {
     Slot* slot = slot_ptr.get();
     if (!model.LoadsOn(slot->index)) continue;
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     if (!slot->ready) continue;  // it loads the model when it (re)starts
     {
-      std::lock_guard<std::mutex> w(wait->mu);
+      base::MutexLock w(&wait->mu);
       ++wait->outstanding;
     }
     slot->load_errors.erase(model.key);
     SendLocked(slot, LoadCommand(model),
                [this, slot, model, wait](const worker::Reply& reply, bool) {
                  RecordLoad(slot, model, reply);
-                 std::lock_guard<std::mutex> w(wait->mu);
+                 base::MutexLock w(&wait->mu);
                  --wait->outstanding;
                  if (reply.ok()) {
                    ++wait->loaded;
                  } else if (wait->error.empty()) {
                    wait->error = absl::StrCat("worker ", slot->index, ": ", reply.error());
                  }
-                 wait->cv.notify_all();
+                 wait->cv.SignalAll();
                });
   }
-  std::unique_lock<std::mutex> w(wait->mu);
-  wait->cv.wait_for(w, timeout, [&] { return wait->outstanding == 0; });
+  base::MutexLock w(&wait->mu);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (wait->outstanding != 0) {
+    // True once `timeout` has passed on the steady clock.
+    if (wait->cv.WaitUntil(&wait->mu, deadline)) {
+      break;
+    }
+  }
   if (wait->loaded > 0) return absl::OkStatus();
   {
-    std::lock_guard<std::mutex> lock(models_mu_);
+    base::MutexLock lock(&models_mu_);
     if (auto it = failed_.find(model.key); it != failed_.end()) {
       return absl::InternalError(it->second);
     }
@@ -644,7 +671,7 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
 
 void WorkerSupervisor::UnloadModel(const std::string& key) {
   {
-    std::lock_guard<std::mutex> lock(models_mu_);
+    base::MutexLock lock(&models_mu_);
     crashes_.erase(key);
     failed_.erase(key);
     ran_ok_.erase(key);
@@ -654,7 +681,7 @@ void WorkerSupervisor::UnloadModel(const std::string& key) {
   }
   for (auto& slot_ptr : slots_) {
     Slot* slot = slot_ptr.get();
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     slot->load_errors.erase(key);
     slot->instances.erase(key);
     slot->instances_reports.erase(key);
@@ -667,12 +694,12 @@ void WorkerSupervisor::UnloadModel(const std::string& key) {
 
 std::string WorkerSupervisor::LoadError(const std::string& key) const {
   {
-    std::lock_guard<std::mutex> lock(models_mu_);
+    base::MutexLock lock(&models_mu_);
     if (auto it = failed_.find(key); it != failed_.end()) return it->second;
   }
   std::string error;
   for (const auto& slot : slots_) {
-    std::lock_guard<std::mutex> lock(slot->mu);
+    base::MutexLock lock(&slot->mu);
     if (slot->models.count(key) > 0) return "";
     auto it = slot->load_errors.find(key);
     if (it != slot->load_errors.end()) error = it->second;
@@ -691,7 +718,7 @@ bool WorkerSupervisor::ModelExpected(const std::string& key) const {
   if (stopping_) return false;
   std::vector<bool> loads_on(slots_.size(), false);
   {
-    std::lock_guard<std::mutex> lock(models_mu_);
+    base::MutexLock lock(&models_mu_);
     if (failed_.count(key) > 0) return false;
     bool found = false;
     for (const auto& m : models_) {
@@ -704,7 +731,7 @@ bool WorkerSupervisor::ModelExpected(const std::string& key) const {
   for (size_t w = 0; w < slots_.size(); ++w) {
     if (!loads_on[w]) continue;
     const Slot& slot = *slots_[w];
-    std::lock_guard<std::mutex> lock(slot.mu);
+    base::MutexLock lock(&slot.mu);
     const bool holds = slot.ready && slot.models.count(key) > 0;
     // A worker whose load of `key` failed will not hold it; any other
     // worker of its placement either holds it or is on its way to.

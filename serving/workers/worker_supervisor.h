@@ -19,18 +19,18 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "affinity/placement.h"
+#include "base/mutex.h"
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
 
@@ -100,7 +100,7 @@ class WorkerSupervisor {
 
   // Starts every worker; returns once each has started and loaded its models
   // (or failed to), or after `timeout`.
-  void Start(std::chrono::milliseconds timeout);
+  void Start(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(start_mu_);
   // Closes every control socket, waits for the workers, kills stragglers.
   void Stop();
 
@@ -133,20 +133,21 @@ class WorkerSupervisor {
   // that restarts later); returns once every ready worker of its placement
   // has answered, or after `timeout`. OK if at least one worker has it;
   // otherwise the workers' reason.
-  absl::Status LoadModel(const ModelToLoad& model, std::chrono::milliseconds timeout);
+  absl::Status LoadModel(const ModelToLoad& model, std::chrono::milliseconds timeout)
+      ABSL_LOCKS_EXCLUDED(models_mu_);
   // Forgets a model version: no worker is chosen for it from now on, and the
   // workers free it. Call it once nothing is in flight for it.
-  void UnloadModel(const std::string& key);
+  void UnloadModel(const std::string& key) ABSL_LOCKS_EXCLUDED(models_mu_);
 
   // Why `key` failed to load on the workers, empty if it loaded somewhere;
   // for a model marked failed after crashing workers, that reason.
-  std::string LoadError(const std::string& key) const;
+  std::string LoadError(const std::string& key) const ABSL_LOCKS_EXCLUDED(models_mu_);
   // True when some ready worker has `key` loaded.
   bool ModelAvailable(const std::string& key) const;
   // True when a worker that loads `key` is starting, restarting or still
   // loading it, and `key` is not marked failed: a worker will hold it
   // unless its load fails. Requests may wait for that worker.
-  bool ModelExpected(const std::string& key) const;
+  bool ModelExpected(const std::string& key) const ABSL_LOCKS_EXCLUDED(models_mu_);
 
  private:
   struct Slot {
@@ -156,25 +157,27 @@ class WorkerSupervisor {
     std::unique_ptr<ArenaAllocator> allocator;
     std::thread thread;
 
-    mutable std::mutex mu;  // guards everything below
-    pid_t pid = -1;
-    int fd = -1;
-    bool ready = false;
-    bool started_once = false;
-    uint64_t next_id = 1;
+    mutable base::Mutex mu;
+    pid_t pid ABSL_GUARDED_BY(mu) = -1;
+    int fd ABSL_GUARDED_BY(mu) = -1;
+    bool ready ABSL_GUARDED_BY(mu) = false;
+    bool started_once ABSL_GUARDED_BY(mu) = false;
+    uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
     // A command in flight and the model it concerns, to blame a crash on.
     struct Pending {
       ReplyFn fn;
       std::string model;  // the key of a LoadModel or RunBatch; empty otherwise
       bool load = false;  // a LoadModel
     };
-    std::map<uint64_t, Pending> pending;
-    std::set<std::string> models;
-    std::map<std::string, int> instances;                  // of each loaded model, when > 1
-    std::map<std::string, std::string> instances_reports;  // of `auto` models
-    std::string memory_nodes;                              // of the latest load reply
-    std::map<std::string, std::string> load_errors;
-    std::mutex write_mu;  // one writer at a time on fd
+    std::map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
+    std::set<std::string> models ABSL_GUARDED_BY(mu);
+    // Of each loaded model, when > 1.
+    std::map<std::string, int> instances ABSL_GUARDED_BY(mu);
+    // Of `auto` models.
+    std::map<std::string, std::string> instances_reports ABSL_GUARDED_BY(mu);
+    std::string memory_nodes ABSL_GUARDED_BY(mu);  // of the latest load reply
+    std::map<std::string, std::string> load_errors ABSL_GUARDED_BY(mu);
+    base::Mutex write_mu;  // one writer at a time on fd
   };
 
   WorkerSupervisor(const Options& options, std::vector<ModelToLoad> models, Metrics* metrics,
@@ -182,46 +185,52 @@ class WorkerSupervisor {
   void Run(Slot* slot);  // spawn, load, serve, restart; one thread per slot
   // Sends the started worker every model it loads; it turns ready (and
   // Start() is told) once all have answered.
-  void LoadModels(Slot* slot);
+  void LoadModels(Slot* slot) ABSL_LOCKS_EXCLUDED(models_mu_, slot->mu);
   // Hands each reply on `fd` to its command's callback until the worker's
   // end of the socket closes.
-  void ServeReplies(Slot* slot, int fd);
+  void ServeReplies(Slot* slot, int fd) ABSL_LOCKS_EXCLUDED(models_mu_, slot->mu);
   // Reaps the exited worker `pid`, answers the commands it held (Lose) and
   // tells Start() and the router.
-  void ReapWorker(Slot* slot, pid_t pid);
+  void ReapWorker(Slot* slot, pid_t pid) ABSL_LOCKS_EXCLUDED(slot->mu, start_mu_);
   // The worker's command line: its index, cpus, NUMA node, arena size and
   // the server's log settings (and --test-batch-compute-us when set).
   std::vector<std::string> WorkerArgs(const Slot& slot) const;
   absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
-  bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn);
+  bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot->mu);
   // Answers the lost worker's commands; true when its death was charged to
   // a model that will be sent to it again (a load crash below the limit).
-  bool Lose(Slot* slot, const std::string& why);
+  bool Lose(Slot* slot, const std::string& why) ABSL_LOCKS_EXCLUDED(slot->mu);
   // Charges a crash to `oldest` (the lost worker's command blamed for it,
   // see above) when it was a load or a not-yet-successful batch; marks the
   // model failed at the limit. True when the model will be sent again.
-  bool ChargeCrash(const Slot::Pending& oldest, const std::string& why);
+  bool ChargeCrash(const Slot::Pending& oldest, const std::string& why)
+      ABSL_LOCKS_EXCLUDED(models_mu_);
   // The LoadModel command for `model`.
   static worker::Command LoadCommand(const ModelToLoad& model);
   // Records a worker's answer to LoadCommand: the model it now holds, or why
   // it failed, and the load's metrics.
-  void RecordLoad(Slot* slot, const ModelToLoad& model, const worker::Reply& reply);
+  void RecordLoad(Slot* slot, const ModelToLoad& model, const worker::Reply& reply)
+      ABSL_LOCKS_EXCLUDED(slot->mu);
 
   const Options options_;
-  mutable std::mutex models_mu_;
-  std::vector<ModelToLoad> models_;  // what every (re)started worker loads
-  // Under models_mu_: crashes charged per model key, the keys that have run
-  // a batch successfully (their later crashes are not charged), and the
-  // keys marked failed with the reason.
-  std::map<std::string, int> crashes_;
-  std::set<std::string> ran_ok_;
-  std::map<std::string, std::string> failed_;
+  mutable base::Mutex models_mu_;
+  // What every (re)started worker loads.
+  std::vector<ModelToLoad> models_ ABSL_GUARDED_BY(models_mu_);
+  // Crashes charged per model key, the keys that have run a batch
+  // successfully (their later crashes are not charged), and the keys marked
+  // failed with the reason.
+  std::map<std::string, int> crashes_ ABSL_GUARDED_BY(models_mu_);
+  std::set<std::string> ran_ok_ ABSL_GUARDED_BY(models_mu_);
+  std::map<std::string, std::string> failed_ ABSL_GUARDED_BY(models_mu_);
   Metrics* const metrics_;
   const std::function<void()> on_change_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::atomic<bool> stopping_{false};
-  std::mutex start_mu_;
-  std::condition_variable start_cv_;
+  // Start() waits on start_cv_ under it; whoever sets a slot's started_once
+  // signals under it too, so Start() never misses the signal.
+  base::Mutex start_mu_;
+  base::CondVar start_cv_;
 };
 
 }  // namespace numaserve::serving

@@ -12,15 +12,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -32,6 +31,7 @@
 #include "base/clock.h"
 #include "base/errno_text.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "engine/model.h"
 #include "kernels/dispatch.h"
 #include "serving/frontend/grpc_auth.h"
@@ -86,30 +86,35 @@ class PeriodicTask {
     if (period.count() > 0) thread_ = std::thread([this, period] { Loop(period); });
   }
   ~PeriodicTask() { Stop(); }
-  void Stop() {
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(&mu_);
       stopping_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (thread_.joinable()) thread_.join();
   }
 
  private:
-  void Loop(std::chrono::microseconds period) {
-    std::unique_lock<std::mutex> lock(mu_);
+  void Loop(std::chrono::microseconds period) ABSL_LOCKS_EXCLUDED(mu_) {
+    mu_.Lock();
     while (!stopping_) {
-      lock.unlock();
+      mu_.Unlock();
       task_();
-      lock.lock();
-      cv_.wait_for(lock, period, [this] { return stopping_; });
+      mu_.Lock();
+      // Waits out `period` on the steady clock, or less when Stop() comes.
+      const auto until = std::chrono::steady_clock::now() + period;
+      while (!stopping_) {
+        if (cv_.WaitUntil(&mu_, until)) break;  // the period is over
+      }
     }
+    mu_.Unlock();
   }
 
   const std::function<void()> task_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  base::Mutex mu_;
+  base::CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
@@ -517,10 +522,10 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
         {{"training_address", training_where}, {"training_root", o.training_root}});
   }
   // Health follows readiness: NOT_SERVING while no worker is ready.
-  std::mutex health_mu;
+  base::Mutex health_mu;
   bool health_serving = false;
   std::function<void()> update_health = [&] {
-    std::lock_guard<std::mutex> lock(health_mu);
+    base::MutexLock lock(&health_mu);
     bool ready = service.Ready();
     if (ready == health_serving) return;
     health_serving = ready;
@@ -558,7 +563,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
   if (training != nullptr) training->StopAll();
   on_workers_changed = &pump_scheduler;
   {
-    std::lock_guard<std::mutex> lock(health_mu);
+    base::MutexLock lock(&health_mu);
     server->GetHealthCheckService()->SetServingStatus(false);
   }
   // Every accepted call (unary or read on a stream) is answered before gRPC
