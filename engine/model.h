@@ -194,19 +194,6 @@ absl::Status CheckGemmBackendChoice(const std::string& name);
 // else ~/.cache/numaserve/gemm_choices.tsv ("" without a home).
 std::string DefaultGemmCacheFile();
 
-// One compiled step as it ran at a batch size: what it stands for, its
-// layouts and the implementation that ran it.
-struct PlannedStep {
-  int index = 0;               // position in the plan
-  std::string kind;            // "conv", "matmul", "attention", "reference", ...
-  std::string description;     // the plan line ("conv: conv1+bn1+relu1")
-  std::string layouts;         // "nChw8c->nChw8c" where the step has a layout choice
-  std::string implementation;  // "jit:avx2", "brg:avx512_core", "numaserve:attention_head avx2"
-  bool reference = false;      // a reference implementation (kernels::IsReferenceImplementation)
-  bool serial = false;         // runs on the calling thread alone at this batch
-  int64_t slice_rows = 0;      // rows per slice when the batch runs in slices; 0: whole
-};
-
 class CompiledModel {
  public:
   virtual ~CompiledModel() = default;

@@ -148,7 +148,7 @@ absl::StatusOr<bool> CompiledModelImpl::CompileConv(int node_index,
   auto step = std::make_unique<ConvStep>(*std::move(conv), cb.input, cb.out, cb.sum_from,
                                          std::move(cb.name));
   step->SetEngine(engine_);
-  steps_.push_back(std::move(step));
+  plan_.steps.push_back(std::move(step));
   return true;
 }
 
@@ -170,7 +170,7 @@ absl::StatusOr<bool> CompiledModelImpl::ReadConvParams(ConvBuild& cb) const {
   auto window = ops::ResolveWindow(node, x_shape, kernel);
   if (!window.ok()) return window.status();
   kernels::ConvOnednnOptions& o = cb.o;
-  o.blocked_layout = blocked_layout_;
+  o.blocked_layout = plan_.blocked_layout;
   o.group = node.GetInt("group", 1);
   o.in_channels = x_shape[1];
   o.out_channels = w->shape[0];
@@ -362,7 +362,7 @@ std::optional<CompiledModelImpl::DepthwiseMatch> CompiledModelImpl::DepthwiseAft
   // channel pair) computes wrong values (normalized error 0.8 against the
   // reference; isa_tier_test's channels-last CNN).
   bool one_by_one = !o.sum && o.group == 1 && x_shape.size() == 4 && !o.int8.has_value() &&
-                    blocked_layout_ == kernels::BlockedLayout::kChannelBlocked;
+                    plan_.blocked_layout == kernels::BlockedLayout::kChannelBlocked;
   for (size_t d = 0; d < o.kernel.size() && one_by_one; ++d) {
     one_by_one = o.kernel[d] == 1 && o.strides[d] == 1 && o.dilations[d] == 1 &&
                  o.pads_begin[d] == 0 && o.pads_end[d] == 0;
@@ -462,7 +462,7 @@ bool CompiledModelImpl::CompileConvTranspose(int node_index, const std::vector<S
   auto g = ops::ConvTransposeResolve(node, x, w->shape);
   if (!g.ok()) return false;
   kernels::ConvOnednnOptions o;
-  o.blocked_layout = blocked_layout_;
+  o.blocked_layout = plan_.blocked_layout;
   o.transposed = true;
   o.group = node.GetInt("group", 1);
   o.in_channels = x[1];
@@ -489,7 +489,7 @@ bool CompiledModelImpl::CompileConvTranspose(int node_index, const std::vector<S
   auto step = std::make_unique<ConvStep>(*std::move(conv), node.inputs[0], node.outputs[0],
                                          kNoValue, node.name);
   step->SetEngine(engine_);
-  steps_.push_back(std::move(step));
+  plan_.steps.push_back(std::move(step));
   return true;
 }
 

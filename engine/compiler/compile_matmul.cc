@@ -117,7 +117,7 @@ void CompiledModelImpl::CompileBatchedMatMul(int node_index,
                                              std::vector<bool>& fused) {
   const Node& node = graph_.nodes()[node_index];
   std::string name = node.name;
-  const int step = static_cast<int>(steps_.size());
+  const int step = static_cast<int>(plan_.steps.size());
   BatchedMatMulStep::Operand operands[2];
   for (int k = 0; k < 2; ++k) {
     const ValueId v = node.inputs[k];
@@ -147,8 +147,8 @@ void CompiledModelImpl::CompileBatchedMatMul(int node_index,
     absl::StrAppend(&name, "+", t.name);
     out = t.outputs[0];
   }
-  steps_.push_back(std::make_unique<BatchedMatMulStep>(engine_, operands[0], operands[1], out,
-                                                       std::move(dst_perm), alpha, name));
+  plan_.steps.push_back(std::make_unique<BatchedMatMulStep>(engine_, operands[0], operands[1], out,
+                                                            std::move(dst_perm), alpha, name));
 }
 
 // An attention chain CompileAttention matches: the nodes after the first
@@ -183,7 +183,7 @@ bool CompiledModelImpl::CompileAttention(int node_index,
   }
   const auto& nodes = graph_.nodes();
   const Node& qk = nodes[node_index];
-  const int step = static_cast<int>(steps_.size());
+  const int step = static_cast<int>(plan_.steps.size());
   std::string name = qk.name;
   for (int k = 0; k < 3; ++k) {
     const int t = m.transposes[k];
@@ -200,8 +200,8 @@ bool CompiledModelImpl::CompileAttention(int node_index,
     fused[j] = true;
     absl::StrAppend(&name, "+", nodes[j].name);
   }
-  steps_.push_back(std::make_unique<AttentionStep>(m.operands[0], m.operands[1], m.operands[2],
-                                                   m.out, std::move(m.dst_perm), m.alpha, name));
+  plan_.steps.push_back(std::make_unique<AttentionStep>(
+      m.operands[0], m.operands[1], m.operands[2], m.out, std::move(m.dst_perm), m.alpha, name));
   return true;
 }
 
@@ -556,9 +556,9 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
         CompileBatchedMatMul(node_index, consumers, shapes1, producer, fused);
       }
     } else if (auto fast = FastStep(node_index, shapes1); fast != nullptr) {
-      steps_.push_back(std::move(fast));
+      plan_.steps.push_back(std::move(fast));
     } else {
-      steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
+      plan_.steps.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
     }
     return absl::OkStatus();
   }
@@ -592,8 +592,8 @@ absl::Status CompiledModelImpl::CompileMatMul(int node_index,
     return absl::Status(kernel.status().code(),
                         absl::StrCat(node.Describe(), ": ", kernel.status().message()));
   }
-  steps_.push_back(std::make_unique<MatMulStep>(*std::move(kernel), b.src, b.out, b.accumulate_from,
-                                                std::move(b.name), std::move(note)));
+  plan_.steps.push_back(std::make_unique<MatMulStep>(
+      *std::move(kernel), b.src, b.out, b.accumulate_from, std::move(b.name), std::move(note)));
   return absl::OkStatus();
 }
 

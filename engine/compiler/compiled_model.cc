@@ -75,7 +75,7 @@ CompiledModelImpl::Lowering CompiledModelImpl::LoweringOf(const std::string& op_
 }
 
 bool CompiledModelImpl::AddReferenceStep(int node_index) {
-  steps_.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
+  plan_.steps.push_back(std::make_unique<ReferenceStep>(&graph_, node_index));
   return true;
 }
 
@@ -102,29 +102,30 @@ absl::StatusOr<bool> CompiledModelImpl::LowerMatMul(const LowerContext& c) {
 absl::StatusOr<bool> CompiledModelImpl::LowerAdd(const LowerContext& c) {
   const Node& node = graph_.nodes()[c.node_index];
   if (node.inputs.size() != 2) return false;
-  steps_.push_back(std::make_unique<AddStep>(engine_, node.inputs[0], node.inputs[1],
-                                             node.outputs[0], node.name));
+  plan_.steps.push_back(std::make_unique<AddStep>(engine_, node.inputs[0], node.inputs[1],
+                                                  node.outputs[0], node.name));
   return true;
 }
 
 absl::StatusOr<bool> CompiledModelImpl::LowerRelu(const LowerContext& c) {
   const Node& node = graph_.nodes()[c.node_index];
-  steps_.push_back(std::make_unique<ReluStep>(engine_, node.inputs[0], node.outputs[0], node.name));
+  plan_.steps.push_back(
+      std::make_unique<ReluStep>(engine_, node.inputs[0], node.outputs[0], node.name));
   return true;
 }
 
 absl::StatusOr<bool> CompiledModelImpl::LowerSoftmax(const LowerContext& c) {
   const Node& node = graph_.nodes()[c.node_index];
   const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
-  steps_.push_back(std::make_unique<SoftmaxStep>(engine_, sm.axis, sm.flatten_to_2d, node.inputs[0],
-                                                 node.outputs[0], node.name));
+  plan_.steps.push_back(std::make_unique<SoftmaxStep>(engine_, sm.axis, sm.flatten_to_2d,
+                                                      node.inputs[0], node.outputs[0], node.name));
   return true;
 }
 
 absl::StatusOr<bool> CompiledModelImpl::LowerView(const LowerContext& c) {
   const Node& node = graph_.nodes()[c.node_index];
   if (node.op_type == "Dropout" && node.outputs.size() != 1) return false;
-  root_[node.outputs[0]] = root_[node.inputs[0]];  // a view: same bytes, another shape
+  plan_.root[node.outputs[0]] = plan_.root[node.inputs[0]];  // a view: same bytes, another shape
   return true;
 }
 
@@ -154,8 +155,8 @@ absl::StatusOr<bool> CompiledModelImpl::LowerPool(const LowerContext& c) {
   const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
                               : include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                             : dnnl::algorithm::pooling_avg_exclude_padding;
-  steps_.push_back(std::make_unique<PoolStep>(
-      kernels::PoolOnednn(engine_, alg, window, global, blocked_layout_), in, out, node.name));
+  plan_.steps.push_back(std::make_unique<PoolStep>(
+      kernels::PoolOnednn(engine_, alg, window, global, plan_.blocked_layout), in, out, node.name));
   return true;
 }
 
@@ -171,7 +172,7 @@ absl::StatusOr<bool> CompiledModelImpl::LowerTranspose(const LowerContext& c) {
   for (int64_t& p : perm) {
     if (p < 0) p += static_cast<int64_t>(perm.size());
   }
-  steps_.push_back(std::make_unique<TransposeStep>(perm, in, out, node.name));
+  plan_.steps.push_back(std::make_unique<TransposeStep>(perm, in, out, node.name));
   return true;
 }
 
@@ -203,7 +204,7 @@ absl::StatusOr<bool> CompiledModelImpl::LowerReduce(const LowerContext& c) {
                     : op == "ReduceMean" ? ReduceRowsStep::Kind::kMean
                     : op == "ReduceMax"  ? ReduceRowsStep::Kind::kMax
                                          : ReduceRowsStep::Kind::kMin;
-  steps_.push_back(std::make_unique<ReduceRowsStep>(kind, first_axis, in, out, node.name));
+  plan_.steps.push_back(std::make_unique<ReduceRowsStep>(kind, first_axis, in, out, node.name));
   return true;
 }
 
@@ -229,7 +230,7 @@ absl::StatusOr<bool> CompiledModelImpl::LowerLayerNorm(const LowerContext& c) {
     return AddReferenceStep(c.node_index);
   }
   std::vector<float> b = bias != nullptr ? bias->f32.data : std::vector<float>(len, 0.0f);
-  steps_.push_back(std::make_unique<LayerNormStep>(
+  plan_.steps.push_back(std::make_unique<LayerNormStep>(
       scale->f32.data, std::move(b), node.GetFloat("epsilon", 1e-5f), in, out, node.name));
   return true;
 }
@@ -267,14 +268,14 @@ std::unique_ptr<Step> CompiledModelImpl::FastStep(int node_index,
 
 absl::Status CompiledModelImpl::Compile() {
   const int num_values = graph_.num_values();
-  root_.resize(num_values);
-  for (ValueId v = 0; v < num_values; ++v) root_[v] = v;
+  plan_.root.resize(num_values);
+  for (ValueId v = 0; v < num_values; ++v) plan_.root[v] = v;
   is_output_.assign(num_values, false);
   for (ValueId v : graph_.outputs()) is_output_[v] = true;
   const auto consumers = graph_.Consumers();
   auto shapes1 = PropagateShapes(graph_, InputShapesForBatch(graph_, 1));
   if (!shapes1.ok()) return shapes1.status();
-  shapes1_ = *shapes1;
+  plan_.shapes1 = *shapes1;
   std::vector<bool> fused(graph_.nodes().size(), false);
   step_of_node_.assign(graph_.nodes().size(), -1);
   absorbed_transpose_.assign(graph_.nodes().size(), false);
@@ -286,8 +287,8 @@ absl::Status CompiledModelImpl::Compile() {
   ChooseBlockedLayout();
   for (int i = 0; i < static_cast<int>(graph_.nodes().size()); ++i) {
     if (fused[i]) continue;
-    const size_t steps_before = steps_.size();
-    StepOfNodes step_of(i, steps_before, fused, steps_, step_of_node_);
+    const size_t steps_before = plan_.steps.size();
+    StepOfNodes step_of(i, steps_before, fused, plan_.steps, step_of_node_);
     const Node& node = graph_.nodes()[i];
     const std::string& op = node.op_type;
     const ValueId out = node.outputs[0];
@@ -297,8 +298,8 @@ absl::Status CompiledModelImpl::Compile() {
     if (const std::optional<QdqInput>& q = qdq_of_node_[i]; q.has_value()) {
       // A QuantizeLinear -> DequantizeLinear pair whose readers do not all
       // run INT8: one FP32 step, the quantized tensor never stored.
-      steps_.push_back(std::make_unique<FakeQuantStep>(
-          engine_, blocked_layout_, q->scale, q->zero_point, q->is_uint8 ? 0 : -128,
+      plan_.steps.push_back(std::make_unique<FakeQuantStep>(
+          engine_, plan_.blocked_layout, q->scale, q->zero_point, q->is_uint8 ? 0 : -128,
           q->is_uint8 ? 255 : 127, q->source, out,
           absl::StrCat(graph_.nodes()[q->quantize_node].name, "+", node.name)));
       continue;
@@ -307,7 +308,7 @@ absl::Status CompiledModelImpl::Compile() {
       // A value other than FP32 at runtime: the op's typed reference.
       auto step = TypedReferenceStep::Create(&graph_, i);
       if (!step.ok()) return step.status();
-      steps_.push_back(*std::move(step));
+      plan_.steps.push_back(*std::move(step));
       continue;
     }
     if (op == "Transpose" && TransposeFeedsBatchedMatMul(i, consumers, *shapes1)) {
@@ -320,9 +321,9 @@ absl::Status CompiledModelImpl::Compile() {
       if (*handled) continue;
     }
     if (auto fast = FastStep(i, *shapes1); fast != nullptr) {
-      steps_.push_back(std::move(fast));
+      plan_.steps.push_back(std::move(fast));
     } else {
-      steps_.push_back(std::make_unique<ReferenceStep>(&graph_, i));
+      plan_.steps.push_back(std::make_unique<ReferenceStep>(&graph_, i));
     }
   }
   PlanAfterLowering(consumers, producer, *shapes1);
@@ -342,49 +343,28 @@ void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& c
   }
   AssignStorage();
   ChooseLayouts(shapes1);
-  threads_ = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
+  plan_.threads = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
   if (options_.serial_below_flops < 0) {
-    options_.serial_below_flops = DefaultSerialBelowFlops(threads_);
+    options_.serial_below_flops = DefaultSerialBelowFlops(plan_.threads);
   }
   if (options_.serial_below_elements < 0) {
-    options_.serial_below_elements = DefaultSerialBelowElements(threads_);
+    options_.serial_below_elements = DefaultSerialBelowElements(plan_.threads);
   }
-  if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) {
-    SetProfiling(true);
-    print_profile_at_exit_ = true;
-  }
+  plan_.num_threads = options_.num_threads;
+  plan_.serial_below_flops = options_.serial_below_flops;
+  plan_.serial_below_elements = options_.serial_below_elements;
+  plan_.batch_split_cache_bytes = options_.batch_split_cache_bytes;
+  plan_.batch_plans = options_.batch_plans;
   PlanLifetimes(producer, consumers);
   PlanInPlaceResiduals();
+  // The plan is complete: the runtime runs it from here on.
+  executor_ = std::make_unique<runtime::Executor>(&plan_, engine_);
+  if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) executor_->PrintProfileAtExit();
 }
 
 std::string CompiledModelImpl::DescribePlan() const {
   std::string plan;
-  for (const auto& step : steps_) absl::StrAppend(&plan, step->Describe(), "\n");
-  return plan;
-}
-
-absl::StatusOr<std::vector<PlannedStep>> CompiledModelImpl::PlanAt(int64_t batch) const {
-  auto it = per_batch_.find(batch);
-  if (it == per_batch_.end() || !it->second.ran) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no run at batch ", batch, " yet: implementations are known after one"));
-  }
-  const BatchState& state = it->second;
-  std::vector<PlannedStep> plan;
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    const Step& step = *steps_[k];
-    const bool sliced = static_cast<int>(k) < state.split_steps;
-    PlannedStep row;
-    row.index = static_cast<int>(k);
-    row.description = step.Describe();
-    row.kind = row.description.substr(0, row.description.find(':'));
-    row.layouts = step.Layouts();
-    row.implementation = step.Implementation(sliced ? state.slice_shapes : state.shapes);
-    row.reference = kernels::IsReferenceImplementation(row.implementation);
-    row.serial = state.serial[k] != 0;
-    row.slice_rows = sliced ? state.slice_rows : 0;
-    plan.push_back(std::move(row));
-  }
+  for (const auto& step : plan_.steps) absl::StrAppend(&plan, step->Describe(), "\n");
   return plan;
 }
 

@@ -7,10 +7,10 @@
 //   compile_matmul.cc  MatMul/Gemm, the GEMM choice, GELU, attention and
 //                      batched-matmul fusions, the QDQ (INT8) plan
 //   compile_conv.cc    Conv and ConvTranspose
-//   memory_plan.cc     layouts, lifetimes, in-place residuals, storage and
-//                      the batch split
-//   run_model.cc       per-batch states and Run
-//   step_profile.cc    per-step timings and their text and JSON reports
+//   memory_plan.cc     layouts, lifetimes, in-place residuals and storage
+// Compile's product is an ExecutionPlan (engine/runtime/plan.h), plain
+// data; the runtime's Executor runs it, and every run-time method of the
+// CompiledModel interface goes to the Executor.
 #pragma once
 
 #include <omp.h>
@@ -49,112 +49,63 @@
 #include "engine/ops/op_util.h"
 #include "engine/ops/shape_propagation.h"
 #include "engine/ops/typed_exec.h"
+#include "engine/runtime/executor.h"
+#include "engine/runtime/plan.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_autotune.h"
 #include "kernels/onednn/onednn_common.h"
 
 namespace numaserve::engine::internal {
 
-inline constexpr size_t kAlignment = 64;
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
-// Where a value's data lives. Views share their source's storage: every
-// value resolves to a root, and only roots have storage.
-enum class Storage { kInput, kConstant, kArena, kOutput };
-
-// Everything that depends on the batch size. Its activations live in the
-// arena every state shares (CompiledModelImpl::arena_), at its offsets.
-struct BatchState {
-  int64_t batch = 0;
-  std::vector<Shape> shapes;           // by ValueId
-  std::vector<int64_t> arena_offset;   // by ValueId, for kArena roots
-  std::vector<float*> data;            // by ValueId, refreshed per Run
-  int64_t arena_bytes = 0;             // peak activation bytes (the plan's size)
-  std::vector<double> step_flops;      // by step, per Run (for the profile)
-  std::vector<double> step_bytes;      // by step, per Run: compulsory bytes moved
-  std::vector<double> residual_bytes;  // by step: its residual read and copied into dst
-  std::vector<char> serial;            // by step: runs on the calling thread alone
-  // Batch splitting (CompileOptions::batch_split_cache_bytes): steps
-  // [0, split_steps) run slice_rows rows at a time, the last slice with the
-  // rest. Values those steps alone use ("slice-local") hold one slice and
-  // are reused by every slice; the others hold the batch, and a slice sees
-  // its rows of them.
-  int split_steps = 0;
-  int64_t slice_rows = 0;
-  std::vector<Shape> slice_shapes, tail_shapes;  // by ValueId: a full slice's, the last's
-  std::vector<char> slice_local;                 // by ValueId (views included)
-  std::vector<int64_t> row_floats;    // by ValueId: floats per row, for batch-sized values
-  std::vector<ValueId> split_values;  // every value the split steps read or write
-  std::vector<float*> slice_data;     // by ValueId, per slice
-  bool ran = false;                   // a Run at this batch has completed
-  uint64_t last_used = 0;             // CompiledModelImpl::use_clock_ at its last use
-};
-
-// Per step, while profiling.
-struct StepTimes {
-  int64_t calls = 0;
-  double seconds = 0;           // the step, its residual copy excluded
-  double residual_seconds = 0;  // copying/reordering its residual into dst
-  double flops = 0;
-  double bytes = 0;
-  double residual_bytes = 0;
-};
+using runtime::Storage;
 
 class CompiledModelImpl final : public CompiledModel {
  public:
   CompiledModelImpl(Graph graph, ModelInfo info, const CompileOptions& options,
                     const dnnl::engine& engine)
-      : graph_(std::move(graph)),
-        info_(std::move(info)),
-        options_(options),
-        engine_(engine),
-        stream_(engine_) {
+      : graph_(std::move(graph)), info_(std::move(info)), options_(options), engine_(engine) {
     if (options_.batch_split_cache_bytes < 0) {
       options_.batch_split_cache_bytes = LastLevelCacheBytes();
     }
+    plan_.graph = &graph_;
+    plan_.name = info_.path;
   }
 
+  // Lowers the graph to steps and plans them; the model runs after it succeeds.
   absl::Status Compile();
-  ~CompiledModelImpl() override { PrintProfile(); }
-  void SetProfiling(bool on) override {
-    profiling_ = on;
-    if (on) {
-      times_.assign(steps_.size(), StepTimes());
-      profile_runs_ = 0;
-      events_.clear();
-      events_full_ = false;
-      profile_start_ = std::chrono::steady_clock::now();
-    }
+
+  // What runs, the runtime's Executor does (engine/runtime/executor.h).
+  void SetProfiling(bool on) override { executor_->SetProfiling(on); }
+  std::vector<StepProfile> Profile() const override { return executor_->Profile(); }
+  void SetStepEventLimit(int64_t max_events) override { executor_->SetStepEventLimit(max_events); }
+  std::vector<StepEvent> StepEvents() const override { return executor_->StepEvents(); }
+  absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const override {
+    return executor_->PlanAt(batch);
   }
-  std::vector<StepProfile> Profile() const override;
-  void SetStepEventLimit(int64_t max_events) override {
-    event_limit_ = std::max<int64_t>(max_events, 0);
+  absl::StatusOr<int64_t> ActivationBytes(int64_t batch) override {
+    return executor_->ActivationBytes(batch);
   }
-  std::vector<StepEvent> StepEvents() const override { return events_; }
+  std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override {
+    return executor_->OutputShapes(batch);
+  }
+  BatchPlanCache CachedBatchPlans() const override {
+    return {executor_->cached_plans(), executor_->arena_bytes()};
+  }
+  absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
+                   const std::vector<void*>& outputs) override {
+    return executor_->Run(batch, inputs, outputs);
+  }
+  absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
+                                const std::vector<size_t>& output_bytes) const override {
+    return executor_->CheckBufferSizes(batch, input_bytes, output_bytes);
+  }
 
   const ModelInfo& info() const override { return info_; }
   std::string DescribePlan() const override;
   std::string ActivationLayoutName() const override {
-    return kernels::BlockedLayoutName(blocked_layout_);
+    return kernels::BlockedLayoutName(plan_.blocked_layout);
   }
   std::string DescribeInt8Kernels() const override { return int8_kernels_note_; }
-  absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const override;
-  absl::StatusOr<int64_t> ActivationBytes(int64_t batch) override {
-    auto state = GetBatchState(batch);
-    if (!state.ok()) return state.status();
-    return (*state)->arena_bytes;
-  }
-  std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override;
-  BatchPlanCache CachedBatchPlans() const override {
-    return {static_cast<int64_t>(per_batch_.size()), arena_bytes_};
-  }
-  absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
-                   const std::vector<void*>& outputs) override;
-  absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
-                                const std::vector<size_t>& output_bytes) const override;
 
  private:
   // shapes1: every value's shape at batch 1 (for ranks).
@@ -266,30 +217,6 @@ class CompiledModelImpl final : public CompiledModel {
            flops_per_input >= options_.bf16_min_flops_per_input;
   }
   void AssignStorage();
-  // With NUMASERVE_PROFILE_STEPS set, Run times every step from the start;
-  // the profile goes to stderr when the model is freed.
-  void PrintProfile() const;
-  // The compulsory bytes one Run of `step` moves at `shapes`: the values
-  // it reads and writes (each once) and the parameters it holds.
-  double StepBytes(const Step& step, const std::vector<Shape>& shapes) const;
-  // Run's step loop, timing each step when `profile`.
-  template <bool kProfile>
-  absl::Status RunSteps(const StepContext& ctx, BatchState& state);
-  // Steps [begin, end) on `ctx`; `first` is false for the second and later
-  // slices of a split batch (the profile counts a step once per run).
-  template <bool kProfile>
-  absl::Status RunRange(const StepContext& ctx, const BatchState& state, size_t begin, size_t end,
-                        bool first);
-  // Decides state.split_steps and state.slice_rows for `batch`, and the
-  // shapes and row sizes the slices use (BatchState).
-  void PlanBatchSplit(int64_t batch, BatchState& state) const;
-  // PlanBatchSplit's choice of the split steps and rows (memory_plan.cc).
-  struct BatchSplitChoice;
-  // The prefix of row-wise steps whose split saves the most memory traffic at `shapes`.
-  BatchSplitChoice ChooseBatchSplit(int64_t batch, const std::vector<Shape>& shapes,
-                                    int64_t cache) const;
-  // Sets state.slice_local: the values the split steps alone write and read.
-  void MarkSliceLocal(BatchState& state) const;
   // Keeps conv/pool activations in oneDNN's blocked layout where every
   // reader accepts it (conv chains); plain elsewhere.
   void ChooseLayouts(const std::vector<Shape>& shapes1);
@@ -303,9 +230,6 @@ class CompiledModelImpl final : public CompiledModel {
   // A conv that adds a residual dying at its step writes into the
   // residual's bytes instead of copying it into its own (same layout).
   void PlanInPlaceResiduals();
-  // The arena root whose bytes `v` (an arena root) takes at these shapes,
-  // following in-place links that hold (equal shapes); `v` itself if none.
-  ValueId BytesOwner(ValueId v, const std::vector<Shape>& shapes) const;
 
   // The FP32 value a QDQ pair quantizes and the pair's parameters.
   struct QdqInput {
@@ -354,20 +278,6 @@ class CompiledModelImpl final : public CompiledModel {
     const std::vector<std::unique_ptr<Step>>& steps_;
     std::vector<int>& step_of_node_;
   };
-  absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
-  // Places state's arena values (arena_offset) and sets its arena_bytes.
-  void PlanArena(BatchState& state) const;
-  // Grows arena_ to hold a plan of `arena_bytes` (for `batch`, in the error).
-  absl::Status GrowArena(int64_t batch, int64_t arena_bytes);
-  // Per step: its FLOPs, bytes and serial flag in `state`, and Prepare at its shapes.
-  absl::Status PrepareSteps(int64_t batch, BatchState& state);
-  // Drops the least recently used batch plans until a new one fits options_.batch_plans.
-  void EvictBatchPlans();
-  // OK when `batch` is a row count Run takes: >= 1 when an input has a
-  // dynamic dim 0, else 1.
-  absl::Status CheckBatch(int64_t batch) const;
-  // Follows a value's only consumer if it is `op_type` and the value is not
-  // a graph output; -1 otherwise.
   // A Transpose whose only reader is a MatMul of two runtime FP32 operands
   // of the same rank: the matmul reads its input through strides instead.
   bool TransposeFeedsBatchedMatMul(int node_index, const std::vector<std::vector<int>>& consumers,
@@ -401,6 +311,8 @@ class CompiledModelImpl final : public CompiledModel {
                                 AttentionMatch& m) const;
   // Whether `m`'s operand shapes and layouts are ones AttentionStep runs.
   bool AttentionShapesFit(const std::vector<Shape>& shapes1, const AttentionMatch& m) const;
+  // Follows a value's only consumer if it is `op_type` and the value is not
+  // a graph output; -1 otherwise.
   int SoleConsumer(ValueId v, const char* op_type,
                    const std::vector<std::vector<int>>& consumers) const;
 
@@ -408,18 +320,12 @@ class CompiledModelImpl final : public CompiledModel {
   ModelInfo info_;
   CompileOptions options_;
   dnnl::engine engine_;
-  dnnl::stream stream_;
-  std::vector<std::unique_ptr<Step>> steps_;
-  std::vector<ValueId> root_;     // by ValueId
-  std::vector<Storage> storage_;  // by root ValueId
-  std::vector<int> output_slot_;  // by root ValueId: index into Run's outputs, or -1
-  std::vector<bool> is_output_;   // by ValueId
-  std::vector<bool> blocked_;     // by root ValueId: blocked layout
-  kernels::BlockedLayout blocked_layout_ = kernels::BlockedLayout::kChannelBlocked;
-  std::vector<int> step_of_node_;            // by node index: the step computing it (-1: a view)
-  std::vector<int> first_step_, last_step_;  // by arena root: lifetime in steps
-  std::vector<bool> internal_;               // by arena root: read only inside its step
-  std::vector<bool> absorbed_transpose_;     // by node: read through strides by a matmul
+  // What Compile hands the runtime: the steps, storage, layouts, lifetimes
+  // and in-place links (engine/runtime/plan.h).
+  runtime::ExecutionPlan plan_;
+  std::vector<bool> is_output_;           // by ValueId
+  std::vector<int> step_of_node_;         // by node index: the step computing it (-1: a view)
+  std::vector<bool> absorbed_transpose_;  // by node: read through strides by a matmul
   // QDQ models: a QuantizeLinear -> DequantizeLinear pair, by the
   // DequantizeLinear node, where both take the same scalar constant scale and
   // zero point and the QuantizeLinear's input is FP32.
@@ -432,28 +338,9 @@ class CompiledModelImpl final : public CompiledModel {
   // Set by PlanQdq where CompileOptions::int8_kernels kept INT8-capable
   // steps on the FP32 path (DescribeInt8Kernels).
   std::string int8_kernels_note_;
-  std::vector<ValueId> in_place_of_;  // by arena root: the residual whose bytes it takes
-  // At most options_.batch_plans, the least recently used dropped first.
-  std::map<int64_t, BatchState> per_batch_;
-  uint64_t use_clock_ = 0;
-  // The activation arena of every batch state (one Run at a time), as large
-  // as the largest plan so far.
-  std::unique_ptr<float, FreeDeleter> arena_;
-  int64_t arena_bytes_ = 0;
-  std::vector<Shape> shapes1_;              // every value's shape at batch 1
-  int threads_ = 1;                         // kernel threads for steps not run serially
-  const BatchState* last_state_ = nullptr;  // the last profiled Run's
-  bool profiling_ = false;
-  bool print_profile_at_exit_ = false;  // NUMASERVE_PROFILE_STEPS
-  std::vector<StepTimes> times_;        // by step, since profiling started
-  int64_t profile_runs_ = 0;
-  std::chrono::steady_clock::time_point profile_start_;  // the last SetProfiling(true)
-  int64_t event_limit_ = 0;                              // SetStepEventLimit
-  std::vector<StepEvent> events_;                        // since profiling started
-  bool events_full_ = false;                         // a Run went past event_limit_: keep no more
-  bool record_events_ = false;                       // keep this Run's events
-  const std::vector<Shape>* last_shapes_ = nullptr;  // the last Run's, for Profile
   bool unavailable_logged_[std::size(kernels::kAllGemmBackends)] = {};  // by GemmBackend
+  // Runs plan_ once Compile has made it; freed before plan_'s steps.
+  std::unique_ptr<runtime::Executor> executor_;
 };
 
 // The oneDNN post-op for an activation node (Relu, LeakyRelu, Sigmoid,

@@ -1,6 +1,7 @@
 // A compiled model's step profile as data (StepProfile rows, StepEvent
-// timeline events) and its two renderings: the text table of `numaserve
-// bench --profile` and `numaserve profile`, and the same as JSON.
+// timeline events, PlannedStep rows of the plan at a batch size) and the
+// profile's two renderings: the text table of `numaserve bench --profile`
+// and `numaserve profile`, and the same as JSON.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,19 @@ struct StepEvent {
   int64_t run = 0;           // the profiled Run it belongs to, from 0
   double start_seconds = 0;  // since profiling started
   double seconds = 0;        // its duration, a residual reorder included
+};
+
+// One compiled step as it ran at a batch size: what it stands for, its
+// layouts and the implementation that ran it.
+struct PlannedStep {
+  int index = 0;               // position in the plan
+  std::string kind;            // "conv", "matmul", "attention", "reference", ...
+  std::string description;     // the plan line ("conv: conv1+bn1+relu1")
+  std::string layouts;         // "nChw8c->nChw8c" where the step has a layout choice
+  std::string implementation;  // "jit:avx2", "brg:avx512_core", "numaserve:attention_head avx2"
+  bool reference = false;      // a reference implementation (kernels::IsReferenceImplementation)
+  bool serial = false;         // runs on the calling thread alone at this batch
+  int64_t slice_rows = 0;      // rows per slice when the batch runs in slices; 0: whole
 };
 
 // The profile as text: the time per run by step kind, the `top` costliest

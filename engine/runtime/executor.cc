@@ -1,10 +1,41 @@
-// CompiledModelImpl (compiled_model_impl.h): running. The per-batch states
-// (shapes, arena offsets, prepared steps) and Run.
-#include "engine/compiler/compiled_model_impl.h"
+// Executor (executor.h): per-batch states, the step loop, the profile.
+#include "engine/runtime/executor.h"
 
-namespace numaserve::engine::internal {
+#include <omp.h>
 
-absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/log.h"
+#include "engine/ops/shape_propagation.h"
+#include "engine/ops/typed_exec.h"
+#include "kernels/onednn/onednn_common.h"
+
+namespace numaserve::engine::runtime {
+
+Executor::Executor(const ExecutionPlan* plan, const dnnl::engine& engine)
+    : plan_(*plan), graph_(*plan->graph), stream_(engine) {}
+
+Executor::~Executor() { PrintProfile(); }
+
+void Executor::SetProfiling(bool on) {
+  profiling_ = on;
+  if (on) {
+    times_.assign(plan_.steps.size(), StepTimes());
+    profile_runs_ = 0;
+    events_.clear();
+    events_full_ = false;
+    profile_start_ = std::chrono::steady_clock::now();
+  }
+}
+
+absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
   auto it = per_batch_.find(batch);
   if (it != per_batch_.end()) {
     it->second.last_used = ++use_clock_;
@@ -15,83 +46,24 @@ absl::StatusOr<BatchState*> CompiledModelImpl::GetBatchState(int64_t batch) {
   BatchState state;
   state.batch = batch;
   state.shapes = *std::move(shapes);
-  PlanBatchSplit(batch, state);
-  PlanArena(state);
+  PlanBatchSplit(plan_, state);
+  PlanArena(plan_, state);
   if (absl::Status s = GrowArena(batch, state.arena_bytes); !s.ok()) return s;
   state.data.assign(graph_.num_values(), nullptr);
-  if (absl::Status s = PrepareSteps(batch, state); !s.ok()) return s;
+  PlanStepCosts(plan_, state);
+  if (absl::Status s = PrepareSteps(state); !s.ok()) return s;
   EvictBatchPlans();
   state.last_used = ++use_clock_;
   return &per_batch_.emplace(batch, std::move(state)).first->second;
 }
 
-void CompiledModelImpl::PlanArena(BatchState& state) const {
-  const int num_values = graph_.num_values();
-  state.arena_offset.assign(num_values, -1);
-  // Greedy memory plan: largest first, each at the lowest offset that does
-  // not overlap a placed value whose lifetime (in steps) intersects its own.
-  constexpr int64_t kAlign = kAlignment / sizeof(float);
-  struct Block {
-    ValueId v;
-    int64_t size;
-  };
-  std::vector<Block> blocks;
-  for (ValueId v = 0; v < num_values; ++v) {
-    if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
-    if (BytesOwner(v, state.shapes) != v) continue;  // placed with the residual it replaces
-    // A slice-local value holds one slice of rows.
-    const Shape& shape = state.slice_local[v] ? state.slice_shapes[v] : state.shapes[v];
-    // Values of other types take their bytes, rounded up to whole floats.
-    const int64_t bytes =
-        kernels::NumElements(shape) * static_cast<int64_t>(DataTypeSize(RuntimeType(graph_, v)));
-    const int64_t n = blocked_[v] ? kernels::ActivationBytes(shape, true, blocked_layout_) /
-                                        static_cast<int64_t>(sizeof(float))
-                                  : (bytes + static_cast<int64_t>(sizeof(float)) - 1) /
-                                        static_cast<int64_t>(sizeof(float));
-    blocks.push_back({v, (std::max<int64_t>(n, 1) + kAlign - 1) / kAlign * kAlign});
-  }
-  std::stable_sort(blocks.begin(), blocks.end(),
-                   [](const Block& a, const Block& b) { return a.size > b.size; });
-  auto lifetime = [&](ValueId v) {
-    // Values never written by a step (unused) still get their own space.
-    if (first_step_[v] < 0) return std::make_pair(-1, std::numeric_limits<int>::max());
-    // A batch-sized value the split steps write is written slice by slice
-    // while those steps run again for the next slices: it lives from the
-    // first of them on.
-    if (first_step_[v] < state.split_steps && !state.slice_local[v]) {
-      return std::make_pair(0, last_step_[v]);
-    }
-    return std::make_pair(first_step_[v], last_step_[v]);
-  };
-  std::vector<Block> placed;
-  int64_t floats = 0;
-  for (const Block& b : blocks) {
-    const auto [b0, b1] = lifetime(b.v);
-    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of overlapping lives
-    for (const Block& p : placed) {
-      const auto [p0, p1] = lifetime(p.v);
-      if (p0 <= b1 && b0 <= p1)
-        busy.push_back({state.arena_offset[p.v], state.arena_offset[p.v] + p.size});
-    }
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (const auto& [start, end] : busy) {
-      if (offset + b.size <= start) break;
-      offset = std::max(offset, end);
-    }
-    state.arena_offset[b.v] = offset;
-    floats = std::max(floats, offset + b.size);
-    placed.push_back(b);
-  }
-  for (ValueId v = 0; v < num_values; ++v) {
-    if (root_[v] != v || storage_[v] != Storage::kArena || internal_[v]) continue;
-    const ValueId owner = BytesOwner(v, state.shapes);
-    if (owner != v) state.arena_offset[v] = state.arena_offset[owner];
-  }
-  state.arena_bytes = floats * static_cast<int64_t>(sizeof(float));
+absl::StatusOr<int64_t> Executor::ActivationBytes(int64_t batch) {
+  auto state = GetBatchState(batch);
+  if (!state.ok()) return state.status();
+  return (*state)->arena_bytes;
 }
 
-absl::Status CompiledModelImpl::GrowArena(int64_t batch, int64_t arena_bytes) {
+absl::Status Executor::GrowArena(int64_t batch, int64_t arena_bytes) {
   if (arena_bytes > arena_bytes_ || arena_ == nullptr) {
     // One arena for every batch size: it grows to the largest plan.
     const size_t bytes =
@@ -108,59 +80,39 @@ absl::Status CompiledModelImpl::GrowArena(int64_t batch, int64_t arena_bytes) {
   return absl::OkStatus();
 }
 
-absl::Status CompiledModelImpl::PrepareSteps(int64_t batch, BatchState& state) {
-  for (const auto& step : steps_) {
-    const double flops = step->Flops(state.shapes);
-    int64_t elements = 0;
-    for (ValueId v : step->traits().reads) {
-      if (v != kNoValue) elements += kernels::NumElements(state.shapes[v]);
-    }
-    const bool serial = threads_ > 1 && (flops > 0 ? flops < options_.serial_below_flops
-                                                   : elements < options_.serial_below_elements);
-    state.step_flops.push_back(flops);
-    state.step_bytes.push_back(StepBytes(*step, state.shapes));
-    const ValueId residual = step->traits().residual_input;
-    state.residual_bytes.push_back(
-        residual == kNoValue
-            ? 0.0
-            : 2.0 * static_cast<double>(kernels::NumElements(state.shapes[residual])) *
-                  sizeof(float));
-    state.serial.push_back(serial);
+absl::Status Executor::PrepareSteps(const BatchState& state) {
+  for (size_t k = 0; k < plan_.steps.size(); ++k) {
+    Step& step = *plan_.steps[k];
     // oneDNN sizes a primitive's thread split when it is created: create it
     // with the threads it will run on.
-    omp_set_num_threads(serial ? 1 : threads_);
-    const size_t k = state.step_flops.size() - 1;
+    omp_set_num_threads(state.serial[k] ? 1 : plan_.threads);
     absl::Status s = absl::OkStatus();
     if (static_cast<int>(k) >= state.split_steps) {
-      s = step->Prepare(state.shapes);
+      s = step.Prepare(state.shapes);
     } else {
-      s = step->Prepare(state.slice_shapes);
-      if (s.ok() && batch % state.slice_rows != 0) s = step->Prepare(state.tail_shapes);
+      s = step.Prepare(state.slice_shapes);
+      if (s.ok() && state.batch % state.slice_rows != 0) s = step.Prepare(state.tail_shapes);
     }
-    omp_set_num_threads(threads_);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(step->Describe(), ": ", s.message()));
+    omp_set_num_threads(plan_.threads);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(step.Describe(), ": ", s.message()));
   }
   return absl::OkStatus();
 }
 
-void CompiledModelImpl::EvictBatchPlans() {
+void Executor::EvictBatchPlans() {
   // Bounded: a new batch size drops the least recently used plan (planned
   // again if that size comes back; the kernels keep their primitives).
-  while (options_.batch_plans > 0 &&
-         per_batch_.size() >= static_cast<size_t>(options_.batch_plans)) {
+  while (plan_.batch_plans > 0 && per_batch_.size() >= static_cast<size_t>(plan_.batch_plans)) {
     auto oldest = per_batch_.begin();
     for (auto p = per_batch_.begin(); p != per_batch_.end(); ++p) {
       if (p->second.last_used < oldest->second.last_used) oldest = p;
     }
-    if (last_state_ == &oldest->second) {
-      last_state_ = nullptr;
-      last_shapes_ = nullptr;
-    }
+    if (last_state_ == &oldest->second) last_state_ = nullptr;
     per_batch_.erase(oldest);
   }
 }
 
-std::vector<std::vector<int64_t>> CompiledModelImpl::OutputShapes(int64_t batch) const {
+std::vector<std::vector<int64_t>> Executor::OutputShapes(int64_t batch) const {
   auto it = per_batch_.find(batch);
   std::vector<Shape> shapes;
   if (it != per_batch_.end()) {
@@ -176,24 +128,24 @@ std::vector<std::vector<int64_t>> CompiledModelImpl::OutputShapes(int64_t batch)
 }
 
 template <bool kProfile>
-absl::Status CompiledModelImpl::RunRange(const StepContext& ctx, const BatchState& state,
-                                         size_t begin, size_t end, bool first) {
+absl::Status Executor::RunRange(const StepContext& ctx, const BatchState& state, size_t begin,
+                                size_t end, bool first) {
   using Clock = std::chrono::steady_clock;
   bool serial = false;
   for (size_t k = begin; k < end; ++k) {
     if (state.serial[k] != serial) {
       serial = state.serial[k];
-      omp_set_num_threads(serial ? 1 : threads_);
+      omp_set_num_threads(serial ? 1 : plan_.threads);
     }
     Clock::time_point t0;
     if constexpr (kProfile) {
       *ctx.residual_seconds = 0;
       t0 = Clock::now();
     }
-    absl::Status s = steps_[k]->Run(ctx);
+    absl::Status s = plan_.steps[k]->Run(ctx);
     if (!s.ok()) {
-      if (serial) omp_set_num_threads(threads_);
-      return absl::Status(s.code(), absl::StrCat(steps_[k]->Describe(), ": ", s.message()));
+      if (serial) omp_set_num_threads(plan_.threads);
+      return absl::Status(s.code(), absl::StrCat(plan_.steps[k]->Describe(), ": ", s.message()));
     }
     if constexpr (kProfile) {
       // The CPU stream is in order and synchronous: the primitive is done.
@@ -213,24 +165,24 @@ absl::Status CompiledModelImpl::RunRange(const StepContext& ctx, const BatchStat
       t.residual_seconds += *ctx.residual_seconds;
     }
   }
-  if (serial) omp_set_num_threads(threads_);
+  if (serial) omp_set_num_threads(plan_.threads);
   return absl::OkStatus();
 }
 
 template <bool kProfile>
-absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, BatchState& state) {
+absl::Status Executor::RunSteps(const StepContext& ctx, BatchState& state) {
   double residual = 0;
   StepContext timed = ctx;
   if constexpr (kProfile) {
     timed.residual_seconds = &residual;
-    last_shapes_ = &state.shapes;
     last_state_ = &state;
     ++profile_runs_;
     // Events of whole runs only: one that does not fit ends the keeping.
     // A split step runs once per slice.
     const int64_t slices =
         state.split_steps > 0 ? (state.batch + state.slice_rows - 1) / state.slice_rows : 1;
-    const int64_t calls = static_cast<int64_t>(steps_.size()) + state.split_steps * (slices - 1);
+    const int64_t calls =
+        static_cast<int64_t>(plan_.steps.size()) + state.split_steps * (slices - 1);
     events_full_ = events_full_ || static_cast<int64_t>(events_.size()) + calls > event_limit_;
     record_events_ = !events_full_;
   }
@@ -253,7 +205,8 @@ absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, BatchState& sta
       }
     }
   }
-  if (absl::Status s = RunRange<kProfile>(timed, state, state.split_steps, steps_.size(), true);
+  if (absl::Status s =
+          RunRange<kProfile>(timed, state, state.split_steps, plan_.steps.size(), true);
       !s.ok()) {
     return s;
   }
@@ -265,27 +218,26 @@ absl::Status CompiledModelImpl::RunSteps(const StepContext& ctx, BatchState& sta
   return absl::OkStatus();
 }
 
-absl::Status CompiledModelImpl::CheckBatch(int64_t batch) const {
+absl::Status Executor::CheckBatch(int64_t batch) const {
   bool dynamic = false;
   for (ValueId v : graph_.inputs()) {
     dynamic |= !graph_.value(v).shape.empty() && graph_.value(v).shape[0] < 0;
   }
   if (batch < 1 || (!dynamic && batch != 1)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(info_.path, ": batch ", batch,
+        absl::StrCat(plan_.name, ": batch ", batch,
                      dynamic ? " must be >= 1" : " must be 1 (no input has a dynamic dim 0)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status CompiledModelImpl::CheckBufferSizes(int64_t batch,
-                                                 const std::vector<size_t>& input_bytes,
-                                                 const std::vector<size_t>& output_bytes) const {
+absl::Status Executor::CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
+                                        const std::vector<size_t>& output_bytes) const {
   if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
   if (input_bytes.size() != graph_.inputs().size() ||
       output_bytes.size() != graph_.outputs().size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        info_.path, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
+        plan_.name, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
         " outputs, got ", input_bytes.size(), " and ", output_bytes.size()));
   }
   // Sizes in bytes, checked for overflow (a shape the engine would refuse
@@ -319,7 +271,7 @@ absl::Status CompiledModelImpl::CheckBufferSizes(int64_t batch,
                              : PropagateShapes(graph_, in_shapes);
   if (!shapes.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(info_.path, ": cannot run at ", batch, " rows: ", shapes.status().message()));
+        absl::StrCat(plan_.name, ": cannot run at ", batch, " rows: ", shapes.status().message()));
   }
   for (size_t j = 0; j < output_bytes.size(); ++j) {
     const ValueId v = graph_.outputs()[j];
@@ -336,33 +288,16 @@ absl::Status CompiledModelImpl::CheckBufferSizes(int64_t batch,
   return absl::OkStatus();
 }
 
-absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*>& inputs,
-                                    const std::vector<void*>& outputs) {
-  if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
-  if (inputs.size() != graph_.inputs().size() || outputs.size() != graph_.outputs().size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        info_.path, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
-        " outputs, got ", inputs.size(), " and ", outputs.size()));
-  }
-  for (const void* p : inputs) {
-    if (p == nullptr) return absl::InvalidArgumentError("null input buffer");
-  }
-  for (const void* p : outputs) {
-    if (p == nullptr) return absl::InvalidArgumentError("null output buffer");
-  }
-  if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
-  auto state_or = GetBatchState(batch);
-  if (!state_or.ok()) return state_or.status();
-  BatchState& state = **state_or;
-
+void Executor::BindData(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                        BatchState& state) const {
   // Point every root at its bytes, then every view at its root's.
   std::vector<float*>& data = state.data;
   for (size_t i = 0; i < inputs.size(); ++i) {
     data[graph_.inputs()[i]] = static_cast<float*>(const_cast<void*>(inputs[i]));
   }
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
-    if (root_[v] != v) continue;
-    switch (storage_[v]) {
+    if (plan_.root[v] != v) continue;
+    switch (plan_.storage[v]) {
       case Storage::kInput:
         break;
       case Storage::kConstant: {
@@ -377,12 +312,34 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
         data[v] = state.arena_offset[v] >= 0 ? arena_.get() + state.arena_offset[v] : nullptr;
         break;
       case Storage::kOutput:
-        data[v] = static_cast<float*>(outputs[output_slot_[v]]);
+        data[v] = static_cast<float*>(outputs[plan_.output_slot[v]]);
         break;
     }
   }
-  for (ValueId v = 0; v < graph_.num_values(); ++v) data[v] = data[root_[v]];
+  for (ValueId v = 0; v < graph_.num_values(); ++v) data[v] = data[plan_.root[v]];
+}
 
+absl::Status Executor::Run(int64_t batch, const std::vector<const void*>& inputs,
+                           const std::vector<void*>& outputs) {
+  if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
+  if (inputs.size() != graph_.inputs().size() || outputs.size() != graph_.outputs().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        plan_.name, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
+        " outputs, got ", inputs.size(), " and ", outputs.size()));
+  }
+  for (const void* p : inputs) {
+    if (p == nullptr) return absl::InvalidArgumentError("null input buffer");
+  }
+  for (const void* p : outputs) {
+    if (p == nullptr) return absl::InvalidArgumentError("null output buffer");
+  }
+  if (plan_.num_threads > 0) omp_set_num_threads(plan_.num_threads);
+  auto state_or = GetBatchState(batch);
+  if (!state_or.ok()) return state_or.status();
+  BatchState& state = **state_or;
+
+  BindData(inputs, outputs, state);
+  const std::vector<float*>& data = state.data;
   const StepContext ctx{stream_, state.shapes, data};
   if (absl::Status s = profiling_ ? RunSteps<true>(ctx, state) : RunSteps<false>(ctx, state);
       !s.ok()) {
@@ -391,7 +348,8 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
   state.ran = true;
   for (size_t j = 0; j < outputs.size(); ++j) {
     const ValueId v = graph_.outputs()[j];
-    if (storage_[root_[v]] == Storage::kOutput && output_slot_[root_[v]] == static_cast<int>(j)) {
+    if (plan_.storage[plan_.root[v]] == Storage::kOutput &&
+        plan_.output_slot[plan_.root[v]] == static_cast<int>(j)) {
       continue;  // written in place
     }
     const size_t bytes =
@@ -401,4 +359,81 @@ absl::Status CompiledModelImpl::Run(int64_t batch, const std::vector<const void*
   return absl::OkStatus();
 }
 
-}  // namespace numaserve::engine::internal
+void Executor::PrintProfile() const {
+  if (!print_profile_at_exit_ || times_.empty() || profile_runs_ == 0) return;
+  base::Log(base::LogLevel::kInfo, "engine", absl::StrCat("step profile for ", plan_.name),
+            {{"path", plan_.name}});
+  base::LogBlock(base::LogLevel::kInfo, "engine", FormatStepProfile(Profile(), profile_runs_, 15));
+}
+
+std::vector<StepProfile> Executor::Profile() const {
+  std::vector<StepProfile> rows;
+  if (times_.size() != plan_.steps.size()) return rows;
+  for (size_t k = 0; k < plan_.steps.size(); ++k) {
+    const Step& step = *plan_.steps[k];
+    const std::string d = step.Describe();
+    StepProfile row;
+    row.index = static_cast<int>(k);
+    row.kind = d.substr(0, d.find(':'));
+    row.description = d;
+    row.layouts = step.Layouts();
+    const bool sliced = last_state_ != nullptr && static_cast<int>(k) < last_state_->split_steps;
+    if (last_state_ != nullptr) {
+      row.implementation =
+          step.Implementation(sliced ? last_state_->slice_shapes : last_state_->shapes);
+      row.threads = last_state_->serial[k] ? 1 : plan_.threads;
+    }
+    if (sliced) row.slice_rows = last_state_->slice_rows;
+    row.calls = times_[k].calls;
+    row.seconds = times_[k].seconds;
+    row.flops = times_[k].flops;
+    row.bytes = times_[k].bytes;
+    row.precision = step.traits().arithmetic;
+    rows.push_back(row);
+    // A conv or matmul writing into its residual's bytes has nothing to copy.
+    const ValueId out = step.traits().residual_output;
+    if (out != kNoValue && last_state_ != nullptr &&
+        BytesOwner(plan_, out, last_state_->shapes) != out) {
+      continue;
+    }
+    if (step.traits().residual_input != kNoValue) {
+      StepProfile r;
+      r.index = static_cast<int>(k);
+      r.kind = "reorder";
+      r.description = absl::StrCat("reorder: residual into ", d);
+      r.layouts = step.ResidualLayouts();
+      r.calls = times_[k].calls;
+      r.seconds = times_[k].residual_seconds;
+      r.bytes = times_[k].residual_bytes;
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+absl::StatusOr<std::vector<PlannedStep>> Executor::PlanAt(int64_t batch) const {
+  auto it = per_batch_.find(batch);
+  if (it == per_batch_.end() || !it->second.ran) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no run at batch ", batch, " yet: implementations are known after one"));
+  }
+  const BatchState& state = it->second;
+  std::vector<PlannedStep> plan;
+  for (size_t k = 0; k < plan_.steps.size(); ++k) {
+    const Step& step = *plan_.steps[k];
+    const bool sliced = static_cast<int>(k) < state.split_steps;
+    PlannedStep row;
+    row.index = static_cast<int>(k);
+    row.description = step.Describe();
+    row.kind = row.description.substr(0, row.description.find(':'));
+    row.layouts = step.Layouts();
+    row.implementation = step.Implementation(sliced ? state.slice_shapes : state.shapes);
+    row.reference = kernels::IsReferenceImplementation(row.implementation);
+    row.serial = state.serial[k] != 0;
+    row.slice_rows = sliced ? state.slice_rows : 0;
+    plan.push_back(std::move(row));
+  }
+  return plan;
+}
+
+}  // namespace numaserve::engine::runtime

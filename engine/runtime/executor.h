@@ -1,0 +1,126 @@
+// Executor: runs an ExecutionPlan (plan.h). It keeps the plans of the most
+// recently run batch sizes (batch_plan.h) and the activation arena they
+// share, points every value at its bytes, runs the steps in order (the
+// leading ones slice by slice when the batch is split, small ones on the
+// calling thread alone) and, while profiling, times each step. What the
+// compiled model's run-time methods (engine/model.h) do, the compiled model
+// asks of its Executor.
+//
+// Not thread-safe: one call at a time, as CompiledModel.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/profile/step_profile.h"
+#include "engine/runtime/batch_plan.h"
+#include "engine/runtime/plan.h"
+
+namespace numaserve::engine::runtime {
+
+class Executor {
+ public:
+  // `plan` must outlive the Executor; its steps run on `engine`'s stream.
+  Executor(const ExecutionPlan* plan, const dnnl::engine& engine);
+  // With print_profile_at_exit, the profile goes to the log here.
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs `batch` rows: inputs[i] holds graph input i, outputs[j] has room
+  // for graph output j (CompiledModel::Run).
+  absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
+                   const std::vector<void*>& outputs);
+  // CompiledModel::CheckBufferSizes.
+  absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
+                                const std::vector<size_t>& output_bytes) const;
+  // Every graph output's shape at `batch` rows; empty when it cannot run there.
+  std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const;
+  // The arena bytes the plan at `batch` needs (planning it if new).
+  absl::StatusOr<int64_t> ActivationBytes(int64_t batch);
+  // Batch sizes with a plan now, and the arena's bytes.
+  int64_t cached_plans() const { return static_cast<int64_t>(per_batch_.size()); }
+  int64_t arena_bytes() const { return arena_bytes_; }
+  // The steps as they ran at `batch` (FAILED_PRECONDITION before a Run there).
+  absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const;
+
+  // Profiling (CompiledModel::SetProfiling and the rest).
+  void SetProfiling(bool on);
+  void SetStepEventLimit(int64_t max_events) { event_limit_ = std::max<int64_t>(max_events, 0); }
+  std::vector<StepProfile> Profile() const;
+  std::vector<StepEvent> StepEvents() const { return events_; }
+  // Profiles from the start and logs the profile when the Executor is freed
+  // (NUMASERVE_PROFILE_STEPS).
+  void PrintProfileAtExit() {
+    SetProfiling(true);
+    print_profile_at_exit_ = true;
+  }
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  // Per step, while profiling.
+  struct StepTimes {
+    int64_t calls = 0;
+    double seconds = 0;           // the step, its residual copy excluded
+    double residual_seconds = 0;  // copying/reordering its residual into dst
+    double flops = 0;
+    double bytes = 0;
+    double residual_bytes = 0;
+  };
+
+  // OK when `batch` is a row count Run takes: >= 1 when an input has a
+  // dynamic dim 0, else 1.
+  absl::Status CheckBatch(int64_t batch) const;
+  // The state of `batch`, planned and prepared when new.
+  absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
+  // Grows arena_ to hold a plan of `arena_bytes` (for `batch`, in the error).
+  absl::Status GrowArena(int64_t batch, int64_t arena_bytes);
+  // Prepares every step at its shapes in `state`, on the threads it will run on.
+  absl::Status PrepareSteps(const BatchState& state);
+  // Drops the least recently used batch plans until a new one fits plan.batch_plans.
+  void EvictBatchPlans();
+  // Points every value at its bytes for this Run.
+  void BindData(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                BatchState& state) const;
+  // The step loop, timing each step when `kProfile`.
+  template <bool kProfile>
+  absl::Status RunSteps(const StepContext& ctx, BatchState& state);
+  // Steps [begin, end) on `ctx`; `first` is false for the second and later
+  // slices of a split batch (the profile counts a step once per run).
+  template <bool kProfile>
+  absl::Status RunRange(const StepContext& ctx, const BatchState& state, size_t begin, size_t end,
+                        bool first);
+  void PrintProfile() const;
+
+  const ExecutionPlan& plan_;
+  const Graph& graph_;
+  dnnl::stream stream_;
+  // At most plan_.batch_plans, the least recently used dropped first.
+  std::map<int64_t, BatchState> per_batch_;
+  uint64_t use_clock_ = 0;
+  // The activation arena of every batch state (one Run at a time), as large
+  // as the largest plan so far.
+  std::unique_ptr<float, FreeDeleter> arena_;
+  int64_t arena_bytes_ = 0;
+
+  bool profiling_ = false;
+  bool print_profile_at_exit_ = false;
+  std::vector<StepTimes> times_;  // by step, since profiling started
+  int64_t profile_runs_ = 0;
+  std::chrono::steady_clock::time_point profile_start_;  // the last SetProfiling(true)
+  int64_t event_limit_ = 0;                              // SetStepEventLimit
+  std::vector<StepEvent> events_;                        // since profiling started
+  bool events_full_ = false;                // a Run went past event_limit_: keep no more
+  bool record_events_ = false;              // keep this Run's events
+  const BatchState* last_state_ = nullptr;  // the last profiled Run's
+};
+
+}  // namespace numaserve::engine::runtime
