@@ -5,6 +5,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -572,6 +573,21 @@ absl::Status TrainSteps(const TrainLoop& loop, LoopState* state) {
   return absl::OkStatus();
 }
 
+// Rank 0's report of how the run ended (STOPPED or EXPORTED) at `step`.
+ProgressReport EndReport(const TrainLoop& loop, ProgressReport::Kind kind, int64_t step,
+                         const std::string& export_path) {
+  ProgressReport report;
+  report.set_kind(kind);
+  report.set_epoch(std::clamp<int64_t>(
+      (step + loop.run.steps_per_epoch - 1) / loop.run.steps_per_epoch, 1, loop.run.epochs));
+  report.set_epochs(loop.run.epochs);
+  report.set_step(step);
+  report.set_total_steps(loop.run.total_steps);
+  report.set_test_accuracy(-1);
+  report.set_export_path(export_path);
+  return report;
+}
+
 // Rank 0 after the last step: the final weights and the ONNX export, each
 // when the config asks for it.
 absl::Status SaveFinalModel(const TrainLoop& loop, int64_t step, TrainResult* result) {
@@ -592,8 +608,9 @@ absl::Status SaveFinalModel(const TrainLoop& loop, int64_t step, TrainResult* re
     for (const Parameter& p : params) weights.push_back({p.name, &p.data->data});
     if (absl::Status s = ExportOnnx(config.model(), weights, *path); !s.ok()) return s;
     result->exported_model = *path;
-    fprintf(loop.options.progress, "exported %s\n", path->c_str());
-    fflush(loop.options.progress);
+    WriteProgress(loop.options, loop.run.rank,
+                  EndReport(loop, ProgressReport::EXPORTED, step, *path),
+                  absl::StrCat("exported ", *path));
   }
   return absl::OkStatus();
 }
@@ -626,13 +643,12 @@ absl::StatusOr<TrainResult> FinishRun(const TrainLoop& loop, LoopState* state) {
   if (absl::Status s = WriteRunCheckpoint(loop, step); !s.ok()) return s;
   if (result.stopped) {
     if (leader) {
-      fprintf(options.progress, "stopped at step %lld of %lld%s\n", static_cast<long long>(step),
-              static_cast<long long>(run.total_steps),
-              config.checkpoint().empty()
-                  ? " (no checkpoint in the config)"
-                  : absl::StrCat(": checkpoint ", config.checkpoint(), " (--resume continues)")
-                        .c_str());
-      fflush(options.progress);
+      WriteProgress(options, run.rank, EndReport(loop, ProgressReport::STOPPED, step, ""),
+                    absl::StrCat("stopped at step ", step, " of ", run.total_steps,
+                                 config.checkpoint().empty()
+                                     ? " (no checkpoint in the config)"
+                                     : absl::StrCat(": checkpoint ", config.checkpoint(),
+                                                    " (--resume continues)")));
     }
     return result;
   }

@@ -163,9 +163,11 @@ absl::StatusOr<training::ProgressReport> TrainingJob::ReadProgressReport(
   }
   const auto ratio = [](double x) { return x >= 0 && x <= 1; };  // false for NaN
   const auto rate = [](double x) { return std::isfinite(x) && x >= 0; };
-  if (report.kind() != training::ProgressReport::INTERVAL &&
-      report.kind() != training::ProgressReport::EPOCH_END) {
+  if (!training::ProgressReport::Kind_IsValid(report.kind())) {
     return absl::InvalidArgumentError(absl::StrCat("unknown kind ", report.kind()));
+  }
+  if (report.kind() == training::ProgressReport::EXPORTED && report.export_path().empty()) {
+    return absl::InvalidArgumentError("an export without its path");
   }
   if (report.epoch() < 1 || report.epoch() > report.epochs() || report.step() < 0 ||
       report.step() > report.total_steps()) {
@@ -191,7 +193,7 @@ void TrainingJob::ExportFigures() {
   f.loss = progress_.loss();
   f.accuracy = progress_.accuracy();
   f.images_per_second = progress_.images_per_second();
-  f.eta_seconds = eta_seconds_;
+  f.eta_seconds = progress_.eta_seconds();
   f.test_accuracy = progress_.test_accuracy();
   metrics_->SetTrainingProgress(label_, model_, f);
 }
@@ -205,31 +207,12 @@ void TrainingJob::ParseLine(const std::string& line) {
     }
     return;
   }
-  const std::string message = absl::StrCat("training job ", label_, ": ", line);
-  base::MutexLock lock(&mu_);
-  long long step = 0, total = 0;
-  if (line.rfind("exported ", 0) == 0) {
-    progress_.set_message(line);
-    Log(LogLevel::kInfo, "training", message,
-        {{"job", label_}, {"path", line.substr(std::strlen("exported "))}});
-  } else if (sscanf(line.c_str(), "stopped at step %lld of %lld", &step, &total) == 2) {
-    progress_.set_step(step);
-    progress_.set_total_steps(total);
-    stop_line_ = line;
-    ExportFigures();
-    Log(LogLevel::kInfo, "training", message,
-        {{"job", label_}, {"step", step}, {"total_steps", total}});
-  } else {
-    // Rank 0's other lines (the job's shape, "done: ..."), mpirun's
-    // own: logged, not progress. The rules of mpirun's message blocks
-    // are left out.
-    if (line.find_first_not_of("- \t") != std::string::npos) {
-      Log(LogLevel::kInfo, "training", message, {{"job", label_}});
-    }
-    return;
+  // Rank 0's other lines (the job's shape, "done: ..."), mpirun's own:
+  // logged, not progress. The rules of mpirun's message blocks are left out.
+  if (line.find_first_not_of("- \t") != std::string::npos) {
+    Log(LogLevel::kInfo, "training", absl::StrCat("training job ", label_, ": ", line),
+        {{"job", label_}});
   }
-  progress_.set_line(line);
-  ++version_;
 }
 
 const base::LogField* TrainingJob::ProgressField(const base::LogRecord& record) {
@@ -253,12 +236,14 @@ void TrainingJob::ReadProgress(const std::string& line, const std::string& field
   base::MutexLock lock(&mu_);
   if (report->kind() == training::ProgressReport::INTERVAL) {
     progress_.set_epoch(report->epoch());
+    progress_.set_epochs(report->epochs());
     progress_.set_step(report->step());
     progress_.set_total_steps(report->total_steps());
     progress_.set_loss(report->loss());
     progress_.set_accuracy(report->accuracy());
+    progress_.set_learning_rate(report->learning_rate());
     progress_.set_images_per_second(report->images_per_second());
-    eta_seconds_ = report->eta_seconds();
+    progress_.set_eta_seconds(report->eta_seconds());
     ExportFigures();
     Log(LogLevel::kDebug, "training", message,
         {{"job", label_},
@@ -270,7 +255,17 @@ void TrainingJob::ReadProgress(const std::string& line, const std::string& field
          {"accuracy", report->accuracy()},
          {"learning_rate", report->learning_rate()},
          {"images_per_second", report->images_per_second()},
-         {"eta_seconds", eta_seconds_}});
+         {"eta_seconds", report->eta_seconds()}});
+  } else if (report->kind() == training::ProgressReport::STOPPED) {
+    progress_.set_step(report->step());
+    progress_.set_total_steps(report->total_steps());
+    stop_line_ = line;
+    ExportFigures();
+    Log(LogLevel::kInfo, "training", message,
+        {{"job", label_}, {"step", report->step()}, {"total_steps", report->total_steps()}});
+  } else if (report->kind() == training::ProgressReport::EXPORTED) {
+    progress_.set_message(line);
+    Log(LogLevel::kInfo, "training", message, {{"job", label_}, {"path", report->export_path()}});
   } else if (report->test_accuracy() >= 0) {
     progress_.set_test_accuracy(report->test_accuracy());
     ExportFigures();

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <mutex>  // std::recursive_mutex (WatchSink)
 #include <string>
 #include <thread>
 #include <utility>
@@ -51,10 +50,12 @@ class PrivateDir {
 class WatchReactor;
 
 // What a job notifies: a watcher that may already be gone (reactor null).
-// The mutex is recursive because gRPC may run OnDone inline from Finish.
+// `mu` guards `reactor` and the reactor's own state; the reactor's calls
+// into gRPC (StartWrite, Finish) are made after it is released, as gRPC
+// may run OnDone, which takes it, inline from Finish.
 struct WatchSink {
-  std::recursive_mutex mu;
-  WatchReactor* reactor = nullptr;
+  base::Mutex mu;
+  WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
 };
 
 // One `numaserve train` child and what it has reported.
@@ -107,9 +108,9 @@ class TrainingJob {
   // One line of the job's output (mpirun's stdout and stderr): a log
   // record of a rank or of the launcher (JSON, see SpawnJob in
   // training_service.cc), among them rank 0's progress reports
-  // (trainer.cc), another line of rank 0's ("exported ...", "stopped at
-  // step ..."), or a message of mpirun's. The progress it reports is kept;
-  // the line goes into the server's log as a record naming the job.
+  // (trainer.cc: intervals, epoch ends, an early stop, the export), or a
+  // line of mpirun's. The progress it reports is kept; the line goes into
+  // the server's log as a record naming the job.
   void ParseLine(const std::string& line) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The "progress" field of a progress report's record (component
@@ -149,7 +150,6 @@ class TrainingJob {
   int64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool exited_ ABSL_GUARDED_BY(mu_) = false;
-  double eta_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   std::string stop_line_ ABSL_GUARDED_BY(mu_);
   base::Mutex sinks_mu_;  // never held while notifying

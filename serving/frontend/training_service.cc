@@ -30,58 +30,84 @@ using base::LogLevel;
 using training::TrainingProgress;
 
 // Streams a job's progress: each new version once, the final state last.
-// All its state is guarded by its sink's mutex.
+// Its state below is guarded by its sink's mutex (sink_->mu). What to do
+// next is decided under that mutex (Decide) and done after it is released
+// (Act): only the caller that set in_flight_ calls StartWrite, only the one
+// that set finished_ calls Finish, and gRPC deletes nothing before Finish,
+// so the reactor is alive for both.
 class WatchReactor final : public grpc::ServerWriteReactor<TrainingProgress> {
  public:
-  explicit WatchReactor(std::shared_ptr<TrainingJob> job) : job_(std::move(job)) {
-    sink_ = std::make_shared<WatchSink>();
-    sink_->reactor = this;
-    std::shared_ptr<WatchSink> sink = sink_;
-    std::lock_guard<std::recursive_mutex> lock(sink->mu);
-    job_->AddSink(sink);
-    Pump();
+  // The next call into gRPC, if any.
+  struct Next {
+    enum Kind { kNothing, kWrite, kFinish } kind = kNothing;
+    grpc::Status status;  // kFinish
+  };
+
+  explicit WatchReactor(std::shared_ptr<TrainingJob> job)
+      : job_(std::move(job)), sink_(std::make_shared<WatchSink>()) {
+    Next next;
+    {
+      base::MutexLock lock(&sink_->mu);
+      sink_->reactor = this;
+      job_->AddSink(sink_);
+      next = Decide();
+    }
+    Act(next);
   }
 
   void OnWriteDone(bool ok) override {
-    std::shared_ptr<WatchSink> sink = sink_;  // `this` may be deleted inside Pump
-    std::lock_guard<std::recursive_mutex> lock(sink->mu);
-    in_flight_ = false;
-    if (!ok) broken_ = true;
-    Pump();
+    Next next;
+    {
+      base::MutexLock lock(&sink_->mu);
+      in_flight_ = false;
+      if (!ok) broken_ = true;
+      next = Decide();
+    }
+    Act(next);
   }
   void OnDone() override {
-    std::shared_ptr<WatchSink> sink = sink_;
     {
-      std::lock_guard<std::recursive_mutex> lock(sink->mu);
-      sink->reactor = nullptr;
+      base::MutexLock lock(&sink_->mu);
+      sink_->reactor = nullptr;
     }
-    job_->RemoveSink(sink.get());
+    job_->RemoveSink(sink_.get());
     delete this;
   }
 
-  // Called with the sink's mutex held. Finish is its last action.
-  void Pump() {
-    if (in_flight_ || finished_) return;
+  // Called with the sink's mutex held: the next write or the finish, each
+  // decided once.
+  Next Decide() {
+    if (in_flight_ || finished_) return {};
     if (broken_) {
       finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-      return;
+      return {Next::kFinish, grpc::Status(grpc::StatusCode::CANCELLED, "client went away")};
     }
     auto [progress, version] = job_->Snapshot();
     if (version > sent_version_) {
       sent_version_ = version;
       message_ = std::move(progress);
       in_flight_ = true;
-      StartWrite(&message_);
-    } else if (message_.state() != TrainingProgress::RUNNING && sent_version_ > 0) {
+      return {Next::kWrite, {}};
+    }
+    if (message_.state() != TrainingProgress::RUNNING && sent_version_ > 0) {
       finished_ = true;
-      Finish(grpc::Status::OK);
+      return {Next::kFinish, grpc::Status::OK};
+    }
+    return {};
+  }
+  // Called without the sink's mutex, with what Decide returned. message_
+  // does not change until the write is done.
+  void Act(const Next& next) {
+    if (next.kind == Next::kWrite) {
+      StartWrite(&message_);
+    } else if (next.kind == Next::kFinish) {
+      Finish(next.status);  // `this` may be deleted from here on
     }
   }
 
  private:
-  std::shared_ptr<TrainingJob> job_;
-  std::shared_ptr<WatchSink> sink_;
+  const std::shared_ptr<TrainingJob> job_;
+  const std::shared_ptr<WatchSink> sink_;  // shared with the job's sink list
   TrainingProgress message_;
   int64_t sent_version_ = 0;
   bool in_flight_ = false;
@@ -97,8 +123,14 @@ void TrainingJob::Notify() {
     sinks = sinks_;
   }
   for (const std::shared_ptr<WatchSink>& sink : sinks) {
-    std::lock_guard<std::recursive_mutex> lock(sink->mu);
-    if (sink->reactor != nullptr) sink->reactor->Pump();
+    WatchReactor* reactor = nullptr;
+    WatchReactor::Next next;
+    {
+      base::MutexLock lock(&sink->mu);
+      reactor = sink->reactor;
+      if (reactor != nullptr) next = reactor->Decide();
+    }
+    if (reactor != nullptr) reactor->Act(next);
   }
 }
 

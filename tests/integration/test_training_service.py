@@ -214,11 +214,17 @@ class TrainingServiceTest(unittest.TestCase):
         first_loss = value(metrics, "numaserve_training_loss")
         self.assertTrue(0 <= first_loss < 10, first_loss)
         self.assertGreaterEqual(metrics.sum("numaserve_training_jobs", state="running"), 1)
+        # The interval's figures beyond the metrics: epochs, learning rate, eta.
+        self.assertTrue(1 <= progress.epoch <= progress.epochs, progress)
+        self.assertTrue(0 < progress.learning_rate <= 0.05 + 1e-6, progress)  # a float
+        self.assertTrue(math.isfinite(progress.eta_seconds) and progress.eta_seconds >= 0, progress)
         # After: the last progress line's figures.
         self.assertEqual(value(after, "numaserve_training_step"), 400)
         self.assertEqual(value(after, "numaserve_training_total_steps"), 400)
         self.assertEqual(value(after, "numaserve_training_epoch"), final.epoch)
         self.assertGreaterEqual(final.epoch, 6)  # 2048 / 32 = 64 steps an epoch
+        self.assertEqual(final.epochs, final.epoch)
+        self.assertEqual(final.eta_seconds, 0)
         loss = value(after, "numaserve_training_loss")
         self.assertTrue(math.isfinite(loss) and 0 <= loss <= first_loss, (loss, first_loss))
         self.assertAlmostEqual(loss, final.loss, places=4)
