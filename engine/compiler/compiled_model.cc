@@ -326,13 +326,30 @@ absl::Status CompiledModelImpl::Compile() {
       plan_.steps.push_back(std::make_unique<ReferenceStep>(&graph_, i));
     }
   }
-  PlanAfterLowering(consumers, producer, *shapes1);
+  PlanAfterLowering(consumers, producer);
   return absl::OkStatus();
 }
 
+void CompiledModelImpl::ChooseBlockedLayout() {
+  using Layout = CompileOptions::ActivationLayout;
+  bool channels_last = options_.activation_layout == Layout::kChannelsLast;
+  if (options_.activation_layout == Layout::kAuto) {
+    // oneDNN 2.6's AMX convs (brgconv, INT8 and BF16) read and write only
+    // channels-last; on channel-blocked tensors BF16 lands on the AVX512_BF16
+    // kernels, which on AMX Xeons are no faster than FP32.
+    const bool amx_bf16 =
+        options_.precision == Precision::kBf16 && kernels::GetBf16Support().path == "amx_bf16";
+    for (size_t i = 0; i < graph_.nodes().size(); ++i) {
+      const bool conv = graph_.nodes()[i].op_type == "Conv";
+      channels_last = channels_last || (conv && (int8_input_[i] || amx_bf16));
+    }
+  }
+  plan_.blocked_layout = channels_last ? kernels::BlockedLayout::kChannelsLast
+                                       : kernels::BlockedLayout::kChannelBlocked;
+}
+
 void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
-                                          const std::vector<int>& producer,
-                                          const std::vector<Shape>& shapes1) {
+                                          const std::vector<int>& producer) {
   // An absorbed QDQ pair is read inside the steps of its readers: its
   // values (the pair's FP32 input included) live until the last of them.
   for (int i = static_cast<int>(graph_.nodes().size()) - 1; i >= 0; --i) {
@@ -341,8 +358,8 @@ void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& c
       for (int c : consumers[v]) step_of_node_[i] = std::max(step_of_node_[i], step_of_node_[c]);
     }
   }
-  AssignStorage();
-  ChooseLayouts(shapes1);
+  AssignStorage(plan_);
+  ChooseLayouts(plan_);
   plan_.threads = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
   if (options_.serial_below_flops < 0) {
     options_.serial_below_flops = DefaultSerialBelowFlops(plan_.threads);
@@ -355,8 +372,8 @@ void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& c
   plan_.serial_below_elements = options_.serial_below_elements;
   plan_.batch_split_cache_bytes = options_.batch_split_cache_bytes;
   plan_.batch_plans = options_.batch_plans;
-  PlanLifetimes(producer, consumers);
-  PlanInPlaceResiduals();
+  PlanLifetimes(plan_, step_of_node_, producer, consumers);
+  PlanInPlaceResiduals(plan_, options_.in_place_residuals);
   // The plan is complete: the runtime runs it from here on.
   executor_ = std::make_unique<runtime::Executor>(&plan_, engine_);
   if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) executor_->PrintProfileAtExit();

@@ -7,7 +7,9 @@
 //   compile_matmul.cc  MatMul/Gemm, the GEMM choice, GELU, attention and
 //                      batched-matmul fusions, the QDQ (INT8) plan
 //   compile_conv.cc    Conv and ConvTranspose
-//   memory_plan.cc     layouts, lifetimes, in-place residuals and storage
+//   memory_plan.h/.cc  the passes over the plan after lowering: storage,
+//                      layouts, lifetimes, in-place residuals (free
+//                      functions of the plan, tested on their own)
 // Compile's product is an ExecutionPlan (engine/runtime/plan.h), plain
 // data; the runtime's Executor runs it, and every run-time method of the
 // CompiledModel interface goes to the Executor.
@@ -41,6 +43,7 @@
 #include "base/log.h"
 #include "engine/compiler/batch_groups.h"
 #include "engine/compiler/compiled_steps.h"
+#include "engine/compiler/memory_plan.h"
 #include "engine/import/model_info.h"
 #include "engine/import/onnx_import.h"
 #include "engine/model.h"
@@ -208,7 +211,7 @@ class CompiledModelImpl final : public CompiledModel {
   // Compile's work once every node has its step: storage, layouts, the
   // thread and serial-step defaults, profiling, lifetimes, in-place residuals.
   void PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
-                         const std::vector<int>& producer, const std::vector<Shape>& shapes1);
+                         const std::vector<int>& producer);
   // Whether a conv or weight matmul doing `flops_per_input` FLOPs per
   // element of its input runs in BF16 (precision bf16, and at least
   // CompileOptions::bf16_min_flops_per_input).
@@ -216,20 +219,9 @@ class CompiledModelImpl final : public CompiledModel {
     return options_.precision == Precision::kBf16 &&
            flops_per_input >= options_.bf16_min_flops_per_input;
   }
-  void AssignStorage();
-  // Keeps conv/pool activations in oneDNN's blocked layout where every
-  // reader accepts it (conv chains); plain elsewhere.
-  void ChooseLayouts(const std::vector<Shape>& shapes1);
-  // blocked_layout_ from CompileOptions::activation_layout (after PlanQdq:
-  // kAuto asks whether a conv runs INT8).
+  // plan_.blocked_layout from CompileOptions::activation_layout (after
+  // PlanQdq: kAuto asks whether a conv runs INT8).
   void ChooseBlockedLayout();
-  // Per arena value, the first step writing it and the last reading it
-  // (views included), for the activation memory plan.
-  void PlanLifetimes(const std::vector<int>& producer,
-                     const std::vector<std::vector<int>>& consumers);
-  // A conv that adds a residual dying at its step writes into the
-  // residual's bytes instead of copying it into its own (same layout).
-  void PlanInPlaceResiduals();
 
   // The FP32 value a QDQ pair quantizes and the pair's parameters.
   struct QdqInput {
