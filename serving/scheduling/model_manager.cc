@@ -111,17 +111,13 @@ void ModelManager::Start(const std::vector<RepositoryModel>& initial,
     }
   }
   if (options_.mode == ModelControlMode::kPoll) {
-    poller_ = std::thread([this] { PollLoop(); });
+    poller_ = std::make_unique<base::PeriodicTask>(
+        options_.poll_interval, [this] { PollOnce(); }, base::PeriodicTask::FirstRun::kAfterPeriod);
   }
 }
 
 void ModelManager::Stop() {
-  {
-    base::MutexLock lock(&poll_mu_);
-    stopping_ = true;
-  }
-  poll_cv_.SignalAll();
-  if (poller_.joinable()) poller_.join();
+  if (poller_ != nullptr) poller_->Stop();
   // Waits for a load or unload under way; later ones are refused.
   base::MutexLock load_lock(&load_mu_);
   stopped_ = true;
@@ -443,36 +439,27 @@ absl::Status ModelManager::Unload(const std::string& name) {
   return UnloadVersions(name, versions);
 }
 
-void ModelManager::PollLoop() {
-  while (true) {
-    {
-      base::MutexLock lock(&poll_mu_);
-      if (stopping_) return;
-      // One wait, woken early by Stop (its result is not needed).
-      poll_cv_.WaitFor(&poll_mu_, options_.poll_interval);
-      if (stopping_) return;
-    }
-    const std::vector<std::string> names = ModelRepository::ListModels(options_.repository);
-    std::vector<std::string> changed, gone;
-    {
-      base::MutexLock l(&mu_);
-      for (const auto& name : names) {
-        auto it = models_.find(name);
-        if (it == models_.end() ||
-            it->second.fingerprint != ModelRepository::Fingerprint(options_.repository, name)) {
-          changed.push_back(name);
-        }
-      }
-      for (const auto& [name, entry] : models_) {
-        if (!std::binary_search(names.begin(), names.end(), name)) gone.push_back(name);
+void ModelManager::PollOnce() {
+  const std::vector<std::string> names = ModelRepository::ListModels(options_.repository);
+  std::vector<std::string> changed, gone;
+  {
+    base::MutexLock l(&mu_);
+    for (const auto& name : names) {
+      auto it = models_.find(name);
+      if (it == models_.end() ||
+          it->second.fingerprint != ModelRepository::Fingerprint(options_.repository, name)) {
+        changed.push_back(name);
       }
     }
-    for (const auto& name : changed) Load(name).IgnoreError();
-    for (const auto& name : gone) {
-      Unload(name).IgnoreError();
-      base::MutexLock l(&mu_);
-      models_.erase(name);
+    for (const auto& [name, entry] : models_) {
+      if (!std::binary_search(names.begin(), names.end(), name)) gone.push_back(name);
     }
+  }
+  for (const auto& name : changed) Load(name).IgnoreError();
+  for (const auto& name : gone) {
+    Unload(name).IgnoreError();
+    base::MutexLock l(&mu_);
+    models_.erase(name);
   }
 }
 

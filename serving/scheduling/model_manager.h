@@ -15,13 +15,13 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "base/periodic_task.h"
 #include "serving/repository/model_repository.h"
 #include "serving/workers/worker_supervisor.h"
 
@@ -53,7 +53,7 @@ class ModelManager {
     std::string repository;
     int num_workers = 1;
     ModelControlMode mode = ModelControlMode::kNone;
-    // Poll mode: how often the repository is read again.
+    // Poll mode: how often the repository is read again (> 0; zero: never).
     std::chrono::milliseconds poll_interval{15000};
     // How long a load may take on the workers before it counts as failed.
     std::chrono::milliseconds load_timeout{std::chrono::minutes(5)};
@@ -83,7 +83,7 @@ class ModelManager {
   // polling in poll mode.
   void Start(const std::vector<RepositoryModel>& initial,
              const std::vector<std::string>& not_loaded) ABSL_LOCKS_EXCLUDED(mu_);
-  void Stop() ABSL_LOCKS_EXCLUDED(poll_mu_, load_mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(load_mu_);
 
   // What a caller of Resolve needs: a version that a worker holds now
   // (ModelReady, metadata), or one that may take requests: held now or
@@ -118,7 +118,9 @@ class ModelManager {
   };
 
   void RefreshReady();  // start-up versions: READY once a worker has them
-  void PollLoop() ABSL_LOCKS_EXCLUDED(poll_mu_, load_mu_, mu_);
+  // One poll: loads the models that are new or changed in the repository,
+  // unloads those gone from it.
+  void PollOnce() ABSL_LOCKS_EXCLUDED(load_mu_, mu_);
   absl::Status UnloadVersions(const std::string& name, const std::vector<int64_t>& versions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -149,10 +151,8 @@ class ModelManager {
   mutable base::Mutex mu_;
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
 
-  base::Mutex poll_mu_;
-  base::CondVar poll_cv_;
-  bool stopping_ ABSL_GUARDED_BY(poll_mu_) = false;
-  std::thread poller_;
+  // kPoll: PollOnce every options_.poll_interval, from Start to Stop.
+  std::unique_ptr<base::PeriodicTask> poller_;
 };
 
 }  // namespace numaserve::serving

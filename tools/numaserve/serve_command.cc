@@ -17,7 +17,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +31,7 @@
 #include "base/errno_text.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "base/periodic_task.h"
 #include "engine/model.h"
 #include "kernels/dispatch.h"
 #include "serving/frontend/grpc_auth.h"
@@ -76,47 +76,6 @@ using serving::VersionText;
 using serving::WorkerSupervisor;
 
 namespace {
-
-// Runs `task` on a thread of its own every `period` until Stop() (or
-// destruction); Stop() wakes it at once. Not started for a zero period.
-class PeriodicTask {
- public:
-  PeriodicTask(std::chrono::microseconds period, std::function<void()> task)
-      : task_(std::move(task)) {
-    if (period.count() > 0) thread_ = std::thread([this, period] { Loop(period); });
-  }
-  ~PeriodicTask() { Stop(); }
-  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
-    {
-      base::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    cv_.SignalAll();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void Loop(std::chrono::microseconds period) ABSL_LOCKS_EXCLUDED(mu_) {
-    mu_.Lock();
-    while (!stopping_) {
-      mu_.Unlock();
-      task_();
-      mu_.Lock();
-      // Waits out `period` on the steady clock, or less when Stop() comes.
-      const auto until = std::chrono::steady_clock::now() + period;
-      while (!stopping_) {
-        if (cv_.WaitUntil(&mu_, until)) break;  // the period is over
-      }
-    }
-    mu_.Unlock();
-  }
-
-  const std::function<void()> task_;
-  base::Mutex mu_;
-  base::CondVar cv_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
 
 // Each worker's resident memory, from /proc/<pid>/statm.
 void SampleResidentMemory(const WorkerSupervisor& workers, Metrics* metrics) {
@@ -461,9 +420,9 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
   on_workers_changed = &pump_scheduler;
   PublishPeaks(*plan, metrics->get());
   if (o.measure_bandwidth) MeasureBandwidth(*plan, metrics->get());
-  PeriodicTask rss_sampler(std::chrono::seconds(1), [workers = workers->get(), m = metrics->get()] {
-    SampleResidentMemory(*workers, m);
-  });
+  base::PeriodicTask rss_sampler(
+      std::chrono::seconds(1),
+      [workers = workers->get(), m = metrics->get()] { SampleResidentMemory(*workers, m); });
   (*workers)->Start(std::chrono::minutes(5));
   ModelManager::Options manager_options;
   manager_options.repository = o.model_repository;
@@ -544,7 +503,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
   on_workers_changed = &on_change;
   AnnounceServing(o, grpc_port, metrics_address, (*metrics)->port(), training_where);
   // The probe: readiness, through the worker supervisor's locks.
-  PeriodicTask watchdog(SystemdWatchdogPeriod(), [&] {
+  base::PeriodicTask watchdog(SystemdWatchdogPeriod(), [&] {
     (void)service.Ready();
     sd_notify(0, "WATCHDOG=1");
   });
