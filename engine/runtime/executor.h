@@ -9,6 +9,7 @@
 // Not thread-safe: one call at a time, as CompiledModel.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
