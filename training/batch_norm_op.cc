@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/onednn/training_onednn.h"
 #include "training/conv_pool_ops.h"
-#include "training/onednn_training_ops.h"
 #include "training/training_ops.h"
 
 namespace numaserve::training::batch_norm {
@@ -64,9 +64,11 @@ bool UseOnednn() {
 // Never after an execution error (backward would add its gradients twice).
 std::atomic<int64_t> fallbacks{0};
 
-bool FallBack(const absl::Status& s) { return onednn::ShapeRejected(s, fallbacks); }
+bool FallBack(const absl::Status& s) {
+  return kernels::training_onednn::ShapeRejected(s, fallbacks);
+}
 
-onednn::BatchNormShape OnednnShape(const Layout& l, float eps) {
+kernels::training_onednn::BatchNormShape OnednnShape(const Layout& l, float eps) {
   return {.n = l.n, .c = l.c, .spatial = l.spatial, .epsilon = eps};
 }
 
@@ -94,10 +96,10 @@ absl::Status Forward(const engine::Graph&, const engine::Node& node,
     float* running_var = const_cast<float*>(in[4]->data.data());
     const bool training = InTrainingMode();
     std::vector<float> mean(training ? l->c : 0), var(training ? l->c : 0);
-    absl::Status s =
-        onednn::BatchNormForward(&node, OnednnShape(*l, eps), x.data.data(), in[1]->data.data(),
-                                 in[2]->data.data(), training ? mean.data() : running_mean,
-                                 training ? var.data() : running_var, y.data.data(), training);
+    absl::Status s = kernels::training_onednn::BatchNormForward(
+        &node, OnednnShape(*l, eps), x.data.data(), in[1]->data.data(), in[2]->data.data(),
+        training ? mean.data() : running_mean, training ? var.data() : running_var, y.data.data(),
+        training);
     if (s.ok() && training) {
       UpdateRunning(momentum, l->c, mean.data(), running_mean);
       UpdateRunning(momentum, l->c, var.data(), running_var);
@@ -145,9 +147,9 @@ absl::Status Backward(const engine::Graph&, const engine::Node& node,
   const Tensor& dy = *gout[0];
   if (UseOnednn()) {
     auto data = [&](int i) { return gin[i] != nullptr ? gin[i]->data.data() : nullptr; };
-    absl::Status s =
-        onednn::BatchNormBackward(&node, OnednnShape(*l, eps), x.data.data(), in[1]->data.data(),
-                                  in[2]->data.data(), dy.data.data(), data(0), data(1), data(2));
+    absl::Status s = kernels::training_onednn::BatchNormBackward(
+        &node, OnednnShape(*l, eps), x.data.data(), in[1]->data.data(), in[2]->data.data(),
+        dy.data.data(), data(0), data(1), data(2));
     if (!FallBack(s)) return s;
   }
   std::vector<double> mean, var;

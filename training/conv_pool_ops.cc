@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "training/onednn_training_ops.h"
+#include "kernels/onednn/training_onednn.h"
 #include "training/training_ops.h"
 
 namespace numaserve::training::conv_pool {
@@ -28,7 +28,7 @@ std::vector<int64_t> Ints(const Node& node, const std::string& key, std::vector<
 }
 
 // Geometry of a 2-D window op over NCHW.
-using Window = onednn::Window2d;
+using Window = kernels::training_onednn::Window2d;
 
 // NUMASERVE_TRAINING_REFERENCE_OPS=1 starts a process on the reference
 // (for comparing speed and results on a whole training run).
@@ -47,7 +47,9 @@ bool UseOnednn() {
 // oneDNN could not make a primitive for this geometry: the reference runs.
 std::atomic<int64_t> fallbacks{0};
 
-bool FallBack(const absl::Status& s) { return onednn::ShapeRejected(s, fallbacks); }
+bool FallBack(const absl::Status& s) {
+  return kernels::training_onednn::ShapeRejected(s, fallbacks);
+}
 
 absl::StatusOr<Window> MakeWindow(const Node& node, const Tensor& x, int64_t kh, int64_t kw) {
   if (x.rank() != 4)
@@ -236,18 +238,18 @@ const float* BiasOf(const std::vector<const Tensor*>& in) {
   return in.size() > 2 && in[2] != nullptr ? in[2]->data.data() : nullptr;
 }
 
-absl::StatusOr<onednn::ConvShape> OnednnConvShape(const Node& node,
-                                                  const std::vector<const Tensor*>& in) {
+absl::StatusOr<kernels::training_onednn::ConvShape> OnednnConvShape(
+    const Node& node, const std::vector<const Tensor*>& in) {
   absl::StatusOr<ConvGeometry> g = MakeConv(node, *in[0], *in[1]);
   if (!g.ok()) return g.status();
   const bool bias = BiasOf(in) != nullptr;
   if (bias && in[2]->size() != g->m)
     return NodeError(node, absl::StrCat("the bias must have ", g->m, " elements"));
-  return onednn::ConvShape{.win = g->win,
-                           .m = g->m,
-                           .groups = g->groups,
-                           .bias = bias,
-                           .bf16 = CurrentTrainingContext().bf16};
+  return kernels::training_onednn::ConvShape{.win = g->win,
+                                             .m = g->m,
+                                             .groups = g->groups,
+                                             .bias = bias,
+                                             .bf16 = CurrentTrainingContext().bf16};
 }
 
 }  // namespace
@@ -258,15 +260,16 @@ int64_t ReferenceFallbacks() { return fallbacks.load(); }
 
 absl::Status ConvForward(const engine::Graph&, const Node& node,
                          const std::vector<const Tensor*>& in, std::vector<Tensor*>& out) {
-  absl::StatusOr<onednn::ConvShape> shape = OnednnConvShape(node, in);
+  absl::StatusOr<kernels::training_onednn::ConvShape> shape = OnednnConvShape(node, in);
   if (!shape.ok()) return shape.status();
   if (UseOnednn()) {
     const Window& w = shape->win;
     Tensor& y = *out[0];
     y.shape = {w.n, shape->m, w.oh, w.ow};
     y.data.resize(w.n * shape->m * w.oh * w.ow);
-    absl::Status s = onednn::ConvForward(&node, *shape, in[0]->data.data(), in[1]->data.data(),
-                                         BiasOf(in), y.data.data(), InTrainingMode());
+    absl::Status s =
+        kernels::training_onednn::ConvForward(&node, *shape, in[0]->data.data(), in[1]->data.data(),
+                                              BiasOf(in), y.data.data(), InTrainingMode());
     if (!FallBack(s)) return s;
   }
   return ConvForwardReference(node, in, out);
@@ -275,14 +278,14 @@ absl::Status ConvForward(const engine::Graph&, const Node& node,
 absl::Status ConvBackward(const engine::Graph&, const Node& node,
                           const std::vector<const Tensor*>& in, const std::vector<const Tensor*>&,
                           const std::vector<const Tensor*>& gout, std::vector<Tensor*>& gin) {
-  absl::StatusOr<onednn::ConvShape> shape = OnednnConvShape(node, in);
+  absl::StatusOr<kernels::training_onednn::ConvShape> shape = OnednnConvShape(node, in);
   if (!shape.ok()) return shape.status();
   if (UseOnednn()) {
     float* db = shape->bias && gin.size() > 2 && gin[2] != nullptr ? gin[2]->data.data() : nullptr;
-    absl::Status s = onednn::ConvBackward(&node, *shape, in[0]->data.data(), in[1]->data.data(),
-                                          gout[0]->data.data(),
-                                          gin[0] != nullptr ? gin[0]->data.data() : nullptr,
-                                          gin[1] != nullptr ? gin[1]->data.data() : nullptr, db);
+    absl::Status s = kernels::training_onednn::ConvBackward(
+        &node, *shape, in[0]->data.data(), in[1]->data.data(), gout[0]->data.data(),
+        gin[0] != nullptr ? gin[0]->data.data() : nullptr,
+        gin[1] != nullptr ? gin[1]->data.data() : nullptr, db);
     if (!FallBack(s)) return s;
   }
   return ConvBackwardReference(node, in, gout, gin);
@@ -334,9 +337,10 @@ bool OnednnPools(const Window& w) {
   return UseOnednn() && w.pt < eh && w.pb < eh && w.pl < ew && w.pr < ew;
 }
 
-onednn::PoolKind AverageKind(const Node& node) {
-  return node.GetInt("count_include_pad", 0) != 0 ? onednn::PoolKind::kAverageIncludePad
-                                                  : onednn::PoolKind::kAverageExcludePad;
+kernels::training_onednn::PoolKind AverageKind(const Node& node) {
+  return node.GetInt("count_include_pad", 0) != 0
+             ? kernels::training_onednn::PoolKind::kAverageIncludePad
+             : kernels::training_onednn::PoolKind::kAverageExcludePad;
 }
 
 }  // namespace
@@ -350,8 +354,9 @@ absl::Status MaxPoolForward(const engine::Graph&, const Node& node,
   y.shape = {w->n, w->c, w->oh, w->ow};
   y.data.resize(w->n * w->c * w->oh * w->ow);
   if (OnednnPools(*w)) {
-    absl::Status s = onednn::PoolForward(&node, onednn::PoolKind::kMax, *w, in[0]->data.data(),
-                                         y.data.data(), InTrainingMode());
+    absl::Status s =
+        kernels::training_onednn::PoolForward(&node, kernels::training_onednn::PoolKind::kMax, *w,
+                                              in[0]->data.data(), y.data.data(), InTrainingMode());
     if (!FallBack(s)) return s;
   }
 #pragma omp parallel for
@@ -376,9 +381,9 @@ absl::Status MaxPoolBackward(const engine::Graph&, const Node& node,
   absl::StatusOr<Window> w = PoolWindow(node, *in[0]);
   if (!w.ok()) return w.status();
   if (OnednnPools(*w)) {
-    absl::Status s =
-        onednn::PoolBackward(&node, onednn::PoolKind::kMax, *w, in[0]->data.data(),
-                             out[0]->data.data(), gout[0]->data.data(), gin[0]->data.data());
+    absl::Status s = kernels::training_onednn::PoolBackward(
+        &node, kernels::training_onednn::PoolKind::kMax, *w, in[0]->data.data(),
+        out[0]->data.data(), gout[0]->data.data(), gin[0]->data.data());
     if (!FallBack(s)) return s;
   }
 #pragma omp parallel for
@@ -429,8 +434,8 @@ absl::Status AveragePoolForward(const engine::Graph&, const Node& node,
   y.shape = {w->n, w->c, w->oh, w->ow};
   y.data.resize(w->n * w->c * w->oh * w->ow);
   if (OnednnPools(*w)) {
-    absl::Status s = onednn::PoolForward(&node, AverageKind(node), *w, in[0]->data.data(),
-                                         y.data.data(), InTrainingMode());
+    absl::Status s = kernels::training_onednn::PoolForward(
+        &node, AverageKind(node), *w, in[0]->data.data(), y.data.data(), InTrainingMode());
     if (!FallBack(s)) return s;
   }
 #pragma omp parallel for
@@ -457,9 +462,9 @@ absl::Status AveragePoolBackward(const engine::Graph&, const Node& node,
   absl::StatusOr<Window> w = PoolWindow(node, *in[0]);
   if (!w.ok()) return w.status();
   if (OnednnPools(*w)) {
-    absl::Status s =
-        onednn::PoolBackward(&node, AverageKind(node), *w, in[0]->data.data(), out[0]->data.data(),
-                             gout[0]->data.data(), gin[0]->data.data());
+    absl::Status s = kernels::training_onednn::PoolBackward(
+        &node, AverageKind(node), *w, in[0]->data.data(), out[0]->data.data(), gout[0]->data.data(),
+        gin[0]->data.data());
     if (!FallBack(s)) return s;
   }
   const bool count_pad = node.GetInt("count_include_pad", 0) != 0;

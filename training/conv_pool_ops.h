@@ -1,6 +1,6 @@
 // Training forward and backward of the convolutional ops (2-D, NCHW):
 // Conv (groups, strides, pads, dilations), MaxPool and AveragePool run on
-// oneDNN's training primitives (onednn_training_ops.h). The reference
+// oneDNN's training primitives (kernels/onednn/training_onednn.h). The reference
 // implementation, kept for tests and for geometries oneDNN rejects, is
 // im2col + oneDNN sgemm over the whole batch for Conv and OpenMP loops for
 // the pools; GlobalAveragePool is a loop. Signatures are TrainingOp's

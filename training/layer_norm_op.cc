@@ -5,9 +5,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/onednn/training_onednn.h"
 #include "kernels/shape_ops.h"
 #include "training/conv_pool_ops.h"
-#include "training/onednn_training_ops.h"
 #include "training/training_ops.h"
 
 namespace numaserve::training::layer_norm {
@@ -57,13 +57,15 @@ bool UseOnednn() {
 // Never after an execution error (backward would add its gradients twice).
 std::atomic<int64_t> fallbacks{0};
 
-bool FallBack(const absl::Status& s) { return onednn::ShapeRejected(s, fallbacks); }
+bool FallBack(const absl::Status& s) {
+  return kernels::training_onednn::ShapeRejected(s, fallbacks);
+}
 
 const float* Bias(const std::vector<const Tensor*>& in) {
   return in.size() > 2 && in[2] != nullptr ? in[2]->data.data() : nullptr;
 }
 
-onednn::LayerNormShape OnednnShape(const Rows& r, float eps, const float* bias) {
+kernels::training_onednn::LayerNormShape OnednnShape(const Rows& r, float eps, const float* bias) {
   return {.rows = r.rows, .inner = r.inner, .epsilon = eps, .shift = bias != nullptr};
 }
 
@@ -83,8 +85,9 @@ absl::Status Forward(const engine::Graph&, const engine::Node& node,
   y.shape = x.shape;
   y.data.resize(x.data.size());
   if (UseOnednn()) {
-    absl::Status s = onednn::LayerNormForward(&node, OnednnShape(*r, eps, bias), x.data.data(),
-                                              scale, bias, y.data.data(), InTrainingMode());
+    absl::Status s =
+        kernels::training_onednn::LayerNormForward(&node, OnednnShape(*r, eps, bias), x.data.data(),
+                                                   scale, bias, y.data.data(), InTrainingMode());
     if (!FallBack(s)) return s;
   }
 #pragma omp parallel for
@@ -114,8 +117,9 @@ absl::Status Backward(const engine::Graph&, const engine::Node& node,
     float* dx = gin[0] != nullptr ? gin[0]->data.data() : nullptr;
     float* dscale = gin[1] != nullptr ? gin[1]->data.data() : nullptr;
     float* dbias = gin.size() > 2 && gin[2] != nullptr ? gin[2]->data.data() : nullptr;
-    absl::Status s = onednn::LayerNormBackward(&node, OnednnShape(*r, eps, bias), x.data.data(),
-                                               scale, bias, dy.data.data(), dx, dscale, dbias);
+    absl::Status s = kernels::training_onednn::LayerNormBackward(&node, OnednnShape(*r, eps, bias),
+                                                                 x.data.data(), scale, bias,
+                                                                 dy.data.data(), dx, dscale, dbias);
     if (!FallBack(s)) return s;
   }
   const int64_t n = r->inner;

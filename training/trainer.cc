@@ -21,11 +21,11 @@
 #include "base/log.h"
 #include "engine/import/onnx_import.h"
 #include "kernels/dispatch.h"
+#include "kernels/onednn/training_onednn.h"
 #include "training/batch_prefetcher.h"
 #include "training/checkpoint.h"
 #include "training/dataset.h"
 #include "training/gradient_allreduce.h"
-#include "training/onednn_training_ops.h"
 #include "training/onnx_export.h"
 #include "training/optimizer.h"
 #include "training/record_file.h"
@@ -630,7 +630,8 @@ absl::StatusOr<TrainResult> FinishRun(const TrainLoop& loop, LoopState* state) {
     if (leader) fprintf(options.progress, "timeline %s\n", config.timeline().c_str());
   }
   if (run.bf16 && leader) {
-    const onednn::Bf16ConvPrimitives counts = onednn::Bf16ConvPrimitiveCounts();
+    const kernels::training_onednn::Bf16ConvPrimitives counts =
+        kernels::training_onednn::Bf16ConvPrimitiveCounts();
     fprintf(options.progress, "bf16: %lld convolution primitives in BF16, %lld in FP32%s\n",
             static_cast<long long>(counts.bf16), static_cast<long long>(counts.fp32_instead),
             counts.fp32_instead > 0 ? " (oneDNN has only a reference BF16 kernel for them)" : "");

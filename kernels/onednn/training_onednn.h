@@ -6,11 +6,11 @@
 // Primitives, reorders and their scratch buffers are made once (per op
 // instance and geometry for Conv and the normalizations, per geometry for
 // pooling) and kept per thread. Backward ADDS into the gradients it is
-// given, like every training op (training_ops.h).
+// given, like every training op (training/training_ops.h).
 //
-// conv_pool_ops.cc, batch_norm_op.cc and layer_norm_op.cc keep their own
-// loops as the reference these are tested against and as the fallback when
-// oneDNN has no implementation.
+// training/conv_pool_ops.cc, batch_norm_op.cc and layer_norm_op.cc call
+// these, and keep their own loops as the reference these are tested against
+// and as the fallback when oneDNN has no implementation.
 #pragma once
 
 #include <atomic>
@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 
-namespace numaserve::training::onednn {
+namespace numaserve::kernels::training_onednn {
 
 // A 2-D window over NCHW: input, kernel, strides, pads (top, left,
 // bottom, right), dilations (1 = dense) and output extents.
@@ -126,4 +126,4 @@ absl::Status LayerNormBackward(const void* node, const LayerNormShape& shape, co
 // never followed by the reference (backward would add its gradients twice).
 bool ShapeRejected(const absl::Status& s, std::atomic<int64_t>& fallbacks);
 
-}  // namespace numaserve::training::onednn
+}  // namespace numaserve::kernels::training_onednn

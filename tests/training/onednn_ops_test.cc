@@ -1,10 +1,8 @@
-// oneDNN training primitives (Conv, MaxPool, AveragePool,
-// BatchNormalization, LayerNormalization) against the reference implementation: forward, dX,
-// dW and dB over many geometries (for BatchNormalization also the running
-// statistics), gradients added to what the buffers already hold, and whole
-// nets.
-#include "training/onednn_training_ops.h"
-
+// The oneDNN training primitives (kernels/onednn/training_onednn.h: Conv,
+// MaxPool, AveragePool, BatchNormalization, LayerNormalization) against
+// the training ops' reference loops: forward, dX, dW and dB over many
+// geometries (for BatchNormalization also the running statistics),
+// gradients added to what the buffers already hold, and whole nets.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include <random>
 
 #include "kernels/dispatch.h"
+#include "kernels/onednn/training_onednn.h"
 #include "tests/training/graph_builder.h"
 #include "training/batch_norm_op.h"
 #include "training/conv_pool_ops.h"
@@ -231,9 +230,11 @@ TEST(OnednnTrainingOpsTest, Bf16ConvWithinBf16RoundingOfReference) {
     const std::vector<Tensor>& inputs = run.inputs;
     const Tensor& dy = run.dy;
     const OpResult& ref = run.ref;
-    const onednn::Bf16ConvPrimitives before = onednn::Bf16ConvPrimitiveCounts();
+    const kernels::training_onednn::Bf16ConvPrimitives before =
+        kernels::training_onednn::Bf16ConvPrimitiveCounts();
     const OpResult bf16 = RunOp(graph, inputs, dy, Implementation::kOnednn, true, /*bf16=*/true);
-    const onednn::Bf16ConvPrimitives after = onednn::Bf16ConvPrimitiveCounts();
+    const kernels::training_onednn::Bf16ConvPrimitives after =
+        kernels::training_onednn::Bf16ConvPrimitiveCounts();
     // Forward, backward data and backward weights: three primitives, each
     // in BF16 or (where oneDNN has only a reference BF16 kernel) FP32.
     EXPECT_EQ((after.bf16 - before.bf16) + (after.fp32_instead - before.fp32_instead), 3) << c.what;
@@ -258,7 +259,8 @@ TEST(OnednnTrainingOpsTest, Bf16ConvWithinBf16RoundingOfReference) {
   }
   // The CNN's main layer (32 -> 64, 3x3) has oneDNN BF16 kernels on every
   // CPU with a native BF16 path.
-  const onednn::Bf16ConvPrimitives counts = onednn::Bf16ConvPrimitiveCounts();
+  const kernels::training_onednn::Bf16ConvPrimitives counts =
+      kernels::training_onednn::Bf16ConvPrimitiveCounts();
   EXPECT_GE(counts.bf16, 3);
 }
 

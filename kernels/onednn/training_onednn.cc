@@ -1,4 +1,4 @@
-#include "training/onednn_training_ops.h"
+#include "kernels/onednn/training_onednn.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/onednn/onednn_common.h"
 
-namespace numaserve::training::onednn {
+namespace numaserve::kernels::training_onednn {
 namespace {
 
 using dt = dnnl::memory::data_type;
@@ -763,4 +763,4 @@ bool ShapeRejected(const absl::Status& s, std::atomic<int64_t>& fallbacks) {
   return rejected;
 }
 
-}  // namespace numaserve::training::onednn
+}  // namespace numaserve::kernels::training_onednn
