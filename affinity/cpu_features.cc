@@ -298,6 +298,15 @@ Design IntelDesign(const CpuFeatures& f) {
       case 0x8c:  // Tiger Lake
       case 0x8d:
       case 0xa7:  // Rocket Lake
+        // No client core has AMX: a client model number beside it is a
+        // hypervisor's mask over a server core (seen: a Sapphire Rapids
+        // guest reported as model 0xa7). Server cores have one or two
+        // 512-bit FMA units: the probe decides.
+        if (f.amx_tile) {
+          return {.name = "Intel server AVX-512 core (model number masked)",
+                  .avx512 = k2x512,
+                  .avx512_other = k1x512};
+        }
         // Client AVX-512: ports 0+1 fused into one 512-bit unit, no port 5 FMA.
         return {.name = "Intel client AVX-512 core", .avx512 = k1x512};
       case 0xaf:  // Sierra Forest

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Installs every build, test and benchmark dependency of numaserve from
-# Debian's packages. Idempotent: quiet and quick when everything is present.
+# Debian 13 (trixie)'s packages, the compilers and build tools included.
+# Idempotent: quiet and quick when everything is present. On an older
+# Debian, deploy/debian13-root.sh runs the same commands in a Debian 13 root.
 set -euo pipefail
 
+version_id=$(. /etc/os-release && echo "${VERSION_ID:-unknown}")
+if ! [ "${version_id%%.*}" -ge 13 ] 2>/dev/null; then
+  echo "install-deps: numaserve targets Debian 13 (trixie); this machine runs" \
+    "$(. /etc/os-release && echo "${PRETTY_NAME:-an unknown system}")." >&2
+  echo "install-deps: run the same command in a Debian 13 root instead:" \
+    "deploy/debian13-root.sh make TARGET (make test, make serve, ...)" >&2
+  exit 1
+fi
+
 packages=(
-  build-essential cmake ninja-build pkg-config git clang-format clang-tidy
+  build-essential cmake ninja-build pkg-config git clang-format clang-tidy ccache
   libdnnl-dev libopenblas-openmp-dev libblis-openmp-dev libhwloc-dev hwloc
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libonnx-dev libopenmpi-dev openmpi-bin
@@ -21,6 +32,8 @@ packages=(
   # make report's plots (benchmarks/report/make_report.py, matplotlib's Agg
   # backend: no display needed)
   python3-matplotlib
+  # the virtual environments of pinned PyPI packages (requirements/)
+  python3-venv
 )
 
 missing=()

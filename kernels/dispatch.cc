@@ -76,7 +76,7 @@ void Init() {
   if (!decision.onednn_cap.empty()) {
     const dnnl::cpu_isa isa = decision.onednn_cap == "avx2"          ? dnnl::cpu_isa::avx2
                               : decision.onednn_cap == "avx512_core" ? dnnl::cpu_isa::avx512_core
-                                                                     : dnnl::cpu_isa::all;
+                                                                     : dnnl::cpu_isa::isa_default;
     try {
       dnnl::set_max_cpu_isa(isa);
     } catch (const dnnl::error& e) {

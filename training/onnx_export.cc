@@ -181,7 +181,7 @@ absl::StatusOr<std::string> NextVersionPath(const std::string& repository,
     return absl::InternalError(
         absl::StrCat("cannot create ", model_dir.string(), ": ", base::ErrnoText(errno)));
   }
-  struct stat st {};
+  struct stat st{};
   if (lstat(model_dir.c_str(), &st) != 0) {
     return absl::InternalError(
         absl::StrCat("cannot stat ", model_dir.string(), ": ", base::ErrnoText(errno)));

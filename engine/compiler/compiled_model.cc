@@ -186,9 +186,10 @@ absl::StatusOr<bool> CompiledModelImpl::LowerReduce(const LowerContext& c) {
   const int64_t rank = static_cast<int64_t>(c.shapes1[in].size());
   auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 1);
   if (!axes.ok() || rank == 0) return AddReferenceStep(c.node_index);
-  int64_t first_axis = 0;  // no axes: all of them
-  if (axes->has_value() && !(*axes)->empty()) {
-    auto norm = ops::NormalizeAxes(node, **axes, rank);
+  int64_t first_axis = 0;     // no axes: all of them
+  const auto& given = *axes;  // no axes, or the axes given
+  if (given.has_value() && !given->empty()) {
+    auto norm = ops::NormalizeAxes(node, *given, rank);
     if (!norm.ok()) return AddReferenceStep(c.node_index);
     std::vector<int64_t> sorted = *norm;
     std::sort(sorted.begin(), sorted.end());

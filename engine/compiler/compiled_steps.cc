@@ -171,8 +171,8 @@ absl::Status TypedReferenceStep::Run(const StepContext& ctx) {
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     const ValueId v = node.inputs[i];
     if (v == kNoValue) continue;
-    if (constants_[i].has_value()) {
-      in[i] = &*constants_[i];
+    if (const std::optional<TypedTensor>& constant = constants_[i]; constant.has_value()) {
+      in[i] = &*constant;
       continue;
     }
     inputs_[i] = TypedTensor::View(RuntimeType(*graph_, v), ctx.shapes[v], ctx.data[v]);
@@ -477,10 +477,10 @@ absl::Status BatchedMatMulStep::Run(const StepContext& ctx) {
       dnnl::primitive_attr attr;
       if (alpha_ != 1.0f) {
         dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, alpha_, 0.0f);
+        ops.append_eltwise(dnnl::algorithm::eltwise_linear, alpha_, 0.0f);
         attr.set_post_ops(ops);
       }
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(desc(a), desc(b), desc(y)), attr, engine_);
+      dnnl::matmul::primitive_desc pd(engine_, desc(a), desc(b), desc(y), attr);
       created.impl = pd.impl_info_str();
       created.call.primitive = dnnl::matmul(pd);
       created.call.args[DNNL_ARG_SRC] = kernels::UnboundMemory(pd.src_desc(), engine_);

@@ -211,8 +211,11 @@ std::optional<std::vector<Constant>> FoldShapeRead(const Graph& graph, const Nod
   // Views without data: Shape and Size read the shape alone, so a huge
   // shape costs nothing here.
   static const uint8_t kNoData = 0;
-  const TypedTensor p1 = TypedTensor::View(DataType::kBool, *state.at1[node.inputs[0]], &kNoData);
-  const TypedTensor p2 = TypedTensor::View(DataType::kBool, *state.at2[node.inputs[0]], &kNoData);
+  const std::optional<Shape>& s1 = state.at1[node.inputs[0]];
+  const std::optional<Shape>& s2 = state.at2[node.inputs[0]];
+  if (!s1.has_value() || !s2.has_value()) return std::nullopt;
+  const TypedTensor p1 = TypedTensor::View(DataType::kBool, *s1, &kNoData);
+  const TypedTensor p2 = TypedTensor::View(DataType::kBool, *s2, &kNoData);
   auto out1 = RunTypedNode(graph, node, {&p1});
   auto out2 = RunTypedNode(graph, node, {&p2});
   std::optional<std::vector<Constant>> result;
@@ -247,9 +250,9 @@ std::optional<std::vector<Constant>> FoldTracked(const Graph& graph, const Node&
     if (v == kNoValue) {
       in1.push_back(nullptr);
       in2.push_back(nullptr);
-    } else if (state.at_batch[v].has_value()) {
-      in1.push_back(&(*state.at_batch[v])[0]);
-      in2.push_back(&(*state.at_batch[v])[1]);
+    } else if (const auto& both = state.at_batch[v]; both.has_value()) {
+      in1.push_back(&(*both)[0]);
+      in2.push_back(&(*both)[1]);
     } else if (const Constant* c = graph.FindConstant(v); c != nullptr) {
       auto t = ConstantAsTyped(*c);
       if (!t.ok()) return result;
@@ -292,8 +295,16 @@ void PropagateShapes(const Graph& graph, const Node& node, const OpSchema& schem
                      FoldState& state) {
   std::vector<const Shape*> s1, s2;
   for (ValueId v : node.inputs) {
-    s1.push_back(v == kNoValue ? nullptr : &*state.at1[v]);
-    s2.push_back(v == kNoValue ? nullptr : &*state.at2[v]);
+    if (v == kNoValue) {
+      s1.push_back(nullptr);
+      s2.push_back(nullptr);
+      continue;
+    }
+    const std::optional<Shape>& v1 = state.at1[v];
+    const std::optional<Shape>& v2 = state.at2[v];
+    if (!v1.has_value() || !v2.has_value()) return;  // the caller checks: never
+    s1.push_back(&*v1);
+    s2.push_back(&*v2);
   }
   auto o1 = schema.infer_shapes(graph, node, s1);
   auto o2 = schema.infer_shapes(graph, node, s2);

@@ -73,9 +73,9 @@ absl::StatusOr<UnaryParams> UnaryParamsOf(const Graph& graph, const Node& node) 
       if (HasInput(node, i) && !graph.IsConstant(node.inputs[i])) continue;
       auto v = ConstFloats(graph, node, i, i == 1 ? "min" : "max");
       if (!v.ok()) return v.status();
-      if (v->has_value()) {
-        if ((*v)->size() != 1) return NodeError(node, "min/max must be scalars");
-        (i == 1 ? p.alpha : p.beta) = (**v)[0];
+      if (const auto& given = *v; given.has_value()) {
+        if (given->size() != 1) return NodeError(node, "min/max must be scalars");
+        (i == 1 ? p.alpha : p.beta) = (*given)[0];
       }
     }
     return p;

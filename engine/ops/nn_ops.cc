@@ -268,6 +268,19 @@ absl::Status PoolValidate(const Graph&, const Node& node) {
   if (!global && !node.HasAttribute("kernel_shape")) {
     return NodeError(node, "kernel_shape is required");
   }
+  // AveragePool's dilations (opset 19) with ceil_mode and count_include_pad:
+  // the divisor ONNX defines for a window that ceil_mode lets run past the
+  // padding is not the one the kernels use (libonnx-testdata 1.17's
+  // test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True):
+  // refused, not answered wrong.
+  if (node.op_type == "AveragePool" && node.GetInt("ceil_mode", 0) != 0 &&
+      node.GetInt("count_include_pad", 0) != 0) {
+    for (int64_t d : node.GetInts("dilations", {})) {
+      if (d != 1) {
+        return NodeUnsupported(node, "dilations with ceil_mode and count_include_pad");
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -101,8 +101,9 @@ absl::StatusOr<ReduceSpec> ReduceSpecOf(const Graph& graph, const Node& node, in
   auto axes = IntsFromAttrOrInput(graph, node, "axes", 1);
   if (!axes.ok()) return axes.status();
   ReduceSpec spec;
-  if (axes->has_value() && !(*axes)->empty()) {
-    auto n = NormalizeAxes(node, **axes, rank);
+  const auto& given = *axes;  // no axes, or the axes given
+  if (given.has_value() && !given->empty()) {
+    auto n = NormalizeAxes(node, *given, rank);
     if (!n.ok()) return n.status();
     spec.axes = *std::move(n);
   } else {

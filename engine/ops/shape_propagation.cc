@@ -360,12 +360,17 @@ class RowAnalysis {
         if (!starts.ok() || !axes.ok() || !steps.ok() || !starts->has_value()) {
           return "slices by runtime values";
         }
-        const size_t n = (*starts)->size();
+        const auto& given_starts = *starts;
+        const auto& given_axes = *axes;
+        const auto& given_steps = *steps;
+        const size_t n = given_starts.has_value() ? given_starts->size() : 0;
         for (size_t i = 0; i < n; ++i) {
-          const int64_t a =
-              axes->has_value() && i < (*axes)->size() ? (**axes)[i] : static_cast<int64_t>(i);
+          const int64_t a = given_axes.has_value() && i < given_axes->size()
+                                ? (*given_axes)[i]
+                                : static_cast<int64_t>(i);
           auto normalized = kernels::NormalizeAxis(a, rank);
-          const int64_t step = steps->has_value() && i < (*steps)->size() ? (**steps)[i] : 1;
+          const int64_t step =
+              given_steps.has_value() && i < given_steps->size() ? (*given_steps)[i] : 1;
           if (normalized.ok() && *normalized == axis && step != 1) return "reorders the rows";
         }
         return "";

@@ -99,8 +99,19 @@ absl::StatusOr<std::vector<int64_t>> SplitSizes(const Graph& graph, const Node& 
   if (!split.ok()) return split.status();
   const int64_t parts = static_cast<int64_t>(node.outputs.size());
   std::vector<int64_t> sizes;
-  if (split->has_value()) {
-    sizes = **split;
+  const auto& given = *split;  // no split, or the sizes given
+  if (given.has_value()) {
+    sizes = *given;
+  } else if (node.HasAttribute("num_outputs")) {
+    // Opset 18: parts of ceil(dim / num_outputs), the last one what is left
+    // (smaller, or negative and refused below).
+    if (node.GetInt("num_outputs", 0) != parts) {
+      return NodeError(node, absl::StrCat("num_outputs is ", node.GetInt("num_outputs", 0),
+                                          "; the node has ", parts, " outputs"));
+    }
+    const int64_t chunk = x[*axis] / parts + (x[*axis] % parts != 0 ? 1 : 0);
+    sizes.assign(parts, chunk);
+    sizes.back() = x[*axis] - chunk * (parts - 1);
   } else {
     if (x[*axis] % parts != 0) {
       return NodeError(
@@ -159,16 +170,21 @@ absl::StatusOr<SliceSpec> SliceSpecOf(const Graph& graph, const Node& node, cons
   for (const auto* s : {&starts, &ends, &axes, &steps}) {
     if (!s->ok()) return s->status();
   }
-  if (!starts->has_value() || !ends->has_value() || (*starts)->size() != (*ends)->size()) {
+  const auto& given_starts = *starts;
+  const auto& given_ends = *ends;
+  const auto& given_axes = *axes;
+  const auto& given_steps = *steps;
+  if (!given_starts.has_value() || !given_ends.has_value() ||
+      given_starts->size() != given_ends->size()) {
     return NodeError(node, "starts and ends are required and must have the same length");
   }
   const int64_t rank = static_cast<int64_t>(x.size());
-  const size_t n = (*starts)->size();
+  const size_t n = given_starts->size();
   std::vector<int64_t> ax(n);
   for (size_t i = 0; i < n; ++i) ax[i] = static_cast<int64_t>(i);
-  if (axes->has_value()) ax = **axes;
+  if (given_axes.has_value()) ax = *given_axes;
   std::vector<int64_t> st(n, 1);
-  if (steps->has_value()) st = **steps;
+  if (given_steps.has_value()) st = *given_steps;
   if (ax.size() != n || st.size() != n) return NodeError(node, "axes/steps length differs");
   SliceSpec spec;
   spec.starts.assign(rank, 0);
@@ -179,7 +195,7 @@ absl::StatusOr<SliceSpec> SliceSpecOf(const Graph& graph, const Node& node, cons
     if (!a.ok()) return NodeError(node, a.status().message());
     const int64_t dim = x[*a], step = st[i];
     if (step == 0) return NodeError(node, "steps may not be 0");
-    int64_t start = (**starts)[i], end = (**ends)[i];
+    int64_t start = (*given_starts)[i], end = (*given_ends)[i];
     if (start < 0)
       start = std::max<int64_t>(start + dim, std::numeric_limits<int64_t>::min() + dim);
     if (end < 0) end += dim;
@@ -252,7 +268,9 @@ TensorsOr GatherReference(const Graph& graph, const Node& node,
   const int64_t axis = *kernels::NormalizeAxis(node.GetInt("axis", 0), in[0]->rank());
   auto indices = ConstInts(graph, node, 1, "indices");
   if (!indices.ok()) return indices.status();
-  std::vector<int64_t> idx = **indices;
+  const auto& given = *indices;
+  if (!given.has_value()) return NodeError(node, "indices are required");
+  std::vector<int64_t> idx = *given;
   const Shape& index_shape = graph.FindConstant(node.inputs[1])->shape;
   if (auto shapes = GatherShapes(graph, node, {&in[0]->shape, &index_shape}); !shapes.ok()) {
     return shapes.status();
@@ -279,10 +297,33 @@ absl::StatusOr<PadSpec> PadSpecOf(const Graph& graph, const Node& node, size_t r
   PadSpec spec;
   auto pads = IntsFromAttrOrInput(graph, node, "pads", 1);
   if (!pads.ok()) return pads.status();
-  if (!pads->has_value() || (*pads)->size() != 2 * rank) {
-    return NodeError(node, absl::StrCat("pads must have ", 2 * rank, " values"));
+  const auto& given = *pads;
+  // Opset 18's axes (input 3, a constant): pads hold the begins, then the
+  // ends, of those axes only; the others are not padded.
+  auto axes = ConstInts(graph, node, 3, "axes");
+  if (!axes.ok()) return axes.status();
+  const auto& given_axes = *axes;
+  if (HasInput(node, 3) && !given_axes.has_value()) {
+    return NodeUnsupported(node, "axes must be a constant");
   }
-  spec.pads = **pads;
+  const size_t padded = given_axes.has_value() ? given_axes->size() : rank;
+  if (!given.has_value() || given->size() != 2 * padded) {
+    return NodeError(node, absl::StrCat("pads must have ", 2 * padded, " values"));
+  }
+  if (!given_axes.has_value()) {
+    spec.pads = *given;
+  } else {
+    spec.pads.assign(2 * rank, 0);
+    std::vector<bool> seen(rank, false);
+    for (size_t i = 0; i < padded; ++i) {
+      auto a = kernels::NormalizeAxis((*given_axes)[i], static_cast<int64_t>(rank));
+      if (!a.ok()) return NodeError(node, a.status().message());
+      if (seen[*a]) return NodeError(node, absl::StrCat("axis ", *a, " is repeated in axes"));
+      seen[*a] = true;
+      spec.pads[*a] = (*given)[i];
+      spec.pads[rank + *a] = (*given)[padded + i];
+    }
+  }
   const std::string mode = node.GetString("mode", "constant");
   if (mode == "reflect") {
     spec.mode = kernels::PadMode::kReflect;
@@ -296,12 +337,13 @@ absl::StatusOr<PadSpec> PadSpecOf(const Graph& graph, const Node& node, size_t r
   if (HasInput(node, 2) && !graph.IsConstant(node.inputs[2])) return spec;
   auto value = ConstFloats(graph, node, 2, "constant_value");
   if (!value.ok()) return value.status();
-  if (value->has_value() && !(*value)->empty()) spec.value = (**value)[0];
+  const auto& given_value = *value;
+  if (given_value.has_value() && !given_value->empty()) spec.value = (*given_value)[0];
   return spec;
 }
 
 absl::Status PadValidate(const Graph& graph, const Node& node) {
-  if (absl::Status s = CheckArity(node, 1, 3); !s.ok()) return s;
+  if (absl::Status s = CheckArity(node, 1, 4); !s.ok()) return s;
   return IntsFromAttrOrInput(graph, node, "pads", 1).status();
 }
 
@@ -343,8 +385,10 @@ absl::Status SecondInputConst(const Graph& graph, const Node& node) {
 ShapesOr ExpandShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
   auto shape = ConstInts(graph, node, 1, "shape");
   if (!shape.ok()) return shape.status();
-  if (absl::Status s = CheckShape(node, **shape, "the shape input"); !s.ok()) return s;
-  auto out = kernels::BroadcastShapes(*in[0], **shape);
+  const auto& given = *shape;
+  if (!given.has_value()) return NodeError(node, "shape is required");
+  if (absl::Status s = CheckShape(node, *given, "the shape input"); !s.ok()) return s;
+  auto out = kernels::BroadcastShapes(*in[0], *given);
   if (!out.ok()) return NodeError(node, out.status().message());
   if (absl::Status s = CheckShape(node, *out, "the expanded output"); !s.ok()) return s;
   return std::vector<Shape>{*out};
@@ -360,10 +404,12 @@ TensorsOr ExpandReference(const Graph& graph, const Node& node,
 ShapesOr TileShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
   auto repeats = ConstInts(graph, node, 1, "repeats");
   if (!repeats.ok()) return repeats.status();
-  if ((*repeats)->size() != in[0]->size()) return NodeError(node, "repeats length != rank");
+  const auto& given = *repeats;
+  if (!given.has_value()) return NodeError(node, "repeats are required");
+  if (given->size() != in[0]->size()) return NodeError(node, "repeats length != rank");
   Shape out = *in[0];
   for (size_t d = 0; d < out.size(); ++d) {
-    const int64_t r = (**repeats)[d];
+    const int64_t r = (*given)[d];
     if (r < 0) return NodeError(node, absl::StrCat("repeats[", d, "] is negative (", r, ")"));
     auto dim = NodeMul(node, out[d], r, absl::StrCat("dim ", d, " times repeats[", d, "]"));
     if (!dim.ok()) return dim.status();
@@ -381,7 +427,9 @@ TensorsOr TileReference(const Graph& graph, const Node& node,
   }
   auto repeats = ConstInts(graph, node, 1, "repeats");
   if (!repeats.ok()) return repeats.status();
-  return One(kernels::TileRef(*in[0], **repeats));
+  const auto& given = *repeats;
+  if (!given.has_value()) return NodeError(node, "repeats are required");
+  return One(kernels::TileRef(*in[0], *given));
 }
 
 // --- Squeeze, Unsqueeze (views) ------------------------------------------------------------------
@@ -396,8 +444,8 @@ ShapesOr SqueezeShapes(const Graph& graph, const Node& node, const std::vector<c
   auto axes = IntsFromAttrOrInput(graph, node, "axes", 1);
   if (!axes.ok()) return axes.status();
   std::vector<bool> drop(x.size(), false);
-  if (axes->has_value()) {
-    auto n = NormalizeAxes(node, **axes, static_cast<int64_t>(x.size()));
+  if (const auto& given = *axes; given.has_value()) {
+    auto n = NormalizeAxes(node, *given, static_cast<int64_t>(x.size()));
     if (!n.ok()) return n.status();
     for (int64_t a : *n) {
       if (x[a] != 1) return NodeError(node, absl::StrCat("dim ", a, " is ", x[a], ", not 1"));
@@ -418,9 +466,10 @@ ShapesOr UnsqueezeShapes(const Graph& graph, const Node& node,
   const Shape& x = *in[0];
   auto axes = IntsFromAttrOrInput(graph, node, "axes", 1);
   if (!axes.ok()) return axes.status();
-  if (!axes->has_value()) return NodeError(node, "axes are required");
-  const int64_t out_rank = static_cast<int64_t>(x.size() + (*axes)->size());
-  auto n = NormalizeAxes(node, **axes, out_rank);
+  const auto& given = *axes;
+  if (!given.has_value()) return NodeError(node, "axes are required");
+  const int64_t out_rank = static_cast<int64_t>(x.size() + given->size());
+  auto n = NormalizeAxes(node, *given, out_rank);
   if (!n.ok()) return n.status();
   std::vector<bool> inserted(out_rank, false);
   for (int64_t a : *n) {
@@ -481,17 +530,21 @@ ShapesOr ConstantOfShapeShapes(const Graph& graph, const Node& node,
                                const std::vector<const Shape*>&) {
   auto shape = ConstInts(graph, node, 0, "shape");
   if (!shape.ok()) return shape.status();
-  if (absl::Status s = CheckShape(node, **shape, "the shape input"); !s.ok()) return s;
-  return std::vector<Shape>{**shape};
+  const auto& given = *shape;
+  if (!given.has_value()) return NodeError(node, "shape is required");
+  if (absl::Status s = CheckShape(node, *given, "the shape input"); !s.ok()) return s;
+  return std::vector<Shape>{*given};
 }
 
 TensorsOr ConstantOfShapeReference(const Graph& graph, const Node& node,
                                    const std::vector<const Tensor*>&) {
   auto shape = ConstInts(graph, node, 0, "shape");
   if (!shape.ok()) return shape.status();
-  if (absl::Status s = CheckShape(node, **shape, "the shape input"); !s.ok()) return s;
+  const auto& given = *shape;
+  if (!given.has_value()) return NodeError(node, "shape is required");
+  if (absl::Status s = CheckShape(node, *given, "the shape input"); !s.ok()) return s;
   const std::vector<float> value = node.GetFloats("value", {0.0f});
-  Tensor y(**shape);
+  Tensor y(*given);
   std::fill(y.data.begin(), y.data.end(), value.empty() ? 0.0f : value[0]);
   return One(std::move(y));
 }
@@ -528,7 +581,8 @@ absl::Status DropoutValidate(const Graph& graph, const Node& node) {
   }
   auto training = ConstInts(graph, node, 2, "training_mode");
   if (!training.ok()) return training.status();
-  if (training->has_value() && !(*training)->empty() && (**training)[0] != 0) {
+  const auto& given = *training;
+  if (given.has_value() && !given->empty() && (*given)[0] != 0) {
     return NodeUnsupported(node, "training_mode=true is not supported (inference only)");
   }
   return absl::OkStatus();
@@ -558,6 +612,14 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
   if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic") {
     return NodeUnsupported(node, absl::StrCat("mode '", p.mode, "' is not supported"));
   }
+  // Opset 18's additions, not implemented: refused, not answered wrong.
+  if (node.GetInt("antialias", 0) != 0) return NodeUnsupported(node, "antialias is not supported");
+  if (node.HasAttribute("axes"))
+    return NodeUnsupported(node, "the axes attribute is not supported");
+  if (const std::string policy = node.GetString("keep_aspect_ratio_policy", "stretch");
+      policy != "stretch") {
+    return NodeUnsupported(node, absl::StrCat("keep_aspect_ratio_policy '", policy, "'"));
+  }
   p.cubic_coeff_a = node.GetFloat("cubic_coeff_a", -0.75f);
   p.exclude_outside = node.GetInt("exclude_outside", 0) != 0;
   const bool upsample = node.op_type == "Upsample";
@@ -578,29 +640,31 @@ absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, co
   if (ctm == "tf_crop_and_resize") {
     auto roi = ConstFloats(graph, node, 1, "roi");
     if (!roi.ok()) return roi.status();
-    if (!roi->has_value() || (*roi)->size() != 2 * x.size()) {
+    const auto& given_roi = *roi;
+    if (!given_roi.has_value() || given_roi->size() != 2 * x.size()) {
       return NodeError(node, absl::StrCat("tf_crop_and_resize needs a constant roi of ",
                                           2 * x.size(), " values"));
     }
-    p.roi = **roi;
+    p.roi = *given_roi;
     p.extrapolation_value = node.GetFloat("extrapolation_value", 0.0f);
   }
   const size_t scales_index = upsample || opset10 ? 1 : 2;
   std::vector<float> scales = node.GetFloats("scales", {});
   if (auto s = ConstFloats(graph, node, scales_index, "scales"); !s.ok()) {
     return s.status();
-  } else if (s->has_value() && !(*s)->empty()) {
-    scales = **s;
+  } else if (const auto& given_scales = *s; given_scales.has_value() && !given_scales->empty()) {
+    scales = *given_scales;
   }
   auto sizes = ConstInts(graph, node, 3, "sizes");
   if (!sizes.ok()) return sizes.status();
   spec.out = x;
-  if (!upsample && !opset10 && sizes->has_value() && !(*sizes)->empty()) {
-    if ((*sizes)->size() != x.size()) return NodeError(node, "sizes length != rank");
-    if (absl::Status s = CheckShape(node, **sizes, "sizes"); !s.ok()) return s;
+  const auto& given_sizes = *sizes;
+  if (!upsample && !opset10 && given_sizes.has_value() && !given_sizes->empty()) {
+    if (given_sizes->size() != x.size()) return NodeError(node, "sizes length != rank");
+    if (absl::Status s = CheckShape(node, *given_sizes, "sizes"); !s.ok()) return s;
     p.scales.clear();
     for (size_t d = 0; d < x.size(); ++d) {
-      spec.out[d] = (**sizes)[d];
+      spec.out[d] = (*given_sizes)[d];
       p.scales.push_back(static_cast<float>(spec.out[d]) / static_cast<float>(x[d]));
     }
   } else {

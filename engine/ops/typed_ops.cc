@@ -471,8 +471,9 @@ TypedOr ReduceTyped(const Graph& graph, const Node& node, const TypedIn& in) {
   if (!axes.ok()) return axes.status();
   const int64_t rank = static_cast<int64_t>(x.shape.size());
   std::vector<bool> reduced(rank, false);
-  if (axes->has_value() && !(*axes)->empty()) {
-    auto norm = NormalizeAxes(node, **axes, rank);
+  const auto& given = *axes;  // no axes, or the axes given
+  if (given.has_value() && !given->empty()) {
+    auto norm = NormalizeAxes(node, *given, rank);
     if (!norm.ok()) return norm.status();
     for (int64_t a : *norm) reduced[a] = true;
   } else if (node.GetInt("noop_with_empty_axes", 0) == 0) {

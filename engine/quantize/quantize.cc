@@ -339,7 +339,7 @@ absl::StatusOr<std::string> DequantizeWeight(const std::string& model_path,
   dq.add_input(values.name());
   dq.add_input(scales.name());
   dq.add_input(zero_points.name());
-  const std::string out = names.Fresh(base + "_dequantized");
+  std::string out = names.Fresh(base + "_dequantized");
   dq.add_output(out);
   onnx::AttributeProto* axis = dq.add_attribute();
   axis->set_name("axis");

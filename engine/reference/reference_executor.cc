@@ -24,18 +24,19 @@ struct ReferenceValues {
   // omitted input, an error for a value not computed yet.
   absl::StatusOr<const TypedTensor*> Typed(ValueId id) {
     if (id == kNoValue) return nullptr;
-    if (computed[id].has_value()) return &*computed[id];
+    if (const std::optional<TypedTensor>& value = computed[id]; value.has_value()) return &*value;
     const Constant* c = graph.FindConstant(id);
     if (c == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("value '", graph.value(id).name, "' is read before it is computed"));
     }
-    if (!constants[id].has_value()) {
+    std::optional<TypedTensor>& constant = constants[id];
+    if (!constant.has_value()) {
       auto t = ConstantAsTyped(*c);
       if (!t.ok()) return t.status();
-      constants[id] = *std::move(t);
+      constant = *std::move(t);
     }
-    return &*constants[id];
+    return &*constant;
   }
 };
 
@@ -52,8 +53,8 @@ absl::StatusOr<std::vector<TypedTensor>> RunFloatReference(ReferenceValues& valu
     const ValueId id = node.inputs[i];
     if (id == kNoValue) {
       in.push_back(nullptr);
-    } else if (values.computed[id].has_value()) {
-      held[i] = values.computed[id]->ToFloat();
+    } else if (const std::optional<TypedTensor>& value = values.computed[id]; value.has_value()) {
+      held[i] = value->ToFloat();
       in.push_back(&held[i]);
     } else if (const Constant* c = graph.FindConstant(id);
                c != nullptr && c->f32.shape == c->shape &&

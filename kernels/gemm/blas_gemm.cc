@@ -179,12 +179,18 @@ std::pair<std::string, std::string> ChooseBlisArch() {
 }
 
 // BLIS_ARCH_TYPE takes arch_t's value. The ids below are BLIS 0.9's enum
-// (blis.h); each is confirmed against the library's own name for it.
+// (blis.h); BLIS 1.1's (Debian 13) has the same up to zen, and generic at
+// 32 (ARM, Power and RISC-V entries added before it). Each is confirmed
+// against the library's own name for it.
 int BlisArchId(const BlisApi& api, const std::string& name) {
   static constexpr std::pair<const char*, int> kIds[] = {
-      {"skx", 0},  {"knl", 1},  {"haswell", 3}, {"sandybridge", 4}, {"penryn", 5},
-      {"zen3", 6}, {"zen2", 7}, {"zen", 8},     {"generic", 25}};
-  if (!absl::StartsWith(api.version(), "0.9")) return -1;
+      {"skx", 0},    {"knl", 1},  {"haswell", 3}, {"sandybridge", 4},
+      {"penryn", 5}, {"zen3", 6}, {"zen2", 7},    {"zen", 8}};
+  int generic = -1;
+  if (absl::StartsWith(api.version(), "0.9")) generic = 25;
+  if (absl::StartsWith(api.version(), "1.1")) generic = 32;
+  if (generic < 0) return -1;
+  if (name == "generic") return name == api.arch_string(generic) ? generic : -1;
   for (const auto& [n, id] : kIds) {
     if (name == n && name == api.arch_string(id)) return id;
   }

@@ -58,7 +58,7 @@ absl::Status GemmBackendAvailable(GemmBackend backend);
 std::string GemmBackendDetails(GemmBackend backend);
 
 // The backends available here with what each runs, in kAllGemmBackends'
-// order ("onednn: oneDNN 2.6.3 ...; blis: BLIS 0.9.0 ..."): part of the
+// order ("onednn: oneDNN 3.7.2 ...; blis: BLIS 0.9.0 ..."): part of the
 // "auto" choice cache's key, so that a choice made before a backend
 // existed or changed (a library installed or upgraded, a new own kernel)
 // is made again.

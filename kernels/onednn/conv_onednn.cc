@@ -56,7 +56,7 @@ absl::StatusOr<int64_t> CheckConvOptions(ConvOnednnOptions& options) {
         !s.ok()) {
       return s;
     }
-    options.winograd = false;  // no int8 Winograd in oneDNN 2.6's CPU kernels
+    options.winograd = false;  // oneDNN has no int8 Winograd on CPUs
     options.channels_last = ConvChannelsLast::kNever;
   }
   if (options.dw.has_value()) {
@@ -157,7 +157,9 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
   std::unique_ptr<ConvOnednn> conv(new ConvOnednn(engine, std::move(options)));
   ConvOnednnOptions& o = conv->options_;
   conv->winograd_post_ops_ = OwnWinogradPostOpsOf(o.eltwise);
-  std::vector<float> bias = o.bias;
+  // With int8 too the FP32 bias as it is: oneDNN 3 adds it after scaling
+  // the accumulator, in FP32.
+  const std::vector<float>& bias = o.bias;
   if (o.int8.has_value()) {
     conv->user_weights_s8_ = std::move(o.int8->weights);
     o.int8->weights = std::vector<int8_t>();
@@ -165,9 +167,7 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
     if (SplitInt8Weights(conv->user_weights_s8_, &hi, &conv->user_weights_s8_lo_)) {
       conv->user_weights_s8_ = std::move(hi);
     }
-    // oneDNN 2.x scales the accumulator with the bias in it.
-    const std::vector<float> scales = Int8OutputScales(*o.int8, 1.0f);
-    for (size_t c = 0; c < bias.size(); ++c) bias[c] /= scales[scales.size() == 1 ? 0 : c];
+    if (absl::Status s = conv->CreateQuantizationArgs(); !s.ok()) return s;
   } else {
     conv->user_weights_.assign(o.weights, o.weights + *count);
   }
@@ -291,15 +291,14 @@ absl::StatusOr<bool> ConvOnednn::PrepareChannelsLast(const Shape& src_shape, con
   const ConvOnednnOptions& o = options_;
   const dnnl::memory::desc nhwc_src(ToDnnlDims(src_shape), ComputeType(), tag::nhwc);
   const dnnl::memory::desc nhwc_dst(ToDnnlDims(dst_shape), dt::f32, tag::nhwc);
-  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), ComputeType(), tag::any);
+  const dnnl::memory::desc any_w(UserWeightsDesc().get_dims(), ComputeType(), tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
-  dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, nhwc_src, any_w,
-      bias_md, nhwc_dst, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
-      ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
   dnnl::convolution_forward::primitive_desc pd;
   try {
-    pd = dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
+    pd = dnnl::convolution_forward::primitive_desc(
+        engine_, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, nhwc_src,
+        any_w, bias_md, nhwc_dst, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
+        ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0), Attr());
   } catch (const dnnl::error&) {
     return false;
   }
@@ -328,7 +327,7 @@ void ConvOnednn::BindSrc(const dnnl::memory::desc& src_md, const dnnl::memory::d
   entry->src_via_scratch = true;
   entry->to_conv_src = BoundReorder(
       engine_, src_md,
-      pad_offsets.empty() ? conv_src : conv_src.submemory_desc(src_md.dims(), pad_offsets));
+      pad_offsets.empty() ? conv_src : conv_src.submemory_desc(src_md.get_dims(), pad_offsets));
   entry->dst_offset = Align64(conv_src.get_size());
   entry->scratch_bytes = entry->dst_offset;
 }
@@ -350,6 +349,7 @@ absl::Status ConvOnednn::BindReordered(const dnnl::convolution_forward::primitiv
   entry->call.args[DNNL_ARG_WEIGHTS] = *weights;
   entry->call.args[DNNL_ARG_DST] = UnboundMemory(conv_dst, engine_);
   if (bias_) entry->call.args[DNNL_ARG_BIAS] = bias_;
+  if (options_.int8.has_value()) BindQuantization(&entry->call);
   BindSrc(src_md, conv_src, entry, src_pad_offsets);
   if (conv_dst != dst_md) {
     entry->dst_via_scratch = true;
@@ -366,7 +366,7 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
                                                           bool dst_blocked, PerShape* entry) {
   const ConvOnednnOptions& o = options_;
   if (o.transposed || o.dw.has_value()) return false;
-  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), ComputeType(), tag::any);
+  const dnnl::memory::desc any_w(UserWeightsDesc().get_dims(), ComputeType(), tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   const dnnl::memory::dims src_dims = ToDnnlDims(src_shape), dst_dims = ToDnnlDims(dst_shape);
   // oneDNN's own choice first, then plain (its im2col + GEMM exists for
@@ -381,11 +381,10 @@ absl::StatusOr<bool> ConvOnednn::PrepareAwayFromReference(const Shape& src_shape
   for (const auto& [src_md, dst_md] : candidates) {
     dnnl::convolution_forward::primitive_desc pd;
     try {
-      dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
-          bias_md, dst_md, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
-          ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
-      pd = dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
+      pd = dnnl::convolution_forward::primitive_desc(
+          engine_, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
+          any_w, bias_md, dst_md, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
+          ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0), Attr());
     } catch (const dnnl::error&) {
       continue;
     }
@@ -417,23 +416,29 @@ dnnl::primitive_attr ConvOnednn::Attr(Pass pass) const {
   if (pass == Pass::kSecond || options_.sum) ops.append_sum(1.0f);
   if (pass != Pass::kFirst) {
     for (const EltwisePostOp& e : options_.eltwise) {
-      ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
+      ops.append_eltwise(e.algorithm, e.alpha, e.beta);
     }
   }
   if (options_.dw.has_value()) {
-    ops.append_dw(ComputeType(), dt::f32, dt::f32, 3, options_.dw->stride, 1, 0, {});
+    ops.append_dw(ComputeType(), dt::f32, dt::f32, 3, options_.dw->stride, 1);
     for (const EltwisePostOp& e : options_.dw->eltwise) {
-      ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
+      ops.append_eltwise(e.algorithm, e.alpha, e.beta);
     }
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   if (options_.int8.has_value()) {
-    const std::vector<float> scales = Int8OutputScales(*options_.int8, 1.0f);
-    attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);  // dst dim 1: channels
-    if (options_.int8->src_zero_point != 0) {
-      attr.set_zero_points(DNNL_ARG_SRC, 0, {options_.int8->src_zero_point});
-    }
+    // oneDNN 3: dst = post-ops(src_scale * weight_scale[oc] * int32 acc +
+    // bias), the scales and the src zero point given at run time
+    // (BindQuantization). Per output channel the weights' mask is their OC
+    // dim: 0 in [OC, IC, k...], 0 and 1 (G and OC/G) in grouped
+    // [G, OC/G, IC/G, k...].
+    const bool per_channel = options_.int8->weight_scales.size() > 1;
+    attr.set_scales_mask(DNNL_ARG_SRC, 0);
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, !per_channel         ? 0
+                                           : options_.group > 1 ? (1 << 0) | (1 << 1)
+                                                                : 1 << 0);
+    if (options_.int8->src_zero_point != 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
   }
   return attr;
 }
@@ -545,11 +550,10 @@ dnnl::convolution_forward::primitive_desc ConvOnednn::DirectConvPd(
     const dnnl::memory::desc& bias_md, const dnnl::memory::desc& dst_md) const {
   const ConvOnednnOptions& o = options_;
   auto make_pd = [&](dnnl::algorithm algorithm) {
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, algorithm, src_md, any_w, bias_md, dst_md,
+    return dnnl::convolution_forward::primitive_desc(
+        engine_, dnnl::prop_kind::forward_inference, algorithm, src_md, any_w, bias_md, dst_md,
         ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
-        ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
-    return dnnl::convolution_forward::primitive_desc(desc, Attr(), engine_);
+        ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0), Attr());
   };
   dnnl::convolution_forward::primitive_desc pd;
   if (WinogradCandidate()) {
@@ -567,7 +571,7 @@ absl::Status ConvOnednn::BindDepthwise(const Shape& dst_shape, const dnnl::memor
                                        const dnnl::memory::desc& final_dst_md,
                                        const dnnl::memory::desc& dw_weights_md, PerShape* entry) {
   const ConvOnednnOptions& o = options_;
-  if (dst_desc.dims() != final_dst_md.dims()) {
+  if (dst_desc.get_dims() != final_dst_md.get_dims()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ConvOnednn: the fused depthwise output is not ", ShapeToString(dst_shape)));
   }
@@ -594,7 +598,7 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
                                        bool src_blocked, bool dst_blocked, PerShape* entry) {
   const ConvOnednnOptions& o = options_;
   try {
-    dnnl::memory::dims wdims = UserWeightsDesc().dims();
+    dnnl::memory::dims wdims = UserWeightsDesc().get_dims();
     dnnl::memory::desc any_w(wdims, ComputeType(), tag::any);
     dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
     // The caller's input as the conv reads it: BF16 (converted through the
@@ -615,11 +619,11 @@ absl::Status ConvOnednn::PrepareDirect(const Shape& src_shape, const Shape& dst_
     }
     dnnl::memory::desc weights_md, src_desc, dst_desc, dw_weights_md;
     if (o.transposed) {
-      dnnl::deconvolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_md, any_w,
-          bias_md, dst_md, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
-          ToDnnlDimsMinus(o.pads_begin, 0), ToDnnlDimsMinus(o.pads_end, 0));
-      dnnl::deconvolution_forward::primitive_desc pd(desc, Attr(), engine_);
+      dnnl::deconvolution_forward::primitive_desc pd(
+          engine_, dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+          src_md, any_w, bias_md, dst_md, ToDnnlDimsMinus(o.strides, 0),
+          ToDnnlDimsMinus(o.dilations, 1), ToDnnlDimsMinus(o.pads_begin, 0),
+          ToDnnlDimsMinus(o.pads_end, 0), Attr());
       weights_md = pd.weights_desc();
       src_desc = pd.src_desc();
       dst_desc = pd.dst_desc();

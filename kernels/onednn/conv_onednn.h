@@ -24,23 +24,23 @@
 // With options.int8 (Int8Params) the weights are packed as s8 once and the
 // FP32 input is quantized to u8 (QuantizeToU8: ONNX QuantizeLinear) into the
 // same scratch, in the caller's layout, then reordered (u8 to u8) into the
-// layout oneDNN's int8 conv prefers (nhwc on oneDNN 2.6: its plain-NCHW and
-// channel-blocked u8 convs are references); the conv writes FP32 in the
-// caller's layout where oneDNN has a jit kernel for it (reordered from its
-// own otherwise). With options.blocked_layout channels-last (the engine's
-// choice for a model with INT8 convs) neither reorder happens. Scaling:
-// oneDNN 2.x multiplies the int32 accumulator (bias included) by
-// src_scale * weight_scale[c], so the FP32 bias is passed divided by that;
-// the sum (residual) and eltwise post-ops come after the scaling, in FP32.
-// The source zero point is oneDNN's own attribute (its jit kernels subtract
-// it with padding compensation, so padded borders are exact; measured: a
-// jit kernel with a zero point on AVX-512 VNNI and on the AVX2 cap). On an
-// ISA without VNNI (the AVX2 cap) oneDNN's u8 x s8 products saturate in
-// int16 pairs, so weights beyond [-64, 64] are split into two halves run as
-// two convs into the same dst, the second adding onto the first (exact,
-// twice the work; OnednnInt8ProductsExact). Refused with int8: bf16, a
-// transposed conv (ConvTranspose) and a depthwise post-op (dw); winograd
-// is ignored (direct), and so is channels_last (int8 picks its layouts).
+// layout oneDNN's int8 conv prefers (nhwc on oneDNN 2.6 and 3.7: their
+// plain-NCHW and channel-blocked u8 convs are references); the conv writes
+// FP32 in the caller's layout where oneDNN has a jit kernel for it (reordered
+// from its own otherwise). With options.blocked_layout channels-last (the
+// engine's choice for a model with INT8 convs) neither reorder happens.
+// Scaling: oneDNN 3 multiplies the int32 accumulator by src_scale *
+// weight_scale[c] (run-time scale arguments), then adds the FP32 bias as it
+// is; the sum (residual) and eltwise post-ops come after, in FP32. The source
+// zero point is oneDNN's own (a run-time argument too; its jit kernels
+// subtract it with padding compensation, so padded borders are exact;
+// measured: a jit kernel with a zero point on AMX, AVX-512 VNNI and the AVX2
+// cap). On an ISA without VNNI (the AVX2 cap) oneDNN's u8 x s8 products
+// saturate in int16 pairs, so weights beyond [-64, 64] are split into two
+// halves run as two convs into the same dst, the second adding onto the first
+// (exact, twice the work; OnednnInt8ProductsExact). Refused with int8: bf16,
+// a transposed conv (ConvTranspose) and a depthwise post-op (dw); winograd is
+// ignored (direct), and so is channels_last (int8 picks its layouts).
 #pragma once
 
 #include <cstdint>
@@ -101,7 +101,8 @@ struct EltwisePostOp {
 // parameters of the first (seen on jit_1x1:avx512_core: clip_v2(-2, 2)
 // then clip_v2(-1, 1) clipped to [-2, 2] twice; linear(1/s) then
 // linear(s) scaled by 1/s twice), so an algorithm may repeat only with the
-// same alpha and beta.
+// same alpha and beta. (oneDNN 3.7's jit_1x1:avx512_core was seen running
+// both chains right; the restriction stays, as it costs little.)
 bool CanAppendEltwise(const std::vector<EltwisePostOp>& chain, const EltwisePostOp& next);
 
 // A depthwise 3x3 conv (pad 1) fused after a 1x1 conv as oneDNN's
@@ -151,7 +152,8 @@ struct ConvOnednnOptions {
   bool sum = false;         // dst += conv (dst holds the addend on entry)
   // Winograd F(4x4, 3x3) for 3x3, stride-1, undilated, ungrouped convs
   // between blocked activations: oneDNN's convolution_winograd where it
-  // has it (AVX-512); on the AVX2 tier numaserve's own
+  // has it (2.6 had it on AVX-512; 3.7 has no CPU Winograd, so there the
+  // AVX-512 tier runs direct); on the AVX2 tier numaserve's own
   // (kernels/cpu/winograd.h) where the channels are multiples of 8, the
   // post-ops are none, ReLU and/or a fake-quantize (linear(1/s), round,
   // clip, pow(s, 1): a folded QDQ pair) and there are enough tiles
@@ -276,6 +278,11 @@ class ConvOnednn {
   // Binds `pd2`, the second pass of split INT8 weights, into entry->second.
   absl::Status BindSecondPass(const dnnl::convolution_forward::primitive_desc& pd2,
                               PerShape* entry);
+  // With int8: makes the quantization's run-time arguments (src_scale_,
+  // weight_scales_, src_zero_point_) from options_.int8.
+  absl::Status CreateQuantizationArgs();
+  // With int8: binds those arguments into `call` (an INT8 conv primitive).
+  void BindQuantization(BoundPrimitive* call) const;
   bool WinogradCandidate() const;
   // The eltwise post-ops as the own Winograd's epilogue computes them:
   // ReLU, a fake-quantize, or both (OwnWinogradPostOpsOf; nullopt where
@@ -360,6 +367,12 @@ class ConvOnednn {
   std::vector<dnnl::memory> packed_lo_;  // the split INT8 weights' low halves
   dnnl::memory bias_;
   dnnl::memory dw_bias_;
+  // With int8, oneDNN 3's run-time quantization arguments, shared by every
+  // entry's primitives (BindQuantization): the src scale (one f32), the
+  // weight scales (f32, one per output channel or one) and the src zero
+  // point (one s32; none when it is 0). They own their buffers, which live
+  // as long as any primitive's args hold them.
+  dnnl::memory src_scale_, weight_scales_, src_zero_point_;
   // The own Winograd's transformed weights, made on its first shape.
   std::shared_ptr<const cpu::WinogradF4x3Weights> winograd_weights_;
   // OwnWinogradPostOpsOf(options_.eltwise), parsed once in Create.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +75,30 @@ void ConvOnednn::AnnotateInt8Entry(const dnnl::convolution_forward::primitive_de
   }
 }
 
+absl::Status ConvOnednn::CreateQuantizationArgs() {
+  const Int8Params& q = *options_.int8;
+  auto values = [&](dt type, const void* data, int64_t n) {
+    dnnl::memory m(dnnl::memory::desc({n}, type, tag::a), engine_);
+    std::memcpy(m.get_data_handle(), data, m.get_desc().get_size());
+    return m;
+  };
+  try {
+    src_scale_ = values(dt::f32, &q.src_scale, 1);
+    weight_scales_ =
+        values(dt::f32, q.weight_scales.data(), static_cast<int64_t>(q.weight_scales.size()));
+    if (q.src_zero_point != 0) src_zero_point_ = values(dt::s32, &q.src_zero_point, 1);
+  } catch (const dnnl::error& e) {
+    return DnnlErrorToStatus(e, "allocating int8 conv scales");
+  }
+  return absl::OkStatus();
+}
+
+void ConvOnednn::BindQuantization(BoundPrimitive* call) const {
+  call->args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC] = src_scale_;
+  call->args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS] = weight_scales_;
+  if (src_zero_point_) call->args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = src_zero_point_;
+}
+
 absl::Status ConvOnednn::BindSecondPass(const dnnl::convolution_forward::primitive_desc& pd2,
                                         PerShape* entry) {
   auto weights = WeightsFor(pd2.weights_desc(), Pass::kSecond);
@@ -82,6 +107,7 @@ absl::Status ConvOnednn::BindSecondPass(const dnnl::convolution_forward::primiti
   entry->second.args[DNNL_ARG_SRC] = UnboundMemory(pd2.src_desc(), engine_);
   entry->second.args[DNNL_ARG_WEIGHTS] = *weights;
   entry->second.args[DNNL_ARG_DST] = UnboundMemory(pd2.dst_desc(), engine_);
+  BindQuantization(&entry->second);
   absl::StrAppend(&entry->impl, " (x2: s8 weights split, no VNNI)");
   if (IsReferenceImplementation(pd2.impl_info_str())) entry->impl = pd2.impl_info_str();
   return absl::OkStatus();
@@ -91,25 +117,25 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
                                      bool src_blocked, bool dst_blocked, PerShape* entry) {
   const ConvOnednnOptions& o = options_;
   const bool split = !user_weights_s8_lo_.empty();
-  const dnnl::memory::desc any_w(UserWeightsDesc().dims(), dt::s8, tag::any);
+  const dnnl::memory::desc any_w(UserWeightsDesc().get_dims(), dt::s8, tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   const Int8Padding pad = ResolveInt8Padding(src_shape, split);
   const dnnl::memory::dims& src_dims = pad.src_dims;
   const dnnl::memory::dims dst_dims = ToDnnlDims(dst_shape);
   auto make_pd = [&](const dnnl::memory::desc& src_md, const dnnl::memory::desc& bias,
                      const dnnl::memory::desc& dst_md, Pass pass) {
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, any_w,
-        bias, dst_md, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
-        pad.pads_begin, pad.pads_end);
-    return dnnl::convolution_forward::primitive_desc(desc, Attr(pass), engine_);
+    return dnnl::convolution_forward::primitive_desc(
+        engine_, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
+        any_w, bias, dst_md, ToDnnlDimsMinus(o.strides, 0), ToDnnlDimsMinus(o.dilations, 1),
+        pad.pads_begin, pad.pads_end, Attr(pass));
   };
   try {
     // The u8 src is ours (quantized into the scratch): oneDNN's layout. dst:
     // the caller's where a jit kernel writes it, else oneDNN's, else
     // channels-last (reordered into the caller's).
-    // oneDNN 2.6's int8 convs (avx512_core_vnni and avx2 alike) take only
-    // channels-last src and dst: blocked ones get ref_int8:any, so with
+    // oneDNN's int8 convs (2.6's avx512_core_vnni and avx2, 3.7's brgemm
+    // (AMX, VNNI) and jit_uni_int8:avx2 alike) take only channels-last src
+    // and dst: blocked or plain ones get ref:any, so with
     // channel-blocked activations the src is quantized, then reordered to
     // nhwc, and the dst goes through the scratch (with a residual,
     // reordered there first); the engine keeps a model with INT8 convs

@@ -35,10 +35,8 @@ absl::StatusOr<AddOnednn::Entry*> AddOnednn::GetEntry(const Shape& a_shape, cons
     entry.use_loop = true;
   } else {
     try {
-      dnnl::binary::primitive_desc pd(
-          dnnl::binary::desc(dnnl::algorithm::binary_add, PlainDesc(src0), PlainDesc(src1),
-                             PlainDesc(out)),
-          engine_);
+      dnnl::binary::primitive_desc pd(engine_, dnnl::algorithm::binary_add, PlainDesc(src0),
+                                      PlainDesc(src1), PlainDesc(out));
       entry.call.primitive = dnnl::binary(pd);
       entry.call.args[DNNL_ARG_SRC_0] = UnboundMemory(pd.src0_desc(), engine_);
       entry.call.args[DNNL_ARG_SRC_1] = UnboundMemory(pd.src1_desc(), engine_);
@@ -78,10 +76,8 @@ absl::Status ReluOnednn::Execute(dnnl::stream& stream, int64_t count, const floa
   try {
     if (call == nullptr) {
       dnnl::memory::desc md({count}, dt::f32, dnnl::memory::format_tag::a);
-      dnnl::eltwise_forward::primitive_desc pd(
-          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
-                                      dnnl::algorithm::eltwise_relu, md, 0.0f, 0.0f),
-          engine_);
+      dnnl::eltwise_forward::primitive_desc pd(engine_, dnnl::prop_kind::forward_inference,
+                                               dnnl::algorithm::eltwise_relu, md, md, 0.0f, 0.0f);
       BoundPrimitive created;
       created.primitive = dnnl::eltwise_forward(pd);
       created.args[DNNL_ARG_SRC] = UnboundMemory(md, engine_);

@@ -75,19 +75,17 @@ dnnl::primitive_attr MatMulOnednn::Attr(Pass pass) const {
     ops.append_sum(options_.sum_scale);
   }
   if (pass != Pass::kFirst) {
-    if (options_.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    if (options_.gelu_erf) {
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
-    }
+    if (options_.relu) ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (options_.gelu_erf) ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   if (options_.int8.has_value()) {
-    const std::vector<float> scales = Int8OutputScales(*options_.int8, options_.weights_scale);
-    attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);  // dst dim 1: N
-    if (options_.int8->src_zero_point != 0) {
-      attr.set_zero_points(DNNL_ARG_SRC, 0, {options_.int8->src_zero_point});
-    }
+    // The values are run-time arguments (BindQuantization).
+    attr.set_scales_mask(DNNL_ARG_SRC, 0);
+    // Per column n of W[K,N] (weights dim 1), or one for all.
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, options_.int8->weight_scales.size() == 1 ? 0 : 1 << 1);
+    if (options_.int8->src_zero_point != 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
   }
   return attr;
 }
@@ -98,17 +96,28 @@ absl::Status MatMulOnednn::PackWeights() {
     const Int8Params& q = *options_.int8;
     std::vector<int8_t> hi, lo;
     const bool split = SplitInt8Weights(q.weights, &hi, &lo);
-    // oneDNN 2.x scales the accumulator with the bias in it.
-    std::vector<float> bias = options_.bias;
-    const std::vector<float> scales = Int8OutputScales(q, options_.weights_scale);
-    for (size_t j = 0; j < bias.size(); ++j) bias[j] /= scales[scales.size() == 1 ? 0 : j];
+    // oneDNN 3 adds the bias after scaling the accumulator: the FP32 bias
+    // as it is.
+    const std::vector<float>& bias = options_.bias;
+    // weights_scale scales W: folded into the weight scales.
+    std::vector<float> weight_scales = q.weight_scales;
+    for (float& s : weight_scales) s *= options_.weights_scale;
     try {
+      auto values = [&](dt type, const void* data, int64_t count) {
+        dnnl::memory m(dnnl::memory::desc({count}, type, tag::a), engine_);
+        std::memcpy(m.get_data_handle(), data, m.get_desc().get_size());
+        return m;
+      };
+      src_scale_ = values(dt::f32, &q.src_scale, 1);
+      weight_scales_ =
+          values(dt::f32, weight_scales.data(), static_cast<int64_t>(weight_scales.size()));
+      if (q.src_zero_point != 0) src_zero_point_ = values(dt::s32, &q.src_zero_point, 1);
       dnnl::memory::desc user_md({k, n}, dt::s8, options_.weights_transposed ? tag::ba : tag::ab);
       dnnl::memory::desc bias_md({1, n}, dt::f32, tag::ab);
       dnnl::matmul::primitive_desc pd(
-          dnnl::matmul::desc(SrcDesc(kPackingM), dnnl::memory::desc({k, n}, dt::s8, tag::any),
-                             bias.empty() ? dnnl::memory::desc() : bias_md, DstDesc(kPackingM)),
-          Attr(split ? Pass::kFirst : Pass::kWhole), engine_);
+          engine_, SrcDesc(kPackingM), dnnl::memory::desc({k, n}, dt::s8, tag::any),
+          bias.empty() ? dnnl::memory::desc() : bias_md, DstDesc(kPackingM),
+          Attr(split ? Pass::kFirst : Pass::kWhole));
       dnnl::stream stream(engine_);
       auto pack = [&](const std::vector<int8_t>& w, const dnnl::memory::desc& md) {
         dnnl::memory packed(md, engine_);
@@ -119,10 +128,9 @@ absl::Status MatMulOnednn::PackWeights() {
       };
       packed_weights_ = pack(split ? hi : q.weights, pd.weights_desc());
       if (split) {
-        dnnl::matmul::primitive_desc pd2(
-            dnnl::matmul::desc(SrcDesc(kPackingM), dnnl::memory::desc({k, n}, dt::s8, tag::any),
-                               dnnl::memory::desc(), DstDesc(kPackingM)),
-            Attr(Pass::kSecond), engine_);
+        dnnl::matmul::primitive_desc pd2(engine_, SrcDesc(kPackingM),
+                                         dnnl::memory::desc({k, n}, dt::s8, tag::any),
+                                         DstDesc(kPackingM), Attr(Pass::kSecond));
         packed_weights_lo_ = pack(lo, pd2.weights_desc());
       }
       if (!bias.empty()) {
@@ -145,11 +153,9 @@ absl::Status MatMulOnednn::PackWeights() {
     dnnl::memory::desc user_md({k, n}, dt::f32, options_.weights_transposed ? tag::ba : tag::ab);
     dnnl::memory::desc any_md({k, n}, options_.bf16 ? dt::bf16 : dt::f32, tag::any);
     dnnl::memory::desc bias_md({1, n}, dt::f32, tag::ab);
-    dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(SrcDesc(kPackingM), any_md,
-                           options_.bias.empty() ? dnnl::memory::desc() : bias_md,
-                           DstDesc(kPackingM)),
-        Attr(), engine_);
+    dnnl::matmul::primitive_desc pd(engine_, SrcDesc(kPackingM), any_md,
+                                    options_.bias.empty() ? dnnl::memory::desc() : bias_md,
+                                    DstDesc(kPackingM), Attr());
     packed_weights_ = dnnl::memory(pd.weights_desc(), engine_);
     dnnl::memory user(user_md, engine_, const_cast<float*>(weights));
     dnnl::stream stream(engine_);
@@ -163,6 +169,13 @@ absl::Status MatMulOnednn::PackWeights() {
     return DnnlErrorToStatus(e, absl::StrCat("packing ", k, "x", n, " matmul weights"));
   }
   return absl::OkStatus();
+}
+
+void MatMulOnednn::BindQuantization(BoundPrimitive* call) const {
+  if (!src_scale_) return;  // not int8
+  call->args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC] = src_scale_;
+  call->args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS] = weight_scales_;
+  if (src_zero_point_) call->args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = src_zero_point_;
 }
 
 absl::Status MatMulOnednn::Prepare(int64_t m) { return EntryFor(m).status(); }
@@ -183,15 +196,14 @@ dnnl::matmul::primitive_desc MatMulOnednn::PrimitiveFor(int64_t m, const dnnl::m
   const dnnl::memory::desc bias_md = with_bias ? bias_.get_desc() : dnnl::memory::desc();
   const dnnl::memory::desc packed_md = packed.get_desc();
   try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(SrcDesc(m), packed_md, bias_md, DstDesc(m)),
-                                    Attr(pass), engine_);
+    dnnl::matmul::primitive_desc pd(engine_, SrcDesc(m), packed_md, bias_md, DstDesc(m),
+                                    Attr(pass));
     if (!absl::StartsWith(pd.impl_info_str(), "ref")) return pd;
   } catch (const dnnl::error&) {
     // No kernel on the packed layout for this m: its own below.
   }
-  dnnl::memory::desc any_md({options_.k, options_.n}, packed_md.data_type(), tag::any);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(SrcDesc(m), any_md, bias_md, DstDesc(m)),
-                                  Attr(pass), engine_);
+  dnnl::memory::desc any_md({options_.k, options_.n}, packed_md.get_data_type(), tag::any);
+  dnnl::matmul::primitive_desc pd(engine_, SrcDesc(m), any_md, bias_md, DstDesc(m), Attr(pass));
   if (pd.weights_desc() != packed_md) *own = WeightsIn(packed, pd.weights_desc());
   return pd;
 }
@@ -223,6 +235,7 @@ absl::StatusOr<MatMulOnednn::PerM*> MatMulOnednn::EntryFor(int64_t m) {
     entry.call.args[DNNL_ARG_WEIGHTS] = entry.own_weights ? entry.own_weights : packed_weights_;
     entry.call.args[DNNL_ARG_DST] = UnboundMemory(pd.dst_desc(), engine_);
     if (bias_) entry.call.args[DNNL_ARG_BIAS] = bias_;
+    BindQuantization(&entry.call);
     if (split) {
       dnnl::matmul::primitive_desc pd2 =
           PrimitiveFor(m, packed_weights_lo_, false, Pass::kSecond, &entry.own_weights_lo);
@@ -231,6 +244,7 @@ absl::StatusOr<MatMulOnednn::PerM*> MatMulOnednn::EntryFor(int64_t m) {
       entry.second.args[DNNL_ARG_WEIGHTS] =
           entry.own_weights_lo ? entry.own_weights_lo : packed_weights_lo_;
       entry.second.args[DNNL_ARG_DST] = UnboundMemory(pd2.dst_desc(), engine_);
+      BindQuantization(&entry.second);
       entry.impl = absl::StrCat(
           absl::StartsWith(pd2.impl_info_str(), "ref") ? pd2.impl_info_str() : entry.impl,
           " (x2: s8 weights split, no VNNI)");

@@ -13,7 +13,10 @@
 // lazily per M, all reading the one packed buffer. Should another library
 // version or ISA prefer a different layout for some M, that M falls back to
 // its own preferred layout, reordered once from the packed buffer and cached
-// with its primitive (UsesFallbackWeights reports it).
+// with its primitive (UsesFallbackWeights reports it). oneDNN 3.7.2 on a
+// Sapphire Rapids keeps it: "BA16a64b" on brg_matmul:avx512_core for M in
+// {1, 8, 32, 256} at 784x1024 (plain "ab" on gemm:jit:f32 under the AVX2
+// cap), no M falling back.
 // Packing pays most for skinny M (2 threads, K=784, N=1024, median of 400):
 // M=1 16 us packed vs 44 us plain, M=8 32 vs 58 us, M=32 105 vs 135 us,
 // M=256 784 vs 804 us.
@@ -28,13 +31,15 @@
 // With options.int8 (Int8Params) the packed weights are s8 (packed once, at
 // Create, from int8->weights) and A is quantized to u8 at each call
 // (QuantizeToU8: ONNX QuantizeLinear) into the same scratch (then reordered
-// to row-major where A is transposed), into a u8 x s8 -> FP32 matmul: oneDNN multiplies the int32
-// accumulator, bias included (2.x), by src_scale * weight_scale[n] * weights_scale, so the FP32
-// bias is passed divided by that; the sum and the activations follow in FP32. The zero point is
-// oneDNN's attribute. Measured with 2.6.3: brg:avx512_core_vnni on AVX-512 VNNI, gemm:jit under the
-// AVX2 cap, both with a zero point. Without VNNI oneDNN's u8 x s8 pairs saturate in int16, so
-// weights beyond [-64, 64] are split in two halves, run as two matmuls, the second adding onto the
-// first (exact; OnednnInt8ProductsExact).
+// to row-major where A is transposed), into a u8 x s8 -> FP32 matmul: oneDNN 3 multiplies the
+// int32 accumulator by src_scale * weight_scale[n] * weights_scale (run-time scale arguments), then
+// adds the FP32 bias as it is; the sum and the activations follow in FP32. The zero point is
+// oneDNN's (a run-time argument too). Measured with 2.6.3: brg:avx512_core_vnni on AVX-512 VNNI,
+// gemm:jit under the AVX2 cap, both with a zero point; with 3.7.2 on a Sapphire Rapids:
+// brg_matmul:avx10_1_512_amx (brg_matmul:avx10_1_512 for some small M), gemm:jit under the AVX2
+// cap. Without VNNI oneDNN's u8 x s8 pairs saturate in int16, so weights beyond [-64, 64] are
+// split in two halves, run as two matmuls, the second adding onto the first (exact;
+// OnednnInt8ProductsExact).
 #pragma once
 
 #include <cstdint>
@@ -73,8 +78,9 @@ class MatMulOnednn {
   int64_t packed_weight_bytes() const;
   // oneDNN's implementation name for m rows ("" if not prepared or dropped),
   // followed by " bf16" with options.bf16 where the name does not say so
-  // already ("brg:avx512_core_bf16", "brg:avx512_core_amx bf16"), and
-  // " int8" with options.int8 ("brg:avx512_core_vnni int8", "gemm:jit int8").
+  // already ("brg:avx512_core_bf16", "brg:avx512_core_amx bf16" on 2.6), and
+  // " int8" with options.int8 ("brg_matmul:avx10_1_512_amx int8", "gemm:jit
+  // int8" on 3.7).
   std::string ImplementationName(int64_t m) const;
   // True if m needed its own weights layout (see the header comment).
   bool UsesFallbackWeights(int64_t m) const;
@@ -123,12 +129,21 @@ class MatMulOnednn {
   dnnl::memory::desc SrcDesc(int64_t m) const;
   dnnl::memory::desc DstDesc(int64_t m) const;
   dnnl::primitive_attr Attr(Pass pass = Pass::kWhole) const;
+  // With int8: binds the quantization's run-time arguments (src_scale_,
+  // weight_scales_, src_zero_point_) into `call`; nothing otherwise.
+  void BindQuantization(BoundPrimitive* call) const;
 
   dnnl::engine engine_;
   MatMulOnednnOptions options_;
   dnnl::memory packed_weights_;
   dnnl::memory packed_weights_lo_;  // the split INT8 weights' low halves
   dnnl::memory bias_;
+  // With int8, oneDNN 3's run-time quantization arguments, shared by every
+  // entry's primitives: the src scale (one f32), the weight scales (f32,
+  // weight_scales x weights_scale: one per column n or one) and the src zero
+  // point (one s32; none when it is 0). They own their buffers, which live
+  // as long as any primitive's args hold them.
+  dnnl::memory src_scale_, weight_scales_, src_zero_point_;
   // An entry's own_weights (a fallback layout) are bound to its primitive
   // alone and go with it.
   BoundedCache<int64_t, PerM> per_m_{kShapeCacheCapacity};

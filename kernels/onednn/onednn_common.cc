@@ -131,12 +131,6 @@ void FakeQuantize(const float* x, int64_t n, float scale, int32_t zero_point, in
   }
 }
 
-std::vector<float> Int8OutputScales(const Int8Params& params, float alpha) {
-  std::vector<float> scales;
-  for (float w : params.weight_scales) scales.push_back(params.src_scale * w * alpha);
-  return scales;
-}
-
 bool OnednnInt8ProductsExact() {
   static const bool exact = [] {
     GetDispatchDecision();  // applies the oneDNN cap before oneDNN reads its ISA

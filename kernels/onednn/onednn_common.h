@@ -60,8 +60,10 @@ inline dnnl::memory UnboundMemory(const dnnl::memory::desc& md, const dnnl::engi
 }
 
 // A reorder from layout `from` to `to`, its memories unbound (oneDNN
-// throws dnnl::error where it has none). `attr`: output scales and zero
-// points (a quantizing reorder, Int8QuantizeAttr).
+// throws dnnl::error where it has none). `attr`: scale and zero-point masks
+// (a quantizing reorder); oneDNN 3 takes their values as run-time
+// arguments, which the caller adds to the args (DNNL_ARG_ATTR_SCALES |
+// DNNL_ARG_DST, ...).
 BoundPrimitive BoundReorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
                             const dnnl::memory::desc& to,
                             const dnnl::primitive_attr& attr = dnnl::primitive_attr());
@@ -85,11 +87,6 @@ void QuantizeToU8(const float* x, int64_t n, float scale, int32_t zero_point, ui
 // x and y may be the same. SSE2, threaded over large inputs.
 void FakeQuantize(const float* x, int64_t n, float scale, int32_t zero_point, int32_t lo,
                   int32_t hi, float* y);
-// The scales oneDNN applies to the int32 accumulator: src_scale *
-// weight_scales[c] * alpha, one per channel (one value when per tensor).
-// oneDNN 2.x adds the bias to the accumulator before scaling, so the bias
-// it is given is the FP32 bias divided by these.
-std::vector<float> Int8OutputScales(const Int8Params& params, float alpha);
 // Whether oneDNN's u8 x s8 products are exact at any weight here. With VNNI
 // (AVX512_VNNI, AVX-VNNI) they accumulate into int32. Without it (AVX2,
 // AVX-512 before Cascade Lake) oneDNN adds each pair of products into int16

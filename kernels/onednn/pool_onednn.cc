@@ -85,12 +85,11 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
   std::string reference;
   try {
     for (const auto& [pool_src, pool_dst] : candidates) {
-      dnnl::pooling_v2_forward::primitive_desc pd;
+      dnnl::pooling_forward::primitive_desc pd;
       try {
-        pd = dnnl::pooling_v2_forward::primitive_desc(
-            dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, algorithm_, pool_src,
-                                           pool_dst, strides, kernel, dilation, pl, pr),
-            engine_);
+        pd = dnnl::pooling_forward::primitive_desc(engine_, dnnl::prop_kind::forward_inference,
+                                                   algorithm_, pool_src, pool_dst, strides, kernel,
+                                                   dilation, pl, pr);
       } catch (const dnnl::error&) {
         continue;
       }
@@ -101,7 +100,7 @@ absl::StatusOr<PoolOnednn::PerShape*> PoolOnednn::Prepare(const Shape& src_shape
       } else {
         entry = PerShape();
       }
-      entry.call.primitive = dnnl::pooling_v2_forward(pd);
+      entry.call.primitive = dnnl::pooling_forward(pd);
       entry.call.args[DNNL_ARG_SRC] = UnboundMemory(pool_src, engine_);
       entry.call.args[DNNL_ARG_DST] = UnboundMemory(pool_dst, engine_);
       entry.impl = impl;

@@ -1,7 +1,7 @@
 // ONNX MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on
-// oneDNN's pooling_v2_forward (plain NC[D]HW), one primitive per input
-// shape (the kShapeCacheCapacity most recently run kept). ceil_mode is
-// expressed as extra end padding, which oneDNN never reads for max and
+// oneDNN's pooling_forward (plain NC[D]HW), one primitive per input shape
+// (the kShapeCacheCapacity most recently run kept). ceil_mode is expressed
+// as extra end padding, which oneDNN never reads for max and
 // excludes for average-without-padding; the caller keeps count_include_pad
 // with ceil_mode on the reference.
 #pragma once

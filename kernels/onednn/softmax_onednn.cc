@@ -26,8 +26,8 @@ absl::Status SoftmaxOnednn::Execute(dnnl::stream& stream, const Shape& shape, co
     try {
       dnnl::memory::desc md({outer, len, inner}, dnnl::memory::data_type::f32,
                             dnnl::memory::format_tag::abc);
-      dnnl::softmax_forward::primitive_desc pd(
-          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, 1), engine_);
+      dnnl::softmax_forward::primitive_desc pd(engine_, dnnl::prop_kind::forward_inference,
+                                               dnnl::algorithm::softmax_accurate, md, md, 1);
       BoundPrimitive created;
       created.primitive = dnnl::softmax_forward(pd);
       created.args[DNNL_ARG_SRC] = UnboundMemory(md, engine_);

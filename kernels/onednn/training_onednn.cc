@@ -167,13 +167,12 @@ absl::StatusOr<ConvEntry*> GetConv(const void* node, const ConvShape& s) {
     e->pad_l = Pair(w.pt, w.pl);
     e->pad_r = Pair(w.pb, w.pr);
     // src and weights in the compute type; dst (and bias) always FP32.
-    const md any_dst(e->dst.dims(), dt::f32, tag::any);
+    const md any_dst(e->dst.get_dims(), dt::f32, tag::any);
     e->fwd_pd = MixedPrecision<dnnl::convolution_forward::primitive_desc>(s.bf16, [&](dt type) {
-      dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-          md(e->src.dims(), type, tag::any), md(e->weights.dims(), type, tag::any), e->bias,
+      return dnnl::convolution_forward::primitive_desc(
+          Engine(), dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+          md(e->src.get_dims(), type, tag::any), md(e->weights.get_dims(), type, tag::any), e->bias,
           any_dst, e->strides, e->dilates, e->pad_l, e->pad_r);
-      return dnnl::convolution_forward::primitive_desc(desc, Engine());
     });
     e->fwd = dnnl::convolution_forward(e->fwd_pd);
     e->fwd_src = Relayout(e->src, e->fwd_pd.src_desc(), false);
@@ -189,26 +188,26 @@ absl::StatusOr<ConvEntry*> GetConv(const void* node, const ConvShape& s) {
 void PrepareConvBackward(ConvEntry& e, const ConvShape& s) {
   // Gradients are written in FP32; the operands read (weights and dy for
   // dx, x and dy for dw) in the compute type.
-  const md any_src(e.src.dims(), dt::f32, tag::any);
-  const md any_weights(e.weights.dims(), dt::f32, tag::any);
+  const md any_src(e.src.get_dims(), dt::f32, tag::any);
+  const md any_weights(e.weights.get_dims(), dt::f32, tag::any);
   const auto bd_pd =
       MixedPrecision<dnnl::convolution_backward_data::primitive_desc>(s.bf16, [&](dt type) {
-        dnnl::convolution_backward_data::desc bd(
-            dnnl::algorithm::convolution_direct, any_src, md(e.weights.dims(), type, tag::any),
-            md(e.dst.dims(), type, tag::any), e.strides, e.dilates, e.pad_l, e.pad_r);
-        return dnnl::convolution_backward_data::primitive_desc(bd, Engine(), e.fwd_pd);
+        return dnnl::convolution_backward_data::primitive_desc(
+            Engine(), dnnl::algorithm::convolution_direct, any_src,
+            md(e.weights.get_dims(), type, tag::any), md(e.dst.get_dims(), type, tag::any),
+            e.strides, e.dilates, e.pad_l, e.pad_r, e.fwd_pd);
       });
   e.bwd_data = dnnl::convolution_backward_data(bd_pd);
   e.bd_weights = Relayout(e.weights, bd_pd.weights_desc(), false);
   e.bd_dst = Relayout(e.dst, bd_pd.diff_dst_desc(), false);
   e.bd_src = Relayout(e.src, bd_pd.diff_src_desc(), true);
-  const md any_bias = s.bias ? md(e.bias.dims(), dt::f32, tag::any) : md();
+  const md any_bias = s.bias ? md(e.bias.get_dims(), dt::f32, tag::any) : md();
   const auto bw_pd =
       MixedPrecision<dnnl::convolution_backward_weights::primitive_desc>(s.bf16, [&](dt type) {
-        dnnl::convolution_backward_weights::desc bw(
-            dnnl::algorithm::convolution_direct, md(e.src.dims(), type, tag::any), any_weights,
-            any_bias, md(e.dst.dims(), type, tag::any), e.strides, e.dilates, e.pad_l, e.pad_r);
-        return dnnl::convolution_backward_weights::primitive_desc(bw, Engine(), e.fwd_pd);
+        return dnnl::convolution_backward_weights::primitive_desc(
+            Engine(), dnnl::algorithm::convolution_direct, md(e.src.get_dims(), type, tag::any),
+            any_weights, any_bias, md(e.dst.get_dims(), type, tag::any), e.strides, e.dilates,
+            e.pad_l, e.pad_r, e.fwd_pd);
       });
   e.bwd_weights = dnnl::convolution_backward_weights(bw_pd);
   e.bw_src = Relayout(e.src, bw_pd.src_desc(), false);
@@ -225,11 +224,11 @@ struct PoolEntry {
   md src, dst;  // plain
   dnnl::memory::dims strides, kernel, dilation, pad_l, pad_r;
   dnnl::algorithm algorithm;
-  dnnl::pooling_v2_forward::primitive_desc train_pd;
-  dnnl::pooling_v2_forward train, infer;
+  dnnl::pooling_forward::primitive_desc train_pd;
+  dnnl::pooling_forward train, infer;
   // Made at the first backward (evaluation-only geometries never need it).
   bool backward_ready = false;
-  dnnl::pooling_v2_backward bwd;
+  dnnl::pooling_backward bwd;
   Relayout bwd_src;  // diff_src, accumulated into the caller's gradient
   dnnl::memory src_mem, dst_mem, diff_dst_mem;
 };
@@ -275,15 +274,13 @@ absl::StatusOr<PoolEntry*> GetPool(PoolKind kind, const Window2d& w) {
     e->pad_l = Pair(w.pt, w.pl);
     e->pad_r = Pair(w.pb, w.pr);
     e->algorithm = PoolAlgorithm(kind);
-    dnnl::pooling_v2_forward::desc train(dnnl::prop_kind::forward_training, e->algorithm, e->src,
-                                         e->dst, e->strides, e->kernel, e->dilation, e->pad_l,
-                                         e->pad_r);
-    e->train_pd = dnnl::pooling_v2_forward::primitive_desc(train, Engine());
-    e->train = dnnl::pooling_v2_forward(e->train_pd);
-    dnnl::pooling_v2_forward::desc infer(dnnl::prop_kind::forward_inference, e->algorithm, e->src,
-                                         e->dst, e->strides, e->kernel, e->dilation, e->pad_l,
-                                         e->pad_r);
-    e->infer = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(infer, Engine()));
+    e->train_pd = dnnl::pooling_forward::primitive_desc(Engine(), dnnl::prop_kind::forward_training,
+                                                        e->algorithm, e->src, e->dst, e->strides,
+                                                        e->kernel, e->dilation, e->pad_l, e->pad_r);
+    e->train = dnnl::pooling_forward(e->train_pd);
+    e->infer = dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(
+        Engine(), dnnl::prop_kind::forward_inference, e->algorithm, e->src, e->dst, e->strides,
+        e->kernel, e->dilation, e->pad_l, e->pad_r));
     e->src_mem = kernels::UnboundMemory(e->src, Engine());
     e->dst_mem = kernels::UnboundMemory(e->dst, Engine());
     e->diff_dst_mem = kernels::UnboundMemory(e->dst, Engine());
@@ -294,10 +291,9 @@ absl::StatusOr<PoolEntry*> GetPool(PoolKind kind, const Window2d& w) {
 }
 
 void PreparePoolBackward(PoolEntry& e) {
-  dnnl::pooling_v2_backward::desc bwd(e.algorithm, e.src, e.dst, e.strides, e.kernel, e.dilation,
-                                      e.pad_l, e.pad_r);
-  dnnl::pooling_v2_backward::primitive_desc bwd_pd(bwd, Engine(), e.train_pd);
-  e.bwd = dnnl::pooling_v2_backward(bwd_pd);
+  dnnl::pooling_backward::primitive_desc bwd_pd(Engine(), e.algorithm, e.src, e.dst, e.strides,
+                                                e.kernel, e.dilation, e.pad_l, e.pad_r, e.train_pd);
+  e.bwd = dnnl::pooling_backward(bwd_pd);
   e.bwd_src = Relayout(e.src, bwd_pd.diff_src_desc(), true);
   e.backward_ready = true;
 }
@@ -349,18 +345,16 @@ absl::StatusOr<BatchNormEntry*> GetBatchNorm(const void* node, const BatchNormSh
     // Channel-blocked by the tier's block (oneDNN's optimized batch norm
     // kernels take only their own tier's block).
     const int block = kernels::ActivationChannelBlock();
-    e->data = s.c >= block ? md(e->plain.dims(), dt::f32, block == 16 ? tag::aBcd16b : tag::aBcd8b)
-                           : e->plain;
+    e->data = s.c >= block
+                  ? md(e->plain.get_dims(), dt::f32, block == 16 ? tag::aBcd16b : tag::aBcd8b)
+                  : e->plain;
     e->stats = Plain({s.c});
-    dnnl::batch_normalization_forward::desc train(dnnl::prop_kind::forward_training, e->data,
-                                                  s.epsilon, ScaleShift());
-    e->train_pd = dnnl::batch_normalization_forward::primitive_desc(train, Engine());
+    e->train_pd = dnnl::batch_normalization_forward::primitive_desc(
+        Engine(), dnnl::prop_kind::forward_training, e->data, e->data, s.epsilon, ScaleShift());
     e->train = dnnl::batch_normalization_forward(e->train_pd);
-    dnnl::batch_normalization_forward::desc infer(
-        dnnl::prop_kind::forward_inference, e->data, s.epsilon,
-        ScaleShift() | dnnl::normalization_flags::use_global_stats);
-    e->infer = dnnl::batch_normalization_forward(
-        dnnl::batch_normalization_forward::primitive_desc(infer, Engine()));
+    e->infer = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
+        Engine(), dnnl::prop_kind::forward_inference, e->data, e->data, s.epsilon,
+        ScaleShift() | dnnl::normalization_flags::use_global_stats));
     e->fwd_src = Relayout(e->plain, e->data, false);
     e->fwd_dst = Relayout(e->plain, e->data, false);
     e->scale = kernels::UnboundMemory(e->stats, Engine());
@@ -376,10 +370,9 @@ absl::StatusOr<BatchNormEntry*> GetBatchNorm(const void* node, const BatchNormSh
 }
 
 void PrepareBatchNormBackward(BatchNormEntry& e, const BatchNormShape& s) {
-  dnnl::batch_normalization_backward::desc bwd(dnnl::prop_kind::backward, e.data, e.data, s.epsilon,
-                                               ScaleShift());
-  e.bwd = dnnl::batch_normalization_backward(
-      dnnl::batch_normalization_backward::primitive_desc(bwd, Engine(), e.train_pd));
+  e.bwd = dnnl::batch_normalization_backward(dnnl::batch_normalization_backward::primitive_desc(
+      Engine(), dnnl::prop_kind::backward, e.data, e.data, e.data, s.epsilon, ScaleShift(),
+      e.train_pd));
   e.bwd_dst = Relayout(e.plain, e.data, false);
   e.bwd_src = Relayout(e.plain, e.data, true);
   e.scratch_dscale.resize(s.c);
@@ -428,9 +421,9 @@ absl::StatusOr<LayerNormEntry*> GetLayerNorm(const void* node, const LayerNormSh
     e->stats = Plain({s.rows});
     e->weights = Plain({s.inner});
     e->flags = s.shift ? ScaleShift() : dnnl::normalization_flags::use_scale;
-    dnnl::layer_normalization_forward::desc train(dnnl::prop_kind::forward_training, e->data,
-                                                  e->stats, s.epsilon, e->flags);
-    e->train_pd = dnnl::layer_normalization_forward::primitive_desc(train, Engine());
+    e->train_pd = dnnl::layer_normalization_forward::primitive_desc(
+        Engine(), dnnl::prop_kind::forward_training, e->data, e->data, e->stats, s.epsilon,
+        e->flags);
     e->train = dnnl::layer_normalization_forward(e->train_pd);
     e->src = kernels::UnboundMemory(e->data, Engine());
     e->dst = kernels::UnboundMemory(e->data, Engine());
@@ -447,10 +440,9 @@ absl::StatusOr<LayerNormEntry*> GetLayerNorm(const void* node, const LayerNormSh
 }
 
 void PrepareLayerNormBackward(LayerNormEntry& e, const LayerNormShape& s) {
-  dnnl::layer_normalization_backward::desc bwd(dnnl::prop_kind::backward, e.data, e.data, e.stats,
-                                               s.epsilon, e.flags);
-  e.bwd = dnnl::layer_normalization_backward(
-      dnnl::layer_normalization_backward::primitive_desc(bwd, Engine(), e.train_pd));
+  e.bwd = dnnl::layer_normalization_backward(dnnl::layer_normalization_backward::primitive_desc(
+      Engine(), dnnl::prop_kind::backward, e.data, e.data, e.data, e.stats, s.epsilon, e.flags,
+      e.train_pd));
   e.scratch_dx.resize(s.rows * s.inner);
   e.scratch_dscale.resize(s.inner);
   e.scratch_dshift.resize(s.inner);
@@ -651,20 +643,16 @@ absl::Status BatchNormBackward(const void* node, const BatchNormShape& s, const 
   }
   try {
     e.scale.set_data_handle(const_cast<float*>(scale));
-    // oneDNN 2.6 takes the shift as an input of backward too (with
-    // use_shift), though no gradient depends on it.
-    e.shift.set_data_handle(const_cast<float*>(shift));
+    // No shift: no gradient depends on it, and oneDNN 3's batch norm
+    // backward rejects it at execution (its count of inputs leaves the
+    // shift out: "bad number of inputs"), where 2.6 took it with use_shift.
     e.mean.set_data_handle(e.kept_mean.data());
     e.variance.set_data_handle(e.kept_variance.data());
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.fwd_src.inner()},
-                                               {DNNL_ARG_MEAN, e.mean},
-                                               {DNNL_ARG_VARIANCE, e.variance},
-                                               {DNNL_ARG_DIFF_DST, e.bwd_dst.In(dy)},
-                                               {DNNL_ARG_SCALE, e.scale},
-                                               {DNNL_ARG_SHIFT, e.shift},
-                                               {DNNL_ARG_DIFF_SRC, e.bwd_src.Out(dx)},
-                                               {DNNL_ARG_DIFF_SCALE, e.diff_scale},
-                                               {DNNL_ARG_DIFF_SHIFT, e.diff_shift}};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, e.fwd_src.inner()},   {DNNL_ARG_MEAN, e.mean},
+        {DNNL_ARG_VARIANCE, e.variance},     {DNNL_ARG_DIFF_DST, e.bwd_dst.In(dy)},
+        {DNNL_ARG_SCALE, e.scale},           {DNNL_ARG_DIFF_SRC, e.bwd_src.Out(dx)},
+        {DNNL_ARG_DIFF_SCALE, e.diff_scale}, {DNNL_ARG_DIFF_SHIFT, e.diff_shift}};
     e.bwd.execute(Stream(), args);
     if (dx != nullptr) e.bwd_src.Finish();
     Stream().wait();

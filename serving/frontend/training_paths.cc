@@ -91,7 +91,7 @@ absl::Status ConfineInput(const std::string& root, const std::string& field, std
     return Refuse(field, *value,
                   absl::StrCat("resolves to ", real, ", outside the training root ", root));
   }
-  struct stat st {};
+  struct stat st{};
   if (stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
     return Refuse(field, *value, "is not a regular file");
   }
@@ -117,7 +117,7 @@ absl::Status ConfineOutput(const std::string& root, const std::string& field, st
                   absl::StrCat("is in ", real, ", outside the training root ", root));
   }
   const std::string full = absl::StrCat(std::string(real) == "/" ? "" : real, "/", name);
-  struct stat st {};
+  struct stat st{};
   if (lstat(full.c_str(), &st) == 0) {
     if (S_ISLNK(st.st_mode)) return Refuse(field, *value, "is a symbolic link: not written to");
     if (!S_ISREG(st.st_mode)) return Refuse(field, *value, "exists and is not a regular file");
@@ -140,7 +140,7 @@ absl::Status ConfineExport(const std::string& root, training::TrainingConfig* co
     return Refuse(field, value,
                   absl::StrCat("resolves to ", real, ", outside the training root ", root));
   }
-  struct stat st {};
+  struct stat st{};
   if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Refuse(field, value, "is not a directory");
   }

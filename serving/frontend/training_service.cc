@@ -255,7 +255,7 @@ absl::StatusOr<std::unique_ptr<TrainingService>> TrainingService::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("--training-root ", options.root, ": ", base::ErrnoText(errno)));
   }
-  struct stat st {};
+  struct stat st{};
   if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--training-root ", options.root, " is not a directory"));

@@ -101,7 +101,8 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
   for (const auto& pieces : task.inputs) {
     const size_t bytes = PiecesBytes(pieces);
     worker::TensorSlice* slice = run->add_inputs();
-    if (!(fits = reserve(bytes, slice))) break;
+    fits = reserve(bytes, slice);
+    if (!fits) break;
     CopyPieces(pieces, base + slice->offset());
   }
   const double input_seconds =

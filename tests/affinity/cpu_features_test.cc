@@ -458,6 +458,27 @@ TEST(CpuModelTest, ProbeDecidesWhereTheTableCannot) {
   EXPECT_EQ(DescribeCpu(unknown, 30).fp32_flops_per_cycle, 32);
 }
 
+// A hypervisor may report a client model number over a server core: a
+// Sapphire Rapids guest as model 0xa7 (Rocket Lake), AMX and all. No client
+// core has AMX, so the probe decides between one and two 512-bit units
+// there; a real Rocket Lake keeps the table's one.
+TEST(CpuModelTest, ClientModelNumberWithAmxIsAServerCore) {
+  const CpuFeatures masked = DecodeCpuid(AmxLeaves("Intel(R) Xeon(R) Processor", 0x000a0671), true);
+  ASSERT_EQ(masked.model, 0xa7);
+  ASSERT_TRUE(masked.amx_tile);
+  const CpuModel two = DescribeCpu(masked, 63);
+  EXPECT_EQ(two.pipes.count, 2);
+  EXPECT_EQ(two.source, kProbe);
+  const CpuModel one = DescribeCpu(masked, 31);
+  EXPECT_EQ(one.pipes.count, 1);
+  EXPECT_EQ(one.source, kProbe);
+  const CpuFeatures rocket_lake = DecodeCpuid(
+      Avx512Leaves(kIntel, "11th Gen Intel(R) Core(TM) i9-11900K @ 3.50GHz", 0x000a0671), false);
+  const CpuModel client = DescribeCpu(rocket_lake, 63);
+  EXPECT_EQ(client.pipes.count, 1);
+  EXPECT_EQ(client.source, kCpuidTable);
+}
+
 TEST(CpuModelTest, DecodeHonoursTheOs) {
   CpuidLeaves leaves = AmxLeaves("Intel(R) Xeon(R) Platinum 8480+", 0x000806f8);
   const CpuFeatures all = DecodeCpuid(leaves, true);

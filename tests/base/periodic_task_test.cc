@@ -50,13 +50,11 @@ TEST(PeriodicTaskTest, StopWakesAWaitOfAnHour) {
 TEST(PeriodicTaskTest, AfterPeriodWaitsBeforeTheFirstRun) {
   std::atomic<int> runs{0};
   {
-    PeriodicTask task(
-        hours(1), [&] { ++runs; }, PeriodicTask::FirstRun::kAfterPeriod);
+    PeriodicTask task(hours(1), [&] { ++runs; }, PeriodicTask::FirstRun::kAfterPeriod);
     std::this_thread::sleep_for(milliseconds(20));
   }  // the destructor stops it
   EXPECT_EQ(runs.load(), 0);
-  PeriodicTask soon(
-      milliseconds(1), [&] { ++runs; }, PeriodicTask::FirstRun::kAfterPeriod);
+  PeriodicTask soon(milliseconds(1), [&] { ++runs; }, PeriodicTask::FirstRun::kAfterPeriod);
   EXPECT_TRUE(ReachesWithin10s(runs, 2));
 }
 

@@ -95,8 +95,8 @@ class DockerfileTest(unittest.TestCase):
 
     def test_stages(self):
         self.assertEqual(len(self.stages), 2)
-        self.assertEqual(self.build[0], "debian:bookworm AS build")
-        self.assertEqual(self.runtime[0], "debian:bookworm")
+        self.assertEqual(self.build[0], "debian:trixie AS build")
+        self.assertEqual(self.runtime[0], "debian:trixie")
         build_runs = " ".join(self.instructions(self.build, "RUN"))
         self.assertIn("deploy/install-deps.sh", build_runs)
         self.assertIn("cmake --build", build_runs)
