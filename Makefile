@@ -8,6 +8,7 @@
 #   make fuzz        libFuzzer targets with clang (build/fuzz), FUZZ_SECONDS each
 # Benchmarks (not part of make test):
 #   make bench   the benchmark tables on stdout (benchmarks/run.sh)
+#   make venv-peers  ONNX Runtime from PyPI, pinned, in build/release/venv/peers
 #   make report  the same machine's speed of light in one Markdown report with
 #                PNG plots: benchmarks/report/ (make_report.py, ~10 min)
 # Soak and faults against a real server (benchmarks/e2e/reliability.py):
@@ -114,6 +115,12 @@ install: build
 
 bench: build
 	@bash benchmarks/run.sh $(BUILD_DIR)
+
+# The pinned PyPI packages (requirements/NAME.txt, exact versions and
+# hashes) in $(BUILD_DIR)/venv/NAME, made from Debian's python3 by
+# tools/python/venv.sh; e.g. venv-peers: ONNX Runtime.
+venv-%: deps
+	@bash tools/python/venv.sh $(BUILD_DIR) $*
 
 # benchmarks/report/README.md, its PNG plots and data.json: throughput per
 # batch and per thread (numaserve and ONNX Runtime), served latency CDF,

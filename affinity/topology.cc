@@ -401,6 +401,9 @@ absl::StatusOr<MemoryBinding> GetMemoryBinding() {
     case HWLOC_MEMBIND_MIXED:
       binding.policy = "mixed";
       break;
+    case HWLOC_MEMBIND_WEIGHTED_INTERLEAVE:  // hwloc 2.11 on (Linux 6.9's weighted interleave)
+      binding.policy = "weighted-interleave";
+      break;
   }
   binding.nodes = IndexesOf(nodes.get());
   return binding;

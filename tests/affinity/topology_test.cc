@@ -55,7 +55,9 @@ TEST(MachineTopologyTest, OuterCacheOfACore) {
   const uint64_t bytes = OuterCacheBytes(core.pus.front());
   // A core under an L3 has at least that cache above it (the L3 or a larger
   // one); a machine reporting no L3 may still report an L2 (or nothing).
-  if (core.l3 >= 0) EXPECT_GE(bytes, uint64_t{1} << 20);
+  if (core.l3 >= 0) {
+    EXPECT_GE(bytes, uint64_t{1} << 20);
+  }
   // Every hardware thread of a core shares its caches.
   for (int pu : core.pus) EXPECT_EQ(OuterCacheBytes(pu), bytes) << "cpu " << pu;
   EXPECT_EQ(OuterCacheBytes(-1), 0u);
