@@ -297,6 +297,30 @@ class RowAnalysis {
     }
   }
 
+  // A Slice of rows on axis `axis` of its rank-`rank` input: why that
+  // combines rows (a step other than 1 on the row axis reorders them), or "".
+  std::string SliceCombinesRows(const Node& node, int axis, int rank) const {
+    auto starts = ops::IntsFromAttrOrInput(graph_, node, "starts", 1);
+    auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 3);
+    auto steps = ops::ConstInts(graph_, node, 4, "steps");
+    if (!starts.ok() || !axes.ok() || !steps.ok() || !starts->has_value()) {
+      return "slices by runtime values";
+    }
+    const auto& given_starts = *starts;
+    const auto& given_axes = *axes;
+    const auto& given_steps = *steps;
+    const size_t n = given_starts.has_value() ? given_starts->size() : 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t a = given_axes.has_value() && i < given_axes->size() ? (*given_axes)[i]
+                                                                         : static_cast<int64_t>(i);
+      auto normalized = kernels::NormalizeAxis(a, rank);
+      const int64_t step =
+          given_steps.has_value() && i < given_steps->size() ? (*given_steps)[i] : 1;
+      if (normalized.ok() && *normalized == axis && step != 1) return "reorders the rows";
+    }
+    return "";
+  }
+
   // The row input `index` of `node` when its row axis is `axis`: why that
   // combines rows under `rule`, or "" when it does not.
   std::string CombinesRows(const Node& node, RowRule rule, size_t index, int axis, ValueId out,
@@ -352,29 +376,8 @@ class RowAnalysis {
         if (!a.ok()) return std::string(a.status().message());
         return axis == *a ? "picks among the rows" : "";
       }
-      case RowRule::kSlice: {
-        if (index != 0) return "slices by row values";
-        auto starts = ops::IntsFromAttrOrInput(graph_, node, "starts", 1);
-        auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 3);
-        auto steps = ops::ConstInts(graph_, node, 4, "steps");
-        if (!starts.ok() || !axes.ok() || !steps.ok() || !starts->has_value()) {
-          return "slices by runtime values";
-        }
-        const auto& given_starts = *starts;
-        const auto& given_axes = *axes;
-        const auto& given_steps = *steps;
-        const size_t n = given_starts.has_value() ? given_starts->size() : 0;
-        for (size_t i = 0; i < n; ++i) {
-          const int64_t a = given_axes.has_value() && i < given_axes->size()
-                                ? (*given_axes)[i]
-                                : static_cast<int64_t>(i);
-          auto normalized = kernels::NormalizeAxis(a, rank);
-          const int64_t step =
-              given_steps.has_value() && i < given_steps->size() ? (*given_steps)[i] : 1;
-          if (normalized.ok() && *normalized == axis && step != 1) return "reorders the rows";
-        }
-        return "";
-      }
+      case RowRule::kSlice:
+        return index != 0 ? "slices by row values" : SliceCombinesRows(node, axis, rank);
       case RowRule::kPerSample:
         if (index != 0) return "takes per-row parameters";
         if (axis != 0 || out_axis != 0) return "computes across the rows of an axis other than N";

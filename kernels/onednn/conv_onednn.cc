@@ -180,12 +180,12 @@ absl::StatusOr<std::unique_ptr<ConvOnednn>> ConvOnednn::Create(const dnnl::engin
       return DnnlErrorToStatus(e, "allocating conv bias");
     }
   }
-  if (conv->options_.dw.has_value()) {
+  if (const std::optional<DepthwisePostOp>& dw = conv->options_.dw; dw.has_value()) {
     try {
       conv->dw_bias_ =
           dnnl::memory(dnnl::memory::desc({conv->options_.out_channels}, dt::f32, tag::a), engine);
-      std::memcpy(conv->dw_bias_.get_data_handle(), conv->options_.dw->bias.data(),
-                  conv->options_.dw->bias.size() * sizeof(float));
+      std::memcpy(conv->dw_bias_.get_data_handle(), dw->bias.data(),
+                  dw->bias.size() * sizeof(float));
     } catch (const dnnl::error& e) {
       return DnnlErrorToStatus(e, "allocating depthwise bias");
     }
@@ -571,6 +571,8 @@ absl::Status ConvOnednn::BindDepthwise(const Shape& dst_shape, const dnnl::memor
                                        const dnnl::memory::desc& final_dst_md,
                                        const dnnl::memory::desc& dw_weights_md, PerShape* entry) {
   const ConvOnednnOptions& o = options_;
+  if (!o.dw.has_value()) return absl::InternalError("ConvOnednn: no depthwise post-op to bind");
+  const DepthwisePostOp& dw = *o.dw;
   if (dst_desc.get_dims() != final_dst_md.get_dims()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ConvOnednn: the fused depthwise output is not ", ShapeToString(dst_shape)));
@@ -584,7 +586,7 @@ absl::Status ConvOnednn::BindDepthwise(const Shape& dst_shape, const dnnl::memor
     entry->scratch_bytes = entry->dst_offset + dst_desc.get_size();
   }
   dnnl::memory user(dnnl::memory::desc({o.out_channels, 1, 1, 3, 3}, dt::f32, tag::goihw), engine_,
-                    const_cast<float*>(o.dw->weights.data()));
+                    const_cast<float*>(dw.weights.data()));
   dnnl::memory dw_weights(dw_weights_md, engine_);
   dnnl::stream stream(engine_);
   dnnl::reorder(user, dw_weights).execute(stream, user, dw_weights);
@@ -667,6 +669,9 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
   PerShape& e = **entry;
   if (e.own_winograd) {
     // OwnWinogradFits accepted the post-ops.
+    if (!winograd_post_ops_.has_value()) {
+      return absl::InternalError("ConvOnednn: Winograd chosen without its post-ops");
+    }
     const OwnWinogradPostOps& post_ops = *winograd_post_ops_;
     const cpu::WinogradEpilogue epilogue{
         .bias = options_.bias.empty() ? nullptr : options_.bias.data(),
@@ -696,6 +701,9 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
       const void* conv_src = src;
       void* conv_dst = dst;
       if (e.quantized_bytes != 0) {
+        if (!options_.int8.has_value()) {
+          return absl::InternalError("ConvOnednn: a quantized input without int8 parameters");
+        }
         const Int8Params& q = *options_.int8;
         QuantizeToU8(src, e.quantized_count, q.src_scale, q.src_zero_point,
                      reinterpret_cast<uint8_t*>(scratch));

@@ -274,7 +274,7 @@ class ConvOnednn {
   // what runs around the kernel (padding, int8, reorders) in entry->impl.
   void AnnotateInt8Entry(const dnnl::convolution_forward::primitive_desc& pd,
                          const Shape& src_shape, bool src_blocked, const Int8Padding& pad,
-                         PerShape* entry) const;
+                         int32_t src_zero_point, PerShape* entry) const;
   // Binds `pd2`, the second pass of split INT8 weights, into entry->second.
   absl::Status BindSecondPass(const dnnl::convolution_forward::primitive_desc& pd2,
                               PerShape* entry);

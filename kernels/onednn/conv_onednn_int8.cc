@@ -52,12 +52,11 @@ ConvOnednn::Int8Padding ConvOnednn::ResolveInt8Padding(const Shape& src_shape, b
 
 void ConvOnednn::AnnotateInt8Entry(const dnnl::convolution_forward::primitive_desc& pd,
                                    const Shape& src_shape, bool src_blocked, const Int8Padding& pad,
-                                   PerShape* entry) const {
-  const ConvOnednnOptions& o = options_;
+                                   int32_t src_zero_point, PerShape* entry) const {
   const bool explicit_pad = pad.explicit_pad;
   const dnnl::memory::dims& src_dims = pad.src_dims;
   if (explicit_pad) {  // Run fills the buffer, then reorders into its interior
-    entry->src_pad_fill = o.int8->src_zero_point;
+    entry->src_pad_fill = src_zero_point;
     entry->src_pad_bytes = pd.src_desc().get_size();
     absl::StrAppend(&entry->impl, " (input padded here)");
   }
@@ -76,6 +75,7 @@ void ConvOnednn::AnnotateInt8Entry(const dnnl::convolution_forward::primitive_de
 }
 
 absl::Status ConvOnednn::CreateQuantizationArgs() {
+  if (!options_.int8.has_value()) return absl::InternalError("ConvOnednn: no int8 parameters");
   const Int8Params& q = *options_.int8;
   auto values = [&](dt type, const void* data, int64_t n) {
     dnnl::memory m(dnnl::memory::desc({n}, type, tag::a), engine_);
@@ -116,6 +116,8 @@ absl::Status ConvOnednn::BindSecondPass(const dnnl::convolution_forward::primiti
 absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_shape,
                                      bool src_blocked, bool dst_blocked, PerShape* entry) {
   const ConvOnednnOptions& o = options_;
+  if (!o.int8.has_value()) return absl::InternalError("ConvOnednn: no int8 parameters");
+  const int32_t src_zero_point = o.int8->src_zero_point;
   const bool split = !user_weights_s8_lo_.empty();
   const dnnl::memory::desc any_w(UserWeightsDesc().get_dims(), dt::s8, tag::any);
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
@@ -168,7 +170,7 @@ absl::Status ConvOnednn::PrepareInt8(const Shape& src_shape, const Shape& dst_sh
         !s.ok()) {
       return s;
     }
-    AnnotateInt8Entry(pd, src_shape, src_blocked, pad, entry);
+    AnnotateInt8Entry(pd, src_shape, src_blocked, pad, src_zero_point, entry);
     if (split) {
       // The same src and dst layouts: both passes read one quantized src
       // and write one dst.

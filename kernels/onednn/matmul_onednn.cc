@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -44,8 +45,9 @@ absl::StatusOr<std::unique_ptr<MatMulOnednn>> MatMulOnednn::Create(
   }
   std::unique_ptr<MatMulOnednn> mm(new MatMulOnednn(engine, options));
   absl::Status status = mm->PackWeights();
-  mm->options_.weights = nullptr;  // only read while packing
-  if (mm->options_.int8.has_value()) mm->options_.int8->weights = std::vector<int8_t>();
+  MatMulOnednnOptions& kept = mm->options_;
+  kept.weights = nullptr;  // only read while packing
+  if (kept.int8.has_value()) kept.int8->weights = std::vector<int8_t>();
   if (!status.ok()) return status;
   return mm;
 }
@@ -195,13 +197,19 @@ dnnl::matmul::primitive_desc MatMulOnednn::PrimitiveFor(int64_t m, const dnnl::m
                                                         dnnl::memory* own) const {
   const dnnl::memory::desc bias_md = with_bias ? bias_.get_desc() : dnnl::memory::desc();
   const dnnl::memory::desc packed_md = packed.get_desc();
-  try {
-    dnnl::matmul::primitive_desc pd(engine_, SrcDesc(m), packed_md, bias_md, DstDesc(m),
-                                    Attr(pass));
-    if (!absl::StartsWith(pd.impl_info_str(), "ref")) return pd;
-  } catch (const dnnl::error&) {
-    // No kernel on the packed layout for this m: its own below.
-  }
+  // A kernel on the packed layout for this m, else (none, or a reference)
+  // the layout of its own below.
+  auto on_packed = [&]() -> std::optional<dnnl::matmul::primitive_desc> {
+    try {
+      dnnl::matmul::primitive_desc pd(engine_, SrcDesc(m), packed_md, bias_md, DstDesc(m),
+                                      Attr(pass));
+      if (absl::StartsWith(pd.impl_info_str(), "ref")) return std::nullopt;
+      return pd;
+    } catch (const dnnl::error&) {
+      return std::nullopt;
+    }
+  };
+  if (std::optional<dnnl::matmul::primitive_desc> pd = on_packed(); pd.has_value()) return *pd;
   dnnl::memory::desc any_md({options_.k, options_.n}, packed_md.get_data_type(), tag::any);
   dnnl::matmul::primitive_desc pd(engine_, SrcDesc(m), any_md, bias_md, DstDesc(m), Attr(pass));
   if (pd.weights_desc() != packed_md) *own = WeightsIn(packed, pd.weights_desc());

@@ -32,7 +32,7 @@ std::string BoundPrimitive::ImplementationName() const {
   const char* name = nullptr;
   try {
     if (dnnl_primitive_desc_query(primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0,
-                                  &name) != dnnl_success) {
+                                  static_cast<void*>(&name)) != dnnl_success) {
       return "";
     }
   } catch (const dnnl::error&) {
