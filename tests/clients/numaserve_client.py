@@ -43,7 +43,13 @@ import threading
 import time
 import urllib.request
 
-import grpc
+# The tests start servers with subprocess while their channels are open:
+# gRPC's fork handlers (on by default in grpcio) then wait for its thread
+# pool to idle, which on a loaded machine hung a test past its limit. The
+# child execs at once, so they protect nothing here. (ctest sets it too,
+# for test files that import grpc before this module.)
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+import grpc  # noqa: E402
 import numpy as np
 
 CLIENTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -261,6 +267,9 @@ _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: nothing to import afte
 _PR_SET_PDEATHSIG = 1
 
 
+_SETPRIV = shutil.which("setpriv")
+
+
 def _die_with_parent():
     """In the child before exec: SIGKILL when the thread that started it
     exits, so a test runner killed on timeout leaves no server behind (the
@@ -340,11 +349,20 @@ class ServerProcess:
 
     def start(self):
         self._stderr = tempfile.TemporaryFile(prefix="numaserve_stderr_")
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+        # The parent-death signal from util-linux's setpriv, which execs the
+        # server in its own process (same pid), rather than from a
+        # preexec_fn: with one, Python forks instead of vforking, and the
+        # fork runs gRPC's fork handlers, which wait for its thread pool to
+        # idle (a test hung there for minutes on a loaded machine).
+        argv, preexec = self.argv, None
+        if self.die_with_parent:
+            if _SETPRIV:
+                argv = [_SETPRIV, "--pdeathsig", "KILL", "--"] + list(self.argv)
+            else:
+                preexec = _die_with_parent
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=self._stderr,
-                                     env=self.env,
-                                     preexec_fn=_die_with_parent if self.die_with_parent
-                                     else None)
+                                     env=self.env, preexec_fn=preexec)
         self._stdout_thread = threading.Thread(target=self._read_stdout, daemon=True)
         self._stdout_thread.start()
         deadline = time.monotonic() + self.startup_timeout

@@ -2,6 +2,7 @@
 // profile | quantize, and the internal `worker` command (a worker process,
 // started by serve). `train` under mpirun is one rank of the job.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ int main(int argc, char** argv) {
   // NUMASERVE_MAX_ISA caps oneDNN too, here and in the workers and trainers
   // started from here, whichever of them first touches oneDNN.
   numaserve::kernels::ExportIsaCapToOnednn();
+  // Every process numaserve forks (workers, training jobs) calls exec at
+  // once, so gRPC's fork handlers have nothing to protect; where they are
+  // on, a fork from a busy server waits for gRPC's thread pool to idle.
+  // Before gRPC starts (one thread so far); a value the user set is kept.
+  setenv("GRPC_ENABLE_FORK_SUPPORT", "false", 0);  // NOLINT(concurrency-mt-unsafe)
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     PrintUsage();
     return argc < 2 ? 2 : 0;
