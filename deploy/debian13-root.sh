@@ -36,6 +36,9 @@ root=${NUMASERVE_DEBIAN13_ROOT:-/var/cache/numaserve/debian13-root}
 mirror=${NUMASERVE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 src=$(cd "$(dirname "$0")/.." && pwd)
 share=$(dirname "$src")
+# The folder above the tree (its neighbours, such as a shared/ beside it),
+# unless that is / itself: then the tree alone.
+[ "$share" = / ] && share=$src
 
 if [ ! -x "$root/usr/bin/apt-get" ] || [ ! -f "$root/.numaserve-root-ready" ]; then
   if ! command -v debootstrap >/dev/null; then
