@@ -36,7 +36,9 @@ max_len() {
 
 # One thread: findings reproduce, and the kernels' OpenMP teams stay small.
 export OMP_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1}"
+# allow_user_poisoning=0: see ASAN_ENV in the Makefile (absl's hash tables
+# poisoned by its headers, not unpoisoned by Debian's uninstrumented library).
+export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:allow_user_poisoning=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 # The targets' scratch files (fuzz_util.cc) under the build tree, where an
 # input that crashes leaves them; emptied at every run.
