@@ -357,12 +357,10 @@ std::optional<CompiledModelImpl::DepthwiseMatch> CompiledModelImpl::DepthwiseAft
   const kernels::ConvOnednnOptions& o = cb.o;
   const ValueId out = cb.out;
   const Shape& x_shape = cb.shapes1[cb.node.inputs[0]];
-  // Channel-blocked activations only: oneDNN 2.6's jit_1x1 with a
-  // depthwise post-op on nhwc (which it picks at batch 32 of a 16->48
-  // channel pair) computes wrong values (normalized error 0.8 against the
-  // reference; isa_tier_test's channels-last CNN).
-  bool one_by_one = !o.sum && o.group == 1 && x_shape.size() == 4 && !o.int8.has_value() &&
-                    plan_.blocked_layout == kernels::BlockedLayout::kChannelBlocked;
+  // In either layout: oneDNN 3's fused kernels are right in nhwc too
+  // (2.6's jit_1x1 with a depthwise post-op on nhwc was not: isa_tier_test's
+  // channels-last CNN and conv_depthwise_fusion_test check it).
+  bool one_by_one = !o.sum && o.group == 1 && x_shape.size() == 4 && !o.int8.has_value();
   for (size_t d = 0; d < o.kernel.size() && one_by_one; ++d) {
     one_by_one = o.kernel[d] == 1 && o.strides[d] == 1 && o.dilations[d] == 1 &&
                  o.pads_begin[d] == 0 && o.pads_end[d] == 0;
