@@ -199,6 +199,7 @@ const std::vector<OpSchema>& AllOps() {
     add("neural network", ops::AddNnOps);
     add("normalization", ops::AddNormOps);
     add("tensor", ops::AddTensorOps);
+    add("tensor", ops::AddResizeOps);
     add("types, quantization", ops::AddQuantizeOps);
     add("types, quantization", ops::AddTypedOps);
     std::sort(table->begin(), table->end(),

@@ -19,6 +19,7 @@ void AddElementwiseOps(std::vector<OpSchema>& table);
 void AddNnOps(std::vector<OpSchema>& table);
 void AddNormOps(std::vector<OpSchema>& table);
 void AddTensorOps(std::vector<OpSchema>& table);
+void AddResizeOps(std::vector<OpSchema>& table);
 // QuantizeLinear and DequantizeLinear, with their typed references.
 void AddQuantizeOps(std::vector<OpSchema>& table);
 // Sets typed_reference/typed_accepts on the rows of ops with a typed

@@ -1,8 +1,8 @@
 // Op table rows for data movement and shape ops: Transpose, Concat, Split,
 // Slice, Gather, Pad, Expand, Tile, Squeeze, Unsqueeze, Shape,
-// ConstantOfShape, Cast, Dropout, Resize/Upsample, DepthToSpace,
-// SpaceToDepth. Integer operands (indices, pads, axes, shapes) must be
-// constants; constant folding makes shape arithmetic free.
+// ConstantOfShape, Cast, Dropout, DepthToSpace, SpaceToDepth (Resize and
+// Upsample are in resize_ops.cc). Integer operands (indices, pads, axes,
+// shapes) must be constants; constant folding makes shape arithmetic free.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -597,119 +597,6 @@ ShapesOr DropoutShapes(const Graph&, const Node& node, const std::vector<const S
   return std::vector<Shape>(node.outputs.size(), *in[0]);
 }
 
-// --- Resize / Upsample
-// -----------------------------------------------------------------------------
-
-struct ResizeSpec {
-  kernels::ResizeParams params;
-  Shape out;
-};
-
-absl::StatusOr<ResizeSpec> ResizeSpecOf(const Graph& graph, const Node& node, const Shape& x) {
-  ResizeSpec spec;
-  kernels::ResizeParams& p = spec.params;
-  p.mode = node.GetString("mode", "nearest");
-  if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic") {
-    return NodeUnsupported(node, absl::StrCat("mode '", p.mode, "' is not supported"));
-  }
-  // Opset 18's additions, not implemented: refused, not answered wrong.
-  if (node.GetInt("antialias", 0) != 0) return NodeUnsupported(node, "antialias is not supported");
-  if (node.HasAttribute("axes"))
-    return NodeUnsupported(node, "the axes attribute is not supported");
-  if (const std::string policy = node.GetString("keep_aspect_ratio_policy", "stretch");
-      policy != "stretch") {
-    return NodeUnsupported(node, absl::StrCat("keep_aspect_ratio_policy '", policy, "'"));
-  }
-  p.cubic_coeff_a = node.GetFloat("cubic_coeff_a", -0.75f);
-  p.exclude_outside = node.GetInt("exclude_outside", 0) != 0;
-  const bool upsample = node.op_type == "Upsample";
-  const bool opset10 = !upsample && graph.opset() < 11;
-  if (upsample || opset10) {
-    p.coordinate_transformation_mode = "asymmetric";
-    p.nearest_mode = "floor";
-  } else {
-    p.coordinate_transformation_mode =
-        node.GetString("coordinate_transformation_mode", "half_pixel");
-    p.nearest_mode = node.GetString("nearest_mode", "round_prefer_floor");
-  }
-  const std::string& ctm = p.coordinate_transformation_mode;
-  if (ctm != "half_pixel" && ctm != "asymmetric" && ctm != "align_corners" &&
-      ctm != "pytorch_half_pixel" && ctm != "tf_half_pixel_for_nn" && ctm != "tf_crop_and_resize") {
-    return NodeUnsupported(node, absl::StrCat("coordinate_transformation_mode '", ctm, "'"));
-  }
-  if (ctm == "tf_crop_and_resize") {
-    auto roi = ConstFloats(graph, node, 1, "roi");
-    if (!roi.ok()) return roi.status();
-    const auto& given_roi = *roi;
-    if (!given_roi.has_value() || given_roi->size() != 2 * x.size()) {
-      return NodeError(node, absl::StrCat("tf_crop_and_resize needs a constant roi of ",
-                                          2 * x.size(), " values"));
-    }
-    p.roi = *given_roi;
-    p.extrapolation_value = node.GetFloat("extrapolation_value", 0.0f);
-  }
-  const size_t scales_index = upsample || opset10 ? 1 : 2;
-  std::vector<float> scales = node.GetFloats("scales", {});
-  if (auto s = ConstFloats(graph, node, scales_index, "scales"); !s.ok()) {
-    return s.status();
-  } else if (const auto& given_scales = *s; given_scales.has_value() && !given_scales->empty()) {
-    scales = *given_scales;
-  }
-  auto sizes = ConstInts(graph, node, 3, "sizes");
-  if (!sizes.ok()) return sizes.status();
-  spec.out = x;
-  const auto& given_sizes = *sizes;
-  if (!upsample && !opset10 && given_sizes.has_value() && !given_sizes->empty()) {
-    if (given_sizes->size() != x.size()) return NodeError(node, "sizes length != rank");
-    if (absl::Status s = CheckShape(node, *given_sizes, "sizes"); !s.ok()) return s;
-    p.scales.clear();
-    for (size_t d = 0; d < x.size(); ++d) {
-      spec.out[d] = (*given_sizes)[d];
-      p.scales.push_back(static_cast<float>(spec.out[d]) / static_cast<float>(x[d]));
-    }
-  } else {
-    if (scales.size() != x.size()) return NodeError(node, "scales or sizes must cover every dim");
-    p.scales = scales;
-    for (size_t d = 0; d < x.size(); ++d) {
-      // Checked before the conversion: a huge, negative, infinite or NaN
-      // scale is an error, not an undefined cast.
-      const double extent = std::floor(static_cast<double>(x[d]) * static_cast<double>(scales[d]));
-      if (!(scales[d] > 0.0f) || !(extent <= static_cast<double>(kernels::kMaxTensorElements))) {
-        return NodeError(
-            node, absl::StrCat("scales[", d, "] = ", scales[d], " on dim ", d, " of ",
-                               kernels::ShapeToString(x), " is not positive or gives more than ",
-                               kernels::kMaxTensorElements, " elements"));
-      }
-      spec.out[d] = static_cast<int64_t>(extent);
-    }
-  }
-  if (absl::Status s = CheckShape(node, spec.out, "the resized output"); !s.ok()) return s;
-  return spec;
-}
-
-absl::Status ResizeValidate(const Graph& graph, const Node& node) {
-  if (absl::Status s = CheckArity(node, 1, 4); !s.ok()) return s;
-  for (size_t i = 1; i < node.inputs.size(); ++i) {
-    if (HasInput(node, i) && !graph.IsConstant(node.inputs[i])) {
-      return NodeUnsupported(node, "roi/scales/sizes must be constants");
-    }
-  }
-  return absl::OkStatus();
-}
-
-ShapesOr ResizeShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>& in) {
-  auto spec = ResizeSpecOf(graph, node, *in[0]);
-  if (!spec.ok()) return spec.status();
-  return std::vector<Shape>{spec->out};
-}
-
-TensorsOr ResizeReference(const Graph& graph, const Node& node,
-                          const std::vector<const Tensor*>& in) {
-  auto spec = ResizeSpecOf(graph, node, in[0]->shape);
-  if (!spec.ok()) return spec.status();
-  return One(kernels::ResizeRef(*in[0], spec->params, spec->out));
-}
-
 // --- DepthToSpace / SpaceToDepth
 // ---------------------------------------------------------------------
 
@@ -780,8 +667,6 @@ void AddTensorOps(std::vector<OpSchema>& table) {
                    ConstantOfShapeReference, NoFlops});
   table.push_back({"Cast", CastValidate, SameShape, CastReference, NoFlops});
   table.push_back({"Dropout", DropoutValidate, DropoutShapes, IdentityReference, NoFlops});
-  table.push_back({"Resize", ResizeValidate, ResizeShapes, ResizeReference, NoFlops});
-  table.push_back({"Upsample", ResizeValidate, ResizeShapes, ResizeReference, NoFlops});
   table.push_back({"DepthToSpace", BlockValidate, BlockShapes, BlockReference, NoFlops});
   table.push_back({"SpaceToDepth", BlockValidate, BlockShapes, BlockReference, NoFlops});
 }

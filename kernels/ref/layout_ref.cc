@@ -1,6 +1,7 @@
 #include "kernels/ref/layout_ref.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -220,66 +221,184 @@ struct Taps {
   std::vector<double> weight;
 };
 
-// The index tables of a resize: per dim, the taps of every output
-// coordinate (none where tf_crop_and_resize falls outside the input).
-std::vector<std::vector<Taps>> ResizeTaps(const Shape& in_shape, const ResizeParams& p,
-                                          const Shape& out_shape, bool crop) {
-  const size_t rank = in_shape.size();
-  std::vector<std::vector<Taps>> taps(rank);
-  for (size_t d = 0; d < rank; ++d) {
-    const int64_t in_len = in_shape[d];
-    for (int64_t o = 0; o < out_shape[d]; ++o) {
-      const double c = SourceCoordinate(p, d, o, in_len, out_shape[d], p.scales[d]);
-      Taps t;
-      if (crop && (c < 0 || c > in_len - 1)) {
-        // Outside the input: the output point is extrapolation_value (no
-        // taps along this dim).
-      } else if (p.mode == "nearest") {
-        t.index.push_back(std::clamp<int64_t>(NearestIndex(p.nearest_mode, c), 0, in_len - 1));
-        t.weight.push_back(1.0);
-      } else if (p.mode == "linear") {
-        const double cc = std::clamp(c, 0.0, static_cast<double>(in_len - 1));
-        const int64_t i0 = static_cast<int64_t>(std::floor(cc));
-        t.index = {i0, std::min(i0 + 1, in_len - 1)};
-        t.weight = {1.0 - (cc - i0), cc - i0};
-      } else {
-        // Cubic convolution with coefficient a over 4 taps; taps outside
-        // the input repeat the edge, or are dropped and the rest
-        // renormalised with exclude_outside.
-        const double a = p.cubic_coeff_a;
-        const int64_t i0 = static_cast<int64_t>(std::floor(c));
-        const double f = c - i0;
-        auto kernel = [a](double s) {
-          s = std::fabs(s);
-          if (s <= 1) return ((a + 2) * s - (a + 3)) * s * s + 1;
-          if (s < 2) return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a;
-          return 0.0;
-        };
-        double total = 0;
-        for (int64_t k = -1; k <= 2; ++k) {
-          const int64_t src = i0 + k;
-          double w = kernel(k - f);
-          if (p.exclude_outside && (src < 0 || src >= in_len)) w = 0;
-          t.index.push_back(std::clamp<int64_t>(src, 0, in_len - 1));
-          t.weight.push_back(w);
-          total += w;
-        }
-        if (p.exclude_outside && total != 0) {
-          for (double& w : t.weight) w /= total;
-        }
-      }
-      taps[d].push_back(std::move(t));
+// Cubic convolution with coefficient a at distance s (Keys, 1981).
+double CubicWeight(double a, double s) {
+  s = std::fabs(s);
+  if (s <= 1) return ((a + 2) * s - (a + 3)) * s * s + 1;
+  if (s < 2) return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a;
+  return 0.0;
+}
+
+Taps LinearTaps(double c, int64_t in_len) {
+  const double cc = std::clamp(c, 0.0, static_cast<double>(in_len - 1));
+  const int64_t i0 = static_cast<int64_t>(std::floor(cc));
+  return {.index = {i0, std::min(i0 + 1, in_len - 1)}, .weight = {1.0 - (cc - i0), cc - i0}};
+}
+
+// Cubic convolution over 4 taps; taps outside the input repeat the edge, or
+// are dropped and the rest renormalised with exclude_outside.
+Taps CubicTaps(const ResizeParams& p, double c, int64_t in_len) {
+  const int64_t i0 = static_cast<int64_t>(std::floor(c));
+  const double f = c - i0;
+  Taps t;
+  double total = 0;
+  for (int64_t k = -1; k <= 2; ++k) {
+    const int64_t src = i0 + k;
+    double w = CubicWeight(p.cubic_coeff_a, k - f);
+    if (p.exclude_outside && (src < 0 || src >= in_len)) w = 0;
+    t.index.push_back(std::clamp<int64_t>(src, 0, in_len - 1));
+    t.weight.push_back(w);
+    total += w;
+  }
+  if (p.exclude_outside && total != 0) {
+    for (double& w : t.weight) w /= total;
+  }
+  return t;
+}
+
+// The antialiased linear or cubic filter when downsampling (scale < 1): the
+// filter stretched by 1 / scale, so every input index within support /
+// scale of c contributes, weights normalised to sum to 1. The window is
+// indexed from i0 = ceil(c) - 1 (c - i0 in (0, 1]) and runs from i0 + first
+// to i0 + 1 - first; its outermost taps weigh 0 where support / scale is
+// whole. Taps outside the input repeat the edge, or weigh 0 with
+// exclude_outside.
+Taps WideTaps(const ResizeParams& p, double c, double scale, int64_t in_len) {
+  const bool cubic = p.mode == "cubic";
+  const int64_t i0 = static_cast<int64_t>(std::ceil(c)) - 1;
+  const double frac = c - static_cast<double>(i0);
+  const int64_t first = static_cast<int64_t>(std::floor(-(cubic ? 2.0 : 1.0) / scale)) + 1;
+  Taps t;
+  double total = 0;
+  for (int64_t j = first; j <= 1 - first; ++j) {
+    const double s = scale * (static_cast<double>(j) - frac);
+    double w = cubic ? CubicWeight(p.cubic_coeff_a, s) : std::max(0.0, 1.0 - std::fabs(s));
+    const int64_t src = i0 + j;
+    if (p.exclude_outside && (src < 0 || src >= in_len)) w = 0;
+    t.index.push_back(std::clamp<int64_t>(src, 0, in_len - 1));
+    t.weight.push_back(w);
+    total += w;
+  }
+  if (total != 0) {
+    for (double& w : t.weight) w /= total;
+  }
+  return t;
+}
+
+// The taps of every output coordinate along dim d (none where
+// tf_crop_and_resize falls outside the input).
+absl::StatusOr<std::vector<Taps>> DimTaps(const ResizeParams& p, size_t d, int64_t in_len,
+                                          int64_t out_len, bool crop) {
+  const double scale = p.scales[d];
+  const bool wide = p.antialias && p.mode != "nearest" && scale < 1.0;
+  // The stretched filter reaches (1 or 2) / scale input indices either side
+  // of c. A scale that gives a non-empty output keeps that within 4 times
+  // the input's length; one far below is refused, not a window of billions.
+  const double reach = (p.mode == "cubic" ? 2.0 : 1.0) / scale;
+  if (wide && !(reach <= 8.0 * static_cast<double>(in_len + 1))) {
+    return absl::InvalidArgumentError(absl::StrCat("Resize antialias: scale ", scale, " on dim ", d,
+                                                   " is too small for a length of ", in_len));
+  }
+  std::vector<Taps> taps;
+  taps.reserve(out_len);
+  for (int64_t o = 0; o < out_len; ++o) {
+    const double c = SourceCoordinate(p, d, o, in_len, out_len, p.scales[d]);
+    if (crop && !(c >= 0 && c <= static_cast<double>(in_len - 1))) {
+      taps.emplace_back();  // outside the input: extrapolation_value
+    } else if (p.mode == "nearest") {
+      taps.push_back(
+          {.index = {std::clamp<int64_t>(NearestIndex(p.nearest_mode, c), 0, in_len - 1)},
+           .weight = {1.0}});
+    } else if (wide) {
+      taps.push_back(WideTaps(p, c, scale, in_len));
+    } else if (p.mode == "linear") {
+      taps.push_back(LinearTaps(c, in_len));
+    } else {
+      taps.push_back(CubicTaps(p, c, in_len));
     }
   }
   return taps;
 }
 
+// True where the taps copy the dim unchanged (output o reads input o alone).
+bool IsIdentity(const std::vector<Taps>& taps, int64_t in_len) {
+  if (static_cast<int64_t>(taps.size()) != in_len) return false;
+  for (size_t o = 0; o < taps.size(); ++o) {
+    const Taps& t = taps[o];
+    if (t.index.empty()) return false;
+    for (size_t k = 0; k < t.index.size(); ++k) {
+      const double want = t.index[k] == static_cast<int64_t>(o) ? 1.0 : 0.0;
+      if (t.weight[k] != want) return false;
+    }
+  }
+  return true;
+}
+
+// Resamples dim d of `src` (of shape `shape`) with one set of taps per
+// output coordinate into `dst`; shape[d] becomes the output length.
+void ResizeDim(const std::vector<float>& src, Shape& shape, size_t d, const std::vector<Taps>& taps,
+               std::vector<float>& dst) {
+  int64_t outer = 1, inner = 1;
+  for (size_t k = 0; k < d; ++k) outer *= shape[k];
+  for (size_t k = d + 1; k < shape.size(); ++k) inner *= shape[k];
+  const int64_t in_len = shape[d], out_len = static_cast<int64_t>(taps.size());
+  dst.assign(outer * out_len * inner, 0.0f);
+  // Sums in double, a block of the inner elements at a time.
+  constexpr int64_t kBlock = 1024;
+  std::array<double, kBlock> acc;
+  for (int64_t a = 0; a < outer; ++a) {
+    const float* slab = src.data() + a * in_len * inner;
+    for (int64_t o = 0; o < out_len; ++o) {
+      const Taps& t = taps[o];
+      float* out_row = dst.data() + (a * out_len + o) * inner;
+      for (int64_t i0 = 0; i0 < inner; i0 += kBlock) {
+        const int64_t n = std::min(kBlock, inner - i0);
+        std::fill_n(acc.begin(), n, 0.0);
+        for (size_t k = 0; k < t.index.size(); ++k) {
+          if (t.weight[k] == 0.0) continue;  // also keeps an infinity out of 0 * inf
+          const float* row = slab + t.index[k] * inner + i0;
+          for (int64_t i = 0; i < n; ++i) acc[i] += t.weight[k] * row[i];
+        }
+        for (int64_t i = 0; i < n; ++i) out_row[i0 + i] = static_cast<float>(acc[i]);
+      }
+    }
+  }
+  shape[d] = out_len;
+}
+
+// tf_crop_and_resize: every output point whose source lies outside the
+// input along some dim is the extrapolation value.
+void FillOutside(const std::vector<std::vector<Taps>>& taps, const Shape& out_shape, float value,
+                 std::vector<float>& y) {
+  for (size_t d = 0; d < out_shape.size(); ++d) {
+    int64_t outer = 1, inner = 1;
+    for (size_t k = 0; k < d; ++k) outer *= out_shape[k];
+    for (size_t k = d + 1; k < out_shape.size(); ++k) inner *= out_shape[k];
+    for (int64_t o = 0; o < out_shape[d]; ++o) {
+      if (!taps[d][o].index.empty()) continue;
+      for (int64_t a = 0; a < outer; ++a) {
+        std::fill_n(y.begin() + (a * out_shape[d] + o) * inner, inner, value);
+      }
+    }
+  }
+}
+
 }  // namespace
 
+// Resize is separable: the output is the input filtered along one dim at a
+// time. The dims that shrink go first, so no intermediate holds more
+// elements than the larger of the input and the output, and the work is a
+// few passes over those rather than the product of every dim's taps per
+// output point (which an antialiased downsample makes large).
 absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape) {
   const size_t rank = x.shape.size();
   if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic") {
     return absl::UnimplementedError(absl::StrCat("Resize mode '", p.mode, "' is not supported"));
+  }
+  if (out_shape.size() != rank || p.scales.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("Resize of a rank-", rank, " input needs ", rank,
+                                                   " output dims and scales, got ",
+                                                   out_shape.size(), " and ", p.scales.size()));
   }
   const bool crop = p.coordinate_transformation_mode == "tf_crop_and_resize";
   if (crop && p.roi.size() != 2 * rank) {
@@ -288,42 +407,48 @@ absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const S
   }
   // An empty output needs no taps: without this, one long dim beside a zero
   // one (scales 2^21 and 1e-12) would build millions of taps for nothing.
-  Tensor y(out_shape);
-  if (y.data.empty()) return y;
-  const std::vector<std::vector<Taps>> taps = ResizeTaps(x.shape, p, out_shape, crop);
-  const std::vector<int64_t> in_strides = RowMajorStrides(x.shape);
-  std::vector<size_t> k(rank);
-  ForEachIndex(out_shape, [&](int64_t i, const std::vector<int64_t>& idx) {
-    for (size_t d = 0; d < rank; ++d) {
-      if (taps[d][idx[d]].index.empty()) {
-        y.data[i] = p.extrapolation_value;
-        return;
-      }
+  if (NumElements(out_shape) == 0) return Tensor(out_shape);
+  if (x.data.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("Resize of the empty ", ShapeToString(x.shape),
+                                                   " to ", ShapeToString(out_shape)));
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (!(p.scales[d] > 0.0f && std::isfinite(p.scales[d]))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Resize scale ", p.scales[d], " on dim ", d, " is not positive and finite"));
     }
-    // Sum over every combination of per-dim taps (mixed-radix counter).
-    double acc = 0.0;
-    std::fill(k.begin(), k.end(), 0);
-    while (true) {
-      double w = 1.0;
-      int64_t off = 0;
-      for (size_t d = 0; d < rank; ++d) {
-        const Taps& t = taps[d][idx[d]];
-        w *= t.weight[k[d]];
-        off += t.index[k[d]] * in_strides[d];
-      }
-      if (w != 0.0) acc += w * x.data[off];
-      bool done = true;  // true once every digit has wrapped around
-      for (size_t d = rank; d-- > 0;) {
-        if (++k[d] < taps[d][idx[d]].index.size()) {
-          done = false;
-          break;
-        }
-        k[d] = 0;
-      }
-      if (done) break;
-    }
-    y.data[i] = static_cast<float>(acc);
-  });
+  }
+  std::vector<std::vector<Taps>> taps(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    auto t = DimTaps(p, d, x.shape[d], out_shape[d], crop);
+    if (!t.ok()) return t.status();
+    taps[d] = *std::move(t);
+  }
+  std::vector<size_t> order;
+  for (size_t d = 0; d < rank; ++d) {
+    if (out_shape[d] < x.shape[d]) order.push_back(d);
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (out_shape[d] >= x.shape[d]) order.push_back(d);
+  }
+  Shape shape = x.shape;
+  const std::vector<float>* src = &x.data;
+  std::array<std::vector<float>, 2> buffers;
+  size_t next = 0;
+  for (size_t d : order) {
+    if (IsIdentity(taps[d], shape[d])) continue;
+    ResizeDim(*src, shape, d, taps[d], buffers[next]);
+    src = &buffers[next];
+    next ^= 1;
+  }
+  Tensor y;
+  y.shape = out_shape;
+  if (src == &x.data) {
+    y.data = x.data;  // every dim kept as it is
+  } else {
+    y.data = std::move(buffers[next ^ 1]);
+  }
+  if (crop) FillOutside(taps, out_shape, p.extrapolation_value, y.data);
   return y;
 }
 

@@ -41,13 +41,20 @@ struct ResizeParams {
   std::string nearest_mode = "round_prefer_floor";
   std::vector<float> scales;  // per dim, out/in
   float cubic_coeff_a = -0.75f;
-  bool exclude_outside = false;  // cubic: drop taps outside the input
+  bool exclude_outside = false;  // drop taps outside the input, renormalise the rest
+  // linear, cubic: where a dim shrinks (scale < 1), stretch the filter by
+  // 1 / scale so that every input point within its reach contributes.
+  bool antialias = false;
   // tf_crop_and_resize: the region of interest, starts for every dim then
   // ends (normalised to [0, 1]), and the value of output points whose
   // source lies outside the input.
   std::vector<float> roi;
   float extrapolation_value = 0.0f;
 };
+// ONNX Resize of x to out_shape (one dim at a time). INVALID_ARGUMENT where
+// the output dims, scales or roi do not match x's rank, where a non-empty
+// output is asked of an empty input, or where an antialiased scale is far
+// below what gives a non-empty output.
 absl::StatusOr<Tensor> ResizeRef(const Tensor& x, const ResizeParams& p, const Shape& out_shape);
 
 // ONNX MatMul with numpy broadcasting of the batch dims (1-D operands are
