@@ -1,9 +1,14 @@
 #include "engine/import/constant_folding.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <optional>
+#include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/op_tables.h"
 #include "engine/ops/op_util.h"
@@ -37,7 +42,8 @@ constexpr int64_t kMaxTrackedElements = 64;
 // as the node's constant inputs together (a transposed or scaled weight
 // folds at any size). Bigger results (a ConstantOfShape, Expand or Tile
 // blowing a few values up) stay nodes and run at run time, so a model
-// cannot make the importer allocate what its file does not hold.
+// cannot make the importer allocate what its file does not hold. What
+// folds is bounded once more by the graph's budget (FoldBudget).
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
 
 // Whether shapes `out` may be folded under `cap` elements in all.
@@ -50,6 +56,84 @@ bool FoldableSize(const std::vector<Shape>& out, int64_t cap) {
   return true;
 }
 
+// Bytes a folded constant of TYPE holds per element (ConstantFromTyped,
+// MakeConstant): its FP32 copy, and for other types its exact elements,
+// plus int64 values for integers and BOOL. kUnknown: the most of any type.
+int64_t HeldBytesPerElement(DataType type) {
+  if (type == DataType::kFloat32) return sizeof(float);
+  if (type == DataType::kUnknown) return sizeof(float) + 2 * sizeof(int64_t);
+  int64_t bytes = sizeof(float) + static_cast<int64_t>(DataTypeSize(type));
+  if (IsIntegerType(type) || type == DataType::kBool) bytes += sizeof(int64_t);
+  return bytes;
+}
+
+// The most the node's outputs of shapes OUT hold once folded, or nullopt
+// when that count is not valid. FP32_REFERENCE: the outputs come from the
+// FP32 reference, where an output of unknown type becomes FP32.
+std::optional<int64_t> FoldedBytesBound(const Graph& graph, const Node& node,
+                                        const std::vector<Shape>& out, bool fp32_reference) {
+  int64_t total = 0;
+  for (size_t j = 0; j < out.size(); ++j) {
+    auto n = kernels::NumElementsChecked(out[j]);
+    if (!n.ok()) return std::nullopt;
+    DataType type =
+        j < node.outputs.size() ? graph.value(node.outputs[j]).type : DataType::kUnknown;
+    if (fp32_reference && type == DataType::kUnknown) type = DataType::kFloat32;
+    int64_t per_element = HeldBytesPerElement(type);
+    // A folded DequantizeLinear also keeps its INT8 values (Int8OriginOf).
+    if (node.op_type == "DequantizeLinear") per_element += sizeof(int8_t);
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(*n, per_element, &bytes) ||
+        __builtin_add_overflow(total, bytes, &total)) {
+      return std::nullopt;
+    }
+  }
+  if (node.op_type == "DequantizeLinear" && node.inputs.size() > 1) {
+    // ... and a copy of its scales.
+    if (const Constant* scale = graph.FindConstant(node.inputs[1]); scale != nullptr) {
+      auto n = kernels::NumElementsChecked(scale->shape);
+      if (!n.ok() || __builtin_add_overflow(total, *n * int64_t{sizeof(float)}, &total)) {
+        return std::nullopt;
+      }
+    }
+  }
+  return total;
+}
+
+std::string MiB(int64_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+// What the graph's folded constants hold against its budget: checked
+// before each fold allocates, from the output shapes inferred first.
+struct FoldBudget {
+  int64_t limit = 0;           // FoldOptions::budget_bytes, or the default
+  bool by_default = true;      // the limit is DefaultFoldBudgetBytes
+  int64_t constant_bytes = 0;  // what the model's own constants hold
+  int64_t held = 0;            // what every constant folded so far holds
+
+  bool Fits(int64_t more) const {
+    int64_t total = 0;
+    return !__builtin_add_overflow(held, more, &total) && total <= limit;
+  }
+
+  absl::Status Exceeded(const Node& node, int64_t more) const {
+    int64_t total = 0;
+    const std::string would =
+        __builtin_add_overflow(held, more, &total) ? "more than 8 EiB" : MiB(total);
+    const std::string why =
+        by_default ? absl::StrCat("the larger of ", MiB(kMinFoldBudgetBytes), " and ",
+                                  kFoldBudgetPerConstantByte, " times the ", MiB(constant_bytes),
+                                  " the model's own constants hold")
+                   : "set by the import options";
+    return absl::ResourceExhaustedError(absl::StrCat(
+        node.Describe(), ": folding it at load would bring the model's folded constants to ", would,
+        " (", MiB(held), " folded before it, ", MiB(more),
+        " for its outputs), above the constant folding budget of ", MiB(limit), " (", limit,
+        " bytes: ", why, "); the model computes far more from its constants than it holds"));
+  }
+};
+
 bool ValidShapes(const std::vector<Shape>& shapes) {
   for (const Shape& shape : shapes) {
     if (!kernels::NumElementsChecked(shape).ok()) return false;
@@ -57,20 +141,22 @@ bool ValidShapes(const std::vector<Shape>& shapes) {
   return true;
 }
 
-// Whether the node's outputs, computed from inputs of these shapes, are
-// small enough to fold (above). False also when the shapes do not infer:
-// validation then reports the node.
-bool FoldableOutputs(const Graph& graph, const Node& node, const OpSchema& schema,
-                     const std::vector<const Shape*>& inputs) {
+// The node's output shapes, computed from inputs of these shapes, when
+// they are small enough to fold (above). Nothing also when the shapes do
+// not infer: validation then reports the node.
+std::optional<std::vector<Shape>> FoldableOutputs(const Graph& graph, const Node& node,
+                                                  const OpSchema& schema,
+                                                  const std::vector<const Shape*>& inputs) {
   int64_t cap = kMaxFoldedElements;
   for (const Shape* s : inputs) {
     if (s == nullptr) continue;
     auto n = kernels::NumElementsChecked(*s);
-    if (!n.ok()) return false;
+    if (!n.ok()) return std::nullopt;
     cap += *n;  // each at most 2^31: no overflow for any realistic input count
   }
   auto out = schema.infer_shapes(graph, node, inputs);
-  return out.ok() && FoldableSize(*out, cap);
+  if (!out.ok() || !FoldableSize(*out, cap)) return std::nullopt;
+  return *std::move(out);
 }
 
 // True when the node's constants or outputs are not all FP32: folded
@@ -87,29 +173,38 @@ bool FoldTyped(const Graph& graph, const Node& node) {
   return false;
 }
 
-// Whether running the node on tracked values (at batch 1 and 2) stays
-// within kMaxFoldedElements: from the inferred shapes when they infer
-// without constant values, else, for ConstantOfShape (the one op whose typed
+// The most that running the node on tracked values (at batch 1 and 2) and
+// folding one result holds, or nothing when either run's outputs exceed
+// kMaxFoldedElements: from the inferred shapes when they infer without
+// constant values, else, for ConstantOfShape (the one op whose typed
 // reference sizes its output by its input's values), from those values.
-bool TrackedRunFits(const Graph& graph, const Node& node, const OpSchema& schema,
-                    const std::vector<const TypedTensor*>& in1,
-                    const std::vector<const TypedTensor*>& in2) {
+// Any other op whose shapes do not infer fails to run as well (its
+// reference reads those values as graph constants): not run.
+std::optional<int64_t> TrackedRunBytes(const Graph& graph, const Node& node, const OpSchema& schema,
+                                       const std::vector<const TypedTensor*>& in1,
+                                       const std::vector<const TypedTensor*>& in2) {
+  int64_t most = 0;
   for (const auto* in : {&in1, &in2}) {
     std::vector<const Shape*> shapes;
     for (const TypedTensor* t : *in) shapes.push_back(t == nullptr ? nullptr : &t->shape);
-    if (auto out = schema.infer_shapes(graph, node, shapes); out.ok()) {
-      if (!FoldableSize(*out, kMaxFoldedElements)) return false;
-      continue;
-    }
-    if (node.op_type == "ConstantOfShape" && !in->empty() && (*in)[0] != nullptr) {
+    std::vector<Shape> out;
+    if (auto inferred = schema.infer_shapes(graph, node, shapes); inferred.ok()) {
+      out = *std::move(inferred);
+    } else if (node.op_type == "ConstantOfShape" && !in->empty() && (*in)[0] != nullptr) {
       const TypedTensor& dims = *(*in)[0];
-      if (!IsIntegerType(dims.type)) return false;
+      if (!IsIntegerType(dims.type)) return std::nullopt;
       Shape shape;
       for (int64_t i = 0; i < dims.size(); ++i) shape.push_back(dims.GetInt64(i));
-      if (!FoldableSize({shape}, kMaxFoldedElements)) return false;
+      out.push_back(std::move(shape));
+    } else {
+      return std::nullopt;
     }
+    if (!FoldableSize(out, kMaxFoldedElements)) return std::nullopt;
+    auto bytes = FoldedBytesBound(graph, node, out, /*fp32_reference=*/false);
+    if (!bytes.has_value()) return std::nullopt;
+    most = std::max(most, *bytes);
   }
-  return true;
+  return most;
 }
 
 // Where a folded DequantizeLinear's FP32 result came from, when that is
@@ -205,15 +300,19 @@ std::optional<std::vector<Constant>> FoldAllConstant(const Graph& graph, const N
 // Shape or Size of a value whose shape is known at both batch sizes: only
 // the shape is read (Size reads the element count). A result that depends
 // on the batch is kept at both batch sizes in STATE, so that shape
-// arithmetic picking batch-independent dims still folds.
+// arithmetic picking batch-independent dims still folds. Left to run at
+// run time when its result (a dim each) would not fit the BUDGET.
 std::optional<std::vector<Constant>> FoldShapeRead(const Graph& graph, const Node& node,
-                                                   FoldState& state) {
+                                                   const FoldBudget& budget, FoldState& state) {
   // Views without data: Shape and Size read the shape alone, so a huge
   // shape costs nothing here.
   static const uint8_t kNoData = 0;
   const std::optional<Shape>& s1 = state.at1[node.inputs[0]];
   const std::optional<Shape>& s2 = state.at2[node.inputs[0]];
   if (!s1.has_value() || !s2.has_value()) return std::nullopt;
+  const Shape out = node.op_type == "Size" ? Shape{} : Shape{static_cast<int64_t>(s1->size())};
+  auto bytes = FoldedBytesBound(graph, node, {out}, /*fp32_reference=*/false);
+  if (!bytes.has_value() || !budget.Fits(*bytes)) return std::nullopt;
   const TypedTensor p1 = TypedTensor::View(DataType::kBool, *s1, &kNoData);
   const TypedTensor p2 = TypedTensor::View(DataType::kBool, *s2, &kNoData);
   auto out1 = RunTypedNode(graph, node, {&p1});
@@ -233,8 +332,11 @@ std::optional<std::vector<Constant>> FoldShapeRead(const Graph& graph, const Nod
 // A typed node of one output whose inputs are constants or known at both
 // batch sizes (a Shape's output and what is computed from it): the same
 // result at both batch sizes folds; a small different one is tracked.
+// Left to run at run time when its result would not fit the BUDGET (the
+// value may depend on the batch: nothing here says the model is wrong).
 std::optional<std::vector<Constant>> FoldTracked(const Graph& graph, const Node& node,
-                                                 const OpSchema& schema, FoldState& state) {
+                                                 const OpSchema& schema, const FoldBudget& budget,
+                                                 FoldState& state) {
   std::optional<std::vector<Constant>> result;
   std::vector<const TypedTensor*> in1, in2;
   std::vector<TypedTensor> held;
@@ -263,7 +365,8 @@ std::optional<std::vector<Constant>> FoldTracked(const Graph& graph, const Node&
       return result;
     }
   }
-  if (!TrackedRunFits(graph, node, schema, in1, in2)) return result;
+  auto bytes = TrackedRunBytes(graph, node, schema, in1, in2);
+  if (!bytes.has_value() || !budget.Fits(*bytes)) return result;
   auto out1 = RunTypedNode(graph, node, in1);
   auto out2 = RunTypedNode(graph, node, in2);
   if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
@@ -347,7 +450,34 @@ int DropDeadShapeArithmetic(const Graph& graph, const FoldState& state, std::vec
 
 }  // namespace
 
-absl::StatusOr<int> FoldConstants(Graph& graph) {
+int64_t HeldBytes(const Constant& c) {
+  int64_t bytes = static_cast<int64_t>(c.f32.data.size() * sizeof(float) +
+                                       c.i64.size() * sizeof(int64_t) + c.bytes.size());
+  if (c.int8_origin.has_value()) {
+    bytes += static_cast<int64_t>(c.int8_origin->values.size() +
+                                  c.int8_origin->scales.size() * sizeof(float));
+  }
+  return bytes;
+}
+
+int64_t DefaultFoldBudgetBytes(int64_t constant_bytes) {
+  int64_t scaled = 0;
+  if (__builtin_mul_overflow(constant_bytes, kFoldBudgetPerConstantByte, &scaled)) {
+    scaled = std::numeric_limits<int64_t>::max();
+  }
+  return std::max(kMinFoldBudgetBytes, scaled);
+}
+
+absl::StatusOr<FoldResult> FoldConstants(Graph& graph, const FoldOptions& options) {
+  FoldBudget budget;
+  for (const auto& [id, c] : graph.constants()) {
+    if (__builtin_add_overflow(budget.constant_bytes, HeldBytes(c), &budget.constant_bytes)) {
+      budget.constant_bytes = std::numeric_limits<int64_t>::max();
+    }
+  }
+  budget.by_default = options.budget_bytes <= 0;
+  budget.limit =
+      budget.by_default ? DefaultFoldBudgetBytes(budget.constant_bytes) : options.budget_bytes;
   const int n = graph.num_values();
   FoldState state{.at1 = std::vector<std::optional<Shape>>(n),
                   .at2 = std::vector<std::optional<Shape>>(n),
@@ -379,15 +509,26 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
     const bool typed = FoldTyped(graph, node) && schema->typed_reference != nullptr &&
                        CheckTypedNode(graph, node).ok();
     std::optional<std::vector<Constant>> result;
-    if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok() &&
-        FoldableOutputs(graph, node, *schema, const_shapes)) {
+    std::optional<int64_t> fold_bytes;  // set where the node's inputs are all constants
+    if (all_const && !node.inputs.empty() && schema->validate(graph, node).ok()) {
+      if (auto out = FoldableOutputs(graph, node, *schema, const_shapes); out.has_value()) {
+        fold_bytes = FoldedBytesBound(graph, node, *out, /*fp32_reference=*/!typed);
+      }
+    }
+    if (fold_bytes.has_value()) {
+      // Its outputs are fixed by the file and within the cap per node (of
+      // the order of what its inputs hold): they fold within the budget or
+      // the model is refused. Left to run at run time, the same bytes
+      // would be taken in every worker, on every request.
+      if (!budget.Fits(*fold_bytes)) return budget.Exceeded(node, *fold_bytes);
       result = FoldAllConstant(graph, node, *schema, typed);
     } else if ((node.op_type == "Shape" || node.op_type == "Size") && shapes_known) {
-      result = FoldShapeRead(graph, node, state);
+      result = FoldShapeRead(graph, node, budget, state);
     } else if (typed && node.outputs.size() == 1 && schema->validate(graph, node).ok()) {
-      result = FoldTracked(graph, node, *schema, state);
+      result = FoldTracked(graph, node, *schema, budget, state);
     }
     if (result.has_value() && result->size() == node.outputs.size()) {
+      for (const Constant& c : *result) budget.held += HeldBytes(c);  // at most the bound checked
       SetFolded(graph, node, *result, state);
       folded[i] = true;
       ++count;
@@ -403,7 +544,10 @@ absl::StatusOr<int> FoldConstants(Graph& graph) {
     }
     graph.nodes() = std::move(kept);
   }
-  return count;
+  return FoldResult{.folded_nodes = count,
+                    .folded_bytes = budget.held,
+                    .constant_bytes = budget.constant_bytes,
+                    .budget_bytes = budget.limit};
 }
 
 }  // namespace numaserve::engine

@@ -553,7 +553,17 @@ std::string TypeProblem(const onnx::ValueInfoProto& info) {
                       "FLOAT16, BFLOAT16, FLOAT, DOUBLE)");
 }
 
-absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
+// Constant folding under the import's budget; what it held to *FOLDING
+// when given.
+absl::Status Fold(const ImportOptions& options, Graph& graph, FoldResult* folding) {
+  auto folded = FoldConstants(graph, FoldOptions{.budget_bytes = options.fold_budget_bytes});
+  if (!folded.ok()) return folded.status();
+  if (folding != nullptr) *folding = *folded;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOptions& options,
+                                 FoldResult* folding) {
   Graph graph;
   for (const auto& opset : model.opset_import()) {
     if (opset.domain().empty() || opset.domain() == "ai.onnx") graph.set_opset(opset.version());
@@ -618,7 +628,7 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model) {
     }
     graph.outputs().push_back(id);
   }
-  if (auto folded = FoldConstants(graph); !folded.ok()) return folded.status();
+  if (absl::Status s = Fold(options, graph, folding); !s.ok()) return s;
   for (const Node& node : graph.nodes()) {
     if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
   }
@@ -639,7 +649,8 @@ absl::Status Prefix(const std::string& path, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
 }
 
-absl::StatusOr<Graph> ImportUnguarded(const std::string& path) {
+absl::StatusOr<Graph> ImportUnguarded(const std::string& path, const ImportOptions& options,
+                                      FoldResult* folding) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open the model file"));
   std::stringstream bytes;
@@ -655,18 +666,19 @@ absl::StatusOr<Graph> ImportUnguarded(const std::string& path) {
     return Prefix(path, s);
   }
   if (absl::Status s = CheckAndInfer(model); !s.ok()) return Prefix(path, s);
-  auto graph = BuildGraph(model);
+  auto graph = BuildGraph(model, options, folding);
   if (!graph.ok()) return Prefix(path, graph.status());
   return graph;
 }
 
 }  // namespace
 
-absl::StatusOr<Graph> ImportOnnxModel(const std::string& path) {
+absl::StatusOr<Graph> ImportOnnxModel(const std::string& path, const ImportOptions& options,
+                                      FoldResult* folding) {
   // Whatever a hostile file still makes throw (an allocation the checks did
   // not foresee, libonnx or protobuf internals) fails this model only.
   try {
-    return ImportUnguarded(path);
+    return ImportUnguarded(path, options, folding);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": out of memory importing the model (std::bad_alloc)"));

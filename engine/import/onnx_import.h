@@ -3,12 +3,21 @@
 // and builds the engine's Graph with initializers as constants.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/import/constant_folding.h"
 #include "engine/ir/graph.h"
 
 namespace numaserve::engine {
+
+struct ImportOptions {
+  // Bytes constant folding may hold for the whole graph; 0 for the default
+  // (kMinFoldBudgetBytes, or kFoldBudgetPerConstantByte times what the
+  // model's own constants hold where that is more; constant_folding.h).
+  int64_t fold_budget_bytes = 0;
+};
 
 // Errors name the file: missing or unreadable file, unparsable protobuf,
 // checker or shape-inference failures, unsupported ops ("node 'conv1' (op
@@ -19,6 +28,11 @@ namespace numaserve::engine {
 // anything is allocated, external data is refused, every shape computed at
 // load is checked the same way (naming the node), and any exception from
 // parsing, checking or building (std::bad_alloc included) becomes a status.
-absl::StatusOr<Graph> ImportOnnxModel(const std::string& path);
+// Constant folding holds what it computes to a budget per graph (checked
+// before each folded output is allocated); a model whose constants would
+// fold past it is RESOURCE_EXHAUSTED, naming the node and the budget.
+// FOLDING, when given, receives what folding held and its budget.
+absl::StatusOr<Graph> ImportOnnxModel(const std::string& path, const ImportOptions& options = {},
+                                      FoldResult* folding = nullptr);
 
 }  // namespace numaserve::engine

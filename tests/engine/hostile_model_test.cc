@@ -1,18 +1,25 @@
 // Hostile inputs to the importer and the shape arithmetic: dims that are
 // negative, huge or whose product overflows int64, initializers claiming
 // more elements than they hold, and node attributes (pads, repeats, target
-// shapes, scales, strides) chosen to overflow. Every one is an error naming
-// the initializer, input or node; none is an allocation, a wrapped shape
-// or a crash.
+// shapes, scales, strides) chosen to overflow, and constant folding made
+// to compute gigabytes from a few hundred bytes. Every one is an error
+// naming the initializer, input or node; none is an allocation, a wrapped
+// shape or a crash.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "engine/import/constant_folding.h"
 #include "engine/import/onnx_import.h"
 #include "engine/ir/graph.h"
@@ -271,6 +278,212 @@ TEST(HostileShapeTest, ConstantFoldingDoesNotAllocateBeyondItsCap) {
   graph = ImportOnnxModel(small.Save("cos_folded"));
   ASSERT_TRUE(graph.ok()) << graph.status();
   for (const Node& node : graph->nodes()) EXPECT_NE(node.name, "small");
+}
+
+// --- The constant folding budget ------------------------------------------------------
+
+// x [1] + ReduceSum(Concat(COPIES x Expand(1.0, [ELEMENTS]))) + ... (CONCATS
+// such sums) -> y [1]: a file of a few hundred bytes whose constants fold
+// to CONCATS * COPIES * ELEMENTS floats. Each Concat passes the cap per
+// node, which counts its inputs (folded before it), and the limit per
+// tensor (2^31 elements) while COPIES * ELEMENTS stays under it.
+OnnxModelBuilder ExpandConcatBomb(int concats, int copies, int64_t elements = int64_t{1} << 24) {
+  OnnxModelBuilder b;
+  b.Input("x", {1}).Output("y", {1});
+  b.Initializer("one", kernels::Tensor({1}, {1.0f}));
+  b.Int64Initializer("n", {elements});
+  b.Node("Expand", {"one", "n"}, {"e"}, "expand");
+  std::string sum = "x";
+  for (int k = 0; k < concats; ++k) {
+    const std::string cat = k == 0 ? "cat" : absl::StrCat("cat", k);
+    auto& node = b.Node("Concat", std::vector<std::string>(copies, "e"), {cat + "_out"}, cat);
+    OnnxModelBuilder::AttrInt(node, "axis", 0);
+    b.Node("ReduceSum", {cat + "_out"}, {cat + "_sum"});  // all axes, keepdims: [1]
+    const std::string next = k + 1 == concats ? "y" : absl::StrCat("acc", k);
+    b.Node("Add", {sum, cat + "_sum"}, {next});
+    sum = next;
+  }
+  return b;
+}
+
+// What one import did in a child process (so that its peak memory is its
+// own and a failure to bound it cannot take the test binary down).
+struct ChildImport {
+  bool ok = false;
+  std::string code;
+  std::string message;
+  int64_t rss_growth_bytes = 0;  // peak resident set over the one at the start
+};
+
+ChildImport ImportInChild(const std::string& path, const ImportOptions& options = {}) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    ADD_FAILURE() << "pipe failed, errno " << errno;
+    return {};
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    // 2 GiB of address space more than the child starts with: without the
+    // budget the import fails with bad_alloc here, never pushing the
+    // machine into its OOM killer (sanitizers reserve terabytes of shadow).
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r"); f != nullptr) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t limit = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (rlim_t{2} << 30);
+    const rlimit as = {limit, limit};
+    setrlimit(RLIMIT_AS, &as);
+#endif
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    auto graph = ImportOnnxModel(path, options);
+    getrusage(RUSAGE_SELF, &after);
+    const std::string report = absl::StrCat(
+        graph.ok() ? 1 : 0, "\n", (after.ru_maxrss - before.ru_maxrss) * int64_t{1024}, "\n",
+        absl::StatusCodeToString(graph.status().code()), "\n", graph.status().message());
+    size_t done = 0;
+    while (done < report.size()) {
+      const ssize_t n = write(fds[1], report.data() + done, report.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string report;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof(buffer))) > 0;) report.append(buffer, n);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ChildImport result;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    ADD_FAILURE() << "the importing child died (status " << status << ")";
+    return result;
+  }
+  const std::vector<std::string> lines = absl::StrSplit(report, absl::MaxSplits('\n', 3));
+  if (lines.size() != 4) {
+    ADD_FAILURE() << "the importing child reported: " << report;
+    return result;
+  }
+  result.ok = lines[0] == "1";
+  result.rss_growth_bytes = std::stoll(lines[1]);
+  result.code = lines[2];
+  result.message = lines[3];
+  return result;
+}
+
+// What the budget lets one import add to the resident set: the budget's
+// floor (the bombs' Expand, 64 MiB), what the node folding it needs while it
+// runs (Expand's reference keeps an int64 offset an element beside its
+// output: 192 MiB in all) and the parsed file, with room to spare. Without
+// the budget the bombs' Concats alone are 2.5 and 7.5 GiB.
+constexpr int64_t kFoldingRssBound = 4 * kMinFoldBudgetBytes;
+
+TEST(FoldBudgetTest, ExpandConcatReduceSumBombIsRefusedWithBoundedMemory) {
+  // 40 x 2^24 floats: 2.5 GiB folded from a file of a few hundred bytes.
+  // The Expand (64 MiB, the budget's floor) folds; the Concat would take
+  // the folded constants to 2.5 GiB and is refused before it allocates.
+  const std::string path = ExpandConcatBomb(1, 40).Save("fold_bomb");
+  const ChildImport child = ImportInChild(path);
+  EXPECT_FALSE(child.ok);
+  EXPECT_EQ(child.code, "RESOURCE_EXHAUSTED") << child.message;
+  EXPECT_THAT(child.message, HasSubstr("node 'cat' (op Concat)"));
+  EXPECT_THAT(child.message, HasSubstr("constant folding budget of 64.0 MiB"));
+  EXPECT_THAT(child.message, HasSubstr("2624.0 MiB (64.0 MiB folded before it, 2560.0 MiB"));
+  EXPECT_LT(child.rss_growth_bytes, kFoldingRssBound) << child.message;
+}
+
+TEST(FoldBudgetTest, ScaledBombIsRefusedWithTheSameBoundedMemory) {
+  // 16 Concats of 120 copies: 120 GiB, each Concat input 3 bytes of the
+  // file (a Concat of 128 would pass the limit per tensor).
+  const std::string path = ExpandConcatBomb(16, 120).Save("fold_bomb_scaled");
+  const ChildImport child = ImportInChild(path);
+  EXPECT_FALSE(child.ok);
+  EXPECT_EQ(child.code, "RESOURCE_EXHAUSTED") << child.message;
+  EXPECT_THAT(child.message, HasSubstr("node 'cat' (op Concat)"));
+  EXPECT_THAT(child.message, HasSubstr("above the constant folding budget"));
+  EXPECT_LT(child.rss_growth_bytes, kFoldingRssBound) << child.message;
+}
+
+TEST(FoldBudgetTest, WhatFoldsIsReportedAndHeldToTheBudget) {
+  // 2^20 floats per Expand, 3 copies: 4 MiB, then 12 MiB for the Concat.
+  const std::string path = ExpandConcatBomb(1, 3, int64_t{1} << 20).Save("fold_small");
+  FoldResult folding;
+  auto graph = ImportOnnxModel(path, {}, &folding);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(folding.budget_bytes, kMinFoldBudgetBytes);
+  // Expand, Concat, ReduceSum: 4 MiB + 12 MiB + one float.
+  EXPECT_EQ(folding.folded_bytes, (int64_t{16} << 20) + 4);
+  ASSERT_EQ(graph->nodes().size(), 1u);
+  EXPECT_EQ(graph->nodes()[0].op_type, "Add");
+  // The same model under a budget of 8 MiB: the Concat is refused.
+  auto refused = ImportOnnxModel(path, ImportOptions{.fold_budget_bytes = int64_t{8} << 20});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(refused.status()), HasSubstr("node 'cat' (op Concat)"));
+  EXPECT_THAT(Message(refused.status()),
+              HasSubstr("budget of 8.0 MiB (8388608 bytes: set by the import options)"));
+}
+
+TEST(FoldBudgetTest, ShapeDependentFoldsPastTheBudgetStayNodes) {
+  // Mul(Gather(Shape(x), 0), zeros): the batch times 2^16 zeros, the same
+  // at any batch, so it folds (1.25 MiB: INT64 values, as FP32 and as
+  // int64 again) under the default budget. Under a budget of 1 MiB it is
+  // left to run: a value computed from the input's shape is not refused.
+  constexpr int64_t kWidth = int64_t{1} << 16;
+  OnnxModelBuilder b;
+  b.Input("x", {-1, kWidth}).Output("y", {-1, kWidth});
+  b.Int64Initializer("first", {0});
+  b.Int64Initializer("zeros", std::vector<int64_t>(kWidth, 0));
+  b.Node("Shape", {"x"}, {"shape"}, "shape");
+  b.Node("Gather", {"shape", "first"}, {"batch"}, "batch");
+  b.Node("Mul", {"batch", "zeros"}, {"zero_ints"}, "times_zero");
+  auto& cast = b.Node("Cast", {"zero_ints"}, {"zero_floats"}, "cast");
+  OnnxModelBuilder::AttrInt(cast, "to", onnx::TensorProto::FLOAT);
+  b.Node("Add", {"x", "zero_floats"}, {"y"}, "add");
+  const std::string path = b.Save("fold_tracked");
+  auto kept = [](const Graph& graph, const std::string& name) {
+    for (const Node& node : graph.nodes()) {
+      if (node.name == name) return true;
+    }
+    return false;
+  };
+  FoldResult folding;
+  auto graph = ImportOnnxModel(path, {}, &folding);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_FALSE(kept(*graph, "times_zero"));
+  EXPECT_GE(folding.folded_bytes, kWidth * 20);
+  graph = ImportOnnxModel(path, ImportOptions{.fold_budget_bytes = int64_t{1} << 20}, &folding);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_TRUE(kept(*graph, "times_zero"));
+  EXPECT_LE(folding.folded_bytes, int64_t{1} << 20);
+}
+
+TEST(FoldBudgetTest, DequantizedInt8WeightsBeyondTheFloorStillFold) {
+  // 16 MiB of INT8 weights dequantize to 64 MiB of FP32 (and keep their
+  // INT8 values): above the floor, within twice what the weights hold
+  // once read (13 bytes an element), so the budget leaves QDQ models be.
+  const int64_t rows = 2048, cols = 8192;
+  std::vector<int8_t> w(static_cast<size_t>(rows * cols), 3);
+  OnnxModelBuilder b;
+  b.Input("x", {-1, rows}).Output("y", {-1, cols});
+  b.RawInitializer("w_q", onnx::TensorProto::INT8, {rows, cols}, w.data(), w.size());
+  b.Initializer("w_scale", kernels::Tensor({}, {0.5f}));
+  b.Node("DequantizeLinear", {"w_q", "w_scale"}, {"w"}, "dequantize");
+  b.Node("MatMul", {"x", "w"}, {"y"}, "matmul");
+  FoldResult folding;
+  auto graph = ImportOnnxModel(b.Save("fold_int8"), {}, &folding);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_GT(folding.folded_bytes, kMinFoldBudgetBytes);
+  EXPECT_LE(folding.folded_bytes, folding.budget_bytes);
+  ASSERT_EQ(graph->nodes().size(), 1u);
+  const Constant* folded = graph->FindConstant(graph->FindValue("w").value_or(kNoValue));
+  ASSERT_NE(folded, nullptr);
+  EXPECT_TRUE(folded->int8_origin.has_value());
 }
 
 TEST(HostileShapeTest, ResizeWithHugeNegativeOrNanScalesIsAnError) {

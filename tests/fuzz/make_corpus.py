@@ -131,6 +131,16 @@ def onnx_seeds():
     yield "static.onnx", model(
         [helper.make_node("Sigmoid", ["x"], ["y"], name="sigmoid")],
         [tensor("x", f32, [2, 3])], [tensor("y", f32, [2, 3])])
+    # Hostile: constants that fold to 40 x 4 MiB from a few hundred bytes
+    # (an Expand of one value, a Concat of 40 of those): the importer
+    # refuses the Concat at its constant folding budget (64 MiB).
+    yield "fold_budget.onnx", model(
+        [helper.make_node("Expand", ["one", "n"], ["e"], name="expand"),
+         helper.make_node("Concat", ["e"] * 40, ["c"], axis=0, name="cat"),
+         helper.make_node("ReduceSum", ["c"], ["s"], name="sum"),
+         helper.make_node("Add", ["x", "s"], ["y"], name="add")],
+        [tensor("x", f32, [1])], [tensor("y", f32, [1])],
+        [const("one", np.array([1.0], np.float32)), const("n", np.array([1 << 20], np.int64))])
 
 
 # --- infer_request -------------------------------------------------------------

@@ -9,7 +9,14 @@ control character). The server starts and stays up, the good model
 serves, every bad one is not ready with its reason in RepositoryIndex, in
 the error of a request to it and in the server's log, and a hostile model
 dropped into the repository while it serves (poll mode) is refused the
-same way."""
+same way.
+
+FoldBombTest: a file of a few hundred bytes whose constants fold to 2.5
+GiB (Expand of one value to 2^24 floats, a Concat of 40 of those, a
+ReduceSum) took the server's front end, which imports every model it
+lists, to a peak of 2.6 GiB at start-up. Now constant folding has a budget
+per model: the bomb is unavailable naming the node and the budget, and the
+front end's peak resident set stays near a server's without it."""
 
 import os
 import shutil
@@ -95,6 +102,28 @@ def conv_stride0():
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv_stride0", strides=[0, 0],
                             auto_pad="SAME_UPPER")
     return _model([node], [w], x_dims=(1, 1, 8, 8), y_dims=("a", "b", "c", "d"))
+
+
+def fold_bomb(copies=40):
+    """x [1] + ReduceSum(Concat(COPIES x Expand(1.0, [2^24]))) -> y [1]:
+    about 300 bytes on disk, COPIES * 64 MiB of FP32 if folded."""
+    one = numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one")
+    nodes = [
+        helper.make_node("Expand", ["one", "n"], ["e"], name="expand"),
+        helper.make_node("Concat", ["e"] * copies, ["c"], name="cat", axis=0),
+        helper.make_node("ReduceSum", ["c"], ["s"], name="sum"),
+        helper.make_node("Add", ["x", "s"], ["y"], name="add"),
+    ]
+    return _model(nodes, [one, _ints("n", [1 << 24])], x_dims=(1,), y_dims=(1,))
+
+
+def peak_rss_mib(pid):
+    """The process's peak resident set (VmHWM), in MiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    raise AssertionError("no VmHWM in /proc/%d/status" % pid)
 
 
 # name -> (model, what the reason must contain)
@@ -207,6 +236,78 @@ class HostileModelsTest(unittest.TestCase):
         time.sleep(1.5)  # another poll or two
         self.assert_up()
         self.assert_good_serves()
+
+
+class FoldBombTest(unittest.TestCase):
+    """The front end's peak memory with the fold bomb in its repository, next
+    to a good model, against the same server without the bomb."""
+
+    BOMB = "fold_bomb"
+    # The front end with one small model peaks near 45 MiB, near 230 MiB with
+    # the bomb: its Expand folds (64 MiB, the budget's floor) with the int64
+    # offsets of Expand's reference beside it (128 MiB) until it is done.
+    MAX_GROWTH_MIB = 320
+    MAX_PEAK_MIB = 600
+
+    def serve(self, with_bomb):
+        """Starts a server on a repository of the good model (and the bomb),
+        waits until every model has settled (the good one ready, the bomb
+        unavailable), returns (server, stub, whether they did)."""
+        repo = tempfile.mkdtemp(prefix="numaserve_fold_bomb_")
+        self.addCleanup(shutil.rmtree, repo, True)
+        nc.write_model(repo, GOOD, self.good)
+        if with_bomb:
+            path = nc.write_model(repo, self.BOMB, fold_bomb())
+            self.assertLess(os.path.getsize(path), 512)
+        server = nc.ServerProcess(repo, ["--model-control-mode", "poll",
+                                         "--repository-poll-secs", "1"])
+        server.start()
+        self.addCleanup(server.stop)
+        stub = server.stub()
+        expected = {GOOD: "READY"}
+        if with_bomb:
+            expected[self.BOMB] = "UNAVAILABLE"
+        settled = nc.wait_until(
+            lambda: {name: state for name, (state, _) in index(stub).items()} == expected,
+            timeout=60)
+        time.sleep(2.5)  # two more polls of the repository
+        return server, stub, settled
+
+    @classmethod
+    def setUpClass(cls):
+        cls.good = nc.deep_mlp_model(WIDTH, 2, seed=3)
+
+    def test_the_bomb_is_refused_and_the_front_end_stays_small(self):
+        server, stub, settled = self.serve(with_bomb=False)
+        self.assertTrue(settled, "%s\n%s" % (index(stub), server.stderr_text(4000)))
+        normal = peak_rss_mib(server.proc.pid)
+        server.stop()
+
+        # The front end reads every model before it prints its ports.
+        server, stub, settled = self.serve(with_bomb=True)
+        peak = peak_rss_mib(server.proc.pid)
+        self.assertIsNone(server.proc.poll(), server.stderr_text(4000))
+        print("front end peak: %.0f MiB with the bomb, %.0f MiB without" % (peak, normal),
+              file=sys.stderr)
+        self.assertLess(peak, self.MAX_PEAK_MIB)
+        self.assertLess(peak, normal + self.MAX_GROWTH_MIB)
+        self.assertTrue(settled, "%s\n%s" % (index(stub), server.stderr_text(4000)))
+
+        # The bomb is unavailable with its reason; the good model serves.
+        self.assertFalse(stub.ModelReady(nc.pb.ModelReadyRequest(name=self.BOMB),
+                                         timeout=10).ready)
+        state, reason = index(stub)[self.BOMB]
+        self.assertEqual(state, "UNAVAILABLE", reason)
+        self.assertIn("node 'cat' (op Concat)", reason)
+        self.assertIn("above the constant folding budget of 64.0 MiB", reason)
+        with self.assertRaises(grpc.RpcError) as raised:
+            nc.infer(stub, self.BOMB, {"x": np.zeros((1,), np.float32)})
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("constant folding budget", raised.exception.details())
+        x = np.random.default_rng(2).random((2, WIDTH), dtype=np.float32)
+        expected = nc.ReferenceModel(self.good).run({"x": x})["y"]
+        np.testing.assert_allclose(nc.infer(stub, GOOD, {"x": x})["y"], expected,
+                                   rtol=RTOL, atol=ATOL)
 
 
 if __name__ == "__main__":
