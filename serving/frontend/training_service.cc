@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/child_fds.h"
 #include "base/errno_text.h"
 #include "base/log.h"
 #include "base/mutex.h"
@@ -182,14 +183,26 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const std::string& root,
 // Starts `args` (args[0] the binary, the job's log options among them: see
 // StartTraining) in its own process group with the server's environment,
 // its stdout and stderr into a pipe whose reading end goes to *output_fd.
+// The job gets /dev/null as stdin (mpirun forwards stdin to rank 0), the
+// pipe, and no other file: no worker's arena or socket, no connection of a
+// client.
 absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) {
+    return absl::InternalError(absl::StrCat("/dev/null: ", base::ErrnoText(errno)));
+  }
   int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    close(null_fd);
+    return absl::InternalError("pipe failed");
+  }
+  const int fd_limit = base::DescriptorLimit();
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
+    close(null_fd);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     return absl::InternalError("fork failed");
@@ -204,12 +217,21 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
     signal(SIGPIPE, SIG_DFL);
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
+    // Moved above 2 first: a server started with 0, 1 or 2 closed may hold
+    // the pipe or /dev/null there, where dup2 would close or keep it
+    // close-on-exec. dup2 leaves its copies open across exec.
+    const int in = fcntl(null_fd, F_DUPFD_CLOEXEC, 10);
+    const int out = fcntl(pipe_fds[1], F_DUPFD_CLOEXEC, 10);
+    if (in < 0 || out < 0 || dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 ||
+        dup2(out, STDERR_FILENO) < 0) {
+      _exit(127);
+    }
+    base::CloseDescriptorsFrom(STDERR_FILENO + 1, fd_limit);
     execv(argv[0], argv.data());  // the server's environment
     _exit(127);
   }
   setpgid(pid, pid);
+  close(null_fd);
   close(pipe_fds[1]);
   *output_fd = pipe_fds[0];
   return pid;

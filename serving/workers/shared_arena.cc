@@ -1,5 +1,6 @@
 #include "serving/workers/shared_arena.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,8 +15,10 @@ namespace numaserve::serving {
 
 absl::StatusOr<std::unique_ptr<SharedArena>> SharedArena::Create(const std::string& name,
                                                                  size_t bytes) {
-  // Not close-on-exec: the worker inherits it at a fixed descriptor.
-  int fd = memfd_create(name.c_str(), 0);
+  // Close-on-exec: no process the server starts inherits it. Its one worker
+  // gets it from WorkerSupervisor::Spawn, which places a copy at
+  // kWorkerArenaFd in that child alone.
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     return absl::InternalError(
         absl::StrFormat("memfd_create(%s): %s", name, base::ErrnoText(errno)));
@@ -25,6 +28,15 @@ absl::StatusOr<std::unique_ptr<SharedArena>> SharedArena::Create(const std::stri
     close(fd);
     return absl::ResourceExhaustedError(absl::StrFormat("arena %s: cannot size to %d bytes: %s",
                                                         name, bytes, base::ErrnoText(err)));
+  }
+  // Its size is fixed from here on: a worker cannot shrink the file under
+  // the server's mapping (the server's next access would be SIGBUS), nor
+  // grow it, nor lift the seals.
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::InternalError(
+        absl::StrFormat("arena %s: cannot seal its size: %s", name, base::ErrnoText(err)));
   }
   auto arena = Attach(fd, bytes);
   if (!arena.ok()) close(fd);

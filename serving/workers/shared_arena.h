@@ -20,8 +20,11 @@ class SharedArena {
  public:
   // Creates an anonymous shared file of `bytes` and maps it. Pages are
   // allocated on first touch, so a large arena costs only what is used.
+  // The file is close-on-exec (a child gets it only when handed it on
+  // purpose, as each worker gets its own) and sealed at its size
+  // (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
   static absl::StatusOr<std::unique_ptr<SharedArena>> Create(const std::string& name, size_t bytes);
-  // Maps an arena created by another process (the fd was inherited).
+  // Maps an arena created by another process (the fd was handed over).
   static absl::StatusOr<std::unique_ptr<SharedArena>> Attach(int fd, size_t bytes);
   ~SharedArena();
 

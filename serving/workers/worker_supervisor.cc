@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "affinity/topology.h"
+#include "base/child_fds.h"
 #include "base/errno_text.h"
 #include "base/log.h"
 #include "base/mutex.h"
@@ -174,7 +175,10 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
   cpu_set_t mask;
   const bool have_mask = CpuMaskOf(p.cpus, &mask);
   const char* exe = options_.executable.c_str();
+  // The arenas are close-on-exec: this worker gets its own, and no other
+  // descriptor of the server's (see the child below).
   const int arena_fd = slot->arena->fd();
+  const int fd_limit = base::DescriptorLimit();
   // What the child resets before exec: the server blocks SIGINT/SIGTERM
   // (taken with sigwait) and ignores SIGPIPE, and both a blocked mask and
   // ignored signals survive exec. A worker starts with every signal
@@ -202,13 +206,18 @@ absl::StatusOr<pid_t> WorkerSupervisor::Spawn(Slot* slot, int* control_fd) {
     if (have_mask) sched_setaffinity(0, sizeof(mask), &mask);
     // Both moved above the descriptors they go to first: the arena's or the
     // socket's own number may be 3 or 4 (a process with few files open), and
-    // the first dup2 would close it. The copies close at exec.
+    // the first dup2 would close it. dup2 leaves its copy open across exec.
     const int control = fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
     const int arena = fcntl(arena_fd, F_DUPFD_CLOEXEC, 10);
     if (control < 0 || arena < 0 || dup2(control, kWorkerControlFd) < 0 ||
         dup2(arena, kWorkerArenaFd) < 0) {
       _exit(127);
     }
+    // Then everything else goes: the other workers' arenas and sockets, the
+    // server's listening sockets, and whatever a library or another thread
+    // opened without close-on-exec (or was opening during the fork).
+    static_assert(kWorkerControlFd == STDERR_FILENO + 1 && kWorkerArenaFd == kWorkerControlFd + 1);
+    base::CloseDescriptorsFrom(kWorkerArenaFd + 1, fd_limit);
     execve(exe, argv.data(), envp.data());
     _exit(127);
   }

@@ -1,12 +1,17 @@
 #include "serving/workers/shared_arena.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <set>
+
+#include "absl/strings/str_cat.h"
 
 namespace numaserve::serving {
 namespace {
@@ -28,6 +33,35 @@ TEST(SharedArenaTest, ChildProcessSeesParentWritesAndViceVersa) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_STREQ((*arena)->data() + 4096, "from child");
+}
+
+// An arena reaches a child only when handed to it (the supervisor places
+// each worker's own at kWorkerArenaFd): the file is close-on-exec, so a
+// worker or a training job started later inherits no other worker's arena.
+// Its size is sealed: the worker it is shared with cannot shrink it under
+// the server's mapping.
+TEST(SharedArenaTest, IsCloseOnExecAndSealedAtItsSize) {
+  auto arena = SharedArena::Create("test-arena", 1 << 20);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  const int fd = (*arena)->fd();
+  EXPECT_NE(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+  const int seals = fcntl(fd, F_GET_SEALS);
+  ASSERT_GE(seals, 0) << strerror(errno);
+  EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  // Another process's descriptor of the same file is refused alike.
+  const int other = open(absl::StrCat("/proc/self/fd/", fd).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(other, 0) << strerror(errno);
+  EXPECT_NE(ftruncate(other, 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(ftruncate(other, 2 << 20), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(fcntl(other, F_ADD_SEALS, 0), 0);
+  close(other);
+  struct stat st{};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, 1 << 20);
+  (*arena)->data()[(1 << 20) - 1] = 7;  // the whole mapping still backed
 }
 
 TEST(ArenaAllocatorTest, AlignsAndRefusesWhenFull) {

@@ -83,7 +83,7 @@ void SampleResidentMemory(const WorkerSupervisor& workers, Metrics* metrics) {
   for (int w = 0; w < workers.size(); ++w) {
     const pid_t pid = workers.Pid(w);
     if (pid <= 0) continue;
-    FILE* f = fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "r");
+    FILE* f = fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "re");
     if (f == nullptr) continue;
     long size = 0, resident = 0;
     if (fscanf(f, "%ld %ld", &size, &resident) == 2) {
