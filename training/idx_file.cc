@@ -1,5 +1,7 @@
 #include "training/idx_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -8,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/atomic_file.h"
 #include "base/errno_text.h"
 
 namespace numaserve::training {
@@ -132,27 +135,27 @@ absl::Status WriteIdxFile(const std::string& path, const IdxArray& array, bool g
     for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back((d >> shift) & 0xff);
   }
   bytes.insert(bytes.end(), array.data.begin(), array.data.end());
-  const std::string tmp = path + ".tmp";
-  if (gzip) {
-    gzFile file = gzopen(tmp.c_str(), "wb");
-    if (file == nullptr) return absl::InternalError(absl::StrCat(tmp, ": cannot create"));
-    const int wrote = gzwrite(file, bytes.data(), bytes.size());
-    if (gzclose(file) != Z_OK || wrote != static_cast<int>(bytes.size())) {
-      return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-    }
-  } else {
-    FILE* file = fopen(tmp.c_str(), "wb");
-    if (file == nullptr) return absl::InternalError(absl::StrCat(tmp, ": cannot create"));
-    const size_t wrote = fwrite(bytes.data(), 1, bytes.size(), file);
-    if (fclose(file) != 0 || wrote != bytes.size()) {
-      return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-    }
+  if (!gzip)
+    return base::WriteFileAtomically(path,
+                                     {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+  // A fresh temporary file (base/atomic_file.h), never one through a link
+  // planted at a predictable name; zlib writes a copy of its descriptor
+  // and closes that, the file is synced and renamed through the original.
+  absl::StatusOr<base::TempFile> tmp = base::CreateTempFileBeside(path, 0644);
+  if (!tmp.ok()) return tmp.status();
+  const int copy = fcntl(tmp->fd, F_DUPFD_CLOEXEC, 0);
+  gzFile file = copy < 0 ? nullptr : gzdopen(copy, "wb");
+  if (file == nullptr) {
+    if (copy >= 0) close(copy);
+    base::DiscardTempFile(*tmp);
+    return absl::InternalError(absl::StrCat(tmp->path, ": cannot write gzip"));
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("rename ", tmp, " -> ", path, ": ", base::ErrnoText(errno)));
+  const int wrote = gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
+  if (gzclose(file) != Z_OK || wrote != static_cast<int>(bytes.size())) {
+    base::DiscardTempFile(*tmp);
+    return absl::InternalError(absl::StrCat(tmp->path, ": write failed"));
   }
-  return absl::OkStatus();
+  return base::RenameIntoPlace(*tmp, path);
 }
 
 }  // namespace numaserve::training

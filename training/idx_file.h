@@ -32,7 +32,8 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
                                      uint64_t max_bytes = kDefaultMaxIdxBytes);
 
 // Writes an unsigned-byte IDX file, gzipped when `gzip` (for tests and
-// converters). Written to a temporary name and renamed.
+// converters). Written to a fresh temporary file under a random name
+// (base/atomic_file.h) and renamed.
 absl::Status WriteIdxFile(const std::string& path, const IdxArray& array, bool gzip);
 
 }  // namespace numaserve::training

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/atomic_file.h"
 #include "base/errno_text.h"
 
 namespace numaserve::training {
@@ -24,19 +25,6 @@ constexpr char kDataMagic[8] = {'N', 'S', 'R', 'E', 'C', '0', '0', '1'};
 constexpr char kIndexMagic[8] = {'N', 'S', 'I', 'D', 'X', '0', '0', '1'};
 
 void Put64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
-
-absl::Status WriteAtomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, " failed"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -110,8 +98,10 @@ absl::Status WriteRecordFile(const std::string& path, const Dataset& data) {
     bytes.push_back(static_cast<char>(data.labels[i]));
     bytes.append(reinterpret_cast<const char*>(&data.images[i * per]), per);
   }
-  if (absl::Status s = WriteAtomically(path, bytes); !s.ok()) return s;
-  return WriteAtomically(path + ".idx", index);
+  // Through fresh temporary files (base/atomic_file.h): never through a
+  // link planted at a predictable name.
+  if (absl::Status s = base::WriteFileAtomically(path, bytes); !s.ok()) return s;
+  return base::WriteFileAtomically(path + ".idx", index);
 }
 
 absl::StatusOr<std::unique_ptr<RecordFileReader>> RecordFileReader::Open(const std::string& path,

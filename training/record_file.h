@@ -7,7 +7,8 @@
 //             records of [u8 label][product(dims) bytes]
 //   FILE.idx  "NSIDX001", u64 count, u64 offset of every record in FILE
 //
-// Little-endian. Both are written to temporary names and renamed.
+// Little-endian. Both are written to fresh temporary files under random
+// names (base/atomic_file.h) and renamed.
 //
 // Training reads a record file through RecordFileReader: each rank preads
 // only the records of its slices of the coming global batches (see

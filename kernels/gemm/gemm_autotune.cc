@@ -1,10 +1,8 @@
 #include "kernels/gemm/gemm_autotune.h"
 
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/atomic_file.h"
 #include "base/log.h"
 #include "base/mutex.h"
 
@@ -237,28 +236,16 @@ void GemmChoiceCache::Store(const Key& key, GemmBackend backend, const std::stri
     it = std::filesystem::exists(model, ec) ? std::next(it) : entries.erase(it);
   }
   entries[text] = GemmBackendName(backend);
-  static std::atomic<int> counter{0};
   const std::filesystem::path path(file);
-  const std::string tmp = absl::StrCat(file, ".tmp.", getpid(), ".", counter++);
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kFileHeader << "\n";
-    for (const auto& [k, v] : entries) out << k << "\t" << v << "\n";
-    out.close();
-    if (!out) {
-      base::Log(base::LogLevel::kWarning, "gemm",
-                absl::StrCat("cannot write the gemm choice cache ", tmp), {{"path", tmp}});
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
+  std::string contents = absl::StrCat(kFileHeader, "\n");
+  for (const auto& [k, v] : entries) absl::StrAppend(&contents, k, "\t", v, "\n");
+  // Through a fresh temporary file under a random name (O_EXCL), never one
+  // through a link planted at a name another user could predict.
+  if (absl::Status s = base::WriteFileAtomically(file, contents); !s.ok()) {
     base::Log(base::LogLevel::kWarning, "gemm",
-              absl::StrCat("cannot replace the gemm choice cache ", file, ": ", ec.message()),
-              {{"path", file}, {"error", ec.message()}});
-    std::filesystem::remove(tmp, ec);
+              absl::StrCat("cannot replace the gemm choice cache ", file, ": ", s.message()),
+              {{"path", file}, {"error", s.message()}});
   }
 }
 

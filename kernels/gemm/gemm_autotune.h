@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateFastestGemmKernel(const GemmOp
 
 // Remembered "auto" choices. The file (optional) is plain text, one choice
 // a line, tab-separated: model, K, N, transA, threads, CPU, backend. It is
-// replaced atomically (written aside, then renamed), dropping the entries of
+// replaced atomically (written to a fresh temporary file beside it under a
+// random name, base/atomic_file.h, then renamed), dropping the entries of
 // model files that no longer exist; a file that does not parse is ignored
 // with a warning and rewritten on the next Store.
 class GemmChoiceCache {

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The numaserve command line: `topology` plans for synthetic machines,
-`serve` refuses a missing repository, `infer` talks to a running server,
-and unknown options are named."""
+`serve` refuses a missing repository and numeric flags outside their
+ranges, `infer` talks to a running server, and unknown options are
+named."""
 
 import json
 import os
@@ -97,6 +98,81 @@ class ServeCommandTest(unittest.TestCase):
         self.assertNotEqual(result.returncode, 0, describe(args, result))
         self.assertIn(path, result.stderr, describe(args, result))
         self.assertNotIn("grpc=", result.stdout, describe(args, result))
+
+
+INT64_MAX = str(2 ** 63 - 1)
+
+
+class ServeFlagRangeTest(unittest.TestCase):
+    """Every numeric `serve` flag has a range: a value outside it stops
+    `serve` before anything starts, naming the flag, the range and the
+    value (a negative --default-timeout-ms made every request time out; a
+    huge one, or a huge --shutdown-timeout, overflowed the clock; sizes
+    wrapped when shifted or cast). The ends of the ranges are served."""
+
+    # flag, refused values, the range its error states.
+    REFUSED = [
+        ("--default-timeout-ms", ("-1", "0", "86400001", INT64_MAX), "between 1 and 86400000"),
+        ("--shutdown-timeout", ("-1", "86401", INT64_MAX), "between 0 and 86400 seconds"),
+        ("--repository-poll-secs", ("0", "86401", INT64_MAX), "between 1 and 86400"),
+        ("--worker-arena-mb", ("0", str(2 ** 44)), "between 1 and 1048576"),
+        ("--max-workers", ("-1", str(2 ** 32 + 1)), "between 0 and 65536"),
+        ("--grpc-max-message-bytes", ("1023", str(2 ** 31)), "between 1024 and 2147483647"),
+        ("--max-queue-size", ("0", str(2 ** 32 + 1)), "between 1 and 2147483647"),
+        ("--max-stream-outstanding", ("0", INT64_MAX), "between 1 and 1048576"),
+        ("--max-inflight-bytes-mb", ("-1", INT64_MAX), "between 0 and 1073741824"),
+        ("--grpc-memory-quota-mb", ("15", INT64_MAX), "between 16 and 1073741824"),
+        ("--grpc-port", ("-1", "65536"), "between 0 and 65535"),
+    ]
+
+    def serve_refused(self, extra, *mentions):
+        # No repository: the flags are checked first, so only a refused flag
+        # can be what stderr names.
+        args = ("serve", "--model-repository", "/nonexistent/numaserve-models",
+                "--grpc-port", "0", "--metrics-port", "0") + tuple(extra)
+        result = run(*args)
+        what = describe(args, result)
+        self.assertNotEqual(result.returncode, 0, what)
+        self.assertNotIn("grpc=", result.stdout, what)
+        self.assertNotIn("/nonexistent/numaserve-models", result.stderr, what)
+        for mention in mentions:
+            self.assertIn(mention, result.stderr, what)
+
+    def test_values_out_of_range_are_refused_naming_the_flag(self):
+        for flag, values, allowed in self.REFUSED:
+            for value in values:
+                with self.subTest(flag=flag, value=value):
+                    self.serve_refused((flag, value), flag + " must be " + allowed,
+                                       "got " + value)
+
+    def test_training_limits_out_of_range_are_refused(self):
+        with tempfile.TemporaryDirectory(prefix="numaserve_cli_root_") as root:
+            training = ("--training-service", "--training-address", "127.0.0.1:0",
+                        "--training-root", root)
+            for flag, value, allowed in (
+                    ("--training-max-ranks", "-1", "between 0 and 65536"),
+                    ("--training-max-jobs", str(2 ** 32 + 1), "between 1 and 65536"),
+                    ("--training-max-config-bytes", INT64_MAX, "between 1 and 1073741824")):
+                with self.subTest(flag=flag, value=value):
+                    self.serve_refused(training + (flag, value), flag + " must be " + allowed,
+                                       "got " + value)
+
+    def test_the_longest_durations_are_served(self):
+        repo = tempfile.mkdtemp(prefix="numaserve_cli_ranges_")
+        nc.write_default_model(repo)
+        server = nc.ServerProcess(repo, ["--default-timeout-ms", "86400000",
+                                         "--shutdown-timeout", "86400",
+                                         "--model-control-mode", "poll",
+                                         "--repository-poll-secs", "86400"])
+        try:
+            server.start()
+            # No client deadline: the request runs under the server's
+            # 24-hour default, and is answered.
+            out = nc.infer(server.stub(), MODEL, {"image": nc.random_images(2, seed=4)},
+                           deadline=None)
+            self.assertEqual(out["probabilities"].shape, (2, 10))
+        finally:
+            nc.stop_server_and_remove(server, repo)  # exits 0 at once: nothing to drain
 
 
 class UsageTest(unittest.TestCase):

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "affinity/cpu_features.h"
@@ -317,6 +319,40 @@ TEST_F(GemmChoiceCacheTest, CorruptFileIsIgnoredAndReplaced) {
   }
   GemmChoiceCache again;
   EXPECT_FALSE(again.Find(key_, file_, &where).has_value());
+}
+
+// The cache file was written through "FILE.tmp.<pid>.<n>", a name another
+// user of a shared directory could predict: a symbolic link planted at
+// every such name is not followed. The file it points to keeps its
+// contents, FILE is a regular file holding the choice, and the links are
+// left as they were.
+TEST_F(GemmChoiceCacheTest, LinksPlantedAtPredictableTemporaryNamesAreNotFollowed) {
+  std::filesystem::create_directories(dir_ / "sub");
+  const std::filesystem::path target = dir_ / "target";
+  std::ofstream(target) << "precious";
+  // The counter was process-wide: cover the stores other tests made.
+  for (int n = 0; n < 64; ++n) {
+    std::filesystem::create_symlink(target, absl::StrCat(file_, ".tmp.", getpid(), ".", n));
+  }
+  GemmChoiceCache cache;
+  cache.Store(key_, GemmBackend::kBlis, file_);
+  std::ifstream in(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(file_)));
+  GemmChoiceCache reader;
+  std::string where;
+  EXPECT_EQ(reader.Find(key_, file_, &where), GemmBackend::kBlis);
+  EXPECT_EQ(where, file_);
+  int links = 0, others = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ / "sub")) {
+    if (std::filesystem::is_symlink(e.symlink_status())) {
+      ++links;
+    } else if (e.path().string() != file_) {
+      ++others;  // a temporary file left behind
+    }
+  }
+  EXPECT_EQ(links, 64);
+  EXPECT_EQ(others, 0);
 }
 
 TEST_F(GemmChoiceCacheTest, UnwritableFileIsAWarningNotAnError) {

@@ -1,6 +1,7 @@
 #include "training/idx_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -175,6 +176,32 @@ TEST(IdxFileTest, ReadsAtMostTheCap) {
   read = ReadIdxFile(path, /*max_bytes=*/4 << 20);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->data.size(), 4u << 20);
+}
+
+// A symbolic link planted at the temporary name the writer once used
+// (FILE.tmp) is not followed, plain or gzipped: the file it points to
+// keeps its contents and FILE is a regular file of its own.
+TEST(IdxFileTest, ALinkPlantedAtTheOldTemporaryNameIsNotFollowed) {
+  for (bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string path = TempPath(gzip ? "planted.gz" : "planted");
+    const std::string target = TempPath("planted_target");
+    WriteBytes(target, "precious");
+    std::remove((path + ".tmp").c_str());
+    ASSERT_EQ(symlink(target.c_str(), (path + ".tmp").c_str()), 0);
+    ASSERT_TRUE(WriteIdxFile(path, Sample(), gzip).ok());
+    EXPECT_EQ(ReadBytes(target), "precious");
+    struct stat st{};
+    ASSERT_EQ(lstat(path.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    absl::StatusOr<IdxArray> read = ReadIdxFile(path);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->data, Sample().data);
+    // The link is where it was, pointing where it did.
+    ASSERT_EQ(lstat((path + ".tmp").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+    for (const std::string& f : {path, path + ".tmp", target}) std::remove(f.c_str());
+  }
 }
 }  // namespace
 }  // namespace numaserve::training

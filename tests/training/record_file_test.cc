@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -196,6 +198,48 @@ TEST(RecordFileTest, AnOversizedIndexIsNotRead) {
   auto r = RecordFileReader::Open(path, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("more than the 40"), std::string::npos) << r.status();
+}
+
+// The files left in `path`'s directory whose names start with its name.
+std::vector<std::string> FilesBeside(const std::string& path) {
+  std::vector<std::string> names;
+  const std::string stem = fs::path(path).filename().string();
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(stem, 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A symbolic link planted at the temporary names the writer once used
+// (FILE.tmp, FILE.idx.tmp) is not followed: the file it points to keeps
+// its contents, FILE and FILE.idx are regular files of their own, and no
+// temporary file is left.
+TEST(RecordFileTest, ALinkPlantedAtTheOldTemporaryNameIsNotFollowed) {
+  const std::string path = Temp("planted.nsrec");
+  const std::string target = Temp("planted_target");
+  std::ofstream(target, std::ios::binary | std::ios::trunc) << "precious";
+  for (const std::string& link : {path + ".tmp", path + ".idx.tmp"}) {
+    fs::remove(link);
+    fs::create_symlink(target, link);
+  }
+  ASSERT_TRUE(WriteRecordFile(path, Sample()).ok());
+  std::ifstream in(target, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(path)));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(path + ".idx")));
+  absl::StatusOr<Dataset> d = ReadRecordFile(path, 0);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->labels, Sample().labels);
+  EXPECT_EQ(FilesBeside(path),
+            (std::vector<std::string>{fs::path(path).filename().string(),
+                                      fs::path(path).filename().string() + ".idx",
+                                      fs::path(path).filename().string() + ".idx.tmp",
+                                      fs::path(path).filename().string() + ".tmp"}));
+  for (const std::string& f : {path, path + ".idx", path + ".tmp", path + ".idx.tmp", target}) {
+    fs::remove(f);
+  }
 }
 }  // namespace
 }  // namespace numaserve::training

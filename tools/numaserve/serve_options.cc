@@ -2,6 +2,7 @@
 #include "tools/numaserve/serve_options.h"
 
 #include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
@@ -24,6 +25,16 @@ std::string HostOf(const std::string& address) {
 }
 
 }  // namespace
+
+absl::Status CheckRanges(absl::Span<const FlagRange> ranges) {
+  for (const FlagRange& r : ranges) {
+    if (r.value < r.low || r.value > r.high) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", r.flag, " must be between ", r.low, " and ", r.high, r.meaning, ", got ", r.value));
+    }
+  }
+  return absl::OkStatus();
+}
 
 bool IsLocalOnly(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" ||
@@ -56,12 +67,12 @@ absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth) {
         " is reachable from other machines: it needs authentication (--grpc-auth-token-file or "
         "--grpc-tls-client-ca), or use a loopback address such as 127.0.0.1"));
   }
-  if (o.training_max_ranks < 0 || o.training_max_jobs < 1 || o.training_max_config_bytes < 1) {
-    return absl::InvalidArgumentError(
-        "--training-max-ranks must be 0 (auto) or more, --training-max-jobs and "
-        "--training-max-config-bytes at least 1");
-  }
-  return absl::OkStatus();
+  const FlagRange ranges[] = {
+      {"training-max-ranks", o.training_max_ranks, 0, 65536, " (0: the NUMA domains)"},
+      {"training-max-jobs", o.training_max_jobs, 1, 65536, ""},
+      {"training-max-config-bytes", o.training_max_config_bytes, 1, int64_t{1} << 30, " (1 GiB)"},
+  };
+  return CheckRanges(ranges);
 }
 
 namespace {
@@ -199,32 +210,30 @@ absl::Status CheckServeFlags(const ServeOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-address expects HOST:PORT, got '", o.metrics_address, "'"));
   }
-  if (o.grpc_port < 0 || o.grpc_port > 65535 || o.metrics_port < 0 || o.metrics_port > 65535) {
-    return absl::InvalidArgumentError("ports must be between 0 and 65535");
-  }
-  if (o.grpc_max_message_bytes < 1024 || o.max_queue_size < 1) {
-    return absl::InvalidArgumentError(
-        "--grpc-max-message-bytes must be at least 1024 and --max-queue-size at least 1");
-  }
-  if (o.worker_arena_mb < 1) {
-    return absl::InvalidArgumentError("--worker-arena-mb must be at least 1");
-  }
-  if (o.max_inflight_bytes_mb < 0 || o.max_inflight_bytes_mb > (int64_t{1} << 30) ||
-      o.max_stream_outstanding < 1 || o.grpc_max_concurrent_streams < 1 ||
-      o.grpc_max_concurrent_streams > (int64_t{1} << 30) || o.grpc_memory_quota_mb < 16 ||
-      o.grpc_memory_quota_mb > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        "--max-inflight-bytes-mb must be 0 or more, --max-stream-outstanding and "
-        "--grpc-max-concurrent-streams at least 1, --grpc-memory-quota-mb at least 16");
-  }
-  if (o.test_batch_compute_us < 0 || o.test_batch_compute_us > 60'000'000) {
-    return absl::InvalidArgumentError("--test-batch-compute-us must be 0..60000000");
-  }
+  // Every number a flag takes, within what the server can use it for:
+  // durations that fit the clocks they are added to, sizes that fit the
+  // types they are shifted and cast to.
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kDaySeconds = 24 * 60 * 60;
+  const FlagRange ranges[] = {
+      {"grpc-port", o.grpc_port, 0, 65535, " (0: a free one)"},
+      {"metrics-port", o.metrics_port, 0, 65535, " (0: a free one)"},
+      {"max-workers", o.max_workers, 0, 65536, " (0: one per domain)"},
+      {"worker-arena-mb", o.worker_arena_mb, 1, int64_t{1} << 20, " (1 TiB)"},
+      {"repository-poll-secs", o.repository_poll_secs, 1, kDaySeconds, " (24 hours)"},
+      {"default-timeout-ms", o.default_timeout_ms, 1, kDaySeconds * 1000, " (24 hours)"},
+      {"shutdown-timeout", o.shutdown_timeout_s, 0, kDaySeconds, " seconds (24 hours)"},
+      {"grpc-max-message-bytes", o.grpc_max_message_bytes, 1024, kInt32Max, " (gRPC's limit)"},
+      {"max-queue-size", o.max_queue_size, 1, kInt32Max, ""},
+      {"max-inflight-bytes-mb", o.max_inflight_bytes_mb, 0, int64_t{1} << 30, " (0: no limit)"},
+      {"max-stream-outstanding", o.max_stream_outstanding, 1, int64_t{1} << 20, ""},
+      {"grpc-max-concurrent-streams", o.grpc_max_concurrent_streams, 1, int64_t{1} << 30, ""},
+      {"grpc-memory-quota-mb", o.grpc_memory_quota_mb, 16, int64_t{1} << 30, ""},
+      {"test-batch-compute-us", o.test_batch_compute_us, 0, 60'000'000, " (0: off)"},
+  };
+  if (absl::Status s = CheckRanges(ranges); !s.ok()) return s;
   if (absl::Status s = engine::CheckGemmBackendChoice(o.gemm); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--gemm: ", s.message()));
-  }
-  if (o.repository_poll_secs < 1) {
-    return absl::InvalidArgumentError("--repository-poll-secs must be at least 1");
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "base/args.h"
 #include "serving/frontend/grpc_auth.h"
 
@@ -69,9 +70,24 @@ struct ServeOptions {
 // Declares every `serve` flag on PARSER, each writing its field of O.
 void AddServeFlags(base::ArgParser& parser, ServeOptions& o);
 
-// Each flag's value checked alone: ports, sizes and limits in range,
-// --metrics-address as HOST:PORT, --gemm a known backend. The training
-// flags, which depend on the security in force, are CheckTrainingFlags'.
+// A numeric flag's value and the range it must lie in.
+struct FlagRange {
+  const char* flag;  // without "--"
+  int64_t value;
+  int64_t low;
+  int64_t high;
+  const char* meaning;  // appended to the range in the error: " (24 hours)"
+};
+
+// The first flag outside its range, as INVALID_ARGUMENT naming the flag,
+// the range and the value: "--default-timeout-ms must be between 1 and
+// 86400000 (24 hours), got -5".
+absl::Status CheckRanges(absl::Span<const FlagRange> ranges);
+
+// Each flag's value checked alone: every port, duration, size and limit in
+// its range (docs/cli.md lists them), --metrics-address as HOST:PORT,
+// --gemm a known backend. The training flags, which depend on the security
+// in force, are CheckTrainingFlags'.
 absl::Status CheckServeFlags(const ServeOptions& o);
 
 // The training flags against each other and the security in force: the
