@@ -1,16 +1,12 @@
 #include "training/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "base/errno_text.h"
+#include "base/atomic_file.h"
 
 namespace numaserve::training {
 namespace {
@@ -20,54 +16,7 @@ template <typename T>
 void Put(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(v));
 }
-
-absl::Status Errno(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", base::ErrnoText(errno)));
-}
 }  // namespace
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  // A fresh temporary file: an old one (or a link planted under its name)
-  // is removed first, and O_EXCL | O_NOFOLLOW never writes through a
-  // symbolic or hard link to a file elsewhere.
-  const std::string tmp = path + ".tmp";
-  if (unlink(tmp.c_str()) != 0 && errno != ENOENT)
-    return Errno(absl::StrCat("cannot remove ", tmp));
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(absl::StrCat("cannot create ", tmp));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      close(fd);
-      unlink(tmp.c_str());
-      return Errno(absl::StrCat("write ", tmp));
-    }
-    done += n;
-  }
-  if (fsync(fd) != 0) {
-    close(fd);
-    unlink(tmp.c_str());
-    return Errno(absl::StrCat("fsync ", tmp));
-  }
-  close(fd);
-  // rename replaces `path` itself, a symbolic link there included; it never
-  // writes to the link's target.
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status status = Errno(absl::StrCat("rename ", tmp, " -> ", path));
-    unlink(tmp.c_str());
-    return status;
-  }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-  return absl::OkStatus();
-}
 
 absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
   std::string bytes(kMagic, sizeof(kMagic));
@@ -79,7 +28,7 @@ absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoi
     Put<uint64_t>(bytes, values.size());
     bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   }
-  return WriteFileAtomically(path, bytes);
+  return base::WriteFileAtomically(path, bytes);
 }
 
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {

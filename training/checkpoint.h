@@ -21,11 +21,6 @@ struct Checkpoint {
 };
 
 absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint);
-// Writes `bytes` to `path` atomically (above). The temporary file
-// `path`.tmp is created afresh (O_EXCL | O_NOFOLLOW), so a link under that
-// name never redirects the write; checkpoints, timelines and exported
-// models are all written this way.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 // Errors name the file and the offset of a truncated or malformed record.
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 

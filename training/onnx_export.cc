@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/atomic_file.h"
 #include "base/errno_text.h"
-#include "training/checkpoint.h"
 
 namespace numaserve::training {
 
@@ -162,7 +162,7 @@ absl::Status ExportOnnx(const std::string& source_model, const std::vector<Named
   if (!model.SerializeToString(&serialized)) {
     return absl::InternalError(absl::StrCat(out_path, ": cannot serialize the model"));
   }
-  return WriteFileAtomically(out_path, serialized);
+  return base::WriteFileAtomically(out_path, serialized);
 }
 
 absl::StatusOr<std::string> NextVersionPath(const std::string& repository,

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "training/checkpoint.h"
+#include "base/atomic_file.h"
 
 namespace numaserve::training {
 
@@ -59,7 +59,7 @@ absl::Status Timeline::Write(const std::string& path, MPI_Comm comm) const {
     first = false;
   }
   json += "\n]}\n";
-  return WriteFileAtomically(path, json);
+  return base::WriteFileAtomically(path, json);
 }
 
 }  // namespace numaserve::training

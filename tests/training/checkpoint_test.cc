@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include "base/atomic_file.h"
+
 namespace numaserve::training {
 namespace {
 
@@ -15,7 +17,10 @@ TEST(CheckpointTest, RoundTripAndNoTemporaryLeft) {
   c.step = 17;
   c.tensors = {{"fc1.weight", {1.5f, -2.0f, 3.0f}}, {"optimizer/0", {}}};
   ASSERT_TRUE(WriteCheckpoint(path, c).ok());
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const std::string tmp_prefix = std::filesystem::path(path).filename().string() + ".tmp";
+  for (const auto& entry : std::filesystem::directory_iterator(::testing::TempDir())) {
+    EXPECT_FALSE(entry.path().filename().string().starts_with(tmp_prefix)) << entry.path();
+  }
   absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->step, 17);
@@ -51,7 +56,7 @@ TEST(CheckpointTest, NameLengthNearTwoToThe32DoesNotWrap) {
     bytes += "w";
     Put<uint64_t>(bytes, 1);
     Put<float>(bytes, 1.0f);
-    ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+    ASSERT_TRUE(base::WriteFileAtomically(path, bytes).ok());
     absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
     ASSERT_FALSE(r.ok()) << name_len;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
@@ -69,7 +74,7 @@ TEST(CheckpointTest, ElementCountNearTwoToThe62IsNotAllocated) {
   bytes += "w";
   Put<uint64_t>(bytes, uint64_t{1} << 62);
   Put<float>(bytes, 1.0f);
-  ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+  ASSERT_TRUE(base::WriteFileAtomically(path, bytes).ok());
   absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("needs 4611686018427387904 float32 elements"),

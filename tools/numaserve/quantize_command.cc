@@ -12,11 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/args.h"
+#include "base/atomic_file.h"
 #include "engine/model.h"
 #include "engine/quantize/quantize.h"
 #include "kernels/tensor.h"
 #include "tools/numaserve/npy.h"
-#include "training/checkpoint.h"
 #include "training/idx_file.h"
 #include "training/record_file.h"
 
@@ -406,7 +406,7 @@ int QuantizeCommand(const std::vector<std::string>& args) {
   options.compile.num_threads = static_cast<int>(o.threads);
   absl::StatusOr<engine::QuantizedModel> q = engine::QuantizeModel(o.model_path, *batches, options);
   if (!q.ok()) return Fail(std::string(q.status().message()));
-  if (absl::Status s = training::WriteFileAtomically(o.out_path, q->onnx); !s.ok()) {
+  if (absl::Status s = base::WriteFileAtomically(o.out_path, q->onnx); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   PrintReport(o, *method, q->report);
