@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -69,8 +70,8 @@ void PrivateDir::Remove() {
 }
 
 TrainingJob::TrainingJob(std::string id, std::string label, std::string owner, std::string model,
-                         pid_t pid, int output_fd, std::unique_ptr<PrivateDir> files,
-                         Metrics* metrics, std::chrono::milliseconds stop_grace)
+                         pid_t pid, std::unique_ptr<PrivateDir> files, Metrics* metrics,
+                         std::chrono::milliseconds stop_grace)
     : id_(std::move(id)),
       label_(std::move(label)),
       owner_(std::move(owner)),
@@ -82,13 +83,64 @@ TrainingJob::TrainingJob(std::string id, std::string label, std::string owner, s
   progress_.set_job_id(id_);
   progress_.set_state(TrainingProgress::RUNNING);
   progress_.set_test_accuracy(-1);
-  if (metrics_ != nullptr) metrics_->SetTrainingState(label_, model_, "running");
-  reader_ = std::thread([this, output_fd] { ReadOutput(output_fd); });
 }
 
-TrainingJob::~TrainingJob() {
-  if (reader_.joinable()) reader_.join();
-  if (stopper_.joinable()) stopper_.join();
+absl::Status TrainingJob::Start(int output_fd) {
+  if (metrics_ != nullptr) metrics_->SetTrainingState(label_, model_, "running");
+  std::string why;
+  {
+    base::MutexLock lock(&join_mu_);
+    try {
+      reader_ = std::thread([this, output_fd] { ReadOutput(output_fd); });
+      return absl::OkStatus();
+    } catch (const std::system_error& e) {
+      why = e.what();
+    }
+  }
+  // No thread to read the output and wait for the process: it does not run.
+  kill(-pid_, SIGKILL);
+  close(output_fd);
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  files_->Remove();
+  const std::string message =
+      absl::StrCat("cannot start a thread for training job ", label_, ": ", why);
+  {
+    base::MutexLock lock(&mu_);
+    exited_ = true;
+    exited_cv_.SignalAll();
+    progress_.set_state(TrainingProgress::FAILED);
+    progress_.set_message(message);
+    ++version_;
+  }
+  if (metrics_ != nullptr) metrics_->SetTrainingState(label_, model_, "failed");
+  Log(LogLevel::kError, "training", message, {{"job", label_}, {"error", why}});
+  return absl::ResourceExhaustedError(message);
+}
+
+TrainingJob::~TrainingJob() { JoinThreads(); }
+
+void TrainingJob::JoinThreads() {
+  base::MutexLock join_lock(&join_mu_);
+  if (reader_.joinable()) {
+    // The reader may drop the last reference to its own job (a watcher's
+    // end): it is then on its way out.
+    if (reader_.get_id() == std::this_thread::get_id()) {
+      reader_.detach();
+    } else {
+      reader_.join();
+    }
+  }
+  std::thread stopper;
+  {
+    base::MutexLock lock(&mu_);
+    stopper = std::move(stopper_);
+  }
+  if (stopper.joinable()) stopper.join();
+}
+
+void TrainingJob::RemoveMetrics() {
+  if (metrics_ != nullptr) metrics_->RemoveTrainingJob(label_, model_);
 }
 
 std::pair<TrainingProgress, int64_t> TrainingJob::Snapshot() {
@@ -101,14 +153,29 @@ bool TrainingJob::finished() {
   return progress_.state() != TrainingProgress::RUNNING;
 }
 
-bool TrainingJob::Cancel() {
+absl::Status TrainingJob::Cancel() {
   base::MutexLock lock(&mu_);
-  if (progress_.state() != TrainingProgress::RUNNING) return false;
-  if (cancelled_) return true;
+  if (progress_.state() != TrainingProgress::RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("training job ", label_, " has already ended"));
+  }
+  if (cancelled_) return absl::OkStatus();
+  try {
+    stopper_ = std::thread([this] { Escalate(); });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot start a thread to stop training job ",
+                                                     label_, ": ", e.what(), "; try again"));
+  }
   cancelled_ = true;
   kill(-pid_, SIGUSR1);
-  stopper_ = std::thread([this] { Escalate(); });
-  return true;
+  return absl::OkStatus();
+}
+
+void TrainingJob::Terminate() {
+  base::MutexLock lock(&mu_);
+  if (exited_) return;
+  cancelled_ = true;
+  kill(-pid_, SIGTERM);
 }
 
 void TrainingJob::AddSink(std::shared_ptr<WatchSink> sink) {

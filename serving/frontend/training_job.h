@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/log.h"
 #include "base/mutex.h"
@@ -62,11 +63,24 @@ struct WatchSink {
 class TrainingJob {
  public:
   // `label` is the public part of `id` (metrics, log); `files` is removed
-  // when the process has exited.
+  // when the process has exited. Start() starts reading its output.
   TrainingJob(std::string id, std::string label, std::string owner, std::string model, pid_t pid,
-              int output_fd, std::unique_ptr<PrivateDir> files, Metrics* metrics,
+              std::unique_ptr<PrivateDir> files, Metrics* metrics,
               std::chrono::milliseconds stop_grace);
   ~TrainingJob();
+
+  // Starts the thread that reads the job's output (`output_fd`, taken) and
+  // waits for its process. When no thread can be started: the process
+  // group is killed and waited for, the job is FAILED, and the error is
+  // RESOURCE_EXHAUSTED naming the cause.
+  absl::Status Start(int output_fd) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Once the job has finished: joins its threads (the reader has then done
+  // its last notification). Any thread may call it, more than once.
+  void JoinThreads() ABSL_LOCKS_EXCLUDED(mu_, join_mu_);
+  // Once the job has been joined and is forgotten: removes its metric
+  // series.
+  void RemoveMetrics();
 
   const std::string& id() const { return id_; }
   const std::string& label() const { return label_; }
@@ -76,9 +90,14 @@ class TrainingJob {
   std::pair<training::TrainingProgress, int64_t> Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
   bool finished() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Starts stopping the job (see training_service.h); returns false when it
-  // has already ended. A job already stopping stays so.
-  bool Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts stopping the job (see training_service.h): FAILED_PRECONDITION
+  // when it has already ended, RESOURCE_EXHAUSTED (nothing done) when the
+  // thread that escalates cannot be started. A job already stopping stays
+  // so.
+  absl::Status Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  // SIGTERM to the job's process group: mpirun kills its ranks, without a
+  // checkpoint. For when Cancel cannot be.
+  void Terminate() ABSL_LOCKS_EXCLUDED(mu_);
 
   void AddSink(std::shared_ptr<WatchSink> sink) ABSL_LOCKS_EXCLUDED(sinks_mu_);
   void RemoveSink(const WatchSink* sink) ABSL_LOCKS_EXCLUDED(sinks_mu_);
@@ -154,8 +173,10 @@ class TrainingJob {
   std::string stop_line_ ABSL_GUARDED_BY(mu_);
   base::Mutex sinks_mu_;  // never held while notifying
   std::vector<std::shared_ptr<WatchSink>> sinks_ ABSL_GUARDED_BY(sinks_mu_);
-  std::thread reader_;
-  std::thread stopper_ ABSL_GUARDED_BY(mu_);  // started by Cancel; joined by the destructor
+  base::Mutex join_mu_;                           // JoinThreads, one caller at a time
+  std::thread reader_ ABSL_GUARDED_BY(join_mu_);  // started by Start
+  // Started by Cancel; moved out and joined by JoinThreads or the destructor.
+  std::thread stopper_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace numaserve::serving

@@ -306,12 +306,41 @@ void TrainingService::StopAll() {
     jobs = jobs_;
   }
   for (auto& job : jobs) {
-    if (job->Cancel()) {
+    const absl::Status cancelled = job->Cancel();
+    if (cancelled.ok()) {
       Log(LogLevel::kInfo, "training",
           absl::StrCat("stopping training job ", job->label(), " (checkpoint, then exit)"),
           {{"job", job->label()}});
+    } else if (absl::IsResourceExhausted(cancelled)) {
+      // No thread to escalate with: stopped at once, without a checkpoint.
+      Log(LogLevel::kWarning, "training",
+          absl::StrCat(cancelled.message(), ": SIGTERM instead (no checkpoint)"),
+          {{"job", job->label()}});
+      job->Terminate();
     }
   }
+}
+
+void TrainingService::Reap() {
+  std::vector<std::shared_ptr<TrainingJob>> ended;
+  std::vector<std::shared_ptr<TrainingJob>> forgotten;
+  {
+    base::MutexLock lock(&mu_);
+    for (const auto& job : jobs_) {
+      if (job->finished()) ended.push_back(job);
+    }
+    // jobs_ is in the order the jobs started: the oldest ended ones go.
+    size_t excess =
+        ended.size() > options_.max_finished_jobs ? ended.size() - options_.max_finished_jobs : 0;
+    std::erase_if(jobs_, [&](const std::shared_ptr<TrainingJob>& job) {
+      if (excess == 0 || !job->finished()) return false;
+      --excess;
+      forgotten.push_back(job);
+      return true;
+    });
+  }
+  for (const auto& job : ended) job->JoinThreads();
+  for (const auto& job : forgotten) job->RemoveMetrics();
 }
 
 TrainingService::~TrainingService() {
@@ -378,6 +407,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   absl::StatusOr<std::string> secret = training_paths::RandomHex(16);
   if (!secret.ok()) return Done(context, secret.status());
 
+  Reap();
   // A place among the running jobs, held until the job is in jobs_.
   std::string label;
   {
@@ -422,9 +452,12 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   const std::string model = !config->config.export_model_name().empty()
                                 ? config->config.export_model_name()
                                 : config->config.model();
-  auto job =
-      std::make_shared<TrainingJob>(id, label, *caller, model, *pid, output_fd, std::move(*files),
-                                    options_.metrics, options_.stop_grace);
+  auto job = std::make_shared<TrainingJob>(id, label, *caller, model, *pid, std::move(*files),
+                                           options_.metrics, options_.stop_grace);
+  if (absl::Status started = job->Start(output_fd); !started.ok()) {
+    job->RemoveMetrics();
+    return Done(context, started);
+  }
   {
     base::MutexLock lock(&mu_);
     jobs_.push_back(job);
@@ -469,11 +502,7 @@ grpc::ServerUnaryReactor* TrainingService::CancelTraining(
                 grpc::Status(grpc::StatusCode::NOT_FOUND,
                              "no training job '" + training_paths::Shown(request->job_id()) + "'"));
   }
-  if (!job->Cancel()) {
-    return Done(context,
-                grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                             "training job '" + request->job_id() + "' has already ended"));
-  }
+  if (absl::Status cancelled = job->Cancel(); !cancelled.ok()) return Done(context, cancelled);
   Log(LogLevel::kInfo, "training",
       absl::StrCat("training job ", job->label(), " cancelled by its caller"),
       {{"job", job->label()}});

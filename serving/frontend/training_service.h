@@ -12,6 +12,12 @@
 // stop_grace later gets SIGTERM (mpirun kills its ranks), and SIGKILL 5 s
 // after that. The server's shutdown waits for its jobs to end.
 //
+// Ended jobs: each StartTraining first joins the threads of the jobs that
+// have ended and forgets the oldest ended jobs beyond max_finished_jobs
+// (serve --training-max-finished-jobs, 64 by default), with their metric
+// series; a forgotten job is NOT_FOUND. A thread that cannot be started
+// (for a job's output, or to stop it) is RESOURCE_EXHAUSTED saying so.
+//
 // Who may do what (see serve --training-service): the service is only
 // registered when asked for, every path a job's config names must resolve
 // inside the training root (TrainingServiceOptions::root), ranks, running
@@ -64,6 +70,9 @@ struct TrainingServiceOptions {
   int max_ranks = 1;
   // Most jobs running at once; StartTraining beyond is RESOURCE_EXHAUSTED.
   int max_jobs = 1;
+  // Most ended jobs kept for WatchTraining and ListTrainings (and their
+  // metric series); beyond, the oldest ended job is forgotten (NOT_FOUND).
+  size_t max_finished_jobs = 64;
   // Largest config_text accepted.
   size_t max_config_bytes = size_t{1} << 20;
   // Where each job's private directory is made; empty = $TMPDIR or /tmp.
@@ -116,6 +125,10 @@ class TrainingService final : public training::TrainingService::CallbackService 
   // The caller, or UNAUTHENTICATED when authenticated callers are expected.
   absl::StatusOr<std::string> Caller(const grpc::ServerContextBase& context) const;
   absl::StatusOr<int> Ranks(const std::string& requested) const;
+  // Joins the threads of the jobs that have ended, and forgets the oldest
+  // ended jobs beyond options_.max_finished_jobs (their metric series
+  // too). Made before each start: only starts add jobs.
+  void Reap() ABSL_LOCKS_EXCLUDED(mu_);
 
   TrainingServiceOptions options_;
   base::Mutex mu_;

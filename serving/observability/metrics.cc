@@ -420,4 +420,15 @@ void Metrics::SetTrainingState(const std::string& job, const std::string& model,
   if (state != "running") training_eta_->Add({{"job_id", job}, {"model", model}}).Set(0);
 }
 
+void Metrics::RemoveTrainingJob(const std::string& job, const std::string& model) {
+  base::MutexLock lock(&training_mu_);
+  training_states_.erase(job);
+  const prometheus::Labels labels = {{"job_id", job}, {"model", model}};
+  for (prometheus::Family<prometheus::Gauge>* family :
+       {training_epoch_, training_step_, training_total_steps_, training_loss_, training_accuracy_,
+        training_test_accuracy_, training_images_per_second_, training_eta_}) {
+    if (family->Has(labels)) family->Remove(&family->Add(labels));
+  }
+}
+
 }  // namespace numaserve::serving

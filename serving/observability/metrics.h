@@ -99,6 +99,11 @@ class Metrics {
   // counts them.
   void SetTrainingState(const std::string& job, const std::string& model, const std::string& state)
       ABSL_LOCKS_EXCLUDED(training_mu_);
+  // Removes a finished job's series (the training service forgets the job):
+  // the series of the families above stay bounded by the jobs it keeps.
+  // jobs_by_state keeps counting it.
+  void RemoveTrainingJob(const std::string& job, const std::string& model)
+      ABSL_LOCKS_EXCLUDED(training_mu_);
 
  private:
   Metrics() = default;

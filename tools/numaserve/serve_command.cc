@@ -221,6 +221,7 @@ absl::StatusOr<std::unique_ptr<TrainingService>> MakeTrainingService(const Serve
   training_options.root = o.training_root;
   training_options.max_ranks = max_ranks;
   training_options.max_jobs = static_cast<int>(o.training_max_jobs);
+  training_options.max_finished_jobs = static_cast<size_t>(o.training_max_finished_jobs);
   training_options.max_config_bytes = static_cast<size_t>(o.training_max_config_bytes);
   training_options.caller = [auth](const grpc::ServerContextBase& c) { return auth->Caller(c); };
   training_options.authenticated = auth->authenticates();

@@ -70,6 +70,7 @@ absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth) {
   const FlagRange ranges[] = {
       {"training-max-ranks", o.training_max_ranks, 0, 65536, " (0: the NUMA domains)"},
       {"training-max-jobs", o.training_max_jobs, 1, 65536, ""},
+      {"training-max-finished-jobs", o.training_max_finished_jobs, 0, 65536, ""},
       {"training-max-config-bytes", o.training_max_config_bytes, 1, int64_t{1} << 30, " (1 GiB)"},
   };
   return CheckRanges(ranges);
@@ -190,6 +191,9 @@ void AddTrainingFlags(base::ArgParser& parser, ServeOptions& o) {
                 "most ranks (processes) one training job may run; 0 = the NUMA domains of "
                 "this machine");
   parser.AddInt("training-max-jobs", &o.training_max_jobs, "most training jobs running at once");
+  parser.AddInt("training-max-finished-jobs", &o.training_max_finished_jobs,
+                "most ended training jobs whose status (and metrics) the server keeps; the "
+                "oldest is forgotten first");
   parser.AddInt("training-max-config-bytes", &o.training_max_config_bytes,
                 "largest training config a client may send");
 }

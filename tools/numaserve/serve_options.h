@@ -55,6 +55,7 @@ struct ServeOptions {
   std::string training_root;
   int64_t training_max_ranks = 0;  // 0 = the NUMA domains of this machine
   int64_t training_max_jobs = 1;
+  int64_t training_max_finished_jobs = 64;
   int64_t training_max_config_bytes = int64_t{1} << 20;
   // Instances per worker of models whose config.pbtxt sets none.
   std::string instances = "1";
