@@ -6,10 +6,8 @@ a real server (serve --training-service on its own loopback port):
     thread count and its numaserve_training_* series bounded, only the
     latest --training-max-finished-jobs ended jobs can still be watched,
     and the server goes on answering;
-  * export_model_name must be a model name the repository would load
-    (CheckModelName, and UTF-8) or the job is INVALID_ARGUMENT naming the
-    field, and a label from a client's path cannot break /metrics for
-    `promtool check metrics`.
+  * a thread that cannot be started for a job is RESOURCE_EXHAUSTED, and
+    the server lives on.
 """
 
 import os
@@ -123,23 +121,51 @@ class TrainingLimitsTest(unittest.TestCase):
         self.failed_job(config)
         self.assertTrue(self.server.stub().ServerLive(nc.pb.ServerLiveRequest(), timeout=10).live)
 
+
+class ThreadLimitTest(unittest.TestCase):
+    """A thread the server cannot start for a job is an error status."""
+
     def test_a_thread_that_cannot_start_is_resource_exhausted(self):
+        # A server of its own: no ended job has left a stack that glibc
+        # would reuse for the next thread.
+        directory = tempfile.mkdtemp(prefix="numaserve_training_threads_")
+        try:
+            repo = os.path.join(directory, "repo")
+            nc.write_default_model(repo)
+            train = nc.synthetic_idx_dataset(directory, "train", 64, seed=7)
+            broken = os.path.join(directory, "broken.onnx")
+            with open(broken, "wb") as f:
+                f.write(b"not an onnx model")
+            server = nc.ServerProcess(repo, training_args(directory)).start()
+            try:
+                with server.training_channel() as channel:
+                    self.check(server, tpb_grpc.TrainingServiceStub(channel),
+                               quick_config(broken, train))
+            finally:
+                server.stop()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def check(self, server, stub, config):
         # The server's address space capped just above what it maps now:
         # no room for a new thread's stack.
-        pid = self.server.pid
+        pid = server.pid
         soft, hard = resource.prlimit(pid, resource.RLIMIT_AS)
         resource.prlimit(pid, resource.RLIMIT_AS, (vm_size(pid) + (2 << 20), hard))
         try:
             with self.assertRaises(grpc.RpcError) as ctx:
-                self.start(quick_config(self.broken, self.train))
+                stub.StartTraining(tpb.StartTrainingRequest(config_text=config, ranks="1"),
+                                   timeout=30)
         finally:
             resource.prlimit(pid, resource.RLIMIT_AS, (soft, hard))
         self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
                          ctx.exception.details())
         self.assertIn("cannot start a thread for training job", ctx.exception.details())
         # The server lives on, and its next job runs.
-        self.failed_job(quick_config(self.broken, self.train))
-        self.assertTrue(self.server.stub().ServerLive(nc.pb.ServerLiveRequest(), timeout=10).live)
+        job = stub.StartTraining(tpb.StartTrainingRequest(config_text=config, ranks="1"),
+                                 timeout=30).job_id
+        self.assertEqual(final_state(stub, job, timeout=60).state, tpb.TrainingProgress.FAILED)
+        self.assertTrue(server.stub().ServerLive(nc.pb.ServerLiveRequest(), timeout=10).live)
 
 
 if __name__ == "__main__":
