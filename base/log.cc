@@ -93,6 +93,23 @@ size_t Utf8SequenceLength(absl::string_view text) {
   return length;
 }
 
+}  // namespace
+
+bool IsUtf8(absl::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t length = Utf8SequenceLength(text.substr(i));
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
+}
+
+namespace {
+
 void AppendUtf8(std::string* out, uint32_t code) {
   if (code < 0x80) {
     out->push_back(static_cast<char>(code));

@@ -70,6 +70,9 @@ class LogField {
 void AppendJsonString(std::string* out, absl::string_view text);
 // The same literal, returned.
 std::string JsonString(absl::string_view text);
+// Whether TEXT is valid UTF-8 (no overlong form, surrogate or code point
+// beyond U+10FFFF).
+bool IsUtf8(absl::string_view text);
 
 // One record as the line it is written as (with its '\n').
 std::string FormatLogLine(LogFormat format, absl::Time time, LogLevel level,

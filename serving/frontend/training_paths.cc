@@ -10,13 +10,19 @@
 #include <filesystem>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "base/errno_text.h"
+#include "base/log.h"
+#include "serving/repository/model_repository.h"
 
 namespace numaserve::serving::training_paths {
 namespace {
+
+// The longest model name the repository loads (CheckModelName).
+constexpr size_t kMaxModelName = 255;
 
 // `path` is `root` or inside it (both absolute and normalised).
 bool Inside(const std::string& root, const std::string& path) {
@@ -126,7 +132,33 @@ absl::Status ConfineOutput(const std::string& root, const std::string& field, st
   return absl::OkStatus();
 }
 
+namespace {
+
+// export_model_name, when set: the name the repository serves the export
+// under, and a metrics label. It must be a model name the repository would
+// load (CheckModelName), in UTF-8; shown escaped.
+absl::Status CheckExportName(const std::string& name) {
+  if (name.empty()) return absl::OkStatus();
+  if (name.size() > kMaxModelName) {
+    return absl::InvalidArgumentError(absl::StrCat("config field 'export_model_name': '",
+                                                   absl::CHexEscape(Shown(name)),
+                                                   "' is longer than ", kMaxModelName, " bytes"));
+  }
+  if (absl::Status s = CheckModelName(name); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'export_model_name': ", s.message()));
+  }
+  if (!base::IsUtf8(name)) {
+    return absl::InvalidArgumentError(absl::StrCat("config field 'export_model_name': '",
+                                                   absl::CHexEscape(name), "' is not UTF-8"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ConfineExport(const std::string& root, training::TrainingConfig* config) {
+  if (absl::Status s = CheckExportName(config->export_model_name()); !s.ok()) return s;
   if (config->export_repository().empty()) return absl::OkStatus();
   const std::string field = "export_repository";
   const std::string& value = config->export_repository();

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/child_fds.h"
@@ -178,6 +179,16 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const std::string& root,
   }
   resolved.config = *std::move(config);
   return resolved;
+}
+
+// A job's metrics label: the export name (checked: a model name in UTF-8),
+// else the model's path, escaped unless it is UTF-8 (a client may have
+// named a file in the root with any bytes).
+std::string ModelLabel(const training::TrainingConfig& config) {
+  std::string model =
+      !config.export_model_name().empty() ? config.export_model_name() : config.model();
+  if (!base::IsUtf8(model)) model = absl::CHexEscape(model);
+  return model;
 }
 
 // Starts `args` (args[0] the binary, the job's log options among them: see
@@ -449,9 +460,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   int output_fd = -1;
   absl::StatusOr<pid_t> pid = SpawnJob(std::move(args), &output_fd);
   if (!pid.ok()) return Done(context, pid.status());
-  const std::string model = !config->config.export_model_name().empty()
-                                ? config->config.export_model_name()
-                                : config->config.model();
+  const std::string model = ModelLabel(config->config);
   auto job = std::make_shared<TrainingJob>(id, label, *caller, model, *pid, std::move(*files),
                                            options_.metrics, options_.stop_grace);
   if (absl::Status started = job->Start(output_fd); !started.ok()) {

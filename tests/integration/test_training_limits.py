@@ -7,7 +7,11 @@ a real server (serve --training-service on its own loopback port):
     latest --training-max-finished-jobs ended jobs can still be watched,
     and the server goes on answering;
   * a thread that cannot be started for a job is RESOURCE_EXHAUSTED, and
-    the server lives on.
+    the server lives on;
+  * export_model_name must be a model name the repository would load
+    (CheckModelName, and UTF-8) or the job is INVALID_ARGUMENT naming the
+    field, and a label from a client's path cannot break /metrics for
+    `promtool check metrics`.
 """
 
 import os
@@ -120,6 +124,36 @@ class TrainingLimitsTest(unittest.TestCase):
         # The server still answers, on both ports.
         self.failed_job(config)
         self.assertTrue(self.server.stub().ServerLive(nc.pb.ServerLiveRequest(), timeout=10).live)
+
+    def test_export_model_name_must_be_a_model_name(self):
+        config = quick_config(self.broken, self.train)
+        # Text-format escapes reach the config with any bytes but NUL.
+        for name, why in [(r"\377\376", "not UTF-8"),
+                          ("a" * 300, "longer than 255 bytes"),
+                          (".hidden", "starts with '.'"),
+                          (r"line\nbreak", "control character"),
+                          (r"back\\slash", "path separator"),
+                          ("a/b", "path separator")]:
+            with self.assertRaises(grpc.RpcError) as ctx:
+                self.start(config + 'export_repository: "repo"\nexport_model_name: "%s"\n'
+                           % name)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, name)
+            self.assertIn("export_model_name", ctx.exception.details())
+            self.assertIn(why, ctx.exception.details())
+        # Without an export repository too: the name would still label metrics.
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.start(config + 'export_model_name: "\\377"\n')
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("not UTF-8", ctx.exception.details())
+
+    def test_a_model_path_that_is_not_utf8_keeps_metrics_valid(self):
+        # A file in the root whose name is not UTF-8 (a job's checkpoint may
+        # be named so): the job's model label is escaped.
+        shutil.copy(self.broken, os.path.join(os.fsencode(self.root), b"\xffmodel.onnx"))
+        job = self.failed_job(quick_config(r"\377model.onnx", self.train))
+        text = self.server.scrape()  # decoded as UTF-8: fails on a stray byte
+        self.assertIn(label_of(job), text)
+        self.assert_promtool_passes(text)
 
 
 class ThreadLimitTest(unittest.TestCase):
