@@ -11,7 +11,9 @@ a real server (serve --training-service on its own loopback port):
   * export_model_name must be a model name the repository would load
     (CheckModelName, and UTF-8) or the job is INVALID_ARGUMENT naming the
     field, and a label from a client's path cannot break /metrics for
-    `promtool check metrics`.
+    `promtool check metrics`;
+  * the training port has the gRPC port's limits: a message above
+    --grpc-max-message-bytes is refused by gRPC.
 """
 
 import os
@@ -200,6 +202,43 @@ class ThreadLimitTest(unittest.TestCase):
                                  timeout=30).job_id
         self.assertEqual(final_state(stub, job, timeout=60).state, tpb.TrainingProgress.FAILED)
         self.assertTrue(server.stub().ServerLive(nc.pb.ServerLiveRequest(), timeout=10).live)
+
+
+class TrainingListenerLimitsTest(unittest.TestCase):
+    """The training service's own port has the gRPC port's limits."""
+
+    def test_a_message_over_the_grpc_limit_is_refused(self):
+        directory = tempfile.mkdtemp(prefix="numaserve_training_listener_")
+        try:
+            repo = os.path.join(directory, "repo")
+            nc.write_default_model(repo)
+            train = nc.synthetic_idx_dataset(directory, "train", 64, seed=6)
+            broken = os.path.join(directory, "broken.onnx")
+            with open(broken, "wb") as f:
+                f.write(b"not an onnx model")
+            server = nc.ServerProcess(repo, training_args(
+                directory, "--grpc-max-message-bytes", "4096")).start()
+            try:
+                with server.training_channel() as channel:
+                    stub = tpb_grpc.TrainingServiceStub(channel)
+                    config = quick_config(broken, train)
+                    # Below --training-max-config-bytes (1 MiB), above the
+                    # gRPC port's 4096 bytes.
+                    padded = config + "#" * 8192 + "\n"
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        stub.StartTraining(tpb.StartTrainingRequest(config_text=padded,
+                                                                    ranks="1"), timeout=30)
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                     ctx.exception.details())
+                    # A config within the limit is taken.
+                    job = stub.StartTraining(tpb.StartTrainingRequest(config_text=config,
+                                                                      ranks="1"), timeout=30)
+                    self.assertEqual(final_state(stub, job.job_id, timeout=60).state,
+                                     tpb.TrainingProgress.FAILED)
+            finally:
+                server.stop()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

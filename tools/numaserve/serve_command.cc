@@ -288,15 +288,16 @@ void ReportInitialLoads(const std::vector<RepositoryModel>& initial,
   }
 }
 
-// What one client can hold on the gRPC port: message sizes, memory for
-// connections and messages, calls per connection; idle or silent
-// connections are closed.
-void SetGrpcLimits(const ServeOptions& o, grpc::ServerBuilder& builder) {
+// What one client can hold on a gRPC port (the inference port, and the
+// training service's own): message sizes, memory for connections and
+// messages (a quota per port, named QUOTA_NAME), calls per connection;
+// idle or silent connections are closed.
+void SetGrpcLimits(const ServeOptions& o, const char* quota_name, grpc::ServerBuilder& builder) {
   const int max_message = static_cast<int>(
       std::min<int64_t>(o.grpc_max_message_bytes, std::numeric_limits<int>::max()));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
-  grpc::ResourceQuota quota("numaserve-grpc");
+  grpc::ResourceQuota quota(quota_name);
   quota.Resize(static_cast<size_t>(o.grpc_memory_quota_mb) << 20);
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
@@ -320,9 +321,12 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartTrainingServer(const ServeOpt
   if (!o.grpc_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
   builder.AddListeningPort(o.training_address, auth.ServerCredentials(), &port);
-  // Configs are small; nothing bigger is read on this port.
+  // The gRPC port's limits (a quota of its own); configs are small, so
+  // nothing bigger than the largest one is read here.
+  SetGrpcLimits(o, "numaserve-training", builder);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<int64_t>(o.training_max_config_bytes + 65536, std::numeric_limits<int>::max())));
+      std::min<int64_t>({o.training_max_config_bytes + 65536, o.grpc_max_message_bytes,
+                         std::numeric_limits<int>::max()})));
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
@@ -453,7 +457,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
   int grpc_port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port), auth.ServerCredentials(),
                            &grpc_port);
-  SetGrpcLimits(o, builder);
+  SetGrpcLimits(o, "numaserve-grpc", builder);
   // Every gRPC service the server offers is registered here or, for the
   // training service with --training-address, on its own port.
   builder.RegisterService(&service);

@@ -1,10 +1,16 @@
 // `numaserve serve`'s flags, by concern, and their checks (serve_options.h).
 #include "tools/numaserve/serve_options.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/model.h"
 
 namespace numaserve::cli {
@@ -37,8 +43,36 @@ absl::Status CheckRanges(absl::Span<const FlagRange> ranges) {
 }
 
 bool IsLocalOnly(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" ||
-         host.rfind("unix:", 0) == 0;
+  if (host == "localhost") return true;
+  // Parsed, not matched as text: "127.evil.example" is a name anyone may
+  // point anywhere. inet_pton takes only the dotted quad.
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6) != 0;
+  return false;
+}
+
+absl::Status CheckPrivateSocket(const std::string& address) {
+  std::string path = address.substr(std::string("unix:").size());
+  if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  struct stat st{};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--training-address ", address, ": no directory ", dir));
+  }
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--training-address %s without authentication needs a directory only this server's "
+        "user can enter, so that no other user can reach the socket: %s is mode %04o, owned by "
+        "uid %d (e.g. mkdir -m 700 a directory of its own)",
+        address, dir, st.st_mode & 07777, st.st_uid));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth) {
@@ -61,7 +95,10 @@ absl::Status CheckTrainingFlags(const ServeOptions& o, const GrpcAuth& auth) {
         "--training-address 127.0.0.1:8003");
   }
   if (!o.training_address.empty() && !auth.authenticates() &&
-      !IsLocalOnly(HostOf(o.training_address))) {
+      o.training_address.rfind("unix:", 0) == 0) {
+    if (absl::Status s = CheckPrivateSocket(o.training_address); !s.ok()) return s;
+  } else if (!o.training_address.empty() && !auth.authenticates() &&
+             !IsLocalOnly(HostOf(o.training_address))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--training-address ", o.training_address,
         " is reachable from other machines: it needs authentication (--grpc-auth-token-file or "

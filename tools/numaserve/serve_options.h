@@ -96,7 +96,15 @@ absl::Status CheckServeFlags(const ServeOptions& o);
 // loopback address of its own.
 absl::Status CheckTrainingFlags(const ServeOptions& o, const serving::GrpcAuth& auth);
 
-// Reachable from this machine only: loopback addresses and Unix sockets.
+// Reachable from this machine only: "localhost", and loopback addresses as
+// parsed IP addresses (127.0.0.0/8 in dotted-quad form, ::1). A name that
+// merely begins with "127." is not.
 bool IsLocalOnly(const std::string& host);
+
+// A unix:PATH (or unix:///PATH) training address without authentication:
+// PATH's directory must be owned by this process's user and grant group
+// and others nothing, so that no other user can reach or replace the
+// socket. INVALID_ARGUMENT saying what to do otherwise.
+absl::Status CheckPrivateSocket(const std::string& address);
 
 }  // namespace numaserve::cli
