@@ -152,6 +152,7 @@ class ServeFlagRangeTest(unittest.TestCase):
             for flag, value, allowed in (
                     ("--training-max-ranks", "-1", "between 0 and 65536"),
                     ("--training-max-jobs", str(2 ** 32 + 1), "between 1 and 65536"),
+                    ("--training-max-finished-jobs", "-1", "between 0 and 65536"),
                     ("--training-max-config-bytes", INT64_MAX, "between 1 and 1073741824")):
                 with self.subTest(flag=flag, value=value):
                     self.serve_refused(training + (flag, value), flag + " must be " + allowed,
