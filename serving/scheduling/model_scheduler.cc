@@ -108,6 +108,7 @@ bool ModelScheduler::RemoveModel(const std::string& key, std::chrono::millisecon
       }
     }
     queues_.erase(key);
+    queue->removed = true;
     retries.swap(queue->retries);
   }
   const absl::Status why = absl::UnavailableError(
@@ -412,10 +413,12 @@ void ModelScheduler::Finish(const std::shared_ptr<Queue>& queue,
                             const std::shared_ptr<Flight>& flight, int worker,
                             const RunOutcome& outcome) {
   bool retry = false;
+  bool removed = false;
   {
     base::MutexLock lock(&mu_);
     --in_flight_[static_cast<size_t>(worker)];
-    if (outcome.lost && !stopped_ &&
+    removed = queue->removed;
+    if (outcome.lost && !stopped_ && !removed &&
         (outcome.not_sent || flight->task.attempts < options_.max_attempts)) {
       // Inference is idempotent: run it again on whichever slot frees first.
       if (outcome.not_sent) --flight->task.attempts;
@@ -432,7 +435,14 @@ void ModelScheduler::Finish(const std::shared_ptr<Queue>& queue,
   if (!outcome.not_sent) Schedule();
   if (!retry) {
     absl::Status status = outcome.status;
-    if (outcome.lost) {
+    if (outcome.lost && removed) {
+      // RemoveModel gave up waiting and forgot the queue: no slot will
+      // take this batch again.
+      status = absl::UnavailableError(
+          absl::StrCat("model '", queue->model->name, "' version ", queue->version,
+                       " was unloaded while this request waited to be computed again (",
+                       outcome.status.message(), "); it was not computed"));
+    } else if (outcome.lost) {
       status = absl::UnavailableError(
           absl::StrCat(outcome.status.message(), " while computing this request (attempt ",
                        flight->task.attempts, " of ", options_.max_attempts, ")"));

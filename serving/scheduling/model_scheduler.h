@@ -151,6 +151,9 @@ class ModelScheduler {
     // them goes to the next idle ones without waiting again.
     bool sharing = false;
     bool draining = false;
+    // RemoveModel has forgotten the queue: nothing reads `retries` any
+    // more, so a batch lost from now on is answered instead of retried.
+    bool removed = false;
   };
   // A decision taken under mu_, carried out outside it.
   struct Launch {

@@ -446,6 +446,29 @@ TEST_F(SchedulerTest, RemoveModelWaitsForItsBatchesWithoutSpinning) {
   calls_.pop_back();
 }
 
+// RemoveModel gave up waiting for a batch, whose worker then died under
+// it: nobody would run it again, so its callers are answered at once,
+// naming the model that was unloaded, not left to their deadline.
+TEST_F(SchedulerTest, ABatchLostAfterItsModelWasRemovedIsAnsweredUnavailable) {
+  Make(2);
+  auto m = Model("m", 4, 0);
+  pool_->Hold(0, m->key(), 1);
+  pool_->Hold(1, m->key(), 1);
+  auto first = Submit(m);
+  auto second = Submit(m);
+  ASSERT_EQ(pool_->running.size(), 2u);
+  EXPECT_FALSE(scheduler_->RemoveModel(m->key(), milliseconds(0)));  // the drain times out
+  pool_->Complete(0, absl::UnavailableError("worker 0 exited"), /*lost=*/true);
+  pool_->Complete(0, absl::UnavailableError("worker 1 exited"), /*lost=*/true);
+  for (const auto& c : {first, second}) {
+    ASSERT_TRUE(c->answered);
+    EXPECT_EQ(c->status.code(), absl::StatusCode::kUnavailable) << c->status;
+    EXPECT_NE(c->status.message().find("model 'm' version 1 was unloaded"), std::string::npos)
+        << c->status;
+  }
+  EXPECT_TRUE(pool_->running.empty());
+}
+
 TEST_F(SchedulerTest, BatchesStayWithinTheWorkersMemoryAndALargerRequestIsRefusedAlone) {
   Make(1);
   pool_->batch_bytes = 24;  // 3 rows of 8 bytes (a float in, a float out)
