@@ -21,6 +21,7 @@
 #include "serving/observability/version.h"
 #include "serving/request/datatypes.h"
 #include "serving/request/infer_request.h"
+#include "serving/scheduling/admission.h"
 #include "serving/workers/worker_supervisor.h"
 
 namespace numaserve::serving {
@@ -228,6 +229,25 @@ void InferenceService::CancelCall(CallCancellation& cancel) {
   for (const auto& p : queued) scheduler_->Cancel(p, why);
 }
 
+absl::Status InferenceService::ChargeInflight(size_t* held, size_t need) {
+  if (options_.max_inflight_bytes == 0) return absl::OkStatus();
+  if (need < *held) {
+    inflight_bytes_.fetch_sub(*held - need);
+    *held = need;
+    return absl::OkStatus();
+  }
+  // Charged first, so two requests never both see room for one.
+  const size_t others = inflight_bytes_.fetch_add(need - *held) - *held;
+  *held = need;
+  if (others + need > options_.max_inflight_bytes && others > 0) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the server holds %d bytes of accepted requests and this one needs %d more, over "
+        "--max-inflight-bytes-mb (%d MiB); retry later",
+        others, need, options_.max_inflight_bytes >> 20));
+  }
+  return absl::OkStatus();
+}
+
 // Longer than ~80 lines on purpose: every path out of it (each refusal,
 // the queueing, the re-resolve of a switched version) answers through the
 // one `finish` closure, which must run exactly once per call and releases
@@ -302,45 +322,18 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
   call->version = model->version;
   auto profile = RequestsProfile(*request);
   if (!profile.ok()) return finish(profile.status());
-  auto parsed = ParseInferRequest(model->info, *request, options_.max_message_bytes);
-  if (!parsed.ok()) return finish(parsed.status());
-  const int64_t max_batch = model->config.max_batch_size();
-  if (max_batch > 0 && parsed->rows > max_batch) {
-    return finish(absl::InvalidArgumentError(absl::StrFormat(
-        "the request has %d rows; model '%s' takes at most max_batch_size = %d per request",
-        parsed->rows, model->name, max_batch)));
-  }
-  size_t response_bytes = 0;
-  for (int index : parsed->outputs) response_bytes += parsed->output_bytes[index];
-  if (response_bytes > options_.max_message_bytes) {
-    return finish(absl::InvalidArgumentError(absl::StrFormat(
-        "the response would carry %d bytes of outputs, more than the %d-byte message limit "
-        "(--grpc-max-message-bytes); send fewer rows",
-        response_bytes, options_.max_message_bytes)));
-  }
-
+  auto admitted = Admit(*model, *request, options_.max_message_bytes);
+  if (!admitted.ok()) return finish(admitted.status());
   // What the request holds until answered: its inputs (in the request
-  // message) and every output the worker computes for it.
-  size_t request_bytes = 0;
-  for (const auto& input : parsed->inputs) request_bytes += input.second;
-  size_t output_bytes = 0;
-  for (size_t bytes : parsed->output_bytes) output_bytes += bytes;
-  const size_t held = request_bytes + output_bytes + response_bytes;
-  if (options_.max_inflight_bytes > 0) {
-    const size_t before = inflight_bytes_.fetch_add(held);
-    call->held_bytes = held;
-    if (before + held > options_.max_inflight_bytes && before > 0) {
-      return finish(absl::ResourceExhaustedError(absl::StrFormat(
-          "the server holds %d bytes of accepted requests and this one needs %d more, over "
-          "--max-inflight-bytes-mb (%d MiB); retry later",
-          before, held, options_.max_inflight_bytes >> 20)));
-    }
+  // message), every output the worker computes for it and its response.
+  if (absl::Status s = ChargeInflight(&call->held_bytes, admitted->held_bytes()); !s.ok()) {
+    return finish(s);
   }
 
   auto pending = std::make_shared<PendingInference>();
   pending->model = model;
-  pending->rows = parsed->rows;
-  pending->bytes = request_bytes + output_bytes;
+  pending->rows = admitted->parsed.rows;
+  pending->bytes = admitted->worker_bytes();
   pending->profile = *profile;
   auto timeout =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.default_timeout);
@@ -359,7 +352,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
   response->set_model_name(model->name);
   response->set_model_version(absl::StrCat(model->version));
   response->set_id(request->id());
-  pending->parsed = *std::move(parsed);
+  pending->parsed = std::move(admitted->parsed);
   PendingInference* p = pending.get();
   pending->done = [this, p, call, response, finish](const absl::Status& status,
                                                     const std::vector<const char*>& outputs,
@@ -397,24 +390,20 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     }
     cancel->queued.push_back(pending);
   }
-  absl::Status submitted = scheduler_->Submit(pending);
-  if (submitted.code() == absl::StatusCode::kUnavailable) {
-    // The version this request resolved to was switched out meanwhile (a
-    // newer version, or the same version reloaded with an edited config):
-    // what the request names now takes it.
-    auto again =
-        Resolve(request->model_name(), request->model_version(), ModelManager::Need::kServable);
-    if (again.ok() && *again != model) {
-      auto parsed_again = ParseInferRequest((*again)->info, *request, options_.max_message_bytes);
-      if (parsed_again.ok()) {
-        pending->model = *again;
-        pending->parsed = *std::move(parsed_again);
-        call->version = (*again)->version;
-        response->set_model_version(absl::StrCat((*again)->version));
-        submitted = scheduler_->Submit(pending);
-      }
-    }
-  }
+  SwitchFollowing how;
+  how.submit = [this](std::shared_ptr<PendingInference> p) {
+    return scheduler_->Submit(std::move(p));
+  };
+  how.resolve = [this, request] {
+    return Resolve(request->model_name(), request->model_version(), ModelManager::Need::kServable);
+  };
+  how.readmit = [this, call, response](const RepositoryModel& again, const Admission& a) {
+    call->version = again.version;
+    response->set_model_version(absl::StrCat(again.version));
+    return ChargeInflight(&call->held_bytes, a.held_bytes());
+  };
+  how.max_message_bytes = options_.max_message_bytes;
+  const absl::Status submitted = SubmitFollowingSwitch(pending, *request, how);
   if (!submitted.ok()) return finish(submitted);
   // Cancelled between the check above and the queueing: OnCancel may have
   // missed it in the queue.

@@ -140,6 +140,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                       const inference::ModelInferRequest* request,
                       inference::ModelInferResponse* response,
                       std::function<void(const absl::Status&)> answer);
+  // Moves a request's charge on the in-flight byte budget from `*held` to
+  // `need` (and sets `*held`); RESOURCE_EXHAUSTED where the budget is
+  // exceeded by it (the charge stays: the caller releases `*held`).
+  absl::Status ChargeInflight(size_t* held, size_t need);
   // The call's OnCancel: its queued requests are answered CANCELLED (or
   // DEADLINE_EXCEEDED when the call's deadline is what cancelled it) and
   // leave their queues without being computed.
