@@ -54,7 +54,8 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
     std::shared_ptr<Item> item = std::move(reading_);
     service_->StartInference(
         context_, cancel_, &item->request, item->reply.mutable_infer_response(),
-        [this, item](const absl::Status& status) {
+        [this, item](const absl::Status& status, InflightRelease release) {
+          item->release = std::move(release);
           if (!status.ok()) {
             const std::string id = item->request.id();
             item->reply.Clear();
@@ -69,8 +70,17 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   }
 
   void OnWriteDone(bool) override {
+    // The reply is written (or the call is over): its request's bytes
+    // leave the in-flight budget only now, so a client that stops reading
+    // holds the budget rather than memory outside it.
+    InflightRelease release;
+    {
+      base::MutexLock lock(&mu_);
+      release = std::move(writes_.front()->release);
+      writes_.pop_front();
+    }
+    if (release) release();
     base::MutexLock lock(&mu_);
-    writes_.pop_front();
     --outstanding_;
     if (read_paused_ && !draining_ && !finished_ &&
         outstanding_ < service_->options_.max_stream_outstanding) {
@@ -104,6 +114,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   struct Item {
     inference::ModelInferRequest request;
     inference::ModelStreamInferResponse reply;
+    InflightRelease release;  // run once the reply is written
   };
 
   void ReadNext() {

@@ -197,12 +197,21 @@ class InferCall final : public grpc::ServerUnaryReactor {
     cancel_->deadline = context->deadline();
   }
   void OnCancel() override { service_->CancelCall(*cancel_); }
-  void OnDone() override { delete this; }
+  // The reply is written (or the call is over): its bytes leave the budget.
+  void OnDone() override {
+    if (release_) release_();
+    delete this;
+  }
   const std::shared_ptr<CallCancellation>& cancellation() const { return cancel_; }
+  void Answer(const absl::Status& status, InflightRelease release) {
+    release_ = std::move(release);  // before Finish: OnDone may run at once
+    Finish(ToGrpcStatus(status));
+  }
 
  private:
   InferenceService* const service_;
   const std::shared_ptr<CallCancellation> cancel_;
+  InflightRelease release_;
 };
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
@@ -210,7 +219,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        inference::ModelInferResponse* response) {
   auto* call = new InferCall(this, context);
   StartInference(context, call->cancellation(), request, response,
-                 [call](const absl::Status& status) { call->Finish(ToGrpcStatus(status)); });
+                 [call](const absl::Status& status, InflightRelease release) {
+                   call->Answer(status, std::move(release));
+                 });
   return call;
 }
 
@@ -254,11 +265,10 @@ absl::Status InferenceService::ChargeInflight(size_t* held, size_t need) {
 // what the call holds; kept in one function so that is visible on each
 // return.
 // NOLINTNEXTLINE(readability-function-size): the reason is above.
-void InferenceService::StartInference(grpc::CallbackServerContext* context,
-                                      const std::shared_ptr<CallCancellation>& cancel,
-                                      const inference::ModelInferRequest* request,
-                                      inference::ModelInferResponse* response,
-                                      std::function<void(const absl::Status&)> answer) {
+void InferenceService::StartInference(
+    grpc::CallbackServerContext* context, const std::shared_ptr<CallCancellation>& cancel,
+    const inference::ModelInferRequest* request, inference::ModelInferResponse* response,
+    std::function<void(const absl::Status&, InflightRelease)> answer) {
   const auto received = std::chrono::steady_clock::now();
   in_flight_.fetch_add(1);
   last_call_ns_.store(
@@ -271,7 +281,7 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
     int64_t rows = 0;
     InferenceTiming timing;
     double output_seconds = 0;
-    size_t held_bytes = 0;  // counted in inflight_bytes_ until answered
+    size_t held_bytes = 0;  // counted in inflight_bytes_ until the reply is written
   };
   auto call = std::make_shared<Call>();
   // The model label stays kUnknownModelLabel until the name is known to the
@@ -301,8 +311,8 @@ void InferenceService::StartInference(grpc::CallbackServerContext* context,
         statistics_->RecordFailure(call->model, call->version, total);
       }
     }
-    answer(answered);
-    inflight_bytes_.fetch_sub(call->held_bytes);
+    // The bytes stay charged until the caller has written the reply.
+    answer(answered, [this, held = call->held_bytes] { inflight_bytes_.fetch_sub(held); });
     in_flight_.fetch_sub(1);
   };
 

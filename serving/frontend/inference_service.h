@@ -40,6 +40,12 @@ struct CallCancellation {
   size_t prune_at ABSL_GUARDED_BY(mu) = 64;  // when answered entries leave `queued`
 };
 
+// Gives an answered inference's bytes back to the in-flight budget. The
+// call runs it once its reply has been written to the client (a unary
+// call's OnDone, a stream's OnWriteDone), so a client that does not read
+// its replies holds the budget, not memory outside it.
+using InflightRelease = std::function<void()>;
+
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
   struct Options {
@@ -54,8 +60,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     // The queue bound of a model whose config sets none (--max-queue-size),
     // reported by ModelConfig.
     size_t default_max_queue_size = 4096;
-    // Bytes of accepted, unanswered inferences (their inputs and outputs)
-    // the server holds before it refuses more with RESOURCE_EXHAUSTED
+    // Bytes of accepted inferences whose replies are not yet written to
+    // their clients (their inputs, outputs and responses) the server holds
+    // before it refuses more with RESOURCE_EXHAUSTED
     // (--max-inflight-bytes-mb); 0: no limit.
     size_t max_inflight_bytes = size_t{1} << 30;
     // Requests one ModelStreamInfer stream may have read and not yet
@@ -134,12 +141,14 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // Validates `request` and queues it; `answer` runs exactly once, after
   // `response` is filled (on success). `request` and `response` must live
   // until then. `cancel` is the call's: once the call is cancelled the
-  // request leaves its queue at once. Used by ModelInfer and ModelStreamInfer.
+  // request leaves its queue at once. `answer` is handed the request's
+  // InflightRelease, which it must run exactly once, after the reply is
+  // written. Used by ModelInfer and ModelStreamInfer.
   void StartInference(grpc::CallbackServerContext* context,
                       const std::shared_ptr<CallCancellation>& cancel,
                       const inference::ModelInferRequest* request,
                       inference::ModelInferResponse* response,
-                      std::function<void(const absl::Status&)> answer);
+                      std::function<void(const absl::Status&, InflightRelease)> answer);
   // Moves a request's charge on the in-flight byte budget from `*held` to
   // `need` (and sets `*held`); RESOURCE_EXHAUSTED where the budget is
   // exceeded by it (the charge stays: the caller releases `*held`).

@@ -7,6 +7,9 @@
 * accepted, unanswered requests are bounded by bytes (--max-inflight-bytes-mb):
   beyond it a request is refused at once, and once the held ones are answered
   new ones are taken again;
+* a request's bytes stay on that budget until its reply is written: a
+  stream whose client does not read its replies holds the budget, and
+  other clients are refused, until the stream ends;
 * a ModelStreamInfer stream is read ahead at most --max-stream-outstanding
   requests: the model's queue never holds more of that stream's requests,
   and every request on the stream is still answered in order.
@@ -114,6 +117,46 @@ class BoundsTest(unittest.TestCase):
             np.testing.assert_allclose(nc.infer(s.server.stub(), MODEL, {"x": x})["y"], x + 1,
                                        rtol=1e-6)
         finally:
+            s.close()
+
+    def test_replies_a_client_does_not_read_hold_the_budget(self):
+        # Two requests of 40 rows (about 480 KiB held each) on a stream whose
+        # client never reads: answered, their 160 KiB replies cannot be
+        # written past the client's 64 KiB window, and they keep their bytes
+        # on the 1 MiB budget until they are, so another client's request is
+        # refused. Once the stream is cancelled the budget is free again.
+        s = Server("max_batch_size: 0\n", ["--max-inflight-bytes-mb", "1"])
+        reader = grpc.insecure_channel(s.server.grpc_address, options=[
+            ("grpc.max_send_message_length", nc.MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", nc.MAX_MESSAGE_BYTES),
+            ("grpc.http2.bdp_probe", 0)])  # the window stays at 64 KiB
+        try:
+            requests = [nc.make_request(MODEL, {"x": rows(40, i)}) for i in range(2)]
+            unread = nc.pb_grpc.GRPCInferenceServiceStub(reader).ModelStreamInfer(iter(requests), timeout=60)
+
+            def answered():
+                return s.server.metrics().sum("numaserve_requests_total", model=MODEL,
+                                              outcome="success") >= 2
+            self.assertTrue(nc.wait_until(answered, 30), "the stream's requests were not computed")
+            x = rows(40, 7)
+            with self.assertRaises(grpc.RpcError) as refused:
+                nc.infer(s.server.stub(), MODEL, {"x": x})
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             refused.exception.details())
+            self.assertIn("--max-inflight-bytes-mb", refused.exception.details())
+            unread.cancel()
+
+            def served():
+                try:
+                    return [nc.infer(s.server.stub(), MODEL, {"x": x})["y"]]
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+                    return None
+            y = nc.wait_until(served, 30)
+            self.assertIsNotNone(y, "the cancelled stream's bytes never left the budget")
+            np.testing.assert_allclose(y[0], x + 1, rtol=1e-6)
+        finally:
+            reader.close()
             s.close()
 
     def test_a_stream_is_read_ahead_only_so_far(self):
