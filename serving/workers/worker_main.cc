@@ -120,8 +120,7 @@ class Worker {
           Run(command.run(), &reply);
           break;
         case worker::Command::kUnload:
-          models_.erase(command.unload().key());
-          pools_.erase(command.unload().key());  // finishes its queued batches first
+          Unload(command.unload().key());
           reply.set_ok(true);
           break;
         default:
@@ -175,6 +174,15 @@ class Worker {
          {"instances", reply->instances()},
          {"weight_bytes", reply->weight_bytes()},
          {"seconds", seconds}});
+  }
+
+  // Frees a model (a pool finishes its queued batches first); logs it when
+  // the worker held it.
+  void Unload(const std::string& key) {
+    if (models_.erase(key) + pools_.erase(key) == 0) return;
+    const ModelKeyParts parts = SplitModelKey(key);
+    Log(LogLevel::kDebug, "worker", absl::StrFormat("worker %d: %s unloaded", index_, key),
+        {{"model", parts.name}, {"version", parts.version}});
   }
 
   // The compile options a load asks for; an unknown precision is the load's

@@ -373,6 +373,7 @@ bool WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
     slot->instances.clear();
     slot->instances_reports.clear();
     slot->memory_nodes.clear();
+    slot->sent.clear();
     if (slot->fd >= 0) close(slot->fd);
     slot->fd = -1;
   }
@@ -427,44 +428,60 @@ void WorkerSupervisor::Run(Slot* slot) {
 }
 
 void WorkerSupervisor::LoadModels(Slot* slot) {
-  // Load every model; the worker turns ready when all have answered.
-  std::vector<ModelToLoad> models;
+  // Under models_mu_ throughout the comparison and the turn to ready: a
+  // LoadModel or UnloadModel either changed models_ before (and is seen
+  // here) or finds the worker ready and sends it the load or unload itself.
   {
-    base::MutexLock lock(&models_mu_);
-    models = models_;
-  }
-  int to_load = 0;
-  for (const auto& model : models) to_load += model.LoadsOn(slot->index) ? 1 : 0;
-  auto remaining = std::make_shared<std::atomic<int>>(to_load);
-  auto finish_load = [this, slot, remaining]() {
-    if (remaining->fetch_sub(1) == 1) {
-      {
-        base::MutexLock lock(&slot->mu);
-        if (slot->fd >= 0) slot->ready = true;
-        slot->started_once = true;
-      }
-      if (metrics_) metrics_->SetWorkerReady(slot->index, slot->placement.numa_node, true);
-      {
-        // Under start_mu_, so Start() cannot miss it between its check and its wait.
-        base::MutexLock lock(&start_mu_);
-        start_cv_.SignalAll();
-      }
-      on_change_();
-    }
-  };
-  if (to_load == 0) {
-    remaining->store(1);
-    finish_load();
-  }
-  for (const auto& model : models) {
-    if (!model.LoadsOn(slot->index)) continue;
+    base::MutexLock models_lock(&models_mu_);
     base::MutexLock lock(&slot->mu);
+    if (slot->fd < 0) return;  // lost meanwhile; ReapWorker answers for it
+    // The last of their replies calls LoadModels again.
+    if (SendMissingLoads(slot) > 0) return;
+    slot->ready = true;
+    slot->started_once = true;
+  }
+  if (metrics_) metrics_->SetWorkerReady(slot->index, slot->placement.numa_node, true);
+  {
+    // Under start_mu_, so Start() cannot miss it between its check and its wait.
+    base::MutexLock lock(&start_mu_);
+    start_cv_.SignalAll();
+  }
+  on_change_();
+}
+
+int WorkerSupervisor::SendMissingLoads(Slot* slot) {
+  std::set<std::string> wanted;
+  std::vector<ModelToLoad> to_load;
+  for (const auto& model : models_) {
+    if (!model.LoadsOn(slot->index)) continue;
+    wanted.insert(model.key);
+    if (slot->sent.insert(model.key).second) to_load.push_back(model);
+  }
+  // Unloaded (or marked failed) since it was sent: the worker frees it.
+  for (auto it = slot->sent.begin(); it != slot->sent.end();) {
+    if (wanted.count(*it) > 0) {
+      ++it;
+      continue;
+    }
+    const std::string key = *it;
+    it = slot->sent.erase(it);
+    slot->load_errors.erase(key);
+    slot->instances.erase(key);
+    slot->instances_reports.erase(key);
+    if (slot->models.erase(key) == 0) continue;
+    worker::Command unload;
+    unload.mutable_unload()->set_key(key);
+    SendLocked(slot, unload, [](const worker::Reply&, bool) {});
+  }
+  auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(to_load.size()));
+  for (const auto& model : to_load) {
     SendLocked(slot, LoadCommand(model),
-               [this, slot, model, finish_load](const worker::Reply& reply, bool lost) {
+               [this, slot, model, remaining](const worker::Reply& reply, bool lost) {
                  RecordLoad(slot, model, reply);
-                 if (!lost) finish_load();
+                 if (!lost && remaining->fetch_sub(1) == 1) LoadModels(slot);
                });
   }
+  return static_cast<int>(to_load.size());
 }
 
 void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
@@ -636,7 +653,8 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
     Slot* slot = slot_ptr.get();
     if (!model.LoadsOn(slot->index)) continue;
     base::MutexLock lock(&slot->mu);
-    if (!slot->ready) continue;  // it loads the model when it (re)starts
+    // A worker still starting loads it before it turns ready (LoadModels).
+    if (!slot->ready) continue;
     {
       base::MutexLock w(&wait->mu);
       ++wait->outstanding;

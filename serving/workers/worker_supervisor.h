@@ -177,15 +177,24 @@ class WorkerSupervisor {
     std::map<std::string, std::string> instances_reports ABSL_GUARDED_BY(mu);
     std::string memory_nodes ABSL_GUARDED_BY(mu);  // of the latest load reply
     std::map<std::string, std::string> load_errors ABSL_GUARDED_BY(mu);
+    // The models this worker process was sent while it started (before it
+    // turned ready), compared with models_ each time they have all answered;
+    // cleared when the process is lost.
+    std::set<std::string> sent ABSL_GUARDED_BY(mu);
     base::Mutex write_mu;  // one writer at a time on fd
   };
 
   WorkerSupervisor(const Options& options, std::vector<ModelToLoad> models, Metrics* metrics,
                    std::function<void()> on_change);
   void Run(Slot* slot);  // spawn, load, serve, restart; one thread per slot
-  // Sends the started worker every model it loads; it turns ready (and
-  // Start() is told) once all have answered.
+  // Sends the started worker every model it loads and has not been sent;
+  // once all have answered it compares again with models_, loading what was
+  // added and unloading what was removed meanwhile, until they agree: then
+  // the worker turns ready (and Start() is told).
   void LoadModels(Slot* slot) ABSL_LOCKS_EXCLUDED(models_mu_, slot->mu);
+  // LoadModels' comparison, under both locks: sends the unloads and loads
+  // it finds; returns the number of loads sent.
+  int SendMissingLoads(Slot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(models_mu_, slot->mu);
   // Hands each reply on `fd` to its command's callback until the worker's
   // end of the socket closes.
   void ServeReplies(Slot* slot, int fd) ABSL_LOCKS_EXCLUDED(models_mu_, slot->mu);

@@ -3,10 +3,13 @@
 correct numbers (the batch the worker held runs again on another worker,
 or on its replacement; requests that arrive while the only worker restarts
 wait for it), nothing hangs, the supervisor restarts the worker, and
-requests are served again within seconds."""
+requests are served again within seconds. A model loaded by request
+while a worker restarts is served on that worker too, and one unloaded
+meanwhile is freed there."""
 
 import collections
 import os
+import re
 import shutil
 import signal
 import sys
@@ -187,6 +190,135 @@ class WorkerFailureTest(unittest.TestCase):
     def test_single_worker_killed(self):
         with nc.ServerProcess(self.repo) as server:
             self.kill_worker_under_traffic(server, expected_workers=1)
+
+
+# Two workers on any machine, one per node of a synthetic topology.
+TOPOLOGY = "package:1 numa:2 core:1 pu:1"
+
+
+def worker_index(pid):
+    """The --index of worker PID, or None when PID is not a worker."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            args = f.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return None
+    if len(args) < 4 or args[1] != "worker" or "--index" not in args:
+        return None
+    return int(args[args.index("--index") + 1])
+
+
+class ModelsChangedWhileAWorkerRestartsTest(unittest.TestCase):
+    """Worker 1 is SIGKILLed; its replacement is sent the models of the
+    list as it was when it started, the slow one first (a 4096 x 4096
+    layer: a second or more to load). A model loaded by request meanwhile
+    must be loaded there too, and one unloaded meanwhile freed there. The
+    workers log each load and unload (--log-level debug)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="numaserve_restart_models_")
+        nc.write_model(cls.repo, "slow", nc.deep_mlp_model(4096, 1, seed=3))
+        nc.write_model(cls.repo, "small", nc.deep_mlp_model(64, 2, seed=4))
+        cls.x = np.random.default_rng(6).random((2, 64), dtype=np.float32)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.repo, ignore_errors=True)
+
+    def serve(self):
+        return nc.ServerProcess(self.repo, [
+            "--model-control-mode", "explicit", "--topology", TOPOLOGY, "--domain", "numa",
+            "--log-level", "debug"])
+
+    @staticmethod
+    def load(server, name):
+        server.stub().RepositoryModelLoad(nc.pb.RepositoryModelLoadRequest(model_name=name),
+                                          timeout=120)
+
+    @staticmethod
+    def unload(server, name):
+        server.stub().RepositoryModelUnload(nc.pb.RepositoryModelUnloadRequest(model_name=name),
+                                            timeout=60)
+
+    @staticmethod
+    def ready(server):
+        """{worker index: numaserve_worker_ready}."""
+        return {int(labels["worker"]): value for _, labels, value
+                in server.metrics().find("numaserve_worker_ready")}
+
+    def wait_ready(self, server):
+        self.assertTrue(nc.wait_until(lambda: self.ready(server) == {0: 1, 1: 1}, 60),
+                        "workers not ready: %s\n%s" % (self.ready(server), server.stderr_text()))
+
+    def restart_worker_1(self, server):
+        """SIGKILLs worker 1 and waits until its replacement has started
+        (the supervisor then sends it its loads); returns the length of the
+        server's stderr up to that line."""
+        victims = [pid for pid in server.worker_pids() if worker_index(pid) == 1]
+        self.assertEqual(len(victims), 1, server.stderr_text())
+        os.kill(victims[0], signal.SIGKILL)
+        started = re.compile(r"worker 1 \(.*\) pid (\d+) started")
+
+        def replacement_started():
+            text = server.stderr_text(tail=0)
+            for match in started.finditer(text):
+                if int(match.group(1)) != victims[0]:
+                    return match.end()
+            return None
+        offset = nc.wait_until(replacement_started, 30)
+        self.assertTrue(offset, "worker 1 was not restarted\n" + server.stderr_text())
+        return offset
+
+    def rows(self, server):
+        """{worker index: numaserve_worker_inferences_total}."""
+        return {int(labels["worker"]): value for _, labels, value
+                in server.metrics().find("numaserve_worker_inferences_total")}
+
+    def test_a_model_loaded_while_a_worker_restarts_serves_on_every_worker(self):
+        with self.serve() as server:
+            self.load(server, "slow")
+            self.wait_ready(server)
+            offset = self.restart_worker_1(server)
+            self.load(server, "small")
+            self.assertEqual(self.ready(server)[1], 0,
+                             "worker 1 finished restarting before the load was answered")
+            self.wait_ready(server)
+            log = server.stderr_text(tail=0)[offset:]
+            self.assertIn("worker 1: small:1 loaded", log, "the restarted worker never loaded "
+                          "the model loaded while it restarted\n" + log)
+            before = self.rows(server)
+            for _ in range(8):
+                nc.infer(server.stub(), "small", {"x": self.x})
+            after = self.rows(server)
+            for w in (0, 1):
+                self.assertGreater(after.get(w, 0), before.get(w, 0),
+                                   "no request reached worker %d: %s -> %s" % (w, before, after))
+
+    def test_a_model_unloaded_while_a_worker_restarts_is_freed_there(self):
+        with self.serve() as server:
+            self.load(server, "slow")
+            self.load(server, "small")
+            self.wait_ready(server)
+            offset = self.restart_worker_1(server)
+            self.unload(server, "small")
+            self.assertEqual(self.ready(server)[1], 0,
+                             "worker 1 finished restarting before the unload was answered")
+            self.wait_ready(server)
+
+            def worker_1_log():
+                return server.stderr_text(tail=0)[offset:]
+            # Sent small:1 when it started, before the unload: it loads it,
+            # then frees it.
+            self.assertTrue(nc.wait_until(lambda: "worker 1: small:1 loaded" in worker_1_log(), 30),
+                            worker_1_log())
+            self.assertTrue(nc.wait_until(lambda: "worker 1: small:1 unloaded" in worker_1_log(),
+                                          10),
+                            "the restarted worker keeps the model unloaded while it restarted\n"
+                            + worker_1_log())
+            with self.assertRaises(grpc.RpcError) as caught:
+                nc.infer(server.stub(), "small", {"x": self.x})
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
 
 
 if __name__ == "__main__":

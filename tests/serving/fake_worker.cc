@@ -13,7 +13,11 @@
 //   FAKE_WORKER_INSTANCES    a load's reply says it runs this many instances,
 //                            with instances_report "fake measurement" and
 //                            memory_nodes "0=7" (unset: none of the three)
+//   FAKE_WORKER_HOLD_LOADS   before answering the load of KEY, log "hold load
+//                            KEY" and wait until the file named this plus
+//                            ".KEY" exists
 //
+// A hold gives up after 60 s (a test that failed leaves nothing behind).
 // It changes no signal disposition or mask: what it has, it inherited.
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -44,6 +48,15 @@ void Log(const std::string& line) {
   const std::string text = line + "\n";
   (void)!write(fd, text.data(), text.size());
   close(fd);
+}
+
+// With the environment variable `name` set: logs `line`, then waits until
+// the file it names, plus `suffix`, exists.
+void Hold(const char* name, const std::string& line, const std::string& suffix = "") {
+  if (Env(name).empty()) return;
+  const std::string path = Env(name) + suffix;
+  Log(line);
+  for (int i = 0; i < 60000 && access(path.c_str(), F_OK) != 0; ++i) usleep(1000);
 }
 
 bool Contains(const std::string& key, const std::string& part) {
@@ -77,6 +90,8 @@ int main(int argc, char** argv) {
     if (command.has_load()) {
       Log(absl::StrCat("load ", command.load().key()));
       if (Contains(command.load().key(), Env("FAKE_WORKER_CRASH_LOAD"))) abort();
+      Hold("FAKE_WORKER_HOLD_LOADS", absl::StrCat("hold load ", command.load().key()),
+           absl::StrCat(".", command.load().key()));
       if (instances > 0) {
         reply.set_instances(instances);
         reply.set_instances_report("fake measurement");

@@ -57,6 +57,7 @@ class SupervisorTest : public ::testing::Test {
   void TearDown() override {
     if (supervisor_) supervisor_->Stop();
     std::remove(log_.c_str());
+    for (const auto& path : released_) std::remove(path.c_str());
   }
 
   static WorkerSupervisor::ModelToLoad Model(const std::string& key) {
@@ -127,6 +128,36 @@ class SupervisorTest : public ::testing::Test {
     return answer == 1;
   }
 
+  // Waits (10 s at most) until the fake workers' log has the line `line`.
+  bool WaitForLine(const std::string& line) const {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Count(line) > 0) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
+  // Makes the workers started from now on hold their answer to the load of
+  // a key until Release(key).
+  void HoldLoads() { env_.Set("FAKE_WORKER_HOLD_LOADS", log_ + ".hold"); }
+  void Release(const std::string& key) {
+    const std::string path = log_ + ".hold." + key;
+    std::ofstream(path).close();
+    released_.push_back(path);
+  }
+
+  // SIGKILLs worker 0 (its replacement starts with the environment as it is
+  // now); returns the pid killed.
+  pid_t KillWorker() {
+    const pid_t pid = supervisor_->Pid(0);
+    EXPECT_GT(pid, 0);
+    if (pid > 0) {
+      EXPECT_EQ(kill(pid, SIGKILL), 0);
+    }
+    return pid;
+  }
+
   bool WaitReady() {
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -137,6 +168,7 @@ class SupervisorTest : public ::testing::Test {
   }
 
   std::string log_;
+  std::vector<std::string> released_;  // files made by Release()
   ScopedEnv env_;
   std::unique_ptr<WorkerSupervisor> supervisor_;
 };
@@ -215,6 +247,78 @@ TEST_F(SupervisorTest, CrashesOfAModelThatHasRunAreNotChargedToIt) {
   EXPECT_TRUE(supervisor_->ModelAvailable("good:1"));
   EXPECT_EQ(supervisor_->LoadError("good:1"), "");
   EXPECT_TRUE(Run("good:1", 1));
+}
+
+// A restarted worker is sent the models of the list as it was when it
+// started. A model loaded once that was sent (the worker, not ready, is not
+// sent it by LoadModel) is loaded there before it turns ready.
+TEST_F(SupervisorTest, AModelLoadedWhileAWorkerRestartsIsLoadedThere) {
+  Create({Model("a:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  HoldLoads();
+  const pid_t first = KillWorker();
+  ASSERT_TRUE(WaitForLine("hold load a:1"));
+  // The only worker is not ready: no worker answers (nor holds it yet).
+  EXPECT_FALSE(supervisor_->LoadModel(Model("b:1"), 5s).ok());
+  EXPECT_TRUE(supervisor_->ModelExpected("b:1"));
+  Release("a:1");
+  Release("b:1");
+  ASSERT_TRUE(WaitReady());
+  EXPECT_NE(supervisor_->Pid(0), first);
+  EXPECT_TRUE(supervisor_->HasModel(0, "a:1"));
+  EXPECT_TRUE(supervisor_->HasModel(0, "b:1"));
+  EXPECT_EQ(Count("load b:1"), 1);
+  EXPECT_TRUE(Run("b:1", 1));
+}
+
+// The unload of a model the restarted worker was sent reaches it, and the
+// worker never counts as holding it.
+TEST_F(SupervisorTest, AModelUnloadedWhileAWorkerRestartsIsFreedThere) {
+  Create({Model("a:1"), Model("b:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  HoldLoads();
+  KillWorker();
+  ASSERT_TRUE(WaitForLine("hold load a:1"));
+  supervisor_->UnloadModel("b:1");
+  EXPECT_FALSE(supervisor_->ModelExpected("b:1"));
+  Release("a:1");
+  Release("b:1");
+  ASSERT_TRUE(WaitReady());
+  EXPECT_FALSE(supervisor_->HasModel(0, "b:1"));
+  EXPECT_FALSE(supervisor_->ModelAvailable("b:1"));
+  EXPECT_TRUE(WaitForLine("unload b:1")) << "the restarted worker keeps b:1";
+  EXPECT_TRUE(supervisor_->HasModel(0, "a:1"));
+  EXPECT_TRUE(Run("a:1", 1));
+}
+
+// The comparison repeats until nothing changed during the last loads: a
+// model loaded and one unloaded while the added model loads are handled in
+// the next round.
+TEST_F(SupervisorTest, LoadsAndUnloadsDuringEachRoundOfARestartAreApplied) {
+  Create({Model("a:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  HoldLoads();
+  KillWorker();
+  ASSERT_TRUE(WaitForLine("hold load a:1"));
+  EXPECT_FALSE(supervisor_->LoadModel(Model("b:1"), 5s).ok());
+  Release("a:1");
+  ASSERT_TRUE(WaitForLine("hold load b:1"));
+  EXPECT_FALSE(supervisor_->Ready(0));
+  EXPECT_FALSE(supervisor_->LoadModel(Model("c:1"), 5s).ok());
+  supervisor_->UnloadModel("a:1");
+  Release("b:1");
+  ASSERT_TRUE(WaitForLine("hold load c:1"));
+  EXPECT_FALSE(supervisor_->Ready(0));
+  Release("c:1");
+  ASSERT_TRUE(WaitReady());
+  EXPECT_FALSE(supervisor_->HasModel(0, "a:1"));
+  EXPECT_TRUE(supervisor_->HasModel(0, "b:1"));
+  EXPECT_TRUE(supervisor_->HasModel(0, "c:1"));
+  EXPECT_TRUE(WaitForLine("unload a:1"));
+  EXPECT_TRUE(Run("c:1", 1));
 }
 
 TEST_F(SupervisorTest, TestBatchComputeTimeIsPassedToEveryWorker) {
