@@ -407,21 +407,23 @@ void WorkerSupervisor::Run(Slot* slot) {
           {{"worker", slot->index}, {"error", pid.status().message()}});
       continue;
     }
+    {
+      // Stop() sees the worker from its spawn on (not ready: no command is
+      // sent to it before its hello) and stops it like the others. A Stop()
+      // that came before this looked at the slot without it: the worker is
+      // killed here, or Stop() would wait for this thread forever.
+      base::MutexLock lock(&slot->mu);
+      slot->pid = *pid;
+      slot->fd = fd;
+      slot->load_errors.clear();
+      if (stopping_) kill(*pid, SIGKILL);
+    }
     worker::Reply hello;
     absl::Status s = ReadFramed(fd, &hello);
     if (s.ok() && hello.has_hello()) {
       LogWorkerStarted(slot->index, p, hello.hello());
-      {
-        base::MutexLock lock(&slot->mu);
-        slot->pid = *pid;
-        slot->fd = fd;
-        slot->load_errors.clear();
-      }
       LoadModels(slot);
       ServeReplies(slot, fd);
-    } else {
-      base::MutexLock lock(&slot->mu);
-      slot->fd = fd;
     }
     ReapWorker(slot, *pid);
   }

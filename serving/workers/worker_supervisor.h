@@ -101,7 +101,9 @@ class WorkerSupervisor {
   // Starts every worker; returns once each has started and loaded its models
   // (or failed to), or after `timeout`.
   void Start(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(start_mu_);
-  // Closes every control socket, waits for the workers, kills stragglers.
+  // Closes every control socket, waits for the workers, kills stragglers
+  // after Options::stop_grace: a worker spawned but not yet started (no
+  // hello) too, also one spawned while Stop() runs.
   void Stop();
 
   int size() const { return static_cast<int>(slots_.size()); }
@@ -121,6 +123,8 @@ class WorkerSupervisor {
   // Where worker w's resident memory lay after its latest model load, pages
   // per NUMA node ("0=1234 1=5"); empty when unknown.
   std::string MemoryNodes(int w) const;
+  // The worker process's pid from its spawn (before its hello) until it is
+  // reaped; -1 between processes.
   pid_t Pid(int w) const;
   SharedArena& arena(int w) const { return *slots_[w]->arena; }
   ArenaAllocator& allocator(int w) const { return *slots_[w]->allocator; }

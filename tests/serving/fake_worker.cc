@@ -13,6 +13,8 @@
 //   FAKE_WORKER_INSTANCES    a load's reply says it runs this many instances,
 //                            with instances_report "fake measurement" and
 //                            memory_nodes "0=7" (unset: none of the three)
+//   FAKE_WORKER_HOLD_HELLO   before its hello, log "hold hello PID" and wait
+//                            until this file exists
 //   FAKE_WORKER_HOLD_LOADS   before answering the load of KEY, log "hold load
 //                            KEY" and wait until the file named this plus
 //                            ".KEY" exists
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
   namespace worker = numaserve::worker;
   const struct rlimit no_core = {0, 0};
   setrlimit(RLIMIT_CORE, &no_core);  // its crashes leave no core files
+  Hold("FAKE_WORKER_HOLD_HELLO", absl::StrCat("hold hello ", getpid()));
   worker::Reply hello;
   hello.mutable_hello()->set_pid(getpid());
   hello.mutable_hello()->set_binding("fake worker");

@@ -9,11 +9,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -136,6 +138,20 @@ class SupervisorTest : public ::testing::Test {
       std::this_thread::sleep_for(5ms);
     }
     return false;
+  }
+
+  // The first line of the fake workers' log that starts with `prefix`,
+  // waited for (10 s at most); empty when none came.
+  std::string WaitForLineStartingWith(const std::string& prefix) const {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(log_);
+      for (std::string l; std::getline(in, l);) {
+        if (l.rfind(prefix, 0) == 0) return l;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return "";
   }
 
   // Makes the workers started from now on hold their answer to the load of
@@ -319,6 +335,31 @@ TEST_F(SupervisorTest, LoadsAndUnloadsDuringEachRoundOfARestartAreApplied) {
   EXPECT_TRUE(supervisor_->HasModel(0, "c:1"));
   EXPECT_TRUE(WaitForLine("unload a:1"));
   EXPECT_TRUE(Run("c:1", 1));
+}
+
+// SIGTERM while a worker restarts: Stop() comes after the new worker was
+// spawned and before its hello. It is stopped like the others, killed
+// after stop_grace, and Stop() returns.
+TEST_F(SupervisorTest, StopWhileAWorkerRestartsReturnsWithinTheGrace) {
+  Create({Model("a:1")}, [](WorkerSupervisor::Options* options, affinity::WorkerPlacement*) {
+    options->stop_grace = 200ms;
+  });
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  env_.Set("FAKE_WORKER_HOLD_HELLO", log_ + ".hello");  // never made: held until killed
+  KillWorker();
+  const std::string line = WaitForLineStartingWith("hold hello ");
+  ASSERT_NE(line, "") << "the worker was not restarted";
+  const pid_t held = std::stoi(line.substr(std::string("hold hello ").size()));
+  auto stopped = std::async(std::launch::async, [this] { supervisor_->Stop(); });
+  const bool in_time = stopped.wait_for(5s) == std::future_status::ready;
+  EXPECT_TRUE(in_time) << "Stop() still waits for a worker that has not said hello";
+  if (!in_time) {
+    kill(held, SIGKILL);  // lets Stop() return, so the test ends
+    stopped.wait();
+  }
+  EXPECT_EQ(kill(held, 0), -1) << "the held worker outlived Stop()";
+  EXPECT_EQ(errno, ESRCH);
 }
 
 TEST_F(SupervisorTest, TestBatchComputeTimeIsPassedToEveryWorker) {
