@@ -17,18 +17,34 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(IsLocalOnlyTest, LoopbackAddressesAreLocal) {
-  for (const char* host : {"localhost", "127.0.0.1", "127.1.2.3", "127.255.255.255", "::1",
-                           "0:0:0:0:0:0:0:1"}) {
+  for (const char* host :
+       {"localhost", "127.0.0.1", "127.1.2.3", "127.255.255.255", "::1", "0:0:0:0:0:0:0:1"}) {
     EXPECT_TRUE(IsLocalOnly(host)) << host;
   }
 }
 
 TEST(IsLocalOnlyTest, NamesAndOtherAddressesAreNot) {
-  for (const char* host :
-       {"127.evil.example", "127.0.0.1.evil.example", "127.", "127", "127.0.0.1 ", " 127.0.0.1",
-        "127.0.0.1:80", "127.0.0.256", "0x7f.0.0.1", "128.0.0.1", "10.0.0.1", "0.0.0.0", "::",
-        "::2", "::ffff:10.0.0.1", "localhost.evil.example", "LOCALHOST.", "", "[::1]",
-        "unix:/tmp/socket", "unix-abstract:socket"}) {
+  for (const char* host : {"127.evil.example",
+                           "127.0.0.1.evil.example",
+                           "127.",
+                           "127",
+                           "127.0.0.1 ",
+                           " 127.0.0.1",
+                           "127.0.0.1:80",
+                           "127.0.0.256",
+                           "0x7f.0.0.1",
+                           "128.0.0.1",
+                           "10.0.0.1",
+                           "0.0.0.0",
+                           "::",
+                           "::2",
+                           "::ffff:10.0.0.1",
+                           "localhost.evil.example",
+                           "LOCALHOST.",
+                           "",
+                           "[::1]",
+                           "unix:/tmp/socket",
+                           "unix-abstract:socket"}) {
     EXPECT_FALSE(IsLocalOnly(host)) << host;
   }
 }
