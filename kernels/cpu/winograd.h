@@ -1,6 +1,6 @@
 // numaserve's own Winograd convolution, F(4x4, 3x3) (Lavin and Gray, 2016),
-// for the AVX2 tier, where oneDNN 2.6 has no Winograd kernel (its own are
-// AVX-512 only): 3x3, stride-1, undilated, ungrouped 2D convs between
+// for the AVX2 tier, where oneDNN has no Winograd kernel (2.6's were
+// AVX-512 only; 3.7 has none on CPUs): 3x3, stride-1, undilated, ungrouped 2D convs between
 // nChw8c activations whose channel counts are multiples of 8.
 //
 // Each 4x4 tile of the output comes from a 6x6 tile of the input: the input
