@@ -675,23 +675,33 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
                  wait->cv.SignalAll();
                });
   }
-  base::MutexLock w(&wait->mu);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (wait->outstanding != 0) {
-    // True once `timeout` has passed on the steady clock.
-    if (wait->cv.WaitUntil(&wait->mu, deadline)) {
-      break;
+  int loaded = 0, outstanding = 0;
+  std::string error;
+  {
+    // Released before models_mu_ is taken below: LoadModels holds
+    // models_mu_ while it takes a slot's mu, and this thread held a slot's
+    // mu while it took wait->mu.
+    base::MutexLock w(&wait->mu);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (wait->outstanding != 0) {
+      // True once `timeout` has passed on the steady clock.
+      if (wait->cv.WaitUntil(&wait->mu, deadline)) {
+        break;
+      }
     }
+    loaded = wait->loaded;
+    outstanding = wait->outstanding;
+    error = wait->error;
   }
-  if (wait->loaded > 0) return absl::OkStatus();
+  if (loaded > 0) return absl::OkStatus();
   {
     base::MutexLock lock(&models_mu_);
     if (auto it = failed_.find(model.key); it != failed_.end()) {
       return absl::InternalError(it->second);
     }
   }
-  if (!wait->error.empty()) return absl::InternalError(wait->error);
-  if (wait->outstanding > 0) {
+  if (!error.empty()) return absl::InternalError(error);
+  if (outstanding > 0) {
     return absl::DeadlineExceededError(
         absl::StrCat("no worker finished loading ", model.key, " in time"));
   }
