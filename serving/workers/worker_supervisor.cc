@@ -247,6 +247,16 @@ bool WorkerSupervisor::SendLocked(Slot* slot, worker::Command command, ReplyFn f
   return true;
 }
 
+void WorkerSupervisor::ForgetModelLocked(Slot* slot, const std::string& key) {
+  slot->load_errors.erase(key);
+  slot->instances.erase(key);
+  slot->instances_reports.erase(key);
+  if (slot->models.erase(key) == 0) return;
+  worker::Command unload;
+  unload.mutable_unload()->set_key(key);
+  SendLocked(slot, unload, [](const worker::Reply&, bool) {});
+}
+
 bool WorkerSupervisor::Send(int w, worker::Command command, ReplyFn fn) {
   Slot* slot = slots_[w].get();
   base::MutexLock lock(&slot->mu);
@@ -467,13 +477,7 @@ int WorkerSupervisor::SendMissingLoads(Slot* slot) {
     }
     const std::string key = *it;
     it = slot->sent.erase(it);
-    slot->load_errors.erase(key);
-    slot->instances.erase(key);
-    slot->instances_reports.erase(key);
-    if (slot->models.erase(key) == 0) continue;
-    worker::Command unload;
-    unload.mutable_unload()->set_key(key);
-    SendLocked(slot, unload, [](const worker::Reply&, bool) {});
+    ForgetModelLocked(slot, key);
   }
   auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(to_load.size()));
   for (const auto& model : to_load) {
@@ -721,13 +725,7 @@ void WorkerSupervisor::UnloadModel(const std::string& key) {
   for (auto& slot_ptr : slots_) {
     Slot* slot = slot_ptr.get();
     base::MutexLock lock(&slot->mu);
-    slot->load_errors.erase(key);
-    slot->instances.erase(key);
-    slot->instances_reports.erase(key);
-    if (slot->models.erase(key) == 0) continue;
-    worker::Command unload;
-    unload.mutable_unload()->set_key(key);
-    SendLocked(slot, unload, [](const worker::Reply&, bool) {});
+    ForgetModelLocked(slot, key);
   }
 }
 

@@ -211,6 +211,10 @@ class WorkerSupervisor {
   absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
   bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot->mu);
+  // Forgets `key` on the slot (errors, instances) and, where the worker
+  // holds it, sends the unload.
+  void ForgetModelLocked(Slot* slot, const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot->mu);
   // Answers the lost worker's commands; true when its death was charged to
   // a model that will be sent to it again (a load crash below the limit).
   bool Lose(Slot* slot, const std::string& why) ABSL_LOCKS_EXCLUDED(slot->mu);
