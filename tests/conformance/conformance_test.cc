@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/conformance/onnx_conformance.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::conformance {
 namespace {
@@ -46,7 +47,8 @@ TEST_P(ConformanceTest, NoFailuresAndAtLeastTheFloorPass) {
   const std::string suite = GetParam();
   const std::string dir = std::string(kDefaultRoot) + "/" + suite;
   if (!std::filesystem::is_directory(dir)) {
-    GTEST_SKIP() << dir << " is missing: install libonnx-testdata (deploy/install-deps.sh)";
+    NUMASERVE_MISSING_PREREQUISITE()
+        << dir << " is missing: install libonnx-testdata (deploy/install-deps.sh)";
   }
   const auto results = RunSuite(dir, Options{.scratch_dir = ::testing::TempDir()});
   const std::set<std::string> known = ReadKnownFailures();

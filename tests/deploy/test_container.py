@@ -15,6 +15,7 @@ import tempfile
 import unittest
 
 import deploy_common as dc
+import prerequisites
 from deploy_common import nc
 
 CONTAINER = dc.deploy_path("container")
@@ -162,7 +163,7 @@ class DockerfileTest(unittest.TestCase):
         if not apt_has_lists():
             print("\n*** SKIPPED the apt-get --dry-run check: apt has no package lists here "
                   "(run apt-get update) ***\n", flush=True)
-            self.skipTest("apt has no package lists")
+            prerequisites.missing(self, "apt has no package lists")
         with tempfile.NamedTemporaryFile(prefix="numaserve_dpkg_status_") as status:
             # An empty dpkg status: apt resolves as for a bare image.
             result = dc.run(["apt-get", "install", "--dry-run", "--no-install-recommends",
@@ -277,7 +278,7 @@ class EntrypointTest(unittest.TestCase):
         if shellcheck is None:
             print("\n*** SKIPPED shellcheck: not installed (deploy/install-deps.sh installs it) "
                   "***\n", flush=True)
-            self.skipTest("shellcheck not installed")
+            prerequisites.missing(self, "shellcheck not installed")
         dc.run([shellcheck, "--shell=sh", ENTRYPOINT])
 
 

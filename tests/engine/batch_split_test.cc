@@ -19,6 +19,7 @@
 #include "tests/engine/bottleneck_block.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::engine {
 namespace {
@@ -187,7 +188,7 @@ TEST(BatchSplitTest, StopsAtTheFirstStepThatIsNotRowWise) {
 // the batch); the logits match the unsplit plan's.
 TEST(BatchSplitTest, ResNet50LogitsMatchTheUnsplitPlan) {
   const std::string path = NUMASERVE_BENCHMARK_MODELS "/resnet50.onnx";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not generated";
+  if (!std::filesystem::exists(path)) NUMASERVE_MISSING_PREREQUISITE() << path << " not generated";
   CompileOptions split;
   split.batch_split_cache_bytes = 32 << 20;
   auto a = CompiledModel::Load(path, split);

@@ -28,6 +28,7 @@
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/conv_bn_block.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 #include "training/idx_file.h"
 
 namespace numaserve::engine {
@@ -378,7 +379,8 @@ TEST(PrecisionTest, FashionMnistAccuracyWithinHalfAPointOfFp32) {
   const std::string images_path = dir + "/t10k-images-idx3-ubyte.gz";
   const std::string labels_path = dir + "/t10k-labels-idx1-ubyte.gz";
   if (!std::filesystem::exists(images_path) || !std::filesystem::exists(labels_path)) {
-    GTEST_SKIP() << images_path << " is missing (Debian package dataset-fashion-mnist)";
+    NUMASERVE_MISSING_PREREQUISITE()
+        << images_path << " is missing (Debian package dataset-fashion-mnist)";
   }
   auto images = training::ReadIdxFile(images_path);
   auto labels = training::ReadIdxFile(labels_path);

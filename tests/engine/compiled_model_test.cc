@@ -14,6 +14,7 @@
 #include "kernels/onednn/conv_onednn.h"
 #include "tests/engine/default_model.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::engine {
 namespace {
@@ -251,7 +252,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CompiledModelTest, DefaultModelMatchesReference) {
   const std::string path = testing::GenerateDefaultModel();
-  if (path.empty()) GTEST_SKIP() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
+  if (path.empty())
+    NUMASERVE_MISSING_PREREQUISITE() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
   ExpectMatchesReference("fashion_classifier", path, kBatches);
   ExpectMatchesReference("fashion_classifier (1 thread)", path, {1, 7},
                          CompileOptions{.num_threads = 1});
@@ -259,7 +261,8 @@ TEST(CompiledModelTest, DefaultModelMatchesReference) {
 
 TEST(CompiledModelTest, DefaultModelIsFusedIntoFourSteps) {
   const std::string path = testing::GenerateDefaultModel();
-  if (path.empty()) GTEST_SKIP() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
+  if (path.empty())
+    NUMASERVE_MISSING_PREREQUISITE() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
   auto model = CompiledModel::Load(path, {});
   ASSERT_TRUE(model.ok()) << model.status();
   // Flatten is a view; each Gemm/MatMul absorbs its bias Add and Relu.

@@ -16,6 +16,7 @@
 #include "engine/model.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::engine {
 namespace {
@@ -169,7 +170,7 @@ TEST(ConvDepthwiseFusionTest, DepthwiseGraphOutputMatchesTheReference) {
 // rounding of the reference executor's.
 TEST(ConvDepthwiseFusionTest, MobileNetV2LogitsMatchTheReference) {
   const std::string path = NUMASERVE_BENCHMARK_MODELS "/mobilenetv2.onnx";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not generated";
+  if (!std::filesystem::exists(path)) NUMASERVE_MISSING_PREREQUISITE() << path << " not generated";
   auto graph = ImportOnnxModel(path);
   ASSERT_TRUE(graph.ok()) << graph.status();
   auto model = CompiledModel::Load(path, {});

@@ -17,6 +17,7 @@
 #include "kernels/onednn/onednn_common.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::engine {
 namespace {
@@ -111,7 +112,7 @@ TEST(ConvWinogradTest, UnknownAlgorithmIsRefused) {
 // the logits of both algorithms on the same input, and their difference.
 TEST(ConvWinogradTest, ResNet50LogitsStayClose) {
   const std::string path = NUMASERVE_BENCHMARK_MODELS "/resnet50.onnx";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not generated";
+  if (!std::filesystem::exists(path)) NUMASERVE_MISSING_PREREQUISITE() << path << " not generated";
   auto wino = CompiledModel::Load(path, {.conv_algorithm = "winograd"});
   auto direct = CompiledModel::Load(path, {.conv_algorithm = "direct"});
   ASSERT_TRUE(wino.ok()) << wino.status();

@@ -25,6 +25,7 @@
 #include "kernels/gemm/gemm_backend.h"
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::engine {
 namespace {
@@ -95,7 +96,8 @@ class GemmBackendModelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(GemmBackendModelTest, MlpMatchesReference) {
   const std::string backend = GetParam();
   if (auto b = kernels::GemmBackendFromName(backend); b.has_value()) {
-    if (absl::Status s = kernels::GemmBackendAvailable(*b); !s.ok()) GTEST_SKIP() << s.message();
+    if (absl::Status s = kernels::GemmBackendAvailable(*b); !s.ok())
+      NUMASERVE_MISSING_PREREQUISITE() << s.message();
   }
   const std::string path = BuildMlp();
   const CompileOptions options{.gemm_backend = backend};

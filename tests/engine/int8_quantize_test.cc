@@ -36,6 +36,7 @@
 #include "tests/engine/compare_with_reference.h"
 #include "tests/engine/conv_bn_block.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 #include "training/idx_file.h"
 
 namespace numaserve::engine {
@@ -576,7 +577,7 @@ TEST(Int8QuantizeTest, FashionMnistAccuracyWithinHalfAPointOfFp32) {
   const std::string labels_path = dir + "/t10k-labels-idx1-ubyte.gz";
   for (const std::string& p : {train_path, images_path, labels_path}) {
     if (!std::filesystem::exists(p)) {
-      GTEST_SKIP() << p << " is missing (Debian package dataset-fashion-mnist)";
+      NUMASERVE_MISSING_PREREQUISITE() << p << " is missing (Debian package dataset-fashion-mnist)";
     }
   }
   auto train = training::ReadIdxFile(train_path);

@@ -3,6 +3,7 @@
 #include "engine/model.h"
 #include "tests/engine/default_model.h"
 #include "tests/engine/onnx_model_builder.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::engine {
 namespace {
@@ -57,7 +58,8 @@ TEST(InspectModelTest, StaticModelIsNotBatched) {
 
 TEST(InspectModelTest, DefaultModel) {
   const std::string path = testing::GenerateDefaultModel();
-  if (path.empty()) GTEST_SKIP() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
+  if (path.empty())
+    NUMASERVE_MISSING_PREREQUISITE() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
   auto info = InspectModel(path);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->path, path);

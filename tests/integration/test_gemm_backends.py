@@ -17,6 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
 import numaserve_client as nc  # noqa: E402
+import prerequisites  # noqa: E402
 
 PLAN_LINE = re.compile(r"^\s+#\d+\s+(.*) \[([^\]]*)\](  <- REFERENCE implementation)?$")
 
@@ -80,7 +81,7 @@ class GemmBackendsTest(unittest.TestCase):
             with self.subTest(backend=backend):
                 reason = self.unavailable(backend)
                 if reason:
-                    self.skipTest(reason)
+                    prerequisites.missing(self, reason)
                 args, result = self.bench("--gemm", backend, "--plan")
                 self.assertEqual(result.returncode, 0, describe(args, result))
                 # "  #0    matmul: fc1+relu1 [blis] [blis sgemv, skx, 1 thread]": the
@@ -141,7 +142,7 @@ class GemmBackendsTest(unittest.TestCase):
         for backend in ("blis", "openblas"):
             reason = self.unavailable(backend)
             if reason:
-                self.skipTest(reason)
+                prerequisites.missing(self, reason)
         repo = os.path.join(self.tmp, "served")
         shutil.copytree(self.repo, repo)
         # One model names BLIS in its config; the other names nothing and

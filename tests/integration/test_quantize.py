@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
 import numaserve_client as nc  # noqa: E402
+import prerequisites  # noqa: E402
 
 TRAINED = os.path.join(nc.SOURCE_DIR, "models", "fashion_classifier.trained.onnx")
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -79,7 +80,7 @@ class QuantizeTest(unittest.TestCase):
 
     def test_quantized_model_serves_the_same_classes_as_fp32(self):
         if not have_data():
-            self.skipTest("Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)")
+            prerequisites.missing(self, "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)")
         out = os.path.join(self.tmp, "mlp_int8.onnx")
         self.quantize(TRAIN_IMAGES, out)
         entropy = os.path.join(self.tmp, "mlp_int8_entropy.onnx")
@@ -132,7 +133,7 @@ class QuantizeTest(unittest.TestCase):
 
     def test_npy_and_record_calibration_give_the_same_model_as_idx(self):
         if not have_data():
-            self.skipTest("Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)")
+            prerequisites.missing(self, "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)")
         pixels = idx(TRAIN_IMAGES, 256, 16)
         npy = os.path.join(self.tmp, "calibration.npy")
         np.save(npy, (pixels.astype(np.float32) / 255.0).reshape(256, 1, 28, 28))

@@ -27,6 +27,9 @@ TOOL = os.path.join(HERE, "..", "..", "benchmarks", "e2e", "reliability.py")
 sys.path.insert(0, os.path.dirname(TOOL))
 import reliability  # noqa: E402
 
+sys.path.insert(0, os.path.join(HERE, "..", "clients"))
+import prerequisites  # noqa: E402
+
 MIB = 1 << 20
 
 
@@ -78,7 +81,7 @@ class ReliabilityTest(unittest.TestCase):
         result = json.loads(lines[-1])["scenarios"][0]
         self.assertEqual(result["scenario"], name)
         if result["skipped"]:
-            self.skipTest(result["skipped"])
+            prerequisites.missing(self, result["skipped"])
         self.assertEqual(result["failures"], [], json.dumps(result["figures"], indent=1))
         self.assertTrue(result["passed"])
         self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])

@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
 import numaserve_client as nc  # noqa: E402
+import prerequisites  # noqa: E402
 
 PROMTOOL = os.environ.get("PROMTOOL", "/usr/bin/promtool")
 
@@ -325,7 +326,7 @@ class SchedulerSlotsTest(unittest.TestCase):
 
     def test_promtool_check_metrics(self):
         if not os.access(PROMTOOL, os.X_OK):
-            self.skipTest("%s not found" % PROMTOOL)
+            prerequisites.missing(self, "%s not found" % PROMTOOL)
         result = subprocess.run([PROMTOOL, "check", "metrics"], input=self.after_text,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, timeout=60)

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -20,6 +19,7 @@
 #include "kernels/ref/add_ref.h"
 #include "kernels/ref/gemm_ref.h"
 #include "tests/kernels/test_util.h"
+#include "tests/prerequisites.h"
 
 namespace numaserve::kernels {
 namespace {
@@ -82,7 +82,8 @@ class GemmBackendTest : public ::testing::TestWithParam<std::tuple<GemmBackend, 
 
 TEST_P(GemmBackendTest, MatchesReference) {
   const auto [backend, c] = GetParam();
-  if (absl::Status s = GemmBackendAvailable(backend); !s.ok()) GTEST_SKIP() << s.message();
+  if (absl::Status s = GemmBackendAvailable(backend); !s.ok())
+    NUMASERVE_MISSING_PREREQUISITE() << s.message();
   const Tensor a = RandomTensor(c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, 1);
   const Tensor b = RandomTensor(c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}, 2);
   const Tensor bias = RandomTensor({c.n}, 3);
@@ -150,18 +151,20 @@ TEST(GemmBackendLibraryTest, LibraryWithoutTheEntryPointsIsNamed) {
 }
 
 TEST(GemmBackendLibraryTest, InstalledLibrariesPass) {
+  std::string missing;
   for (GemmBackend b : {GemmBackend::kBlis, GemmBackend::kOpenblas}) {
     if (absl::Status s = GemmBackendAvailable(b); !s.ok()) {
-      std::printf("skipping %s: %s\n", GemmBackendName(b), std::string(s.message()).c_str());
+      missing += std::string(GemmBackendName(b)) + ": " + std::string(s.message()) + "; ";
       continue;
     }
-    EXPECT_FALSE(GemmBackendDetails(b).empty());
+    EXPECT_FALSE(GemmBackendDetails(b).empty()) << GemmBackendName(b);
   }
+  if (!missing.empty()) NUMASERVE_MISSING_PREREQUISITE() << missing;
 }
 
 TEST(GemmBackendLibraryTest, BlisRunsAVectorSubConfiguration) {
   if (absl::Status s = GemmBackendAvailable(GemmBackend::kBlis); !s.ok()) {
-    GTEST_SKIP() << s.message();
+    NUMASERVE_MISSING_PREREQUISITE() << s.message();
   }
   const affinity::CpuFeatures& f = affinity::GetCpuFeatures();
   if (!f.avx2 || std::getenv("BLIS_ARCH_TYPE") != nullptr ||

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/prerequisites.h"
+
 namespace numaserve::training {
 namespace {
 
@@ -97,7 +99,7 @@ TEST(IdxFileTest, MissingFileIsNotFound) {
 
 TEST(IdxFileTest, ReadsFashionMnistWhenInstalled) {
   const std::string path = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
-  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << path << " not installed";
+  if (access(path.c_str(), R_OK) != 0) NUMASERVE_MISSING_PREREQUISITE() << path << " not installed";
   absl::StatusOr<IdxArray> read = ReadIdxFile(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->dims, (std::vector<int64_t>{10000}));
