@@ -96,8 +96,12 @@ class GemmBackendModelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(GemmBackendModelTest, MlpMatchesReference) {
   const std::string backend = GetParam();
   if (auto b = kernels::GemmBackendFromName(backend); b.has_value()) {
-    if (absl::Status s = kernels::GemmBackendAvailable(*b); !s.ok())
+    if (absl::Status s = kernels::GemmBackendAvailable(*b); !s.ok()) {
+      // The own GEMM runs on the AVX2 tier only (the machine's tier, not a
+      // missing package); BLIS and OpenBLAS unavailable are missing packages.
+      if (*b == kernels::GemmBackend::kNumaserve) GTEST_SKIP() << s.message();
       NUMASERVE_MISSING_PREREQUISITE() << s.message();
+    }
   }
   const std::string path = BuildMlp();
   const CompileOptions options{.gemm_backend = backend};

@@ -82,8 +82,12 @@ class GemmBackendTest : public ::testing::TestWithParam<std::tuple<GemmBackend, 
 
 TEST_P(GemmBackendTest, MatchesReference) {
   const auto [backend, c] = GetParam();
-  if (absl::Status s = GemmBackendAvailable(backend); !s.ok())
+  if (absl::Status s = GemmBackendAvailable(backend); !s.ok()) {
+    // The own GEMM runs on the AVX2 tier only: a machine's tier, not a
+    // missing package. BLIS and OpenBLAS unavailable are missing packages.
+    if (backend == GemmBackend::kNumaserve) GTEST_SKIP() << s.message();
     NUMASERVE_MISSING_PREREQUISITE() << s.message();
+  }
   const Tensor a = RandomTensor(c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, 1);
   const Tensor b = RandomTensor(c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}, 2);
   const Tensor bias = RandomTensor({c.n}, 3);
