@@ -151,7 +151,8 @@ format-check: deps
 
 # clang-tidy (.clang-tidy: bugprone, concurrency, performance, clang's
 # thread-safety analysis under -Wthread-safety) on every
-# source file outside tests/ and benchmarks/, on the release build's
+# source file outside tests/ and benchmarks/ and the project headers they
+# include (.clang-tidy's HeaderFilterRegex), on the release build's
 # compile_commands.json (the build first generates the protobuf headers).
 # Findings are errors. TIDY_FILES narrows it: make tidy TIDY_FILES=base/log.cc
 TIDY_FILES ?= $(shell git ls-files '*.cc' | grep -v '^tests/\|^benchmarks/')

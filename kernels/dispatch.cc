@@ -17,32 +17,32 @@ namespace numaserve::kernels {
 namespace {
 
 constexpr KernelTable kScalar = {IsaTier::kScalar,
-                                 cpu::softmax_rows__scalar,
-                                 cpu::layer_norm_rows__scalar,
-                                 cpu::add_row_broadcast__scalar,
-                                 cpu::mul_row_broadcast__scalar,
-                                 cpu::reduce_rows__scalar,
-                                 cpu::transpose_2d__scalar,
-                                 cpu::attention_head__scalar,
-                                 cpu::bias_activation_rows__scalar};
+                                 cpu::softmax_rows_scalar,
+                                 cpu::layer_norm_rows_scalar,
+                                 cpu::add_row_broadcast_scalar,
+                                 cpu::mul_row_broadcast_scalar,
+                                 cpu::reduce_rows_scalar,
+                                 cpu::transpose_2d_scalar,
+                                 cpu::attention_head_scalar,
+                                 cpu::bias_activation_rows_scalar};
 constexpr KernelTable kAvx2 = {IsaTier::kAvx2,
-                               cpu::softmax_rows__avx2,
-                               cpu::layer_norm_rows__avx2,
-                               cpu::add_row_broadcast__avx2,
-                               cpu::mul_row_broadcast__avx2,
-                               cpu::reduce_rows__avx2,
-                               cpu::transpose_2d__avx2,
-                               cpu::attention_head__avx2,
-                               cpu::bias_activation_rows__avx2};
+                               cpu::softmax_rows_avx2,
+                               cpu::layer_norm_rows_avx2,
+                               cpu::add_row_broadcast_avx2,
+                               cpu::mul_row_broadcast_avx2,
+                               cpu::reduce_rows_avx2,
+                               cpu::transpose_2d_avx2,
+                               cpu::attention_head_avx2,
+                               cpu::bias_activation_rows_avx2};
 constexpr KernelTable kAvx512 = {IsaTier::kAvx512,
-                                 cpu::softmax_rows__avx512,
-                                 cpu::layer_norm_rows__avx512,
-                                 cpu::add_row_broadcast__avx512,
-                                 cpu::mul_row_broadcast__avx512,
-                                 cpu::reduce_rows__avx512,
-                                 cpu::transpose_2d__avx512,
-                                 cpu::attention_head__avx512,
-                                 cpu::bias_activation_rows__avx512};
+                                 cpu::softmax_rows_avx512,
+                                 cpu::layer_norm_rows_avx512,
+                                 cpu::add_row_broadcast_avx512,
+                                 cpu::mul_row_broadcast_avx512,
+                                 cpu::reduce_rows_avx512,
+                                 cpu::transpose_2d_avx512,
+                                 cpu::attention_head_avx512,
+                                 cpu::bias_activation_rows_avx512};
 
 bool CpuHasAvx2() {
   const auto& f = affinity::GetCpuFeatures();

@@ -217,7 +217,7 @@ void BM_SgemmMicroKernel(benchmark::State& state) {
   const std::vector<float> values = Random(kc * 16);
   std::copy(values.begin(), values.end(), panel);
   for (auto _ : state) {
-    numaserve::kernels::cpu::sgemm_micro_kernel_6x16__avx2(a.data(), kc, panel, kc, c.data(), 16);
+    numaserve::kernels::cpu::sgemm_micro_kernel_6x16_avx2(a.data(), kc, panel, kc, c.data(), 16);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }

@@ -44,8 +44,8 @@ inline int64_t AttentionScratchFloats(int64_t sk, int64_t d) {
 
 // `scratch` holds AttentionScratchFloats(h.sk, h.d) floats; the output may
 // not overlap the inputs. sk >= 1.
-void attention_head__scalar(const AttentionHead& h, float* scratch);
-void attention_head__avx2(const AttentionHead& h, float* scratch);
-void attention_head__avx512(const AttentionHead& h, float* scratch);
+void attention_head_scalar(const AttentionHead& h, float* scratch);
+void attention_head_avx2(const AttentionHead& h, float* scratch);
+void attention_head_avx512(const AttentionHead& h, float* scratch);
 
 }  // namespace numaserve::kernels::cpu

@@ -66,33 +66,33 @@ struct Avx2 {
 
 }  // namespace
 
-void softmax_rows__avx2(const float* x, float* y, int64_t rows, int64_t len) {
+void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t len) {
   SoftmaxRows<Avx2>(x, y, rows, len);
 }
-void layer_norm_rows__avx2(const float* x, const float* scale, const float* bias, float eps,
-                           float* y, int64_t rows, int64_t len) {
+void layer_norm_rows_avx2(const float* x, const float* scale, const float* bias, float eps,
+                          float* y, int64_t rows, int64_t len) {
   LayerNormRows<Avx2>(x, scale, bias, eps, y, rows, len);
 }
-void add_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
+void add_row_broadcast_avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   RowBroadcast<Avx2, false>(x, v, y, rows, len);
 }
-void mul_row_broadcast__avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
+void mul_row_broadcast_avx2(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   RowBroadcast<Avx2, true>(x, v, y, rows, len);
 }
 
-void bias_activation_rows__avx2(float* y, const float* bias, int64_t rows, int64_t len,
-                                RowActivation act) {
+void bias_activation_rows_avx2(float* y, const float* bias, int64_t rows, int64_t len,
+                               RowActivation act) {
   BiasActivationRows<Avx2>(y, bias, rows, len, act);
 }
 
-void reduce_rows__avx2(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
+void reduce_rows_avx2(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
   ReduceRows<Avx2>(x, out, rows, len, op);
 }
-void transpose_2d__avx2(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
+void transpose_2d_avx2(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
   Transpose2dTiled8(x, y, batch, rows, cols);
 }
 
-void attention_head__avx2(const AttentionHead& h, float* scratch) {
+void attention_head_avx2(const AttentionHead& h, float* scratch) {
   AttentionHeadSimd<Avx2>(h, scratch);
 }
 

@@ -48,35 +48,33 @@ struct Avx512 {
 
 }  // namespace
 
-void softmax_rows__avx512(const float* x, float* y, int64_t rows, int64_t len) {
+void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t len) {
   SoftmaxRows<Avx512>(x, y, rows, len);
 }
-void layer_norm_rows__avx512(const float* x, const float* scale, const float* bias, float eps,
-                             float* y, int64_t rows, int64_t len) {
+void layer_norm_rows_avx512(const float* x, const float* scale, const float* bias, float eps,
+                            float* y, int64_t rows, int64_t len) {
   LayerNormRows<Avx512>(x, scale, bias, eps, y, rows, len);
 }
-void add_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows,
-                               int64_t len) {
+void add_row_broadcast_avx512(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   RowBroadcast<Avx512, false>(x, v, y, rows, len);
 }
-void mul_row_broadcast__avx512(const float* x, const float* v, float* y, int64_t rows,
-                               int64_t len) {
+void mul_row_broadcast_avx512(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   RowBroadcast<Avx512, true>(x, v, y, rows, len);
 }
 
-void bias_activation_rows__avx512(float* y, const float* bias, int64_t rows, int64_t len,
-                                  RowActivation act) {
+void bias_activation_rows_avx512(float* y, const float* bias, int64_t rows, int64_t len,
+                                 RowActivation act) {
   BiasActivationRows<Avx512>(y, bias, rows, len, act);
 }
 
-void reduce_rows__avx512(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
+void reduce_rows_avx512(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
   ReduceRows<Avx512>(x, out, rows, len, op);
 }
-void transpose_2d__avx512(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
+void transpose_2d_avx512(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
   Transpose2dTiled8(x, y, batch, rows, cols);
 }
 
-void attention_head__avx512(const AttentionHead& h, float* scratch) {
+void attention_head_avx512(const AttentionHead& h, float* scratch) {
   AttentionHeadSimd<Avx512>(h, scratch);
 }
 

@@ -6,7 +6,7 @@
 
 namespace numaserve::kernels::cpu {
 
-void softmax_rows__scalar(const float* x, float* y, int64_t rows, int64_t len) {
+void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t len) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * len;
     float* yr = y + r * len;
@@ -22,8 +22,8 @@ void softmax_rows__scalar(const float* x, float* y, int64_t rows, int64_t len) {
   }
 }
 
-void layer_norm_rows__scalar(const float* x, const float* scale, const float* bias, float eps,
-                             float* y, int64_t rows, int64_t len) {
+void layer_norm_rows_scalar(const float* x, const float* scale, const float* bias, float eps,
+                            float* y, int64_t rows, int64_t len) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * len;
     float* yr = y + r * len;
@@ -37,15 +37,14 @@ void layer_norm_rows__scalar(const float* x, const float* scale, const float* bi
   }
 }
 
-void add_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t rows,
-                               int64_t len) {
+void add_row_broadcast_scalar(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < len; ++i) y[r * len + i] = x[r * len + i] + v[i];
   }
 }
 
-void bias_activation_rows__scalar(float* y, const float* bias, int64_t rows, int64_t len,
-                                  RowActivation act) {
+void bias_activation_rows_scalar(float* y, const float* bias, int64_t rows, int64_t len,
+                                 RowActivation act) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * len;
@@ -58,14 +57,13 @@ void bias_activation_rows__scalar(float* y, const float* bias, int64_t rows, int
   }
 }
 
-void mul_row_broadcast__scalar(const float* x, const float* v, float* y, int64_t rows,
-                               int64_t len) {
+void mul_row_broadcast_scalar(const float* x, const float* v, float* y, int64_t rows, int64_t len) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < len; ++i) y[r * len + i] = x[r * len + i] * v[i];
   }
 }
 
-void reduce_rows__scalar(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
+void reduce_rows_scalar(const float* x, float* out, int64_t rows, int64_t len, ReduceOp op) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * len;
     float acc = op == ReduceOp::kSum ? 0.0f : xr[0];
@@ -82,7 +80,7 @@ void reduce_rows__scalar(const float* x, float* out, int64_t rows, int64_t len, 
   }
 }
 
-void transpose_2d__scalar(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
+void transpose_2d_scalar(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) {
   for (int64_t b = 0; b < batch; ++b) {
     const float* xb = x + b * rows * cols;
     float* yb = y + b * rows * cols;
@@ -94,7 +92,7 @@ void transpose_2d__scalar(const float* x, float* y, int64_t batch, int64_t rows,
 
 // One query at a time: its scores in scratch, softmax, then the weighted
 // sum of v's rows.
-void attention_head__scalar(const AttentionHead& h, float* scratch) {
+void attention_head_scalar(const AttentionHead& h, float* scratch) {
   float* s = scratch;
   for (int64_t i = 0; i < h.sq; ++i) {
     const float* qi = h.q + i * h.q_row;

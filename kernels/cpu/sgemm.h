@@ -30,14 +30,14 @@ void PackSgemmWeights(const float* w, int64_t k, int64_t n, bool transposed, flo
 
 // C (row stride ldc) = A (row stride lda) x B + beta C, C not read when
 // beta is 0. Call only on a CPU with AVX2 and FMA.
-void sgemm_packed__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                        const float* packed_b, float beta, float* c, int64_t ldc);
+void sgemm_packed_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                       const float* packed_b, float beta, float* c, int64_t ldc);
 
 // The 6 x 16 micro-kernel alone: C[6][16] (row stride ldc) = A[6][kc] (row
 // stride lda) x B[kc][16] (one packed panel). For kernels_bench, which
-// times it on data in L1: the ceiling of sgemm_packed__avx2 and of the
+// times it on data in L1: the ceiling of sgemm_packed_avx2 and of the
 // Winograd conv's products. Call only on a CPU with AVX2 and FMA.
-void sgemm_micro_kernel_6x16__avx2(const float* a, int64_t lda, const float* b, int64_t kc,
-                                   float* c, int64_t ldc);
+void sgemm_micro_kernel_6x16_avx2(const float* a, int64_t lda, const float* b, int64_t kc, float* c,
+                                  int64_t ldc);
 
 }  // namespace numaserve::kernels::cpu

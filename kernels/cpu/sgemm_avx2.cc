@@ -118,8 +118,8 @@ void OneRow(int64_t n, int64_t k, const float* a, const float* packed_b, float b
 
 }  // namespace
 
-void sgemm_packed__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                        const float* packed_b, float beta, float* c, int64_t ldc) {
+void sgemm_packed_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                       const float* packed_b, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {  // C = beta C
     for (int64_t i = 0; i < m; ++i) {
@@ -150,8 +150,8 @@ void sgemm_packed__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t
   }
 }
 
-void sgemm_micro_kernel_6x16__avx2(const float* a, int64_t lda, const float* b, int64_t kc,
-                                   float* c, int64_t ldc) {
+void sgemm_micro_kernel_6x16_avx2(const float* a, int64_t lda, const float* b, int64_t kc, float* c,
+                                  int64_t ldc) {
   MicroKernel6x16<6>(a, lda, b, kc, c, ldc, MicroStore::kOverwrite, 0.0f);
 }
 

@@ -82,8 +82,8 @@ WinogradF4x3Plan PlanWinogradF4x3(const WinogradF4x3Weights& w, const WinogradCo
 // shape) says, in `scratch` (plan.scratch_floats). `w` must have been
 // transformed for s.in_channels and s.out_channels. Call only on a CPU with
 // AVX2 and FMA (kernels/dispatch.h).
-void winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
-                              const WinogradF4x3Plan& plan, const WinogradEpilogue& epilogue,
-                              const float* src, float* dst, float* scratch);
+void winograd_f4x3_conv_avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
+                             const WinogradF4x3Plan& plan, const WinogradEpilogue& epilogue,
+                             const float* src, float* dst, float* scratch);
 
 }  // namespace numaserve::kernels::cpu

@@ -156,9 +156,9 @@ void TransformOutput(const Chunk& ch, float* dst, int64_t first, int64_t begin, 
 
 }  // namespace
 
-void winograd_f4x3_conv__avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
-                              const WinogradF4x3Plan& plan, const WinogradEpilogue& epilogue,
-                              const float* src, float* dst, float* scratch) {
+void winograd_f4x3_conv_avx2(const WinogradF4x3Weights& w, const WinogradConvShape& s,
+                             const WinogradF4x3Plan& plan, const WinogradEpilogue& epilogue,
+                             const float* src, float* dst, float* scratch) {
   const int64_t tiles = WinogradF4x3Tiles(s);
   if (tiles == 0) return;
   const int64_t C = s.in_channels, Kp = w.padded_out_channels, capacity = plan.chunk_tiles;

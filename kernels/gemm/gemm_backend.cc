@@ -72,8 +72,8 @@ class NumaserveKernel final : public GemmKernel {
       GetKernelTable().transpose_2d(src, transposed_.data(), 1, k, m);  // [K, M] -> [M, K]
       a = transposed_.data();
     }
-    cpu::sgemm_packed__avx2(m, n, k, a, k, packed_.get(),
-                            options_.accumulate ? options_.sum_scale : 0.0f, dst, n);
+    cpu::sgemm_packed_avx2(m, n, k, a, k, packed_.get(),
+                           options_.accumulate ? options_.sum_scale : 0.0f, dst, n);
     blas::ApplyEpilogue(options_, m, dst);
     return absl::OkStatus();
   }

@@ -686,8 +686,8 @@ absl::Status ConvOnednn::Execute(dnnl::stream& stream, const Shape& src_shape,
           absl::StrCat("ConvOnednn ", options_.name, ": cannot allocate the Winograd buffers for ",
                        "input ", ShapeToString(src_shape)));
     }
-    cpu::winograd_f4x3_conv__avx2(*winograd_weights_, e.winograd_shape, plan, epilogue, src, dst,
-                                  reinterpret_cast<float*>(scratch));
+    cpu::winograd_f4x3_conv_avx2(*winograd_weights_, e.winograd_shape, plan, epilogue, src, dst,
+                                 reinterpret_cast<float*>(scratch));
     return absl::OkStatus();
   }
   try {

@@ -46,7 +46,7 @@ TEST_P(SgemmTest, MatchesTheReference) {
   std::vector<float> c = t.beta == 0 ? std::vector<float>(c0.size(), NAN) : c0;
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
-  sgemm_packed__avx2(t.m, t.n, t.k, a.data(), lda, packed.data(), t.beta, c.data(), ldc);
+  sgemm_packed_avx2(t.m, t.n, t.k, a.data(), lda, packed.data(), t.beta, c.data(), ldc);
   omp_set_num_threads(saved);
 
   double max_err = 0;

@@ -97,7 +97,7 @@ TEST_P(WinogradF4x3Test, MatchesTheReferenceConv) {
   omp_set_num_threads(threads);
   const WinogradF4x3Plan plan = PlanWinogradF4x3(weights, s);
   std::vector<float> scratch(plan.scratch_floats);
-  winograd_f4x3_conv__avx2(weights, s, plan, e, src.data(), dst.data(), scratch.data());
+  winograd_f4x3_conv_avx2(weights, s, plan, e, src.data(), dst.data(), scratch.data());
   omp_set_num_threads(saved);
   EXPECT_EQ(plan.threads, threads);
   const std::vector<float> got = FromBlocked(dst, t.n, t.k, out_hw);
@@ -179,7 +179,7 @@ TEST(WinogradF4x3Test, FakeQuantizeEpilogueMatchesTheQuantizedReference) {
   const WinogradEpilogue e{.bias = b.data.data(), .relu = true, .fake_quantize = &fq};
   const WinogradF4x3Plan plan = PlanWinogradF4x3(weights, s);
   std::vector<float> scratch(plan.scratch_floats);
-  winograd_f4x3_conv__avx2(weights, s, plan, e, src.data(), dst.data(), scratch.data());
+  winograd_f4x3_conv_avx2(weights, s, plan, e, src.data(), dst.data(), scratch.data());
   const std::vector<float> got = FromBlocked(dst, n, k, h * w);
 
   int clamped = 0, near_boundary = 0, off_by_one_step = 0;
