@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/credentials.h"
 
 namespace numaserve::serving {
 
@@ -67,10 +68,7 @@ class GrpcAuth {
   std::string Describe() const;
 
   // A token and its name, as read from the token file.
-  struct Token {
-    std::string name;
-    std::string secret;
-  };
+  using Token = base::BearerToken;
   // The name of the token `authorization` ("Bearer <token>") carries, or
   // nullptr; compares with every token in constant time.
   const std::string* FindToken(absl::string_view authorization) const;
