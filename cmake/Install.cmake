@@ -1,6 +1,7 @@
 # `cmake --install <build> [--prefix P]` (GNUInstallDirs, default prefix
 # /usr/local), DESTDIR honoured:
 #   P/bin/numaserve, P/bin/numaserve-dataset     the server; the training-data converter
+#   P/lib/numaserve/                             civetweb's OpenSSL 3 libraries (HTTPS /metrics)
 #   P/lib/systemd/system/numaserve.service       paths rewritten for P
 #   P/share/numaserve/models/                    the default model repository
 #   P/share/numaserve/prometheus/                scrape config, alert rules, their tests
@@ -24,6 +25,12 @@ set(numaserve_doc ${CMAKE_INSTALL_DOCDIR})
 # the form the linker leaves it in.
 install(PROGRAMS $<TARGET_FILE:numaserve> $<TARGET_FILE:numaserve-dataset>
         DESTINATION ${CMAKE_INSTALL_BINDIR})
+# What Debian's civetweb needs for HTTPS on OpenSSL 3
+# (serving/observability/civetweb_openssl3.c), where numaserve looks for it:
+# ../lib/numaserve from its own directory, so lib/numaserve whatever the
+# libdir (and the binary in bin/).
+install(TARGETS numaserve_civetweb_crypto numaserve_civetweb_ssl
+        LIBRARY DESTINATION lib/numaserve)
 
 # The default repository: the trained model models/ serves (the build copies
 # the same file to models/fashion_classifier/1/model.onnx).

@@ -8,6 +8,11 @@
 # Environment (defaults in brackets):
 #   NUMASERVE_MODEL_REPOSITORY [/models]   NUMASERVE_HOST [0.0.0.0]
 #   NUMASERVE_GRPC_PORT [8001]             NUMASERVE_METRICS_PORT [8002]
+#   NUMASERVE_METRICS_HOST [NUMASERVE_HOST]  where /metrics listens: in
+#                                          Kubernetes the pod's IP (Prometheus
+#                                          scrapes it there), 127.0.0.1 for a
+#                                          sidecar agent; an IPv6 address is
+#                                          bracketed for --metrics-address
 #   NUMASERVE_ARGS                         more `serve` options, split on spaces
 #   NUMASERVE_BIN [numaserve on PATH]
 #   NUMASERVE_CGROUP_ROOT [/sys/fs/cgroup]  where the CPU quota is read
@@ -26,6 +31,7 @@ NUMASERVE_MODEL_REPOSITORY=${NUMASERVE_MODEL_REPOSITORY:-/models}
 NUMASERVE_HOST=${NUMASERVE_HOST:-0.0.0.0}
 NUMASERVE_GRPC_PORT=${NUMASERVE_GRPC_PORT:-8001}
 NUMASERVE_METRICS_PORT=${NUMASERVE_METRICS_PORT:-8002}
+NUMASERVE_METRICS_HOST=${NUMASERVE_METRICS_HOST:-$NUMASERVE_HOST}
 NUMASERVE_ARGS=${NUMASERVE_ARGS:-}
 cgroup=${NUMASERVE_CGROUP_ROOT:-/sys/fs/cgroup}
 
@@ -68,6 +74,13 @@ report_cpus() {
   fi
 }
 
+# HOST:PORT for --metrics-address; an IPv6 address (it has a colon) in brackets.
+case "$NUMASERVE_METRICS_HOST" in
+  \[*) metrics_address="$NUMASERVE_METRICS_HOST:$NUMASERVE_METRICS_PORT" ;;
+  *:*) metrics_address="[$NUMASERVE_METRICS_HOST]:$NUMASERVE_METRICS_PORT" ;;
+  *) metrics_address="$NUMASERVE_METRICS_HOST:$NUMASERVE_METRICS_PORT" ;;
+esac
+
 case "${1:-}" in
   "" | -*)
     report_cpus
@@ -77,7 +90,7 @@ case "${1:-}" in
       --model-repository "$NUMASERVE_MODEL_REPOSITORY" \
       --host "$NUMASERVE_HOST" \
       --grpc-port "$NUMASERVE_GRPC_PORT" \
-      --metrics-port "$NUMASERVE_METRICS_PORT" \
+      --metrics-address "$metrics_address" \
       $NUMASERVE_ARGS "$@"
     ;;
   serve | topology | infer | train | bench | profile | quantize)

@@ -6,8 +6,6 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include <exception>
-
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 
@@ -32,14 +30,18 @@ prometheus::Labels WorkerLabels(int worker, int numa_node) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& address) {
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& address,
+                                                         std::unique_ptr<MetricsAuth> auth) {
   std::unique_ptr<Metrics> m(new Metrics());
-  try {
-    m->exposer_ = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  if (auth == nullptr) {
+    absl::StatusOr<std::unique_ptr<MetricsAuth>> open = MetricsAuth::Create({});
+    if (!open.ok()) return open.status();
+    auth = *std::move(open);
   }
+  m->auth_ = std::move(auth);
+  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer = m->auth_->StartExposer(address);
+  if (!exposer.ok()) return exposer.status();
+  m->exposer_ = *std::move(exposer);
   auto ports = m->exposer_->GetListeningPorts();
   m->port_ = ports.empty() ? 0 : ports.front();
   m->registry_ = std::make_shared<prometheus::Registry>();

@@ -1,5 +1,5 @@
 // Every Prometheus metric family numaserve exports, in one place, with units
-// in the names. Served as text at http://HOST:PORT/metrics by prometheus-cpp.
+// in the names. Served as text at http(s)://HOST:PORT/metrics by prometheus-cpp.
 #pragma once
 
 #include <map>
@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "serving/observability/metrics_auth.h"
 
 namespace prometheus {
 class Exposer;
@@ -24,11 +25,15 @@ namespace numaserve::serving {
 
 class Metrics {
  public:
-  // Starts the HTTP exposer on `address` ("127.0.0.1:8002"; port 0 picks one).
-  static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& address);
+  // Starts the exposer on `address` ("127.0.0.1:8002"; port 0 picks one),
+  // guarded by `auth` (HTTPS, bearer tokens; metrics_auth.h); nullptr =
+  // plain HTTP, open to whoever reaches the port.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(
+      const std::string& address, std::unique_ptr<MetricsAuth> auth = nullptr);
   ~Metrics();
 
   int port() const { return port_; }
+  const MetricsAuth& auth() const { return *auth_; }
 
   // The `model` label of requests that name no model of the repository
   // (requests_total, request_failures_total, request_duration_seconds and
@@ -113,6 +118,8 @@ class Metrics {
   void RegisterTrainingFamilies(prometheus::Registry& r);
   int port_ = 0;
   std::shared_ptr<prometheus::Registry> registry_;
+  // Declared before the exposer, whose callbacks read it: destroyed after it.
+  std::unique_ptr<MetricsAuth> auth_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* request_duration_ = nullptr;

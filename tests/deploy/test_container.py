@@ -113,6 +113,11 @@ class DockerfileTest(unittest.TestCase):
         for program in programs:
             self.assertIn(program, targets.group(1).split())
             self.assertIn("/staging/usr/bin/%s /usr/bin/%s" % (program, program), copies)
+        # The libraries `cmake --install` puts in lib/numaserve (civetweb's
+        # OpenSSL 3 libraries, loaded from ../lib/numaserve beside the binary).
+        with open(os.path.join(dc.SOURCE_DIR, "cmake", "Install.cmake")) as f:
+            self.assertIn("LIBRARY DESTINATION lib/numaserve", f.read())
+        self.assertIn("/staging/usr/lib/numaserve /usr/lib/numaserve", copies)
         # The runtime stage installs no compiler and no -dev package.
         for p in self.packages:
             self.assertFalse(p.endswith("-dev") or p in ("build-essential", "cmake", "clang"), p)
@@ -138,9 +143,16 @@ class DockerfileTest(unittest.TestCase):
         self.assertTrue(os.path.isfile(DOCKERFILE + ".dockerignore"))
 
     def required_packages(self):
-        """Packages of the libraries the binary links, and of those it opens."""
+        """Packages of the libraries the binary links, and of those it opens
+        (the BLAS libraries, and what its own libraries in lib/numaserve link)."""
         ldd = dc.run(["ldd", dc.binary()]).stdout
-        libraries = re.findall(r"=> (/\S+)", ldd)
+        private = os.path.join(dc.build_dir(), "lib", "numaserve")
+        own = sorted(os.path.join(private, n) for n in os.listdir(private) if n.endswith(".so"))
+        self.assertEqual([os.path.basename(p) for p in own],
+                         ["libnumaserve-civetweb-crypto.so", "libnumaserve-civetweb-ssl.so"])
+        for library in own:
+            ldd += dc.run(["ldd", library]).stdout
+        libraries = sorted(set(re.findall(r"=> (/\S+)", ldd)))
         self.assertNotIn("not found", ldd)
         with open(BLAS_SOURCE) as f:
             opened = re.findall(r'"(/usr/lib/\S+?\.so[.\d]*)"', f.read())
@@ -230,7 +242,8 @@ class EntrypointTest(unittest.TestCase):
                 argv = f.read().decode().split("\0")
             self.assertEqual(argv[1], "serve")
             for flag, value in (("--model-repository", self.repo), ("--host", "127.0.0.1"),
-                                ("--max-workers", "1"), ("--shutdown-timeout", "5")):
+                                ("--max-workers", "1"), ("--shutdown-timeout", "5"),
+                                ("--metrics-address", "127.0.0.1:0")):
                 self.assertEqual(argv[argv.index(flag) + 1], value, argv)
             self.assertRegex(server.stderr_text(),
                              r"numaserve-entrypoint: cpus [0-9,-]+ \(\d+\), memory nodes")
@@ -247,6 +260,20 @@ class EntrypointTest(unittest.TestCase):
         self.assertEqual(code, 0, server.stderr_text())
         result = self.healthcheck(server.grpc_address)
         self.assertEqual(result.returncode, 1, "health check of a stopped server passed")
+
+    def test_metrics_address(self):
+        # /bin/echo stands in for the server: the command line it would get.
+        for host, address in (("", "0.0.0.0:8002"), ("10.1.2.3", "10.1.2.3:8002"),
+                              ("fd00::1", "[fd00::1]:8002"), ("[fd00::2]", "[fd00::2]:8002")):
+            env = self.entrypoint_env(NUMASERVE_BIN="/bin/echo", NUMASERVE_HOST="0.0.0.0",
+                                      NUMASERVE_METRICS_PORT="8002", NUMASERVE_ARGS="")
+            env.pop("NUMASERVE_METRICS_HOST", None)
+            if host:
+                env["NUMASERVE_METRICS_HOST"] = host
+            argv = dc.run([ENTRYPOINT], env=env).stdout.split()
+            self.assertEqual(argv[argv.index("--metrics-address") + 1], address, argv)
+            self.assertEqual(argv[argv.index("--host") + 1], "0.0.0.0", argv)
+            self.assertNotIn("--metrics-port", argv)
 
     def test_subcommands_pass_through(self):
         result = dc.run([ENTRYPOINT, "topology", "--topology", "package:2 numa:1 core:2 pu:1"],

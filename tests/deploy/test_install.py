@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """`cmake --install`: the binary, the systemd unit (its paths rewritten for
 the prefix), the example environment file and drop-in, the Prometheus and
-Grafana files and the default model repository land in their FHS places
-(DESTDIR honoured); the installed unit passes `systemd-analyze verify`, and
-the installed binary serves the installed repository."""
+Grafana files, the default model repository and the libraries HTTPS
+/metrics needs land in their FHS places (DESTDIR honoured); the installed
+unit passes `systemd-analyze verify`, the installed binary serves the
+installed repository, and serves /metrics over HTTPS with the installed
+libraries."""
 
 import filecmp
 import os
@@ -48,6 +50,8 @@ class InstallTest(unittest.TestCase):
         expected = [
             "bin/numaserve",
             "bin/numaserve-dataset",
+            "lib/numaserve/libnumaserve-civetweb-crypto.so",
+            "lib/numaserve/libnumaserve-civetweb-ssl.so",
             "lib/systemd/system/numaserve.service",
             "share/numaserve/models/%s/1/model.onnx" % MODEL,
             "share/numaserve/prometheus/prometheus.yml",
@@ -109,6 +113,26 @@ class InstallTest(unittest.TestCase):
             self.assertTrue(ready.ready)
             outputs = nc.infer(stub, MODEL, {"image": nc.random_images(2)})
             self.assertEqual(next(iter(outputs.values())).shape, (2, 10))
+
+    def test_installed_binary_serves_https_metrics(self):
+        # The installed binary finds civetweb's OpenSSL 3 libraries in
+        # ../lib/numaserve beside it, not in the build tree.
+        import ssl
+        import urllib.request
+        pki = nc.make_test_pki(os.path.join(self.tmp, "pki"))
+        repo = self.path("share/numaserve/models")
+        args = ["--max-workers", "1", "--metrics-tls-cert", pki["server_cert"],
+                "--metrics-tls-key", pki["server_key"]]
+        with nc.ServerProcess(repo, args, binary=self.path("bin/numaserve")) as server:
+            context = ssl.create_default_context(cafile=pki["ca"])
+            context.verify_flags &= ~ssl.VERIFY_X509_STRICT  # the test CA has no keyUsage
+            url = "https://127.0.0.1:%d/metrics" % server.metrics_port
+            with urllib.request.urlopen(url, timeout=10, context=context) as response:
+                self.assertIn("numaserve_worker_ready", response.read().decode())
+            with open("/proc/%d/maps" % server.pid) as f:
+                maps = f.read()
+            for library in ("libnumaserve-civetweb-ssl.so", "libnumaserve-civetweb-crypto.so"):
+                self.assertIn(os.path.realpath(self.path("lib/numaserve/" + library)), maps)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 and has the fields the deployment relies on (Guaranteed QoS with integer
 cpus, gRPC probes, the Service, the PodMonitor and scrape annotations, the
 HorizontalPodAutoscaler on a metric numaserve exports, the PrometheusRule
-equal to the unit-tested alert rules, no training service); the ConfigMap's
-model config loads in a real server."""
+equal to the unit-tested alert rules, no training service, /metrics on the
+pod's IP, the NetworkPolicy admitting gRPC from client pods and metrics from
+the monitoring namespace's Prometheus only); the ConfigMap's model config
+loads in a real server."""
 
 import glob
 import os
@@ -142,6 +144,46 @@ class ManifestTest(unittest.TestCase):
         for endpoint in monitor["spec"]["podMetricsEndpoints"]:
             self.assertIn(endpoint["port"], port_names)
             self.assertEqual(endpoint.get("path", "/metrics"), "/metrics")
+
+    def test_metrics_listen_on_the_pod_ip(self):
+        env = {e["name"]: e for e in self.container().get("env", [])}
+        self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
+        self.assertEqual(env["NUMASERVE_METRICS_HOST"]["value"], "$(POD_IP)")
+        # Kubernetes expands $(VAR) only from variables declared before it.
+        names = [e["name"] for e in self.container()["env"]]
+        self.assertLess(names.index("POD_IP"), names.index("NUMASERVE_METRICS_HOST"))
+        with open(dc.deploy_path("container", "entrypoint.sh")) as f:
+            self.assertIn("NUMASERVE_METRICS_HOST", f.read())
+
+    def test_network_policy(self):
+        policy = self.one("NetworkPolicy")
+        self.assertEqual(policy["apiVersion"], "networking.k8s.io/v1")
+        spec = policy["spec"]
+        labels = self.deployment()["spec"]["template"]["metadata"]["labels"]
+        self.assertLessEqual(spec["podSelector"]["matchLabels"].items(), labels.items())
+        self.assertEqual(spec["policyTypes"], ["Ingress"])
+        ports = {p["name"]: p["containerPort"] for p in self.container()["ports"]}
+        allowed = {}
+        for rule in spec["ingress"]:
+            # A rule without `from` (or with an empty peer) admits everyone.
+            self.assertTrue(rule.get("from"), rule)
+            self.assertTrue(rule.get("ports"), rule)
+            for peer in rule["from"]:
+                self.assertTrue(peer, rule)
+                self.assertNotIn("ipBlock", peer)
+            for port in rule["ports"]:
+                self.assertEqual(port.get("protocol", "TCP"), "TCP")
+                number = ports.get(port["port"], port["port"])
+                self.assertIn(number, SERVED_PORTS)
+                allowed.setdefault(number, []).extend(rule["from"])
+        self.assertEqual(set(allowed), SERVED_PORTS)
+        # gRPC: labelled client pods of this namespace.
+        self.assertEqual(allowed[8001],
+                         [{"podSelector": {"matchLabels": {"numaserve-client": "true"}}}])
+        # Metrics: the Prometheus pods of the monitoring namespace only.
+        self.assertEqual(allowed[8002], [{
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}])
 
     def test_prometheus_rule_matches_the_tested_rules(self):
         rule = self.one("PrometheusRule")

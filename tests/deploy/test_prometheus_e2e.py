@@ -4,8 +4,12 @@ storage, scrape and rule evaluation every second) scrapes a real numaserve
 and loads deploy/prometheus/numaserve-alerts.yml; after some inferences
 numaserve_inferences_total reads back through the HTTP API (/api/v1/query),
 every alert rule evaluates without error, and every query of the Grafana
-dashboard runs."""
+dashboard runs. A second Prometheus scrapes a numaserve whose /metrics
+needs HTTPS and a bearer token, with the scrape settings the shipped
+config documents: the job with the CA and the token is up and reads the
+series back; the same job without the token is down with a 401."""
 
+import copy
 import json
 import os
 import shutil
@@ -27,7 +31,9 @@ READ_BACK_SECONDS = 20
 
 class Prometheus:
 
-    def __init__(self, directory, metrics_port):
+    def __init__(self, directory, metrics_port, job_settings=None, more_jobs=()):
+        """JOB_SETTINGS update the shipped job; MORE_JOBS ({name: settings})
+        are copies of it with those settings, scraping the same server."""
         self.port = dc.free_port()
         shutil.copy(dc.deploy_path("prometheus", "numaserve-alerts.yml"), directory)
         # The shipped scrape config, pointed at this server and sped up.
@@ -36,6 +42,11 @@ class Prometheus:
         config["global"].update(scrape_interval="1s", evaluation_interval="1s")
         job = config["scrape_configs"][0]
         job["static_configs"] = [{"targets": ["127.0.0.1:%d" % metrics_port]}]
+        shipped = copy.deepcopy(job)
+        job.update(copy.deepcopy(job_settings or {}))
+        for name, settings in dict(more_jobs).items():
+            config["scrape_configs"].append(
+                dict(copy.deepcopy(shipped), job_name=name, **copy.deepcopy(settings)))
         self.config = os.path.join(directory, "prometheus.yml")
         with open(self.config, "w") as f:
             yaml.safe_dump(config, f)
@@ -170,6 +181,73 @@ class PrometheusEndToEndTest(unittest.TestCase):
             self.assertNotIn("exported_instance", series["metric"])
             self.assertEqual(series["metric"]["instance"],
                              "127.0.0.1:%d" % self.server.metrics_port)
+
+
+class ProtectedEndpointTest(unittest.TestCase):
+    """The scrape settings deploy/prometheus/prometheus.yml documents for a
+    numaserve started with --metrics-tls-cert/--metrics-tls-key and
+    --metrics-auth-token-file."""
+
+    TOKEN = "prometheus-0123456789abcdef0123456789abcdef"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="numaserve_prometheus_tls_")
+        pki = nc.make_test_pki(os.path.join(cls.tmp, "pki"))
+        tokens = os.path.join(cls.tmp, "metrics-tokens")
+        with open(tokens, "w") as f:
+            f.write("prometheus %s\n" % cls.TOKEN)
+        os.chmod(tokens, 0o600)
+        # Prometheus's side: the token alone in its file.
+        cls.token_file = os.path.join(cls.tmp, "prometheus-token")
+        with open(cls.token_file, "w") as f:
+            f.write(cls.TOKEN + "\n")
+        cls.server, cls.repo = dc.serve_default_model(
+            ["--max-workers", "1", "--metrics-tls-cert", pki["server_cert"],
+             "--metrics-tls-key", pki["server_key"], "--metrics-auth-token-file", tokens])
+        https = {"scheme": "https", "tls_config": {"ca_file": pki["ca"]}}
+        cls.prometheus = Prometheus(
+            cls.tmp, cls.server.metrics_port,
+            job_settings=dict(https, authorization={"credentials_file": cls.token_file}),
+            more_jobs={"numaserve-without-token": https})
+        if not nc.wait_until(cls.prometheus.ready, 30, interval=0.2):
+            raise AssertionError("prometheus not ready in 30 s:\n" + cls.prometheus.output())
+        cls.rows = dc.send_inferences(cls.server, requests=2, batch=3)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.prometheus.stop()
+        code = cls.server.stop()
+        shutil.rmtree(cls.repo, ignore_errors=True)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        assert code == 0, cls.server.stderr_text()
+
+    def targets(self):
+        """{job: target} once every job has been scraped, else None."""
+        active = self.prometheus.get("/api/v1/targets")["data"]["activeTargets"]
+        if len(active) != 2 or any(t["health"] == "unknown" for t in active):
+            return None
+        return {t["labels"]["job"]: t for t in active}
+
+    def test_https_with_the_token_is_up_and_without_it_is_refused(self):
+        targets = nc.wait_until(self.targets, READ_BACK_SECONDS, interval=0.25)
+        self.assertTrue(targets, "not every job scraped:\n" + self.prometheus.output())
+        self.assertEqual(targets["numaserve"]["health"], "up", targets["numaserve"])
+        self.assertEqual(targets["numaserve"]["scrapeUrl"],
+                         "https://127.0.0.1:%d/metrics" % self.server.metrics_port)
+        refused = targets["numaserve-without-token"]
+        self.assertEqual(refused["health"], "down", refused)
+        self.assertIn("401", refused["lastError"])
+        expr = 'sum(numaserve_inferences_total{job="numaserve",model="%s"})' % MODEL
+
+        def read_back():
+            result = self.prometheus.query(expr)
+            return result and float(result[0]["value"][1]) >= self.rows
+
+        self.assertTrue(nc.wait_until(read_back, READ_BACK_SECONDS, interval=0.25),
+                        self.prometheus.output())
+        self.assertEqual(self.prometheus.query('up{job="numaserve-without-token"}')[0]["value"][1],
+                         "0")
 
 
 if __name__ == "__main__":

@@ -118,6 +118,15 @@ class UnitFileTest(unittest.TestCase):
         for name in names:
             self.assertIn(name, exec_start, "%s in numaserve.default is not used" % name)
 
+    def test_metrics_on_loopback(self):
+        # A Prometheus on this host scrapes; others need HTTPS and a token.
+        env = dict(v.split("=", 1) for v in dc.unit_values(self.entries, "Service", "Environment"))
+        host, _, port = env["NUMASERVE_METRICS_ADDRESS"].rpartition(":")
+        self.assertEqual((host, port), ("127.0.0.1", "8002"))
+        exec_start = self.value("ExecStart")
+        self.assertIn("--metrics-address ${NUMASERVE_METRICS_ADDRESS}", exec_start)
+        self.assertNotIn("--metrics-port", exec_start)
+
     def test_drop_in_example(self):
         with open(DROP_IN) as f:
             entries = dc.parse_unit(f.read())

@@ -60,6 +60,7 @@ using serving::BuildVersion;
 using serving::GrpcAuth;
 using serving::InferenceService;
 using serving::Metrics;
+using serving::MetricsAuth;
 using serving::ModelControlMode;
 using serving::ModelManager;
 using serving::ModelRepository;
@@ -340,9 +341,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartTrainingServer(const ServeOpt
   return server;
 }
 
-// The security in force, and a warning when the gRPC port is open to other
-// machines without TLS.
-void LogSecurity(const ServeOptions& o, const GrpcAuth& auth) {
+// The security in force, and a warning when the gRPC port or /metrics is
+// open to other machines without TLS or without authentication.
+void LogSecurity(const ServeOptions& o, const GrpcAuth& auth, const MetricsAuth& metrics_auth) {
   Log(LogLevel::kInfo, "serve", absl::StrCat("gRPC security: ", auth.Describe()),
       {{"security", auth.Describe()}, {"reflection", o.grpc_reflection}});
   if (!auth.tls() && !IsLocalOnly(o.host)) {
@@ -351,6 +352,18 @@ void LogSecurity(const ServeOptions& o, const GrpcAuth& auth) {
                         "infer and manage models (see --grpc-tls-cert, --grpc-auth-token-file)",
                         o.host),
         {{"host", o.host}});
+  }
+  const std::string metrics_address = MetricsAddress(o);
+  Log(LogLevel::kInfo, "serve", absl::StrCat("metrics security: ", metrics_auth.Describe()),
+      {{"security", metrics_auth.Describe()}});
+  if ((!metrics_auth.tls() || !metrics_auth.authenticates()) &&
+      !IsLocalOnly(HostOf(metrics_address))) {
+    Log(LogLevel::kWarning, "serve",
+        absl::StrFormat("/metrics on %s is %s: whoever reaches it may read it (see "
+                        "--metrics-tls-cert, --metrics-auth-token-file, or a NetworkPolicy or "
+                        "firewall)",
+                        metrics_address, metrics_auth.Describe()),
+        {{"metrics_address", metrics_address}});
   }
 }
 
@@ -384,8 +397,8 @@ void AnnounceServing(const ServeOptions& o, int grpc_port, const std::string& me
 // end run in the reverse order, so both orders read top to bottom in one
 // place.
 // NOLINTNEXTLINE(readability-function-size): the reason is above.
-int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
-          const sigset_t& stop_signals) {
+int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAuth> metrics_auth,
+          int default_instances, const sigset_t& stop_signals) {
   affinity::Topology topology;
   auto plan = PlanWorkers(o, &topology);
   if (!plan.ok()) return Fail(plan.status());
@@ -397,9 +410,8 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
   const InitialModels start =
       ChooseInitialModels(**repository, *control_mode, o, default_instances);
 
-  const std::string metrics_address =
-      o.metrics_address.empty() ? absl::StrCat(o.host, ":", o.metrics_port) : o.metrics_address;
-  auto metrics = Metrics::Create(metrics_address);
+  const std::string metrics_address = MetricsAddress(o);
+  auto metrics = Metrics::Create(metrics_address, std::move(metrics_auth));
   if (!metrics.ok()) return Fail(metrics.status());
   auto training_service = MakeTrainingService(o, &auth, metrics->get());
   if (!training_service.ok()) return Fail(training_service.status());
@@ -476,7 +488,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, int default_instances,
     return Fail(absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", o.host, ":", o.grpc_port)));
   }
-  LogSecurity(o, auth);
+  LogSecurity(o, auth, (*metrics)->auth());
   if (training != nullptr) {
     if (training_where.empty()) training_where = absl::StrCat(o.host, ":", grpc_port);
     Log(LogLevel::kInfo, "serve",
@@ -584,6 +596,11 @@ int ServeCommand(const std::vector<std::string>& args) {
                                 .token_file = o.grpc_auth_token_file});
   if (!auth.ok()) return Fail(auth.status());
   if (absl::Status s = CheckTrainingFlags(o, **auth); !s.ok()) return Fail(s);
+  if (absl::Status s = CheckMetricsFlags(o); !s.ok()) return Fail(s);
+  auto metrics_auth = MetricsAuth::Create({.tls_cert_file = o.metrics_tls_cert,
+                                           .tls_key_file = o.metrics_tls_key,
+                                           .token_file = o.metrics_auth_token_file});
+  if (!metrics_auth.ok()) return Fail(metrics_auth.status());
 
   // SIGINT/SIGTERM are taken by sigwait in Serve; block them before any thread starts.
   sigset_t stop_signals;
@@ -592,7 +609,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  return Serve(o, **auth, *default_instances, stop_signals);
+  return Serve(o, **auth, *std::move(metrics_auth), *default_instances, stop_signals);
 }
 
 }  // namespace numaserve::cli

@@ -17,9 +17,6 @@ namespace numaserve::cli {
 
 using serving::GrpcAuth;
 
-namespace {
-
-// The host part of HOST:PORT, [V6]:PORT or unix:PATH (the whole string).
 std::string HostOf(const std::string& address) {
   if (address.rfind("unix:", 0) == 0) return address;
   const size_t colon = address.rfind(':');
@@ -29,8 +26,6 @@ std::string HostOf(const std::string& address) {
   }
   return host;
 }
-
-}  // namespace
 
 absl::Status CheckRanges(absl::Span<const FlagRange> ranges) {
   for (const FlagRange& r : ranges) {
@@ -71,6 +66,24 @@ absl::Status CheckPrivateSocket(const std::string& address) {
         "user can enter, so that no other user can reach the socket: %s is mode %04o, owned by "
         "uid %d (e.g. mkdir -m 700 a directory of its own)",
         address, dir, st.st_mode & 07777, st.st_uid));
+  }
+  return absl::OkStatus();
+}
+
+std::string MetricsAddress(const ServeOptions& o) {
+  return o.metrics_address.empty() ? absl::StrCat(o.host, ":", o.metrics_port) : o.metrics_address;
+}
+
+absl::Status CheckMetricsFlags(const ServeOptions& o) {
+  const bool tls = !o.metrics_tls_cert.empty() || !o.metrics_tls_key.empty();
+  const std::string host = HostOf(MetricsAddress(o));
+  if (!o.metrics_auth_token_file.empty() && !tls && !IsLocalOnly(host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-auth-token-file needs --metrics-tls-cert and --metrics-tls-key when /metrics "
+        "listens on ",
+        host,
+        ", which other machines can reach (a bearer token sent over plain HTTP can be read on "
+        "the way); or listen on a loopback address (--metrics-address 127.0.0.1:PORT)"));
   }
   return absl::OkStatus();
 }
@@ -212,6 +225,14 @@ void AddSecurityFlags(base::ArgParser& parser, ServeOptions& o) {
                    "bearer tokens, one a line (\"NAME TOKEN\" or \"TOKEN\"): every call but the "
                    "grpc.health.v1 health checks needs 'authorization: Bearer <token>' "
                    "(needs TLS)");
+  parser.AddString("metrics-tls-cert", &o.metrics_tls_cert,
+                   "PEM certificate chain: serve /metrics over HTTPS only (with "
+                   "--metrics-tls-key)");
+  parser.AddString("metrics-tls-key", &o.metrics_tls_key, "PEM private key of --metrics-tls-cert");
+  parser.AddString("metrics-auth-token-file", &o.metrics_auth_token_file,
+                   "bearer tokens, one a line (as --grpc-auth-token-file): every /metrics "
+                   "request needs 'Authorization: Bearer <token>', else 401 (needs "
+                   "--metrics-tls-cert unless /metrics listens on a loopback address)");
 }
 
 void AddTrainingFlags(base::ArgParser& parser, ServeOptions& o) {

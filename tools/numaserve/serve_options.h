@@ -49,6 +49,10 @@ struct ServeOptions {
   std::string grpc_tls_key;
   std::string grpc_tls_client_ca;
   std::string grpc_auth_token_file;
+  // The metrics endpoint's security (serving/observability/metrics_auth.h).
+  std::string metrics_tls_cert;
+  std::string metrics_tls_key;
+  std::string metrics_auth_token_file;
   // The training service (serving/frontend/training_service.h): off unless asked for.
   bool training_service = false;
   std::string training_address;  // empty = the gRPC port (needs authentication)
@@ -91,10 +95,22 @@ absl::Status CheckRanges(absl::Span<const FlagRange> ranges);
 // in force, are CheckTrainingFlags'.
 absl::Status CheckServeFlags(const ServeOptions& o);
 
+// Where /metrics listens: --metrics-address, else --host:--metrics-port.
+std::string MetricsAddress(const ServeOptions& o);
+
+// The metrics flags against each other: a bearer token for /metrics needs
+// HTTPS unless the endpoint listens on a loopback address. (The files
+// themselves are MetricsAuth::Create's to check.)
+absl::Status CheckMetricsFlags(const ServeOptions& o);
+
 // The training flags against each other and the security in force: the
 // service needs a root, and authentication unless it listens on a
 // loopback address of its own.
 absl::Status CheckTrainingFlags(const ServeOptions& o, const serving::GrpcAuth& auth);
+
+// The host part of HOST:PORT or [V6]:PORT (without the brackets), or the
+// whole of a unix:PATH address.
+std::string HostOf(const std::string& address);
 
 // Reachable from this machine only: "localhost", and loopback addresses as
 // parsed IP addresses (127.0.0.0/8 in dotted-quad form, ::1). A name that
