@@ -47,7 +47,8 @@ struct CompileOptions {
   // the fastest (logged on stderr and shown by DescribePlan). A named
   // backend that cannot run here fails the load with the reason.
   std::string gemm_backend = "onednn";
-  // "auto" only: a file that remembers the choices across processes (see
+  // "auto" only: a file that remembers the choices across processes
+  // (numaserve's --gemm-cache, NUMASERVE_GEMM_CACHE, else
   // DefaultGemmCacheFile); empty: remembered in this process only.
   std::string gemm_cache_file;
   // "auto" only: a choice timed while the timing thread was off its cpu
@@ -147,6 +148,10 @@ struct CompileOptions {
   // The fewest rows a group runs; 0: MinRowsPerGroup(the model's FLOPs per
   // row). Tests set it to group small models.
   int64_t batch_group_min_rows = 0;
+  // Every Run is profiled from the start and the per-step profile is logged
+  // when the model is freed (numaserve's --profile-steps,
+  // NUMASERVE_PROFILE_STEPS): to see where a whole run's time goes.
+  bool profile_steps = false;
 };
 
 // The size of the last-level cache shared by the calling thread's core
@@ -189,8 +194,9 @@ const std::vector<std::string>& GemmBackendChoices();
 // OK, or INVALID_ARGUMENT naming the accepted values.
 absl::Status CheckGemmBackendChoice(const std::string& name);
 
-// Where the CLI and workers keep "auto" choices: $NUMASERVE_GEMM_CACHE if it
-// is set (empty: none), else $XDG_CACHE_HOME/numaserve/gemm_choices.tsv,
+// Where numaserve keeps "auto" choices when neither --gemm-cache nor
+// NUMASERVE_GEMM_CACHE names a file (tools/numaserve decides, and hands
+// the file to its workers): $XDG_CACHE_HOME/numaserve/gemm_choices.tsv,
 // else ~/.cache/numaserve/gemm_choices.tsv ("" without a home).
 std::string DefaultGemmCacheFile();
 

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "affinity/cpu_features.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
@@ -54,14 +55,33 @@ bool CpuHasAvx512() {
   return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma;
 }
 
+// oneDNN's cap for a max_isa: "avx2", "avx512_core", or "" for none.
+std::string OnednnCapFor(const std::string& max_isa) {
+  if (max_isa == "avx2") return "avx2";
+  if (max_isa == "avx512") return "avx512_core";
+  return "";
+}
+
+// SetDispatchOptions' options, read once by Init, which then refuses any
+// later setting.
+base::Mutex options_mu;
+DispatchOptions options ABSL_GUARDED_BY(options_mu);
+bool options_set ABSL_GUARDED_BY(options_mu) = false;
+bool table_made ABSL_GUARDED_BY(options_mu) = false;
+
 std::once_flag once;
 DispatchDecision decision;
 const KernelTable* table = &kScalar;
 
 void Init() {
   const auto& f = affinity::GetCpuFeatures();
-  const char* cap = std::getenv("NUMASERVE_MAX_ISA");
-  decision = DecideTier(CpuHasAvx2(), CpuHasAvx512(), f.amx_bf16, cap != nullptr ? cap : "");
+  std::string cap;
+  {
+    base::MutexLock lock(&options_mu);
+    cap = options.max_isa;
+    table_made = true;
+  }
+  decision = DecideTier(CpuHasAvx2(), CpuHasAvx512(), f.amx_bf16, cap);
   if (decision.tier == IsaTier::kAvx512 && decision.cap.empty() && CpuHasAvx2()) {
     decision.avx512_probe_us = ProbeMicroseconds(kAvx512, 7);
     decision.avx2_probe_us = ProbeMicroseconds(kAvx2, 7);
@@ -73,16 +93,7 @@ void Init() {
   table = decision.tier == IsaTier::kAvx512 ? &kAvx512
           : decision.tier == IsaTier::kAvx2 ? &kAvx2
                                             : &kScalar;
-  if (!decision.onednn_cap.empty()) {
-    const dnnl::cpu_isa isa = decision.onednn_cap == "avx2"          ? dnnl::cpu_isa::avx2
-                              : decision.onednn_cap == "avx512_core" ? dnnl::cpu_isa::avx512_core
-                                                                     : dnnl::cpu_isa::isa_default;
-    try {
-      dnnl::set_max_cpu_isa(isa);
-    } catch (const dnnl::error& e) {
-      decision.skipped.push_back(std::string("oneDNN cap not applied: ") + e.what());
-    }
-  }
+  // SetDispatchOptions applied the oneDNN cap already.
   std::string line = std::string("kernels: ") + IsaTierName(decision.tier);
   if (!decision.onednn_cap.empty()) line += ", oneDNN capped at " + decision.onednn_cap;
   if (decision.avx512_probe_us > 0) {
@@ -108,15 +119,46 @@ void Init() {
 
 }  // namespace
 
-void ExportIsaCapToOnednn() {
-  const char* cap = std::getenv("NUMASERVE_MAX_ISA");
-  if (cap == nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) return;
-  const std::string c = cap;
-  // First thing in main (dispatch.h), before any thread starts.
-  if (c == "avx2") setenv("DNNL_MAX_CPU_ISA", "AVX2", 0);  // NOLINT(concurrency-mt-unsafe)
-  if (c == "avx512") {
-    setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE", 0);  // NOLINT(concurrency-mt-unsafe)
+absl::Status CheckMaxIsa(const std::string& max_isa) {
+  if (max_isa.empty() || max_isa == "avx2" || max_isa == "avx512" || max_isa == "amx") {
+    return absl::OkStatus();
   }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", max_isa, "' is not one of avx2, avx512, amx"));
+}
+
+absl::Status SetDispatchOptions(const DispatchOptions& new_options) {
+  if (absl::Status s = CheckMaxIsa(new_options.max_isa); !s.ok()) return s;
+  base::MutexLock lock(&options_mu);
+  if (new_options.max_isa == options.max_isa) {  // nothing changes
+    options_set = true;
+    return absl::OkStatus();
+  }
+  if (table_made || options_set) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ISA cap is set once, at the start of the process, before any kernel runs; it is ",
+        options.max_isa.empty() ? "none" : options.max_isa, " already"));
+  }
+  // Applied before anything in this process touches oneDNN.
+  const std::string onednn_cap = OnednnCapFor(new_options.max_isa);
+  if (!onednn_cap.empty()) {
+    const dnnl::cpu_isa isa =
+        onednn_cap == "avx2" ? dnnl::cpu_isa::avx2 : dnnl::cpu_isa::avx512_core;
+    try {
+      dnnl::set_max_cpu_isa(isa);
+    } catch (const dnnl::error& e) {
+      return absl::FailedPreconditionError(absl::StrCat("oneDNN refused the ISA cap ", onednn_cap,
+                                                        " (", e.what(),
+                                                        "): set it before anything uses oneDNN"));
+    }
+  }
+  options = new_options;
+  options_set = true;
+  return absl::OkStatus();
+}
+
+std::string DescribeIsaCap(const std::string& cap) {
+  return absl::StrCat("--max-isa=", cap, " (NUMASERVE_MAX_ISA)");
 }
 
 double ProbeMicroseconds(const KernelTable& table, int reps) {
@@ -152,14 +194,13 @@ DispatchDecision DecideTier(bool has_avx2_fma, bool has_avx512, bool has_amx,
   DispatchDecision d;
   d.cap = cap;
   int max_rank = 3;  // 0 scalar, 1 avx2, 2 avx512, 3 amx (no own AMX kernels yet)
+  d.onednn_cap = OnednnCapFor(cap);
   if (cap == "avx2") {
     max_rank = 1;
-    d.onednn_cap = "avx2";
   } else if (cap == "avx512") {
     max_rank = 2;
-    d.onednn_cap = "avx512_core";
   } else if (!cap.empty() && cap != "amx") {
-    d.skipped.push_back("the cap: NUMASERVE_MAX_ISA=" + cap +
+    d.skipped.push_back("the cap: " + DescribeIsaCap(cap) +
                         " is not one of avx2, avx512, amx (ignored)");
   }
   if (!has_amx && max_rank >= 3) {
@@ -168,7 +209,7 @@ DispatchDecision DecideTier(bool has_avx2_fma, bool has_avx512, bool has_amx,
   if (!has_avx512) {
     d.skipped.push_back("avx512: the CPU/OS lacks AVX-512F/BW/VL/DQ");
   } else if (max_rank < 2) {
-    d.skipped.push_back("avx512: capped by NUMASERVE_MAX_ISA=" + cap);
+    d.skipped.push_back("avx512: capped by " + DescribeIsaCap(cap));
   } else {
     d.tier = d.max_tier = IsaTier::kAvx512;
     return d;
@@ -245,10 +286,10 @@ Bf16Support DecideBf16(bool cpu_avx512_bf16, bool cpu_amx_bf16, IsaTier max_tier
     s.reason = "this CPU/OS has neither AVX512_BF16 nor AMX-BF16";
   } else if (max_tier != IsaTier::kAvx512) {
     s.reason = cap.empty() ? std::string("the AVX-512 tier is not usable here")
-                           : "capped by NUMASERVE_MAX_ISA=" + cap + " (no BF16 below AVX-512)";
+                           : "capped by " + DescribeIsaCap(cap) + " (no BF16 below AVX-512)";
   } else if (!onednn_bf16) {
     s.reason = std::string("oneDNN is capped below its BF16 kernels") +
-               (cap.empty() ? " (DNNL_MAX_CPU_ISA)" : " (NUMASERVE_MAX_ISA=" + cap + ")") +
+               (cap.empty() ? " (DNNL_MAX_CPU_ISA)" : " by " + DescribeIsaCap(cap)) +
                ", where it only emulates BF16";
   } else {
     s.native = true;
@@ -259,7 +300,7 @@ Bf16Support DecideBf16(bool cpu_avx512_bf16, bool cpu_amx_bf16, IsaTier max_tier
 
 const Bf16Support& GetBf16Support() {
   static const Bf16Support support = [] {
-    const DispatchDecision& d = GetDispatchDecision();  // applies the oneDNN cap first
+    const DispatchDecision& d = GetDispatchDecision();  // no cap is set after this
     const auto& f = affinity::GetCpuFeatures();
     const unsigned isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
     const auto has = [isa](dnnl::cpu_isa want) {

@@ -1,16 +1,23 @@
 // The one dispatch table for numaserve's own kernels, filled once (on first
 // use) from affinity's CPU features. Tiers in order of preference:
-// avx512 (AVX-512F/BW/VL/DQ + FMA), avx2 (AVX2 + FMA), scalar. The
-// environment cap NUMASERVE_MAX_ISA=avx2|avx512|amx limits the tier and
-// also oneDNN (dnnl::set_max_cpu_isa), so both run the same ISA. The chosen
+// avx512 (AVX-512F/BW/VL/DQ + FMA), avx2 (AVX2 + FMA), scalar. A cap
+// (DispatchOptions::max_isa: avx2|avx512|amx) limits the tier and also
+// oneDNN (dnnl::set_max_cpu_isa), so both run the same ISA. The chosen
 // tier and why each better tier was skipped are logged once (base/log.h,
 // component "dispatch").
+//
+// The cap is set by whoever owns the process, once, at its start
+// (SetDispatchOptions): numaserve's main from `--max-isa` or
+// NUMASERVE_MAX_ISA (docs/configuration.md), a test's or a benchmark's
+// main from its own choice. The kernels read no environment variable for
+// it.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_kernels.h"
 
@@ -33,15 +40,37 @@ struct KernelTable {
                                cpu::RowActivation act);
 };
 
+// The process's dispatch settings.
+struct DispatchOptions {
+  // The widest ISA the own kernels and oneDNN may use: "" (no cap), "avx2"
+  // (oneDNN at AVX2), "avx512" (oneDNN at AVX512_CORE) or "amx" (no lower
+  // than the CPU's). To compare tiers, or to run as an AVX2-only machine
+  // does.
+  std::string max_isa;
+};
+
+// OK for a DispatchOptions::max_isa value; INVALID_ARGUMENT naming the
+// accepted ones otherwise ("'sse9' is not one of avx2, avx512, amx").
+absl::Status CheckMaxIsa(const std::string& max_isa);
+
+// Sets this process's options and applies the cap to oneDNN at once
+// (dnnl::set_max_cpu_isa, which wins over DNNL_MAX_CPU_ISA), so that oneDNN
+// is capped from its first use whatever touches it first. Call once, at the
+// start of main, before any kernel runs: FAILED_PRECONDITION once the
+// dispatch table exists (GetKernelTable) or when oneDNN refuses the cap;
+// INVALID_ARGUMENT for an unknown max_isa. Without a call the process runs
+// uncapped.
+absl::Status SetDispatchOptions(const DispatchOptions& options);
+
 struct DispatchDecision {
   IsaTier tier = IsaTier::kScalar;
-  // The widest tier this process may run: the CPU's, lowered by
-  // NUMASERVE_MAX_ISA. The own kernels may still use a narrower one (the
-  // start-up probe below); oneDNN and the BLAS libraries are configured
-  // for this one.
+  // The widest tier this process may run: the CPU's, lowered by the cap
+  // (DispatchOptions::max_isa). The own kernels may still use a narrower
+  // one (the start-up probe below); oneDNN and the BLAS libraries are
+  // configured for this one.
   IsaTier max_tier = IsaTier::kScalar;
-  std::string cap;                   // NUMASERVE_MAX_ISA as given ("" if unset)
-  std::vector<std::string> skipped;  // "avx512: capped by NUMASERVE_MAX_ISA=avx2"
+  std::string cap;                   // DispatchOptions::max_isa ("" for none)
+  std::vector<std::string> skipped;  // "avx512: capped by --max-isa=avx2 (NUMASERVE_MAX_ISA)"
   std::string onednn_cap;            // the oneDNN ISA cap applied ("" for none)
   // Without a cap, when both AVX-512 and AVX2 are usable, both own-kernel
   // tiers are timed at start-up on the same work (softmax and layer norm
@@ -50,11 +79,9 @@ struct DispatchDecision {
   double avx512_probe_us = 0, avx2_probe_us = 0;  // best of several runs; 0 = not measured
 };
 
-// Sets DNNL_MAX_CPU_ISA from NUMASERVE_MAX_ISA (avx2 -> AVX2, avx512 ->
-// AVX512_CORE) unless it is set already, so that oneDNN is capped from its
-// first use in this process and in every process it starts, whatever runs
-// first. Call at the start of main, before any thread exists.
-void ExportIsaCapToOnednn();
+// How a cap is named in messages: "--max-isa=avx2 (NUMASERVE_MAX_ISA)",
+// the flag and the variable that set it in numaserve.
+std::string DescribeIsaCap(const std::string& cap);
 
 // Pure: the tier for these CPU flags and cap (empty cap = none). Errors in
 // the cap are reported in `skipped` and ignored.
@@ -64,12 +91,13 @@ DispatchDecision DecideTier(bool has_avx2_fma, bool has_avx512, bool has_amx,
 // Times `table` on the start-up probe work; microseconds, best of `reps`.
 double ProbeMicroseconds(const KernelTable& table, int reps);
 
-// The process-wide table (std::call_once; also applies the oneDNN cap).
+// The process-wide table (std::call_once), under the cap SetDispatchOptions
+// set; once it exists the cap is fixed.
 const KernelTable& GetKernelTable();
 const DispatchDecision& GetDispatchDecision();
 
 // The FP32 peak of one core at the widest width this process may run
-// (affinity::GetPeakFlops, its AVX2 figure under NUMASERVE_MAX_ISA=avx2):
+// (affinity::GetPeakFlops, its AVX2 figure under the cap avx2):
 // what fractions of peak are quoted against.
 double Fp32PeakGflopsPerCore();
 
@@ -84,15 +112,17 @@ const KernelTable* KernelTableFor(IsaTier tier);
 // Whether BF16 compute (a model's precision "bf16": convs and matmuls on
 // oneDNN with BF16 inputs and FP32 accumulation) has a native path in this
 // process: AMX-BF16 or AVX512_BF16 on the CPU and OS, the AVX-512 tier
-// (not capped by NUMASERVE_MAX_ISA=avx2), and oneDNN's ISA reaching its
-// BF16 kernels (avx512_core_bf16 or AMX; not capped by
-// NUMASERVE_MAX_ISA=avx512 / DNNL_MAX_CPU_ISA=AVX512_CORE, where oneDNN
-// only emulates BF16, slower than FP32). Never emulated: a model asking
-// for BF16 where it is not native is refused with `reason`.
+// (not capped to avx2), and oneDNN's ISA reaching its BF16 kernels
+// (avx512_core_bf16 or AMX; not capped to avx512 / DNNL_MAX_CPU_ISA=
+// AVX512_CORE, where oneDNN only emulates BF16, slower than FP32). Never
+// emulated: a model asking for BF16 where it is not native is refused with
+// `reason`.
 struct Bf16Support {
   bool native = false;
-  std::string path;    // "amx_bf16" or "avx512_bf16" when native
-  std::string reason;  // why not, when not native ("capped by NUMASERVE_MAX_ISA=avx2")
+  std::string path;  // "amx_bf16" or "avx512_bf16" when native
+  // Why not, when not native ("capped by --max-isa=avx2 (NUMASERVE_MAX_ISA)
+  // (no BF16 below AVX-512)").
+  std::string reason;
 };
 
 // Pure: the decision for these CPU flags (CPUID and OS support), the

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -30,15 +29,9 @@ std::vector<int64_t> Ints(const Node& node, const std::string& key, std::vector<
 // Geometry of a 2-D window op over NCHW.
 using Window = kernels::training_onednn::Window2d;
 
-// NUMASERVE_TRAINING_REFERENCE_OPS=1 starts a process on the reference
-// (for comparing speed and results on a whole training run).
-Implementation InitialImplementation() {
-  const char* env = std::getenv("NUMASERVE_TRAINING_REFERENCE_OPS");
-  return env != nullptr && std::string(env) == "1" ? Implementation::kReference
-                                                   : Implementation::kOnednn;
-}
-
-std::atomic<Implementation> implementation{InitialImplementation()};
+// oneDNN until SetImplementation says otherwise (TrainOptions::reference_ops
+// for a whole training run, tests for one op).
+std::atomic<Implementation> implementation{Implementation::kOnednn};
 
 bool UseOnednn() {
   return implementation.load(std::memory_order_relaxed) == Implementation::kOnednn;

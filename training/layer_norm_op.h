@@ -3,9 +3,9 @@
 // Signatures are TrainingOp's (training_ops.h). Only the Y output.
 //
 // Forward and backward run on oneDNN's layer normalization primitives
-// (kernels/onednn/training_onednn.h) unless conv_pool::SetImplementation (or
-// NUMASERVE_TRAINING_REFERENCE_OPS=1) selects the reference, the loops kept
-// here, which also run when oneDNN rejects a shape.
+// (kernels/onednn/training_onednn.h) unless conv_pool::SetImplementation
+// (TrainOptions::reference_ops) selects the reference, the loops kept here,
+// which also run when oneDNN rejects a shape.
 #pragma once
 
 #include <cstdint>

@@ -24,6 +24,7 @@
 #include "kernels/onednn/training_onednn.h"
 #include "training/batch_prefetcher.h"
 #include "training/checkpoint.h"
+#include "training/conv_pool_ops.h"
 #include "training/dataset.h"
 #include "training/gradient_allreduce.h"
 #include "training/onnx_export.h"
@@ -320,6 +321,11 @@ void PrintStart(const TrainingConfig& config, const TrainOptions& options, const
           run.ranks, static_cast<long long>(run.local_batch),
           static_cast<long long>(run.steps_per_epoch), static_cast<long long>(run.epochs),
           num_buckets);
+  if (options.reference_ops) {
+    fprintf(options.progress,
+            "ops: Conv, the pools and the norms on their reference implementations "
+            "(--training-reference-ops)\n");
+  }
   if (run.bf16) {
     fprintf(options.progress,
             "precision bf16 (%s): convolutions on BF16 copies of their operands with FP32 "
@@ -661,6 +667,7 @@ absl::StatusOr<TrainResult> FinishRun(const TrainLoop& loop, LoopState* state) {
 
 absl::StatusOr<TrainResult> RunTraining(const TrainingConfig& config, const TrainOptions& options,
                                         MPI_Comm comm) {
+  if (options.reference_ops) conv_pool::SetImplementation(conv_pool::Implementation::kReference);
   RunSetup run;
   if (absl::Status s = SetUpNet(config, comm, &run); !s.ok()) return s;
   if (absl::Status s = LoadData(config, &run); !s.ok()) return s;

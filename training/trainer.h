@@ -33,6 +33,12 @@ struct TrainOptions {
   // every step, stop together after the step in flight, and rank 0 writes
   // the checkpoint (when the config has one); no final weights, no export.
   const std::atomic<bool>* stop = nullptr;
+  // Conv, the pools and the norms run on their reference implementations
+  // (conv_pool::SetImplementation) instead of oneDNN's primitives, to
+  // compare speed and results on a whole run (numaserve train
+  // --training-reference-ops, NUMASERVE_TRAINING_REFERENCE_OPS=1). False
+  // leaves the process's choice (oneDNN unless set otherwise).
+  bool reference_ops = false;
 };
 
 struct TrainResult {

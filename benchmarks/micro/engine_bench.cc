@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "affinity/cpu_features.h"
+#include "benchmarks/micro/bench_main.h"
 #include "engine/model.h"
 #include "kernels/dispatch.h"
 
@@ -65,4 +66,4 @@ BENCHMARK(BM_CompiledModelRun)->Arg(1)->Arg(8)->Arg(32)->Arg(256)->UseRealTime()
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return numaserve::bench::Main(argc, argv); }

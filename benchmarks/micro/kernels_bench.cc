@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "affinity/cpu_features.h"
+#include "benchmarks/micro/bench_main.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_backend.h"
@@ -264,7 +265,8 @@ BENCHMARK(BM_SgemmOnednn)
 // The same Y = X W through each GEMM backend's kernel (kernels/gemm), as the
 // engine runs it: weights prepared once, all OpenMP threads. The label names
 // the library and its kernel configuration (BLIS sub-configuration,
-// OpenBLAS core); NUMASERVE_BLIS_ARCH / NUMASERVE_OPENBLAS_CORE pick others.
+// OpenBLAS core); NUMASERVE_BLIS_ARCH / NUMASERVE_OPENBLAS_CORE pick others
+// (bench_main.h).
 void BM_Gemm(benchmark::State& state, numaserve::kernels::GemmBackend backend) {
   using numaserve::kernels::GemmBackendDetails;
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
@@ -412,4 +414,4 @@ BENCHMARK(BM_ConvWinogradResNet50)
     ->UseRealTime()
     ->Apply(AddMinMaxStatistics);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return numaserve::bench::Main(argc, argv); }

@@ -377,7 +377,7 @@ void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& c
   PlanInPlaceResiduals(plan_, options_.in_place_residuals);
   // The plan is complete: the runtime runs it from here on.
   executor_ = std::make_unique<runtime::Executor>(&plan_, engine_);
-  if (std::getenv("NUMASERVE_PROFILE_STEPS") != nullptr) executor_->PrintProfileAtExit();
+  if (options_.profile_steps) executor_->PrintProfileAtExit();
 }
 
 std::string CompiledModelImpl::DescribePlan() const {
@@ -483,7 +483,6 @@ absl::Status CheckGemmBackendChoice(const std::string& name) {
 }
 
 std::string DefaultGemmCacheFile() {
-  if (const char* file = std::getenv("NUMASERVE_GEMM_CACHE"); file != nullptr) return file;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
     return absl::StrCat(xdg, "/numaserve/gemm_choices.tsv");
   }

@@ -57,7 +57,7 @@ class Executor {
   std::vector<StepProfile> Profile() const;
   std::vector<StepEvent> StepEvents() const { return events_; }
   // Profiles from the start and logs the profile when the Executor is freed
-  // (NUMASERVE_PROFILE_STEPS).
+  // (CompileOptions::profile_steps).
   void PrintProfileAtExit() {
     SetProfiling(true);
     print_profile_at_exit_ = true;

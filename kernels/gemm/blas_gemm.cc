@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "affinity/cpu_features.h"
+#include "base/mutex.h"
 #include "kernels/dispatch.h"
 
 namespace numaserve::kernels::blas {
@@ -119,16 +120,26 @@ class ScopedEnv {
   bool set_ = false;
 };
 
-// AVX-512 usable and not capped away (NUMASERVE_MAX_ISA=avx2 makes the
+// AVX-512 usable and not capped away (the ISA cap avx2 makes the
 // libraries run their AVX2 kernels, as it does oneDNN).
 bool HasAvx512(const affinity::CpuFeatures& f) {
   return f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl &&
          GetDispatchDecision().max_tier == IsaTier::kAvx512;
 }
 
-std::string EnvOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+// SetOptions' options, read by each library's load, after which an option
+// that configures it is no longer changed.
+base::Mutex options_mu;
+GemmBackendOptions options ABSL_GUARDED_BY(options_mu);
+bool blis_loaded ABSL_GUARDED_BY(options_mu) = false;
+bool openblas_loaded ABSL_GUARDED_BY(options_mu) = false;
+
+// The option a library's load reads, marking it loaded.
+std::string TakeOption(std::string GemmBackendOptions::* field, bool* loaded)
+    ABSL_LOCKS_EXCLUDED(options_mu) {
+  base::MutexLock lock(&options_mu);
+  *loaded = true;
+  return options.*field;
 }
 
 // ---- BLIS ----
@@ -166,10 +177,8 @@ absl::Status BindBlis(void* handle, const std::string& path, BlisApi* api) {
 // Zen 4/5 nor every hypervisor's CPUID, and falls back to 'generic'.
 // Measured on a 2-vCPU AMD Zen 5 (KVM), SGEMM 1024^3 on 2 threads:
 // benchmarks/results/2026-11-21-gemm-zen5.md.
-std::pair<std::string, std::string> ChooseBlisArch() {
-  if (const std::string forced = EnvOr("NUMASERVE_BLIS_ARCH", ""); !forced.empty()) {
-    return {forced, "NUMASERVE_BLIS_ARCH"};
-  }
+std::pair<std::string, std::string> ChooseBlisArch(const std::string& forced) {
+  if (!forced.empty()) return {forced, "--blis-arch (NUMASERVE_BLIS_ARCH)"};
   const affinity::CpuFeatures& f = affinity::GetCpuFeatures();
   if (HasAvx512(f)) return {"skx", "the CPU's AVX-512"};
   if (f.avx2 && f.fma) {
@@ -206,11 +215,12 @@ BlisApi* LoadBlis() {
   }
   api->status = BindBlis(opened->handle, opened->path, api);
   if (!api->status.ok()) return api;
+  const std::string forced = TakeOption(&GemmBackendOptions::blis_arch, &blis_loaded);
   std::string why;
   std::string arch_env;
   if (const char* user = std::getenv("BLIS_ARCH_TYPE"); user != nullptr) {
     why = absl::StrCat("BLIS_ARCH_TYPE=", user, " from the environment");
-  } else if (auto [name, reason] = ChooseBlisArch(); !name.empty()) {
+  } else if (auto [name, reason] = ChooseBlisArch(forced); !name.empty()) {
     if (const int id = BlisArchId(*api, name); id >= 0) {
       arch_env = absl::StrCat(id);
       why = absl::StrCat("chosen from ", reason);
@@ -263,10 +273,8 @@ absl::Status BindOpenblas(void* handle, const std::string& path, OpenblasApi* ap
 }
 
 // OpenBLAS 0.3.21 (DYNAMIC_ARCH) takes an AMD Zen 5 for 'Haswell'.
-std::pair<std::string, std::string> ChooseOpenblasCore() {
-  if (const std::string forced = EnvOr("NUMASERVE_OPENBLAS_CORE", ""); !forced.empty()) {
-    return {forced, "NUMASERVE_OPENBLAS_CORE"};
-  }
+std::pair<std::string, std::string> ChooseOpenblasCore(const std::string& forced) {
+  if (!forced.empty()) return {forced, "--openblas-core (NUMASERVE_OPENBLAS_CORE)"};
   const affinity::CpuFeatures& f = affinity::GetCpuFeatures();
   if (HasAvx512(f)) return {"SkylakeX", "the CPU's AVX-512"};
   if (f.avx2 && f.fma) {
@@ -277,10 +285,11 @@ std::pair<std::string, std::string> ChooseOpenblasCore() {
 
 OpenblasApi* LoadOpenblas() {
   auto* api = new OpenblasApi;
+  const std::string forced = TakeOption(&GemmBackendOptions::openblas_core, &openblas_loaded);
   std::string why, core_env;
   if (const char* user = std::getenv("OPENBLAS_CORETYPE"); user != nullptr) {
     why = absl::StrCat("OPENBLAS_CORETYPE=", user, " from the environment");
-  } else if (auto [name, reason] = ChooseOpenblasCore(); !name.empty()) {
+  } else if (auto [name, reason] = ChooseOpenblasCore(forced); !name.empty()) {
     core_env = name;
     why = absl::StrCat("chosen from ", reason);
   }
@@ -432,6 +441,19 @@ void ApplyEpilogue(const GemmOptions& o, int64_t m, float* dst) {
                       : RowActivation::kNone);
     }
   }
+}
+
+absl::Status SetOptions(const GemmBackendOptions& new_options) {
+  base::MutexLock lock(&options_mu);
+  const bool blis_changes = new_options.blis_arch != options.blis_arch;
+  const bool openblas_changes = new_options.openblas_core != options.openblas_core;
+  if ((blis_changes && blis_loaded) || (openblas_changes && openblas_loaded)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(blis_changes && blis_loaded ? "BLIS" : "OpenBLAS",
+                     " is loaded already: its configuration is set at the start of the process"));
+  }
+  options = new_options;
+  return absl::OkStatus();
 }
 
 absl::Status Available(GemmBackend backend) {

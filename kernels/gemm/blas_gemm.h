@@ -11,6 +11,9 @@
 
 namespace numaserve::kernels::blas {
 
+// SetGemmBackendOptions (gemm_backend.h).
+absl::Status SetOptions(const GemmBackendOptions& options);
+
 // For GemmBackend::kBlis and kOpenblas only.
 absl::Status Available(GemmBackend backend);
 std::string Details(GemmBackend backend);

@@ -1,8 +1,13 @@
 #include "kernels/gemm/gemm_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/blas_gemm.h"
@@ -140,6 +145,31 @@ std::optional<GemmBackend> GemmBackendFromName(std::string_view name) {
     if (name == GemmBackendName(b)) return b;
   }
   return std::nullopt;
+}
+
+absl::Status CheckGemmBackendOptions(const GemmBackendOptions& options) {
+  static constexpr const char* kBlisArchs[] = {"skx",  "knl",  "haswell", "sandybridge", "penryn",
+                                               "zen3", "zen2", "zen",     "generic"};
+  if (!options.blis_arch.empty() && std::find(std::begin(kBlisArchs), std::end(kBlisArchs),
+                                              options.blis_arch) == std::end(kBlisArchs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "blis arch '", options.blis_arch, "' is not one of ", absl::StrJoin(kBlisArchs, ", ")));
+  }
+  const std::string& core = options.openblas_core;
+  if (core.size() > 32 || !std::all_of(core.begin(), core.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c));
+      })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("openblas core '", absl::CHexEscape(core),
+                     "' is not a core name (letters and digits, at most 32: SkylakeX, Zen, "
+                     "Haswell, ...)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetGemmBackendOptions(const GemmBackendOptions& options) {
+  if (absl::Status s = CheckGemmBackendOptions(options); !s.ok()) return s;
+  return blas::SetOptions(options);
 }
 
 absl::Status GemmBackendAvailable(GemmBackend backend) {

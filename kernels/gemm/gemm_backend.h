@@ -20,8 +20,9 @@
 // 0.3.21 to 'Haswell'), so the configuration comes from numaserve's own
 // feature probe (affinity/cpu_features.h) before the library initialises:
 // BLIS_ARCH_TYPE and OPENBLAS_CORETYPE, unless the user set them.
-// NUMASERVE_BLIS_ARCH (skx, zen3, zen2, zen, haswell, generic) and
-// NUMASERVE_OPENBLAS_CORE (SkylakeX, Zen, Haswell, ...) override the choice.
+// GemmBackendOptions (numaserve's --blis-arch and --openblas-core, or
+// NUMASERVE_BLIS_ARCH and NUMASERVE_OPENBLAS_CORE, read by its main)
+// override the choice.
 //
 // Threads: the BLAS backends run with omp_get_max_threads() threads at each
 // call (the worker's cores: OMP_NUM_THREADS, or CompileOptions.num_threads).
@@ -43,6 +44,26 @@ namespace numaserve::kernels {
 enum class GemmBackend { kOnednn, kBlis, kOpenblas, kNumaserve };
 inline constexpr GemmBackend kAllGemmBackends[] = {GemmBackend::kOnednn, GemmBackend::kBlis,
                                                    GemmBackend::kOpenblas, GemmBackend::kNumaserve};
+
+// The BLAS libraries' kernel configuration in this process; empty: chosen
+// from the CPU's features (above). To time other kernels, or where the
+// choice is wrong.
+struct GemmBackendOptions {
+  // A BLIS sub-configuration: skx, knl, haswell, sandybridge, penryn, zen3,
+  // zen2, zen or generic.
+  std::string blis_arch;
+  // An OpenBLAS core (SkylakeX, Zen, Haswell, ...): letters and digits, at
+  // most 32.
+  std::string openblas_core;
+};
+
+// OK, or INVALID_ARGUMENT naming the field and what it accepts.
+absl::Status CheckGemmBackendOptions(const GemmBackendOptions& options);
+
+// Sets this process's options, read when a library is loaded (its first
+// use). Call at the start of main: FAILED_PRECONDITION once a library a
+// changed option configures is loaded; INVALID_ARGUMENT as above.
+absl::Status SetGemmBackendOptions(const GemmBackendOptions& options);
 
 // "onednn", "blis", "openblas", "numaserve".
 const char* GemmBackendName(GemmBackend backend);

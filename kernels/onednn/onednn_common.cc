@@ -133,7 +133,7 @@ void FakeQuantize(const float* x, int64_t n, float scale, int32_t zero_point, in
 
 bool OnednnInt8ProductsExact() {
   static const bool exact = [] {
-    GetDispatchDecision();  // applies the oneDNN cap before oneDNN reads its ISA
+    GetDispatchDecision();  // no cap is set after this: oneDNN reads its ISA
     const unsigned isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
     auto has = [isa](dnnl::cpu_isa tier) {
       return (isa & static_cast<unsigned>(tier)) == static_cast<unsigned>(tier);
@@ -173,7 +173,7 @@ char* ThreadScratch(size_t bytes) {
 
 int ActivationChannelBlock() {
   static const int block = [] {
-    GetDispatchDecision();  // applies the oneDNN cap before oneDNN reads its ISA
+    GetDispatchDecision();  // no cap is set after this: oneDNN reads its ISA
     const unsigned isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
     const unsigned avx512_core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
     return (isa & avx512_core) == avx512_core ? 16 : 8;

@@ -34,8 +34,8 @@ struct BoundPrimitive {
 // the ISA oneDNN runs here: 16 where it runs AVX-512 (one zmm of floats), 8
 // on AVX2 (one ymm). oneDNN has optimized kernels for the block of its own
 // tier only: nChw16c on an AVX2-only CPU runs on its reference kernels,
-// ~100x slower. Decided once, after the dispatch table has applied any
-// NUMASERVE_MAX_ISA cap to oneDNN (DNNL_MAX_CPU_ISA is honoured too).
+// ~100x slower. Decided once, under the process's ISA cap
+// (kernels::SetDispatchOptions; DNNL_MAX_CPU_ISA is honoured too).
 int ActivationChannelBlock();
 
 // What a "blocked" activation is, chosen per model: oneDNN's channel-blocked

@@ -25,6 +25,8 @@
 #include "training/rank_binding.h"
 #include "training/trainer.h"
 
+extern char** environ;
+
 namespace numaserve::serving {
 
 using base::Log;
@@ -191,9 +193,10 @@ std::string ModelLabel(const training::TrainingConfig& config) {
   return model;
 }
 
-// Starts `args` (args[0] the binary, the job's log options among them: see
-// StartTraining) in its own process group with the server's environment,
-// its stdout and stderr into a pipe whose reading end goes to *output_fd.
+// Starts `args` (args[0] the binary, the job's log options and process
+// settings among them: see StartTraining) in its own process group with
+// the server's environment less the process settings' variables, its
+// stdout and stderr into a pipe whose reading end goes to *output_fd.
 // The job gets /dev/null as stdin (mpirun forwards stdin to rank 0), the
 // pipe, and no other file: no worker's arena or socket, no connection of a
 // client.
@@ -211,6 +214,10 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env = EnvironmentWithoutProcessVariables(environ);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
     close(null_fd);
@@ -238,7 +245,7 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
       _exit(127);
     }
     base::CloseDescriptorsFrom(STDERR_FILENO + 1, fd_limit);
-    execv(argv[0], argv.data());  // the server's environment
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   setpgid(pid, pid);
@@ -457,6 +464,9 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
       "--log-format",  base::LogFormatName(base::LogFormat::kJson),
       "--log-level",   base::LogLevelName(base::CurrentLogOptions().level)};
   if (request->resume()) args.push_back("--resume");
+  for (std::string& flag : ProcessFlags(options_.process, kKernelFlags | kTrainingFlags)) {
+    args.push_back(std::move(flag));
+  }
   int output_fd = -1;
   absl::StatusOr<pid_t> pid = SpawnJob(std::move(args), &output_fd);
   if (!pid.ok()) return Done(context, pid.status());

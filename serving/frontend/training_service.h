@@ -52,6 +52,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "serving/workers/process_options.h"
 #include "training.grpc.pb.h"
 
 namespace numaserve::serving {
@@ -86,6 +87,11 @@ struct TrainingServiceOptions {
   Metrics* metrics = nullptr;
   // How long a stopped job may take to write its checkpoint and exit.
   std::chrono::milliseconds stop_grace{20000};
+  // The server's process settings (serving/workers/process_options.h),
+  // handed to every job as flags (the kernel and training ones), which
+  // `numaserve train` hands on to its ranks; a job's environment has none of
+  // their NUMASERVE_* variables.
+  ProcessOptions process;
 };
 
 class TrainingJob;

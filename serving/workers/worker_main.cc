@@ -39,6 +39,7 @@
 #include "serving/repository/model_config.h"
 #include "serving/repository/model_repository.h"
 #include "serving/workers/framing.h"
+#include "serving/workers/process_options.h"
 #include "serving/workers/shared_arena.h"
 #include "serving/workers/worker_internal.h"
 #include "worker.pb.h"
@@ -93,11 +94,12 @@ constexpr double kAutoTolerance = 0.95;
 class Worker {
  public:
   Worker(int index, SharedArena* arena, std::vector<int> cpus, bool pinned,
-         std::chrono::microseconds min_compute)
+         std::chrono::microseconds min_compute, ProcessOptions process)
       : index_(index),
         arena_(arena),
         cpus_(std::move(cpus)),
         pinned_(pinned),
+        process_(std::move(process)),
         min_compute_(min_compute) {}
 
   // Serves commands until the server closes the socket.
@@ -185,9 +187,9 @@ class Worker {
         {{"model", parts.name}, {"version", parts.version}});
   }
 
-  // The compile options a load asks for; an unknown precision is the load's
-  // error.
-  static absl::StatusOr<engine::CompileOptions> CompileOptionsFor(const worker::LoadModel& load) {
+  // The compile options a load asks for, with the worker's --gemm-cache and
+  // --profile-steps; an unknown precision is the load's error.
+  absl::StatusOr<engine::CompileOptions> CompileOptionsFor(const worker::LoadModel& load) const {
     // config.pbtxt's gemm_backend, else `numaserve serve --gemm`, else
     // oneDNN for a BF16 model: the front end fills the load message
     // (ModelToLoadFor); empty: auto. The
@@ -200,7 +202,8 @@ class Worker {
       options.precision = *precision;
     }
     options.gemm_backend = load.gemm_backend().empty() ? "auto" : load.gemm_backend();
-    options.gemm_cache_file = engine::DefaultGemmCacheFile();
+    options.gemm_cache_file = process_.gemm_cache;
+    options.profile_steps = process_.profile_steps;
     return options;
   }
 
@@ -386,6 +389,7 @@ class Worker {
   SharedArena* arena_;
   std::vector<int> cpus_;                        // the cores this worker is bound to
   const bool pinned_;                            // false: cpus_ is the plan's, advisory
+  const ProcessOptions process_;                 // the server's, from the flags
   const std::chrono::microseconds min_compute_;  // --test-batch-compute-us
   base::Mutex write_mu_;  // replies come from the serving thread and the pools' threads
   bool write_ok_ ABSL_GUARDED_BY(write_mu_) = true;
@@ -541,6 +545,10 @@ int WorkerCommand(const std::vector<std::string>& args) {
                    "text | json, as `serve --log-format` (serve passes its own)");
   parser.AddString("log-level", &log_level,
                    "least level logged: debug | info | warning | error (serve passes its own)");
+  // The server's process settings: its flags are all the worker takes (its
+  // environment has none of their variables).
+  ProcessOptions process;
+  AddProcessFlags(parser, process, kKernelFlags | kModelFlags);
   const absl::Status parsed = parser.Parse(args);
   // The log is configured before anything is logged, a parse error included
   // (in the format asked for, if it was read).
@@ -566,6 +574,12 @@ int WorkerCommand(const std::vector<std::string>& args) {
     h->set_bind_warning(std::string(s.message()));
   } else {
     pinned = true;
+  }
+  // The ISA cap and the BLAS kernels, before anything touches oneDNN.
+  if (absl::Status s = ApplyProcessOptions(process); !s.ok()) {
+    Log(LogLevel::kError, "worker", absl::StrCat("worker ", index, ": ", s.message()),
+        {{"error", s.message()}});
+    return 2;
   }
 
   // 2. Map the arena and bind its pages to this worker's node.
@@ -597,7 +611,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   // first of GOMP_CPU_AFFINITY's cpus before main).
   std::vector<int> own_cpus = OwnCpus(pinned, cpus);
   Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus), pinned,
-                std::chrono::microseconds(std::max<int64_t>(0, test_batch_compute_us)));
+                std::chrono::microseconds(std::max<int64_t>(0, test_batch_compute_us)),
+                std::move(process));
   return worker.Serve();
 }
 

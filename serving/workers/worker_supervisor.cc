@@ -45,12 +45,12 @@ std::string DescribeExit(int status) {
   return "stopped";
 }
 
-// The parent's environment with the plan's OpenMP settings on top, as
-// "KEY=VALUE" strings for execve.
+// The parent's environment without the process settings' variables (a
+// worker gets those settings as flags), with the plan's OpenMP settings on
+// top, as "KEY=VALUE" strings for execve.
 std::vector<std::string> WorkerEnvironment(const affinity::WorkerPlacement& p) {
   std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
+  for (const std::string& kv : EnvironmentWithoutProcessVariables(environ)) {
     size_t eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
@@ -152,6 +152,9 @@ std::vector<std::string> WorkerSupervisor::WorkerArgs(const Slot& slot) const {
                                    "--arena-bytes",    absl::StrCat(slot.arena->size()),
                                    "--log-format",     base::LogFormatName(log.format),
                                    "--log-level",      base::LogLevelName(log.level)};
+  for (std::string& flag : ProcessFlags(options_.process, kKernelFlags | kModelFlags)) {
+    args.push_back(std::move(flag));
+  }
   if (options_.test_batch_compute_us > 0) {
     args.push_back("--test-batch-compute-us");
     args.push_back(absl::StrCat(options_.test_batch_compute_us));

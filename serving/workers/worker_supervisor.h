@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "affinity/placement.h"
 #include "base/mutex.h"
+#include "serving/workers/process_options.h"
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
 
@@ -64,6 +65,10 @@ class WorkerSupervisor {
     // for the rest (`worker --test-batch-compute-us`), so many workers on
     // few cores each hold busy slots of a known length. 0: off.
     int64_t test_batch_compute_us = 0;
+    // The server's process settings (process_options.h), handed to every
+    // worker as flags (the kernel and model ones); a worker's environment
+    // has none of their NUMASERVE_* variables.
+    ProcessOptions process;
   };
 
   struct ModelToLoad {
@@ -206,7 +211,8 @@ class WorkerSupervisor {
   // tells Start() and the router.
   void ReapWorker(Slot* slot, pid_t pid) ABSL_LOCKS_EXCLUDED(slot->mu, start_mu_);
   // The worker's command line: its index, cpus, NUMA node, arena size and
-  // the server's log settings (and --test-batch-compute-us when set).
+  // the server's log settings, its process settings (and
+  // --test-batch-compute-us when set).
   std::vector<std::string> WorkerArgs(const Slot& slot) const;
   absl::StatusOr<pid_t> Spawn(Slot* slot, int* control_fd);
   bool SendLocked(Slot* slot, worker::Command command, ReplyFn fn)

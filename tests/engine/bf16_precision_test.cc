@@ -171,7 +171,7 @@ std::string TrainedMlp() { return NUMASERVE_TRAINED_MLP; }
 TEST(PrecisionTest, Bf16IsRefusedWithTheReasonWhereItIsNotNative) {
   const kernels::Bf16Support& support = kernels::GetBf16Support();
   auto model = CompiledModel::Load(TrainedMlp(), WithPrecision(Precision::kBf16));
-  const char* cap = std::getenv("NUMASERVE_MAX_ISA");
+  const std::string& cap = kernels::GetDispatchDecision().cap;  // test_main.cc's
   std::cout << "BF16 here: " << (support.native ? "native, " + support.path : support.reason)
             << " (" << kernels::IsaDescription() << ")\n";
   if (support.native) {
@@ -184,8 +184,8 @@ TEST(PrecisionTest, Bf16IsRefusedWithTheReasonWhereItIsNotNative) {
   EXPECT_THAT(message, HasSubstr(TrainedMlp()));
   EXPECT_THAT(message, HasSubstr("precision bf16 is not available on this CPU"));
   EXPECT_THAT(message, HasSubstr(support.reason));
-  if (cap != nullptr && std::string(cap) == "avx2") {
-    EXPECT_THAT(message, HasSubstr("NUMASERVE_MAX_ISA=avx2"));
+  if (cap == "avx2") {
+    EXPECT_THAT(message, HasSubstr("--max-isa=avx2"));
   }
   // FP32 still loads.
   EXPECT_TRUE(CompiledModel::Load(TrainedMlp(), WithPrecision(Precision::kFp32)).ok());

@@ -247,13 +247,13 @@ TEST(GemmBackendModelTest, GemmBackendChoicesAndDefaultCacheFile) {
   EXPECT_TRUE(CheckGemmBackendChoice("openblas").ok());
   EXPECT_FALSE(CheckGemmBackendChoice("").ok());
   EXPECT_FALSE(CheckGemmBackendChoice("BLIS").ok());
-  setenv("NUMASERVE_GEMM_CACHE", "/tmp/x/choices.tsv", 1);
-  EXPECT_EQ(DefaultGemmCacheFile(), "/tmp/x/choices.tsv");
-  setenv("NUMASERVE_GEMM_CACHE", "", 1);
-  EXPECT_EQ(DefaultGemmCacheFile(), "");
-  unsetenv("NUMASERVE_GEMM_CACHE");
   setenv("XDG_CACHE_HOME", "/xdg", 1);
   EXPECT_EQ(DefaultGemmCacheFile(), "/xdg/numaserve/gemm_choices.tsv");
+  // NUMASERVE_GEMM_CACHE is numaserve's main's to read (--gemm-cache), not
+  // the engine's.
+  setenv("NUMASERVE_GEMM_CACHE", "/tmp/x/choices.tsv", 1);
+  EXPECT_EQ(DefaultGemmCacheFile(), "/xdg/numaserve/gemm_choices.tsv");
+  unsetenv("NUMASERVE_GEMM_CACHE");
   unsetenv("XDG_CACHE_HOME");
 }
 

@@ -3,8 +3,9 @@
 // groups are not whole channel blocks, 32x32 inputs) are compiled and run
 // on the tier this process has, and every conv, pool, matmul and attention
 // step must run on an optimized implementation. ctest runs this binary
-// natively and again under NUMASERVE_MAX_ISA=avx2 (exported to oneDNN as
-// DNNL_MAX_CPU_ISA=AVX2), so an AVX-512 machine checks the AVX2 tier too;
+// natively and again under NUMASERVE_MAX_ISA=avx2 (which test_main.cc sets
+// as the cap of the own kernels and oneDNN), so an AVX-512 machine checks
+// the AVX2 tier too;
 // on an AVX2-only machine the native run is the AVX2 one.
 // The small CNN is also checked against the reference executor, so a
 // reordered fallback that computes the wrong thing fails here.

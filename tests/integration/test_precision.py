@@ -106,7 +106,7 @@ class PrecisionTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1, describe(args, result))
         self.assertIn("precision bf16 is not available on this CPU", result.stderr,
                       describe(args, result))
-        self.assertRegex(result.stderr, r"NUMASERVE_MAX_ISA=avx2|neither AVX512_BF16",
+        self.assertRegex(result.stderr, r"--max-isa=avx2 \(NUMASERVE_MAX_ISA\)|neither AVX512_BF16",
                          describe(args, result))
 
     def test_bf16_model_serves_close_to_fp32_and_a_bad_precision_is_not_ready(self):
@@ -165,7 +165,8 @@ class PrecisionTest(unittest.TestCase):
             s, reason = state["bf16"]
             self.assertEqual(s, "UNAVAILABLE", "%r\n%s" % (state, log))
             self.assertIn("precision bf16 is not available on this CPU", reason)
-            self.assertRegex(reason, r"NUMASERVE_MAX_ISA=avx2|neither AVX512_BF16", reason)
+            self.assertRegex(reason, r"--max-isa=avx2 \(NUMASERVE_MAX_ISA\)|neither AVX512_BF16",
+                             reason)
             # The FP32 model answers; a request for the refused one says why.
             got = nc.infer(stub, "fp32", {"image": images(2)})["probabilities"]
             self.assertEqual(got.shape, (2, 10))

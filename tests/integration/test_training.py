@@ -17,7 +17,8 @@ Fashion-MNIST-shaped dataset written as gzipped IDX files:
   * `precision: "bf16"` trains the CNN with its convolutions in BF16 to
     test accuracy and weights close to the FP32 run's where the CPU has
     native BF16 kernels, and is refused with the reason where it has not
-    (always under NUMASERVE_MAX_ISA=avx2);
+    (always under NUMASERVE_MAX_ISA=avx2, which `train` passes to its rank
+    as --max-isa);
   * checkpoints, final weights, timelines and exports are written through
     fresh temporary files: a symbolic link planted at `<output>.tmp`, or
     at the export's model directory, does not redirect the write.

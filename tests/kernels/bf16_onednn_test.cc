@@ -46,10 +46,8 @@ double RelativeMaxError(const std::vector<float>& expected, const std::vector<fl
 // BF16's tolerance for these sizes (K up to a few hundred, values in [-1, 1)).
 constexpr double kBf16Tolerance = 1e-2;
 
-std::string CapName() {
-  const char* cap = std::getenv("NUMASERVE_MAX_ISA");
-  return cap == nullptr ? "" : cap;
-}
+// The process's ISA cap (test_main.cc sets it from NUMASERVE_MAX_ISA).
+std::string CapName() { return GetDispatchDecision().cap; }
 
 #define SKIP_WITHOUT_NATIVE_BF16()                                                                 \
   if (!GetBf16Support().native) {                                                                  \
@@ -78,11 +76,11 @@ TEST(Bf16DecisionTest, RefusedWithTheReason) {
   // An AVX-512 BF16 CPU capped to AVX2 (an AVX2-only EPYC, emulated).
   const Bf16Support avx2 = DecideBf16(true, false, IsaTier::kAvx2, "avx2", false, false);
   EXPECT_FALSE(avx2.native);
-  EXPECT_THAT(avx2.reason, HasSubstr("NUMASERVE_MAX_ISA=avx2"));
+  EXPECT_THAT(avx2.reason, HasSubstr("--max-isa=avx2"));
   // Capped to AVX-512 without BF16: oneDNN would only emulate it.
   const Bf16Support avx512 = DecideBf16(true, false, IsaTier::kAvx512, "avx512", false, false);
   EXPECT_FALSE(avx512.native);
-  EXPECT_THAT(avx512.reason, HasSubstr("NUMASERVE_MAX_ISA=avx512"));
+  EXPECT_THAT(avx512.reason, HasSubstr("--max-isa=avx512"));
   EXPECT_THAT(avx512.reason, HasSubstr("emulates"));
   EXPECT_THAT(DecideBf16(true, false, IsaTier::kAvx512, "", false, false).reason,
               HasSubstr("DNNL_MAX_CPU_ISA"));
@@ -103,7 +101,7 @@ TEST(Bf16DecisionTest, ProcessDecisionFollowsTheCpuAndTheCap) {
   if (CapName() == "avx2") {
     EXPECT_FALSE(s.native);
     if (f.avx512_bf16 || f.amx_bf16) {
-      EXPECT_THAT(s.reason, HasSubstr("NUMASERVE_MAX_ISA=avx2"));
+      EXPECT_THAT(s.reason, HasSubstr("--max-isa=avx2"));
     }
   }
 }

@@ -23,7 +23,8 @@ TEST(DispatchTest, CapLimitsOwnKernelsAndOnednn) {
   const DispatchDecision d = DecideTier(true, true, false, "avx2");
   EXPECT_EQ(d.tier, IsaTier::kAvx2);
   EXPECT_EQ(d.onednn_cap, "avx2");
-  EXPECT_THAT(d.skipped, Contains(HasSubstr("avx512: capped by NUMASERVE_MAX_ISA=avx2")));
+  EXPECT_THAT(d.skipped,
+              Contains(HasSubstr("avx512: capped by --max-isa=avx2 (NUMASERVE_MAX_ISA)")));
   EXPECT_EQ(DecideTier(true, true, false, "avx512").onednn_cap, "avx512_core");
   EXPECT_EQ(DecideTier(true, true, false, "amx").tier, IsaTier::kAvx512);
 }
@@ -34,7 +35,7 @@ TEST(DispatchTest, SkippedTiersSayWhy) {
   EXPECT_THAT(d.skipped, Contains(HasSubstr("avx512: the CPU/OS lacks")));
   const DispatchDecision bad = DecideTier(true, true, false, "sse9");
   EXPECT_EQ(bad.tier, IsaTier::kAvx512);
-  EXPECT_THAT(bad.skipped, Contains(HasSubstr("NUMASERVE_MAX_ISA=sse9")));
+  EXPECT_THAT(bad.skipped, Contains(HasSubstr("--max-isa=sse9")));
 }
 
 TEST(DispatchTest, ProcessTableMatchesTheCpu) {

@@ -5,8 +5,11 @@
 // on a real dying process.
 //
 //   FAKE_WORKER_LOG          file that gets its arguments at start ("args
-//                            worker --index 0 ...") and one line per command
-//                            ("load KEY", "run KEY BATCH", "unload KEY")
+//                            worker --index 0 ..."), the NUMASERVE_*
+//                            variables of its environment ("env
+//                            NUMASERVE_A=1 NUMASERVE_B=2", in its order)
+//                            and one line per command ("load KEY", "run KEY
+//                            BATCH", "unload KEY")
 //   FAKE_WORKER_CRASH_LOAD   abort() when loading a key containing this
 //   FAKE_WORKER_CRASH_RUN    abort() when running a key containing this
 //   FAKE_WORKER_CRASH_BATCH  abort() when running a batch of this many rows
@@ -34,6 +37,8 @@
 #include "serving/workers/framing.h"
 #include "serving/workers/worker_main.h"
 #include "worker.pb.h"
+
+extern char** environ;
 
 namespace {
 
@@ -81,6 +86,11 @@ int main(int argc, char** argv) {
   std::string args = "args";
   for (int i = 1; i < argc; ++i) absl::StrAppend(&args, " ", argv[i]);
   Log(args);
+  std::string env = "env";
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "NUMASERVE_", 10) == 0) absl::StrAppend(&env, " ", *e);
+  }
+  Log(env);
   int64_t crash_batch = -1;
   int32_t instances = 0;
   if (!absl::SimpleAtoi(Env("FAKE_WORKER_INSTANCES"), &instances)) instances = 0;

@@ -42,5 +42,20 @@ TEST(MpirunCommandTest, DefaultLogOptionsArePassedToo) {
                           "--log-format", "text", "--log-level", "info"));
 }
 
+// The process settings reach every rank, on this host or another, on its
+// command line (Open MPI forwards no environment variable to another host).
+TEST(MpirunCommandTest, EveryRankGetsTheProcessSettingsOnItsCommandLine) {
+  MpirunOptions options;
+  options.self = "/bin/numaserve";
+  options.process = {.max_isa = "avx2",
+                     .gemm_cache = "/var/cache/c.tsv",
+                     .profile_steps = true,
+                     .training_reference_ops = true};
+  const std::vector<std::string> argv = MpirunCommand(options, {"--config", "job.cfg"});
+  EXPECT_THAT(RankCommand(argv),
+              ElementsAre("/bin/numaserve", "train", "--config", "job.cfg", "--log-format", "text",
+                          "--log-level", "info", "--max-isa=avx2", "--training-reference-ops"));
+}
+
 }  // namespace
 }  // namespace numaserve::cli

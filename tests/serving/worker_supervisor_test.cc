@@ -91,15 +91,19 @@ class SupervisorTest : public ::testing::Test {
     supervisor_ = *std::move(s);
   }
 
-  // The arguments the latest fake worker started with ("args worker ...").
-  std::string Args() const {
+  // The latest line of the fake workers' log that starts with `word` and a
+  // space ("args worker --index 0 ...").
+  std::string Line(const std::string& word) const {
     std::ifstream in(log_);
-    std::string args;
+    std::string found;
     for (std::string l; std::getline(in, l);) {
-      if (l.rfind("args", 0) == 0) args = l;
+      if (l.rfind(word + " ", 0) == 0) found = l;
     }
-    return args;
+    return found;
   }
+
+  // The arguments the latest fake worker started with ("args worker ...").
+  std::string Args() const { return Line("args"); }
 
   // Lines of the fake workers' log equal to `line`.
   int Count(const std::string& line) const {
@@ -391,6 +395,49 @@ TEST_F(SupervisorTest, WorkersGetTheServersLogSettings) {
   ASSERT_TRUE(ready);
   EXPECT_THAT(Args(), HasSubstr(" --log-format json --log-level warning"));
   EXPECT_EQ(getenv("NUMASERVE_LOG_FORMAT"), nullptr);
+}
+
+// The process settings (process_options.h) reach workers as flags, the
+// server's own; their variables, set in the server's environment, do not
+// (docs/security.md, "Round two: hidden configuration").
+TEST_F(SupervisorTest, WorkersGetTheProcessSettingsAsFlagsAndNotTheirVariables) {
+  env_.Set("NUMASERVE_MAX_ISA", "avx512");
+  env_.Set("NUMASERVE_BLIS_ARCH", "generic");
+  env_.Set("NUMASERVE_OPENBLAS_CORE", "Prescott");
+  env_.Set("NUMASERVE_GEMM_CACHE", "/var/tmp/from_the_environment.tsv");
+  env_.Set("NUMASERVE_PROFILE_STEPS", "1");
+  env_.Set("NUMASERVE_TRAINING_REFERENCE_OPS", "1");
+  env_.Set("NUMASERVE_UNRELATED", "kept");
+  Create({Model("good:1")}, [](WorkerSupervisor::Options* options, affinity::WorkerPlacement*) {
+    options->process = {.max_isa = "avx2",
+                        .blis_arch = "zen",
+                        .openblas_core = "Zen",
+                        .gemm_cache = "/var/tmp/choices.tsv",
+                        .profile_steps = true,
+                        .training_reference_ops = true};
+  });
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_THAT(Args(), HasSubstr(" --max-isa=avx2 --blis-arch=zen --openblas-core=Zen "
+                                "--gemm-cache=/var/tmp/choices.tsv --profile-steps"));
+  EXPECT_THAT(Args(), Not(HasSubstr("--training-reference-ops")));  // not a worker's
+  const std::string env = Line("env");
+  EXPECT_THAT(env, HasSubstr(" NUMASERVE_UNRELATED=kept"));
+  for (const char* name :
+       {"NUMASERVE_MAX_ISA", "NUMASERVE_BLIS_ARCH", "NUMASERVE_OPENBLAS_CORE",
+        "NUMASERVE_GEMM_CACHE", "NUMASERVE_PROFILE_STEPS", "NUMASERVE_TRAINING_REFERENCE_OPS"}) {
+    EXPECT_THAT(env, Not(HasSubstr(name)));
+  }
+}
+
+TEST_F(SupervisorTest, AWorkerGetsTheDefaultGemmCacheAndNoOtherProcessFlag) {
+  Create({Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_THAT(Args(), HasSubstr(" --gemm-cache="));
+  for (const char* flag : {"--max-isa", "--blis-arch", "--openblas-core", "--profile-steps"}) {
+    EXPECT_THAT(Args(), Not(HasSubstr(flag)));
+  }
 }
 
 TEST_F(SupervisorTest, InstancesAreWhatTheWorkerSaysItRuns) {

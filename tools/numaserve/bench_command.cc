@@ -153,6 +153,7 @@ struct BenchOptions {
   double batch_split_mb = -1;
   double bf16_min_flops = -1;
   int64_t batch_groups = 1;
+  serving::ProcessOptions process;  // --max-isa, --gemm-cache, ...
 };
 
 // What is run and what is printed: the model, batch sizes, time and output.
@@ -286,8 +287,9 @@ bool CheckBenchFlags(const BenchOptions& o, std::vector<int64_t>* batches,
 engine::CompileOptions BenchCompileOptions(const BenchOptions& o, engine::Precision precision) {
   engine::CompileOptions options{.num_threads = static_cast<int>(o.threads),
                                  .gemm_backend = o.gemm,
-                                 .gemm_cache_file = engine::DefaultGemmCacheFile(),
+                                 .gemm_cache_file = o.process.gemm_cache,
                                  .conv_algorithm = o.conv};
+  options.profile_steps = o.process.profile_steps;
   options.fuse_attention = o.attention == "fused";
   using Layout = engine::CompileOptions::ActivationLayout;
   options.activation_layout = o.layout == "blocked" ? Layout::kChannelBlocked
@@ -427,8 +429,9 @@ int RunBatches(engine::CompiledModel& model, const BenchOptions& o,
 
 }  // namespace
 
-int BenchCommand(const std::vector<std::string>& args) {
+int BenchCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process) {
   BenchOptions o;
+  o.process = process;
   base::ArgParser parser(
       "bench",
       "run a model in process per batch size: inferences/s, p50/p99 latency, "
@@ -436,6 +439,7 @@ int BenchCommand(const std::vector<std::string>& args) {
       "model on INT8 kernels)");
   AddRunFlags(parser, o);
   AddCompileFlags(parser, o);
+  serving::AddProcessFlags(parser, o.process, serving::kKernelFlags | serving::kModelFlags);
   if (absl::Status s = parser.Parse(args); !s.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -443,6 +447,10 @@ int BenchCommand(const std::vector<std::string>& args) {
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
     return 0;
+  }
+  if (absl::Status s = serving::ApplyProcessOptions(o.process); !s.ok()) {
+    fprintf(stderr, "numaserve bench: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   std::vector<int64_t> batches;
   engine::Precision precision = engine::Precision::kFp32;

@@ -6,8 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "serving/workers/process_options.h"
+
 namespace numaserve::cli {
 
-int BenchCommand(const std::vector<std::string>& args);
+// `process`: the process settings main read from the environment, the
+// defaults of their flags (--max-isa, --gemm-cache, ...).
+int BenchCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process);
 
 }  // namespace numaserve::cli

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.h"
+#include "absl/status/statusor.h"
+#include "engine/model.h"
 #include "serving/observability/version.h"
+#include "serving/workers/process_options.h"
 #include "serving/workers/worker_main.h"
 #include "tools/numaserve/bench_command.h"
 #include "tools/numaserve/infer_command.h"
@@ -38,12 +40,25 @@ void PrintUsage() {
       numaserve::serving::BuildVersion());
 }
 
+// The process settings' NUMASERVE_* variables (serving/workers/
+// process_options.h), read here once and removed from the environment:
+// the commands take them as their flags' defaults and hand them to the
+// processes they start as flags, so no worker, job or rank inherits them
+// and nothing reads them later. First thing in main, before any thread.
+absl::StatusOr<numaserve::serving::ProcessOptions> TakeProcessVariables() {
+  auto options = numaserve::serving::ProcessOptionsFromVariables(
+      [](const char* name) { return getenv(name); },  // NOLINT(concurrency-mt-unsafe)
+      numaserve::engine::DefaultGemmCacheFile());
+  for (const numaserve::serving::ProcessSetting& s : numaserve::serving::ProcessSettings()) {
+    unsetenv(s.variable);  // NOLINT(concurrency-mt-unsafe): one thread so far
+  }
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // NUMASERVE_MAX_ISA caps oneDNN too, here and in the workers and trainers
-  // started from here, whichever of them first touches oneDNN.
-  numaserve::kernels::ExportIsaCapToOnednn();
+  const absl::StatusOr<numaserve::serving::ProcessOptions> process = TakeProcessVariables();
   // Every process numaserve forks (workers, training jobs) calls exec at
   // once, so gRPC's fork handlers have nothing to protect; where they are
   // on, a fork from a busy server waits for gRPC's thread pool to idle.
@@ -53,21 +68,31 @@ int main(int argc, char** argv) {
     PrintUsage();
     return argc < 2 ? 2 : 0;
   }
+  if (!process.ok()) {
+    fprintf(stderr, "numaserve: %s\n", std::string(process.status().message()).c_str());
+    return 2;
+  }
   if (strcmp(argv[1], "--version") == 0) {
-    // The version, the git revision built from and the ISA dispatched to.
+    // The version, the git revision built from and the ISA dispatched to
+    // (under NUMASERVE_MAX_ISA's cap).
+    if (absl::Status s = numaserve::serving::ApplyProcessOptions(*process); !s.ok()) {
+      fprintf(stderr, "numaserve: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
     printf("%s\n", numaserve::serving::VersionText().c_str());
     return 0;
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
   using namespace numaserve::cli;
-  if (command == "serve") return ServeCommand(args);
-  if (command == "topology") return TopologyCommand(args);
+  if (command == "serve") return ServeCommand(args, *process);
+  if (command == "topology") return TopologyCommand(args, *process);
   if (command == "infer") return InferCommand(args);
-  if (command == "train") return TrainCommand(args);
-  if (command == "bench") return BenchCommand(args);
-  if (command == "profile") return ProfileCommand(args);
-  if (command == "quantize") return QuantizeCommand(args);
+  if (command == "train") return TrainCommand(args, *process);
+  if (command == "bench") return BenchCommand(args, *process);
+  if (command == "profile") return ProfileCommand(args, *process);
+  if (command == "quantize") return QuantizeCommand(args, *process);
+  // A worker's settings are its flags alone (the server passes its own).
   if (command == "worker") return numaserve::serving::WorkerCommand(args);
   fprintf(stderr, "numaserve: unknown command '%s' (try numaserve --help)\n", command.c_str());
   return 2;

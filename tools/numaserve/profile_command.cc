@@ -286,6 +286,7 @@ struct ProfileOptions {
   int64_t batch = 1, threads = 0, top = 0, max_batch = 256;
   double seconds = 0, p99_ms = 0;
   bool json = false, advise = false;
+  serving::ProcessOptions process;  // --max-isa, --gemm-cache, ...
 };
 
 // What is run: the model, its batch, threads, time and precision.
@@ -417,8 +418,9 @@ int ProfileOneBatch(engine::CompiledModel& model, const ProfileOptions& o, int u
 
 }  // namespace
 
-int ProfileCommand(const std::vector<std::string>& args) {
+int ProfileCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process) {
   ProfileOptions o;
+  o.process = process;
   base::ArgParser parser(
       "profile",
       "run a model in process with every compiled step timed and hold each step "
@@ -428,10 +430,14 @@ int ProfileCommand(const std::vector<std::string>& args) {
   AddRunFlags(parser, o);
   AddOutputFlags(parser, o);
   AddAdviseFlags(parser, o);
+  serving::AddProcessFlags(parser, o.process, serving::kKernelFlags | serving::kModelFlags);
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()), 2);
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
     return 0;
+  }
+  if (absl::Status s = serving::ApplyProcessOptions(o.process); !s.ok()) {
+    return Fail(std::string(s.message()), 2);
   }
   const absl::StatusOr<engine::Precision> precision = CheckProfileFlags(o);
   if (!precision.ok()) return Fail(std::string(precision.status().message()), 2);
@@ -451,8 +457,9 @@ int ProfileCommand(const std::vector<std::string>& args) {
     trace_file = nullptr;
   };
   engine::CompileOptions options{.num_threads = static_cast<int>(o.threads),
-                                 .gemm_cache_file = engine::DefaultGemmCacheFile()};
+                                 .gemm_cache_file = o.process.gemm_cache};
   options.precision = *precision;
+  options.profile_steps = o.process.profile_steps;
   auto model = engine::CompiledModel::Load(o.model_path, options);
   if (!model.ok()) {
     close_trace();

@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "serving/workers/process_options.h"
 #include "tools/numaserve/roofline.h"
 
 namespace numaserve::cli {
 
-int ProfileCommand(const std::vector<std::string>& args);
+// `process`: the process settings main read from the environment, the
+// defaults of their flags (--max-isa, --gemm-cache, ...).
+int ProfileCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process);
 
 // The Chrome trace (Trace Event Format, viewable in Perfetto or
 // chrome://tracing) of `events`: one complete ("ph":"X") event per step

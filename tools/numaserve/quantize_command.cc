@@ -147,6 +147,7 @@ struct QuantizeOptions {
   std::vector<std::string> calibration_args;
   double percentile = 99.999;
   int64_t rows_limit = 1024, batch = 32, threads = 0;
+  serving::ProcessOptions process;  // --max-isa, ...
 };
 
 // The model, its calibration data and method, and where the result goes.
@@ -377,17 +378,22 @@ absl::Status CompareModels(const QuantizeOptions& o, const engine::CompileOption
 
 }  // namespace
 
-int QuantizeCommand(const std::vector<std::string>& args) {
+int QuantizeCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process) {
   QuantizeOptions o;
+  o.process = process;
   base::ArgParser parser(
       "quantize",
       "Quantize an FP32 ONNX model to INT8 (QDQ: per-channel INT8 weights, UINT8 "
       "activations calibrated on data) for Conv, MatMul and Gemm.");
   AddQuantizeFlags(parser, o);
+  serving::AddProcessFlags(parser, o.process, serving::kKernelFlags);
   if (absl::Status s = parser.Parse(args); !s.ok()) return Fail(std::string(s.message()));
   if (parser.help_requested()) {
     printf("%s", parser.Usage().c_str());
     return 0;
+  }
+  if (absl::Status s = serving::ApplyProcessOptions(o.process); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
   absl::StatusOr<engine::CalibrationMethod> method = CheckQuantizeFlags(o);
   if (!method.ok()) return Fail(std::string(method.status().message()));

@@ -17,10 +17,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "serving/workers/process_options.h"
 
 namespace numaserve::cli {
 
-int QuantizeCommand(const std::vector<std::string>& args);
+// `process`: the process settings main read from the environment, the
+// defaults of their flags (--max-isa, ...).
+int QuantizeCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process);
 
 // Rows of one calibration file as FP32 (exposed for tests): at most
 // `limit` rows (0: all), each of `row_elements` values; errors name the

@@ -13,7 +13,7 @@
 namespace numaserve::cli {
 
 // What one core computes at most, per precision (affinity's CPU model at the
-// probed clock; FP32 under the process's ISA cap, NUMASERVE_MAX_ISA).
+// probed clock; FP32 under the process's ISA cap, --max-isa).
 struct PeakPerCore {
   double fp32_gflops = 0;
   double bf16_gflops = 0;  // 0: no native BF16 (BF16 steps then count against FP32)

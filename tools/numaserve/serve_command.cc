@@ -227,6 +227,7 @@ absl::StatusOr<std::unique_ptr<TrainingService>> MakeTrainingService(const Serve
   training_options.caller = [auth](const grpc::ServerContextBase& c) { return auth->Caller(c); };
   training_options.authenticated = auth->authenticates();
   training_options.metrics = metrics;
+  training_options.process = o.process;
   return TrainingService::Create(std::move(training_options));
 }
 
@@ -421,6 +422,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
   WorkerSupervisor::Options worker_options;
   worker_options.arena_bytes = static_cast<size_t>(o.worker_arena_mb) << 20;
   worker_options.test_batch_compute_us = o.test_batch_compute_us;
+  worker_options.process = o.process;
   auto workers =
       WorkerSupervisor::Create(worker_options, *plan, start.to_load, metrics->get(), [&] {
         if (auto* hook = on_workers_changed.load()) (*hook)();
@@ -568,8 +570,9 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
 
 }  // namespace
 
-int ServeCommand(const std::vector<std::string>& args) {
+int ServeCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process) {
   ServeOptions o;
+  o.process = process;
   base::ArgParser parser("serve", "Serve the models of a repository over gRPC (KServe v2).");
   AddServeFlags(parser, o);
   const absl::Status parsed = parser.Parse(args);
@@ -580,6 +583,9 @@ int ServeCommand(const std::vector<std::string>& args) {
   // Even a parse error is reported in the format asked for, if it was read.
   if (absl::Status s = ConfigureLogFromFlags(o.log_format, o.log_level); !s.ok()) return Fail(s);
   if (!parsed.ok()) return Fail(parsed);
+  // The server's own kernels too (the peaks, --version's ISA); the workers
+  // and training jobs get the settings as flags.
+  if (absl::Status s = serving::ApplyProcessOptions(o.process); !s.ok()) return Fail(s);
   if (o.version) {
     printf("%s\n", VersionText().c_str());
     return 0;

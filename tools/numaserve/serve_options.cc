@@ -265,6 +265,7 @@ void AddServeFlags(base::ArgParser& parser, ServeOptions& o) {
   AddLimitFlags(parser, o);
   AddSecurityFlags(parser, o);
   AddTrainingFlags(parser, o);
+  serving::AddProcessFlags(parser, o.process, serving::kAllProcessFlags);
 }
 
 absl::Status CheckServeFlags(const ServeOptions& o) {

@@ -11,6 +11,7 @@
 #include "absl/types/span.h"
 #include "base/args.h"
 #include "serving/frontend/grpc_auth.h"
+#include "serving/workers/process_options.h"
 
 namespace numaserve::cli {
 
@@ -70,6 +71,10 @@ struct ServeOptions {
   int64_t grpc_memory_quota_mb = 2048;
   // Scheduler tests: every batch takes at least this long in the worker.
   int64_t test_batch_compute_us = 0;
+  // The ISA cap, the BLAS kernels, the GEMM cache, step profiling and the
+  // training ops (their flags, defaults from the NUMASERVE_* variables):
+  // the server's own, and every worker's and training job's.
+  serving::ProcessOptions process;
 };
 
 // Declares every `serve` flag on PARSER, each writing its field of O.

@@ -141,7 +141,8 @@ void PrintCpuFeatures() {
 
 }  // namespace
 
-int TopologyCommand(const std::vector<std::string>& args) {
+int TopologyCommand(const std::vector<std::string>& args, const serving::ProcessOptions& defaults) {
+  serving::ProcessOptions process = defaults;
   std::string description, cpuset, domain = "numa";
   bool json = false, use_smt = false, features = true, omp_spin = false, measure = false;
   int64_t max_workers = 0;
@@ -162,6 +163,7 @@ int TopologyCommand(const std::vector<std::string>& args) {
                  "also print the machine's limits: FP32/BF16/INT8 peak per core and per worker, "
                  "and the memory bandwidth of each NUMA node measured on its cores (a STREAM "
                  "triad, ~1 s per node)");
+  serving::AddProcessFlags(parser, process, serving::kKernelFlags);
   auto fail = [](const absl::Status& s) {
     fprintf(stderr, "numaserve topology: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -171,6 +173,7 @@ int TopologyCommand(const std::vector<std::string>& args) {
     printf("%s", parser.Usage().c_str());
     return 0;
   }
+  if (absl::Status s = serving::ApplyProcessOptions(process); !s.ok()) return fail(s);
   auto topology = affinity::DiscoverTopology({description, cpuset});
   if (!topology.ok()) return fail(topology.status());
   auto parsed_domain = affinity::ParseDomain(domain);

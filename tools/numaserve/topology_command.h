@@ -5,8 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "serving/workers/process_options.h"
+
 namespace numaserve::cli {
 
-int TopologyCommand(const std::vector<std::string>& args);
+// `process`: the process settings main read from the environment, the
+// defaults of their flags (--max-isa: the peaks quoted).
+int TopologyCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process);
 
 }  // namespace numaserve::cli

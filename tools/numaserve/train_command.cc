@@ -88,7 +88,7 @@ class StopSignals {
 };
 
 // One rank of the job (under mpirun, or alone as an MPI singleton).
-int RunRank(const std::string& config_path, bool resume) {
+int RunRank(const std::string& config_path, bool resume, const serving::ProcessOptions& process) {
   StopSignals stop_signals;  // before any other thread starts
   // Bind before MPI and OpenMP start threads, like an inference worker.
   const int local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
@@ -109,6 +109,7 @@ int RunRank(const std::string& config_path, bool resume) {
   training::TrainOptions options;
   options.resume = resume;
   options.stop = stop_signals.flag();
+  options.reference_ops = process.training_reference_ops;
   absl::StatusOr<training::TrainResult> result =
       training::RunTraining(*config, options, MPI_COMM_WORLD);
   if (!result.ok()) {
@@ -154,10 +155,14 @@ std::vector<std::string> MpirunCommand(const MpirunOptions& o,
   argv.insert(argv.end(), train_args.begin(), train_args.end());
   argv.insert(argv.end(), {"--log-format", base::LogFormatName(o.log.format), "--log-level",
                            base::LogLevelName(o.log.level)});
+  const std::vector<std::string> process =
+      serving::ProcessFlags(o.process, serving::kKernelFlags | serving::kTrainingFlags);
+  argv.insert(argv.end(), process.begin(), process.end());
   return argv;
 }
 
-int TrainCommand(const std::vector<std::string>& args) {
+int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOptions& defaults) {
+  serving::ProcessOptions process = defaults;
   std::string config_path, ranks_text = "auto", mpirun = "mpirun", hostfile;
   std::string log_format = "text", log_level = "info";
   bool resume = false, dry_run = false;
@@ -181,6 +186,7 @@ int TrainCommand(const std::vector<std::string>& args) {
                    "component, msg and fields); the ranks get the same");
   parser.AddString("log-level", &log_level,
                    "least level logged: debug | info | warning | error; the ranks get the same");
+  serving::AddProcessFlags(parser, process, serving::kKernelFlags | serving::kTrainingFlags);
   const absl::Status parsed = parser.Parse(args);
   // Even a parse error is reported in the format asked for, if it was read.
   absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
@@ -192,8 +198,12 @@ int TrainCommand(const std::vector<std::string>& args) {
     return 0;
   }
   if (config_path.empty()) return Fail("--config FILE is required");
+  // Checked in the launcher too, before anything is launched.
+  if (absl::Status s = serving::ApplyProcessOptions(process); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   // Under mpirun (or a multi-node launch): this process is one rank.
-  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return RunRank(config_path, resume);
+  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return RunRank(config_path, resume, process);
 
   int ranks = 0;  // 0: one per NUMA domain of every host (mpirun maps them)
   if (ranks_text == "auto" && !hostfile.empty()) {
@@ -217,9 +227,13 @@ int TrainCommand(const std::vector<std::string>& args) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", base::ErrnoText(errno)));
   self[len] = '\0';
-  const std::vector<std::string> command = MpirunCommand(
-      {.mpirun = mpirun, .self = self, .ranks = ranks, .hostfile = hostfile, .log = *log_options},
-      train_args);
+  const std::vector<std::string> command = MpirunCommand({.mpirun = mpirun,
+                                                          .self = self,
+                                                          .ranks = ranks,
+                                                          .hostfile = hostfile,
+                                                          .log = *log_options,
+                                                          .process = process},
+                                                         train_args);
   if (dry_run) {
     printf("%s\n", absl::StrJoin(command, " ").c_str());
     return 0;

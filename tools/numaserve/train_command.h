@@ -8,10 +8,13 @@
 #include <vector>
 
 #include "base/log.h"
+#include "serving/workers/process_options.h"
 
 namespace numaserve::cli {
 
-int TrainCommand(const std::vector<std::string>& args);
+// `process`: the process settings main read from the environment, the
+// defaults of their flags (--max-isa, --training-reference-ops, ...).
+int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process);
 
 struct MpirunOptions {
   std::string mpirun = "mpirun";  // the launcher
@@ -24,11 +27,15 @@ struct MpirunOptions {
   // --log-level): the launcher's, so every rank, on this host or another,
   // logs as the process that launched it.
   base::LogOptions log;
+  // The process settings every rank gets on its command line (the kernel
+  // and training ones): the launcher's, which Open MPI would not forward
+  // to another host as environment variables.
+  serving::ProcessOptions process;
 };
 
 // The mpirun command line that runs `numaserve train` ranks: each rank's
-// arguments are `train_args` then the log options (exposed for --dry-run
-// and its tests).
+// arguments are `train_args`, the log options, then the process settings
+// (exposed for --dry-run and its tests).
 std::vector<std::string> MpirunCommand(const MpirunOptions& options,
                                        const std::vector<std::string>& train_args);
 

@@ -1,0 +1,163 @@
+#include "serving/workers/process_options.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm/gemm_backend.h"
+
+namespace numaserve::serving {
+namespace {
+
+constexpr ProcessSetting kSettings[] = {
+    {"max-isa", "NUMASERVE_MAX_ISA"},
+    {"blis-arch", "NUMASERVE_BLIS_ARCH"},
+    {"openblas-core", "NUMASERVE_OPENBLAS_CORE"},
+    {"gemm-cache", "NUMASERVE_GEMM_CACHE"},
+    {"profile-steps", "NUMASERVE_PROFILE_STEPS"},
+    {"training-reference-ops", "NUMASERVE_TRAINING_REFERENCE_OPS"},
+};
+enum Setting { kMaxIsa, kBlisArch, kOpenblasCore, kGemmCache, kProfileSteps, kReferenceOps };
+
+// The longest --gemm-cache path (PATH_MAX).
+constexpr size_t kMaxPathBytes = 4096;
+
+// "--max-isa (NUMASERVE_MAX_ISA)": how an error names a setting whose
+// value may have come from either.
+std::string Name(Setting s) {
+  return absl::StrCat("--", kSettings[s].flag, " (", kSettings[s].variable, ")");
+}
+
+// The checks that need no kernel library; `where` names the setting.
+absl::Status Check(const ProcessOptions& o, const std::function<std::string(Setting)>& where) {
+  if (absl::Status s = kernels::CheckMaxIsa(o.max_isa); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where(kMaxIsa), ": ", s.message()));
+  }
+  if (absl::Status s = kernels::CheckGemmBackendOptions({.blis_arch = o.blis_arch}); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where(kBlisArch), ": ", s.message()));
+  }
+  if (absl::Status s = kernels::CheckGemmBackendOptions({.openblas_core = o.openblas_core});
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where(kOpenblasCore), ": ", s.message()));
+  }
+  if (o.gemm_cache.size() > kMaxPathBytes || o.gemm_cache.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(where(kGemmCache), ": a path of at most ",
+                                                   kMaxPathBytes, " bytes without NUL"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> BoolVariable(const char* name, const char* value) {
+  const std::string v = value == nullptr ? "" : value;
+  if (v == "1" || v == "true") return true;
+  if (v.empty() || v == "0" || v == "false") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": expected 1 or true, 0 or false, got '", v.substr(0, 64), "'"));
+}
+
+}  // namespace
+
+absl::Span<const ProcessSetting> ProcessSettings() { return kSettings; }
+
+bool IsProcessVariable(std::string_view name) {
+  for (const ProcessSetting& s : kSettings) {
+    if (name == s.variable) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<ProcessOptions> ProcessOptionsFromVariables(
+    const std::function<const char*(const char*)>& lookup, const std::string& default_gemm_cache) {
+  const auto get = [&](Setting s) -> std::string {
+    const char* v = lookup(kSettings[s].variable);
+    return v == nullptr ? "" : v;
+  };
+  ProcessOptions o;
+  o.max_isa = get(kMaxIsa);
+  o.blis_arch = get(kBlisArch);
+  o.openblas_core = get(kOpenblasCore);
+  o.gemm_cache =
+      lookup(kSettings[kGemmCache].variable) != nullptr ? get(kGemmCache) : default_gemm_cache;
+  const std::pair<Setting, bool*> booleans[] = {{kProfileSteps, &o.profile_steps},
+                                                {kReferenceOps, &o.training_reference_ops}};
+  for (const auto& [setting, field] : booleans) {
+    absl::StatusOr<bool> on =
+        BoolVariable(kSettings[setting].variable, lookup(kSettings[setting].variable));
+    if (!on.ok()) return on.status();
+    *field = *on;
+  }
+  const auto variable = [](Setting setting) { return std::string(kSettings[setting].variable); };
+  if (absl::Status s = Check(o, variable); !s.ok()) return s;
+  return o;
+}
+
+void AddProcessFlags(base::ArgParser& parser, ProcessOptions& o, unsigned groups) {
+  if ((groups & kKernelFlags) != 0) {
+    parser.AddString("max-isa", &o.max_isa,
+                     "the widest ISA the kernels and oneDNN use: avx2 | avx512 | amx; empty: "
+                     "the CPU's (NUMASERVE_MAX_ISA)");
+    parser.AddString("blis-arch", &o.blis_arch,
+                     "BLIS sub-configuration for --gemm blis: skx | zen3 | zen2 | zen | haswell "
+                     "| generic | ...; empty: chosen from the CPU (NUMASERVE_BLIS_ARCH)");
+    parser.AddString("openblas-core", &o.openblas_core,
+                     "OpenBLAS core for --gemm openblas: SkylakeX | Zen | Haswell | ...; empty: "
+                     "chosen from the CPU (NUMASERVE_OPENBLAS_CORE)");
+  }
+  if ((groups & kModelFlags) != 0) {
+    parser.AddString("gemm-cache", &o.gemm_cache,
+                     "file that remembers --gemm auto's choices; empty: none "
+                     "(NUMASERVE_GEMM_CACHE)");
+    parser.AddBool("profile-steps", &o.profile_steps,
+                   "profile every step of every run; each model logs its profile when freed "
+                   "(NUMASERVE_PROFILE_STEPS=1)");
+  }
+  if ((groups & kTrainingFlags) != 0) {
+    parser.AddBool("training-reference-ops", &o.training_reference_ops,
+                   "train Conv, the pools and the norms on their reference implementations, "
+                   "not oneDNN (NUMASERVE_TRAINING_REFERENCE_OPS=1)");
+  }
+}
+
+absl::Status ApplyProcessOptions(const ProcessOptions& o) {
+  if (absl::Status s = Check(o, Name); !s.ok()) return s;
+  if (absl::Status s = kernels::SetDispatchOptions({.max_isa = o.max_isa}); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(Name(kMaxIsa), ": ", s.message()));
+  }
+  if (absl::Status s = kernels::SetGemmBackendOptions(
+          {.blis_arch = o.blis_arch, .openblas_core = o.openblas_core});
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--blis-arch, --openblas-core: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ProcessFlags(const ProcessOptions& o, unsigned groups) {
+  std::vector<std::string> args;
+  const auto add = [&](Setting s, const std::string& value) {
+    if (!value.empty()) args.push_back(absl::StrCat("--", kSettings[s].flag, "=", value));
+  };
+  if ((groups & kKernelFlags) != 0) {
+    add(kMaxIsa, o.max_isa);
+    add(kBlisArch, o.blis_arch);
+    add(kOpenblasCore, o.openblas_core);
+  }
+  if ((groups & kModelFlags) != 0) {
+    args.push_back(absl::StrCat("--", kSettings[kGemmCache].flag, "=", o.gemm_cache));
+    if (o.profile_steps) args.push_back(absl::StrCat("--", kSettings[kProfileSteps].flag));
+  }
+  if ((groups & kTrainingFlags) != 0 && o.training_reference_ops) {
+    args.push_back(absl::StrCat("--", kSettings[kReferenceOps].flag));
+  }
+  return args;
+}
+
+std::vector<std::string> EnvironmentWithoutProcessVariables(const char* const* environ) {
+  std::vector<std::string> env;
+  for (const char* const* e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view kv(*e);
+    if (!IsProcessVariable(kv.substr(0, kv.find('=')))) env.emplace_back(kv);
+  }
+  return env;
+}
+
+}  // namespace numaserve::serving
