@@ -255,6 +255,25 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
   return pid;
 }
 
+// `numaserve train`'s command line for a job. The job logs at the server's
+// level, in JSON whatever the server's format: ParseLine reads the records
+// of `train` and its ranks back whole (level, fields) and logs them in the
+// server's own format. The server's kernel and training settings follow.
+std::vector<std::string> JobArgs(const TrainingServiceOptions& options,
+                                 const std::string& config_path, int ranks, bool resume) {
+  std::vector<std::string> args = {
+      options.binary, "train",
+      "--config",     config_path,
+      "--ranks",      absl::StrCat(ranks),
+      "--log-format", base::LogFormatName(base::LogFormat::kJson),
+      "--log-level",  base::LogLevelName(base::CurrentLogOptions().level)};
+  if (resume) args.push_back("--resume");
+  for (std::string& flag : ProcessFlags(options.process, kKernelFlags | kTrainingFlags)) {
+    args.push_back(std::move(flag));
+  }
+  return args;
+}
+
 }  // namespace
 
 absl::Status TrainingService::ConfinePaths(const std::string& root,
@@ -454,21 +473,9 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   absl::StatusOr<std::unique_ptr<PrivateDir>> files =
       PrivateDir::Create(options_.work_dir, config->text);
   if (!files.ok()) return Done(context, files.status());
-  // The job logs at the server's level, in JSON whatever the server's
-  // format: ParseLine reads the records of `train` and its ranks back whole
-  // (level, fields) and logs them in the server's own format.
-  std::vector<std::string> args = {
-      options_.binary, "train",
-      "--config",      (*files)->config_path(),
-      "--ranks",       absl::StrCat(*ranks),
-      "--log-format",  base::LogFormatName(base::LogFormat::kJson),
-      "--log-level",   base::LogLevelName(base::CurrentLogOptions().level)};
-  if (request->resume()) args.push_back("--resume");
-  for (std::string& flag : ProcessFlags(options_.process, kKernelFlags | kTrainingFlags)) {
-    args.push_back(std::move(flag));
-  }
   int output_fd = -1;
-  absl::StatusOr<pid_t> pid = SpawnJob(std::move(args), &output_fd);
+  absl::StatusOr<pid_t> pid =
+      SpawnJob(JobArgs(options_, (*files)->config_path(), *ranks, request->resume()), &output_fd);
   if (!pid.ok()) return Done(context, pid.status());
   const std::string model = ModelLabel(config->config);
   auto job = std::make_shared<TrainingJob>(id, label, *caller, model, *pid, std::move(*files),

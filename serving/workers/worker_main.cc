@@ -523,6 +523,42 @@ std::string SumNumaMapsPages(std::string_view numa_maps) {
   return absl::StrJoin(parts, " ");
 }
 
+namespace {
+
+// What `numaserve worker` is told on its command line.
+struct WorkerFlags {
+  std::string cpus_text;
+  int64_t index = 0, node = -1, arena_bytes = 0, test_batch_compute_us = 0;
+  // The server's process settings: its flags are all the worker takes (its
+  // environment has none of their variables).
+  ProcessOptions process;
+};
+
+// Parses the flags and configures the log before anything is logged, a
+// parse error included (in the format asked for, if it was read).
+absl::Status ParseWorkerFlags(const std::vector<std::string>& args, WorkerFlags* f) {
+  std::string log_format = "text", log_level = "info";
+  base::ArgParser parser("worker", "Internal: one worker process, started by `numaserve serve`.");
+  parser.AddInt("index", &f->index, "worker index");
+  parser.AddString("cpus", &f->cpus_text, "cpus to bind to, e.g. 0-7");
+  parser.AddInt("numa-node", &f->node, "NUMA node for memory, -1 for none");
+  parser.AddInt("arena-bytes", &f->arena_bytes, "size of the shared arena at fd 4");
+  parser.AddInt("test-batch-compute-us", &f->test_batch_compute_us,
+                "for scheduler tests: every batch takes at least this long (sleeping)");
+  parser.AddString("log-format", &log_format,
+                   "text | json, as `serve --log-format` (serve passes its own)");
+  parser.AddString("log-level", &log_level,
+                   "least level logged: debug | info | warning | error (serve passes its own)");
+  AddProcessFlags(parser, f->process, kKernelFlags | kModelFlags);
+  const absl::Status parsed = parser.Parse(args);
+  absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
+  if (!log_options.ok()) return log_options.status();
+  base::ConfigureLog(*log_options);
+  return parsed;
+}
+
+}  // namespace
+
 int WorkerCommand(const std::vector<std::string>& args) {
   // Die with the server: a worker never outlives the process that feeds it.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -532,32 +568,12 @@ int WorkerCommand(const std::vector<std::string>& args) {
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
 
-  std::string cpus_text, log_format = "text", log_level = "info";
-  int64_t index = 0, node = -1, arena_bytes = 0, test_batch_compute_us = 0;
-  base::ArgParser parser("worker", "Internal: one worker process, started by `numaserve serve`.");
-  parser.AddInt("index", &index, "worker index");
-  parser.AddString("cpus", &cpus_text, "cpus to bind to, e.g. 0-7");
-  parser.AddInt("numa-node", &node, "NUMA node for memory, -1 for none");
-  parser.AddInt("arena-bytes", &arena_bytes, "size of the shared arena at fd 4");
-  parser.AddInt("test-batch-compute-us", &test_batch_compute_us,
-                "for scheduler tests: every batch takes at least this long (sleeping)");
-  parser.AddString("log-format", &log_format,
-                   "text | json, as `serve --log-format` (serve passes its own)");
-  parser.AddString("log-level", &log_level,
-                   "least level logged: debug | info | warning | error (serve passes its own)");
-  // The server's process settings: its flags are all the worker takes (its
-  // environment has none of their variables).
-  ProcessOptions process;
-  AddProcessFlags(parser, process, kKernelFlags | kModelFlags);
-  const absl::Status parsed = parser.Parse(args);
-  // The log is configured before anything is logged, a parse error included
-  // (in the format asked for, if it was read).
-  absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
-  if (log_options.ok()) base::ConfigureLog(*log_options);
-  if (absl::Status s = log_options.ok() ? parsed : log_options.status(); !s.ok()) {
+  WorkerFlags flags;
+  if (absl::Status s = ParseWorkerFlags(args, &flags); !s.ok()) {
     Log(LogLevel::kError, "worker", absl::StrCat("worker: ", s.message()));
     return 2;
   }
+  const int64_t index = flags.index, node = flags.node;
   // Every record of this process (the kernels' too) says which worker it is.
   base::SetLogContext({{"worker", index}, {"pid", getpid()}});
 
@@ -566,7 +582,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   worker::Hello* h = hello.mutable_hello();
   h->set_worker_index(static_cast<int>(index));
   h->set_pid(getpid());
-  auto cpus = affinity::ParseCpuList(cpus_text);
+  auto cpus = affinity::ParseCpuList(flags.cpus_text);
   bool pinned = false;
   if (!cpus.ok()) {
     h->set_bind_warning(std::string(cpus.status().message()));
@@ -576,14 +592,14 @@ int WorkerCommand(const std::vector<std::string>& args) {
     pinned = true;
   }
   // The ISA cap and the BLAS kernels, before anything touches oneDNN.
-  if (absl::Status s = ApplyProcessOptions(process); !s.ok()) {
+  if (absl::Status s = ApplyProcessOptions(flags.process); !s.ok()) {
     Log(LogLevel::kError, "worker", absl::StrCat("worker ", index, ": ", s.message()),
         {{"error", s.message()}});
     return 2;
   }
 
   // 2. Map the arena and bind its pages to this worker's node.
-  auto arena = SharedArena::Attach(kWorkerArenaFd, static_cast<size_t>(arena_bytes));
+  auto arena = SharedArena::Attach(kWorkerArenaFd, static_cast<size_t>(flags.arena_bytes));
   if (!arena.ok()) {
     Log(LogLevel::kError, "worker", absl::StrCat("worker ", index, ": ", arena.status().message()),
         {{"error", arena.status().message()}});
@@ -599,7 +615,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   h->set_environment(OpenMpEnvironmentSeen());
   h->set_isa(affinity::FeatureList(affinity::GetCpuFeatures()));
   hello.set_ok(true);
-  LogWorkerStart(index, node, *h, test_batch_compute_us);
+  LogWorkerStart(index, node, *h, flags.test_batch_compute_us);
   if (!WriteFramed(kWorkerControlFd, hello).ok()) return 1;
 
   // 3. Serve.
@@ -611,8 +627,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   // first of GOMP_CPU_AFFINITY's cpus before main).
   std::vector<int> own_cpus = OwnCpus(pinned, cpus);
   Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus), pinned,
-                std::chrono::microseconds(std::max<int64_t>(0, test_batch_compute_us)),
-                std::move(process));
+                std::chrono::microseconds(std::max<int64_t>(0, flags.test_batch_compute_us)),
+                std::move(flags.process));
   return worker.Serve();
 }
 

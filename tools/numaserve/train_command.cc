@@ -131,6 +131,19 @@ int RunRank(const std::string& config_path, bool resume, const serving::ProcessO
   return 0;
 }
 
+// --ranks: a number, or for auto one per NUMA domain here, or 0 (one per
+// NUMA domain of every host, which mpirun maps) with a hostfile.
+absl::StatusOr<int> RankCount(const std::string& ranks_text, const std::string& hostfile) {
+  if (ranks_text == "auto" && !hostfile.empty()) return 0;
+  if (ranks_text == "auto") return training::AutoRankCount();
+  int ranks = 0;
+  if (!absl::SimpleAtoi(ranks_text, &ranks) || ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks: expected auto or a positive number, got '", ranks_text, "'"));
+  }
+  return ranks;
+}
+
 }  // namespace
 
 std::vector<std::string> MpirunCommand(const MpirunOptions& o,
@@ -205,17 +218,8 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
   // Under mpirun (or a multi-node launch): this process is one rank.
   if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return RunRank(config_path, resume, process);
 
-  int ranks = 0;  // 0: one per NUMA domain of every host (mpirun maps them)
-  if (ranks_text == "auto" && !hostfile.empty()) {
-    ranks = 0;
-  } else if (ranks_text == "auto") {
-    absl::StatusOr<int> n = training::AutoRankCount();
-    if (!n.ok()) return Fail(std::string(n.status().message()));
-    ranks = *n;
-  } else if (!absl::SimpleAtoi(ranks_text, &ranks) || ranks < 1) {
-    return Fail(
-        absl::StrCat("--ranks: expected auto or a positive number, got '", ranks_text, "'"));
-  }
+  const absl::StatusOr<int> ranks = RankCount(ranks_text, hostfile);
+  if (!ranks.ok()) return Fail(std::string(ranks.status().message()));
   // Check the config before launching anything.
   if (absl::StatusOr<training::TrainingConfig> c = training::LoadTrainingConfig(config_path);
       !c.ok()) {
@@ -229,7 +233,7 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
   self[len] = '\0';
   const std::vector<std::string> command = MpirunCommand({.mpirun = mpirun,
                                                           .self = self,
-                                                          .ranks = ranks,
+                                                          .ranks = *ranks,
                                                           .hostfile = hostfile,
                                                           .log = *log_options,
                                                           .process = process},
@@ -239,7 +243,7 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
     return 0;
   }
   Log(LogLevel::kInfo, "training", absl::StrCat("running ", absl::StrJoin(command, " ")),
-      {{"ranks", ranks}, {"hostfile", hostfile}});
+      {{"ranks", *ranks}, {"hostfile", hostfile}});
   std::vector<char*> argv;
   for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
