@@ -1,8 +1,11 @@
 #include "training/onnx_export.h"
 
+#include <fcntl.h>
 #include <onnx/onnx_pb.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +16,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/atomic_file.h"
@@ -165,21 +170,126 @@ absl::Status ExportOnnx(const std::string& source_model, const std::vector<Named
   return base::WriteFileAtomically(out_path, serialized);
 }
 
-absl::StatusOr<std::string> NextVersionPath(const std::string& repository,
-                                            const std::string& name) {
+namespace {
+
+constexpr size_t kMaxOwnerChars = 128;
+
+std::string OwnerFilePath(const std::string& model_dir) {
+  return absl::StrCat(model_dir, "/", kExportOwnerFile);
+}
+
+// Writes the owner file of a model directory this export has just made: a
+// new file (O_EXCL | O_NOFOLLOW), never one found or planted there.
+absl::Status WriteOwnerFile(const std::string& model_dir, const std::string& owner) {
+  const std::string path = OwnerFilePath(model_dir);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot create ", path, ": ", base::ErrnoText(errno)));
+  }
+  const std::string line = owner + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  int error = done < line.size() ? errno : 0;
+  if (close(fd) != 0 && error == 0) error = errno;
+  if (error != 0 || done < line.size()) {
+    unlink(path.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", base::ErrnoText(error)));
+  }
+  return absl::OkStatus();
+}
+
+// The owner the owner file of `model_dir` names, or why none can be read.
+// The file is opened without following a link and without blocking (a
+// FIFO there), and must be a regular file of one short line.
+absl::StatusOr<std::string> ReadOwnerFile(const std::string& model_dir) {
+  const std::string path = OwnerFilePath(model_dir);
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(errno == ENOENT ? absl::StrCat("it has no ", kExportOwnerFile)
+                                               : absl::StrCat(path, ": ", base::ErrnoText(errno)));
+  }
+  struct stat st{};
+  std::string text(kMaxOwnerChars + 2, '\0');
+  ssize_t n = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    do {
+      n = read(fd, text.data(), text.size());
+    } while (n < 0 && errno == EINTR);
+  }
+  close(fd);
+  if (n < 0) return absl::NotFoundError(absl::StrCat(path, " is not a readable regular file"));
+  text.resize(static_cast<size_t>(n));
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+absl::Status CheckExportOwnerName(const std::string& owner) {
+  const bool valid =
+      !owner.empty() && owner.size() <= kMaxOwnerChars &&
+      std::all_of(owner.begin(), owner.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      });
+  if (valid) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("export owner '", absl::CHexEscape(owner.substr(0, 40)), "': expected 1 to ",
+                   kMaxOwnerChars, " characters of letters, digits, '_' and '-'"));
+}
+
+absl::Status CheckExportOwner(const std::string& model_dir, const std::string& owner) {
+  struct stat st{};
+  if (lstat(model_dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot use ", model_dir, ": ", base::ErrnoText(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir, S_ISLNK(st.st_mode) ? " is a symbolic link" : " is not a directory",
+                     ": not exporting there"));
+  }
+  absl::StatusOr<std::string> found = ReadOwnerFile(model_dir);
+  if (found.ok() && *found == owner) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(model_dir, " was not made by this caller's exports (",
+                   found.ok() ? absl::StrCat("its ", kExportOwnerFile, " names another owner")
+                              : found.status().message(),
+                   "): not exporting there"));
+}
+
+absl::StatusOr<std::string> NextVersionPath(const std::string& repository, const std::string& name,
+                                            const std::string& owner) {
   namespace fs = std::filesystem;
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("export_model_name '", name, "' must be one path component (no '/')"));
+  }
+  if (!owner.empty()) {
+    if (absl::Status s = CheckExportOwnerName(owner); !s.ok()) return s;
   }
   std::error_code ec;
   fs::create_directories(repository, ec);
   const fs::path model_dir = fs::path(repository) / name;
   // The model directory is created here or must be a real directory: a
   // symbolic link there would put the export somewhere else.
-  if (mkdir(model_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  const bool made = mkdir(model_dir.c_str(), 0755) == 0;
+  if (!made && errno != EEXIST) {
     return absl::InternalError(
         absl::StrCat("cannot create ", model_dir.string(), ": ", base::ErrnoText(errno)));
+  }
+  if (!owner.empty()) {
+    absl::Status s = made ? WriteOwnerFile(model_dir.string(), owner)
+                          : CheckExportOwner(model_dir.string(), owner);
+    if (!s.ok()) {
+      if (made) rmdir(model_dir.c_str());
+      return s;
+    }
   }
   struct stat st{};
   if (lstat(model_dir.c_str(), &st) != 0) {

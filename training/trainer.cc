@@ -607,8 +607,8 @@ absl::Status SaveFinalModel(const TrainLoop& loop, int64_t step, TrainResult* re
     if (absl::Status s = WriteCheckpoint(config.final_weights(), c); !s.ok()) return s;
   }
   if (leader && !config.export_repository().empty()) {
-    absl::StatusOr<std::string> path =
-        NextVersionPath(config.export_repository(), config.export_model_name());
+    absl::StatusOr<std::string> path = NextVersionPath(
+        config.export_repository(), config.export_model_name(), loop.options.export_owner);
     if (!path.ok()) return path.status();
     std::vector<NamedWeights> weights;
     for (const Parameter& p : params) weights.push_back({p.name, &p.data->data});

@@ -39,6 +39,10 @@ struct TrainOptions {
   // --training-reference-ops, NUMASERVE_TRAINING_REFERENCE_OPS=1). False
   // leaves the process's choice (oneDNN unless set otherwise).
   bool reference_ops = false;
+  // Exports only into a model directory this owner made (onnx_export.h,
+  // NextVersionPath); empty = any directory. The training service passes its
+  // caller's id (`train --export-owner`).
+  std::string export_owner;
 };
 
 struct TrainResult {

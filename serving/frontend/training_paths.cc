@@ -1,6 +1,7 @@
 #include "serving/frontend/training_paths.h"
 
 #include <limits.h>
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include "base/errno_text.h"
 #include "base/log.h"
 #include "serving/repository/model_repository.h"
+#include "training/onnx_export.h"
 
 namespace numaserve::serving::training_paths {
 namespace {
@@ -38,10 +40,52 @@ absl::Status Refuse(const std::string& field, const std::string& value, const st
       absl::StrCat("config field '", field, "': '", Shown(value), "' ", why));
 }
 
-// `value` taken from `root` and checked as text: no NUL, no '..' component,
-// inside the root. The result is normalised (no '.', no '//').
-absl::StatusOr<std::string> Lexical(const std::string& root, const std::string& field,
-                                    const std::string& value) {
+// PERMISSION_DENIED naming the config field and (at most 40 characters of)
+// its value, followed by `why`: a path inside the root that is not the
+// caller's to use.
+absl::Status Deny(const std::string& field, const std::string& value, const std::string& why) {
+  return absl::PermissionDeniedError(
+      absl::StrCat("config field '", field, "': '", Shown(value), "' ", why));
+}
+
+// Where a path (absolute, normalised) lies for a caller.
+enum class Place {
+  kOutside,  // outside the root
+  kShared,   // in the root, outside <root>/callers
+  kOwn,      // in the caller's own directory
+  kOthers,   // in <root>/callers, outside the caller's own directory
+};
+
+Place Where(const CallerScope& scope, const std::string& path) {
+  if (!Inside(scope.root, path)) return Place::kOutside;
+  if (Inside(scope.area, path)) return Place::kOwn;
+  if (Inside(scope.callers, path)) return Place::kOthers;
+  return Place::kShared;
+}
+
+// The refusal of `value`, which resolves to `real`, in `place` (kOutside or
+// kOthers; an output anywhere but kOwn).
+absl::Status Misplaced(const CallerScope& scope, const std::string& field, const std::string& value,
+                       const std::string& real, Place place) {
+  if (place == Place::kOutside) {
+    return Refuse(field, value,
+                  absl::StrCat("resolves to ", real, ", outside the training root ", scope.root));
+  }
+  if (place == Place::kOthers) {
+    return Deny(field, value,
+                absl::StrCat("resolves to ", real, ", in ", scope.callers,
+                             " but outside this caller's directory ", scope.area));
+  }
+  return Deny(field, value,
+              absl::StrCat("resolves to ", real, ", outside this caller's directory ", scope.area,
+                           ": a job writes only there (relative paths are taken from it)"));
+}
+
+// `value` taken from `base` (the root or a directory in it) and checked as
+// text: no NUL, no '..' component, inside `root`. The result is normalised
+// (no '.', no '//').
+absl::StatusOr<std::string> Lexical(const std::string& root, const std::string& base,
+                                    const std::string& field, const std::string& value) {
   if (value.find('\0') != std::string::npos) return Refuse(field, "", "contains a NUL byte");
   for (absl::string_view part : absl::StrSplit(value, '/')) {
     if (part == "..") {
@@ -51,7 +95,7 @@ absl::StatusOr<std::string> Lexical(const std::string& root, const std::string& 
     }
   }
   std::string normal =
-      std::filesystem::path(value[0] == '/' ? value : absl::StrCat(root, "/", value))
+      std::filesystem::path(value[0] == '/' ? value : absl::StrCat(base, "/", value))
           .lexically_normal()
           .string();
   while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
@@ -61,7 +105,61 @@ absl::StatusOr<std::string> Lexical(const std::string& root, const std::string& 
   return normal;
 }
 
+// Makes `dir` (0700) where missing; it must then be a real directory.
+absl::Status MakePrivateDir(const std::string& dir, bool* made) {
+  *made = mkdir(dir.c_str(), 0700) == 0;
+  if (!*made && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot make ", dir, ": ", base::ErrnoText(errno)));
+  }
+  struct stat st{};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InternalError(absl::StrCat(dir, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+std::string CallersPath(const std::string& root) {
+  return absl::StrCat(root == "/" ? "" : root, "/", kCallersDir);
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> CallerId(const std::string& caller) {
+  if (caller.empty()) return std::string("anonymous");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(caller.data(), caller.size(), digest, &length, EVP_sha256(), nullptr) != 1) {
+    return absl::InternalError("cannot compute the SHA-256 of the caller's identity");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < length; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+absl::Status MakeCallersDir(const std::string& root) {
+  bool made = false;
+  return MakePrivateDir(CallersPath(root), &made);
+}
+
+absl::StatusOr<CallerScope> OpenCallerScope(const std::string& root, const std::string& caller,
+                                            bool* made) {
+  CallerScope scope;
+  scope.root = root;
+  scope.callers = CallersPath(root);
+  absl::StatusOr<std::string> owner = CallerId(caller);
+  if (!owner.ok()) return owner.status();
+  scope.owner = *std::move(owner);
+  scope.area = absl::StrCat(scope.callers, "/", scope.owner);
+  bool made_now = false;
+  if (absl::Status s = MakePrivateDir(scope.callers, &made_now); !s.ok()) return s;
+  if (absl::Status s = MakePrivateDir(scope.area, &made_now); !s.ok()) return s;
+  if (made != nullptr) *made = made_now;
+  return scope;
+}
 
 absl::StatusOr<std::string> RandomHex(size_t bytes) {
   std::vector<unsigned char> random(bytes);
@@ -85,17 +183,16 @@ std::string Shown(const std::string& value) {
   return value.size() <= 40 ? value : value.substr(0, 40) + "...";
 }
 
-absl::Status ConfineInput(const std::string& root, const std::string& field, std::string* value) {
+absl::Status ConfineInput(const CallerScope& scope, const std::string& field, std::string* value) {
   if (value->empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> path = Lexical(root, field, *value);
+  absl::StatusOr<std::string> path = Lexical(scope.root, scope.root, field, *value);
   if (!path.ok()) return path.status();
   char real[PATH_MAX];
   if (realpath(path->c_str(), real) == nullptr) {
     return Refuse(field, *value, absl::StrCat("cannot be read: ", base::ErrnoText(errno)));
   }
-  if (!Inside(root, real)) {
-    return Refuse(field, *value,
-                  absl::StrCat("resolves to ", real, ", outside the training root ", root));
+  if (const Place place = Where(scope, real); place == Place::kOutside || place == Place::kOthers) {
+    return Misplaced(scope, field, *value, real, place);
   }
   struct stat st{};
   if (stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -105,11 +202,14 @@ absl::Status ConfineInput(const std::string& root, const std::string& field, std
   return absl::OkStatus();
 }
 
-absl::Status ConfineOutput(const std::string& root, const std::string& field, std::string* value) {
+absl::Status ConfineOutput(const CallerScope& scope, const std::string& field, std::string* value) {
   if (value->empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> path = Lexical(root, field, *value);
+  absl::StatusOr<std::string> path = Lexical(scope.root, scope.area, field, *value);
   if (!path.ok()) return path.status();
-  if (*path == root) return Refuse(field, *value, "names the training root, not a file");
+  if (const Place place = Where(scope, *path); place != Place::kOwn) {
+    return Misplaced(scope, field, *value, *path, place);
+  }
+  if (*path == scope.area) return Refuse(field, *value, "names the caller's directory, not a file");
   const std::filesystem::path p(*path);
   const std::string name = p.filename().string();
   char real[PATH_MAX];
@@ -118,15 +218,16 @@ absl::Status ConfineOutput(const std::string& root, const std::string& field, st
         field, *value,
         absl::StrCat("has no directory ", p.parent_path().string(), ": ", base::ErrnoText(errno)));
   }
-  if (!Inside(root, real)) {
-    return Refuse(field, *value,
-                  absl::StrCat("is in ", real, ", outside the training root ", root));
+  if (const Place place = Where(scope, real); place != Place::kOwn) {
+    return Misplaced(scope, field, *value, real, place);
   }
-  const std::string full = absl::StrCat(std::string(real) == "/" ? "" : real, "/", name);
+  const std::string full = absl::StrCat(real, "/", name);
   struct stat st{};
   if (lstat(full.c_str(), &st) == 0) {
     if (S_ISLNK(st.st_mode)) return Refuse(field, *value, "is a symbolic link: not written to");
     if (!S_ISREG(st.st_mode)) return Refuse(field, *value, "exists and is not a regular file");
+  } else if (errno != ENOENT) {
+    return Refuse(field, *value, absl::StrCat("cannot be used: ", base::ErrnoText(errno)));
   }
   *value = full;
   return absl::OkStatus();
@@ -157,20 +258,19 @@ absl::Status CheckExportName(const std::string& name) {
 
 }  // namespace
 
-absl::Status ConfineExport(const std::string& root, training::TrainingConfig* config) {
+absl::Status ConfineExport(const CallerScope& scope, training::TrainingConfig* config) {
   if (absl::Status s = CheckExportName(config->export_model_name()); !s.ok()) return s;
   if (config->export_repository().empty()) return absl::OkStatus();
   const std::string field = "export_repository";
   const std::string& value = config->export_repository();
-  absl::StatusOr<std::string> path = Lexical(root, field, value);
+  absl::StatusOr<std::string> path = Lexical(scope.root, scope.root, field, value);
   if (!path.ok()) return path.status();
   char real[PATH_MAX];
   if (realpath(path->c_str(), real) == nullptr) {
     return Refuse(field, value, absl::StrCat("cannot be used: ", base::ErrnoText(errno)));
   }
-  if (!Inside(root, real)) {
-    return Refuse(field, value,
-                  absl::StrCat("resolves to ", real, ", outside the training root ", root));
+  if (const Place place = Where(scope, real); place == Place::kOutside || place == Place::kOthers) {
+    return Misplaced(scope, field, value, real, place);
   }
   struct stat st{};
   if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -181,14 +281,39 @@ absl::Status ConfineExport(const std::string& root, training::TrainingConfig* co
       name.find('\0') != std::string::npos) {
     return Refuse("export_model_name", name, "must be one path component (no '/', not '..')");
   }
-  const std::string model_dir = absl::StrCat(real, "/", name);
-  if (lstat(model_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
-    return Refuse("export_model_name", name,
-                  absl::StrCat(model_dir, S_ISLNK(st.st_mode) ? " is a symbolic link"
-                                                              : " is not a directory"));
+  // A model directory the caller's exports did not make takes none of its
+  // versions: neither another caller's nor one the operator put there.
+  const std::string model_dir = absl::StrCat(std::string(real) == "/" ? "" : real, "/", name);
+  if (absl::Status s = training::CheckExportOwner(model_dir, scope.owner); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("config field 'export_model_name': ", s.message()));
   }
   config->set_export_repository(real);
   return absl::OkStatus();
+}
+
+absl::Status ConfineConfig(const CallerScope& scope, training::TrainingConfig* config) {
+  training::DatasetConfig* data = config->mutable_dataset();
+  const std::pair<const char*, std::string*> inputs[] = {
+      {"model", config->mutable_model()},
+      {"dataset.train_images", data->mutable_train_images()},
+      {"dataset.train_labels", data->mutable_train_labels()},
+      {"dataset.test_images", data->mutable_test_images()},
+      {"dataset.test_labels", data->mutable_test_labels()},
+      {"dataset.train_records", data->mutable_train_records()},
+      {"dataset.test_records", data->mutable_test_records()},
+  };
+  for (const auto& [field, value] : inputs) {
+    if (absl::Status s = ConfineInput(scope, field, value); !s.ok()) return s;
+  }
+  const std::pair<const char*, std::string*> outputs[] = {
+      {"checkpoint", config->mutable_checkpoint()},
+      {"final_weights", config->mutable_final_weights()},
+      {"timeline", config->mutable_timeline()},
+  };
+  for (const auto& [field, value] : outputs) {
+    if (absl::Status s = ConfineOutput(scope, field, value); !s.ok()) return s;
+  }
+  return ConfineExport(scope, config);
 }
 
 }  // namespace numaserve::serving::training_paths

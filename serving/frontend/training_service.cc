@@ -167,13 +167,14 @@ struct JobConfig {
 };
 
 // Parses `config_text` (INVALID_ARGUMENT naming the field), resolves its
-// paths inside `root` (TrainingService::ConfinePaths) and prints it back.
-absl::StatusOr<JobConfig> ResolveJobConfig(const std::string& root,
+// paths for the caller of `scope` (training_paths::ConfineConfig) and
+// prints it back.
+absl::StatusOr<JobConfig> ResolveJobConfig(const training_paths::CallerScope& scope,
                                            const std::string& config_text) {
   absl::StatusOr<training::TrainingConfig> config =
       training::ParseTrainingConfig(config_text, "config_text");
   if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
-  if (absl::Status s = TrainingService::ConfinePaths(root, &*config); !s.ok()) return s;
+  if (absl::Status s = training_paths::ConfineConfig(scope, &*config); !s.ok()) return s;
   // The job runs the config with the resolved paths.
   JobConfig resolved;
   if (!google::protobuf::TextFormat::PrintToString(*config, &resolved.text)) {
@@ -258,15 +259,18 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
 // `numaserve train`'s command line for a job. The job logs at the server's
 // level, in JSON whatever the server's format: ParseLine reads the records
 // of `train` and its ranks back whole (level, fields) and logs them in the
-// server's own format. The server's kernel and training settings follow.
+// server's own format. The caller's id is the owner of its export
+// (--export-owner). The server's kernel and training settings follow.
 std::vector<std::string> JobArgs(const TrainingServiceOptions& options,
-                                 const std::string& config_path, int ranks, bool resume) {
+                                 const std::string& config_path, int ranks, bool resume,
+                                 const std::string& owner) {
   std::vector<std::string> args = {
-      options.binary, "train",
-      "--config",     config_path,
-      "--ranks",      absl::StrCat(ranks),
-      "--log-format", base::LogFormatName(base::LogFormat::kJson),
-      "--log-level",  base::LogLevelName(base::CurrentLogOptions().level)};
+      options.binary,   "train",
+      "--config",       config_path,
+      "--ranks",        absl::StrCat(ranks),
+      "--log-format",   base::LogFormatName(base::LogFormat::kJson),
+      "--log-level",    base::LogLevelName(base::CurrentLogOptions().level),
+      "--export-owner", owner};
   if (resume) args.push_back("--resume");
   for (std::string& flag : ProcessFlags(options.process, kKernelFlags | kTrainingFlags)) {
     args.push_back(std::move(flag));
@@ -275,32 +279,6 @@ std::vector<std::string> JobArgs(const TrainingServiceOptions& options,
 }
 
 }  // namespace
-
-absl::Status TrainingService::ConfinePaths(const std::string& root,
-                                           training::TrainingConfig* config) {
-  training::DatasetConfig* data = config->mutable_dataset();
-  const std::pair<const char*, std::string*> inputs[] = {
-      {"model", config->mutable_model()},
-      {"dataset.train_images", data->mutable_train_images()},
-      {"dataset.train_labels", data->mutable_train_labels()},
-      {"dataset.test_images", data->mutable_test_images()},
-      {"dataset.test_labels", data->mutable_test_labels()},
-      {"dataset.train_records", data->mutable_train_records()},
-      {"dataset.test_records", data->mutable_test_records()},
-  };
-  for (const auto& [field, value] : inputs) {
-    if (absl::Status s = training_paths::ConfineInput(root, field, value); !s.ok()) return s;
-  }
-  const std::pair<const char*, std::string*> outputs[] = {
-      {"checkpoint", config->mutable_checkpoint()},
-      {"final_weights", config->mutable_final_weights()},
-      {"timeline", config->mutable_timeline()},
-  };
-  for (const auto& [field, value] : outputs) {
-    if (absl::Status s = training_paths::ConfineOutput(root, field, value); !s.ok()) return s;
-  }
-  return training_paths::ConfineExport(root, config);
-}
 
 absl::StatusOr<std::unique_ptr<TrainingService>> TrainingService::Create(
     TrainingServiceOptions options) {
@@ -320,6 +298,10 @@ absl::StatusOr<std::unique_ptr<TrainingService>> TrainingService::Create(
         absl::StrCat("--training-root ", options.root, " is not a directory"));
   }
   options.root = real;
+  if (absl::Status s = training_paths::MakeCallersDir(options.root); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--training-root ", options.root, ": ", s.message()));
+  }
   if (options.max_ranks < 1 || options.max_jobs < 1 || options.max_config_bytes < 1) {
     return absl::InvalidArgumentError(
         "--training-max-ranks, --training-max-jobs and --training-max-config-bytes must be at "
@@ -407,6 +389,25 @@ absl::StatusOr<std::string> TrainingService::Caller(const grpc::ServerContextBas
   return caller;
 }
 
+absl::StatusOr<training_paths::CallerScope> TrainingService::Scope(
+    const std::string& caller) const {
+  bool made = false;
+  absl::StatusOr<training_paths::CallerScope> scope =
+      training_paths::OpenCallerScope(options_.root, caller, &made);
+  if (!scope.ok()) {
+    Log(LogLevel::kError, "training", std::string(scope.status().message()));
+    return absl::InternalError(
+        absl::StrCat("cannot make this caller's directory: ", scope.status().message()));
+  }
+  if (made) {
+    Log(LogLevel::kInfo, "training",
+        absl::StrCat("training directory of ", caller.empty() ? "anonymous callers" : caller, ": ",
+                     scope->area),
+        {{"caller", caller}, {"path", scope->area}});
+  }
+  return scope;
+}
+
 absl::StatusOr<int> TrainingService::Ranks(const std::string& requested) const {
   if (requested.empty() || requested == "auto") {
     absl::StatusOr<int> domains = training::AutoRankCount();
@@ -439,7 +440,9 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   }
   absl::StatusOr<int> ranks = Ranks(request->ranks());
   if (!ranks.ok()) return Done(context, ranks.status());
-  absl::StatusOr<JobConfig> config = ResolveJobConfig(options_.root, request->config_text());
+  absl::StatusOr<training_paths::CallerScope> scope = Scope(*caller);
+  if (!scope.ok()) return Done(context, scope.status());
+  absl::StatusOr<JobConfig> config = ResolveJobConfig(*scope, request->config_text());
   if (!config.ok()) return Done(context, config.status());
   absl::StatusOr<std::string> secret = training_paths::RandomHex(16);
   if (!secret.ok()) return Done(context, secret.status());
@@ -475,7 +478,8 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   if (!files.ok()) return Done(context, files.status());
   int output_fd = -1;
   absl::StatusOr<pid_t> pid =
-      SpawnJob(JobArgs(options_, (*files)->config_path(), *ranks, request->resume()), &output_fd);
+      SpawnJob(JobArgs(options_, (*files)->config_path(), *ranks, request->resume(), scope->owner),
+               &output_fd);
   if (!pid.ok()) return Done(context, pid.status());
   const std::string model = ModelLabel(config->config);
   auto job = std::make_shared<TrainingJob>(id, label, *caller, model, *pid, std::move(*files),
@@ -493,6 +497,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
                    caller->empty() ? "" : " for ", *caller),
       {{"job", label}, {"model", model}, {"ranks", *ranks}, {"caller", *caller}, {"pid", *pid}});
   response->set_job_id(id);
+  response->set_output_directory(scope->area);
   return Done(context, grpc::Status::OK);
 }
 

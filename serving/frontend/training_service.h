@@ -20,16 +20,27 @@
 //
 // Who may do what (see serve --training-service): the service is only
 // registered when asked for, every path a job's config names must resolve
-// inside the training root (TrainingServiceOptions::root), ranks, running
-// jobs and config size are capped, and each job belongs to its caller.
+// inside the training root (TrainingServiceOptions::root), a job writes
+// only in its caller's own directory there, ranks, running jobs and config
+// size are capped, and each job belongs to its caller.
 //
-//   * Paths: relative paths are taken from the root; a path with a '..'
-//     component, an absolute path outside the root, an input whose real path
-//     (symbolic links followed) leaves the root, an output whose directory's
-//     real path leaves the root or whose file is a symbolic link: all
-//     INVALID_ARGUMENT naming the config field. The job runs with the
-//     resolved real paths, and writes its outputs through fresh temporary
-//     files (O_EXCL | O_NOFOLLOW) renamed into place.
+//   * Paths (training_paths.h): a path with a '..' component, an absolute
+//     path outside the root, an input whose real path (symbolic links
+//     followed) leaves the root, an output whose directory's real path
+//     leaves the root or whose file is a symbolic link: INVALID_ARGUMENT
+//     naming the config field. The job runs with the resolved real paths,
+//     and writes its outputs through fresh temporary files (O_EXCL |
+//     O_NOFOLLOW) renamed into place.
+//   * Callers' directories (training_paths.h): each caller has its own,
+//     <root>/callers/<id>, made at its first job and returned by every
+//     StartTraining (output_directory). Outputs (checkpoint, final weights,
+//     timeline) go there only, relative ones taken from it, so `resume`
+//     reads the caller's own checkpoint; inputs and the export repository
+//     are taken from the root and may be shared, but not in another
+//     caller's directory. An export goes only into a model directory that
+//     the caller's exports made (`train --export-owner`). Otherwise
+//     PERMISSION_DENIED naming the field. Without authentication every
+//     caller is the same one, "anonymous".
 //   * Owners: a job belongs to the identity its StartTraining came with
 //     (TrainingServiceOptions::caller: a bearer token's name or a client
 //     certificate's subject). Watch and Cancel of another caller's job are
@@ -52,6 +63,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "serving/frontend/training_paths.h"
 #include "serving/workers/process_options.h"
 #include "training.grpc.pb.h"
 
@@ -63,8 +75,8 @@ struct TrainingServiceOptions {
   // The numaserve executable to run `train` with; empty = this process's own.
   std::string binary;
   // Every model, dataset, checkpoint, final_weights, timeline and export
-  // path of a job must be inside this directory; relative paths are taken
-  // from it. Required.
+  // path of a job must be inside this directory, its outputs in the
+  // caller's own directory <root>/callers/<id> (made here, 0700). Required.
   std::string root;
   // Most ranks one job may run ("auto" is capped to it too). Bounds the
   // processes a caller can start: the machine's NUMA domains by default.
@@ -119,10 +131,6 @@ class TrainingService final : public training::TrainingService::CallbackService 
                                           const training::ListTrainingsRequest* request,
                                           training::ListTrainingsResponse* response) override;
 
-  // The paths of `config` resolved inside the root (see above); errors are
-  // INVALID_ARGUMENT naming the field. Public for tests.
-  static absl::Status ConfinePaths(const std::string& root, training::TrainingConfig* config);
-
  private:
   explicit TrainingService(TrainingServiceOptions options);
   // The caller's job `id`, or null (also when another caller owns it).
@@ -130,6 +138,9 @@ class TrainingService final : public training::TrainingService::CallbackService 
       ABSL_LOCKS_EXCLUDED(mu_);
   // The caller, or UNAUTHENTICATED when authenticated callers are expected.
   absl::StatusOr<std::string> Caller(const grpc::ServerContextBase& context) const;
+  // The caller's scope (training_paths.h), its directory made at its first
+  // job (logged, with the caller); INTERNAL when it cannot be.
+  absl::StatusOr<training_paths::CallerScope> Scope(const std::string& caller) const;
   absl::StatusOr<int> Ranks(const std::string& requested) const;
   // Joins the threads of the jobs that have ended, and forgets the oldest
   // ended jobs beyond options_.max_finished_jobs (their metric series

@@ -15,8 +15,13 @@ Who may train (serve --training-service):
     without it, or without --training-root, stops `serve` with a message;
   * a checkpoint, final_weights, timeline, export or input path that escapes
     the training root (absolute, '..', a symbolic link) is INVALID_ARGUMENT
-    naming the field, and nothing is written outside; relative paths are
-    taken from the root;
+    naming the field, and nothing is written outside; relative inputs and
+    export repositories are taken from the root, relative outputs from the
+    caller's own directory <root>/callers/<id>;
+  * outputs go only into the caller's own directory: another caller can
+    neither overwrite a caller's checkpoint, resume from it nor export into
+    a model directory the caller's exports made, nor any caller overwrite a
+    served model.onnx (PERMISSION_DENIED naming the field);
   * ranks above --training-max-ranks, a config above
     --training-max-config-bytes and a job beyond --training-max-jobs are
     refused;
@@ -28,6 +33,7 @@ Who may train (serve --training-service):
 """
 
 import glob
+import hashlib
 import math
 import os
 import re
@@ -65,6 +71,30 @@ def training_stubs():
 tpb, tpb_grpc = training_stubs()
 MODEL = nc.DEFAULT_MODEL_NAME
 JOB_ID = re.compile(r"^(train-\d+)-[0-9a-f]{32}$")
+OWNER_FILE = ".numaserve-owner"
+
+
+def caller_id(caller=""):
+    """The id of CALLER ("token:NAME", "cert:SUBJECT"; "" without
+    authentication): the name of its directory, its exports' owner."""
+    return hashlib.sha256(caller.encode()).hexdigest() if caller else "anonymous"
+
+
+def caller_dir(root, caller=""):
+    """The directory of CALLER under the training root ROOT."""
+    return os.path.join(os.path.realpath(root), "callers", caller_id(caller))
+
+
+def hand_over(model_dir, caller=""):
+    """What an operator does to let CALLER's jobs export new versions of a
+    model it did not make: the owner file names the caller."""
+    with open(os.path.join(model_dir, OWNER_FILE), "w") as f:
+        f.write(caller_id(caller) + "\n")
+
+
+def versions(model_dir):
+    """The version numbers under MODEL_DIR, in order."""
+    return sorted(int(v) for v in os.listdir(model_dir) if v.isdigit())
 
 
 def training_args(root, *more):
@@ -106,6 +136,9 @@ class TrainingServiceTest(unittest.TestCase):
         cls.model = nc.write_default_model(cls.repo)
         cls.train = synthetic_dataset(cls.dir, "train", 2048, seed=1)
         cls.test = synthetic_dataset(cls.dir, "t10k", 256, seed=2)
+        # Its jobs export new versions of the served model: the operator
+        # hands it over to the (anonymous) callers.
+        hand_over(os.path.join(cls.repo, MODEL))
         cls.server = nc.ServerProcess(cls.repo, training_args(cls.dir)).start()
         cls.channel = cls.server.training_channel()
 
@@ -148,7 +181,7 @@ class TrainingServiceTest(unittest.TestCase):
         self.assertGreater(last.images_per_second, 0)
         self.assertGreater(last.test_accuracy, 0.5)
         self.assertIn("exported", last.message)
-        version_dirs = sorted(int(v) for v in os.listdir(os.path.join(self.repo, MODEL)))
+        version_dirs = versions(os.path.join(self.repo, MODEL))
         self.assertGreaterEqual(version_dirs[-1], 2)
         self.assertTrue(os.path.exists(
             os.path.join(self.repo, MODEL, str(version_dirs[-1]), "model.onnx")))
@@ -165,10 +198,13 @@ class TrainingServiceTest(unittest.TestCase):
 
     def test_cancel_ends_the_job(self):
         stub = self.stub()
-        checkpoint = os.path.join(self.dir, "cancelled.ckpt")
-        job = stub.StartTraining(tpb.StartTrainingRequest(
-            config_text=self.config_text(1000000, export=False, checkpoint=checkpoint),
-            ranks="1")).job_id
+        started = stub.StartTraining(tpb.StartTrainingRequest(
+            config_text=self.config_text(1000000, export=False, checkpoint="cancelled.ckpt"),
+            ranks="1"))
+        job = started.job_id
+        # A relative output is taken from the caller's own directory.
+        self.assertEqual(started.output_directory, caller_dir(self.dir))
+        checkpoint = os.path.join(started.output_directory, "cancelled.ckpt")
         stream = stub.WatchTraining(tpb.WatchTrainingRequest(job_id=job), timeout=120)
         for update in stream:
             if update.step > 0:
@@ -267,10 +303,10 @@ class ServerShutdownTest(unittest.TestCase):
             repo = os.path.join(directory, "repo")
             model = nc.write_default_model(repo)
             train = synthetic_dataset(directory, "train", 512, seed=3)
-            checkpoint = os.path.join(directory, "job.ckpt")
+            checkpoint = os.path.join(caller_dir(directory), "job.ckpt")
             config = ('model: "%s"\ndataset { train_images: "%s" train_labels: "%s" }\n'
                       "global_batch_size: 32\nlearning_rate: 0.05\nepochs: 100000\n"
-                      'log_every_steps: 4\ncheckpoint: "%s"\n' % ((model,) + train + (checkpoint,)))
+                      'log_every_steps: 4\ncheckpoint: "job.ckpt"\n' % ((model,) + train))
             server = nc.ServerProcess(
                 repo, training_args(directory, "--training-max-ranks", "2")).start()
             try:
@@ -430,9 +466,13 @@ class TrainingConfinementTest(unittest.TestCase):
             f.write("precious")
         shutil.copy(cls.model, os.path.join(cls.outside, "model.onnx"))
         shutil.copy(cls.train[0], os.path.join(cls.outside, "images.gz"))
-        # Links inside the root that lead out of it.
-        os.symlink(cls.outside, os.path.join(cls.root, "out_dir"))
-        os.symlink(cls.target, os.path.join(cls.root, "out_file"))
+        # Links inside the root that lead out of it: in the root (inputs),
+        # and in the anonymous caller's own directory (outputs), as if an
+        # operator had put them there.
+        cls.area = caller_dir(cls.root)
+        os.makedirs(cls.area)
+        os.symlink(cls.outside, os.path.join(cls.area, "out_dir"))
+        os.symlink(cls.target, os.path.join(cls.area, "out_file"))
         os.symlink(os.path.join(cls.outside, "images.gz"), os.path.join(cls.root, "images.gz"))
         os.makedirs(os.path.join(cls.root, "exports"))
         os.symlink(cls.outside, os.path.join(cls.root, "exports", "evil"))
@@ -498,19 +538,44 @@ class TrainingConfinementTest(unittest.TestCase):
                                       "config field 'dataset.train_labels'")
         self.assertIn("'..'", details)
 
-    def test_relative_paths_are_taken_from_the_root(self):
-        os.makedirs(os.path.join(self.root, "runs"), exist_ok=True)
+    def test_relative_paths_are_taken_from_the_root_or_the_callers_directory(self):
+        os.makedirs(os.path.join(self.area, "runs"), exist_ok=True)
         config = quick_config(os.path.relpath(self.model, self.root),
                               [os.path.basename(p) for p in self.train],
-                              final_weights="runs/weights", timeline="runs/timeline.json",
+                              final_weights="runs/weights", timeline="timeline.json",
                               export_repository="exports", export_model_name="relative")
-        job = self.start(config).job_id
-        final = final_state(self.stub, job)
+        started = self.start(config)
+        self.assertEqual(started.output_directory, self.area)
+        final = final_state(self.stub, started.job_id)
         self.assertEqual(final.state, tpb.TrainingProgress.SUCCEEDED, final)
-        self.assertEqual(read_weights(os.path.join(self.root, "runs", "weights"))[0], 8)
-        self.assertTrue(os.path.isfile(os.path.join(self.root, "runs", "timeline.json")))
-        self.assertTrue(os.path.isfile(
-            os.path.join(self.root, "exports", "relative", "1", "model.onnx")))
+        # Outputs in the caller's directory, the export in the root's
+        # repository, marked as this caller's.
+        self.assertEqual(read_weights(os.path.join(self.area, "runs", "weights"))[0], 8)
+        self.assertTrue(os.path.isfile(os.path.join(self.area, "timeline.json")))
+        self.assertFalse(os.path.exists(os.path.join(self.root, "timeline.json")))
+        model_dir = os.path.join(self.root, "exports", "relative")
+        self.assertTrue(os.path.isfile(os.path.join(model_dir, "1", "model.onnx")))
+        with open(os.path.join(model_dir, OWNER_FILE)) as f:
+            self.assertEqual(f.read(), "anonymous\n")
+
+    def test_served_models_are_not_overwritten(self):
+        # The repository the server serves lies inside the root: readable,
+        # but neither an output nor an export may replace what is there.
+        served = os.path.join(self.repo, MODEL, "1", "model.onnx")
+        before = tree(self.repo)
+        for field in ("checkpoint", "final_weights", "timeline"):
+            with self.subTest(field=field):
+                details = self.assert_refused(quick_config(self.model, self.train,
+                                                           **{field: served}),
+                                              "config field '%s'" % field,
+                                              code=grpc.StatusCode.PERMISSION_DENIED)
+                self.assertIn(self.area, details)
+        details = self.assert_refused(
+            quick_config(self.model, self.train, export_repository=self.repo,
+                         export_model_name=MODEL),
+            "config field 'export_model_name'", code=grpc.StatusCode.PERMISSION_DENIED)
+        self.assertIn("not made by this caller's exports", details)
+        self.assertEqual(tree(self.repo), before)
 
     def test_ranks_and_config_size_are_capped(self):
         config = quick_config(self.model, self.train)
@@ -524,9 +589,9 @@ class TrainingConfinementTest(unittest.TestCase):
         self.assertIn("--training-max-config-bytes", details)
 
     def test_job_files_are_private_and_removed_and_running_jobs_are_capped(self):
-        checkpoint = os.path.join(self.root, "long.ckpt")
+        checkpoint = os.path.join(self.area, "long.ckpt")
         job = self.start(quick_config(self.model, self.train, steps=1000000,
-                                      checkpoint=checkpoint)).job_id
+                                      checkpoint="long.ckpt")).job_id
         self.assertRegex(job, JOB_ID)
         first_step(self.stub, job)
         # The config is in a private directory under $TMPDIR (where mpirun
@@ -539,7 +604,7 @@ class TrainingConfinementTest(unittest.TestCase):
         config = os.path.join(dirs[0], "job.cfg")
         self.assertEqual(stat.S_IMODE(os.lstat(config).st_mode), 0o600)
         with open(config) as f:
-            self.assertIn('checkpoint: "%s"' % os.path.realpath(checkpoint), f.read())
+            self.assertIn('checkpoint: "%s"' % checkpoint, f.read())
         self.assertFalse(os.path.exists("/tmp/numaserve-training-%d" % self.server.pid))
         # --training-max-jobs 1 (the default): a second job waits its turn.
         details = self.assert_refused(quick_config(self.model, self.train), "running",
@@ -627,6 +692,80 @@ class TrainingOwnersTest(unittest.TestCase):
             self.assertEqual(server.training_port, server.grpc_port)
             self.check_owners(server, creds("alice"), creds("bob"), anonymous=creds())
             self.assertIn("for token:alice", server.stderr_text())
+
+    def test_callers_cannot_touch_each_others_files(self):
+        """Each caller writes in its own directory only: bob can neither
+        overwrite alice's checkpoint, resume from it, read it, nor export
+        into her model, and no caller can replace a served model; alice
+        goes on resuming and exporting her own."""
+        def creds(name):
+            return nc.tls_credentials(self.pki["ca"], token=self.TOKENS[name])
+
+        exports = os.path.join(self.dir, "exports")
+        os.makedirs(exports, exist_ok=True)
+        args = self.tls + ["--grpc-auth-token-file", self.token_file, "--training-service",
+                           "--training-root", self.dir]
+        with nc.ServerProcess(self.repo, args, credentials=creds("alice")) as server, \
+                server.training_channel(creds("alice")) as a, \
+                server.training_channel(creds("bob")) as b:
+            sa, sb = tpb_grpc.TrainingServiceStub(a), tpb_grpc.TrainingServiceStub(b)
+
+            def config(steps=4, **paths):
+                return quick_config(self.model, self.train, steps=steps, **paths)
+
+            def run(stub, text, resume=False):
+                started = stub.StartTraining(tpb.StartTrainingRequest(
+                    config_text=text, ranks="1", resume=resume), timeout=30)
+                final = final_state(stub, started.job_id)
+                self.assertEqual(final.state, tpb.TrainingProgress.SUCCEEDED, final)
+                return started.output_directory
+
+            def refused(stub, text, field, resume=False):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    stub.StartTraining(tpb.StartTrainingRequest(
+                        config_text=text, ranks="1", resume=resume), timeout=30)
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.PERMISSION_DENIED,
+                                 ctx.exception.details())
+                self.assertIn("config field '%s'" % field, ctx.exception.details())
+
+            alice_dir = run(sa, config(checkpoint="job.ckpt", export_repository="exports",
+                                       export_model_name="alices"))
+            self.assertEqual(alice_dir, caller_dir(self.dir, "token:alice"))
+            theirs = os.path.join(alice_dir, "job.ckpt")
+            self.assertEqual(read_weights(theirs)[0], 4)
+            served = os.path.join(self.repo, MODEL, "1", "model.onnx")
+            before = {d: tree(d) for d in (alice_dir, exports, self.repo)}
+
+            for field in ("checkpoint", "final_weights", "timeline"):
+                refused(sb, config(**{field: theirs}), field)
+                refused(sb, config(**{field: served}), field)
+            refused(sb, config(checkpoint=theirs), "checkpoint", resume=True)
+            refused(sb, quick_config(self.model, (theirs, self.train[1])),
+                    "dataset.train_images")
+            refused(sb, config(export_repository="exports", export_model_name="alices"),
+                    "export_model_name")
+            refused(sb, config(export_repository=self.repo, export_model_name=MODEL),
+                    "export_model_name")
+            refused(sb, config(export_repository=alice_dir, export_model_name="b"),
+                    "export_repository")
+            self.assertEqual({d: tree(d) for d in before}, before)
+
+            # Bob's own files, beside hers.
+            bob_dir = run(sb, config(checkpoint="job.ckpt", export_repository="exports",
+                                     export_model_name="bobs"))
+            self.assertEqual(bob_dir, caller_dir(self.dir, "token:bob"))
+            self.assertEqual(read_weights(os.path.join(bob_dir, "job.ckpt"))[0], 4)
+            self.assertEqual(tree(alice_dir), before[alice_dir])
+            # Alice resumes from her checkpoint and exports her next version.
+            run(sa, config(steps=8, checkpoint="job.ckpt", export_repository="exports",
+                           export_model_name="alices"), resume=True)
+            self.assertEqual(read_weights(theirs)[0], 8)
+            self.assertEqual(versions(os.path.join(exports, "alices")), [1, 2])
+            self.assertEqual(versions(os.path.join(exports, "bobs")), [1])
+            for name, caller in (("alices", "token:alice"), ("bobs", "token:bob")):
+                with open(os.path.join(exports, name, OWNER_FILE)) as f:
+                    self.assertEqual(f.read(), caller_id(caller) + "\n")
+            self.assertEqual(tree(self.repo), before[self.repo])
 
     def test_client_certificate_callers_see_only_their_jobs(self):
         def creds(name):

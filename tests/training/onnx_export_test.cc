@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "engine/import/onnx_import.h"
 #include "engine/model.h"
@@ -42,6 +45,56 @@ TEST(NextVersionPathTest, NumbersAfterTheHighestVersion) {
   absl::StatusOr<std::string> fresh = NextVersionPath(repo, "new_model");
   ASSERT_TRUE(fresh.ok());
   EXPECT_EQ(*fresh, repo + "/new_model/1/model.onnx");
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(NextVersionPathTest, AnOwnerExportsOnlyIntoModelDirectoriesItMade) {
+  const std::string repo = ::testing::TempDir() + "/owner_" + std::to_string(getpid());
+  fs::create_directories(repo + "/operators/1");
+  // A model directory made by an export is marked with its owner.
+  absl::StatusOr<std::string> p = NextVersionPath(repo, "m", "alice");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, repo + "/m/1/model.onnx");
+  EXPECT_EQ(ReadText(repo + "/m/" + kExportOwnerFile), "alice\n");
+  // Its owner goes on exporting there; another owner is refused, and so is
+  // a directory without an owner file (an operator's model).
+  p = NextVersionPath(repo, "m", "alice");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, repo + "/m/2/model.onnx");
+  p = NextVersionPath(repo, "m", "bob");
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kPermissionDenied) << p.status();
+  EXPECT_FALSE(fs::exists(repo + "/m/3"));
+  p = NextVersionPath(repo, "operators", "alice");
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kPermissionDenied) << p.status();
+  EXPECT_NE(p.status().message().find("has no .numaserve-owner"), std::string::npos) << p.status();
+  EXPECT_FALSE(fs::exists(repo + "/operators/2"));
+  EXPECT_TRUE(CheckExportOwner(repo + "/m", "alice").ok());
+  EXPECT_TRUE(CheckExportOwner(repo + "/missing", "bob").ok());
+  // Without an owner (`numaserve train` by hand) any directory, as before.
+  p = NextVersionPath(repo, "operators");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, repo + "/operators/2/model.onnx");
+  // A link in place of a model directory, a link as the owner file, and an
+  // owner that is no name.
+  fs::create_directory_symlink(repo + "/m", repo + "/link");
+  EXPECT_EQ(NextVersionPath(repo, "link", "alice").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  fs::create_directories(repo + "/linked_owner");
+  fs::create_symlink(repo + "/m/" + kExportOwnerFile, repo + "/linked_owner/" + kExportOwnerFile);
+  EXPECT_EQ(CheckExportOwner(repo + "/linked_owner", "alice").code(),
+            absl::StatusCode::kPermissionDenied);
+  for (const std::string& owner : std::vector<std::string>{"a/b", "a\nb", std::string(129, 'a')}) {
+    EXPECT_EQ(NextVersionPath(repo, "x", owner).status().code(), absl::StatusCode::kInvalidArgument)
+        << owner;
+  }
+  EXPECT_FALSE(fs::exists(repo + "/x"));
+  fs::remove_all(repo);
 }
 
 TEST(OnnxExportTest, ExportedModelRunsInTheEngineAndMatchesTraining) {

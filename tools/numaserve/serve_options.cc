@@ -244,7 +244,8 @@ void AddTrainingFlags(base::ArgParser& parser, ServeOptions& o) {
                    "= the gRPC port, which then needs authentication");
   parser.AddString("training-root", &o.training_root,
                    "the directory every model, dataset, checkpoint and export path of a training "
-                   "job must be inside (relative paths are taken from it)");
+                   "job must be inside (relative inputs are taken from it); each caller's outputs "
+                   "go to its own callers/<id> there");
   parser.AddInt("training-max-ranks", &o.training_max_ranks,
                 "most ranks (processes) one training job may run; 0 = the NUMA domains of "
                 "this machine");

@@ -18,6 +18,7 @@
 #include "base/args.h"
 #include "base/errno_text.h"
 #include "base/log.h"
+#include "training/onnx_export.h"
 #include "training/rank_binding.h"
 #include "training/trainer.h"
 
@@ -88,7 +89,8 @@ class StopSignals {
 };
 
 // One rank of the job (under mpirun, or alone as an MPI singleton).
-int RunRank(const std::string& config_path, bool resume, const serving::ProcessOptions& process) {
+int RunRank(const std::string& config_path, bool resume, const serving::ProcessOptions& process,
+            const std::string& export_owner) {
   StopSignals stop_signals;  // before any other thread starts
   // Bind before MPI and OpenMP start threads, like an inference worker.
   const int local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
@@ -110,6 +112,7 @@ int RunRank(const std::string& config_path, bool resume, const serving::ProcessO
   options.resume = resume;
   options.stop = stop_signals.flag();
   options.reference_ops = process.training_reference_ops;
+  options.export_owner = export_owner;
   absl::StatusOr<training::TrainResult> result =
       training::RunTraining(*config, options, MPI_COMM_WORLD);
   if (!result.ok()) {
@@ -177,7 +180,7 @@ std::vector<std::string> MpirunCommand(const MpirunOptions& o,
 int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOptions& defaults) {
   serving::ProcessOptions process = defaults;
   std::string config_path, ranks_text = "auto", mpirun = "mpirun", hostfile;
-  std::string log_format = "text", log_level = "info";
+  std::string log_format = "text", log_level = "info", export_owner;
   bool resume = false, dry_run = false;
   base::ArgParser parser(
       "train",
@@ -194,6 +197,10 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
                    "an Open MPI hostfile: run on those hosts (with --ranks auto, one rank per "
                    "NUMA domain of each)");
   parser.AddBool("dry-run", &dry_run, "print the mpirun command instead of running it");
+  parser.AddString("export-owner", &export_owner,
+                   "export only into a model directory this owner made (it is marked with a "
+                   ".numaserve-owner file naming the owner); the training service passes its "
+                   "caller's id");
   parser.AddString("log-format", &log_format,
                    "text (\"numaserve: ...\" lines) | json (one object a line: ts, level, "
                    "component, msg and fields); the ranks get the same");
@@ -211,13 +218,19 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
     return 0;
   }
   if (config_path.empty()) return Fail("--config FILE is required");
+  if (!export_owner.empty()) {
+    if (absl::Status s = training::CheckExportOwnerName(export_owner); !s.ok()) {
+      return Fail(absl::StrCat("--export-owner: ", s.message()));
+    }
+  }
   // Checked in the launcher too, before anything is launched.
   if (absl::Status s = serving::ApplyProcessOptions(process); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   // Under mpirun (or a multi-node launch): this process is one rank.
-  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return RunRank(config_path, resume, process);
-
+  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+    return RunRank(config_path, resume, process, export_owner);
+  }
   const absl::StatusOr<int> ranks = RankCount(ranks_text, hostfile);
   if (!ranks.ok()) return Fail(std::string(ranks.status().message()));
   // Check the config before launching anything.
@@ -227,6 +240,7 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
   }
   std::vector<std::string> train_args = {"--config", config_path};
   if (resume) train_args.push_back("--resume");
+  if (!export_owner.empty()) train_args.insert(train_args.end(), {"--export-owner", export_owner});
   char self[4096];
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) return Fail(absl::StrCat("cannot find this executable: ", base::ErrnoText(errno)));
