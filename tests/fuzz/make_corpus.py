@@ -12,6 +12,7 @@ protos in proto/ through the test client's generated modules.
 
 import argparse
 import gzip
+import hashlib
 import io
 import os
 import shutil
@@ -316,6 +317,48 @@ def idx_file_seeds():
     yield "trailing.idx", idx_bytes([5]) + b"\x00"
 
 
+# --- training_config ---------------------------------------------------------------
+
+# The callers' directories of the target's training root
+# (training_config_fuzz.cc): this caller's and the other one's.
+OTHER_CALLER = hashlib.sha256(b"token:other").hexdigest()
+
+
+def training_config_seeds():
+    full = ('model: "model.onnx"\n'
+            'dataset { train_images: "data/train.idx" train_labels: "data/train.idx"\n'
+            '          test_images: "data/train.idx" test_labels: "data/train.idx" }\n'
+            "epochs: 2\nglobal_batch_size: 32\nlearning_rate: 0.05\n"
+            "sgd { momentum: 0.9 }\n"
+            'checkpoint: "ckpt"\ncheckpoint_every_steps: 10\n'
+            'final_weights: "runs/weights"\ntimeline: "timeline.json"\n'
+            'export_repository: "repo"\nexport_model_name: "mine"\n')
+    yield "full.pbtxt", full
+    yield "records.pbtxt", ('model: "model.onnx"\n'
+                            'dataset { train_records: "data/train.idx" }\n'
+                            "max_steps: 8\nglobal_batch_size: 4\nlearning_rate: 1\n"
+                            'precision: "bf16"\nexport_repository: "repo"\n'
+                            'export_model_name: "new_model"\n')
+    yield "escapes.pbtxt", ('model: "../outside/secret"\n'
+                            'checkpoint: "/etc/passwd"\ntimeline: "link"\n'
+                            'final_weights: "data/../../x"\n')
+    yield "links.pbtxt", ('model: "link_secret"\ndataset { train_images: "link_out/secret" }\n'
+                          'export_repository: "repo"\nexport_model_name: "link_model"\n')
+    yield "other_caller.pbtxt", ('model: "callers/%s/ckpt"\ncheckpoint: "ckpt"\n'
+                                 'export_repository: "callers/%s/repo"\n'
+                                 'export_model_name: "m"\n' % (OTHER_CALLER, OTHER_CALLER))
+    yield "not_owned.pbtxt", ('model: "model.onnx"\nexport_repository: "repo"\n'
+                              'export_model_name: "served"\n')
+    yield "theirs.pbtxt", ('model: "model.onnx"\nexport_repository: "repo"\n'
+                           'export_model_name: "theirs"\n')
+    yield "bytes.pbtxt", ('model: "\\377model.onnx"\ncheckpoint: "a\\000b"\n'
+                          'export_model_name: "\\303\\251"\n')
+    yield "raw_input", "data/train.idx\n"
+    yield "raw_other", "callers/%s/ckpt\n" % OTHER_CALLER
+    yield "raw_export", "repo\nmine\n"
+    yield "raw_root", "/\n.\n"
+
+
 TARGETS = {
     "onnx_import": onnx_seeds,
     "infer_request": infer_request_seeds,
@@ -324,6 +367,7 @@ TARGETS = {
     "checkpoint": checkpoint_seeds,
     "record_file": record_file_seeds,
     "idx_file": idx_file_seeds,
+    "training_config": training_config_seeds,
 }
 
 

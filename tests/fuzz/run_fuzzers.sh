@@ -21,7 +21,8 @@ seconds="${2:?$usage}"
 shift 2
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(onnx_import infer_request model_config npy checkpoint record_file idx_file)
+  targets=(onnx_import infer_request model_config npy checkpoint record_file idx_file
+    training_config)
 fi
 
 # Longest input per target: a few times the largest seed, so mutations can
@@ -29,7 +30,7 @@ fi
 max_len() {
   case "$1" in
     onnx_import) echo 4096 ;;
-    model_config) echo 2048 ;;
+    model_config | training_config) echo 2048 ;;
     *) echo 1024 ;;
   esac
 }
