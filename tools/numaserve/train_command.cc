@@ -147,6 +147,18 @@ absl::StatusOr<int> RankCount(const std::string& ranks_text, const std::string& 
   return ranks;
 }
 
+// --export-owner (when given) must be a valid owner id; the process
+// settings are applied to this process (the launcher and each rank).
+absl::Status CheckOwnerAndApply(const std::string& export_owner,
+                                const serving::ProcessOptions& process) {
+  if (!export_owner.empty()) {
+    if (absl::Status s = training::CheckExportOwnerName(export_owner); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--export-owner: ", s.message()));
+    }
+  }
+  return serving::ApplyProcessOptions(process);
+}
+
 }  // namespace
 
 std::vector<std::string> MpirunCommand(const MpirunOptions& o,
@@ -198,9 +210,8 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
                    "NUMA domain of each)");
   parser.AddBool("dry-run", &dry_run, "print the mpirun command instead of running it");
   parser.AddString("export-owner", &export_owner,
-                   "export only into a model directory this owner made (it is marked with a "
-                   ".numaserve-owner file naming the owner); the training service passes its "
-                   "caller's id");
+                   "export only into model directories this owner made (a .numaserve-owner "
+                   "file names it); the training service passes its caller's id");
   parser.AddString("log-format", &log_format,
                    "text (\"numaserve: ...\" lines) | json (one object a line: ts, level, "
                    "component, msg and fields); the ranks get the same");
@@ -218,13 +229,8 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
     return 0;
   }
   if (config_path.empty()) return Fail("--config FILE is required");
-  if (!export_owner.empty()) {
-    if (absl::Status s = training::CheckExportOwnerName(export_owner); !s.ok()) {
-      return Fail(absl::StrCat("--export-owner: ", s.message()));
-    }
-  }
   // Checked in the launcher too, before anything is launched.
-  if (absl::Status s = serving::ApplyProcessOptions(process); !s.ok()) {
+  if (absl::Status s = CheckOwnerAndApply(export_owner, process); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   // Under mpirun (or a multi-node launch): this process is one rank.
