@@ -27,9 +27,6 @@ TOOL = os.path.join(HERE, "..", "..", "benchmarks", "e2e", "reliability.py")
 sys.path.insert(0, os.path.dirname(TOOL))
 import reliability  # noqa: E402
 
-sys.path.insert(0, os.path.join(HERE, "..", "clients"))
-import prerequisites  # noqa: E402
-
 MIB = 1 << 20
 
 
@@ -81,7 +78,11 @@ class ReliabilityTest(unittest.TestCase):
         result = json.loads(lines[-1])["scenarios"][0]
         self.assertEqual(result["scenario"], name)
         if result["skipped"]:
-            prerequisites.missing(self, result["skipped"])
+            # The diskfull scenario's only skip: no private mount namespace,
+            # which is the environment's capability (a chroot without user
+            # namespaces, as CI's Debian 13 root is), not a package that
+            # install-deps.sh could install; so a skip, not a CI failure.
+            self.skipTest(result["skipped"])
         self.assertEqual(result["failures"], [], json.dumps(result["figures"], indent=1))
         self.assertTrue(result["passed"])
         self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
