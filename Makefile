@@ -46,14 +46,15 @@ test: build
 # benchmark models (label models), and except the tests of the BLIS and
 # OpenBLAS GEMM backends: kernels/gemm dlopens those libraries with
 # RTLD_DEEPBIND, which the ASan runtime refuses (it aborts the process), and
-# "auto" tries them too. ShapeCacheTest.ModelStaysBounded* bounds the
+# "auto" tries them too (and so do process_options_test's two BLAS cases,
+# which load BLIS). ShapeCacheTest.ModelStaysBounded* bounds the
 # process's RSS growth, which ASan's shadow memory and quarantine inflate.
 # Leak checking is on; tests/sanitizers/lsan.supp lists what system
 # libraries keep. The replay tests (label fuzz) run the fuzz regressions
 # here with UBSan, where reports of undefined behaviour show.
 ASAN_DIR ?= build/asan
 ASAN_TARGETS ?= all
-ASAN_EXCLUDE = blis|openblas|/auto|GemmBackendLibraryTest|GemmBackendCreateTest|GemmAutotuneTest|AutoRemembersItsChoices|ShapeCacheTest.ModelStaysBounded
+ASAN_EXCLUDE = blis|openblas|/auto|GemmBackendLibraryTest|GemmBackendCreateTest|GemmAutotuneTest|AutoRemembersItsChoices|ShapeCacheTest.ModelStaysBounded|BlasKernelsAreChosenFromTheCpu|TheBlisArchIsTheOptions
 ASAN_CTEST_ARGS ?= -LE 'integration|models|threads16' -E '$(ASAN_EXCLUDE)'
 # allow_user_poisoning=0: absl's headers poison a hash table's empty slots
 # under ASan, and Debian's libabsl_raw_hash_set.so, built without it, does

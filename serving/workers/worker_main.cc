@@ -550,7 +550,7 @@ absl::Status ParseWorkerFlags(const std::vector<std::string>& args, WorkerFlags*
   parser.AddString("log-level", &log_level,
                    "least level logged: debug | info | warning | error (serve passes its own)");
   AddProcessFlags(parser, f->process, kKernelFlags | kModelFlags);
-  const absl::Status parsed = parser.Parse(args);
+  absl::Status parsed = parser.Parse(args);
   absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
   if (!log_options.ok()) return log_options.status();
   base::ConfigureLog(*log_options);
