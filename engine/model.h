@@ -90,10 +90,29 @@ struct CompileOptions {
   // Batch sizes whose plan (shapes, activation offsets, prepared steps) is
   // kept: a new size beyond this drops the least recently run one, planned
   // again if it comes back (the kernels keep their per-shape primitives).
-  // The activations of every plan share one arena, the largest plan's, so
-  // memory follows the largest batch, not the number of sizes seen. 0: no
-  // limit.
+  // The activations of every plan share one arena, as large as the largest
+  // plan kept, so memory follows the largest batch kept, not the number of
+  // sizes seen. 0: no limit.
   int batch_plans = 64;
+  // A batch size's plan not run in the last this many runs is dropped too,
+  // so that a size seen once (one request of many rows to a model served
+  // one request per run) does not keep its activations for good: when such
+  // drops leave the largest plan kept needing at most half of the arena,
+  // the arena is mapped again at that size and the rest goes back to the
+  // system. (Plans dropped by batch_plans leave it as it is: sizes coming
+  // and going would otherwise map it again at every new plan.) 0: plans
+  // are dropped by batch_plans alone, and the arena never shrinks.
+  int64_t batch_plan_idle_runs = 1024;
+  // The activation bytes one run may need (the arena of the plan at its
+  // batch size, what ActivationBytes says): a Run or ActivationBytes at a
+  // batch size whose plan needs more fails with RESOURCE_EXHAUSTED, naming
+  // both figures, before the arena grows or a step is prepared for it. The
+  // server sets it per model (config.pbtxt max_activation_bytes, else
+  // serve --max-activation-mb), so that no request can take a worker's
+  // memory: a model whose dim 0 is dynamic runs a request of any number of
+  // rows when it is served one request per run, and an op such as x * x^T
+  // needs rows^2 activations. 0: no limit.
+  int64_t max_activation_bytes = 0;
   // Scaled dot-product attention (MatMul, scalar Mul/Div, Softmax over the
   // last axis, MatMul) runs as one step on the own fused kernel, the scores
   // kept in cache. Off only to compare.
@@ -244,6 +263,7 @@ class CompiledModel {
   // Peak activation bytes at `batch` rows: the size of the activation
   // arena, whose buffers are reused between values that are not alive at
   // the same time (graph inputs, outputs and weights not included).
+  // RESOURCE_EXHAUSTED above CompileOptions::max_activation_bytes.
   virtual absl::StatusOr<int64_t> ActivationBytes(int64_t batch) { return int64_t{0}; }
 
   // The layout chosen for the activations between convs and pools

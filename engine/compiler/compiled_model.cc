@@ -373,6 +373,8 @@ void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& c
   plan_.serial_below_elements = options_.serial_below_elements;
   plan_.batch_split_cache_bytes = options_.batch_split_cache_bytes;
   plan_.batch_plans = options_.batch_plans;
+  plan_.batch_plan_idle_runs = options_.batch_plan_idle_runs;
+  plan_.max_activation_bytes = options_.max_activation_bytes;
   PlanLifetimes(plan_, step_of_node_, producer, consumers);
   PlanInPlaceResiduals(plan_, options_.in_place_residuals);
   // The plan is complete: the runtime runs it from here on.
@@ -502,6 +504,11 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
     return absl::InvalidArgumentError(
         absl::StrCat("batch_groups must be >= 1 and batch_group_min_rows >= 0, got ",
                      options.batch_groups, " and ", options.batch_group_min_rows));
+  }
+  if (options.max_activation_bytes < 0 || options.batch_plan_idle_runs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_activation_bytes and batch_plan_idle_runs must be >= 0, got ",
+                     options.max_activation_bytes, " and ", options.batch_plan_idle_runs));
   }
   if (absl::Status s = CheckGemmBackendChoice(options.gemm_backend); !s.ok()) return s;
   if (options.conv_algorithm != "direct" && options.conv_algorithm != "winograd") {

@@ -2,15 +2,18 @@
 #include "engine/runtime/executor.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "engine/ops/shape_propagation.h"
@@ -39,6 +42,13 @@ absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
   auto it = per_batch_.find(batch);
   if (it != per_batch_.end()) {
     it->second.last_used = ++use_clock_;
+    // Nothing points into the arena between runs (BindData points every
+    // value again at each one), so it may be allocated again here.
+    if (DropIdlePlans()) {
+      if (absl::Status s = FitArena(batch, it->second.arena_bytes, /*shrink=*/true); !s.ok()) {
+        return s;
+      }
+    }
     return &it->second;
   }
   auto shapes = PropagateShapes(graph_, InputShapesForBatch(graph_, batch));
@@ -48,11 +58,21 @@ absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
   state.shapes = *std::move(shapes);
   PlanBatchSplit(plan_, state);
   PlanArena(plan_, state);
-  if (absl::Status s = GrowArena(batch, state.arena_bytes); !s.ok()) return s;
+  // Refused before anything of its size is allocated or prepared.
+  if (plan_.max_activation_bytes > 0 && state.arena_bytes > plan_.max_activation_bytes) {
+    constexpr double kMiB = 1 << 20;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "a batch of %d rows needs %d activation bytes (%.1f MiB), above the limit of %d "
+        "(%.1f MiB, max_activation_bytes)",
+        batch, state.arena_bytes, static_cast<double>(state.arena_bytes) / kMiB,
+        plan_.max_activation_bytes, static_cast<double>(plan_.max_activation_bytes) / kMiB));
+  }
+  EvictBatchPlans();
+  const bool dropped_idle = DropIdlePlans();
+  if (absl::Status s = FitArena(batch, state.arena_bytes, dropped_idle); !s.ok()) return s;
   state.data.assign(graph_.num_values(), nullptr);
   PlanStepCosts(plan_, state);
   if (absl::Status s = PrepareSteps(state); !s.ok()) return s;
-  EvictBatchPlans();
   state.last_used = ++use_clock_;
   return &per_batch_.emplace(batch, std::move(state)).first->second;
 }
@@ -63,21 +83,34 @@ absl::StatusOr<int64_t> Executor::ActivationBytes(int64_t batch) {
   return (*state)->arena_bytes;
 }
 
-absl::Status Executor::GrowArena(int64_t batch, int64_t arena_bytes) {
-  if (arena_bytes > arena_bytes_ || arena_ == nullptr) {
-    // One arena for every batch size: it grows to the largest plan.
-    const size_t bytes =
-        (std::max<int64_t>(arena_bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-    arena_.reset();
-    arena_bytes_ = 0;
-    arena_.reset(static_cast<float*>(std::aligned_alloc(kAlignment, bytes)));
-    if (arena_ == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", bytes, " activation bytes for batch ", batch));
-    }
-    arena_bytes_ = static_cast<int64_t>(bytes);
+absl::Status Executor::FitArena(int64_t batch, int64_t arena_bytes, bool shrink) {
+  // One arena for every batch size: at least as large as the largest plan
+  // kept.
+  int64_t needed = std::max<int64_t>(arena_bytes, 1);
+  for (const auto& [size, state] : per_batch_) needed = std::max(needed, state.arena_bytes);
+  const int64_t bytes = (needed + kAlignment - 1) / kAlignment * kAlignment;
+  // Smaller only after idle plans went, and only to half or less: sizes
+  // coming and going (more than batch_plans of them, growing) would
+  // otherwise map it again at every new plan.
+  if (arena_ != nullptr && bytes <= arena_bytes_ && (!shrink || arena_bytes_ / 2 <= bytes)) {
+    return absl::OkStatus();
   }
+  arena_.reset();
+  arena_bytes_ = 0;
+  // Page-aligned, so kAlignment-aligned.
+  void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " activation bytes for batch ", batch));
+  }
+  arena_ = std::unique_ptr<float, Unmap>(static_cast<float*>(p), Unmap{static_cast<size_t>(bytes)});
+  arena_bytes_ = bytes;
   return absl::OkStatus();
+}
+
+void Executor::Unmap::operator()(float* p) const {
+  if (p != nullptr) munmap(p, bytes);
 }
 
 absl::Status Executor::PrepareSteps(const BatchState& state) {
@@ -107,9 +140,28 @@ void Executor::EvictBatchPlans() {
     for (auto p = per_batch_.begin(); p != per_batch_.end(); ++p) {
       if (p->second.last_used < oldest->second.last_used) oldest = p;
     }
-    if (last_state_ == &oldest->second) last_state_ = nullptr;
-    per_batch_.erase(oldest);
+    DropPlan(oldest);
   }
+}
+
+bool Executor::DropIdlePlans() {
+  if (plan_.batch_plan_idle_runs <= 0) return false;
+  const uint64_t idle = static_cast<uint64_t>(plan_.batch_plan_idle_runs);
+  bool dropped = false;
+  for (auto p = per_batch_.begin(); p != per_batch_.end();) {
+    auto next = std::next(p);
+    if (use_clock_ - p->second.last_used > idle) {
+      DropPlan(p);
+      dropped = true;
+    }
+    p = next;
+  }
+  return dropped;
+}
+
+void Executor::DropPlan(std::map<int64_t, BatchState>::iterator it) {
+  if (last_state_ == &it->second) last_state_ = nullptr;
+  per_batch_.erase(it);
 }
 
 std::vector<std::vector<int64_t>> Executor::OutputShapes(int64_t batch) const {

@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <vector>
@@ -64,8 +64,12 @@ class Executor {
   }
 
  private:
-  struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
+  // The arena is mapped on its own (mmap), not taken from the heap: freed,
+  // its pages go back to the system at once, and arenas of growing sizes
+  // leave no holes in the heap that keep the process's resident set up.
+  struct Unmap {
+    size_t bytes;  // no initializer: default-constructible inside Executor (GCC)
+    void operator()(float* p) const;
   };
   // Per step, while profiling.
   struct StepTimes {
@@ -80,14 +84,23 @@ class Executor {
   // OK when `batch` is a row count Run takes: >= 1 when an input has a
   // dynamic dim 0, else 1.
   absl::Status CheckBatch(int64_t batch) const;
-  // The state of `batch`, planned and prepared when new.
+  // The state of `batch`, planned and prepared when new; RESOURCE_EXHAUSTED
+  // when its plan needs more than plan.max_activation_bytes.
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
-  // Grows arena_ to hold a plan of `arena_bytes` (for `batch`, in the error).
-  absl::Status GrowArena(int64_t batch, int64_t arena_bytes);
+  // Sizes arena_ for the plans kept and one of `arena_bytes` (for `batch`,
+  // in the error): it grows to the largest, and with `shrink` (idle plans
+  // were dropped) it is mapped again at that size when it is more than twice
+  // as large.
+  absl::Status FitArena(int64_t batch, int64_t arena_bytes, bool shrink);
   // Prepares every step at its shapes in `state`, on the threads it will run on.
   absl::Status PrepareSteps(const BatchState& state);
   // Drops the least recently used batch plans until a new one fits plan.batch_plans.
   void EvictBatchPlans();
+  // Drops the plans not run in the last plan.batch_plan_idle_runs runs; true
+  // when it dropped any.
+  bool DropIdlePlans();
+  // Forgets the plan at `it` (and the profile's pointer to it).
+  void DropPlan(std::map<int64_t, BatchState>::iterator it);
   // Points every value at its bytes for this Run.
   void BindData(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                 BatchState& state) const;
@@ -104,12 +117,14 @@ class Executor {
   const ExecutionPlan& plan_;
   const Graph& graph_;
   dnnl::stream stream_;
-  // At most plan_.batch_plans, the least recently used dropped first.
+  // At most plan_.batch_plans, the least recently used dropped first, and
+  // none idle for more than plan_.batch_plan_idle_runs runs.
   std::map<int64_t, BatchState> per_batch_;
   uint64_t use_clock_ = 0;
-  // The activation arena of every batch state (one Run at a time), as large
-  // as the largest plan so far.
-  std::unique_ptr<float, FreeDeleter> arena_;
+  // The activation arena of every batch state (one Run at a time): at least
+  // as large as the largest plan kept; at most twice as large right after
+  // idle plans were dropped.
+  std::unique_ptr<float, Unmap> arena_;
   int64_t arena_bytes_ = 0;
 
   bool profiling_ = false;

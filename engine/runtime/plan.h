@@ -56,10 +56,14 @@ struct ExecutionPlan {
   // A step runs on the calling thread alone below these (CompileOptions).
   double serial_below_flops = 0;
   int64_t serial_below_elements = 0;
-  // The cache a split batch's slices fit (0: no split), and how many batch
-  // sizes keep their per-batch state (0: all).
+  // The cache a split batch's slices fit (0: no split), how many batch
+  // sizes keep their per-batch state (0: all), after how many runs without
+  // one a batch size's state is dropped (0: never), and the most activation
+  // bytes one run may need (0: no limit); CompileOptions says more.
   int64_t batch_split_cache_bytes = 0;
   int batch_plans = 0;
+  int64_t batch_plan_idle_runs = 0;
+  int64_t max_activation_bytes = 0;
 };
 
 // The arena root whose bytes `v` (an arena root) takes at these shapes,
