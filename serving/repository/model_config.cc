@@ -271,6 +271,7 @@ const std::map<std::string, bool>& UsedTritonFields() {
       {"instance_placement", false},
       {"gemm_backend", false},
       {"precision", false},
+      {"max_activation_bytes", false},
   };
   return *kUsed;
 }
@@ -420,6 +421,7 @@ absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
   *c.mutable_instance_placement() = t.instance_placement();
   c.set_gemm_backend(t.gemm_backend());
   c.set_precision(t.precision());
+  c.set_max_activation_bytes(t.max_activation_bytes());
   if (absl::Status s = ConvertInstanceGroups(t, at, num_workers, &c); !s.ok()) return s;
   if (t.has_dynamic_batching()) {
     const triton::ModelDynamicBatching& d = t.dynamic_batching();
@@ -509,6 +511,39 @@ absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path) {
   return std::move(file->config);
 }
 
+namespace {
+
+// ValidateModelConfigFields' checks of instance_placement.
+absl::Status CheckInstancePlacement(const config::InstancePlacement& p, const std::string& model,
+                                    int num_workers) {
+  // Whether N copies fit is checked by each worker when it loads the model
+  // (CheckInstancesFit), against its own cores.
+  // auto and per_core were read as kInstancesAuto and kInstancesPerCore.
+  if (p.instances_per_domain() < kInstancesPerCore) {
+    return Invalid(
+        model, "instance_placement.instances_per_domain",
+        absl::StrCat(p.instances_per_domain(), ": expected a count >= 1, auto or per_core"));
+  }
+  if (p.instances_per_domain() > kMaxInstances) {
+    return Invalid(
+        model, "instance_placement.instances_per_domain",
+        absl::StrFormat("%d is above the limit of %d", p.instances_per_domain(), kMaxInstances));
+  }
+  if (p.all() && p.domains_size() > 0) {
+    return Invalid(model, "instance_placement", "give either `all` or `domains`, not both");
+  }
+  for (int d : p.domains()) {
+    if (d < 0 || d >= num_workers) {
+      return Invalid(model, "instance_placement.domains",
+                     absl::StrFormat("worker %d does not exist (this server has workers 0..%d)", d,
+                                     num_workers - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::string& model,
                                        int num_workers) {
   if (!c.name().empty() && c.name() != model) {
@@ -545,29 +580,9 @@ absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::
           absl::StrFormat("%u is above the limit of %d (24 hours)", us, kMaxConfigMicroseconds));
     }
   }
-  const auto& p = c.instance_placement();
-  // Whether N copies fit is checked by each worker when it loads the model
-  // (CheckInstancesFit), against its own cores.
-  // auto and per_core were read as kInstancesAuto and kInstancesPerCore.
-  if (p.instances_per_domain() < kInstancesPerCore) {
-    return Invalid(
-        model, "instance_placement.instances_per_domain",
-        absl::StrCat(p.instances_per_domain(), ": expected a count >= 1, auto or per_core"));
-  }
-  if (p.instances_per_domain() > kMaxInstances) {
-    return Invalid(
-        model, "instance_placement.instances_per_domain",
-        absl::StrFormat("%d is above the limit of %d", p.instances_per_domain(), kMaxInstances));
-  }
-  if (p.all() && p.domains_size() > 0) {
-    return Invalid(model, "instance_placement", "give either `all` or `domains`, not both");
-  }
-  for (int d : p.domains()) {
-    if (d < 0 || d >= num_workers) {
-      return Invalid(model, "instance_placement.domains",
-                     absl::StrFormat("worker %d does not exist (this server has workers 0..%d)", d,
-                                     num_workers - 1));
-    }
+  if (absl::Status s = CheckInstancePlacement(c.instance_placement(), model, num_workers);
+      !s.ok()) {
+    return s;
   }
   const auto& backends = KnownGemmBackends();
   if (!c.gemm_backend().empty() &&
@@ -580,6 +595,12 @@ absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::
     return Invalid(model, "precision",
                    absl::StrCat("'", absl::CHexEscape(c.precision()), "' is not one of ",
                                 absl::StrJoin(engine::PrecisionChoices(), ", ")));
+  }
+  if (c.max_activation_bytes() > kMaxActivationBytes) {
+    return Invalid(model, "max_activation_bytes",
+                   absl::StrFormat("%u is above the limit of %d (1 PiB; 0: the server's "
+                                   "--max-activation-mb)",
+                                   c.max_activation_bytes(), kMaxActivationBytes));
   }
   if (c.version_policy().has_latest() && c.version_policy().latest().num_versions() > 1000) {
     return Invalid(model, "version_policy.latest.num_versions", "is unreasonably large");

@@ -22,6 +22,10 @@ inline constexpr char kModelConfigFile[] = "config.pbtxt";
 // microseconds would overflow as clock durations.
 inline constexpr uint64_t kMaxConfigMicroseconds = uint64_t{24} * 3600 * 1000 * 1000;
 
+// The largest max_activation_bytes accepted (1 PiB): no run needs more, and
+// the value stays far within the int64 the engine takes.
+inline constexpr uint64_t kMaxActivationBytes = uint64_t{1} << 50;
+
 // A config.pbtxt as read: numaserve's config, whichever schema the file is
 // written in.
 struct ModelConfigFile {
@@ -59,7 +63,8 @@ absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text
                                                          const std::string& origin);
 
 // Checks the config on its own and against the model: the name matches the
-// directory, durations within kMaxConfigMicroseconds,
+// directory, durations within kMaxConfigMicroseconds, max_activation_bytes
+// within kMaxActivationBytes,
 // max_batch_size needs a batched model, preferred sizes fit,
 // placement names existing workers (`num_workers`), listed tensors exist with
 // the same datatype and dims. INVALID_ARGUMENT naming the field otherwise.

@@ -41,20 +41,26 @@ bool IsModelLevelError(const std::vector<RepositoryModel>& scanned) {
 
 }  // namespace
 
-WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m, int default_instances,
-                                             const std::string& default_gemm_backend) {
+WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m,
+                                             const ModelDefaults& defaults) {
   const int configured = m.config.instance_placement().instances_per_domain();
   const bool bf16 = m.config.precision() == engine::PrecisionName(engine::Precision::kBf16);
   std::string gemm = m.config.gemm_backend();
-  if (gemm.empty()) gemm = bf16 ? "onednn" : default_gemm_backend;  // BF16 runs on oneDNN
-  return {m.key(),
-          m.name,
-          absl::StrCat(m.version),
-          m.path,
-          m.workers,
-          gemm,
-          configured != 0 ? configured : default_instances,
-          m.config.precision()};
+  if (gemm.empty()) gemm = bf16 ? "onednn" : defaults.gemm_backend;  // BF16 runs on oneDNN
+  WorkerSupervisor::ModelToLoad load;
+  load.key = m.key();
+  load.name = m.name;
+  load.version = absl::StrCat(m.version);
+  load.path = m.path;
+  load.workers = m.workers;
+  load.gemm_backend = gemm;
+  load.instances = configured != 0 ? configured : defaults.instances;
+  load.precision = m.config.precision();
+  // ValidateModelConfigFields keeps it within kMaxActivationBytes.
+  load.max_activation_bytes = m.config.max_activation_bytes() > 0
+                                  ? static_cast<int64_t>(m.config.max_activation_bytes())
+                                  : defaults.max_activation_bytes;
+  return load;
 }
 
 absl::StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text) {
@@ -305,9 +311,8 @@ void ModelManager::LoadScannedVersions(const std::string& name,
     RepositoryModel next = m;
     if (serving != nullptr) next.generation = serving->generation + 1;
     auto handle = std::make_shared<const RepositoryModel>(std::move(next));
-    absl::Status s = workers_->LoadModel(
-        ModelToLoadFor(*handle, options_.default_instances, options_.default_gemm_backend),
-        options_.load_timeout);
+    absl::Status s =
+        workers_->LoadModel(ModelToLoadFor(*handle, options_.defaults), options_.load_timeout);
     if (s.ok()) s = scheduler_->AddModel(handle);
     if (!s.ok()) {
       workers_->UnloadModel(handle->key());

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,12 +41,24 @@ absl::StatusOr<ModelControlMode> ParseModelControlMode(const std::string& text);
 
 using ModelHandle = std::shared_ptr<const RepositoryModel>;
 
+// The server's settings for models whose config.pbtxt sets none.
+struct ModelDefaults {
+  // Instances per worker (`serve --instances`): a count, kInstancesAuto or
+  // kInstancesPerCore.
+  int instances = 1;
+  // The GEMM backend (`serve --gemm`).
+  std::string gemm_backend = "auto";
+  // The activation bytes one run may need (`serve --max-activation-mb`);
+  // 0: no limit.
+  int64_t max_activation_bytes = 0;
+};
+
 // What the workers load for repository model `m`: its config's choices,
-// and the server's defaults where the config sets none: instances
-// (`serve --instances`) and the GEMM backend (`serve --gemm`; "onednn"
-// for a BF16 model, whose matmuls run on oneDNN).
-WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m, int default_instances,
-                                             const std::string& default_gemm_backend);
+// and the server's defaults where the config sets none (for a BF16 model
+// whose config names no GEMM backend, "onednn": its matmuls run on
+// oneDNN).
+WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m,
+                                             const ModelDefaults& defaults);
 
 class ModelManager {
  public:
@@ -59,11 +72,9 @@ class ModelManager {
     std::chrono::milliseconds load_timeout{std::chrono::minutes(5)};
     // How long unloading waits for queued and running requests.
     std::chrono::milliseconds drain_timeout{std::chrono::seconds(30)};
-    // Instances per worker of a model whose config sets none (`serve
-    // --instances`): a count, kInstancesAuto or kInstancesPerCore.
-    int default_instances = 1;
-    // GEMM backend of a model whose config sets none (`serve --gemm`).
-    std::string default_gemm_backend = "auto";
+    // What a model whose config sets none gets (`serve --instances`,
+    // `--gemm`, `--max-activation-mb`).
+    ModelDefaults defaults;
   };
 
   // One row of RepositoryIndex.

@@ -204,6 +204,11 @@ class Worker {
     options.gemm_backend = load.gemm_backend().empty() ? "auto" : load.gemm_backend();
     options.gemm_cache_file = process_.gemm_cache;
     options.profile_steps = process_.profile_steps;
+    if (load.max_activation_bytes() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_activation_bytes must be >= 0, got ", load.max_activation_bytes()));
+    }
+    options.max_activation_bytes = load.max_activation_bytes();
     return options;
   }
 
@@ -475,6 +480,15 @@ void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const wo
   if (!s.ok()) {
     reply->set_compute_ns(run_ns);
     reply->set_error(std::string(s.message()));
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      // The engine's limit on activations, or its allocation failing: the
+      // client learns which model and what sets the limit.
+      const ModelKeyParts key = SplitModelKey(run.key());
+      reply->set_error(absl::StrFormat(
+          "model '%s' version %d: %s (the model's limit: config.pbtxt max_activation_bytes, "
+          "else serve --max-activation-mb)",
+          key.name, key.version, s.message()));
+    }
     reply->set_code(static_cast<int>(s.code()));
     return;
   }

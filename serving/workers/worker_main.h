@@ -27,7 +27,9 @@ int WorkerCommand(const std::vector<std::string>& args);
 // writes at run.batch() rows (CompiledModel::CheckBufferSizes): otherwise
 // the batch fails, naming the tensor, before the engine reads or writes a
 // byte (code INTERNAL: the server's slots are wrong). An error of the
-// engine's run carries the engine's code (INVALID_ARGUMENT, ...).
+// engine's run carries the engine's code (INVALID_ARGUMENT, ...); a
+// RESOURCE_EXHAUSTED one (a batch needing more activation bytes than the
+// model's max_activation_bytes) names the model and what sets its limit.
 // `min_compute` > 0 (`worker --test-batch-compute-us`, for scheduler tests):
 // a batch that computed in less sleeps (it does not spin) until that long
 // has passed since its compute started, and reports the whole time as

@@ -274,6 +274,7 @@ worker::Command WorkerSupervisor::LoadCommand(const ModelToLoad& model) {
   load.mutable_load()->set_gemm_backend(model.gemm_backend);
   load.mutable_load()->set_instances(model.instances);
   load.mutable_load()->set_precision(model.precision);
+  load.mutable_load()->set_max_activation_bytes(model.max_activation_bytes);
   return load;
 }
 

@@ -87,6 +87,10 @@ class WorkerSupervisor {
     // config.pbtxt's precision: "" or "fp32", or "bf16" (the worker refuses
     // it where the CPU has no native BF16).
     std::string precision;
+    // config.pbtxt's max_activation_bytes, else serve --max-activation-mb:
+    // the activation bytes one run may need (the worker refuses a batch
+    // needing more with RESOURCE_EXHAUSTED). 0: no limit.
+    int64_t max_activation_bytes = 0;
     bool LoadsOn(int worker) const;
   };
 

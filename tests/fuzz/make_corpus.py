@@ -214,6 +214,7 @@ dynamic_batching {
 instance_placement { domains: [ 0, 1 ] instances_per_domain: 2 }
 version_policy { latest { num_versions: 2 } }
 gemm_backend: "onednn"
+max_activation_bytes: 1048576
 input { name: "input" data_type: "FP32" dims: [ 4 ] }
 input { name: "mask" data_type: "BOOL" dims: [ 4 ] }
 output { name: "output" data_type: "FP32" dims: [ 2 ] }

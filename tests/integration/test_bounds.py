@@ -12,7 +12,12 @@
   other clients are refused, until the stream ends;
 * a ModelStreamInfer stream is read ahead at most --max-stream-outstanding
   requests: the model's queue never holds more of that stream's requests,
-  and every request on the stream is still answered in order.
+  and every request on the stream is still answered in order;
+* one run's activations are bounded per model (config.pbtxt
+  max_activation_bytes, else --max-activation-mb): a request to a model
+  served one request per run whose activations grow as rows^2 is refused
+  with RESOURCE_EXHAUSTED naming the model, the bytes and the options,
+  and the worker serves on without a restart.
 
 Every batch takes a known time (--test-batch-compute-us) so requests stay
 held long enough to see the bounds.
@@ -196,6 +201,73 @@ class BoundsTest(unittest.TestCase):
                                  % most_pending[0])
         finally:
             s.close()
+
+
+def gram_model(name):
+    """x [n, 8] -> mean over j of x_i . x_j: [n, 1], through an [n, n]
+    activation (rows^2 floats; each row depends on every other, so it is
+    served one request per run)."""
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0], name="t"),
+         helper.make_node("MatMul", ["x", "xt"], ["g"], name="gram"),
+         helper.make_node("ReduceMean", ["g"], ["y"], axes=[1], keepdims=1, name="mean")],
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="numaserve-tests")
+    model.ir_version = 8
+    return model
+
+
+class ActivationLimitTest(unittest.TestCase):
+    """A model served one request per run takes any number of rows; its
+    [n, n] activation is 4 MiB at 1024 rows and 1.6 MiB at 640. `capped`
+    sets max_activation_bytes to 1 MiB, `default` none (the server's
+    --max-activation-mb 2 applies)."""
+
+    def test_a_request_needing_more_activation_bytes_than_the_limit_is_refused(self):
+        repo = tempfile.mkdtemp(prefix="numaserve_activation_")
+        for name, config in (("capped", "max_batch_size: 0\nmax_activation_bytes: 1048576\n"),
+                             ("default", "max_batch_size: 0\n")):
+            nc.write_model(repo, name, gram_model(name))
+            with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+                f.write(config)
+        server = nc.ServerProcess(repo, ["--max-activation-mb", "2"]).start()
+        try:
+            stub = server.stub()
+            workers = server.worker_pids()
+
+            def expect_served(model, n):
+                x = np.random.default_rng(n).random((n, 8), dtype=np.float32)
+                y = nc.infer(stub, model, {"x": x})["y"]
+                np.testing.assert_allclose(y, (x @ x.T).mean(axis=1, keepdims=True), rtol=1e-4)
+
+            def expect_refused(model, n, limit, option):
+                x = np.zeros((n, 8), dtype=np.float32)
+                with self.assertRaises(grpc.RpcError) as caught:
+                    nc.infer(stub, model, {"x": x})
+                e = caught.exception
+                what = "%s at %d rows: %s %s\n%s" % (model, n, e.code(), e.details(),
+                                                     server.stderr_text(4000))
+                self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, what)
+                for mention in ("model '%s' version 1" % model, "a batch of %d rows needs" % n,
+                                "above the limit of %d" % limit, option,
+                                "max_activation_bytes", "--max-activation-mb"):
+                    self.assertIn(mention, e.details(), what)
+
+            expect_served("capped", 256)
+            expect_refused("capped", 640, 1 << 20, "config.pbtxt max_activation_bytes")
+            expect_served("default", 640)
+            expect_refused("default", 1024, 2 << 20, "serve --max-activation-mb")
+            # Refused in the worker before anything of that size: the same
+            # workers serve on, none restarted.
+            expect_served("capped", 256)
+            expect_served("default", 16)
+            self.assertEqual(server.worker_pids(), workers)
+            self.assertEqual(server.metrics().sum("numaserve_worker_restarts_total"), 0)
+        finally:
+            nc.stop_server_and_remove(server, repo)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ class ServeFlagRangeTest(unittest.TestCase):
         ("--max-stream-outstanding", ("0", INT64_MAX), "between 1 and 1048576"),
         ("--max-inflight-bytes-mb", ("-1", INT64_MAX), "between 0 and 1073741824"),
         ("--grpc-memory-quota-mb", ("15", INT64_MAX), "between 16 and 1073741824"),
+        ("--max-activation-mb", ("-1", str(2 ** 30 + 1), INT64_MAX), "between 0 and 1073741824"),
         ("--grpc-port", ("-1", "65536"), "between 0 and 65535"),
     ]
 

@@ -301,6 +301,22 @@ TEST(ModelConfig, PlacementPicksWorkers) {
             (std::vector<int>{0, 2}));
 }
 
+TEST(ModelConfig, MaxActivationBytesIsBoundedAt1PiB) {
+  EXPECT_EQ(Parse("").max_activation_bytes(), 0u);  // the server's --max-activation-mb
+  EXPECT_EQ(Parse("max_activation_bytes: 1048576").max_activation_bytes(), 1048576u);
+  EXPECT_TRUE(
+      ValidateModelConfigFields(Parse("max_activation_bytes: 1125899906842624"), "mlp", 1).ok());
+  // Above 1 PiB, and 2^64 - 1, which as the engine's int64 would be -1.
+  for (const char* value : {"1125899906842625", "18446744073709551615"}) {
+    absl::Status s =
+        ValidateModelConfigFields(Parse(absl::StrCat("max_activation_bytes: ", value)), "mlp", 1);
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << value;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("model 'mlp' config.pbtxt: max_activation_bytes: ", value,
+                                       " is above the limit of 1125899906842624")));
+  }
+}
+
 TEST(ModelConfig, DurationsThatWouldOverflowAsClockDurationsAreRefused) {
   // 2^64 - 1 microseconds: before, a negative std::chrono::microseconds and
   // an overflowing deadline for every request.
@@ -473,9 +489,11 @@ TEST(TritonConfig, NumaserveFieldsStayAvailable) {
       "platform: \"onnxruntime_onnx\"\n"
       "instance_placement { domains: [ 1 ] instances_per_domain: per_core }\n"
       "gemm_backend: \"onednn\"\n"
-      "precision: \"bf16\"\n");
+      "precision: \"bf16\"\n"
+      "max_activation_bytes: 4096\n");
   EXPECT_TRUE(f.triton);
   EXPECT_EQ(f.config.precision(), "bf16");
+  EXPECT_EQ(f.config.max_activation_bytes(), 4096u);
   EXPECT_EQ(f.config.instance_placement().instances_per_domain(), kInstancesPerCore);
   EXPECT_EQ(f.config.instance_placement().domains_size(), 1);
   EXPECT_EQ(f.config.gemm_backend(), "onednn");

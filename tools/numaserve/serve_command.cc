@@ -62,6 +62,7 @@ using serving::InferenceService;
 using serving::Metrics;
 using serving::MetricsAuth;
 using serving::ModelControlMode;
+using serving::ModelDefaults;
 using serving::ModelManager;
 using serving::ModelRepository;
 using serving::ModelScheduler;
@@ -177,7 +178,7 @@ struct InitialModels {
 };
 
 InitialModels ChooseInitialModels(const ModelRepository& repository, ModelControlMode mode,
-                                  const ServeOptions& o, int default_instances) {
+                                  const ServeOptions& o, const ModelDefaults& defaults) {
   InitialModels out;
   // Explicit mode starts with the models --load-model names only.
   const std::vector<std::string> load_first = absl::StrSplit(o.load_model, ',', absl::SkipEmpty());
@@ -193,7 +194,7 @@ InitialModels ChooseInitialModels(const ModelRepository& repository, ModelContro
   }
   for (const auto& m : out.initial) {
     if (m.error.empty()) {
-      out.to_load.push_back(ModelToLoadFor(m, default_instances, o.gemm));
+      out.to_load.push_back(ModelToLoadFor(m, defaults));
       Log(LogLevel::kInfo, "serve",
           absl::StrFormat("model %s version %d: %s", m.name, m.version, m.path),
           {{"model", m.name}, {"version", m.version}, {"path", m.path}});
@@ -408,8 +409,11 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
   if (!repository.ok()) return Fail(repository.status());
   auto control_mode = ParseModelControlMode(o.model_control_mode);
   if (!control_mode.ok()) return Fail(control_mode.status());
-  const InitialModels start =
-      ChooseInitialModels(**repository, *control_mode, o, default_instances);
+  ModelDefaults model_defaults;
+  model_defaults.instances = default_instances;
+  model_defaults.gemm_backend = o.gemm;
+  model_defaults.max_activation_bytes = o.max_activation_mb << 20;  // CheckServeFlags: <= 2^30
+  const InitialModels start = ChooseInitialModels(**repository, *control_mode, o, model_defaults);
 
   const std::string metrics_address = MetricsAddress(o);
   auto metrics = Metrics::Create(metrics_address, std::move(metrics_auth));
@@ -448,8 +452,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
   manager_options.num_workers = static_cast<int>(plan->workers.size());
   manager_options.mode = *control_mode;
   manager_options.poll_interval = std::chrono::seconds(o.repository_poll_secs);
-  manager_options.default_instances = default_instances;
-  manager_options.default_gemm_backend = o.gemm;
+  manager_options.defaults = model_defaults;
   ModelManager models(manager_options, workers->get(), &scheduler, metrics->get());
   models.Start(start.initial, start.not_loaded);
   ReportInitialLoads(start.initial, **workers, metrics->get());

@@ -213,6 +213,10 @@ void AddLimitFlags(base::ArgParser& parser, ServeOptions& o) {
                 "calls one client connection may have open at once (HTTP/2 streams)");
   parser.AddInt("grpc-memory-quota-mb", &o.grpc_memory_quota_mb,
                 "memory gRPC may use for connections and messages in flight (ResourceQuota)");
+  parser.AddInt("max-activation-mb", &o.max_activation_mb,
+                "activation memory one run of a model may need (when its config sets no "
+                "max_activation_bytes); a batch needing more is refused with "
+                "RESOURCE_EXHAUSTED; 0 = no limit");
 }
 
 void AddSecurityFlags(base::ArgParser& parser, ServeOptions& o) {
@@ -293,6 +297,7 @@ absl::Status CheckServeFlags(const ServeOptions& o) {
       {"max-stream-outstanding", o.max_stream_outstanding, 1, int64_t{1} << 20, ""},
       {"grpc-max-concurrent-streams", o.grpc_max_concurrent_streams, 1, int64_t{1} << 30, ""},
       {"grpc-memory-quota-mb", o.grpc_memory_quota_mb, 16, int64_t{1} << 30, ""},
+      {"max-activation-mb", o.max_activation_mb, 0, int64_t{1} << 30, " (0: no limit)"},
       {"test-batch-compute-us", o.test_batch_compute_us, 0, 60'000'000, " (0: off)"},
   };
   if (absl::Status s = CheckRanges(ranges); !s.ok()) return s;

@@ -69,6 +69,9 @@ struct ServeOptions {
   int64_t max_stream_outstanding = 128;
   int64_t grpc_max_concurrent_streams = 256;
   int64_t grpc_memory_quota_mb = 2048;
+  // Activation bytes one run of a model may need, when its config sets no
+  // max_activation_bytes; 0 = no limit.
+  int64_t max_activation_mb = 4096;
   // Scheduler tests: every batch takes at least this long in the worker.
   int64_t test_batch_compute_us = 0;
   // The ISA cap, the BLAS kernels, the GEMM cache, step profiling and the
