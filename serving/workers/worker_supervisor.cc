@@ -330,35 +330,52 @@ bool WorkerSupervisor::ChargeCrash(const Slot::Pending& oldest, const std::strin
   int crashes = 0;
   {
     base::MutexLock lock(&models_mu_);
-    // A model that has run batches before is not blamed for a later crash
-    // (that is the request's doing, retried once and failed by the router).
-    if (!oldest.load && ran_ok_.count(oldest.model) > 0) return false;
     auto it = std::find_if(models_.begin(), models_.end(),
                            [&](const ModelToLoad& m) { return m.key == oldest.model; });
     if (it == models_.end()) return false;  // unloaded meanwhile: nothing to resend
-    crashes = ++crashes_[oldest.model];
+    // Every crash counts, a batch's too: a model that ran batches before
+    // is no safer from a request that kills the worker (one that runs it
+    // out of memory, say), which the router retries once.
+    const base::Clock* clock = options_.clock != nullptr ? options_.clock : base::Clock::Real();
+    const base::Clock::TimePoint now = clock->Now();
+    std::deque<Crash>& charged = crashes_[oldest.model];
+    charged.push_back({now, oldest.load});
+    while (now - charged.front().at > options_.crash_window) charged.pop_front();
+    crashes = static_cast<int>(charged.size());
     if (crashes < std::max(1, options_.max_model_crashes)) return oldest.load;
-    failed = absl::StrFormat("crashed the worker %d times while %s; not loaded again (last: %s)",
-                             crashes, oldest.load ? "loading" : "running its first batch", why);
+    const bool loads =
+        std::any_of(charged.begin(), charged.end(), [](const Crash& c) { return c.load; });
+    const bool runs =
+        std::any_of(charged.begin(), charged.end(), [](const Crash& c) { return !c.load; });
+    failed = absl::StrFormat("crashed the worker %d time%s while %s; not loaded again (last: %s)",
+                             crashes, crashes == 1 ? "" : "s",
+                             loads && runs ? "loading and running batches"
+                             : loads       ? "loading"
+                                           : "running batches",
+                             why);
     failed_[oldest.model] = failed;
     models_.erase(it);
   }
   const ModelKeyParts key = SplitModelKey(oldest.model);
   Log(LogLevel::kError, "supervisor", absl::StrCat("model ", oldest.model, " ", failed),
       {{"model", key.name}, {"version", key.version}, {"crashes", crashes}, {"last", why}});
-  // Workers that hold it (it crashed another on its first batch) free it;
-  // none is chosen for it from now on.
+  UnloadFailed(oldest.model);
+  return false;
+}
+
+void WorkerSupervisor::UnloadFailed(const std::string& key) {
+  // Workers that hold it (it crashed another while running) free it; none
+  // is chosen for it from now on.
   for (auto& other_ptr : slots_) {
     Slot* other = other_ptr.get();
     base::MutexLock lock(&other->mu);
-    other->instances.erase(oldest.model);
-    other->instances_reports.erase(oldest.model);
-    if (other->models.erase(oldest.model) == 0) continue;
+    other->instances.erase(key);
+    other->instances_reports.erase(key);
+    if (other->models.erase(key) == 0) continue;
     worker::Command unload;
-    unload.mutable_unload()->set_key(oldest.model);
+    unload.mutable_unload()->set_key(key);
     SendLocked(other, unload, [](const worker::Reply&, bool) {});
   }
-  return false;
 }
 
 bool WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
@@ -500,18 +517,12 @@ void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
     worker::Reply reply;
     if (!ReadFramed(fd, &reply).ok()) break;
     ReplyFn fn;
-    std::string ran;  // a model whose batch succeeded
     {
       base::MutexLock lock(&slot->mu);
       auto it = slot->pending.find(reply.id());
       if (it == slot->pending.end()) continue;
       fn = std::move(it->second.fn);
-      if (!it->second.load && reply.ok()) ran = std::move(it->second.model);
       slot->pending.erase(it);
-    }
-    if (!ran.empty()) {
-      base::MutexLock lock(&models_mu_);
-      ran_ok_.insert(std::move(ran));
     }
     fn(reply, /*worker_lost=*/false);
     on_change_();
@@ -642,7 +653,6 @@ absl::Status WorkerSupervisor::LoadModel(const ModelToLoad& model,
     // Asked for again: a model marked failed gets its chances back.
     crashes_.erase(model.key);
     failed_.erase(model.key);
-    ran_ok_.erase(model.key);
     auto it = std::find_if(models_.begin(), models_.end(),
                            [&](const ModelToLoad& m) { return m.key == model.key; });
     if (it != models_.end()) {
@@ -721,7 +731,6 @@ void WorkerSupervisor::UnloadModel(const std::string& key) {
     base::MutexLock lock(&models_mu_);
     crashes_.erase(key);
     failed_.erase(key);
-    ran_ok_.erase(key);
     models_.erase(std::remove_if(models_.begin(), models_.end(),
                                  [&](const ModelToLoad& m) { return m.key == key; }),
                   models_.end());

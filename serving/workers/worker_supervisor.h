@@ -7,18 +7,23 @@
 // Crash loops are bounded: a worker that dies is blamed on the oldest
 // command it had not answered (it runs them in order; batches of models
 // with several instances, which run beside them, only when nothing else
-// was outstanding). When that was a model's load, or a batch of a model
-// that has not yet run a batch successfully, the model is charged with the
-// crash; a model charged Options::max_model_crashes times is marked failed
-// ("crashed the worker 2 times while loading"), is no longer sent to any
-// worker (restarted or not) and reports that reason through LoadError,
-// while the other models keep loading and serving.
+// was outstanding). When that was a model's load or one of its batches,
+// the model is charged with the crash, whether or not it ran batches
+// before (a request that kills the worker, by running it out of memory or
+// otherwise, is retried once by the router and would kill it again). A
+// model charged Options::max_model_crashes times within
+// Options::crash_window is marked failed ("crashed the worker 2 times
+// while running batches"), is no longer sent to any worker (restarted or
+// not) and reports that reason through LoadError, while the other models
+// keep loading and serving. Loading it again (LoadModel) clears its
+// charges.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +35,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "affinity/placement.h"
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "serving/workers/process_options.h"
 #include "serving/workers/shared_arena.h"
@@ -56,10 +62,18 @@ class WorkerSupervisor {
     std::chrono::milliseconds restart_delay{250};
     // How long Stop() waits for a worker to exit before SIGKILL.
     std::chrono::milliseconds stop_grace{2000};
-    // Worker deaths a model may cause while loading or running its first
-    // batch before it is marked failed and no longer sent (so it is sent
-    // again after the first crash, once). At least 1.
+    // Worker deaths a model may cause, loading or running its batches,
+    // within crash_window before it is marked failed and no longer sent (so
+    // it is sent again after the first crash, once). At least 1.
     int max_model_crashes = 2;
+    // How long a crash counts against its model: a worker killed now and
+    // then (the kernel's OOM killer choosing it for another process's
+    // memory, an operator's kill -9) while it ran some model's batch does
+    // not add up, over days, to that model's failure, while a request that
+    // crashes the worker does so twice within seconds (it is retried once).
+    std::chrono::seconds crash_window{600};
+    // The clock crash_window is measured on; null: base::Clock::Real().
+    const base::Clock* clock = nullptr;
     // For scheduler tests only (`serve --test-batch-compute-us`): every batch
     // a worker computes takes at least this long, the worker's thread asleep
     // for the rest (`worker --test-batch-compute-us`), so many workers on
@@ -228,11 +242,13 @@ class WorkerSupervisor {
   // Answers the lost worker's commands; true when its death was charged to
   // a model that will be sent to it again (a load crash below the limit).
   bool Lose(Slot* slot, const std::string& why) ABSL_LOCKS_EXCLUDED(slot->mu);
-  // Charges a crash to `oldest` (the lost worker's command blamed for it,
-  // see above) when it was a load or a not-yet-successful batch; marks the
-  // model failed at the limit. True when the model will be sent again.
+  // Charges a crash to the model of `oldest` (the lost worker's command
+  // blamed for it, see above), a load or a batch; marks the model failed at
+  // the limit. True when the model will be sent again after a load crash.
   bool ChargeCrash(const Slot::Pending& oldest, const std::string& why)
       ABSL_LOCKS_EXCLUDED(models_mu_);
+  // Frees a model marked failed on every worker that holds it.
+  void UnloadFailed(const std::string& key) ABSL_LOCKS_EXCLUDED(models_mu_);
   // The LoadModel command for `model`.
   static worker::Command LoadCommand(const ModelToLoad& model);
   // Records a worker's answer to LoadCommand: the model it now holds, or why
@@ -244,11 +260,14 @@ class WorkerSupervisor {
   mutable base::Mutex models_mu_;
   // What every (re)started worker loads.
   std::vector<ModelToLoad> models_ ABSL_GUARDED_BY(models_mu_);
-  // Crashes charged per model key, the keys that have run a batch
-  // successfully (their later crashes are not charged), and the keys marked
-  // failed with the reason.
-  std::map<std::string, int> crashes_ ABSL_GUARDED_BY(models_mu_);
-  std::set<std::string> ran_ok_ ABSL_GUARDED_BY(models_mu_);
+  // A crash charged to a model: when, and whether it was loading.
+  struct Crash {
+    base::Clock::TimePoint at;
+    bool load = false;
+  };
+  // The crashes charged per model key within Options::crash_window, oldest
+  // first, and the keys marked failed with the reason.
+  std::map<std::string, std::deque<Crash>> crashes_ ABSL_GUARDED_BY(models_mu_);
   std::map<std::string, std::string> failed_ ABSL_GUARDED_BY(models_mu_);
   Metrics* const metrics_;
   const std::function<void()> on_change_;

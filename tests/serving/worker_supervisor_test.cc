@@ -20,8 +20,10 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "serving/repository/model_config.h"
 
@@ -190,6 +192,7 @@ class SupervisorTest : public ::testing::Test {
   std::string log_;
   std::vector<std::string> released_;  // files made by Release()
   ScopedEnv env_;
+  base::FakeClock clock_;  // for tests that set Options::clock; outlives supervisor_
   std::unique_ptr<WorkerSupervisor> supervisor_;
 };
 
@@ -247,23 +250,107 @@ TEST_F(SupervisorTest, AModelWhoseFirstBatchCrashesTheWorkerIsMarkedFailedAfterT
   ASSERT_TRUE(WaitReady());
   EXPECT_FALSE(supervisor_->ModelAvailable("bad:1"));
   EXPECT_THAT(supervisor_->LoadError("bad:1"),
-              HasSubstr("crashed the worker 2 times while running its first batch"));
+              HasSubstr("crashed the worker 2 times while running batches; not loaded again"));
   EXPECT_EQ(Count("load bad:1"), 2) << "the third worker does not load it";
   EXPECT_TRUE(Run("good:1", 1));
 }
 
-TEST_F(SupervisorTest, CrashesOfAModelThatHasRunAreNotChargedToIt) {
-  // Batches of 99 rows kill the worker (a request's doing, not the model's
-  // load): the model has run before, so it keeps being loaded.
+// A request that kills the worker (batches of 99 rows here; one that runs
+// it out of memory in a real worker) is the model's to answer for even
+// when the model has run batches before: the router retries the batch
+// once, so each such request would otherwise kill a worker twice, and the
+// same request sent again would go on killing workers, taking the batches
+// of other models queued on them along. Before, crashes of a model that
+// had run a batch were not charged (CrashesOfAModelThatHasRunAreNotChargedToIt).
+TEST_F(SupervisorTest, CrashesOfAModelThatHasRunAreChargedToIt) {
   env_.Set("FAKE_WORKER_CRASH_BATCH", "99");
-  Create({Model("good:1")});
+  Create({Model("victim:1"), Model("good:1")});
   supervisor_->Start(30s);
   ASSERT_TRUE(WaitReady());
-  ASSERT_TRUE(Run("good:1", 1));
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_FALSE(Run("good:1", 99));
-    ASSERT_TRUE(WaitReady());
+  ASSERT_TRUE(Run("victim:1", 1));
+  EXPECT_FALSE(Run("victim:1", 99));
+  ASSERT_TRUE(WaitReady());
+  EXPECT_TRUE(supervisor_->ModelAvailable("victim:1")) << "one crash: loaded again";
+  EXPECT_EQ(supervisor_->LoadError("victim:1"), "");
+  ASSERT_TRUE(Run("victim:1", 1));
+  EXPECT_FALSE(Run("victim:1", 99));
+  ASSERT_TRUE(WaitReady());
+  EXPECT_FALSE(supervisor_->ModelAvailable("victim:1"));
+  EXPECT_FALSE(supervisor_->ModelExpected("victim:1"));
+  EXPECT_THAT(supervisor_->LoadError("victim:1"),
+              HasSubstr("crashed the worker 2 times while running batches; not loaded again"));
+  EXPECT_THAT(supervisor_->LoadError("victim:1"), HasSubstr("signal 6"));
+  EXPECT_EQ(Count("load victim:1"), 2) << "the third worker does not load it";
+  EXPECT_TRUE(Run("good:1", 1));
+  // Loaded again by request: its charges are cleared.
+  ASSERT_TRUE(supervisor_->LoadModel(Model("victim:1"), 10s).ok());
+  EXPECT_EQ(supervisor_->LoadError("victim:1"), "");
+  EXPECT_TRUE(Run("victim:1", 1));
+  EXPECT_FALSE(Run("victim:1", 99));
+  ASSERT_TRUE(WaitReady());
+  EXPECT_TRUE(supervisor_->ModelAvailable("victim:1")) << "one crash since the load";
+}
+
+// Crashes older than crash_window no longer count: a worker killed now and
+// then while it ran some batch does not add up to its model's failure.
+TEST_F(SupervisorTest, ACrashOlderThanTheWindowIsNotCounted) {
+  env_.Set("FAKE_WORKER_CRASH_BATCH", "99");
+  Create({Model("m:1")}, [this](WorkerSupervisor::Options* options, affinity::WorkerPlacement*) {
+    options->clock = &clock_;
+    options->crash_window = 600s;
+  });
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_FALSE(Run("m:1", 99));
+  ASSERT_TRUE(WaitReady());
+  clock_.Advance(601s);
+  EXPECT_FALSE(Run("m:1", 99));
+  ASSERT_TRUE(WaitReady());
+  EXPECT_TRUE(supervisor_->ModelAvailable("m:1")) << "the first crash is out of the window";
+  EXPECT_EQ(supervisor_->LoadError("m:1"), "");
+  clock_.Advance(599s);
+  EXPECT_FALSE(Run("m:1", 99));
+  ASSERT_TRUE(WaitReady());
+  EXPECT_FALSE(supervisor_->ModelAvailable("m:1"));
+  EXPECT_THAT(supervisor_->LoadError("m:1"), HasSubstr("crashed the worker 2 times"));
+}
+
+// The crash is charged to the batch the worker died on; a batch of another
+// model queued behind it is answered as lost (the router runs it again, or
+// answers UNAVAILABLE after the second loss) and its model is not charged.
+TEST_F(SupervisorTest, ABatchQueuedBehindTheCrashIsLostButNotCharged) {
+  env_.Set("FAKE_WORKER_CRASH_BATCH", "99");
+  Create({Model("bad:1"), Model("good:1")},
+         [](WorkerSupervisor::Options* options, affinity::WorkerPlacement*) {
+           options->max_model_crashes = 1;
+         });
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<bool, std::string>> lost;  // worker_lost, error
+  for (const auto& [key, rows] : {std::pair<std::string, int64_t>{"bad:1", 99}, {"good:1", 1}}) {
+    worker::Command command;
+    command.mutable_run()->set_key(key);
+    command.mutable_run()->set_batch(rows);
+    ASSERT_TRUE(supervisor_->Send(0, command, [&](const worker::Reply& reply, bool worker_lost) {
+      std::lock_guard<std::mutex> lock(mu);
+      lost.emplace_back(worker_lost, reply.error());
+      cv.notify_all();
+    }));
   }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return lost.size() == 2; }));
+    for (const auto& [worker_lost, error] : lost) {
+      EXPECT_TRUE(worker_lost);
+      EXPECT_THAT(error, HasSubstr("signal 6"));
+    }
+  }
+  ASSERT_TRUE(WaitReady());
+  EXPECT_FALSE(supervisor_->ModelAvailable("bad:1"));
+  EXPECT_THAT(supervisor_->LoadError("bad:1"),
+              HasSubstr("crashed the worker 1 time while running batches"));
   EXPECT_TRUE(supervisor_->ModelAvailable("good:1"));
   EXPECT_EQ(supervisor_->LoadError("good:1"), "");
   EXPECT_TRUE(Run("good:1", 1));
