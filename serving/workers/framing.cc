@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,10 @@ namespace numaserve::serving {
 namespace {
 
 constexpr uint32_t kMaxFrame = 64u << 20;
+// A frame is read into memory this much at a time, the buffer growing as
+// its bytes arrive: a length prefix alone makes no allocation of the size
+// it claims.
+constexpr size_t kReadChunk = size_t{1} << 20;
 // A varint carries 7 bits a byte, so a 32-bit length takes at most 5 bytes,
 // and the fifth may use only its low 4 bits.
 constexpr int kMaxLengthBytes = 5;
@@ -96,8 +101,13 @@ absl::Status ReadFramed(int fd, google::protobuf::MessageLite* message) {
   uint32_t n = 0;
   if (absl::Status s = ReadLength(fd, &n); !s.ok()) return s;
   if (n > kMaxFrame) return absl::DataLossError(absl::StrFormat("control frame of %d bytes", n));
-  std::string buffer(n, '\0');
-  if (absl::Status s = ReadAll(fd, buffer.data(), n); !s.ok()) return s;
+  std::string buffer;
+  while (buffer.size() < n) {
+    const size_t have = buffer.size();
+    const size_t chunk = std::min<size_t>(n - have, kReadChunk);
+    buffer.resize(have + chunk);
+    if (absl::Status s = ReadAll(fd, buffer.data() + have, chunk); !s.ok()) return s;
+  }
   if (!message->ParseFromString(buffer)) return absl::DataLossError("malformed control message");
   return absl::OkStatus();
 }

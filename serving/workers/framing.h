@@ -16,7 +16,11 @@ namespace numaserve::serving {
 
 // Writes one message; retries on EINTR and short writes.
 absl::Status WriteFramed(int fd, const google::protobuf::MessageLite& message);
-// Reads one message. UNAVAILABLE("peer closed") on end of stream.
+// Reads one message. UNAVAILABLE("peer closed") on end of stream;
+// DATA_LOSS for a length over 64 MiB or not a varint, or bytes that do not
+// parse. The buffer grows as the frame's bytes arrive (1 MiB at a time), so
+// what it allocates is bounded by what the peer sent, not by the length it
+// claims.
 absl::Status ReadFramed(int fd, google::protobuf::MessageLite* message);
 
 }  // namespace numaserve::serving

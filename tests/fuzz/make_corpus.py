@@ -7,7 +7,8 @@ The seeds are small valid inputs (plus a few edge cases) of each format, the
 starting points libFuzzer mutates; they are checked in, so this only needs to
 run again when a format changes. Debian's python3-onnx and python3-numpy
 write the models and arrays; ModelInferRequest messages come from the
-protos in proto/ through the test client's generated modules.
+protos in proto/ through the test client's generated modules, and the
+worker control messages from proto/worker.proto, compiled the same way.
 """
 
 import argparse
@@ -360,6 +361,80 @@ def training_config_seeds():
     yield "raw_root", "/\n.\n"
 
 
+# --- worker_framing ---------------------------------------------------------------
+
+def worker_pb2():
+    """proto/worker.proto compiled with grpc_tools.protoc into a temporary
+    directory, imported."""
+    import atexit
+    import importlib
+    import tempfile
+    from grpc_tools import protoc
+    out = tempfile.mkdtemp(prefix="numaserve_worker_pb_")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    proto_dir = os.path.join(SOURCE, "proto")
+    if protoc.main(["grpc_tools.protoc", "-I" + proto_dir, "--python_out=" + out,
+                    "worker.proto"]) != 0:
+        raise RuntimeError("grpc_tools.protoc failed on worker.proto")
+    sys.path.insert(0, out)
+    return importlib.import_module("worker_pb2")
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def framed(*messages):
+    """Each message as framing.cc writes it: its length as a varint, then
+    its bytes."""
+    out = b""
+    for m in messages:
+        data = m.SerializeToString()
+        out += varint(len(data)) + data
+    return out
+
+
+def worker_framing_seeds():
+    w = worker_pb2()
+    load = w.Command(id=1, load=w.LoadModel(
+        key="mlp:1", path="/models/mlp/1/model.onnx", gemm_backend="onednn", instances=-1,
+        precision="fp32", max_activation_bytes=1 << 20))
+    run = w.Command(id=2, run=w.RunBatch(
+        key="mlp:1", batch=8, profile=True,
+        inputs=[w.TensorSlice(offset=0, bytes=512)],
+        outputs=[w.TensorSlice(offset=512, bytes=64), w.TensorSlice(offset=576, bytes=32)]))
+    unload = w.Command(id=3, unload=w.UnloadModel(key="mlp:1"))
+    hello = w.Reply(ok=True, hello=w.Hello(
+        worker_index=1, pid=4242, binding="cpus 0-7, memory bind node 0",
+        environment="OMP_NUM_THREADS=8", isa="avx2 fma", bind_warning=""))
+    loaded = w.Reply(id=1, ok=True, load_ns=123456789, weight_bytes=1 << 20, instances=2,
+                     instances_report="1x2 threads 41.0 rows/s, 2x1 thread 70.2 rows/s -> 2",
+                     memory_nodes="0=1234 1=5")
+    ran = w.Reply(id=2, ok=True, compute_ns=98765, instance=1,
+                  profile_json='{"batch": 8, "compute_ms": 0.1, "runs": 1}')
+    failed = w.Reply(id=2, ok=False, code=8,
+                     error="model 'mlp' version 1: a batch of 9 rows needs 4096 activation bytes")
+    yield "commands.bin", framed(load, run, unload)
+    yield "replies.bin", framed(hello, loaded, ran, failed)
+    yield "empty_frame.bin", framed(w.Command()) * 3
+    # A length claiming 60 MiB (under the 64 MiB limit) followed by 3 bytes,
+    # one claiming 2 GiB, and a length varint of 6 bytes.
+    yield "claims_60_mib.bin", varint(60 << 20) + b"abc"
+    yield "claims_2_gib.bin", varint(2 << 30) + framed(run)
+    yield "overlong_length.bin", b"\x80" * 6 + b"\x01"
+    # A frame cut short, and one whose bytes are not a message.
+    yield "truncated.bin", framed(load)[:-5]
+    yield "malformed.bin", varint(4) + b"\x0a\xff\xff\xff"
+
+
 TARGETS = {
     "onnx_import": onnx_seeds,
     "infer_request": infer_request_seeds,
@@ -369,6 +444,7 @@ TARGETS = {
     "record_file": record_file_seeds,
     "idx_file": idx_file_seeds,
     "training_config": training_config_seeds,
+    "worker_framing": worker_framing_seeds,
 }
 
 

@@ -22,7 +22,7 @@ shift 2
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(onnx_import infer_request model_config npy checkpoint record_file idx_file
-    training_config)
+    training_config worker_framing)
 fi
 
 # Longest input per target: a few times the largest seed, so mutations can
@@ -32,6 +32,19 @@ max_len() {
     onnx_import) echo 4096 ;;
     model_config | training_config) echo 2048 ;;
     *) echo 1024 ;;
+  esac
+}
+
+# Largest single allocation per target, MiB (libFuzzer reports a larger one
+# as out of memory): a worker_framing input is at most max_len bytes, so
+# nothing it makes ReadFramed allocate may exceed the 64 MiB a frame may
+# claim. (Protobuf's parser reserves up to 50,000,000 bytes, untouched, for
+# a string whose length, inside a nested message whose own length lies,
+# claims more than the input holds.)
+malloc_limit() {
+  case "$1" in
+    worker_framing) echo 64 ;;
+    *) echo 2048 ;;
   esac
 }
 
@@ -51,7 +64,8 @@ mkdir -p "$TMPDIR"
 # FUZZ_CHECK, or libFuzzer's own verdict (timeout, out of memory, leak).
 signature() {
   local binary="$1" input="$2"
-  { "$binary" -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb=2048 "$input" 2>&1 || true; } |
+  { "$binary" -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb="$(malloc_limit "$target")" \
+      "$input" 2>&1 || true; } |
     grep -m1 -oE 'SUMMARY: .*|FUZZ_CHECK failed: .*|ERROR: libFuzzer: [a-z-]+' |
     sed -E 's/ in [^ ]*$//; s/0x[0-9a-f]+//g' || true
 }
@@ -73,7 +87,7 @@ for target in "${targets[@]}"; do
   (cd "$build" && "$binary" "$work" "$here/corpus/$target" "${dict[@]}" \
     -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
     -max_total_time="$seconds" -max_len="$(max_len "$target")" -timeout=20 \
-    -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+    -rss_limit_mb=2048 -malloc_limit_mb="$(malloc_limit "$target")" \
     -artifact_prefix="$artifacts/" >"$log" 2>&1) || status=$?
   grep -E '^#[0-9]+: cov:' "$log" | tail -n1 | sed "s/^/fuzz: $target: /" || true
 

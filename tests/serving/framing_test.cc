@@ -1,8 +1,11 @@
 #include "serving/workers/framing.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <cstdint>
 
 #include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "google/protobuf/util/delimited_message_util.h"
@@ -44,6 +47,31 @@ TEST(FramingTest, RejectsGarbageWithoutCrashing) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_NE(s.message().find("control frame of"), absl::string_view::npos) << s;
   close(fds[0]);
+  close(fds[1]);
+}
+
+// Peak resident set of this process, bytes.
+int64_t PeakResidentBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+// A length prefix claiming 60 MiB (within the 64 MiB limit) followed by
+// three bytes: what is read is allocated as it arrives, not the 60 MiB the
+// prefix claims. Before, the whole frame was allocated (and zeroed) first.
+TEST(FramingTest, AClaimedLengthAllocatesOnlyWhatArrives) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  const unsigned char claim[7] = {0x80, 0x80, 0x80, 0x1e, 'a', 'b', 'c'};  // 30 << 21 = 60 MiB
+  ASSERT_EQ(write(fds[0], claim, sizeof(claim)), static_cast<ssize_t>(sizeof(claim)));
+  close(fds[0]);
+  const int64_t before = PeakResidentBytes();
+  worker::Command c;
+  absl::Status s = ReadFramed(fds[1], &c);
+  const int64_t growth = PeakResidentBytes() - before;
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(growth, int64_t{16} << 20) << "the peak resident set grew by " << growth << " bytes";
   close(fds[1]);
 }
 
