@@ -8,9 +8,11 @@ every WATCHDOG_USEC/2, STOPPING=1 at SIGTERM, all from the main process)."""
 import os
 import re
 import shutil
+import shlex
 import signal
 import socket
 import struct
+import subprocess
 import tempfile
 import time
 import unittest
@@ -126,6 +128,21 @@ class UnitFileTest(unittest.TestCase):
         exec_start = self.value("ExecStart")
         self.assertIn("--metrics-address ${NUMASERVE_METRICS_ADDRESS}", exec_start)
         self.assertNotIn("--metrics-port", exec_start)
+
+    def test_the_old_metrics_port_variable_stops_the_start(self):
+        # An environment file from before NUMASERVE_METRICS_ADDRESS must not
+        # have its port ignored silently: ExecStartPre, run as systemd would
+        # (its $$ a literal $), fails naming both variables.
+        argv = shlex.split(self.value("ExecStartPre").replace("$$", "$"))
+        self.assertEqual(argv[:2], ["/bin/sh", "-c"])
+        base = {"PATH": "/usr/bin:/bin"}
+        ok = subprocess.run(argv, env=base, capture_output=True, text=True, timeout=10)
+        self.assertEqual((ok.returncode, ok.stderr), (0, ""))
+        old = subprocess.run(argv, env=dict(base, NUMASERVE_METRICS_PORT="9102"),
+                             capture_output=True, text=True, timeout=10)
+        self.assertEqual(old.returncode, 1)
+        self.assertIn("NUMASERVE_METRICS_PORT=9102", old.stderr)
+        self.assertIn("NUMASERVE_METRICS_ADDRESS=127.0.0.1:9102", old.stderr)
 
     def test_drop_in_example(self):
         with open(DROP_IN) as f:
