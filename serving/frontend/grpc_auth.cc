@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<GrpcAuth>> GrpcAuth::Create(const GrpcAuthOptions
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key = base::ReadCredentialFile("grpc-tls-key", o.tls_key_file);
     if (!key.ok()) return key.status();
+    base::WarnIfOthersCanRead("grpc-tls-key", o.tls_key_file);
     std::string ca;
     if (!o.tls_client_ca_file.empty()) {
       absl::StatusOr<std::string> read =

@@ -136,6 +136,20 @@ class TlsTest(unittest.TestCase):
             self.assertIn(m, result.stderr)
         return result.stderr
 
+    def test_a_private_key_others_can_read_draws_a_warning(self):
+        private = os.path.join(self.dir, "private.key")
+        readable = os.path.join(self.dir, "readable.key")
+        for path, mode in ((private, 0o600), (readable, 0o644)):
+            shutil.copy(self.pki["server_key"], path)
+            os.chmod(path, mode)
+        for key, warned in ((private, False), (readable, True)):
+            args = ["--max-workers", "1", "--grpc-tls-cert", self.pki["server_cert"],
+                    "--grpc-tls-key", key]
+            with nc.ServerProcess(self.repo, args, credentials=self.credentials()) as server:
+                self.live(server.channel())
+                warning = "--grpc-tls-key %s is readable by other users" % key
+                self.assertEqual(warning in server.stderr_text(), warned, server.stderr_text())
+
     def test_bad_security_flags_are_refused_with_the_option_and_file(self):
         self.serve_fails(["--grpc-auth-token-file", self.tokens],
                          "--grpc-auth-token-file needs --grpc-tls-cert")
