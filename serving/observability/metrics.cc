@@ -396,6 +396,16 @@ void Metrics::SetModelWeightBytes(const std::string& model, const std::string& v
   model_weight_bytes_->Add(labels).Set(bytes);
 }
 
+void Metrics::RemoveModelFromWorker(const std::string& model, const std::string& version,
+                                    int worker, int numa_node) {
+  auto labels = WorkerLabels(worker, numa_node);
+  labels["model"] = model;
+  labels["version"] = version;
+  for (prometheus::Family<prometheus::Gauge>* family : {model_weight_bytes_, model_load_seconds_}) {
+    if (family->Has(labels)) family->Remove(&family->Add(labels));
+  }
+}
+
 void Metrics::SetTrainingProgress(const std::string& job, const std::string& model,
                                   const TrainingFigures& f) {
   const prometheus::Labels labels = {{"job_id", job}, {"model", model}};

@@ -85,6 +85,10 @@ class Metrics {
                            int numa_node, double bytes);
   void SetModelLoadSeconds(const std::string& model, const std::string& version, int worker,
                            int numa_node, double seconds);
+  // The worker no longer holds the model version: its weight-bytes and
+  // load-seconds series go, so sums over the workers count held weights only.
+  void RemoveModelFromWorker(const std::string& model, const std::string& version, int worker,
+                             int numa_node);
 
   // Training jobs the server runs (training_service.h), labelled by job id
   // and model: the figures of the job's latest progress line.

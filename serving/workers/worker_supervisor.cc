@@ -255,6 +255,14 @@ void WorkerSupervisor::ForgetModelLocked(Slot* slot, const std::string& key) {
   slot->instances.erase(key);
   slot->instances_reports.erase(key);
   if (slot->models.erase(key) == 0) return;
+  if (metrics_ != nullptr) {
+    // key is "name:version"; the version has no ':'.
+    const size_t colon = key.rfind(':');
+    if (colon != std::string::npos) {
+      metrics_->RemoveModelFromWorker(key.substr(0, colon), key.substr(colon + 1), slot->index,
+                                      slot->placement.numa_node);
+    }
+  }
   worker::Command unload;
   unload.mutable_unload()->set_key(key);
   SendLocked(slot, unload, [](const worker::Reply&, bool) {});

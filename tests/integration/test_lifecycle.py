@@ -311,10 +311,18 @@ class ExplicitModeTest(unittest.TestCase):
                 np.testing.assert_allclose(nc.infer(stub, NAME, {"x": x})["y"], expected,
                                            rtol=RTOL, atol=ATOL)
 
+                held = lambda: {name: server.metrics().find(name, model=NAME)
+                                for name in ("numaserve_model_weight_bytes",
+                                             "numaserve_model_load_duration_seconds")}
+                self.assertTrue(all(held().values()), held())
+
                 stub.RepositoryModelUnload(nc.pb.RepositoryModelUnloadRequest(model_name=NAME),
                                            timeout=60)
                 self.assertFalse(ready())
                 self.assertEqual(index(stub)[(NAME, "1")], ("UNAVAILABLE", "unloaded"))
+                # The weights are no longer held: their series went with them.
+                self.assertEqual(held(), {"numaserve_model_weight_bytes": [],
+                                          "numaserve_model_load_duration_seconds": []})
                 with self.assertRaises(grpc.RpcError) as caught:
                     nc.infer(stub, NAME, {"x": x})
                 self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
