@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "affinity/hwloc_machine.h"
@@ -113,6 +114,31 @@ std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int n) {
   std::vector<std::vector<int>> shares(n);
   for (size_t c = 0; c < cpus.size(); ++c) shares[c * n / cpus.size()].push_back(cpus[c]);
   return shares;
+}
+
+std::vector<std::vector<int>> SplitCores(const std::vector<std::vector<int>>& cores, int n) {
+  n = std::max(n, 1);
+  std::vector<std::vector<int>> shares(n);
+  const size_t count = cores.size();
+  for (size_t c = 0; c < count; ++c) {
+    std::vector<int>& share = shares[c * n / count];
+    share.insert(share.end(), cores[c].begin(), cores[c].end());
+  }
+  return shares;
+}
+
+std::vector<std::vector<int>> CoresWithin(const std::vector<std::vector<int>>& cores,
+                                          const std::vector<int>& allowed) {
+  const std::unordered_set<int> keep(allowed.begin(), allowed.end());
+  std::vector<std::vector<int>> within;
+  for (const std::vector<int>& core : cores) {
+    std::vector<int> cpus;
+    for (int cpu : core) {
+      if (keep.count(cpu) != 0) cpus.push_back(cpu);
+    }
+    if (!cpus.empty()) within.push_back(std::move(cpus));
+  }
+  return within;
 }
 
 }  // namespace numaserve::affinity

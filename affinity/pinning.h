@@ -49,4 +49,18 @@ void PinOpenMpTeam(const std::vector<int>& cpus);
 // one cpu; n >= 1).
 std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int n);
 
+// A worker's cores (each core's cpus, in the plan's order) split into n
+// shares of whole cores, in order: the shares' sizes differ by at most one
+// core, and no core is in two shares, so copies of a model on two shares
+// never run on the two hardware threads of one core. A share's cpus are
+// its cores', core after core (a team pinned to them in order puts threads
+// 2i and 2i+1 on one core's siblings). n >= 1; with more shares than
+// cores, the last ones are empty.
+std::vector<std::vector<int>> SplitCores(const std::vector<std::vector<int>>& cores, int n);
+
+// `cores` with only the cpus in `allowed`, in the same order; a core left
+// without a cpu is dropped.
+std::vector<std::vector<int>> CoresWithin(const std::vector<std::vector<int>>& cores,
+                                          const std::vector<int>& allowed);
+
 }  // namespace numaserve::affinity

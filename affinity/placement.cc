@@ -165,11 +165,10 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
     // Core-major order: with SMT, a core's siblings are adjacent places, so
     // OMP_PROC_BIND=close puts threads 2i and 2i+1 on one core.
     for (const Core* core : group.cores) {
-      if (options.use_smt) {
-        worker.cpus.insert(worker.cpus.end(), core->pus.begin(), core->pus.end());
-      } else if (!core->pus.empty()) {
-        worker.cpus.push_back(core->pus.front());
-      }
+      if (core->pus.empty()) continue;
+      std::vector<int> own = options.use_smt ? core->pus : std::vector<int>{core->pus.front()};
+      worker.cpus.insert(worker.cpus.end(), own.begin(), own.end());
+      worker.cores.push_back(std::move(own));
     }
     worker.num_threads = static_cast<int>(worker.cpus.size());
     worker.env = OpenMpEnvironment(worker.cpus, worker.num_threads, options.omp_wait);

@@ -58,8 +58,12 @@ struct WorkerPlacement {
   int index = 0;          // 0..n-1
   std::string domain;     // human label, e.g. "numa 1", "package 0", "l3 3", "core 5"
   std::vector<int> cpus;  // OS cpus the worker is bound to (and its OpenMP places)
-  int numa_node = -1;     // OS index of the node its memory is bound to, -1 = none
-  int num_threads = 0;    // OpenMP team size (= cores, or PUs with use_smt)
+  // The same cpus by physical core, in the same order (cpus is their
+  // concatenation): one cpu per core, or a core's SMT siblings with
+  // use_smt. The worker splits its instances by these cores.
+  std::vector<std::vector<int>> cores;
+  int numa_node = -1;   // OS index of the node its memory is bound to, -1 = none
+  int num_threads = 0;  // OpenMP team size (= cores, or PUs with use_smt)
   // OMP_NUM_THREADS, OMP_PLACES, OMP_PROC_BIND, OMP_WAIT_POLICY, KMP_AFFINITY,
   // KMP_BLOCKTIME, KMP_HW_SUBSET-free equivalents for libgomp (GOMP_CPU_AFFINITY,
   // GOMP_SPINCOUNT), in a stable order.

@@ -12,6 +12,7 @@
 #include <memory>
 #include <system_error>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -323,6 +324,34 @@ std::string FormatCpuList(const std::vector<int>& cpus) {
     i = j + 1;
   }
   return absl::StrJoin(ranges, ",");
+}
+
+absl::StatusOr<std::vector<std::vector<int>>> ParseCoreList(const std::string& list) {
+  std::vector<std::vector<int>> cores;
+  std::unordered_set<int> seen;
+  for (absl::string_view item : absl::StrSplit(list, ';')) {
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(std::string(item));
+    if (!cpus.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("malformed core list '", list, "' at core ",
+                                                     cores.size(), ": ", cpus.status().message(),
+                                                     " (expected e.g. \"0,4;1,5\")"));
+    }
+    for (int cpu : *cpus) {
+      if (!seen.insert(cpu).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("core list '", list, "': cpu ", cpu, " is in two cores"));
+      }
+    }
+    cores.push_back(*std::move(cpus));
+  }
+  return cores;
+}
+
+std::string FormatCoreList(const std::vector<std::vector<int>>& cores) {
+  std::vector<std::string> parts;
+  parts.reserve(cores.size());
+  for (const std::vector<int>& core : cores) parts.push_back(FormatCpuList(core));
+  return absl::StrJoin(parts, ";");
 }
 
 namespace internal {

@@ -62,4 +62,11 @@ absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& list);
 // Formats cpu numbers compactly: {0,1,2,3,8} -> "0-3,8".
 std::string FormatCpuList(const std::vector<int>& cpus);
 
+// Cpus grouped by physical core, the cores in a given order (a worker's,
+// as the plan lists them): {{0,4},{1,5},{2,3}} <-> "0,4;1,5;2-3". Each
+// core's cpus are a cpu list, ascending. Parsing keeps the cores' order;
+// an error names a malformed or empty core, or a cpu in two cores.
+absl::StatusOr<std::vector<std::vector<int>>> ParseCoreList(const std::string& list);
+std::string FormatCoreList(const std::vector<std::vector<int>>& cores);
+
 }  // namespace numaserve::affinity

@@ -93,11 +93,11 @@ constexpr double kAutoTolerance = 0.95;
 
 class Worker {
  public:
-  Worker(int index, SharedArena* arena, std::vector<int> cpus, bool pinned,
+  Worker(int index, SharedArena* arena, std::vector<std::vector<int>> cores, bool pinned,
          std::chrono::microseconds min_compute, ProcessOptions process)
       : index_(index),
         arena_(arena),
-        cpus_(std::move(cpus)),
+        cores_(std::move(cores)),
         pinned_(pinned),
         process_(std::move(process)),
         min_compute_(min_compute) {}
@@ -265,8 +265,8 @@ class Worker {
     }
   }
 
-  // The cores this worker's instances split (at least 1).
-  int Cores() const { return std::max(1, static_cast<int>(cpus_.size())); }
+  // The physical cores this worker's instances split (at least 1).
+  int Cores() const { return std::max(1, static_cast<int>(cores_.size())); }
 
   // One copy on every core, run on the serving thread; `model` when the
   // measurement of `auto` already compiled it so.
@@ -283,12 +283,12 @@ class Worker {
     return absl::OkStatus();
   }
 
-  // N copies on N disjoint shares of this worker's cores (the shares' sizes
-  // differ by one core at most).
+  // N copies on N disjoint shares of this worker's cores, whole cores each
+  // (the shares' sizes differ by one core at most).
   absl::Status LoadInstances(const worker::LoadModel& load, const engine::CompileOptions& options,
                              int n, worker::Reply* reply) {
     const std::string name = load.key().substr(0, load.key().rfind(':'));
-    if (absl::Status s = CheckInstancesFit(name, n, index_, static_cast<int>(cpus_.size()));
+    if (absl::Status s = CheckInstancesFit(name, n, index_, static_cast<int>(cores_.size()));
         !s.ok()) {
       return s;
     }
@@ -296,7 +296,7 @@ class Worker {
     auto pool = std::make_unique<InstancePool>(index_, load.key(), arena_, min_compute_, pinned_,
                                                [this](const worker::Reply& r) { Reply(r); });
     if (absl::Status s =
-            pool->Start(load.path(), options, affinity::SplitCpus(cpus_, n), &weight_bytes);
+            pool->Start(load.path(), options, affinity::SplitCores(cores_, n), &weight_bytes);
         !s.ok()) {
       return s;
     }
@@ -344,7 +344,7 @@ class Worker {
     const uint64_t available = affinity::AvailableMemoryBytes();
     // Only when one copy ran at all: otherwise the model keeps one copy.
     for (int n : one.ok() ? counts : std::vector<int>()) {
-      std::vector<std::vector<int>> shares = affinity::SplitCpus(cpus_, n);
+      std::vector<std::vector<int>> shares = affinity::SplitCores(cores_, n);
       const std::vector<int>& smallest =
           *std::min_element(shares.begin(), shares.end(),
                             [](const auto& a, const auto& b) { return a.size() < b.size(); });
@@ -392,8 +392,10 @@ class Worker {
 
   int index_;
   SharedArena* arena_;
-  std::vector<int> cpus_;                        // the cores this worker is bound to
-  const bool pinned_;                            // false: cpus_ is the plan's, advisory
+  // The physical cores this worker is bound to, each core's cpus, in the
+  // plan's order (OwnCores).
+  std::vector<std::vector<int>> cores_;
+  const bool pinned_;                            // false: cores_ are the plan's, advisory
   const ProcessOptions process_;                 // the server's, from the flags
   const std::chrono::microseconds min_compute_;  // --test-batch-compute-us
   base::Mutex write_mu_;  // replies come from the serving thread and the pools' threads
@@ -422,21 +424,32 @@ void LogWorkerStart(int64_t index, int64_t node, const worker::Hello& h,
   }
 }
 
-// The worker's cores, for models with several instances: those it is
-// actually bound to, or the --cpus list `cpus` when pinning failed (see
-// WorkerCommand).
-std::vector<int> OwnCpus(bool pinned, const absl::StatusOr<std::vector<int>>& cpus) {
-  std::vector<int> own_cpus;
+// The worker's cores, for models with several instances: the plan's
+// (`cores`, from --cores; without it each cpu of --cpus is a core of its
+// own), in the plan's order, less the cpus outside --cpus and, when the
+// worker is bound (or --cpus did not parse), less those it is not bound to
+// (see WorkerCommand).
+std::vector<std::vector<int>> OwnCores(bool pinned, const absl::StatusOr<std::vector<int>>& cpus,
+                                       std::vector<std::vector<int>> cores) {
+  if (cores.empty() && cpus.ok()) {
+    for (int cpu : *cpus) cores.push_back({cpu});
+  }
+  if (cpus.ok()) cores = affinity::CoresWithin(cores, *cpus);
   if (pinned || !cpus.ok()) {
+    std::vector<int> bound;
     cpu_set_t mask;
     if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
       for (int c = 0; c < CPU_SETSIZE; ++c) {
-        if (CPU_ISSET(c, &mask)) own_cpus.push_back(c);
+        if (CPU_ISSET(c, &mask)) bound.push_back(c);
       }
     }
+    if (cores.empty()) {
+      for (int cpu : bound) cores.push_back({cpu});
+    } else if (auto within = affinity::CoresWithin(cores, bound); !within.empty()) {
+      cores = std::move(within);
+    }
   }
-  if (own_cpus.empty() && cpus.ok()) own_cpus = *cpus;
-  return own_cpus;
+  return cores;
 }
 
 }  // namespace
@@ -542,6 +555,8 @@ namespace {
 // What `numaserve worker` is told on its command line.
 struct WorkerFlags {
   std::string cpus_text;
+  std::string cores_text;
+  std::vector<std::vector<int>> cores;  // --cores parsed; empty without it
   int64_t index = 0, node = -1, arena_bytes = 0, test_batch_compute_us = 0;
   // The server's process settings: its flags are all the worker takes (its
   // environment has none of their variables).
@@ -555,6 +570,9 @@ absl::Status ParseWorkerFlags(const std::vector<std::string>& args, WorkerFlags*
   base::ArgParser parser("worker", "Internal: one worker process, started by `numaserve serve`.");
   parser.AddInt("index", &f->index, "worker index");
   parser.AddString("cpus", &f->cpus_text, "cpus to bind to, e.g. 0-7");
+  parser.AddString("cores", &f->cores_text,
+                   "the same cpus by physical core, in the plan's order, e.g. 0,4;1,5 (the "
+                   "instances' shares take whole cores); default: each cpu a core");
   parser.AddInt("numa-node", &f->node, "NUMA node for memory, -1 for none");
   parser.AddInt("arena-bytes", &f->arena_bytes, "size of the shared arena at fd 4");
   parser.AddInt("test-batch-compute-us", &f->test_batch_compute_us,
@@ -568,6 +586,13 @@ absl::Status ParseWorkerFlags(const std::vector<std::string>& args, WorkerFlags*
   absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
   if (!log_options.ok()) return log_options.status();
   base::ConfigureLog(*log_options);
+  if (parsed.ok() && !f->cores_text.empty()) {
+    auto cores = affinity::ParseCoreList(f->cores_text);
+    if (!cores.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--cores: ", cores.status().message()));
+    }
+    f->cores = *std::move(cores);
+  }
   return parsed;
 }
 
@@ -633,14 +658,15 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (!WriteFramed(kWorkerControlFd, hello).ok()) return 1;
 
   // 3. Serve.
-  // The worker's cores, for models with several instances: those it is
-  // actually bound to, or the --cpus list when pinning failed (the plan's
-  // cpus, advisory: a synthetic topology's 16 cores on a 2-cpu machine are
-  // 16 instance slots, as the scheduler counts them; the process's own
-  // mask then says nothing, libgomp having moved its first thread to the
-  // first of GOMP_CPU_AFFINITY's cpus before main).
-  std::vector<int> own_cpus = OwnCpus(pinned, cpus);
-  Worker worker(static_cast<int>(index), arena->get(), std::move(own_cpus), pinned,
+  // The worker's cores, for models with several instances: the plan's, in
+  // its order (--cores), less the cpus the worker is not bound to; all of
+  // them when pinning failed (the plan's cores, advisory: a synthetic
+  // topology's 16 cores on a 2-cpu machine are 16 instance slots, as the
+  // scheduler counts them; the process's own mask then says nothing,
+  // libgomp having moved its first thread to the first of
+  // GOMP_CPU_AFFINITY's cpus before main).
+  std::vector<std::vector<int>> own_cores = OwnCores(pinned, cpus, std::move(flags.cores));
+  Worker worker(static_cast<int>(index), arena->get(), std::move(own_cores), pinned,
                 std::chrono::microseconds(std::max<int64_t>(0, flags.test_batch_compute_us)),
                 std::move(flags.process));
   return worker.Serve();

@@ -117,15 +117,17 @@ absl::StatusOr<std::unique_ptr<WorkerSupervisor>> WorkerSupervisor::Create(
     // Room for the most batches the router may have in flight here: N + 1
     // for a model with N instances (a model loaded later with more
     // instances shares this arena; a batch that does not fit is refused).
-    // auto and per_core pick at most one copy per thread of the worker.
-    const int threads =
-        std::max({1, placement.num_threads, static_cast<int>(placement.cpus.size())});
+    // auto and per_core pick at most one copy per core (per cpu: no cores).
+    const int cores =
+        !placement.cores.empty()
+            ? static_cast<int>(placement.cores.size())
+            : std::max({1, placement.num_threads, static_cast<int>(placement.cpus.size())});
     int most_instances = 1;
     {
       base::MutexLock lock(&s->models_mu_);  // no thread runs yet; uncontended
       for (const auto& model : s->models_) {
         if (!model.LoadsOn(placement.index)) continue;
-        most_instances = std::max(most_instances, model.instances < 0 ? threads : model.instances);
+        most_instances = std::max(most_instances, model.instances < 0 ? cores : model.instances);
       }
     }
     const size_t arena_bytes = ArenaBytesForBatches(options.arena_bytes, most_instances + 1);
@@ -152,6 +154,10 @@ std::vector<std::string> WorkerSupervisor::WorkerArgs(const Slot& slot) const {
                                    "--arena-bytes",    absl::StrCat(slot.arena->size()),
                                    "--log-format",     base::LogFormatName(log.format),
                                    "--log-level",      base::LogLevelName(log.level)};
+  if (!p.cores.empty()) {  // by core, in the plan's order: instances take whole cores
+    args.push_back("--cores");
+    args.push_back(affinity::FormatCoreList(p.cores));
+  }
   for (std::string& flag : ProcessFlags(options_.process, kKernelFlags | kModelFlags)) {
     args.push_back(std::move(flag));
   }

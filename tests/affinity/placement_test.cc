@@ -1,9 +1,11 @@
 #include "affinity/placement.h"
 
+#include <map>
 #include <set>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "affinity/pinning.h"
 #include "affinity/topology.h"
 #include "gtest/gtest.h"
 
@@ -49,6 +51,116 @@ void ExpectDisjoint(const Plan& plan) {
   for (const WorkerPlacement& worker : plan.workers) {
     for (int cpu : worker.cpus) EXPECT_TRUE(seen.insert(cpu).second) << "cpu " << cpu << " twice";
   }
+}
+
+// Linux numbers SMT siblings apart: on 4 cores of 2 threads, cpus i and i+4
+// are one core's (hwloc's synthetic default numbers them adjacently).
+constexpr char kLinuxSmt[] = "pack:1 core:4 pu:2(indexes=0,4,1,5,2,6,3,7)";
+
+// The core of each cpu of `topology`.
+std::map<int, int> CoreOfCpu(const Topology& topology) {
+  std::map<int, int> core_of;
+  for (const Core& core : topology.cores) {
+    for (int pu : core.pus) core_of[pu] = core.index;
+  }
+  return core_of;
+}
+
+// No core has cpus in two shares.
+void ExpectWholeCores(const Topology& topology, const std::vector<std::vector<int>>& shares) {
+  const std::map<int, int> core_of = CoreOfCpu(topology);
+  std::map<int, size_t> share_of_core;
+  for (size_t s = 0; s < shares.size(); ++s) {
+    for (int cpu : shares[s]) {
+      const int core = core_of.at(cpu);
+      auto [it, inserted] = share_of_core.emplace(core, s);
+      EXPECT_EQ(it->second, s) << "core " << core << " (cpu " << cpu << ") is in share " << s
+                               << " and share " << it->second;
+    }
+  }
+}
+
+// The worker's instance shares as `numaserve serve` makes them: the plan's
+// cores passed as --cores, parsed, kept within the cpus the worker is bound
+// to (`bound`, ascending as the kernel reports them), split in n.
+std::vector<std::vector<int>> WorkerShares(const WorkerPlacement& worker,
+                                           const std::vector<int>& bound, int n) {
+  absl::StatusOr<std::vector<std::vector<int>>> cores = ParseCoreList(FormatCoreList(worker.cores));
+  EXPECT_TRUE(cores.ok()) << cores.status();
+  if (!cores.ok()) return {};
+  return SplitCores(CoresWithin(*cores, bound), n);
+}
+
+TEST(InstanceSharesTest, SmtInstancesTakeWholeCoresInThePlansOrder) {
+  const Topology topology = Synthetic(kLinuxSmt);
+  const Plan plan = MustPlan(topology, Domain::kNuma, /*use_smt=*/true);
+  ASSERT_EQ(plan.workers.size(), 1u);
+  const WorkerPlacement& worker = plan.workers[0];
+  // Core-major: a core's two threads are adjacent places.
+  EXPECT_EQ(worker.cpus, (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_EQ(worker.cores, (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  const std::vector<int> bound = {0, 1, 2, 3, 4, 5, 6, 7};
+  const auto two = WorkerShares(worker, bound, 2);
+  EXPECT_EQ(two, (std::vector<std::vector<int>>{{0, 4, 1, 5}, {2, 6, 3, 7}}));
+  ExpectWholeCores(topology, two);
+  for (int n : {3, 4}) ExpectWholeCores(topology, WorkerShares(worker, bound, n));
+  EXPECT_EQ(WorkerShares(worker, bound, 3)[0], (std::vector<int>{0, 4, 1, 5}));
+}
+
+TEST(InstanceSharesTest, WithoutSmtEachCoreGivesItsFirstThread) {
+  const Topology topology = Synthetic(kLinuxSmt);
+  const Plan plan = MustPlan(topology, Domain::kNuma);
+  const WorkerPlacement& worker = plan.workers[0];
+  EXPECT_EQ(worker.cpus, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(worker.cores, (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}));
+  EXPECT_EQ(WorkerShares(worker, {0, 1, 2, 3}, 2), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+}
+
+TEST(InstanceSharesTest, PerCoreCountsCoresNotTheirThreads) {
+  const Topology topology = Synthetic(kLinuxSmt);
+  const Plan plan = MustPlan(topology, Domain::kNuma, /*use_smt=*/true);
+  const WorkerPlacement& worker = plan.workers[0];
+  // per_core is one copy per core: 4 here, each of 2 threads.
+  auto cores = ParseCoreList(FormatCoreList(worker.cores));
+  ASSERT_TRUE(cores.ok()) << cores.status();
+  EXPECT_EQ(cores->size(), topology.cores.size());
+  const auto shares = SplitCores(*cores, static_cast<int>(cores->size()));
+  ASSERT_EQ(shares.size(), 4u);
+  for (const auto& share : shares) EXPECT_EQ(share.size(), 2u);
+  ExpectWholeCores(topology, shares);
+}
+
+TEST(InstanceSharesTest, BoundCpusKeepThePlansOrder) {
+  // Bound to fewer cpus than planned (a cgroup took cpu 5): core 1 keeps
+  // its first thread, and the order stays the plan's.
+  const std::vector<std::vector<int>> cores = {{3, 7}, {1, 5}, {0, 4}};
+  EXPECT_EQ(CoresWithin(cores, {0, 1, 3, 4, 7}),
+            (std::vector<std::vector<int>>{{3, 7}, {1}, {0, 4}}));
+  EXPECT_EQ(CoresWithin(cores, {2}), (std::vector<std::vector<int>>{}));
+  // The first shares take the cores left over.
+  EXPECT_EQ(SplitCores(cores, 2), (std::vector<std::vector<int>>{{3, 7, 1, 5}, {0, 4}}));
+  // More shares than cores: the last ones are empty (the worker refuses
+  // that count before splitting).
+  EXPECT_EQ(SplitCores({{0}}, 2), (std::vector<std::vector<int>>{{0}, {}}));
+  EXPECT_EQ(SplitCores({}, 0), (std::vector<std::vector<int>>{{}}));
+}
+
+TEST(CoreListTest, ParseAndFormat) {
+  EXPECT_EQ(FormatCoreList({{0, 4}, {1, 5}, {2, 3}}), "0,4;1,5;2-3");
+  EXPECT_EQ(FormatCoreList({{7}, {0}}), "7;0");
+  auto parsed = ParseCoreList("0,4;1,5;2-3");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 3}}));
+  parsed = ParseCoreList(" 7 ; 0 ");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, (std::vector<std::vector<int>>{{7}, {0}}));
+  for (const char* bad : {"", ";", "0;;1", "0,4;4", "0-3;2", "a;1", "0;-1", "0;99999999"}) {
+    auto s = ParseCoreList(bad);
+    EXPECT_FALSE(s.ok()) << "'" << bad << "'";
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_TRUE(
+      absl::StrContains(ParseCoreList("0,4;4").status().message(), "cpu 4 is in two cores"));
 }
 
 TEST(TopologyTest, TwoSocketSynthetic) {

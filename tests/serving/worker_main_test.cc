@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -19,9 +20,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "affinity/placement.h"
+#include "affinity/topology.h"
 #include "serving/repository/model_config.h"
 #include "serving/workers/worker_supervisor.h"
 #include "tests/engine/onnx_model_builder.h"
@@ -269,20 +273,31 @@ class RealWorkerTest : public ::testing::Test {
     return cpus;
   }
 
-  // Starts one worker on OwnCpus() with the tiny model at `instances`.
-  void Start(int instances, int64_t test_batch_compute_us = 0) {
-    WorkerSupervisor::Options options;
-    options.executable = NUMASERVE_BINARY;
-    options.arena_bytes = size_t{1} << 20;
-    options.restart_delay = 10ms;
-    options.test_batch_compute_us = test_batch_compute_us;
-    affinity::Plan plan;
+  // One worker on OwnCpus(), each cpu a core of its own.
+  static affinity::WorkerPlacement OwnPlacement() {
     affinity::WorkerPlacement placement;
     placement.index = 0;
     placement.domain = "test";
     placement.cpus = OwnCpus();
     placement.num_threads = static_cast<int>(placement.cpus.size());
     placement.env = affinity::OpenMpEnvironment(placement.cpus, placement.num_threads);
+    return placement;
+  }
+
+  // Starts one worker on OwnCpus() with the tiny model at `instances`.
+  void Start(int instances, int64_t test_batch_compute_us = 0) {
+    Start(OwnPlacement(), instances, test_batch_compute_us);
+  }
+
+  // The same on `placement`.
+  void Start(const affinity::WorkerPlacement& placement, int instances,
+             int64_t test_batch_compute_us = 0) {
+    WorkerSupervisor::Options options;
+    options.executable = NUMASERVE_BINARY;
+    options.arena_bytes = size_t{1} << 20;
+    options.restart_delay = 10ms;
+    options.test_batch_compute_us = test_batch_compute_us;
+    affinity::Plan plan;
     plan.workers.push_back(placement);
     WorkerSupervisor::ModelToLoad model;
     model.key = "tiny:1";
@@ -361,6 +376,49 @@ TEST_F(RealWorkerTest, PerCoreRunsOneInstancePerCore) {
   ASSERT_TRUE(reply.ok()) << reply.error();
   EXPECT_GE(reply.instance(), 0);
   EXPECT_LT(reply.instance(), 2);
+}
+
+TEST_F(RealWorkerTest, PerCoreCountsCoresNotTheirSmtThreads) {
+  const std::vector<int> cpus = OwnCpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 cpus";
+  // This machine's two cpus as the two hardware threads of one core, the
+  // worker planned with --use-smt.
+  affinity::TopologyOptions topology_options;
+  topology_options.description =
+      absl::StrCat("pack:1 core:1 pu:2(indexes=", cpus[0], ",", cpus[1], ")");
+  auto topology = affinity::DiscoverTopology(topology_options);
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  affinity::PlacementOptions options;
+  options.use_smt = true;
+  auto plan = affinity::MakePlan(*topology, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->workers.size(), 1u);
+  Start(plan->workers[0], kInstancesPerCore);
+  EXPECT_EQ(supervisor_->Instances(0, "tiny:1"), 1) << "one core, one copy (of 2 threads)";
+  worker::Reply reply = Run(2, 2 * 8 * sizeof(float));
+  ASSERT_TRUE(reply.ok()) << reply.error();
+}
+
+// The server passes --cores; one that does not parse stops the worker at
+// once, naming the flag and the fault.
+TEST(WorkerFlagsTest, AMalformedCoreListIsRefusedNamingTheFault) {
+  for (const auto& [cores, fault] :
+       std::vector<std::pair<std::string, std::string>>{{"0;0", "cpu 0 is in two cores"},
+                                                        {"0;;1", "at core 1"},
+                                                        {"0;x", "malformed cpu list 'x'"}}) {
+    const std::string command = absl::StrCat(
+        NUMASERVE_BINARY, " worker --index 0 --cpus 0 --cores '", cores, "' 2>&1 </dev/null");
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string output;
+    char buffer[512];
+    while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+    const int status = pclose(pipe);
+    ASSERT_TRUE(WIFEXITED(status)) << output;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << output;
+    EXPECT_THAT(output, HasSubstr("--cores: ")) << cores;
+    EXPECT_THAT(output, HasSubstr(fault)) << cores;
+  }
 }
 
 TEST_F(RealWorkerTest, AutoMeasuresAndPicksBetweenOneAndTheCores) {
