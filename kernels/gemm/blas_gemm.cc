@@ -9,6 +9,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -45,6 +49,7 @@ using BliSgemv = void (*)(int transa, int conjx, int64_t m, int64_t n, const flo
                           const float* a, int64_t rsa, int64_t csa, const float* x, int64_t incx,
                           const float* beta, float* y, int64_t incy);
 using BliSetThreads = void (*)(int64_t);
+using BliGetThreads = int64_t (*)();
 using BliArchQueryId = int (*)();
 using BliArchString = const char* (*)(int);
 using BliVersion = const char* (*)();
@@ -58,6 +63,7 @@ using CblasSgemm = void (*)(int order, int transa, int transb, int m, int n, int
 using CblasSgemv = void (*)(int order, int trans, int m, int n, float alpha, const float* a,
                             int lda, const float* x, int incx, float beta, float* y, int incy);
 using OpenblasSetThreads = void (*)(int);
+using OpenblasGetThreads = int (*)();
 using OpenblasString = char* (*)();
 
 struct Opened {
@@ -142,6 +148,67 @@ std::string TakeOption(std::string GemmBackendOptions::* field, bool* loaded)
   return options.*field;
 }
 
+// ---- thread counts ----
+
+// A library thread count that is one per process (OpenBLAS's, BLIS 0.9's),
+// shared by calls from threads with OpenMP teams of different sizes (the
+// instances of models in one worker): a call sets it to its own team's
+// size and computes while no call of another size does. Calls of one size
+// run together; a call of another size waits until they have finished,
+// and calls that come after it wait behind it, so each size gets its turn.
+class SharedThreadCount {
+ public:
+  explicit SharedThreadCount(std::function<void(int)> set) : set_(std::move(set)) {}
+
+  // Waits for the caller's turn, sets the count to `threads` if it differs,
+  // and counts the call in.
+  void Enter(int threads) ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
+    const uint64_t ticket = next_ticket_++;
+    queue_.push_back(ticket);
+    while (queue_.front() != ticket || (running_ > 0 && count_ != threads)) cv_.Wait(&mu_);
+    queue_.pop_front();
+    if (count_ != threads) {
+      set_(threads);
+      count_ = threads;
+    }
+    ++running_;
+    cv_.SignalAll();  // the next in line may have the same count
+  }
+
+  void Exit() ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
+    if (--running_ == 0) cv_.SignalAll();
+  }
+
+ private:
+  const std::function<void(int)> set_;
+  base::Mutex mu_;
+  base::CondVar cv_;
+  std::deque<uint64_t> queue_ ABSL_GUARDED_BY(mu_);  // tickets of the calls waiting, in order
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  int count_ ABSL_GUARDED_BY(mu_) = 0;    // the count last set; 0 before the first call
+  int running_ ABSL_GUARDED_BY(mu_) = 0;  // calls computing with count_
+};
+
+// One call's thread count, held until the call returns: its turn of a
+// SharedThreadCount, or nothing where the count was set for the calling
+// thread alone.
+class ThreadCountTurn {
+ public:
+  ThreadCountTurn(SharedThreadCount* shared, int threads) : shared_(shared) {
+    if (shared_ != nullptr) shared_->Enter(threads);
+  }
+  ~ThreadCountTurn() {
+    if (shared_ != nullptr) shared_->Exit();
+  }
+  ThreadCountTurn(const ThreadCountTurn&) = delete;
+  ThreadCountTurn& operator=(const ThreadCountTurn&) = delete;
+
+ private:
+  SharedThreadCount* const shared_;
+};
+
 // ---- BLIS ----
 
 struct BlisApi {
@@ -150,14 +217,26 @@ struct BlisApi {
   BliSgemm sgemm = nullptr;
   BliSgemv sgemv = nullptr;
   BliSetThreads set_threads = nullptr;
+  BliGetThreads get_threads = nullptr;
   BliArchQueryId arch_query_id = nullptr;
   BliArchString arch_string = nullptr;
   BliVersion version = nullptr;
   BliInit init = nullptr;
-  std::atomic<int> threads{0};
+  // Set at load where bli_thread_set_num_threads sets the process's count
+  // (BLIS 0.9, or a build without thread-local storage); null where it sets
+  // the calling thread's own (BLIS 1.x with thread-local storage, as
+  // Debian 13 builds it).
+  std::unique_ptr<SharedThreadCount> shared_threads;
 
-  void SetThreads(int n) {
-    if (threads.exchange(n) != n) set_threads(n);
+  // The count for a call of `n` threads from the calling thread.
+  ThreadCountTurn ThreadsFor(int n) {
+    if (shared_threads != nullptr) return ThreadCountTurn(shared_threads.get(), n);
+    static thread_local int set_here = 0;  // what this thread last set
+    if (set_here != n) {
+      set_threads(n);
+      set_here = n;
+    }
+    return ThreadCountTurn(nullptr, n);
   }
 };
 
@@ -166,6 +245,7 @@ absl::Status BindBlis(void* handle, const std::string& path, BlisApi* api) {
   b.Bind("bli_sgemm", &api->sgemm);
   b.Bind("bli_sgemv", &api->sgemv);
   b.Bind("bli_thread_set_num_threads", &api->set_threads);
+  b.Bind("bli_thread_get_num_threads", &api->get_threads);
   b.Bind("bli_arch_query_id", &api->arch_query_id);
   b.Bind("bli_arch_string", &api->arch_string);
   b.Bind("bli_info_get_version_str", &api->version);
@@ -206,6 +286,15 @@ int BlisArchId(const BlisApi& api, const std::string& name) {
   return -1;
 }
 
+// Whether bli_thread_set_num_threads sets the calling thread's count alone:
+// a count set on another thread leaves this one's as it was.
+bool BlisThreadCountIsPerThread(const BlisApi& api) {
+  const int64_t here = api.get_threads();
+  const int64_t other = here == 2 ? 3 : 2;
+  std::thread([&api, other] { api.set_threads(other); }).join();
+  return api.get_threads() != other;
+}
+
 BlisApi* LoadBlis() {
   auto* api = new BlisApi;
   auto opened = Open("blis", BlisPaths());
@@ -234,9 +323,14 @@ BlisApi* LoadBlis() {
     api->init();
     api->arch_query_id();
   }
-  api->details = absl::StrCat("BLIS ", api->version(), " (", opened->path, "), sub-configuration ",
-                              api->arch_string(api->arch_query_id()),
-                              why.empty() ? "" : absl::StrCat(" (", why, ")"));
+  if (!BlisThreadCountIsPerThread(*api)) {
+    api->shared_threads =
+        std::make_unique<SharedThreadCount>([api](int n) { api->set_threads(n); });
+  }
+  api->details = absl::StrCat(
+      "BLIS ", api->version(), " (", opened->path, "), sub-configuration ",
+      api->arch_string(api->arch_query_id()), why.empty() ? "" : absl::StrCat(" (", why, ")"),
+      api->shared_threads != nullptr ? ", one thread count per process" : "");
   return api;
 }
 
@@ -253,13 +347,15 @@ struct OpenblasApi {
   CblasSgemm sgemm = nullptr;
   CblasSgemv sgemv = nullptr;
   OpenblasSetThreads set_threads = nullptr;
+  OpenblasGetThreads get_threads = nullptr;
   OpenblasString corename = nullptr;
   OpenblasString config = nullptr;
-  std::atomic<int> threads{0};
+  // openblas_set_num_threads sets the process's count (in the OpenMP build,
+  // the calling thread's OpenMP count too).
+  SharedThreadCount shared_threads{[this](int n) { set_threads(n); }};
 
-  void SetThreads(int n) {
-    if (threads.exchange(n) != n) set_threads(n);
-  }
+  // The count for a call of `n` threads from the calling thread.
+  ThreadCountTurn ThreadsFor(int n) { return ThreadCountTurn(&shared_threads, n); }
 };
 
 absl::Status BindOpenblas(void* handle, const std::string& path, OpenblasApi* api) {
@@ -267,6 +363,7 @@ absl::Status BindOpenblas(void* handle, const std::string& path, OpenblasApi* ap
   b.Bind("cblas_sgemm", &api->sgemm);
   b.Bind("cblas_sgemv", &api->sgemv);
   b.Bind("openblas_set_num_threads", &api->set_threads);
+  b.Bind("openblas_get_num_threads", &api->get_threads);
   b.Bind("openblas_get_corename", &api->corename);
   b.Bind("openblas_get_config", &api->config);
   return b.Check("openblas", path);
@@ -321,6 +418,12 @@ OpenblasApi& Openblas() {
 
 // ---- the kernel ----
 
+std::atomic<GemmCallHook> call_hook{nullptr};
+
+void CallHook(GemmBackend backend) {
+  if (GemmCallHook hook = call_hook.load(std::memory_order_acquire)) hook(backend);
+}
+
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
 };
@@ -374,7 +477,8 @@ absl::Status BlasKernel::Run(int64_t m, const float* src, float* dst) {
     Blis().sgemv(kBlisTranspose, kBlisNoConjugate, k, n, &one, w, n, 1, src, 1, &beta, dst, 1);
   } else if (backend_ == GemmBackend::kBlis) {
     BlisApi& api = Blis();
-    api.SetThreads(threads);
+    const ThreadCountTurn turn = api.ThreadsFor(threads);
+    CallHook(backend_);
     // op(A) through strides: [M,K] rows, or [K,M] read column by column.
     const int64_t rsa = options_.src_transposed ? 1 : k;
     const int64_t csa = options_.src_transposed ? m : 1;
@@ -382,7 +486,8 @@ absl::Status BlasKernel::Run(int64_t m, const float* src, float* dst) {
               n, 1);
   } else {
     OpenblasApi& api = Openblas();
-    api.SetThreads(threads);
+    const ThreadCountTurn turn = api.ThreadsFor(threads);
+    CallHook(backend_);
     const int mi = static_cast<int>(m), ki = static_cast<int>(k), ni = static_cast<int>(n);
     if (m == 1) {
       // One row is a matrix-vector product; [K,1] and [1,K] are the same bytes.
@@ -495,6 +600,14 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateKernel(GemmBackend backend,
   CopyWeights(options, weights.get());
   return std::unique_ptr<GemmKernel>(new BlasKernel(backend, options, std::move(weights)));
 }
+
+int LibraryThreads(GemmBackend backend) {
+  if (!Available(backend).ok()) return -1;
+  if (backend == GemmBackend::kBlis) return static_cast<int>(Blis().get_threads());
+  return Openblas().get_threads();
+}
+
+void SetCallHook(GemmCallHook hook) { call_hook.store(hook, std::memory_order_release); }
 
 absl::Status CheckLibrary(GemmBackend backend, const std::string& path) {
   const bool blis = backend == GemmBackend::kBlis;

@@ -21,6 +21,10 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateKernel(GemmBackend backend,
                                                          const GemmOptions& options);
 absl::Status CheckLibrary(GemmBackend backend, const std::string& path);
 
+// GemmLibraryThreads and SetGemmCallHookForTesting (gemm_backend.h).
+int LibraryThreads(GemmBackend backend);
+void SetCallHook(GemmCallHook hook);
+
 // The part of GemmOptions a BLAS call does not do itself, applied in place to
 // dst[m, n] after dst = op(A) x W + beta * dst: + bias, relu, erf-GELU.
 void ApplyEpilogue(const GemmOptions& options, int64_t m, float* dst);

@@ -223,6 +223,13 @@ absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend
   }
 }
 
+int GemmLibraryThreads(GemmBackend backend) {
+  if (backend == GemmBackend::kOnednn || backend == GemmBackend::kNumaserve) return -1;
+  return blas::LibraryThreads(backend);
+}
+
+void SetGemmCallHookForTesting(GemmCallHook hook) { blas::SetCallHook(hook); }
+
 absl::Status CheckGemmLibrary(GemmBackend backend, const std::string& path) {
   if (backend == GemmBackend::kOnednn || backend == GemmBackend::kNumaserve) {
     return absl::InvalidArgumentError(

@@ -25,7 +25,13 @@
 // override the choice.
 //
 // Threads: the BLAS backends run with omp_get_max_threads() threads at each
-// call (the worker's cores: OMP_NUM_THREADS, or CompileOptions.num_threads).
+// call (the worker's cores: OMP_NUM_THREADS, or CompileOptions.num_threads;
+// an instance's share of them), whatever other threads of the process ask
+// for meanwhile. BLIS 1.x (built with thread-local storage, as Debian 13's)
+// keeps a count per calling thread, set by each thread for itself.
+// OpenBLAS (and BLIS 0.9) keep one count per process: a call sets it and
+// computes while no call with another count does; calls with the same
+// count run together, and the other counts take turns.
 #pragma once
 
 #include <cstdint>
@@ -112,6 +118,17 @@ class GemmKernel {
 absl::StatusOr<std::unique_ptr<GemmKernel>> CreateGemmKernel(GemmBackend backend,
                                                              const GemmOptions& options,
                                                              const dnnl::engine& engine);
+
+// For tests of the BLAS backends' thread counts: the count that the
+// backend's library holds now for a call from the calling thread (BLIS:
+// bli_thread_get_num_threads, OpenBLAS: openblas_get_num_threads); -1 for
+// onednn and numaserve, and where the library is unavailable.
+int GemmLibraryThreads(GemmBackend backend);
+
+// For tests: called on the calling thread inside each BLIS and OpenBLAS
+// GEMM, right before the library computes (nullptr: nothing is called).
+using GemmCallHook = void (*)(GemmBackend backend);
+void SetGemmCallHookForTesting(GemmCallHook hook);
 
 // Whether `path` is a usable library for a BLAS backend (it loads, and has
 // every entry point the backend calls); for tests and diagnostics.

@@ -3,13 +3,17 @@
 // is skipped with the reason. Plus library loading errors, the "auto"
 // chooser and its cache.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "affinity/cpu_features.h"
@@ -129,6 +133,97 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmBackendTest,
                            return absl::StrCat(GemmBackendName(std::get<0>(info.param)), "_",
                                                std::get<1>(info.param).Name());
                          });
+
+// Two callers of one BLAS backend with OpenMP teams of different sizes, as
+// two instances of a model in one worker are: each call must run with its
+// own caller's team, whatever the other caller sets meanwhile. The hook
+// runs inside each call, where the library computes.
+struct CallProbe {
+  std::atomic<std::thread::id> slow{};  // its call waits inside for the other
+  std::atomic<bool> slow_in_call{false};
+  std::atomic<bool> other_started{false};
+  std::atomic<int> slow_threads{-2};   // the library's count inside the slow call
+  std::atomic<int> other_threads{-2};  // and inside the last other call
+};
+CallProbe probe;
+
+void ProbeHook(GemmBackend backend) {
+  if (std::this_thread::get_id() != probe.slow.load()) {
+    probe.other_threads = GemmLibraryThreads(backend);
+    return;
+  }
+  probe.slow_in_call = true;
+  // The other caller starts its call now; give it time to set its count.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!probe.other_started && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  probe.slow_threads = GemmLibraryThreads(backend);
+}
+
+class GemmBackendThreadsTest : public ::testing::TestWithParam<GemmBackend> {
+ protected:
+  void TearDown() override { SetGemmCallHookForTesting(nullptr); }
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+};
+
+TEST_P(GemmBackendThreadsTest, EachCallRunsWithItsCallersTeam) {
+  const GemmBackend backend = GetParam();
+  if (absl::Status s = GemmBackendAvailable(backend); !s.ok()) {
+    NUMASERVE_MISSING_PREREQUISITE() << s.message();
+  }
+  constexpr int64_t kM = 8, kK = 64, kN = 64;
+  const Tensor a = RandomTensor({kM, kK}, 1);
+  const Tensor b = RandomTensor({kK, kN}, 2);
+  auto kernel = CreateGemmKernel(backend, {.k = kK, .n = kN, .weights = b.data.data()}, engine_);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  // Each caller runs a kernel of its own, as each instance has its copy.
+  auto other_kernel =
+      CreateGemmKernel(backend, {.k = kK, .n = kN, .weights = b.data.data()}, engine_);
+  ASSERT_TRUE(other_kernel.ok()) << other_kernel.status();
+  auto run = [&](GemmKernel* k, int threads) {
+    omp_set_num_threads(threads);
+    std::vector<float> y(kM * kN);
+    return k->Run(kM, a.data.data(), y.data()).ok();
+  };
+  probe.slow_in_call = false;
+  probe.other_started = false;
+  probe.slow_threads = -2;
+  probe.other_threads = -2;
+  SetGemmCallHookForTesting(ProbeHook);
+  bool slow_ok = false, other_ok = false;
+  std::thread slow([&] {
+    probe.slow = std::this_thread::get_id();
+    slow_ok = run(kernel->get(), 3);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!probe.slow_in_call && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::thread other([&] {
+    probe.other_started = true;
+    other_ok = run(other_kernel->get(), 2);
+  });
+  slow.join();
+  other.join();
+  EXPECT_TRUE(slow_ok && other_ok);
+  EXPECT_EQ(probe.slow_threads, 3)
+      << GemmBackendName(backend) << ": the other caller's count replaced this call's";
+  EXPECT_EQ(probe.other_threads, 2) << GemmBackendName(backend);
+  // A third caller with the count the last call set: its own call runs
+  // with it too (a count set on another thread says nothing of this one's).
+  probe.other_threads = -2;
+  bool third_ok = false;
+  std::thread third([&] { third_ok = run(other_kernel->get(), 2); });
+  third.join();
+  EXPECT_TRUE(third_ok);
+  EXPECT_EQ(probe.other_threads, 2) << GemmBackendName(backend) << ": a new caller's call";
+}
+
+INSTANTIATE_TEST_SUITE_P(Concurrent, GemmBackendThreadsTest,
+                         ::testing::Values(GemmBackend::kBlis, GemmBackend::kOpenblas),
+                         [](const auto& info) { return GemmBackendName(info.param); });
 
 TEST(GemmBackendNamesTest, RoundTrip) {
   for (GemmBackend b : kAllGemmBackends) EXPECT_EQ(GemmBackendFromName(GemmBackendName(b)), b);
