@@ -5,8 +5,11 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <unistd.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/mutex.h"
 
 namespace numaserve::serving {
@@ -324,10 +327,20 @@ void Metrics::RecordWorkerBusy(int worker, int numa_node, double seconds, int64_
   if (peak > 0) worker_peak_fraction_->Add(labels).Set(gflops / peak);
 }
 
-void Metrics::SetWorkerNodeMemory(int worker, int numa_node, int memory_node, double bytes) {
-  auto labels = WorkerLabels(worker, numa_node);
-  labels["memory_node"] = absl::StrCat(memory_node);
-  worker_node_memory_->Add(labels).Set(bytes);
+void Metrics::SetWorkerNodePages(int worker, int numa_node, absl::string_view pages_by_node) {
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  for (absl::string_view field : absl::StrSplit(pages_by_node, ' ', absl::SkipEmpty())) {
+    const size_t eq = field.find('=');
+    int node = 0;
+    double pages = 0;
+    if (eq == absl::string_view::npos || !absl::SimpleAtoi(field.substr(0, eq), &node) ||
+        !absl::SimpleAtod(field.substr(eq + 1), &pages) || node < 0 || node > 4096) {
+      continue;
+    }
+    auto labels = WorkerLabels(worker, numa_node);
+    labels["memory_node"] = absl::StrCat(node);
+    worker_node_memory_->Add(labels).Set(pages * page);
+  }
 }
 
 void Metrics::RecordInstanceBusy(int worker, int numa_node, int instance, double seconds) {

@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "base/mutex.h"
 #include "serving/observability/metrics_auth.h"
 
@@ -76,9 +77,10 @@ class Metrics {
   // with serve --measure-bandwidth.
   void SetMemoryBandwidth(int numa_node, double bytes_per_second);
   void SetWorkerResidentBytes(int worker, int numa_node, double bytes);
-  // Where a worker's resident memory lies (after its latest model load):
-  // bytes on NUMA node `memory_node`.
-  void SetWorkerNodeMemory(int worker, int numa_node, int memory_node, double bytes);
+  // Where a worker's resident memory lies (after its latest model load), from
+  // the worker's report "0=1234 1=5": resident pages per NUMA node, each
+  // labelled by its `memory_node`. Malformed fields are skipped.
+  void SetWorkerNodePages(int worker, int numa_node, absl::string_view pages_by_node);
   void SetWorkerReady(int worker, int numa_node, bool ready);
   void SetModelReady(const std::string& model, const std::string& version, bool ready);
   void SetModelWeightBytes(const std::string& model, const std::string& version, int worker,

@@ -13,10 +13,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "affinity/topology.h"
 #include "base/child_fds.h"
 #include "base/errno_text.h"
@@ -317,20 +315,7 @@ void WorkerSupervisor::RecordLoad(Slot* slot, const ModelToLoad& model,
     }
   }
   if (reply.ok() && metrics_) {
-    if (!reply.memory_nodes().empty()) {
-      // "0=1234 1=5": the worker's resident pages per NUMA node.
-      const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
-      for (absl::string_view field : absl::StrSplit(reply.memory_nodes(), ' ', absl::SkipEmpty())) {
-        const size_t eq = field.find('=');
-        int node = 0;
-        double pages = 0;
-        if (eq == absl::string_view::npos || !absl::SimpleAtoi(field.substr(0, eq), &node) ||
-            !absl::SimpleAtod(field.substr(eq + 1), &pages) || node < 0 || node > 4096) {
-          continue;
-        }
-        metrics_->SetWorkerNodeMemory(slot->index, slot->placement.numa_node, node, pages * page);
-      }
-    }
+    metrics_->SetWorkerNodePages(slot->index, slot->placement.numa_node, reply.memory_nodes());
     metrics_->SetModelWeightBytes(model.name, model.version, slot->index, slot->placement.numa_node,
                                   static_cast<double>(reply.weight_bytes()));
     metrics_->SetModelLoadSeconds(model.name, model.version, slot->index, slot->placement.numa_node,
