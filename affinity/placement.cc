@@ -225,14 +225,22 @@ std::string FormatReport(const Topology& topology, const Plan& plan) {
   absl::StrAppend(&out, "topology: ", topology.source,
                   topology.is_this_machine ? "" : " (not this machine: bindings are advisory)",
                   "\n");
+  const size_t nodes = topology.numa_nodes.size() + topology.memory_only_nodes.size();
   absl::StrAppend(&out, "  ", Count(topology.num_packages, "package", "packages"), ", ",
-                  Count(topology.numa_nodes.size(), "NUMA node", "NUMA nodes"), ", ",
-                  Count(topology.num_l3, "L3 domain", "L3 domains"), ", ",
+                  Count(nodes, "NUMA node", "NUMA nodes"),
+                  topology.memory_only_nodes.empty()
+                      ? ""
+                      : absl::StrCat(" (", topology.memory_only_nodes.size(), " memory-only)"),
+                  ", ", Count(topology.num_l3, "L3 domain", "L3 domains"), ", ",
                   Count(topology.cores.size(), "core", "cores"), ", ",
                   Count(topology.num_pus(), "PU", "PUs"), "\n");
   for (const NumaNode& node : topology.numa_nodes) {
     absl::StrAppend(&out, "  numa ", node.os_index, ": package ", node.package, ", ",
                     FormatBytes(node.memory_bytes), ", cpus ", FormatCpuList(node.cpus), "\n");
+  }
+  for (const NumaNode& node : topology.memory_only_nodes) {
+    absl::StrAppend(&out, "  numa ", node.os_index, ": memory only, ",
+                    FormatBytes(node.memory_bytes), ", no cpus: no worker\n");
   }
   absl::StrAppend(&out, "plan: domain ", DomainName(plan.domain), ", smt ",
                   plan.use_smt ? "on" : "off", ", omp-wait ", OmpWaitName(plan.omp_wait), ", ",
@@ -276,6 +284,12 @@ std::string FormatReportJson(const Topology& topology, const Plan& plan) {
     absl::StrAppend(&out, i ? "," : "", "{\"os_index\":", node.os_index,
                     ",\"package\":", node.package, ",\"memory_bytes\":", node.memory_bytes,
                     ",\"cpus\":", JsonIntArray(node.cpus), "}");
+  }
+  absl::StrAppend(&out, "],\"memory_only_nodes\":[");
+  for (size_t i = 0; i < topology.memory_only_nodes.size(); ++i) {
+    const NumaNode& node = topology.memory_only_nodes[i];
+    absl::StrAppend(&out, i ? "," : "", "{\"os_index\":", node.os_index,
+                    ",\"memory_bytes\":", node.memory_bytes, "}");
   }
   absl::StrAppend(&out, "]},\"plan\":{\"domain\":", base::JsonString(DomainName(plan.domain)),
                   ",\"use_smt\":", JsonBool(plan.use_smt),

@@ -76,9 +76,28 @@ std::string NormalizeDescription(absl::string_view description) {
   return text;
 }
 
+bool HasCpus(hwloc_obj_t obj) { return obj->cpuset && !hwloc_bitmap_iszero(obj->cpuset); }
+
+// The OS indexes of the NUMA nodes without any cpu, disallowed and offline
+// ones included (complete_cpuset): memory-only nodes, as opposed to nodes
+// whose cpus a restriction leaves out. Read before any restriction.
+std::vector<int> MemoryOnlyNodes(hwloc_topology_t topology) {
+  std::vector<int> nodes;
+  for (hwloc_obj_t node = hwloc_get_next_obj_by_type(topology, HWLOC_OBJ_NUMANODE, nullptr); node;
+       node = hwloc_get_next_obj_by_type(topology, HWLOC_OBJ_NUMANODE, node)) {
+    const hwloc_const_bitmap_t cpus = node->complete_cpuset ? node->complete_cpuset : node->cpuset;
+    if (cpus == nullptr || hwloc_bitmap_iszero(cpus)) {
+      nodes.push_back(static_cast<int>(node->os_index));
+    }
+  }
+  return nodes;
+}
+
 // Loads the hwloc topology described by `options`, restricted to the cpus this
-// process may use (real machine) and to options.cpuset.
-absl::StatusOr<TopologyPtr> LoadHwloc(const TopologyOptions& options) {
+// process may use (real machine) and to options.cpuset. `memory_only` gets
+// the machine's memory-only nodes (MemoryOnlyNodes, before the restriction).
+absl::StatusOr<TopologyPtr> LoadHwloc(const TopologyOptions& options,
+                                      std::vector<int>* memory_only) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) {
     return absl::InternalError(absl::StrCat("hwloc_topology_init failed: ", ErrnoText()));
@@ -111,6 +130,7 @@ absl::StatusOr<TopologyPtr> LoadHwloc(const TopologyOptions& options) {
         "cannot load topology '", this_machine ? kThisMachine : description, "': ", ErrnoText()));
   }
 
+  *memory_only = MemoryOnlyNodes(topology.get());
   BitmapPtr keep(hwloc_bitmap_dup(hwloc_topology_get_topology_cpuset(topology.get())));
   const BitmapPtr all(hwloc_bitmap_dup(keep.get()));
   if (this_machine) {
@@ -136,7 +156,8 @@ absl::StatusOr<TopologyPtr> LoadHwloc(const TopologyOptions& options) {
   }
   if (!hwloc_bitmap_isequal(keep.get(), all.get())) {
     // Flags 0: objects left without cpus are removed unless they hold memory;
-    // Convert() lists only NUMA nodes that still have cpus.
+    // Convert() lists the NUMA nodes that still have cpus, and the
+    // memory-only ones (MemoryOnlyNodes, read above).
     if (hwloc_topology_restrict(topology.get(), keep.get(), 0) != 0) {
       return absl::InternalError(absl::StrCat("hwloc_topology_restrict to cpus ",
                                               FormatCpuList(IndexesOf(keep.get())),
@@ -145,8 +166,6 @@ absl::StatusOr<TopologyPtr> LoadHwloc(const TopologyOptions& options) {
   }
   return topology;
 }
-
-bool HasCpus(hwloc_obj_t obj) { return obj->cpuset && !hwloc_bitmap_iszero(obj->cpuset); }
 
 // Dense 0..n-1 indexes of the objects of `type` that have cpus, in logical order.
 std::unordered_map<hwloc_obj_t, int> DenseIndexes(hwloc_topology_t topology,
@@ -179,7 +198,8 @@ int NearestNumaNode(hwloc_obj_t obj) {
   return -1;
 }
 
-Topology Convert(hwloc_topology_t topology, const std::string& source, bool is_this_machine) {
+Topology Convert(hwloc_topology_t topology, const std::string& source, bool is_this_machine,
+                 const std::vector<int>& memory_only) {
   Topology result;
   result.source = source;
   result.is_this_machine = is_this_machine;
@@ -191,10 +211,18 @@ Topology Convert(hwloc_topology_t topology, const std::string& source, bool is_t
 
   for (hwloc_obj_t node = hwloc_get_next_obj_by_type(topology, HWLOC_OBJ_NUMANODE, nullptr); node;
        node = hwloc_get_next_obj_by_type(topology, HWLOC_OBJ_NUMANODE, node)) {
-    if (!HasCpus(node)) continue;  // memory-only or restricted away: no worker can live there
     NumaNode out;
     out.os_index = static_cast<int>(node->os_index);
     out.memory_bytes = node->attr ? node->attr->numanode.local_memory : 0;
+    if (!HasCpus(node)) {
+      // No worker can live there; listed when no cpu has it as its own
+      // node, left out when a restriction only took its cpus away.
+      if (std::find(memory_only.begin(), memory_only.end(), out.os_index) != memory_only.end()) {
+        out.package = -1;
+        result.memory_only_nodes.push_back(std::move(out));
+      }
+      continue;
+    }
     out.cpus = IndexesOf(node->cpuset);
     // A node attached above the packages (one node for the whole machine)
     // is reported with the package of its first cpu.
@@ -205,8 +233,11 @@ Topology Convert(hwloc_topology_t topology, const std::string& source, bool is_t
     }
     result.numa_nodes.push_back(std::move(out));
   }
-  std::sort(result.numa_nodes.begin(), result.numa_nodes.end(),
-            [](const NumaNode& a, const NumaNode& b) { return a.os_index < b.os_index; });
+  const auto by_index = [](const NumaNode& a, const NumaNode& b) {
+    return a.os_index < b.os_index;
+  };
+  std::sort(result.numa_nodes.begin(), result.numa_nodes.end(), by_index);
+  std::sort(result.memory_only_nodes.begin(), result.memory_only_nodes.end(), by_index);
 
   // Some virtual machines expose PUs without Core objects: then each PU is a core.
   const hwloc_obj_type_t core_type =
@@ -277,12 +308,13 @@ int Topology::num_pus() const {
 }
 
 absl::StatusOr<Topology> DiscoverTopology(const TopologyOptions& options) {
-  absl::StatusOr<TopologyPtr> topology = LoadHwloc(options);
+  std::vector<int> memory_only;
+  absl::StatusOr<TopologyPtr> topology = LoadHwloc(options, &memory_only);
   if (!topology.ok()) return topology.status();
   const std::string description = NormalizeDescription(options.description);
   std::string source = description.empty() ? kThisMachine : description;
   if (!options.cpuset.empty()) absl::StrAppend(&source, " restricted to cpus ", options.cpuset);
-  Topology result = Convert(topology->get(), source, description.empty());
+  Topology result = Convert(topology->get(), source, description.empty(), memory_only);
   if (result.cores.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("topology '", source, "' has no usable core"));
   }

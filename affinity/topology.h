@@ -32,7 +32,13 @@ struct Topology {
   int num_packages = 0;
   int num_l3 = 0;
   std::vector<NumaNode> numa_nodes;  // allowed nodes with allowed cpus only, by OS index
-  std::vector<Core> cores;           // allowed cores only, in hwloc's logical order
+  // Nodes with memory and no cpu at all on the machine (CXL-attached memory,
+  // HBM as a memory-side node): listed so that reports count every node, but
+  // no worker lives there. Their package is -1 and their cpus empty. A node
+  // whose cpus a cpuset (taskset, --cpuset) leaves out is not one of these:
+  // it is not listed at all.
+  std::vector<NumaNode> memory_only_nodes;
+  std::vector<Core> cores;  // allowed cores only, in hwloc's logical order
   int num_pus() const;
 };
 

@@ -517,5 +517,51 @@ TEST(XmlTopologyTest, LoadsExport) {
   EXPECT_EQ(plan.workers[1].numa_node, 1);
 }
 
+// tests/affinity/data/qemu_*.xml: `lstopo-no-graphics --no-io --of xml` in
+// a QEMU guest of topology two-packages-memory-node (tests/numa/topologies.py).
+std::string QemuXml(const std::string& name) {
+  return std::string(NUMASERVE_AFFINITY_TEST_DATA) + "/qemu_" + name + ".xml";
+}
+
+TEST(XmlTopologyTest, MemoryOnlyNodeIsListedWithoutWorker) {
+  // Two packages with a node each (cpus 0-1, 2-3) and node 2, memory only.
+  const Topology topology = Synthetic(QemuXml("memory_only_node"));
+  ASSERT_EQ(topology.numa_nodes.size(), 2u);
+  ASSERT_EQ(topology.memory_only_nodes.size(), 1u);
+  EXPECT_EQ(topology.memory_only_nodes[0].os_index, 2);
+  EXPECT_GT(topology.memory_only_nodes[0].memory_bytes, 0u);
+  EXPECT_TRUE(topology.memory_only_nodes[0].cpus.empty());
+  const Plan plan = MustPlan(topology, Domain::kNuma);
+  ASSERT_EQ(plan.workers.size(), 2u);
+  EXPECT_EQ(plan.workers[0].numa_node, 0);
+  EXPECT_EQ(plan.workers[1].numa_node, 1);
+
+  const std::string text = FormatReport(topology, plan);
+  EXPECT_TRUE(absl::StrContains(text, "2 packages, 3 NUMA nodes (1 memory-only), ")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "  numa 2: memory only, 501 MiB, no cpus: no worker\n"))
+      << text;
+  const std::string json = FormatReportJson(topology, plan);
+  EXPECT_TRUE(LooksLikeJson(json)) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"memory_only_nodes\":[{\"os_index\":2,\"memory_bytes\":"))
+      << json;
+
+  // Restricted to node 1's cpus: node 0 is left out, not called memory-only.
+  const Topology restricted = Synthetic(QemuXml("memory_only_node"), "2-3");
+  ASSERT_EQ(restricted.numa_nodes.size(), 1u);
+  EXPECT_EQ(restricted.numa_nodes[0].os_index, 1);
+  ASSERT_EQ(restricted.memory_only_nodes.size(), 1u);
+  EXPECT_EQ(restricted.memory_only_nodes[0].os_index, 2);
+  EXPECT_TRUE(absl::StrContains(FormatReport(restricted, MustPlan(restricted, Domain::kNuma)),
+                                "1 package, 2 NUMA nodes (1 memory-only), "));
+
+  // A machine without one says nothing of it.
+  const Topology plain = Synthetic("package:2 numa:1 core:2 pu:1");
+  EXPECT_TRUE(plain.memory_only_nodes.empty());
+  const std::string plain_text = FormatReport(plain, MustPlan(plain, Domain::kNuma));
+  EXPECT_TRUE(absl::StrContains(plain_text, "2 NUMA nodes, ")) << plain_text;
+  EXPECT_FALSE(absl::StrContains(plain_text, "memory-only")) << plain_text;
+  EXPECT_FALSE(absl::StrContains(plain_text, "memory only")) << plain_text;
+}
+
 }  // namespace
 }  // namespace numaserve::affinity
