@@ -72,6 +72,30 @@ absl::StatusOr<std::vector<Group>> GroupCores(const Topology& topology, Domain d
   return result;
 }
 
+// The groups a plan of at most `max_workers` workers takes: all of them when
+// they fit, else in turn from each package (its first group, then each
+// package's second, ...) so that a capped plan still uses every socket's
+// cores and memory; kept in the topology's order.
+std::vector<Group> TakeInTurnFromPackages(std::vector<Group> groups, int max_workers) {
+  if (max_workers <= 0 || static_cast<int>(groups.size()) <= max_workers) return groups;
+  std::map<int, std::vector<size_t>> by_package;  // package -> its groups, in order
+  for (size_t i = 0; i < groups.size(); ++i) {
+    by_package[groups[i].cores.front()->package].push_back(i);
+  }
+  std::vector<size_t> taken;
+  for (size_t round = 0; static_cast<int>(taken.size()) < max_workers; ++round) {
+    for (const auto& [package, indexes] : by_package) {
+      if (round < indexes.size() && static_cast<int>(taken.size()) < max_workers) {
+        taken.push_back(indexes[round]);
+      }
+    }
+  }
+  std::sort(taken.begin(), taken.end());
+  std::vector<Group> result;
+  for (size_t i : taken) result.push_back(std::move(groups[i]));
+  return result;
+}
+
 std::string FormatBytes(uint64_t bytes) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   if (bytes == 0) return "memory unknown";
@@ -148,16 +172,14 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
   }
   absl::StatusOr<std::vector<Group>> groups = GroupCores(topology, options.domain);
   if (!groups.ok()) return groups.status();
+  const std::vector<Group> taken = TakeInTurnFromPackages(*std::move(groups), options.max_workers);
 
   Plan plan;
   plan.topology_source = topology.source;
   plan.domain = options.domain;
   plan.use_smt = options.use_smt;
   plan.omp_wait = options.omp_wait;
-  for (const Group& group : *groups) {
-    if (options.max_workers > 0 && static_cast<int>(plan.workers.size()) >= options.max_workers) {
-      break;
-    }
+  for (const Group& group : taken) {
     WorkerPlacement worker;
     worker.index = static_cast<int>(plan.workers.size());
     worker.domain = group.label;

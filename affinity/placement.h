@@ -45,7 +45,10 @@ struct PlacementOptions {
   // Give each worker the SMT siblings of its cores too. Off by default:
   // GEMM-bound work gains nothing from a second thread on the same FMA units.
   bool use_smt = false;
-  // Cap on the number of workers (0 = one per domain). Domains are taken in order.
+  // Cap on the number of workers (0 = one per domain). Domains are taken in
+  // turn from each package (the first of each, then the second, ...), so
+  // that a capped plan uses every socket's cores and memory, and keep the
+  // topology's order.
   int max_workers = 0;
   // How idle OpenMP threads wait (see OmpWait). Long spinning only pays
   // when the workers' cores are theirs alone: when the front end, clients or

@@ -299,10 +299,32 @@ TEST(PlacementTest, MaxWorkersCaps) {
   const Topology topology = Synthetic("package:2 numa:4 l3:2 core:4 pu:2");
   const Plan plan = MustPlan(topology, Domain::kL3, false, /*max_workers=*/3);
   ASSERT_EQ(plan.workers.size(), 3u);
-  EXPECT_EQ(plan.workers[2].domain, "l3 2");
+  // In turn from each package (l3 0-7 are package 0's, 8-15 package 1's),
+  // in the topology's order.
+  EXPECT_EQ(plan.workers[0].domain, "l3 0");
+  EXPECT_EQ(plan.workers[1].domain, "l3 1");
+  EXPECT_EQ(plan.workers[2].domain, "l3 8");
+  EXPECT_EQ(plan.workers[2].index, 2);
   PlacementOptions negative;
   negative.max_workers = -1;
   EXPECT_FALSE(MakePlan(topology, negative).ok());
+}
+
+TEST(PlacementTest, MaxWorkersTakesEveryPackage) {
+  // Two packages of two single-core nodes (AMD NPS4-like): two workers take
+  // one node of each package, not both nodes of package 0.
+  const Topology topology = Synthetic("package:2 numa:2 core:1 pu:1");
+  const Plan two = MustPlan(topology, Domain::kNuma, false, /*max_workers=*/2);
+  ASSERT_EQ(two.workers.size(), 2u);
+  EXPECT_EQ(two.workers[0].numa_node, 0);
+  EXPECT_EQ(two.workers[1].numa_node, 2);
+  EXPECT_EQ(two.workers[1].cpus, (std::vector<int>{2}));
+  const Plan three = MustPlan(topology, Domain::kNuma, false, /*max_workers=*/3);
+  ASSERT_EQ(three.workers.size(), 3u);
+  EXPECT_EQ(three.workers[1].numa_node, 1);
+  EXPECT_EQ(three.workers[2].numa_node, 2);
+  EXPECT_EQ(MustPlan(topology, Domain::kNuma, false, 4).workers.size(), 4u);
+  EXPECT_EQ(MustPlan(topology, Domain::kCore, false, 2).workers[1].cpus, (std::vector<int>{2}));
 }
 
 TEST(PlacementTest, RestrictedCpuset) {
@@ -518,7 +540,8 @@ TEST(XmlTopologyTest, LoadsExport) {
 }
 
 // tests/affinity/data/qemu_*.xml: `lstopo-no-graphics --no-io --of xml` in
-// a QEMU guest of topology two-packages-memory-node (tests/numa/topologies.py).
+// the QEMU guests of tests/numa (make test-numa), topologies
+// two-packages-memory-node and four-nodes of tests/numa/topologies.py.
 std::string QemuXml(const std::string& name) {
   return std::string(NUMASERVE_AFFINITY_TEST_DATA) + "/qemu_" + name + ".xml";
 }
@@ -561,6 +584,17 @@ TEST(XmlTopologyTest, MemoryOnlyNodeIsListedWithoutWorker) {
   EXPECT_TRUE(absl::StrContains(plain_text, "2 NUMA nodes, ")) << plain_text;
   EXPECT_FALSE(absl::StrContains(plain_text, "memory-only")) << plain_text;
   EXPECT_FALSE(absl::StrContains(plain_text, "memory only")) << plain_text;
+}
+
+TEST(XmlTopologyTest, FourNodeGuestCappedAtTwoWorkersTakesBothPackages) {
+  // Nodes 0 and 1 on package 0, 2 and 3 on package 1, one core each.
+  const Topology topology = Synthetic(QemuXml("four_nodes"));
+  ASSERT_EQ(topology.numa_nodes.size(), 4u);
+  EXPECT_EQ(topology.num_packages, 2);
+  const Plan plan = MustPlan(topology, Domain::kNuma, false, /*max_workers=*/2);
+  ASSERT_EQ(plan.workers.size(), 2u);
+  EXPECT_EQ(plan.workers[0].numa_node, 0);
+  EXPECT_EQ(plan.workers[1].numa_node, 2);
 }
 
 }  // namespace
