@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -529,21 +530,44 @@ std::string BatchProfileJson(int64_t batch, int64_t compute_ns, std::string_view
   return out;
 }
 
+namespace {
+
+// Whether a numa_maps line is the process's own memory: anonymous (heap,
+// stacks, malloc arenas, the copied-on-write pages of a library's data:
+// "anon=") or shared memory (memfd, /dev/shm, SysV: the arena). Not the
+// page cache of a file it maps (libraries' code, read-only data), which
+// lies wherever the file was first read, by any process, and is shared.
+bool IsOwnMemory(const std::vector<absl::string_view>& fields) {
+  absl::string_view file;
+  for (absl::string_view field : fields) {
+    if (absl::StartsWith(field, "anon=")) return true;
+    if (absl::StartsWith(field, "file=")) file = field.substr(5);
+  }
+  return file.empty() || absl::StartsWith(file, "/memfd:") || absl::StartsWith(file, "/dev/shm/") ||
+         absl::StartsWith(file, "/SYSV");
+}
+
+}  // namespace
+
 std::string SumNumaMapsPages(std::string_view numa_maps) {
   std::map<int, int64_t> pages;
-  for (absl::string_view field :
-       absl::StrSplit(absl::string_view(numa_maps.data(), numa_maps.size()),
-                      absl::ByAnyChar(" \t\n"), absl::SkipEmpty())) {
-    // "N0=1234": pages of this mapping on node 0.
-    if (field.size() < 4 || field[0] != 'N') continue;
-    const size_t eq = field.find('=');
-    int node = 0;
-    int64_t count = 0;
-    if (eq == absl::string_view::npos || !absl::SimpleAtoi(field.substr(1, eq - 1), &node) ||
-        !absl::SimpleAtoi(field.substr(eq + 1), &count) || node < 0 || count < 0) {
-      continue;
+  for (absl::string_view line : absl::StrSplit(
+           absl::string_view(numa_maps.data(), numa_maps.size()), '\n', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (!IsOwnMemory(fields)) continue;
+    for (absl::string_view field : fields) {
+      // "N0=1234": pages of this mapping on node 0.
+      if (field.size() < 4 || field[0] != 'N') continue;
+      const size_t eq = field.find('=');
+      int node = 0;
+      int64_t count = 0;
+      if (eq == absl::string_view::npos || !absl::SimpleAtoi(field.substr(1, eq - 1), &node) ||
+          !absl::SimpleAtoi(field.substr(eq + 1), &count) || node < 0 || count < 0) {
+        continue;
+      }
+      pages[node] += count;
     }
-    pages[node] += count;
   }
   std::vector<std::string> parts;
   for (const auto& [node, count] : pages) parts.push_back(absl::StrCat(node, "=", count));

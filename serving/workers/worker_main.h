@@ -48,9 +48,11 @@ void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const wo
 // "step_ms", "wall_ms", "rows").
 std::string BatchProfileJson(int64_t batch, int64_t compute_ns, std::string_view steps_json);
 
-// Pages of resident memory per NUMA node from the text of
-// /proc/<pid>/numa_maps (the N<node>=<pages> fields of every mapping,
-// summed): "0=1234 1=5", nodes ascending; empty when there are none.
+// Pages of the process's own resident memory per NUMA node from the text
+// of /proc/<pid>/numa_maps (the N<node>=<pages> fields of its anonymous and
+// shared-memory mappings, summed; not the page cache of the files it maps,
+// shared with every process and placed where a file was first read):
+// "0=1234 1=5", nodes ascending; empty when there are none.
 std::string SumNumaMapsPages(std::string_view numa_maps);
 
 }  // namespace numaserve::serving
