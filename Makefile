@@ -11,6 +11,9 @@
 #   make venv-peers  ONNX Runtime from PyPI, pinned, in build/release/venv/peers
 #   make report  the same machine's speed of light in one Markdown report with
 #                PNG plots: benchmarks/report/ (make_report.py, ~10 min)
+# numaserve in QEMU guests with several NUMA nodes (tests/numa, TCG, ~15 min):
+#   make test-numa   every topology, every check; a summary per topology
+#                    (make test runs the short one: ctest numa.guest_short)
 # Soak and faults against a real server (benchmarks/e2e/reliability.py):
 #   make reliability  10 min soak at 80% capacity, 2x overload, kill -9, corrupt
 #                     models under poll, disk full at a checkpoint (~17 min)
@@ -21,7 +24,7 @@ METRICS_PORT ?= 8002
 SERVE_ARGS ?=
 
 .PHONY: all deps configure build serve test bench report format format-check tidy function-sizes \
-  docs clean test-asan test-asan-ci test-tsan fuzz install reliability
+  docs clean test-asan test-asan-ci test-tsan fuzz install reliability test-numa
 
 all: build
 
@@ -40,6 +43,16 @@ serve: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# tests/numa/run_guests.py: boots a QEMU guest (TCG) per topology of
+# tests/numa/topologies.py, this system's root shared read-only, and runs
+# tests/numa/guest_checks.py in it against $(BUILD_DIR)'s numaserve: plan,
+# binding, page placement, every worker answering, a worker killed, training
+# ranks, taskset, --max-workers. NUMA_ARGS: e.g. --topologies four-nodes,
+# --short (what ctest's numa.guest_short runs).
+NUMA_ARGS ?=
+test-numa: build
+	@/usr/bin/python3 tests/numa/run_guests.py --build-dir $(BUILD_DIR) $(NUMA_ARGS)
 
 # ASan+UBSan (build/asan): every C++ test except those that start servers
 # from Python (label integration) and the ONNX Runtime comparison of the

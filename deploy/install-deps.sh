@@ -34,6 +34,10 @@ packages=(
   python3-matplotlib
   # the virtual environments of pinned PyPI packages (requirements/)
   python3-venv
+  # the QEMU guests with several NUMA nodes (tests/numa: make test-numa, and
+  # ctest's numa.guest_short): QEMU, a kernel to boot, busybox for the
+  # guest's initramfs. ~40 s to install (a kernel's postinst included)
+  qemu-system-x86 linux-image-amd64 busybox-static
 )
 
 missing=()
