@@ -22,7 +22,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
                                                          inference::ModelStreamInferResponse> {
  public:
   InferStream(InferenceService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context), cancel_(std::make_shared<CallCancellation>()) {
+      : service_(service), cancel_(std::make_shared<CallCancellation>()) {
     cancel_->deadline = context->deadline();
     if (service_->AddStream(this)) {
       ReadNext();
@@ -53,7 +53,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
     }
     std::shared_ptr<Item> item = std::move(reading_);
     service_->StartInference(
-        context_, cancel_, &item->request, item->reply.mutable_infer_response(),
+        Protocol::kGrpc, cancel_, &item->request, item->reply.mutable_infer_response(),
         [this, item](const absl::Status& status, InflightRelease release) {
           item->release = std::move(release);
           if (!status.ok()) {
@@ -144,7 +144,6 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
   }
 
   InferenceService* const service_;
-  grpc::CallbackServerContext* const context_;
   const std::shared_ptr<CallCancellation> cancel_;
   std::shared_ptr<Item> reading_;  // only touched by the read chain
   base::Mutex mu_;
@@ -181,9 +180,7 @@ void InferenceService::SetShuttingDown() {
     base::MutexLock lock(&lifecycle_mu_);
     refused.swap(lifecycle_jobs_);
   }
-  for (auto& job : refused) {
-    job.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
-  }
+  for (auto& job : refused) job.answer(absl::UnavailableError("the server is shutting down"));
 }
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*

@@ -65,6 +65,10 @@ void AddTensorMetadata(const engine::TensorInfo& t,
 
 }  // namespace
 
+const char* ProtocolName(Protocol protocol) {
+  return protocol == Protocol::kHttp ? "http" : "grpc";
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
@@ -126,6 +130,49 @@ absl::StatusOr<ModelHandle> InferenceService::Resolve(const std::string& name,
   return models_->Resolve(name, v, need);
 }
 
+absl::StatusOr<bool> InferenceService::ModelIsReady(const std::string& name,
+                                                    const std::string& version) const {
+  auto model = Resolve(name, version);
+  if (!model.ok() && model.status().code() != absl::StatusCode::kUnavailable) {
+    return model.status();
+  }
+  return !shutting_down_ && model.ok();
+}
+
+void InferenceService::FillServerMetadata(inference::ServerMetadataResponse* response) const {
+  response->set_name("numaserve");
+  response->set_version(BuildVersion());
+}
+
+absl::Status InferenceService::FillModelMetadata(const std::string& name,
+                                                 const std::string& version,
+                                                 inference::ModelMetadataResponse* response) const {
+  auto model = Resolve(name, version);
+  if (!model.ok()) return model.status();
+  const RepositoryModel& m = **model;
+  response->set_name(m.name);
+  for (int64_t v : models_->ReadyVersions(m.name)) response->add_versions(absl::StrCat(v));
+  response->set_platform(kOnnxPlatform);
+  for (const auto& t : m.info.inputs) AddTensorMetadata(t, response->add_inputs());
+  for (const auto& t : m.info.outputs) AddTensorMetadata(t, response->add_outputs());
+  return absl::OkStatus();
+}
+
+absl::Status InferenceService::FillModelStatistics(
+    const std::string& name, const std::string& version,
+    inference::ModelStatisticsResponse* response) const {
+  int64_t v = 0;
+  if (!name.empty()) {
+    auto model = Resolve(name, version);
+    if (!model.ok() && model.status().code() == absl::StatusCode::kNotFound) {
+      return model.status();
+    }
+    if (!version.empty()) absl::SimpleAtoi(version, &v);
+  }
+  if (statistics_ != nullptr) statistics_->Fill(name, v, response);
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
@@ -143,34 +190,24 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
-  auto model = Resolve(request->name(), request->version());
-  if (!model.ok() && model.status().code() != absl::StatusCode::kUnavailable) {
-    return FinishNow(context, ToGrpcStatus(model.status()));
-  }
-  response->set_ready(!shutting_down_ && model.ok());
+  absl::StatusOr<bool> ready = ModelIsReady(request->name(), request->version());
+  if (!ready.ok()) return FinishNow(context, ToGrpcStatus(ready.status()));
+  response->set_ready(*ready);
   return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
-  response->set_name("numaserve");
-  response->set_version(BuildVersion());
+  FillServerMetadata(response);
   return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  auto model = Resolve(request->name(), request->version());
-  if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
-  const RepositoryModel& m = **model;
-  response->set_name(m.name);
-  for (int64_t v : models_->ReadyVersions(m.name)) response->add_versions(absl::StrCat(v));
-  response->set_platform(kOnnxPlatform);
-  for (const auto& t : m.info.inputs) AddTensorMetadata(t, response->add_inputs());
-  for (const auto& t : m.info.outputs) AddTensorMetadata(t, response->add_outputs());
-  return FinishNow(context, grpc::Status::OK);
+  return FinishNow(context,
+                   ToGrpcStatus(FillModelMetadata(request->name(), request->version(), response)));
 }
 
 namespace {
@@ -218,7 +255,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   auto* call = new InferCall(this, context);
-  StartInference(context, call->cancellation(), request, response,
+  StartInference(Protocol::kGrpc, call->cancellation(), request, response,
                  [call](const absl::Status& status, InflightRelease release) {
                    call->Answer(status, std::move(release));
                  });
@@ -266,7 +303,7 @@ absl::Status InferenceService::ChargeInflight(size_t* held, size_t need) {
 // return.
 // NOLINTNEXTLINE(readability-function-size): the reason is above.
 void InferenceService::StartInference(
-    grpc::CallbackServerContext* context, const std::shared_ptr<CallCancellation>& cancel,
+    Protocol protocol, const std::shared_ptr<CallCancellation>& cancel,
     const inference::ModelInferRequest* request, inference::ModelInferResponse* response,
     std::function<void(const absl::Status&, InflightRelease)> answer) {
   const auto received = std::chrono::steady_clock::now();
@@ -287,7 +324,7 @@ void InferenceService::StartInference(
   // The model label stays kUnknownModelLabel until the name is known to the
   // repository: request text never becomes a label value by itself.
   call->model = Metrics::kUnknownModelLabel;
-  auto finish = [this, call, cancel, received,
+  auto finish = [this, call, cancel, received, protocol,
                  answer = std::move(answer)](const absl::Status& answered) {
     const double total =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count();
@@ -298,8 +335,11 @@ void InferenceService::StartInference(
             ? absl::CancelledError("the call was cancelled before its answer was sent")
             : answered;
     if (metrics_) {
-      metrics_->RecordRequest(call->model, OutcomeName(status.code()), total);
-      if (!status.ok()) metrics_->RecordFailure(call->model, FailureReason(status.code()));
+      metrics_->RecordRequest(call->model, ProtocolName(protocol), OutcomeName(status.code()),
+                              total);
+      if (!status.ok()) {
+        metrics_->RecordFailure(call->model, ProtocolName(protocol), FailureReason(status.code()));
+      }
     }
     if (statistics_ != nullptr && call->version > 0) {
       if (status.ok()) {
@@ -350,7 +390,7 @@ void InferenceService::StartInference(
   if (uint64_t us = model->config.dynamic_batching().default_timeout_microseconds(); us > 0) {
     timeout = std::chrono::microseconds(us);
   }
-  const auto client_deadline = context->deadline();
+  const auto client_deadline = cancel->deadline;
   const auto now_system = std::chrono::system_clock::now();
   if (client_deadline < now_system + timeout) {
     timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(client_deadline -
@@ -423,16 +463,8 @@ void InferenceService::StartInference(
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  int64_t version = 0;
-  if (!request->name().empty()) {
-    auto model = Resolve(request->name(), request->version());
-    if (!model.ok() && model.status().code() == absl::StatusCode::kNotFound) {
-      return FinishNow(context, ToGrpcStatus(model.status()));
-    }
-    if (!request->version().empty()) absl::SimpleAtoi(request->version(), &version);
-  }
-  if (statistics_ != nullptr) statistics_->Fill(request->name(), version, response);
-  return FinishNow(context, grpc::Status::OK);
+  return FinishNow(
+      context, ToGrpcStatus(FillModelStatistics(request->name(), request->version(), response)));
 }
 
 }  // namespace numaserve::serving

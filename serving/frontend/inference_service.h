@@ -40,6 +40,11 @@ struct CallCancellation {
   size_t prune_at ABSL_GUARDED_BY(mu) = 64;  // when answered entries leave `queued`
 };
 
+// Which front end a request came through: the `protocol` label of its
+// metrics.
+enum class Protocol { kGrpc, kHttp };
+const char* ProtocolName(Protocol protocol);  // "grpc", "http"
+
 // Gives an answered inference's bytes back to the in-flight budget. The
 // call runs it once its reply has been written to the client (a unary
 // call's OnDone, a stream's OnWriteDone), so a client that does not read
@@ -92,6 +97,46 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   void StopLifecycle() ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
   bool Ready() const;
 
+  // --- What the calls do, apart from gRPC: the gRPC methods below and the
+  // HTTP/REST front end (serving/http/) both answer through these, so both
+  // protocols share the model manager, the scheduler, the in-flight byte
+  // budget, the limits and the statistics.
+
+  // Whether model `name` (`version`; empty: the server's choice) is loaded
+  // on a ready worker and the server is not draining; NOT_FOUND for an
+  // unknown model or version.
+  absl::StatusOr<bool> ModelIsReady(const std::string& name, const std::string& version) const;
+  void FillServerMetadata(inference::ServerMetadataResponse* response) const;
+  absl::Status FillModelMetadata(const std::string& name, const std::string& version,
+                                 inference::ModelMetadataResponse* response) const;
+  // The config version `version` serves with (repository_calls.cc).
+  absl::Status FillModelConfig(const std::string& name, const std::string& version,
+                               inference::ModelConfigResponse* response) const;
+  // Every model when `name` is empty; NOT_FOUND for an unknown model.
+  absl::Status FillModelStatistics(const std::string& name, const std::string& version,
+                                   inference::ModelStatisticsResponse* response) const;
+  absl::Status FillRepositoryIndex(const inference::RepositoryIndexRequest& request,
+                                   inference::RepositoryIndexResponse* response) const;
+  // Loads (or reloads) / drains and unloads model `name` on the lifecycle
+  // thread, one at a time in the order asked; `answer` runs exactly once:
+  // at once where refused (FAILED_PRECONDITION outside explicit mode,
+  // UNAVAILABLE once shutting down), else with the load's status.
+  void LoadModel(const std::string& name, std::function<void(const absl::Status&)> answer)
+      ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
+  void UnloadModel(const std::string& name, std::function<void(const absl::Status&)> answer)
+      ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
+  // Validates `request` and queues it; `answer` runs exactly once, after
+  // `response` is filled (on success). `request` and `response` must live
+  // until then. `cancel` is the call's: once the call is cancelled the
+  // request leaves its queue at once, and its `deadline` bounds the wait.
+  // `answer` is handed the request's InflightRelease, which it must run
+  // exactly once, after the reply is written. `protocol` labels the
+  // request's metrics. Used by ModelInfer, ModelStreamInfer and HTTP.
+  void StartInference(Protocol protocol, const std::shared_ptr<CallCancellation>& cancel,
+                      const inference::ModelInferRequest* request,
+                      inference::ModelInferResponse* response,
+                      std::function<void(const absl::Status&, InflightRelease)> answer);
+
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
                                        inference::ServerLiveResponse* response) override;
@@ -138,17 +183,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // Whether the repository has a model `name` (in any state): only such
   // names become metric label values.
   bool IsKnownModel(const std::string& name) const;
-  // Validates `request` and queues it; `answer` runs exactly once, after
-  // `response` is filled (on success). `request` and `response` must live
-  // until then. `cancel` is the call's: once the call is cancelled the
-  // request leaves its queue at once. `answer` is handed the request's
-  // InflightRelease, which it must run exactly once, after the reply is
-  // written. Used by ModelInfer and ModelStreamInfer.
-  void StartInference(grpc::CallbackServerContext* context,
-                      const std::shared_ptr<CallCancellation>& cancel,
-                      const inference::ModelInferRequest* request,
-                      inference::ModelInferResponse* response,
-                      std::function<void(const absl::Status&, InflightRelease)> answer);
   // Moves a request's charge on the in-flight byte budget from `*held` to
   // `need` (and sets `*held`); RESOURCE_EXHAUSTED where the budget is
   // exceeded by it (the charge stays: the caller releases `*held`).
@@ -157,10 +191,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // DEADLINE_EXCEEDED when the call's deadline is what cancelled it) and
   // leave their queues without being computed.
   void CancelCall(CallCancellation& cancel);
-  // Runs `fn` (a load or unload) on the lifecycle thread and finishes the
-  // call with its status.
-  grpc::ServerUnaryReactor* RunLifecycle(grpc::CallbackServerContext* context,
-                                         std::function<absl::Status()> fn)
+  // Runs `fn` (a load or unload) on the lifecycle thread and answers with
+  // its status; UNAVAILABLE at once once the server is shutting down.
+  void RunLifecycle(std::function<absl::Status()> fn,
+                    std::function<void(const absl::Status&)> answer)
       ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
   void LifecycleLoop() ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
   // False (not added) once the server is shutting down.
@@ -183,8 +217,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   // RepositoryModelLoad / RepositoryModelUnload run one at a time here.
   struct LifecycleJob {
-    grpc::ServerUnaryReactor* reactor;
     std::function<absl::Status()> run;
+    std::function<void(const absl::Status&)> answer;
   };
   base::Mutex lifecycle_mu_;
   base::CondVar lifecycle_cv_;

@@ -1,8 +1,8 @@
 // InferenceService's model configuration and repository calls: ModelConfig
-// (the config a version runs with, the server's defaults applied),
-// RepositoryIndex, and RepositoryModelLoad / RepositoryModelUnload, which
-// run one at a time on the lifecycle thread (RunLifecycle, LifecycleLoop,
-// StopLifecycle).
+// (FillModelConfig: the config a version runs with, the server's defaults
+// applied), RepositoryIndex (FillRepositoryIndex), and RepositoryModelLoad /
+// RepositoryModelUnload (LoadModel, UnloadModel), which run one at a time on
+// the lifecycle thread (RunLifecycle, LifecycleLoop, StopLifecycle).
 #include <algorithm>
 #include <deque>
 #include <string>
@@ -57,11 +57,10 @@ void FillTensors(const RepositoryModel& m, inference::ModelConfig* out) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* InferenceService::ModelConfig(
-    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
-    inference::ModelConfigResponse* response) {
-  auto model = Resolve(request->name(), request->version());
-  if (!model.ok()) return FinishNow(context, ToGrpcStatus(model.status()));
+absl::Status InferenceService::FillModelConfig(const std::string& name, const std::string& version,
+                                               inference::ModelConfigResponse* response) const {
+  auto model = Resolve(name, version);
+  if (!model.ok()) return model.status();
   const RepositoryModel& m = **model;
   const config::ModelConfig& c = m.config;
   inference::ModelConfig* out = response->mutable_config();
@@ -116,41 +115,50 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
       parameters[absl::StrCat("instances_auto.worker", w)].set_string_value(report);
     }
   }
-  return FinishNow(context, grpc::Status::OK);
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
-    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
-    inference::RepositoryIndexResponse* response) {
-  if (!request->repository_name().empty()) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                           "this server has one repository; leave "
-                                           "repository_name empty"));
+absl::Status InferenceService::FillRepositoryIndex(
+    const inference::RepositoryIndexRequest& request,
+    inference::RepositoryIndexResponse* response) const {
+  if (!request.repository_name().empty()) {
+    return absl::NotFoundError("this server has one repository; leave repository_name empty");
   }
   for (const auto& e : models_->Index()) {
-    if (request->ready() && e.state != ModelState::kReady) continue;
+    if (request.ready() && e.state != ModelState::kReady) continue;
     auto* m = response->add_models();
     m->set_name(e.name);
     if (e.version > 0) m->set_version(absl::StrCat(e.version));
     m->set_state(ModelStateName(e.state));
     m->set_reason(e.reason);
   }
-  return FinishNow(context, grpc::Status::OK);
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* InferenceService::RunLifecycle(grpc::CallbackServerContext* context,
-                                                         std::function<absl::Status()> fn) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  return FinishNow(context,
+                   ToGrpcStatus(FillModelConfig(request->name(), request->version(), response)));
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
+    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  return FinishNow(context, ToGrpcStatus(FillRepositoryIndex(*request, response)));
+}
+
+void InferenceService::RunLifecycle(std::function<absl::Status()> fn,
+                                    std::function<void(const absl::Status&)> answer) {
   {
     base::MutexLock lock(&lifecycle_mu_);
     if (!lifecycle_stopping_ && !shutting_down_) {
-      lifecycle_jobs_.push_back({reactor, std::move(fn)});
+      lifecycle_jobs_.push_back({std::move(fn), std::move(answer)});
       lifecycle_cv_.Signal();
-      return reactor;
+      return;
     }
   }
-  reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
-  return reactor;
+  answer(absl::UnavailableError("the server is shutting down"));
 }
 
 void InferenceService::LifecycleLoop() {
@@ -163,7 +171,7 @@ void InferenceService::LifecycleLoop() {
       job = std::move(lifecycle_jobs_.front());
       lifecycle_jobs_.pop_front();
     }
-    job.reactor->Finish(ToGrpcStatus(job.run()));
+    job.answer(job.run());
   }
 }
 
@@ -175,42 +183,46 @@ void InferenceService::StopLifecycle() {
     refused.swap(lifecycle_jobs_);
   }
   lifecycle_cv_.SignalAll();
-  for (auto& job : refused) {
-    job.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
-  }
+  for (auto& job : refused) job.answer(absl::UnavailableError("the server is shutting down"));
   if (lifecycle_.joinable()) lifecycle_.join();
+}
+
+void InferenceService::LoadModel(const std::string& name,
+                                 std::function<void(const absl::Status&)> answer) {
+  if (models_->mode() != ModelControlMode::kExplicit) {
+    return answer(absl::FailedPreconditionError(
+        "loading models by request needs --model-control-mode explicit"));
+  }
+  if (shutting_down_) return answer(absl::UnavailableError("the server is shutting down"));
+  RunLifecycle([this, name] { return models_->Load(name); }, std::move(answer));
+}
+
+void InferenceService::UnloadModel(const std::string& name,
+                                   std::function<void(const absl::Status&)> answer) {
+  if (models_->mode() != ModelControlMode::kExplicit) {
+    return answer(absl::FailedPreconditionError(
+        "unloading models by request needs --model-control-mode explicit"));
+  }
+  if (shutting_down_) return answer(absl::UnavailableError("the server is shutting down"));
+  RunLifecycle([this, name] { return models_->Unload(name); }, std::move(answer));
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
-  if (models_->mode() != ModelControlMode::kExplicit) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                           "loading models by request needs "
-                                           "--model-control-mode explicit"));
-  }
-  if (shutting_down_) {
-    return FinishNow(context,
-                     grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
-  }
-  const std::string& name = request->model_name();
-  return RunLifecycle(context, [this, name] { return models_->Load(name); });
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  LoadModel(request->model_name(),
+            [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
-  if (models_->mode() != ModelControlMode::kExplicit) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                           "unloading models by request needs "
-                                           "--model-control-mode explicit"));
-  }
-  if (shutting_down_) {
-    return FinishNow(context,
-                     grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
-  }
-  const std::string& name = request->model_name();
-  return RunLifecycle(context, [this, name] { return models_->Unload(name); });
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  UnloadModel(request->model_name(),
+              [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
+  return reactor;
 }
 
 }  // namespace numaserve::serving

@@ -63,7 +63,9 @@ void Metrics::RegisterRequestFamilies(prometheus::Registry& r) {
   using prometheus::BuildHistogram;
   requests_ = &BuildCounter()
                    .Name("numaserve_requests_total")
-                   .Help("Inference requests by model and outcome (success or gRPC status)")
+                   .Help(
+                       "Inference requests by model, protocol (grpc or http) and outcome "
+                       "(success or status code)")
                    .Register(r);
   request_duration_ = &BuildHistogram()
                            .Name("numaserve_request_duration_seconds")
@@ -94,8 +96,8 @@ void Metrics::RegisterRequestFamilies(prometheus::Registry& r) {
   failures_ = &BuildCounter()
                    .Name("numaserve_request_failures_total")
                    .Help(
-                       "Failed inference requests by model and reason (rejected: queue "
-                       "full; timeout; canceled; invalid; not_found; unavailable; internal)")
+                       "Failed inference requests by model, protocol and reason (rejected: "
+                       "queue full; timeout; canceled; invalid; not_found; unavailable; internal)")
                    .Register(r);
   executions_ = &BuildCounter()
                      .Name("numaserve_executions_total")
@@ -259,15 +261,19 @@ Metrics::PerModel& Metrics::ModelChildren(const std::string& model) {
   return m;
 }
 
-void Metrics::RecordRequest(const std::string& model, const std::string& outcome, double seconds) {
+void Metrics::RecordRequest(const std::string& model, const std::string& protocol,
+                            const std::string& outcome, double seconds) {
   prometheus::Counter* requests = nullptr;
   prometheus::Histogram* duration = nullptr;
   {
     base::MutexLock lock(&children_mu_);
     PerModel& m = ModelChildren(model);
-    auto it = m.requests.find(outcome);
+    auto key = std::make_pair(protocol, outcome);
+    auto it = m.requests.find(key);
     if (it == m.requests.end()) {
-      it = m.requests.emplace(outcome, &requests_->Add({{"model", model}, {"outcome", outcome}}))
+      it = m.requests
+               .emplace(key, &requests_->Add(
+                                 {{"model", model}, {"protocol", protocol}, {"outcome", outcome}}))
                .first;
     }
     requests = it->second;
@@ -277,8 +283,9 @@ void Metrics::RecordRequest(const std::string& model, const std::string& outcome
   duration->Observe(seconds);
 }
 
-void Metrics::RecordFailure(const std::string& model, const std::string& reason) {
-  failures_->Add({{"model", model}, {"reason", reason}}).Increment();
+void Metrics::RecordFailure(const std::string& model, const std::string& protocol,
+                            const std::string& reason) {
+  failures_->Add({{"model", model}, {"protocol", protocol}, {"reason", reason}}).Increment();
 }
 
 void Metrics::RecordInference(const std::string& model, int64_t rows, double queue_seconds,

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -44,13 +45,16 @@ class Metrics {
   // its name.
   static constexpr char kUnknownModelLabel[] = "";
 
-  // One finished ModelInfer call. `outcome` is "success" or the gRPC status
-  // name in lower case ("invalid_argument", "not_found", "unavailable", ...).
-  void RecordRequest(const std::string& model, const std::string& outcome, double seconds)
-      ABSL_LOCKS_EXCLUDED(children_mu_);
-  // A failed ModelInfer call by reason: rejected (queue full), timeout,
+  // One finished inference request (a ModelInfer call, a streamed request,
+  // an HTTP infer). `protocol` is the front end it came through ("grpc" or
+  // "http"); `outcome` is "success" or the status code's name in lower case
+  // ("invalid_argument", "not_found", "unavailable", ...).
+  void RecordRequest(const std::string& model, const std::string& protocol,
+                     const std::string& outcome, double seconds) ABSL_LOCKS_EXCLUDED(children_mu_);
+  // A failed inference request by reason: rejected (queue full), timeout,
   // canceled, invalid, not_found, unavailable, internal, other.
-  void RecordFailure(const std::string& model, const std::string& reason);
+  void RecordFailure(const std::string& model, const std::string& protocol,
+                     const std::string& reason);
   // One computed request of `rows` rows: time queued (batcher and router),
   // copying its batch's inputs in, in the engine, and copying its outputs out.
   void RecordInference(const std::string& model, int64_t rows, double queue_seconds,
@@ -185,7 +189,8 @@ class Metrics {
     prometheus::Histogram* compute_input_duration = nullptr;
     prometheus::Histogram* compute_duration = nullptr;
     prometheus::Histogram* compute_output_duration = nullptr;
-    std::map<std::string, prometheus::Counter*, std::less<>> requests;  // by outcome
+    // by protocol, then outcome
+    std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests;
   };
   PerModel& ModelChildren(const std::string& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(children_mu_);
   base::Mutex children_mu_;
