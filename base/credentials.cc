@@ -4,6 +4,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <sys/stat.h>
 
@@ -54,6 +55,39 @@ void WarnIfOthersCanRead(const std::string& flag, const std::string& path) {
         absl::StrCat("--", flag, " ", path, " is readable by other users (chmod 600)"),
         {{"path", path}});
   }
+}
+
+absl::Status UseCertificateChainAndKey(SSL_CTX* ctx, const std::string& cert_flag,
+                                       const std::string& chain, const std::string& key_flag,
+                                       const std::string& key) {
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  std::unique_ptr<BIO, decltype(&BIO_free)> chain_bio(BIO_new_mem_buf(chain.data(), chain.size()),
+                                                      BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> leaf(
+      PEM_read_bio_X509(chain_bio.get(), nullptr, nullptr, nullptr), X509_free);
+  if (leaf == nullptr || SSL_CTX_use_certificate(ctx, leaf.get()) != 1) {
+    return absl::InternalError(
+        absl::StrCat("--", cert_flag, ": cannot use the certificate (", TakeOpenSslError(), ")"));
+  }
+  // The rest of the file: the intermediate certificates, sent with it.
+  while (X509* intermediate = PEM_read_bio_X509(chain_bio.get(), nullptr, nullptr, nullptr)) {
+    if (SSL_CTX_add0_chain_cert(ctx, intermediate) != 1) {
+      X509_free(intermediate);
+      return absl::InternalError(
+          absl::StrCat("--", cert_flag, ": cannot use the chain (", TakeOpenSslError(), ")"));
+    }
+  }
+  ERR_clear_error();  // the end of the PEM text
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(BIO_new_mem_buf(key.data(), key.size()),
+                                                    BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> pkey(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
+  if (pkey == nullptr || SSL_CTX_use_PrivateKey(ctx, pkey.get()) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    return absl::InternalError(
+        absl::StrCat("--", key_flag, ": cannot use the key (", TakeOpenSslError(), ")"));
+  }
+  return absl::OkStatus();
 }
 
 std::string TakeOpenSslError() {

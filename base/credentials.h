@@ -12,6 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace numaserve::base {
 
 // The largest credential file read (a certificate chain, a key, a token list).
@@ -33,6 +35,14 @@ void WarnIfOthersCanRead(const std::string& flag, const std::string& path);
 absl::Status CheckCertificateAndKey(const std::string& cert_flag, const std::string& cert_path,
                                     const std::string& cert, const std::string& key_flag,
                                     const std::string& key_path, const std::string& key);
+
+// Puts a server's certificate chain and key (PEM text CHAIN and KEY,
+// checked by CheckCertificateAndKey) on an OpenSSL context, and asks for
+// TLS 1.2 at least: the leaf certificate first, the rest of CHAIN sent as
+// its intermediates. Errors name --CERT_FLAG or --KEY_FLAG.
+absl::Status UseCertificateChainAndKey(ssl_ctx_st* ctx, const std::string& cert_flag,
+                                       const std::string& chain, const std::string& key_flag,
+                                       const std::string& key);
 
 // The text of OpenSSL's oldest queued error ("not PEM" when none), and the
 // queue cleared.

@@ -2,7 +2,9 @@
 
 #include <grpc/grpc_security_constants.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include <memory>
@@ -132,6 +134,39 @@ std::shared_ptr<grpc::ServerCredentials> GrpcAuth::ServerCredentials() const {
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
   if (processor_ != nullptr) credentials->SetAuthMetadataProcessor(processor_);
   return credentials;
+}
+
+absl::StatusOr<std::shared_ptr<SSL_CTX>> GrpcAuth::MakeHttpTlsContext() const {
+  if (!tls()) return nullptr;
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
+  if (ctx == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot make a TLS context (", base::TakeOpenSslError(), ")"));
+  }
+  if (absl::Status s = base::UseCertificateChainAndKey(ctx.get(), "grpc-tls-cert", cert_chain_,
+                                                       "grpc-tls-key", private_key_);
+      !s.ok()) {
+    return s;
+  }
+  if (client_ca_.empty()) return ctx;
+  // mTLS: every certificate of the CA file is trusted and named to clients.
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(client_ca_.data(), client_ca_.size()), BIO_free);
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx.get());
+  while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    const bool added =
+        X509_STORE_add_cert(store, ca) == 1 && SSL_CTX_add_client_CA(ctx.get(), ca) == 1;
+    X509_free(ca);
+    if (!added) {
+      return absl::InternalError(absl::StrCat("--grpc-tls-client-ca: cannot use a certificate (",
+                                              base::TakeOpenSslError(), ")"));
+    }
+  }
+  ERR_clear_error();  // the end of the PEM text
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  static constexpr unsigned char kSessionContext[] = "numaserve-http";
+  SSL_CTX_set_session_id_context(ctx.get(), kSessionContext, sizeof kSessionContext - 1);
+  return ctx;
 }
 
 const std::string* GrpcAuth::FindToken(absl::string_view authorization) const {

@@ -29,6 +29,8 @@
 #include "absl/strings/string_view.h"
 #include "base/credentials.h"
 
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace numaserve::serving {
 
 struct GrpcAuthOptions {
@@ -63,6 +65,15 @@ class GrpcAuth {
   // The caller of a call that passed the port's checks: "token:NAME" with
   // tokens, else "cert:SUBJECT" with client certificates, else "" (anonymous).
   std::string Caller(const grpc::ServerContextBase& context) const;
+
+  // Whether calls need a bearer token (--grpc-auth-token-file).
+  bool checks_tokens() const { return !tokens_.empty(); }
+
+  // An OpenSSL server context with the same certificate, key and client
+  // verification (mTLS: a client certificate the CA signed is required in
+  // the handshake), TLS 1.2 or later, for the HTTP/REST port; null without
+  // TLS. Errors name the option.
+  absl::StatusOr<std::shared_ptr<ssl_ctx_st>> MakeHttpTlsContext() const;
 
   // One line for the start-up log: "TLS, client certificates, 2 bearer tokens".
   std::string Describe() const;

@@ -3,11 +3,7 @@
 #include <CivetServer.h>
 #include <civetweb.h>
 #include <dlfcn.h>
-#include <openssl/bio.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <prometheus/exposer.h>
 #include <strings.h>
 #include <unistd.h>
@@ -211,34 +207,7 @@ absl::StatusOr<std::unique_ptr<MetricsAuth>> MetricsAuth::Create(const MetricsAu
 MetricsAuth::~MetricsAuth() { Contexts().RemoveAll(this); }
 
 absl::Status MetricsAuth::ConfigureTls(SSL_CTX* ctx) const {
-  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  std::unique_ptr<BIO, decltype(&BIO_free)> chain(
-      BIO_new_mem_buf(cert_chain_.data(), cert_chain_.size()), BIO_free);
-  std::unique_ptr<X509, decltype(&X509_free)> leaf(
-      PEM_read_bio_X509(chain.get(), nullptr, nullptr, nullptr), X509_free);
-  if (leaf == nullptr || SSL_CTX_use_certificate(ctx, leaf.get()) != 1) {
-    return absl::InternalError(absl::StrCat("--", kCertFlag, ": cannot use the certificate (",
-                                            base::TakeOpenSslError(), ")"));
-  }
-  // The rest of the file: the intermediate certificates, sent with it.
-  while (X509* intermediate = PEM_read_bio_X509(chain.get(), nullptr, nullptr, nullptr)) {
-    if (SSL_CTX_add0_chain_cert(ctx, intermediate) != 1) {
-      X509_free(intermediate);
-      return absl::InternalError(
-          absl::StrCat("--", kCertFlag, ": cannot use the chain (", base::TakeOpenSslError(), ")"));
-    }
-  }
-  ERR_clear_error();  // the end of the PEM text
-  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
-      BIO_new_mem_buf(private_key_.data(), private_key_.size()), BIO_free);
-  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
-      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
-  if (key == nullptr || SSL_CTX_use_PrivateKey(ctx, key.get()) != 1 ||
-      SSL_CTX_check_private_key(ctx) != 1) {
-    return absl::InternalError(
-        absl::StrCat("--", kKeyFlag, ": cannot use the key (", base::TakeOpenSslError(), ")"));
-  }
-  return absl::OkStatus();
+  return base::UseCertificateChainAndKey(ctx, kCertFlag, cert_chain_, kKeyFlag, private_key_);
 }
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> MetricsAuth::StartExposer(
