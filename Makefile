@@ -1,5 +1,6 @@
 # Thin wrapper over CMake. The README's quick start is two commands:
-#   make serve   install dependencies, build, serve <build>/models on 8001 (gRPC) / 8002 (metrics)
+#   make serve   install dependencies, build, serve <build>/models on 8001 (gRPC),
+#                8000 (HTTP) and 8002 (metrics)
 #   make test    install dependencies, build, run the whole test suite (ctest)
 # Sanitizers and fuzzing, each in its own build tree (CMakePresets.json):
 #   make test-asan   ASan+UBSan build (build/asan), the C++ unit tests under it
@@ -21,6 +22,7 @@ BUILD_DIR ?= build/release
 JOBS ?= 2
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+HTTP_PORT ?= 8000
 SERVE_ARGS ?=
 
 .PHONY: all deps configure build serve test bench report format format-check tidy function-sizes \
@@ -39,7 +41,7 @@ build: configure
 
 serve: build
 	$(BUILD_DIR)/bin/numaserve serve --model-repository $(BUILD_DIR)/models \
-	  --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(SERVE_ARGS)
+	  --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --http-port $(HTTP_PORT) $(SERVE_ARGS)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

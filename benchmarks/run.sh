@@ -16,7 +16,7 @@ echo "== engine in process ($model)"
 
 echo "== through the server (gRPC, loopback)"
 out=$(mktemp)
-"$bin/numaserve" serve --model-repository "$build/models" --grpc-port 0 --metrics-port 0 >"$out" 2>/dev/null &
+"$bin/numaserve" serve --model-repository "$build/models" --grpc-port 0 --metrics-port 0 --http-port -1 >"$out" 2>/dev/null &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f $out' EXIT
 for _ in $(seq 1 600); do grep -q grpc= "$out" && break; sleep 0.1; done

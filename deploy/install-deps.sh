@@ -23,6 +23,9 @@ packages=(
   python3-grpcio python3-grpc-tools python3-onnx python3-numpy python3-protobuf
   prometheus curl dataset-fashion-mnist libonnx-testdata
   openssl libssl-dev
+  # the HTTP/REST front end: libevent's evhttp (with its OpenSSL and pthreads
+  # parts) and RapidJSON (header-only)
+  libevent-dev rapidjson-dev
   # sd_notify readiness and watchdog (systemd Type=notify); the deploy tests
   # (systemd-analyze, python3-yaml for the Kubernetes manifests, shellcheck)
   libsystemd-dev systemd python3-yaml shellcheck

@@ -126,7 +126,7 @@ start_server() {
   shift
   out=$(mktemp)
   log=$(mktemp)
-  "$bin/numaserve" serve --model-repository "$repo" --grpc-port 0 --metrics-port 0 "$@" \
+  "$bin/numaserve" serve --model-repository "$repo" --grpc-port 0 --metrics-port 0 --http-port -1 "$@" \
     >"$out" 2>"$log" &
   pid=$!
   for _ in $(seq 1 1800); do

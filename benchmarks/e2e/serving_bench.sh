@@ -152,7 +152,7 @@ CONFIG
     out=$(mktemp)
     log=$(mktemp)
     "$bin/numaserve" serve --model-repository "$repo" --grpc-port 0 \
-      --metrics-port 0 "${serve_cpus[@]}" >"$out" 2>"$log" &
+      --metrics-port 0 --http-port -1 "${serve_cpus[@]}" >"$out" 2>"$log" &
     pid=$!
     for _ in $(seq 1 1200); do
       grep -q grpc= "$out" && break

@@ -254,7 +254,7 @@ class Server:
         self.err = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [numaserve, "serve", "--model-repository", self.repo, "--grpc-port", "0",
-             "--metrics-port", "0", *serve_args], stdout=self.out, stderr=self.err)
+             "--metrics-port", "0", "--http-port", "-1", *serve_args], stdout=self.out, stderr=self.err)
         self.url = self.metrics = None
         deadline = time.time() + 120
         while time.time() < deadline and self.proc.poll() is None:

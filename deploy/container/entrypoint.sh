@@ -8,6 +8,7 @@
 # Environment (defaults in brackets):
 #   NUMASERVE_MODEL_REPOSITORY [/models]   NUMASERVE_HOST [0.0.0.0]
 #   NUMASERVE_GRPC_PORT [8001]             NUMASERVE_METRICS_PORT [8002]
+#   NUMASERVE_HTTP_PORT [-1: off]          the HTTP/REST port (8000 is the usual one)
 #   NUMASERVE_METRICS_HOST [NUMASERVE_HOST]  where /metrics listens: in
 #                                          Kubernetes the pod's IP (Prometheus
 #                                          scrapes it there), 127.0.0.1 for a
@@ -30,6 +31,7 @@ NUMASERVE_BIN=${NUMASERVE_BIN:-numaserve}
 NUMASERVE_MODEL_REPOSITORY=${NUMASERVE_MODEL_REPOSITORY:-/models}
 NUMASERVE_HOST=${NUMASERVE_HOST:-0.0.0.0}
 NUMASERVE_GRPC_PORT=${NUMASERVE_GRPC_PORT:-8001}
+NUMASERVE_HTTP_PORT=${NUMASERVE_HTTP_PORT:--1}
 NUMASERVE_METRICS_PORT=${NUMASERVE_METRICS_PORT:-8002}
 NUMASERVE_METRICS_HOST=${NUMASERVE_METRICS_HOST:-$NUMASERVE_HOST}
 NUMASERVE_ARGS=${NUMASERVE_ARGS:-}
@@ -90,6 +92,7 @@ case "${1:-}" in
       --model-repository "$NUMASERVE_MODEL_REPOSITORY" \
       --host "$NUMASERVE_HOST" \
       --grpc-port "$NUMASERVE_GRPC_PORT" \
+      --http-port "$NUMASERVE_HTTP_PORT" \
       --metrics-address "$metrics_address" \
       $NUMASERVE_ARGS "$@"
     ;;

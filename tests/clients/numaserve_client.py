@@ -70,6 +70,7 @@ __all__ = [
 
 _PORTS_LINE = re.compile(r"^grpc=(?P<ghost>[^\s]+):(?P<gport>\d+) "
                          r"metrics=(?P<mhost>[^\s]+):(?P<mport>\d+)"
+                         r"(?: http=(?P<hhost>[^\s]+):(?P<hport>\d+))?"
                          r"(?: training=(?P<thost>[^\s]+):(?P<tport>\d+))?\s*$")
 
 
@@ -213,7 +214,8 @@ class ServerProcess:
     credentials (grpc.ChannelCredentials, see tls_credentials) make
     channel() and new_channel() TLS channels; the server's TLS flags go in
     ARGS. A server run with --training-service prints its training address
-    too: training_port, training_channel().
+    too: training_port, training_channel(). The HTTP/REST port (--http-port
+    0, unless ARGS turns it off with -1) is http_port.
     """
 
     def __init__(self, model_repository, args=(), binary=None, host="127.0.0.1",
@@ -223,7 +225,8 @@ class ServerProcess:
         self.model_repository = model_repository
         self.host = host
         self.argv = [self.binary, "serve", "--model-repository", model_repository,
-                     "--host", host, "--grpc-port", "0", "--metrics-port", "0"] + list(args)
+                     "--host", host, "--grpc-port", "0", "--metrics-port", "0",
+                     "--http-port", "0"] + list(args)
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.env = env
@@ -233,6 +236,7 @@ class ServerProcess:
         self.proc = None
         self.grpc_port = None
         self.metrics_port = None
+        self.http_port = None
         self.training_host = None
         self.training_port = None
         self.returncode = None
@@ -276,6 +280,8 @@ class ServerProcess:
                     self._fail_start("unexpected first stdout line %r" % line)
                 self.grpc_port = int(match.group("gport"))
                 self.metrics_port = int(match.group("mport"))
+                if match.group("hport"):
+                    self.http_port = int(match.group("hport"))
                 if match.group("tport"):
                     self.training_host = match.group("thost")
                     self.training_port = int(match.group("tport"))

@@ -124,6 +124,8 @@ class ServeFlagRangeTest(unittest.TestCase):
         ("--grpc-memory-quota-mb", ("15", INT64_MAX), "between 16 and 1073741824"),
         ("--max-activation-mb", ("-1", str(2 ** 30 + 1), INT64_MAX), "between 0 and 1073741824"),
         ("--grpc-port", ("-1", "65536"), "between 0 and 65535"),
+        ("--http-port", ("-2", "65536"), "between -1 and 65535"),
+        ("--http-threads", ("0", "65"), "between 1 and 64"),
     ]
 
     def serve_refused(self, extra, *mentions):

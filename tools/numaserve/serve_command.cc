@@ -37,6 +37,8 @@
 #include "serving/frontend/grpc_auth.h"
 #include "serving/frontend/inference_service.h"
 #include "serving/frontend/training_service.h"
+#include "serving/http/http_server.h"
+#include "serving/http/rest_service.h"
 #include "serving/observability/metrics.h"
 #include "serving/observability/version.h"
 #include "serving/repository/model_config.h"
@@ -343,16 +345,40 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartTrainingServer(const ServeOpt
   return server;
 }
 
-// The security in force, and a warning when the gRPC port or /metrics is
-// open to other machines without TLS or without authentication.
+// The HTTP/REST server (--http-port; null when -1): the KServe v2 REST
+// endpoints of `rest`, with the gRPC port's TLS (the same certificate, key
+// and client CA), started on --host.
+absl::StatusOr<std::unique_ptr<serving::http::HttpServer>> StartHttpServer(
+    const ServeOptions& o, const GrpcAuth& auth, serving::http::RestService* rest) {
+  if (o.http_port < 0) return nullptr;
+  serving::http::HttpServerOptions options;
+  options.host = o.host;
+  options.port = static_cast<int>(o.http_port);
+  options.threads = static_cast<int>(o.http_threads);
+  // Request bodies are bounded as gRPC messages are.
+  options.max_body_bytes = static_cast<size_t>(o.grpc_max_message_bytes);
+  auto tls = auth.MakeHttpTlsContext();
+  if (!tls.ok()) return tls.status();
+  options.tls = *std::move(tls);
+  return serving::http::HttpServer::Start(
+      options, [rest](serving::http::HttpExchange* exchange) { rest->Handle(exchange); });
+}
+
+// The security in force, and a warning when the gRPC or HTTP port or
+// /metrics is open to other machines without TLS or without authentication.
 void LogSecurity(const ServeOptions& o, const GrpcAuth& auth, const MetricsAuth& metrics_auth) {
   Log(LogLevel::kInfo, "serve", absl::StrCat("gRPC security: ", auth.Describe()),
       {{"security", auth.Describe()}, {"reflection", o.grpc_reflection}});
+  if (o.http_port >= 0) {
+    Log(LogLevel::kInfo, "serve", absl::StrCat("HTTP security: ", auth.Describe()),
+        {{"security", auth.Describe()}});
+  }
   if (!auth.tls() && !IsLocalOnly(o.host)) {
     Log(LogLevel::kWarning, "serve",
-        absl::StrFormat("gRPC on %s is plaintext and unauthenticated: anyone who reaches it may "
-                        "infer and manage models (see --grpc-tls-cert, --grpc-auth-token-file)",
-                        o.host),
+        absl::StrFormat("gRPC%s on %s is plaintext and unauthenticated: anyone who reaches it "
+                        "may infer and manage models (see --grpc-tls-cert, "
+                        "--grpc-auth-token-file)",
+                        o.http_port >= 0 ? " and HTTP" : "", o.host),
         {{"host", o.host}});
   }
   const std::string metrics_address = MetricsAddress(o);
@@ -370,24 +396,24 @@ void LogSecurity(const ServeOptions& o, const GrpcAuth& auth, const MetricsAuth&
 }
 
 // The one line scripts wait for on stdout ("grpc=HOST:PORT
-// metrics=HOST:PORT", then " training=HOST:PORT" with the training service:
+// metrics=HOST:PORT", then " http=HOST:PORT" unless --http-port is -1
+// (`http_port` < 0), then " training=HOST:PORT" with the training service:
 // the gRPC port's own address when it shares it), the same in the log, and
 // READY=1 to systemd (Type=notify; a no-op without NOTIFY_SOCKET).
 void AnnounceServing(const ServeOptions& o, int grpc_port, const std::string& metrics_address,
-                     int metrics_port, const std::string& training_where) {
+                     int metrics_port, int http_port, const std::string& training_where) {
+  const std::string http_part = http_port < 0 ? "" : absl::StrCat(" http=", o.host, ":", http_port);
   const std::string training_line =
       training_where.empty() ? "" : absl::StrCat(" training=", training_where);
   const std::string metrics_host = metrics_address.substr(0, metrics_address.rfind(':'));
-  printf("grpc=%s:%d metrics=%s:%d%s\n", o.host.c_str(), grpc_port, metrics_host.c_str(),
-         metrics_port, training_line.c_str());
+  const std::string ports = absl::StrFormat("grpc=%s:%d metrics=%s:%d%s", o.host, grpc_port,
+                                            metrics_host, metrics_port, http_part);
+  printf("%s%s\n", ports.c_str(), training_line.c_str());
   fflush(stdout);
-  Log(LogLevel::kInfo, "serve",
-      absl::StrFormat("serving: grpc=%s:%d metrics=%s:%d%s", o.host, grpc_port, metrics_host,
-                      metrics_port, training_line),
+  Log(LogLevel::kInfo, "serve", absl::StrCat("serving: ", ports, training_line),
       {{"grpc_address", absl::StrCat(o.host, ":", grpc_port)},
        {"metrics_address", absl::StrCat(metrics_host, ":", metrics_port)}});
-  sd_notifyf(0, "READY=1\nSTATUS=serving: grpc=%s:%d metrics=%s:%d", o.host.c_str(), grpc_port,
-             metrics_host.c_str(), metrics_port);
+  sd_notifyf(0, "READY=1\nSTATUS=serving: %s", ports.c_str());
 }
 
 // Serves until SIGINT or SIGTERM (blocked in `stop_signals` before any
@@ -395,7 +421,7 @@ void AnnounceServing(const ServeOptions& o, int grpc_port, const std::string& me
 //
 // Longer than ~80 lines on purpose: it is the composition. Each part is
 // made in the order the next one needs it (plan, repository, metrics,
-// workers, scheduler, model manager, gRPC, health) and the stops at the
+// workers, scheduler, model manager, gRPC, HTTP, health) and the stops at the
 // end run in the reverse order, so both orders read top to bottom in one
 // place.
 // NOLINTNEXTLINE(readability-function-size): the reason is above.
@@ -493,6 +519,11 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
     return Fail(absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", o.host, ":", o.grpc_port)));
   }
+  // The HTTP/REST port: the same service behind another protocol.
+  serving::http::RestService rest({.max_message_bytes = service_options.max_message_bytes},
+                                  &service, &auth);
+  auto http_server = StartHttpServer(o, auth, &rest);
+  if (!http_server.ok()) return Fail(http_server.status());
   LogSecurity(o, auth, (*metrics)->auth());
   if (training != nullptr) {
     if (training_where.empty()) training_where = absl::StrCat(o.host, ":", grpc_port);
@@ -523,7 +554,8 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
     update_health();
   };
   on_workers_changed = &on_change;
-  AnnounceServing(o, grpc_port, metrics_address, (*metrics)->port(), training_where);
+  AnnounceServing(o, grpc_port, metrics_address, (*metrics)->port(),
+                  *http_server == nullptr ? -1 : (*http_server)->port(), training_where);
   // The probe: readiness, through the worker supervisor's locks.
   base::PeriodicTask watchdog(SystemdWatchdogPeriod(), [&] {
     (void)service.Ready();
@@ -557,6 +589,10 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
     Log(LogLevel::kWarning, "serve", "accepted requests still running after --shutdown-timeout");
   }
   service.StopLifecycle();
+  // Every HTTP reply already made is written before the connections close.
+  if (*http_server != nullptr) {
+    (*http_server)->Stop(std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (training_server != nullptr) {
     training_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -576,7 +612,8 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
 int ServeCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process) {
   ServeOptions o;
   o.process = process;
-  base::ArgParser parser("serve", "Serve the models of a repository over gRPC (KServe v2).");
+  base::ArgParser parser("serve",
+                         "Serve the models of a repository over gRPC and HTTP (KServe v2).");
   AddServeFlags(parser, o);
   const absl::Status parsed = parser.Parse(args);
   if (parser.help_requested()) {

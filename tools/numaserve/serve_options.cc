@@ -137,6 +137,12 @@ void AddListenFlags(base::ArgParser& parser, ServeOptions& o) {
   parser.AddString("host", &o.host, "address to listen on (0.0.0.0 for every interface)");
   parser.AddInt("grpc-port", &o.grpc_port, "gRPC port; 0 picks a free one");
   parser.AddInt("metrics-port", &o.metrics_port, "Prometheus /metrics port; 0 picks a free one");
+  parser.AddInt("http-port", &o.http_port,
+                "HTTP/REST port (KServe v2 REST, with the gRPC port's TLS and tokens); 0 picks a "
+                "free one, -1 turns HTTP off");
+  parser.AddInt("http-threads", &o.http_threads,
+                "HTTP event-loop threads; connections are spread over them (no thread per "
+                "connection)");
   parser.AddString("metrics-address", &o.metrics_address,
                    "HOST:PORT of the Prometheus /metrics endpoint, instead of --host and "
                    "--metrics-port (port 0 picks a free one)");
@@ -286,6 +292,8 @@ absl::Status CheckServeFlags(const ServeOptions& o) {
   const FlagRange ranges[] = {
       {"grpc-port", o.grpc_port, 0, 65535, " (0: a free one)"},
       {"metrics-port", o.metrics_port, 0, 65535, " (0: a free one)"},
+      {"http-port", o.http_port, -1, 65535, " (0: a free one; -1: off)"},
+      {"http-threads", o.http_threads, 1, 64, ""},
       {"max-workers", o.max_workers, 0, 65536, " (0: one per domain)"},
       {"worker-arena-mb", o.worker_arena_mb, 1, int64_t{1} << 20, " (1 TiB)"},
       {"repository-poll-secs", o.repository_poll_secs, 1, kDaySeconds, " (24 hours)"},

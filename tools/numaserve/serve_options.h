@@ -20,6 +20,11 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int64_t grpc_port = 8001;
   int64_t metrics_port = 8002;
+  // The HTTP/REST port (KServe v2 REST), on --host; 0 picks a free one,
+  // -1 turns it off.
+  int64_t http_port = 8000;
+  // HTTP event-loop threads (each serves its share of the connections).
+  int64_t http_threads = 2;
   // HOST:PORT of the metrics endpoint; empty = --host:--metrics-port.
   std::string metrics_address;
   // gRPC server reflection (grpcurl, Postman, grpcui list and call the API

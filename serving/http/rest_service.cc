@@ -1,0 +1,268 @@
+// RestService (rest_service.h): each route's call into the InferenceService
+// and its answer as JSON.
+#include "serving/http/rest_service.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "serving/http/http_status.h"
+#include "serving/http/infer_json.h"
+#include "serving/http/json_writer.h"
+
+namespace numaserve::serving::http {
+namespace {
+
+constexpr char kJson[] = "application/json";
+
+HttpReply JsonReply(int status, std::string body) {
+  HttpReply reply;
+  reply.status = status;
+  reply.headers.emplace_back("Content-Type", kJson);
+  reply.body = std::move(body);
+  return reply;
+}
+
+// An empty answer: the health and readiness calls say it in the status.
+HttpReply EmptyReply(int status) {
+  HttpReply reply;
+  reply.status = status;
+  return reply;
+}
+
+HttpReply ErrorReply(const absl::Status& status) {
+  return JsonReply(HttpStatusFor(status.code()).code, ErrorBody(status.message()));
+}
+
+// The extensions GET /v2 lists: what this API implements of Triton's.
+constexpr const char* kExtensions[] = {"binary_tensor_data", "model_configuration",
+                                       "model_repository", "statistics"};
+
+// One request's state from its body to its reply, shared by the answer and
+// the reply (whose binary outputs point into `response`).
+struct InferCall {
+  JsonInferRequest request;
+  inference::ModelInferResponse response;
+  std::shared_ptr<CallCancellation> cancel = std::make_shared<CallCancellation>();
+};
+
+HttpReply InferReply(const InferCall& call) {
+  JsonInferReply body = FormatJsonInferResponse(call.response, call.request);
+  HttpReply reply;
+  if (body.binary.empty()) {
+    reply.headers.emplace_back("Content-Type", kJson);
+  } else {
+    reply.headers.emplace_back("Content-Type", "application/octet-stream");
+    reply.headers.emplace_back("Inference-Header-Content-Length", absl::StrCat(body.json.size()));
+  }
+  reply.body = std::move(body.json);
+  reply.more_body = std::move(body.binary);
+  return reply;
+}
+
+// A repository call's optional JSON object body, at most `max_bytes`.
+absl::StatusOr<rapidjson::Document> ControlBody(absl::string_view body, size_t max_bytes) {
+  rapidjson::Document document;
+  if (body.empty()) {
+    document.SetObject();
+    return document;
+  }
+  if (body.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the body is %d bytes; this call takes at most %d", body.size(), max_bytes));
+  }
+  constexpr unsigned kFlags =
+      rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag;
+  document.Parse<kFlags>(body.data(), body.size());
+  if (document.HasParseError()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the body is not valid JSON: %s (at byte %d)",
+        rapidjson::GetParseError_En(document.GetParseError()), document.GetErrorOffset()));
+  }
+  if (!document.IsObject()) return absl::InvalidArgumentError("the body must be a JSON object");
+  return document;
+}
+
+// The value of header `name` as a byte count: absent (nullopt-like -1), or
+// exactly one decimal number.
+absl::StatusOr<int64_t> LengthHeader(const HttpExchange& exchange, absl::string_view name) {
+  std::vector<absl::string_view> values = exchange.Headers(name);
+  if (values.empty()) return -1;
+  uint64_t length = 0;
+  if (values.size() > 1 || values[0].empty() ||
+      values[0].find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(values[0], &length) ||
+      length > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("one ", name, " header with a byte count is expected"));
+  }
+  return static_cast<int64_t>(length);
+}
+
+}  // namespace
+
+RestService::RestService(const Options& options, InferenceService* service, const GrpcAuth* auth)
+    : options_(options), service_(service), auth_(auth) {}
+
+bool RestService::Authorize(HttpExchange* exchange) const {
+  if (auth_ == nullptr || !auth_->checks_tokens()) return true;
+  std::vector<absl::string_view> given = exchange->Headers("Authorization");
+  if (given.size() == 1 && auth_->FindToken(given[0]) != nullptr) return true;
+  HttpReply reply = JsonReply(
+      401, ErrorBody(given.empty() ? "this server needs one 'Authorization: Bearer <token>' header"
+                     : given.size() > 1 ? "more than one Authorization header"
+                                        : "unknown bearer token"));
+  reply.headers.emplace_back("WWW-Authenticate", given.empty() ? "Bearer realm=\"numaserve\""
+                                                               : "Bearer realm=\"numaserve\", "
+                                                                 "error=\"invalid_token\"");
+  exchange->Reply(std::move(reply));
+  return false;
+}
+
+void RestService::Handle(HttpExchange* exchange) {
+  absl::StatusOr<Route> route = MatchRoute(exchange->path());
+  if (!(route.ok() && route->open()) && !Authorize(exchange)) return;
+  if (!route.ok()) return exchange->Reply(ErrorReply(route.status()));
+  if (exchange->method() != route->method) {
+    HttpReply reply =
+        JsonReply(405, ErrorBody(absl::StrCat(exchange->method(), " ", exchange->path(),
+                                              ": this path takes ", route->method)));
+    reply.headers.emplace_back("Allow", route->method);
+    return exchange->Reply(std::move(reply));
+  }
+  switch (route->kind) {
+    case Route::Kind::kLive:
+      return exchange->Reply(EmptyReply(200));
+    case Route::Kind::kReady:
+      // Not ready is 400, as Triton answers.
+      return exchange->Reply(EmptyReply(service_->Ready() ? 200 : 400));
+    case Route::Kind::kModelReady: {
+      absl::StatusOr<bool> ready = service_->ModelIsReady(route->model, route->version);
+      if (!ready.ok()) return exchange->Reply(ErrorReply(ready.status()));
+      return exchange->Reply(EmptyReply(*ready ? 200 : 400));
+    }
+    case Route::Kind::kServerMetadata:
+    case Route::Kind::kModelMetadata:
+    case Route::Kind::kModelConfig:
+    case Route::Kind::kModelStats:
+      return Metadata(exchange, *route);
+    case Route::Kind::kInfer:
+      return Infer(exchange, *route);
+    case Route::Kind::kRepositoryIndex:
+      return RepositoryIndex(exchange);
+    case Route::Kind::kLoad:
+    case Route::Kind::kUnload:
+      return LoadOrUnload(exchange, *route);
+  }
+}
+
+void RestService::Metadata(HttpExchange* exchange, const Route& route) {
+  absl::Status status;
+  std::string json;
+  if (route.kind == Route::Kind::kServerMetadata) {
+    inference::ServerMetadataResponse response;
+    service_->FillServerMetadata(&response);
+    for (const char* e : kExtensions) response.add_extensions(e);
+    json = ProtoToJson(response);
+  } else if (route.kind == Route::Kind::kModelMetadata) {
+    inference::ModelMetadataResponse response;
+    status = service_->FillModelMetadata(route.model, route.version, &response);
+    json = ProtoToJson(response);
+  } else if (route.kind == Route::Kind::kModelConfig) {
+    inference::ModelConfigResponse response;
+    status = service_->FillModelConfig(route.model, route.version, &response);
+    json = ProtoToJson(response.config());
+  } else {
+    inference::ModelStatisticsResponse response;
+    status = service_->FillModelStatistics(route.model, route.version, &response);
+    json = ProtoToJson(response);
+  }
+  if (!status.ok()) return exchange->Reply(ErrorReply(status));
+  exchange->Reply(JsonReply(200, std::move(json)));
+}
+
+void RestService::RepositoryIndex(HttpExchange* exchange) {
+  absl::StatusOr<rapidjson::Document> body =
+      ControlBody(exchange->Body(), options_.max_control_body_bytes);
+  if (!body.ok()) return exchange->Reply(ErrorReply(body.status()));
+  inference::RepositoryIndexRequest request;
+  for (const auto& member : body->GetObject()) {
+    const absl::string_view name(member.name.GetString(), member.name.GetStringLength());
+    if (name != "ready" || !member.value.IsBool()) {
+      return exchange->Reply(ErrorReply(absl::InvalidArgumentError(
+          "the index request takes one field, \"ready\": true or false")));
+    }
+    request.set_ready(member.value.GetBool());
+  }
+  inference::RepositoryIndexResponse response;
+  if (absl::Status s = service_->FillRepositoryIndex(request, &response); !s.ok()) {
+    return exchange->Reply(ErrorReply(s));
+  }
+  rapidjson::StringBuffer buffer;
+  JsonWriter writer(buffer);
+  writer.StartArray();
+  for (const auto& model : response.models()) WriteProto(writer, model);
+  writer.EndArray();
+  exchange->Reply(JsonReply(200, std::string(buffer.GetString(), buffer.GetSize())));
+}
+
+void RestService::LoadOrUnload(HttpExchange* exchange, const Route& route) {
+  absl::StatusOr<rapidjson::Document> body =
+      ControlBody(exchange->Body(), options_.max_control_body_bytes);
+  if (!body.ok()) return exchange->Reply(ErrorReply(body.status()));
+  for (const auto& member : body->GetObject()) {
+    const absl::string_view name(member.name.GetString(), member.name.GetStringLength());
+    if (name != "parameters" || !member.value.IsObject() || member.value.MemberCount() > 0) {
+      return exchange->Reply(ErrorReply(absl::InvalidArgumentError(
+          "load and unload take no parameters (the model is read from the repository)")));
+    }
+  }
+  auto answer = [exchange](const absl::Status& status) {
+    exchange->Reply(status.ok() ? EmptyReply(200) : ErrorReply(status));
+  };
+  if (route.kind == Route::Kind::kLoad) {
+    service_->LoadModel(route.model, std::move(answer));
+  } else {
+    service_->UnloadModel(route.model, std::move(answer));
+  }
+}
+
+void RestService::Infer(HttpExchange* exchange, const Route& route) {
+  const absl::string_view body = exchange->Body();
+  absl::StatusOr<int64_t> header_length =
+      LengthHeader(*exchange, "Inference-Header-Content-Length");
+  if (!header_length.ok()) return exchange->Reply(ErrorReply(header_length.status()));
+  size_t json_size = body.size();
+  if (*header_length >= 0) {
+    if (static_cast<uint64_t>(*header_length) > body.size()) {
+      return exchange->Reply(ErrorReply(absl::InvalidArgumentError(
+          absl::StrFormat("Inference-Header-Content-Length is %d, more than the body's %d bytes",
+                          *header_length, body.size()))));
+    }
+    json_size = static_cast<size_t>(*header_length);
+  }
+  absl::StatusOr<JsonInferRequest> parsed = ParseJsonInferRequest(
+      body.substr(0, json_size), body.substr(json_size), options_.max_message_bytes);
+  exchange->DropBody();  // the request holds its own copy of every tensor now
+  if (!parsed.ok()) return exchange->Reply(ErrorReply(parsed.status()));
+  auto call = std::make_shared<InferCall>();
+  call->request = *std::move(parsed);
+  call->request.request.set_model_name(route.model);
+  call->request.request.set_model_version(route.version);
+  service_->StartInference(Protocol::kHttp, call->cancel, &call->request.request, &call->response,
+                           [call, exchange](const absl::Status& status, InflightRelease release) {
+                             HttpReply reply = status.ok() ? InferReply(*call) : ErrorReply(status);
+                             // The request's bytes stay charged until its reply is written.
+                             reply.keep = call;
+                             reply.on_written = std::move(release);
+                             exchange->Reply(std::move(reply));
+                           });
+}
+
+}  // namespace numaserve::serving::http
