@@ -36,16 +36,10 @@ echo "== benchmark models: numaserve vs ONNX Runtime (same outputs, then same th
 # one seeded input per model at batch 2 (max abs error and normalized error
 # per model, bounds in benchmarks/models/output_check.py) and exits 1 after
 # its table, which stops `make bench` here, when any model is beyond them.
-# The peer, pinned by benchmarks/peers/package-lock.json. --ignore-scripts:
-# its post-install step downloads; the CPU library is inside the package.
-if [ ! -d benchmarks/peers/node_modules/onnxruntime-node ]; then
-  if command -v npm >/dev/null; then
-    (cd benchmarks/peers && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) ||
-      echo "bench: npm could not install onnxruntime-node; ONNX Runtime columns will be n/a"
-  else
-    echo "bench: npm is not installed (apt-get install nodejs npm); ONNX Runtime columns will be n/a"
-  fi
-fi
+# The peer: PyPI's onnxruntime, pinned with hashes (requirements/peers.txt),
+# in $build/venv/peers, made here once (network needed the first time).
+bash tools/python/venv.sh "$build" peers >/dev/null ||
+  echo "bench: ONNX Runtime's environment could not be made; its columns will be n/a"
 /usr/bin/python3 benchmarks/models/compare.py --numaserve "$bin/numaserve" \
   --threads "${BENCH_THREADS:-2}" --seconds "$seconds"
 

@@ -3,34 +3,38 @@
 
   /usr/bin/python3 benchmarks/models/compare.py --numaserve BUILD/bin/numaserve
       [--models mlp,resnet50,mobilenetv2,bert_base] [--batch 1,8,32]
-      [--threads 2] [--seconds 5] [--wait short|passive|active] [--rounds 3]
+      [--threads 2] [--seconds 5] [--wait short|passive|active] [--rounds 5]
       [--check-batch 2]
 
-Writes the models that are missing or stale (generate.py --if-stale), then:
+ONNX Runtime is PyPI's `onnxruntime` (CPU provider), pinned with its
+wheels' hashes in requirements/peers.txt, in the virtual environment
+BUILD/venv/peers that tools/python/venv.sh makes on first use (network
+needed once); benchmarks/peers/ort_peer.py runs it. Writes the models that
+are missing or stale (generate.py --if-stale), then:
 
 1. Outputs. Each model gets one fixed input of --check-batch rows (2 by
    default, so the batch dimension is exercised; seeded, from
    output_check.py) on the real numaserve (`numaserve serve`, one gRPC
-   request) and on ONNX Runtime (benchmarks/peers/ort_run.js). One line per
-   model gives the largest |output| of ONNX Runtime, numaserve's max abs
-   error, that error over the largest |output| (max_rel) and the normalized
-   error mse(ort, ours) / mse(ort, 0), and "ok" or "FAIL" against
-   output_check.py's bounds (MAX_NMSE, MAX_REL; measured there). A failing
-   model is marked FAIL in the speed table too, and compare.py exits 1 at
-   the end, naming it.
-2. Speed. `numaserve bench --json` and benchmarks/peers/ort_bench.js --json
-   with the same model, batches and threads; one table row per model and
-   batch with the ratio numaserve / ONNX Runtime (throughput; > 1 means
-   numaserve is faster) and both p50 latencies. Each model runs --rounds
-   times, numaserve and ONNX Runtime alternated within a round, so that a
-   slow stretch of a shared machine falls on both; the table shows the
-   medians over the rounds, the ratio of the medians and the range of the
-   rounds' own ratios. --rounds 0 checks the outputs only.
-
-ONNX Runtime is skipped (outputs unchecked, ratio "n/a") when
-benchmarks/peers/node_modules is missing: `cd benchmarks/peers && npm ci
---ignore-scripts` (run.sh does it). `make test` checks numaserve's outputs
-without node, against ONNX Runtime's committed in tests/models/reference/.
+   request) and on ONNX Runtime (ort_peer.py run). One line per model gives
+   the largest |output| of ONNX Runtime, numaserve's max abs error, that
+   error over the largest |output| (max_rel) and the normalized error
+   mse(ort, ours) / mse(ort, 0), and "ok" or "FAIL" against output_check.py's
+   bounds (MAX_NMSE, MAX_REL; measured there). A failing model is marked
+   FAIL in the speed table too, and compare.py exits 1 at the end, naming it.
+2. Cost per call. Both engines on a model of one Identity ([batch, 16]):
+   what a call costs each of them with no work in it, printed in
+   microseconds, so that a small model's ratio can be read against it.
+3. Speed. `numaserve bench --json` and `ort_peer.py bench --json` with the
+   same model, batches and threads. Both time calls on inputs and outputs
+   allocated once: numaserve's bench in C++ on its buffers, ONNX Runtime
+   with IOBinding (OrtValues bound once, run_with_iobinding timed). Each
+   model runs --rounds times (5 by default), the engines alternated ABBA
+   (numaserve first in even rounds, ONNX Runtime first in odd ones), so that
+   neither always runs on a warmer or a quieter machine. One table row per
+   model and batch: the medians over the rounds of each engine's throughput
+   and p50 latency, the ratio numaserve / ONNX Runtime of the medians (> 1:
+   numaserve is faster) and the range of the rounds' own ratios.
+   --rounds 0 checks the outputs only.
 
 --wait sets how idle worker threads wait, as the server's --omp-wait does:
 "short" (the default) is each engine as it ships: numaserve's workers spin
@@ -53,7 +57,6 @@ from statistics import median
 import output_check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PEERS = os.path.join(HERE, "..", "peers")
 
 
 def run_json(cmd, env=None):
@@ -61,7 +64,7 @@ def run_json(cmd, env=None):
     return {r["batch"]: r for r in (json.loads(l) for l in out.splitlines() if l.startswith("{"))}
 
 
-def check_outputs(numaserve, models, out_dir, batch, threads):
+def check_outputs(numaserve, python, models, out_dir, batch, threads):
     """{model: "ok" | "FAIL"}, printing one line of errors per model."""
     paths = {m: os.path.join(out_dir, m + ".onnx") for m in models}
     inputs = {m: output_check.model_input(m, batch) for m in models}
@@ -70,7 +73,7 @@ def check_outputs(numaserve, models, out_dir, batch, threads):
           f"{'nmse':>9}  outputs")
     verdicts = {}
     for m in models:
-        reference = output_check.ort_output(paths[m], inputs[m], threads)
+        reference = output_check.ort_output(python, paths[m], inputs[m], threads)
         e = output_check.errors(ours[m], reference)
         found = output_check.problems(e)
         verdicts[m] = "FAIL" if found else "ok"
@@ -88,7 +91,7 @@ def main():
     p.add_argument("--threads", default="2")
     p.add_argument("--seconds", default="5")
     p.add_argument("--wait", choices=["short", "passive", "active"], default="short")
-    p.add_argument("--rounds", type=int, default=3, help="0: check the outputs only")
+    p.add_argument("--rounds", type=int, default=5, help="0: check the outputs only")
     p.add_argument("--check-batch", type=int, default=output_check.REFERENCE_BATCH)
     args = p.parse_args()
     if args.rounds < 0:
@@ -102,60 +105,80 @@ def main():
     out_dir = os.path.join(HERE, "out")
     subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), "--out", out_dir,
                     "--if-stale", "--only", *models], check=True, stdout=subprocess.DEVNULL)
-    have_ort = output_check.have_ort()
+    python = output_check.peer_python(output_check.build_dir_of(args.numaserve))
     verdicts = {}
     print(f"outputs at batch {args.check_batch}: numaserve vs ONNX Runtime on the same seeded "
           f"input (bounds: nmse {output_check.MAX_NMSE:.0e}, max_rel {output_check.MAX_REL:.0e})")
-    if have_ort:
-        verdicts = check_outputs(args.numaserve, models, out_dir, args.check_batch, args.threads)
+    if python:
+        print(f"ONNX Runtime {output_check.ort_version(python)} (PyPI, CPU provider)")
+        verdicts = check_outputs(args.numaserve, python, models, out_dir, args.check_batch,
+                                 args.threads)
     else:
-        print("  not checked: ONNX Runtime is not installed (cd benchmarks/peers && npm ci "
-              "--ignore-scripts)")
+        print("  not checked: ONNX Runtime's environment could not be made (see above)")
     failed = [m for m, v in verdicts.items() if v != "ok"]
     if args.rounds == 0:
         return report(failed)
+    env = dict(os.environ, OMP_WAIT_POLICY="ACTIVE" if args.wait == "active" else "PASSIVE",
+               GOMP_SPINCOUNT={"short": "1000", "passive": "0", "active": "10000"}[args.wait])
+    spin = 0 if args.wait == "passive" else 1
+
+    def ours_cmd(path, batches, seconds):
+        return [args.numaserve, "bench", "--model", path, "--batch", batches,
+                "--threads", args.threads, "--seconds", seconds, "--json"]
+
+    def peer_cmd(path, batches, seconds):
+        return output_check.ort_bench_command(python, path, batches, args.threads, seconds, spin)
+
+    if python:
+        identity = output_check.identity_model(out_dir)
+        us = {}
+        for name, cmd in (("numaserve", ours_cmd), ("ONNX Runtime", peer_cmd)):
+            rows = [run_json(cmd(identity, "1", "1"), env)[1] for _ in range(3)]
+            us[name] = median([1e6 / r["inferences_per_second"] for r in rows])
+        print(f"cost per call (one Identity, batch 1, median of 3 runs of 1 s): numaserve "
+              f"{us['numaserve']:.2f} us, ONNX Runtime {us['ONNX Runtime']:.2f} us")
     print(f"threads {args.threads}, idle threads {args.wait}, {args.rounds} rounds (numaserve and "
-          f"ONNX Runtime alternated; medians); ratio = numaserve / ONNX Runtime")
+          f"ONNX Runtime alternated ABBA; medians); ratio = numaserve / ONNX Runtime")
     print(f"{'model':12} {'batch':>5} {'numaserve/s':>12} {'ORT/s':>10} {'ratio':>6} "
           f"{'rounds':>11} {'p50 ms':>8} {'ORT p50':>8} {'GFLOP/s':>8} {'peak':>6}  outputs"
           "   (peak e: effective, Winograd convs counted at their direct FLOPs)")
     for m in models:
         path = os.path.join(out_dir, m + ".onnx")
-        shape = ",".join(map(str, output_check.MODELS[m][1]))  # without the batch
-        env = dict(os.environ, OMP_WAIT_POLICY="ACTIVE" if args.wait == "active" else "PASSIVE",
-                   GOMP_SPINCOUNT={"short": "1000", "passive": "0", "active": "10000"}[args.wait])
         ours, peer = [], []  # one {batch: row} per round
-        for _ in range(args.rounds):
-            ours.append(run_json([args.numaserve, "bench", "--model", path, "--batch", args.batch,
-                                  "--threads", args.threads, "--seconds", args.seconds, "--json"],
-                                 env))
-            if have_ort:
-                peer.append(run_json(["node", os.path.join(PEERS, "ort_bench.js"), "--model",
-                                      path, "--shape", shape, "--batch", args.batch,
-                                      "--threads", args.threads, "--seconds", args.seconds,
-                                      "--spin", "0" if args.wait == "passive" else "1",
-                                      "--json"]))
-        for b in sorted(ours[0]):
-            r = {k: median([o[b][k] for o in ours])
-                 for k in ("inferences_per_second", "p50_ms", "gflops", "peak_fraction")}
-            o = None
-            ratio, spread = "n/a", ""
-            if peer and all(b in q for q in peer):
-                o = {k: median([q[b][k] for q in peer]) for k in ("inferences_per_second", "p50_ms")}
-                ratio = f"{r['inferences_per_second'] / o['inferences_per_second']:.2f}"
-                # Each round's own ratio (its numaserve run over the ONNX
-                # Runtime run right after it): the spread of the median.
-                each = [a[b]["inferences_per_second"] / q[b]["inferences_per_second"]
-                        for a, q in zip(ours, peer)]
-                spread = f"{min(each):.2f}-{max(each):.2f}"
-            print(f"{m:12} {b:5d} {r['inferences_per_second']:12.1f} "
-                  f"{(o['inferences_per_second'] if o else float('nan')):10.1f} {ratio:>6} "
-                  f"{spread:>11} {r['p50_ms']:8.2f} {(o['p50_ms'] if o else float('nan')):8.2f} "
-                  f"{r['gflops']:8.1f} {r['peak_fraction']:6.3f}"
-                  f"{'e' if ours[0][b].get('peak_fraction_kind') == 'effective' else ' '}"
-                  f"{verdicts.get(m, 'n/a')}",
-                  flush=True)
+        for i in range(args.rounds):
+            first_ours = i % 2 == 0
+            if first_ours:
+                ours.append(run_json(ours_cmd(path, args.batch, args.seconds), env))
+            if python:
+                peer.append(run_json(peer_cmd(path, args.batch, args.seconds), env))
+            if not first_ours:
+                ours.append(run_json(ours_cmd(path, args.batch, args.seconds), env))
+        print_rows(m, ours, peer, verdicts)
     return report(failed)
+
+
+def print_rows(m, ours, peer, verdicts):
+    """One row per batch: medians over the rounds, ratio, the rounds' range."""
+    for b in sorted(ours[0]):
+        r = {k: median([o[b][k] for o in ours])
+             for k in ("inferences_per_second", "p50_ms", "gflops", "peak_fraction")}
+        o = None
+        ratio, spread = "n/a", ""
+        if peer and all(b in q for q in peer):
+            o = {k: median([q[b][k] for q in peer]) for k in ("inferences_per_second", "p50_ms")}
+            ratio = f"{r['inferences_per_second'] / o['inferences_per_second']:.2f}"
+            # Each round's own ratio (its two runs, back to back): the spread
+            # of the median.
+            each = [a[b]["inferences_per_second"] / q[b]["inferences_per_second"]
+                    for a, q in zip(ours, peer)]
+            spread = f"{min(each):.2f}-{max(each):.2f}"
+        print(f"{m:12} {b:5d} {r['inferences_per_second']:12.1f} "
+              f"{(o['inferences_per_second'] if o else float('nan')):10.1f} {ratio:>6} "
+              f"{spread:>11} {r['p50_ms']:8.2f} {(o['p50_ms'] if o else float('nan')):8.2f} "
+              f"{r['gflops']:8.1f} {r['peak_fraction']:6.3f}"
+              f"{'e' if ours[0][b].get('peak_fraction_kind') == 'effective' else ' '}"
+              f"{verdicts.get(m, 'n/a')}",
+              flush=True)
 
 
 def report(failed):

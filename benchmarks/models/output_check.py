@@ -15,7 +15,8 @@ so they are rebuilt anywhere instead of committed. numaserve runs as the
 real binary: `numaserve serve` on a temporary repository linking to the
 model files, asked over gRPC (tests/clients/numaserve_client.py), one
 request per model, every request its own batch. ONNX Runtime runs as
-benchmarks/peers/ort_run.js (npm onnxruntime-node, CPU provider).
+benchmarks/peers/ort_peer.py (PyPI onnxruntime, CPU provider) in the peers'
+virtual environment (requirements/peers.txt; peer_python() makes it).
 
 Errors of an output `got` against the reference `want` (ONNX Runtime's):
   nmse      mse(want, got) / mse(want, 0): the error's energy against the
@@ -26,7 +27,8 @@ Errors of an output `got` against the reference `want` (ONNX Runtime's):
 Both must be at most MAX_NMSE and MAX_REL; the comment there says what was
 measured.
 
-Uses Debian's python3-numpy, python3-onnx and python3-grpcio only.
+Uses Debian's python3-numpy, python3-onnx and python3-grpcio only; ONNX
+Runtime is only ever imported by ort_peer.py, in its own environment.
 """
 import hashlib
 import os
@@ -40,7 +42,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", ".."))
 PEERS_DIR = os.path.join(SOURCE_DIR, "benchmarks", "peers")
-ORT_RUN = os.path.join(PEERS_DIR, "ort_run.js")
+ORT_PEER = os.path.join(PEERS_DIR, "ort_peer.py")
+VENV_SCRIPT = os.path.join(SOURCE_DIR, "tools", "python", "venv.sh")
 REFERENCE_DIR = os.path.join(SOURCE_DIR, "tests", "models", "reference")
 
 # Model: (input name, input shape without the batch, output name).
@@ -154,17 +157,65 @@ def numaserve_outputs(binary, model_paths, inputs, server_args=("--max-workers",
         shutil.rmtree(repo, ignore_errors=True)
 
 
-def ort_output(model_path, array, threads=0):
-    """MODEL_PATH's first output for ARRAY on ONNX Runtime (node ort_run.js)."""
+def peer_python(build_dir):
+    """The python of the peers' virtual environment, BUILD_DIR/venv/peers
+    (ONNX Runtime and its closure from PyPI, pinned with hashes in
+    requirements/peers.txt), made by tools/python/venv.sh if missing or
+    stale; $NUMASERVE_ORT_PYTHON instead when set. None, said on stderr,
+    when it cannot be made (no network, no python3-venv)."""
+    override = os.environ.get("NUMASERVE_ORT_PYTHON")
+    if override:
+        return override
+    result = subprocess.run(["bash", VENV_SCRIPT, build_dir, "peers"], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        print(f"ONNX Runtime unavailable: tools/python/venv.sh {build_dir} peers failed:\n"
+              f"{result.stderr.strip()}", file=sys.stderr)
+        return None
+    return result.stdout.strip().splitlines()[-1]
+
+
+def identity_model(out_dir):
+    """OUT_DIR/identity.onnx (written if missing): [batch, 16] float32 through
+    one Identity, the model on which each engine's cost per call, with no
+    work in it, is measured."""
+    path = os.path.join(out_dir, "identity.onnx")
+    if not os.path.exists(path):
+        import onnx
+        from onnx import TensorProto, helper
+        x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 16])
+        y = helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 16])
+        graph = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])],
+                                  "identity", [x], [y])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        os.makedirs(out_dir, exist_ok=True)
+        onnx.save(model, path)
+    return path
+
+
+def build_dir_of(binary):
+    """BUILD from BUILD/bin/numaserve."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+
+
+def ort_version(python):
+    return subprocess.run([python, ORT_PEER, "version"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def ort_bench_command(python, model_path, batches, threads, seconds, spin=1):
+    """The command that measures MODEL_PATH on ONNX Runtime as `numaserve
+    bench --json` does, inputs and outputs bound once (ort_peer.py bench)."""
+    return [python, ORT_PEER, "bench", "--model", model_path, "--batch", str(batches),
+            "--threads", str(threads), "--seconds", str(seconds), "--spin", str(spin), "--json"]
+
+
+def ort_output(python, model_path, array, threads=0):
+    """MODEL_PATH's first output for ARRAY on ONNX Runtime (ort_peer.py run)."""
     with tempfile.TemporaryDirectory(prefix="numaserve_ort_") as tmp:
         inp, out = os.path.join(tmp, "input.npy"), os.path.join(tmp, "output.npy")
         np.save(inp, np.ascontiguousarray(array, np.float32))
-        subprocess.run(["node", ORT_RUN, "--model", model_path, "--input", inp, "--output", out,
-                        "--threads", str(threads)], check=True)
+        subprocess.run([python, ORT_PEER, "run", "--model", model_path, "--input", inp,
+                        "--output", out, "--threads", str(threads)], check=True)
         return np.load(out)
-
-
-def have_ort():
-    """Whether benchmarks/peers/node_modules holds onnxruntime-node (npm ci)."""
-    return (shutil.which("node") is not None and
-            os.path.isdir(os.path.join(PEERS_DIR, "node_modules", "onnxruntime-node")))

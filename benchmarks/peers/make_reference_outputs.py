@@ -1,16 +1,17 @@
 #!/usr/bin/python3
 """Writes ONNX Runtime's outputs of the benchmark models for `make test`.
 
-  cd benchmarks/peers && npm ci --ignore-scripts   # onnxruntime-node, once
   /usr/bin/python3 benchmarks/peers/make_reference_outputs.py [--models mlp,...]
-      [--models-dir benchmarks/models/out] [--out tests/models/reference]
+      [--build build/release] [--models-dir benchmarks/models/out]
+      [--out tests/models/reference]
 
 tests/models/test_benchmark_outputs.py compares numaserve's outputs with
-these, on a clean clone without node or npm. For each benchmark model
+these, on a clean clone without ONNX Runtime. For each benchmark model
 (benchmarks/models/generate.py; written into --models-dir if missing or
 stale) and its fixed input of output_check.REFERENCE_BATCH rows (seeded,
-benchmarks/models/output_check.py), it runs ONNX Runtime (ort_run.js, CPU
-provider, one thread) and writes:
+benchmarks/models/output_check.py), it runs ONNX Runtime (PyPI, pinned in
+requirements/peers.txt, in BUILD/venv/peers, made here if missing; ort_peer.py
+run, CPU provider, one thread) and writes:
 
   OUT/NAME.npy        the model's output, float32 (bert_base's [2, 128, 768]
                       is 768 KiB, the others a few KiB)
@@ -19,7 +20,7 @@ provider, one thread) and writes:
                       of the input, the input's seed and the output's name
 
 Run it again, and commit what it writes, after changing generate.py's
-models, the inputs in output_check.py, or the pinned onnxruntime-node; the
+models, the inputs in output_check.py, or the pinned onnxruntime; the
 test fails, naming this script, when the model files or inputs no longer
 match references.json.
 """
@@ -51,6 +52,8 @@ def cpu_name():
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(output_check.MODELS))
+    p.add_argument("--build", default=os.path.join(PEERS_DIR, "..", "..", "build", "release"),
+                   help="the build tree whose venv/peers holds ONNX Runtime")
     p.add_argument("--models-dir", default=os.path.join(MODELS_SCRIPTS, "out"))
     p.add_argument("--out", default=output_check.REFERENCE_DIR)
     args = p.parse_args()
@@ -58,13 +61,12 @@ def main():
     unknown = [m for m in models if m not in output_check.MODELS]
     if unknown:
         p.error(f"unknown models {unknown}; known: {','.join(output_check.MODELS)}")
-    if not output_check.have_ort():
-        sys.exit("make_reference_outputs.py: ONNX Runtime is not installed: "
-                 "cd benchmarks/peers && npm ci --ignore-scripts")
+    python = output_check.peer_python(os.path.abspath(args.build))
+    if not python:
+        sys.exit("make_reference_outputs.py: ONNX Runtime's environment could not be made")
     subprocess.run([sys.executable, os.path.join(MODELS_SCRIPTS, "generate.py"),
                     "--out", args.models_dir, "--if-stale", "--only", *models], check=True)
-    with open(os.path.join(PEERS_DIR, "node_modules", "onnxruntime-node", "package.json")) as f:
-        ort_version = json.load(f)["version"]
+    ort_version = output_check.ort_version(python)
 
     os.makedirs(args.out, exist_ok=True)
     index_path = os.path.join(args.out, "references.json")
@@ -76,7 +78,7 @@ def main():
     for m in models:
         path = os.path.join(args.models_dir, m + ".onnx")
         array = output_check.model_input(m, batch)
-        output = output_check.ort_output(path, array, threads=1).astype(np.float32)
+        output = output_check.ort_output(python, path, array, threads=1).astype(np.float32)
         np.save(os.path.join(args.out, m + ".npy"), output)
         index["models"][m] = {
             "model_sha256": output_check.sha256_of_file(path),
@@ -89,7 +91,7 @@ def main():
         print(f"{m}: output {list(output.shape)}, max |output| {np.abs(output).max():.4g}")
     index.update({
         "generated_by": "benchmarks/peers/make_reference_outputs.py",
-        "onnxruntime_node": ort_version,
+        "onnxruntime": ort_version,
         "cpu": cpu_name(),
         "batch": batch,
     })

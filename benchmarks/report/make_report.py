@@ -10,7 +10,7 @@ Markdown report with PNG plots, written to benchmarks/report/.
 
 Sections (each a plot, a table of its numbers and how they were measured):
   batch     in-process throughput against batch size, numaserve (`numaserve
-            bench --json`) and ONNX Runtime (benchmarks/peers/ort_bench.js),
+            bench --json`) and ONNX Runtime (benchmarks/peers/ort_peer.py bench),
             with the settings of benchmarks/models/compare.py, on all cores
   threads   the same against threads, 1 to the machine's cores
   served    the real server under load (grpc_loadgen: 1 caller, saturation,
@@ -27,8 +27,9 @@ Writes OUT/README.md, OUT/*.png (matplotlib, Agg backend, 100 dpi) and
 OUT/data.json (every figure the plots were made from; --replot draws the
 plots and writes README.md again from it, measuring nothing). --quick is
 the short run of the test (tests/report): the MLP only, two batches, a
-fraction of a second per point. ONNX Runtime is left out, and said so, where
-benchmarks/peers/node_modules is missing and cannot be installed (npm).
+fraction of a second per point. ONNX Runtime (PyPI, BUILD/venv/peers, made
+by tools/python/venv.sh) is left out, and said so, where its environment
+cannot be made; --quick uses it only if it is already there.
 
 Needs Debian's python3-matplotlib (deploy/install-deps.sh installs it);
 without it this exits 3 after saying so.
@@ -38,7 +39,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -165,21 +165,20 @@ def finite(value):
     return value
 
 
-def ensure_peer(quick):
-    """ONNX Runtime for node (benchmarks/peers), installed as run.sh does
-    where npm is there (not in --quick: the test must not download)."""
-    if measure.have_ort():
-        return True, ""
+def ensure_peer(quick, build):
+    """(python of ONNX Runtime's environment or None, why not): BUILD's
+    venv/peers, made as compare.py makes it where missing (not in --quick:
+    the test must not download; an environment already there is used)."""
+    python = os.path.join(build, "venv", "peers", "bin", "python")
     if quick:
-        return False, "not installed (--quick does not install it)"
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        return False, "not installed: node/npm missing (apt-get install nodejs npm)"
-    measure.log("installing ONNX Runtime for node (npm ci in benchmarks/peers)")
-    result = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund",
-                             "--loglevel=error"], cwd=measure.PEERS)
-    if result.returncode != 0 or not measure.have_ort():
-        return False, "npm could not install onnxruntime-node"
-    return True, ""
+        if os.access(python, os.X_OK):
+            return python, ""
+        return None, "not installed (--quick does not install it: make venv-peers)"
+    measure.log("ONNX Runtime from PyPI (tools/python/venv.sh BUILD peers)")
+    python = measure.output_check.peer_python(build)
+    if not python:
+        return None, "not installed: tools/python/venv.sh could not make its environment"
+    return python, ""
 
 
 def main(argv=None):
@@ -236,7 +235,7 @@ def measure_all(args, argv):
     if args.no_ort:
         data["notes"]["ort"] = "left out (--no-ort)"
     elif {"batch", "threads"} & set(args.sections):
-        with_ort, why = ensure_peer(args.quick)
+        with_ort, why = ensure_peer(args.quick, args.build)
         if not with_ort:
             data["notes"]["ort"] = why
             measure.log(f"ONNX Runtime {why}: numaserve only")

@@ -100,7 +100,8 @@ def ratio(a, b):
 def section_batch(n, data, figure, cores, s, ort_note):
     out = [f"## {n}. Throughput against batch size\n",
            f"In process, {cores} threads: `numaserve bench --json` and ONNX Runtime "
-           "(`benchmarks/peers/ort_bench.js --json`, CPU provider) with the same model, "
+           "(PyPI's `onnxruntime`, `benchmarks/peers/ort_peer.py bench --json`, CPU provider, "
+           "inputs and outputs bound once) with the same model, "
            "batches and threads, idle threads as each engine ships (as "
            "`benchmarks/models/compare.py --wait short`), one run of "
            f"{fmt(s['seconds'])} s per point.",

@@ -4,7 +4,7 @@ lists, written to data.json as they are), never a plot.
 
   machine()        lscpu, nproc, git, `numaserve --version`, the load
   limits()         FP32 peak and memory bandwidth (`numaserve topology`)
-  in_process()     `numaserve bench --json` and benchmarks/peers/ort_bench.js
+  in_process()     `numaserve bench --json` and benchmarks/peers/ort_peer.py bench
                    --json per batch and per thread count, with the settings
                    compare.py uses (benchmarks/models/compare.py)
   served()         the real server (`numaserve serve`) under grpc_loadgen at
@@ -31,9 +31,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", ".."))
 BENCH_MODELS = os.path.join(SOURCE_DIR, "benchmarks", "models")
-PEERS = os.path.join(SOURCE_DIR, "benchmarks", "peers")
 sys.path.insert(0, BENCH_MODELS)
-import output_check  # noqa: E402  (the models' input shapes; have_ort())
+import output_check  # noqa: E402  (the models' input shapes; the peer's commands)
 
 # How idle worker threads wait: compare.py's default ("short"), each engine
 # as it ships.
@@ -169,10 +168,6 @@ def generate_models(models_dir, models):
                    stdout=subprocess.DEVNULL)
 
 
-def have_ort():
-    return output_check.have_ort()
-
-
 def numaserve_bench(numaserve, path, batches, threads, seconds):
     """{batch: bench's JSON row}."""
     out = run([numaserve, "bench", "--model", path, "--batch", ",".join(map(str, batches)),
@@ -181,12 +176,10 @@ def numaserve_bench(numaserve, path, batches, threads, seconds):
     return {r["batch"]: r for r in json_lines(out) if "batch" in r and "profile" not in r}
 
 
-def ort_bench(model, path, batches, threads, seconds):
-    """{batch: ort_bench.js's JSON row} (the keys numaserve bench uses)."""
-    shape = ",".join(map(str, output_check.MODELS[model][1]))
-    out = run(["node", os.path.join(PEERS, "ort_bench.js"), "--model", path, "--shape", shape,
-               "--batch", ",".join(map(str, batches)), "--threads", str(threads),
-               "--seconds", str(seconds), "--spin", ORT_SPIN, "--json"])
+def ort_bench(python, path, batches, threads, seconds):
+    """{batch: ort_peer.py bench's JSON row} (the keys numaserve bench uses)."""
+    out = run(output_check.ort_bench_command(python, path, ",".join(map(str, batches)), threads,
+                                             seconds, ORT_SPIN))
     return {r["batch"]: r for r in json_lines(out) if "batch" in r}
 
 
@@ -206,14 +199,14 @@ def in_process(numaserve, models_dir, models, batches_of, threads_list, thread_b
         by_batch[m] = {"numaserve": numaserve_bench(numaserve, path, batches, all_threads,
                                                     seconds)}
         if with_ort:
-            by_batch[m]["onnxruntime"] = ort_bench(m, path, batches, all_threads, seconds)
+            by_batch[m]["onnxruntime"] = ort_bench(with_ort, path, batches, all_threads, seconds)
         log(f"{m}: throughput per threads {threads_list} at batch {thread_batch}")
         by_threads[m] = {"numaserve": {}, "onnxruntime": {}}
         for t in threads_list:
             row = numaserve_bench(numaserve, path, [thread_batch], t, seconds)
             by_threads[m]["numaserve"][t] = row.get(thread_batch)
             if with_ort:
-                row = ort_bench(m, path, [thread_batch], t, seconds)
+                row = ort_bench(with_ort, path, [thread_batch], t, seconds)
                 by_threads[m]["onnxruntime"][t] = row.get(thread_batch)
         if not with_ort:
             del by_threads[m]["onnxruntime"]
