@@ -1,9 +1,8 @@
 #include "serving/http/http_status.h"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include <cstdint>
+
+#include "serving/http/rapidjson.h"
 
 namespace numaserve::serving::http {
 

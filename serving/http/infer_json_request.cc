@@ -2,9 +2,6 @@
 // tensor's values go straight into its bytes in the input's datatype and no
 // document tree is built; an input whose data comes before its datatype or
 // shape is read again in a second pass, once both are known.
-#include <rapidjson/error/en.h>
-#include <rapidjson/memorystream.h>
-#include <rapidjson/reader.h>
 
 #include <cstdint>
 #include <cstring>
@@ -21,6 +18,7 @@
 #include "engine/ir/typed_tensor.h"
 #include "engine/ir/types.h"
 #include "serving/http/infer_json.h"
+#include "serving/http/rapidjson.h"
 
 namespace numaserve::serving::http {
 namespace {

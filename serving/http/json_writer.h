@@ -4,12 +4,10 @@
 // no spelling for them), and protobuf messages written field by field.
 #pragma once
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "serving/http/rapidjson.h"
 
 namespace google::protobuf {
 class Message;

@@ -2,9 +2,6 @@
 // and its answer as JSON.
 #include "serving/http/rest_service.h"
 
-#include <rapidjson/document.h>
-#include <rapidjson/error/en.h>
-
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +12,7 @@
 #include "serving/http/http_status.h"
 #include "serving/http/infer_json.h"
 #include "serving/http/json_writer.h"
+#include "serving/http/rapidjson.h"
 
 namespace numaserve::serving::http {
 namespace {

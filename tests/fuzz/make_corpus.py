@@ -435,6 +435,44 @@ def worker_framing_seeds():
     yield "malformed.bin", varint(4) + b"\x0a\xff\xff\xff"
 
 
+# --- infer_json -------------------------------------------------------------------
+# A REST inference body: the JSON, then (after a NUL, where the fuzz target
+# splits it) the binary part Inference-Header-Content-Length would mark.
+
+def infer_json_seeds():
+    def body(obj, binary=None):
+        import json
+        text = json.dumps(obj, separators=(",", ":"))
+        return text if binary is None else text.encode() + b"\0" + binary
+
+    yield "fp32.json", body({"id": "a", "inputs": [
+        {"name": "x", "datatype": "FP32", "shape": [2, 3], "data": [1, 2, 3, 4.5, -5, 6e-3]}]})
+    yield "nested.json", body({"inputs": [
+        {"name": "x", "datatype": "INT64", "shape": [2, 2], "data": [[1, -2], [3, 4]]}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}]})
+    yield "types.json", body({"parameters": {"binary_data_output": False}, "inputs": [
+        {"name": "b", "datatype": "BOOL", "shape": [2], "data": [True, False]},
+        {"name": "u8", "datatype": "UINT8", "shape": [1], "data": [255]},
+        {"name": "i16", "datatype": "INT16", "shape": [1], "data": [-32768]},
+        {"name": "f16", "datatype": "FP16", "shape": [2], "data": [0.5, "NaN"]},
+        {"name": "bf", "datatype": "BF16", "shape": [1], "data": ["-Infinity"]},
+        {"name": "f64", "datatype": "FP64", "shape": [1], "data": [1e300]},
+        {"name": "s", "datatype": "BYTES", "shape": [2], "data": ["ab", ""]}]})
+    yield "binary.bin", body({"inputs": [
+        {"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+        {"name": "y", "datatype": "UINT16", "shape": [1], "data": [7]}]},
+        np.array([1.0, 2.0], np.float32).tobytes())
+    yield "bytes_binary.bin", body({"inputs": [
+        {"name": "s", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 7}}]},
+        struct.pack("<I", 3) + b"abc")
+    yield "huge_shape.json", body({"inputs": [
+        {"name": "x", "datatype": "FP32", "shape": [1 << 40, 1 << 40], "data": [1]}]})
+    yield "short_data.json", body({"inputs": [
+        {"name": "x", "datatype": "INT32", "shape": [3], "data": [1, 2]}]})
+    yield "truncated.json", body({"inputs": [
+        {"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]})[:-7]
+
+
 TARGETS = {
     "onnx_import": onnx_seeds,
     "infer_request": infer_request_seeds,
@@ -445,6 +483,7 @@ TARGETS = {
     "idx_file": idx_file_seeds,
     "training_config": training_config_seeds,
     "worker_framing": worker_framing_seeds,
+    "infer_json": infer_json_seeds,
 }
 
 

@@ -22,7 +22,7 @@ shift 2
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(onnx_import infer_request model_config npy checkpoint record_file idx_file
-    training_config worker_framing)
+    training_config worker_framing infer_json)
 fi
 
 # Longest input per target: a few times the largest seed, so mutations can
@@ -30,7 +30,7 @@ fi
 max_len() {
   case "$1" in
     onnx_import) echo 4096 ;;
-    model_config | training_config) echo 2048 ;;
+    model_config | training_config | infer_json) echo 2048 ;;
     *) echo 1024 ;;
   esac
 }
