@@ -89,6 +89,8 @@ absl::Status InferenceService::FillModelConfig(const std::string& name, const st
     auto* batching = out->mutable_dynamic_batching();
     for (int32_t p : d.preferred_batch_size()) batching->add_preferred_batch_size(p);
     batching->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
+    batching->set_priority_levels(d.priority_levels());
+    batching->set_default_priority_level(d.default_priority_level());
     auto* queue = batching->mutable_default_queue_policy();
     queue->set_timeout_action(inference::ModelQueuePolicy::REJECT);
     queue->set_default_timeout_microseconds(

@@ -260,6 +260,8 @@ const std::map<std::string, bool>& UsedTritonFields() {
       {"dynamic_batching", true},
       {"dynamic_batching.preferred_batch_size", false},
       {"dynamic_batching.max_queue_delay_microseconds", false},
+      {"dynamic_batching.priority_levels", false},
+      {"dynamic_batching.default_priority_level", false},
       {"dynamic_batching.default_queue_policy", true},
       {"dynamic_batching.default_queue_policy.default_timeout_microseconds", false},
       {"dynamic_batching.default_queue_policy.max_queue_size", false},
@@ -430,6 +432,8 @@ absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
     out->set_max_queue_delay_microseconds(d.max_queue_delay_microseconds());
     out->set_default_timeout_microseconds(d.default_queue_policy().default_timeout_microseconds());
     out->set_max_queue_size(d.default_queue_policy().max_queue_size());
+    out->set_priority_levels(d.priority_levels());
+    out->set_default_priority_level(d.default_priority_level());
   }
   return c;
 }
@@ -513,6 +517,25 @@ absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path) {
 
 namespace {
 
+// ValidateModelConfigFields' checks of dynamic_batching's priority levels.
+absl::Status CheckPriorityLevels(const config::DynamicBatching& d, const std::string& model) {
+  const uint64_t levels = d.priority_levels();
+  const uint64_t level = d.default_priority_level();
+  if (levels > kMaxPriorityLevels) {
+    return Invalid(model, "dynamic_batching.priority_levels",
+                   absl::StrFormat("%u is above the limit of %d", levels, kMaxPriorityLevels));
+  }
+  if (levels == 0 && level != 0) {
+    return Invalid(model, "dynamic_batching.default_priority_level",
+                   absl::StrFormat("%u is set without dynamic_batching.priority_levels", level));
+  }
+  if (levels > 0 && (level < 1 || level > levels)) {
+    return Invalid(model, "dynamic_batching.default_priority_level",
+                   absl::StrFormat("%u is outside 1..priority_levels (%u)", level, levels));
+  }
+  return absl::OkStatus();
+}
+
 // ValidateModelConfigFields' checks of instance_placement.
 absl::Status CheckInstancePlacement(const config::InstancePlacement& p, const std::string& model,
                                     int num_workers) {
@@ -580,6 +603,7 @@ absl::Status ValidateModelConfigFields(const config::ModelConfig& c, const std::
           absl::StrFormat("%u is above the limit of %d (24 hours)", us, kMaxConfigMicroseconds));
     }
   }
+  if (absl::Status s = CheckPriorityLevels(d, model); !s.ok()) return s;
   if (absl::Status s = CheckInstancePlacement(c.instance_placement(), model, num_workers);
       !s.ok()) {
     return s;

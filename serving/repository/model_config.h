@@ -26,6 +26,9 @@ inline constexpr uint64_t kMaxConfigMicroseconds = uint64_t{24} * 3600 * 1000 * 
 // the value stays far within the int64 the engine takes.
 inline constexpr uint64_t kMaxActivationBytes = uint64_t{1} << 50;
 
+// The most dynamic_batching.priority_levels accepted.
+inline constexpr uint64_t kMaxPriorityLevels = 1000;
+
 // A config.pbtxt as read: numaserve's config, whichever schema the file is
 // written in.
 struct ModelConfigFile {
@@ -65,7 +68,8 @@ absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text
 // Checks the config on its own and against the model: the name matches the
 // directory, durations within kMaxConfigMicroseconds, max_activation_bytes
 // within kMaxActivationBytes,
-// max_batch_size needs a batched model, preferred sizes fit,
+// max_batch_size needs a batched model, preferred sizes fit, priority_levels
+// within kMaxPriorityLevels and default_priority_level within 1..levels,
 // placement names existing workers (`num_workers`), listed tensors exist with
 // the same datatype and dims. INVALID_ARGUMENT naming the field otherwise.
 absl::Status ValidateModelConfig(const config::ModelConfig& config, const std::string& model_name,

@@ -36,6 +36,10 @@ absl::StatusOr<std::unique_ptr<DynamicBatcher>> DynamicBatcher::Create(const Opt
   if (options.max_queue_delay.count() < 0) {
     return absl::InvalidArgumentError("max_queue_delay must not be negative");
   }
+  if (options.priority_levels < 1 || options.max_priority_wait.count() < 1) {
+    return absl::InvalidArgumentError(
+        "priority_levels and max_priority_wait must be at least 1 (one level: no priorities)");
+  }
   if (clock == nullptr || static_cast<bool>(can_dispatch) != static_cast<bool>(dispatch)) {
     return absl::InvalidArgumentError(
         "a batcher needs a clock, and both can_dispatch and dispatch or neither (pulled)");
@@ -55,11 +59,62 @@ absl::Status DynamicBatcher::Enqueue(std::shared_ptr<BatchRequest> request,
                                                        " waiting requests); retry later"));
     }
     request->enqueued = clock_->Now();
-    queue_.push_back(std::move(request));
+    InsertByPriorityLocked(std::move(request));
   }
   const base::Clock::TimePoint next = Poll();
   if (next_poll != nullptr) *next_poll = next;
   return absl::OkStatus();
+}
+
+void DynamicBatcher::InsertByPriorityLocked(std::shared_ptr<BatchRequest> request) {
+  // The queue is in level order: the place is after the last request of
+  // the same or a higher level (the back, when every request has one level).
+  if (queue_.empty() || queue_.back()->priority <= request->priority) {
+    queue_.push_back(std::move(request));
+    return;
+  }
+  auto at = std::upper_bound(
+      queue_.begin(), queue_.end(), request->priority,
+      [](uint64_t level, const std::shared_ptr<BatchRequest>& r) { return level < r->priority; });
+  queue_.insert(at, std::move(request));
+}
+
+void DynamicBatcher::PromoteAgedLocked(base::Clock::TimePoint now) {
+  if (options_.priority_levels <= 1) return;
+  auto aged = [&](const std::shared_ptr<BatchRequest>& r) {
+    return r->priority > 0 && now - r->enqueued >= options_.max_priority_wait;
+  };
+  if (std::none_of(queue_.begin(), queue_.end(), aged)) return;
+  // Level 0 (promoted before) stays in front; the newly aged follow in
+  // arrival order; the rest keep their order.
+  std::deque<std::shared_ptr<BatchRequest>> front, newly, rest;
+  for (auto& r : queue_) {
+    if (r->priority == 0) {
+      front.push_back(std::move(r));
+    } else if (aged(r)) {
+      newly.push_back(std::move(r));
+    } else {
+      rest.push_back(std::move(r));
+    }
+  }
+  std::stable_sort(newly.begin(), newly.end(),
+                   [](const auto& a, const auto& b) { return a->enqueued < b->enqueued; });
+  for (auto& r : newly) {
+    r->priority = 0;
+    front.push_back(std::move(r));
+  }
+  for (auto& r : rest) front.push_back(std::move(r));
+  queue_.swap(front);
+}
+
+base::Clock::TimePoint DynamicBatcher::OldestLocked() const {
+  base::Clock::TimePoint oldest = base::Clock::TimePoint::max();
+  if (options_.priority_levels <= 1) {
+    // One level: the queue is in arrival order.
+    return queue_.empty() ? oldest : queue_.front()->enqueued;
+  }
+  for (const auto& r : queue_) oldest = std::min(oldest, r->enqueued);
+  return oldest;
 }
 
 size_t DynamicBatcher::DueBatchSize(base::Clock::TimePoint now, bool* full) const {
@@ -82,7 +137,7 @@ size_t DynamicBatcher::DueBatchSize(base::Clock::TimePoint now, bool* full) cons
     if (total >= options_.max_batch_rows) return count;  // full
   }
   if (best == count) return count;  // a preferred size
-  if (now - queue_.front()->enqueued < options_.max_queue_delay) return 0;
+  if (now - OldestLocked() < options_.max_queue_delay) return 0;
   // The oldest request has waited long enough: the largest preferred batch
   // that can be formed, else everything queued (a partial batch).
   if (best > 0) return best;
@@ -94,15 +149,20 @@ base::Clock::TimePoint DynamicBatcher::NextWakeLocked() const {
   base::Clock::TimePoint next = base::Clock::TimePoint::max();
   if (queue_.empty()) return next;
   const base::Clock::TimePoint now = clock_->Now();
-  const base::Clock::TimePoint delay_end = queue_.front()->enqueued + options_.max_queue_delay;
+  const base::Clock::TimePoint delay_end = OldestLocked() + options_.max_queue_delay;
   if (delay_end > now) next = delay_end;
-  for (const auto& r : queue_) next = std::min(next, r->deadline);
+  const bool levels = options_.priority_levels > 1;
+  for (const auto& r : queue_) {
+    next = std::min(next, r->deadline);
+    if (levels && r->priority > 0) next = std::min(next, r->enqueued + options_.max_priority_wait);
+  }
   return next;
 }
 
 std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>>
 DynamicBatcher::DropExpiredLocked(base::Clock::TimePoint now) {
   std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> dropped;
+  PromoteAgedLocked(now);
   for (auto it = queue_.begin(); it != queue_.end();) {
     BatchRequest& r = **it;
     if (r.deadline <= now) {
@@ -142,6 +202,7 @@ DynamicBatcher::Due DynamicBatcher::Peek() const {
 
 Batch DynamicBatcher::Take(size_t max_requests, int64_t max_rows, size_t max_bytes) {
   base::MutexLock lock(&mu_);
+  PromoteAgedLocked(clock_->Now());
   size_t n = 0;
   int64_t rows = 0;
   size_t bytes = 0;  // at most max_bytes after the first request

@@ -11,12 +11,20 @@
 // computed: at the next Poll(), or at once through Cancel() when the caller learns of the
 // cancellation.
 //
+// Priorities: each request has a level (BatchRequest::priority, 1 before 2,
+// as in Triton's priority levels); the queue is kept in level order, each
+// level first come first served, so batches form from the highest non-empty
+// level first. So that lower levels never starve, a request that has waited
+// max_priority_wait is moved ahead of every request that has not (level 0),
+// in the order such requests arrived.
+//
 // The batcher has no thread of its own: Enqueue() and Poll() do the work on
 // the caller's thread, and Poll() says when it next needs to run. The server
 // calls Poll() when a worker frees up and from a timer; tests call it after
 // advancing a base::FakeClock.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -40,6 +48,9 @@ struct BatchRequest {
   // Worker memory the request needs in a batch (its inputs and outputs).
   size_t bytes = 0;
   base::Clock::TimePoint deadline = base::Clock::TimePoint::max();
+  // Priority level: lower goes first; equal levels in arrival order. The
+  // batcher sets it to 0 once the request has waited max_priority_wait.
+  uint64_t priority = 1;
   // True once the client has gone away; may be empty.
   std::function<bool()> is_cancelled;
   // Answers a request that leaves the queue without a batch (deadline,
@@ -63,6 +74,12 @@ class DynamicBatcher {
     std::chrono::microseconds max_queue_delay{0};
     // Queued requests before Enqueue refuses (RESOURCE_EXHAUSTED). At least 1.
     size_t max_queue_size = 4096;
+    // Priority levels the requests use (dynamic_batching.priority_levels;
+    // 1: none). With more than one, a request that has waited this long
+    // goes ahead of every request that has not: the bound on how long a
+    // low level can be passed over. At least 1 microsecond.
+    uint64_t priority_levels = 1;
+    std::chrono::microseconds max_priority_wait{std::chrono::seconds(1)};
   };
   // True when a worker could take a batch now; `full`: the batch has
   // max_batch_rows rows (or a preferred size, or batching is off).
@@ -118,8 +135,8 @@ class DynamicBatcher {
   // bytes `max_bytes` (at least one request, at most `max_requests`).
   Batch Take(size_t max_requests, int64_t max_rows,
              size_t max_bytes = std::numeric_limits<size_t>::max()) ABSL_LOCKS_EXCLUDED(mu_);
-  // When the front request's delay ends or the first deadline passes; max()
-  // when the queue is empty.
+  // When the oldest request's delay ends, the first deadline passes or a
+  // request is due to move up a level; max() when the queue is empty.
   base::Clock::TimePoint NextWake() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -130,6 +147,15 @@ class DynamicBatcher {
   size_t DueBatchSize(base::Clock::TimePoint now, bool* full) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   base::Clock::TimePoint NextWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_: puts `request` behind every queued request of its level or a
+  // higher one (a lower number).
+  void InsertByPriorityLocked(std::shared_ptr<BatchRequest> request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_: moves the requests that have waited max_priority_wait to
+  // level 0 (see the class comment).
+  void PromoteAgedLocked(base::Clock::TimePoint now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_: when the longest-waiting queued request was enqueued.
+  base::Clock::TimePoint OldestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::pair<std::shared_ptr<BatchRequest>, absl::Status>> DropExpiredLocked(
       base::Clock::TimePoint now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -50,6 +50,7 @@ absl::Status ModelScheduler::AddModel(const std::shared_ptr<const RepositoryMode
     o.preferred_batch_rows.assign(d.preferred_batch_size().begin(), d.preferred_batch_size().end());
     o.max_queue_delay = std::chrono::microseconds(d.max_queue_delay_microseconds());
     if (d.max_queue_size() > 0) o.max_queue_size = d.max_queue_size();
+    o.priority_levels = std::max<uint64_t>(1, d.priority_levels());
   }
   if (!model->info.unbatched_reason.empty()) {
     // A config asking to batch such a model was refused (ValidateModelConfig).

@@ -276,6 +276,109 @@ TEST(DynamicBatcherCreate, RejectsInconsistentOptions) {
   EXPECT_FALSE(DynamicBatcher::Create({.max_batch_rows = -1}, &clock, yes, sink).ok());
   EXPECT_FALSE(DynamicBatcher::Create({.max_queue_size = 0}, &clock, yes, sink).ok());
   EXPECT_TRUE(DynamicBatcher::Create({.max_batch_rows = 4}, &clock, yes, sink).ok());
+  EXPECT_FALSE(DynamicBatcher::Create({.priority_levels = 0}, &clock, yes, sink).ok());
+  EXPECT_FALSE(DynamicBatcher::Create({.priority_levels = 2, .max_priority_wait = microseconds(0)},
+                                      &clock, yes, sink)
+                   .ok());
+}
+
+// Priorities, on a pulled batcher (as the scheduler uses it): requests are
+// told apart by an id.
+struct Tagged : BatchRequest {
+  int id = 0;
+};
+
+class PriorityTest : public ::testing::Test {
+ protected:
+  void Make(DynamicBatcher::Options options) {
+    auto b = DynamicBatcher::Create(options, &clock_, nullptr, nullptr);
+    ASSERT_TRUE(b.ok()) << b.status();
+    batcher_ = *std::move(b);
+  }
+  void Enqueue(int id, uint64_t priority, int64_t rows = 1) {
+    auto r = std::make_shared<Tagged>();
+    r->id = id;
+    r->rows = rows;
+    r->priority = priority;
+    ASSERT_TRUE(batcher_->Enqueue(std::move(r)).ok());
+  }
+  // The ids of the next batch of at most `max_requests` requests and `max_rows` rows.
+  std::vector<int> Take(size_t max_requests = 1, int64_t max_rows = 64) {
+    std::vector<int> ids;
+    for (const auto& r : batcher_->Take(max_requests, max_rows)) {
+      ids.push_back(static_cast<const Tagged&>(*r).id);
+    }
+    return ids;
+  }
+
+  base::FakeClock clock_;
+  std::unique_ptr<DynamicBatcher> batcher_;
+};
+
+TEST_F(PriorityTest, HigherLevelsGoFirstEachInArrivalOrder) {
+  Make({.max_batch_rows = 0, .priority_levels = 3});
+  Enqueue(1, 2);
+  Enqueue(2, 3);
+  Enqueue(3, 2);
+  Enqueue(4, 1);
+  Enqueue(5, 1);
+  Enqueue(6, 3);
+  std::vector<int> order;
+  while (batcher_->queued_requests() > 0) order.push_back(Take().at(0));
+  EXPECT_EQ(order, (std::vector<int>{4, 5, 1, 3, 2, 6}));
+}
+
+TEST_F(PriorityTest, BatchesFormFromTheHighestNonEmptyLevel) {
+  Make({.max_batch_rows = 4, .priority_levels = 2});
+  for (int id = 1; id <= 3; ++id) Enqueue(id, 2);
+  Enqueue(10, 1, 2);
+  Enqueue(11, 1);
+  DynamicBatcher::Due due = batcher_->Peek();
+  EXPECT_EQ(due.queued_rows, 6);
+  EXPECT_EQ(due.requests, 3u);  // 10 (2 rows), 11 and 1 make 4 rows: full
+  EXPECT_TRUE(due.full);
+  EXPECT_EQ(Take(due.requests, 4), (std::vector<int>{10, 11, 1}));
+  EXPECT_EQ(Take(4, 4), (std::vector<int>{2, 3}));
+}
+
+TEST_F(PriorityTest, ALowLevelThatWaitedMaxPriorityWaitGoesAheadOfNewerHighOnes) {
+  Make({.max_batch_rows = 0, .priority_levels = 2, .max_priority_wait = microseconds(100)});
+  Enqueue(1, 2);  // low, at t=0
+  clock_.Advance(microseconds(50));
+  Enqueue(2, 2);  // low, at t=50
+  Enqueue(3, 1);  // high, at t=50
+  // Until it has waited 100 us, the low request waits behind the high one.
+  EXPECT_EQ(batcher_->NextWake(), clock_.Now() + microseconds(50));
+  clock_.Advance(microseconds(49));
+  batcher_->DropExpired();
+  EXPECT_EQ(Take(), std::vector<int>{3});
+  Enqueue(4, 1);                    // high, at t=99
+  clock_.Advance(microseconds(1));  // t=100: request 1 has waited max_priority_wait
+  Enqueue(5, 1);
+  EXPECT_EQ(Take(), std::vector<int>{1});
+  EXPECT_EQ(Take(), std::vector<int>{4});
+  clock_.Advance(microseconds(50));  // t=150: request 2 too
+  EXPECT_EQ(Take(), std::vector<int>{2});
+  EXPECT_EQ(Take(), std::vector<int>{5});
+}
+
+TEST_F(PriorityTest, CancelAndDeadlinesWorkOnEveryLevel) {
+  Make({.max_batch_rows = 0, .priority_levels = 2});
+  auto low = std::make_shared<Tagged>();
+  low->id = 1;
+  low->priority = 2;
+  low->deadline = clock_.Now() + microseconds(10);
+  ASSERT_TRUE(batcher_->Enqueue(low).ok());
+  auto high = std::make_shared<Tagged>();
+  high->id = 2;
+  high->priority = 1;
+  ASSERT_TRUE(batcher_->Enqueue(high).ok());
+  Enqueue(3, 2);
+  EXPECT_TRUE(batcher_->Cancel(high.get(), absl::CancelledError("gone")));
+  clock_.Advance(microseconds(10));
+  batcher_->DropExpired();
+  EXPECT_EQ(batcher_->queued_requests(), 1u);
+  EXPECT_EQ(Take(), std::vector<int>{3});
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace numaserve::serving {
 namespace {
@@ -580,6 +581,48 @@ TEST(TritonConfig, UnknownFieldsKeepLineAndColumn) {
   ASSERT_FALSE(f.ok());
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("c.pbtxt:3:9: "));
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("platform"));
+}
+
+TEST(ModelConfig, PriorityLevelsAreBoundedAndTheDefaultLiesWithinThem) {
+  const std::string head = "max_batch_size: 8 dynamic_batching { ";
+  EXPECT_TRUE(ValidateModelConfigFields(
+                  Parse(head + "priority_levels: 3 default_priority_level: 2 }"), "mlp", 1)
+                  .ok());
+  EXPECT_TRUE(ValidateModelConfigFields(
+                  Parse(head + "priority_levels: 1000 default_priority_level: 1000 }"), "mlp", 1)
+                  .ok());
+  struct Case {
+    std::string text;
+    const char* expect;
+  } cases[] = {
+      {head + "priority_levels: 1001 default_priority_level: 1 }",
+       "dynamic_batching.priority_levels: 1001 is above the limit of 1000"},
+      {head + "priority_levels: 3 }",
+       "dynamic_batching.default_priority_level: 0 is outside 1..priority_levels (3)"},
+      {head + "priority_levels: 3 default_priority_level: 4 }",
+       "dynamic_batching.default_priority_level: 4 is outside 1..priority_levels (3)"},
+      {head + "default_priority_level: 1 }",
+       "dynamic_batching.default_priority_level: 1 is set without"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ValidateModelConfigFields(Parse(c.text), "mlp", 1);
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.expect)) << c.text;
+  }
+}
+
+TEST(TritonConfig, PriorityLevelsAreRead) {
+  ModelConfigFile f = ReadTriton(
+      "max_batch_size: 8 dynamic_batching { priority_levels: 2 default_priority_level: 2 }");
+  EXPECT_EQ(f.config.dynamic_batching().priority_levels(), 2u);
+  EXPECT_EQ(f.config.dynamic_batching().default_priority_level(), 2u);
+  f = ReadTriton(
+      "platform: \"onnxruntime_onnx\" max_batch_size: 8 dynamic_batching { priority_levels: 2 "
+      "default_priority_level: 1 }");
+  EXPECT_TRUE(f.triton);
+  EXPECT_EQ(f.config.dynamic_batching().priority_levels(), 2u);
+  EXPECT_EQ(f.config.dynamic_batching().default_priority_level(), 1u);
+  EXPECT_TRUE(f.ignored_fields.empty()) << absl::StrJoin(f.ignored_fields, ",");
 }
 
 }  // namespace
