@@ -21,6 +21,7 @@
 #include "serving/observability/version.h"
 #include "serving/request/datatypes.h"
 #include "serving/request/infer_request.h"
+#include "serving/request/request_parameters.h"
 #include "serving/scheduling/admission.h"
 #include "serving/workers/worker_supervisor.h"
 
@@ -370,8 +371,10 @@ void InferenceService::StartInference(
   ModelHandle model = *std::move(resolved);
   call->model = model->name;
   call->version = model->version;
-  auto profile = RequestsProfile(*request);
-  if (!profile.ok()) return finish(profile.status());
+  const auto& batching = model->config.dynamic_batching();
+  auto parameters = ReadRequestParameters(
+      *request, {batching.priority_levels(), batching.default_priority_level()});
+  if (!parameters.ok()) return finish(parameters.status());
   auto admitted = Admit(*model, *request, options_.max_message_bytes);
   if (!admitted.ok()) return finish(admitted.status());
   // What the request holds until answered: its inputs (in the request
@@ -384,10 +387,15 @@ void InferenceService::StartInference(
   pending->model = model;
   pending->rows = admitted->parsed.rows;
   pending->bytes = admitted->worker_bytes();
-  pending->profile = *profile;
+  pending->profile = parameters->profile;
+  pending->priority = parameters->priority;
+  // The request's own timeout, else the model's, else the server's; the
+  // client's deadline where it is earlier.
   auto timeout =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.default_timeout);
-  if (uint64_t us = model->config.dynamic_batching().default_timeout_microseconds(); us > 0) {
+  if (parameters->timeout_us > 0) {
+    timeout = std::chrono::microseconds(parameters->timeout_us);
+  } else if (uint64_t us = batching.default_timeout_microseconds(); us > 0) {
     timeout = std::chrono::microseconds(us);
   }
   const auto client_deadline = cancel->deadline;
