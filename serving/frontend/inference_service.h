@@ -121,8 +121,13 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // thread, one at a time in the order asked; `answer` runs exactly once:
   // at once where refused (FAILED_PRECONDITION outside explicit mode,
   // UNAVAILABLE once shutting down), else with the load's status.
-  void LoadModel(const std::string& name, std::function<void(const absl::Status&)> answer)
-      ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
+  // `parameters` are the load request's: "config" (a string, the model's
+  // config as JSON, used instead of config.pbtxt for this load); any other,
+  // the "file:" overrides of model files included, is INVALID_ARGUMENT.
+  void LoadModel(
+      const std::string& name,
+      const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& parameters,
+      std::function<void(const absl::Status&)> answer) ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
   void UnloadModel(const std::string& name, std::function<void(const absl::Status&)> answer)
       ABSL_LOCKS_EXCLUDED(lifecycle_mu_);
   // Validates `request` and queues it; `answer` runs exactly once, after

@@ -5,8 +5,11 @@
 // the lifecycle thread (RunLifecycle, LifecycleLoop, StopLifecycle).
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <string>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/mutex.h"
@@ -189,14 +192,48 @@ void InferenceService::StopLifecycle() {
   if (lifecycle_.joinable()) lifecycle_.join();
 }
 
-void InferenceService::LoadModel(const std::string& name,
-                                 std::function<void(const absl::Status&)> answer) {
+namespace {
+
+// The config override of a load request's parameters (nullopt: none);
+// INVALID_ARGUMENT for any other parameter.
+absl::StatusOr<std::optional<std::string>> LoadConfigOverride(
+    const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& parameters) {
+  std::optional<std::string> config;
+  for (const auto& [key, value] : parameters) {
+    if (key == "config") {
+      if (value.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam) {
+        return absl::InvalidArgumentError(
+            "load parameter 'config' must be a string (the model's config as JSON)");
+      }
+      config = value.string_param();
+    } else if (absl::StartsWith(key, "file:")) {
+      return absl::InvalidArgumentError(
+          "load parameters 'file:...' (model file contents in the request) are not supported; "
+          "put the model file in the repository");
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown load parameter '",
+                                                     absl::CHexEscape(key.substr(0, 64)),
+                                                     "' (a load takes only 'config')"));
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+void InferenceService::LoadModel(
+    const std::string& name,
+    const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& parameters,
+    std::function<void(const absl::Status&)> answer) {
   if (models_->mode() != ModelControlMode::kExplicit) {
     return answer(absl::FailedPreconditionError(
         "loading models by request needs --model-control-mode explicit"));
   }
   if (shutting_down_) return answer(absl::UnavailableError("the server is shutting down"));
-  RunLifecycle([this, name] { return models_->Load(name); }, std::move(answer));
+  auto config = LoadConfigOverride(parameters);
+  if (!config.ok()) return answer(config.status());
+  RunLifecycle([this, name, config = *std::move(config)] { return models_->Load(name, config); },
+               std::move(answer));
 }
 
 void InferenceService::UnloadModel(const std::string& name,
@@ -213,7 +250,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  LoadModel(request->model_name(),
+  LoadModel(request->model_name(), request->parameters(),
             [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
   return reactor;
 }

@@ -214,18 +214,42 @@ void RestService::LoadOrUnload(HttpExchange* exchange, const Route& route) {
   absl::StatusOr<rapidjson::Document> body =
       ControlBody(exchange->Body(), options_.max_control_body_bytes);
   if (!body.ok()) return exchange->Reply(ErrorReply(body.status()));
+  // A load's parameters as gRPC's RepositoryModelLoad carries them; the
+  // service says which it takes ("config").
+  google::protobuf::Map<std::string, inference::ModelRepositoryParameter> parameters;
+  const bool load = route.kind == Route::Kind::kLoad;
   for (const auto& member : body->GetObject()) {
     const absl::string_view name(member.name.GetString(), member.name.GetStringLength());
-    if (name != "parameters" || !member.value.IsObject() || member.value.MemberCount() > 0) {
+    if (name != "parameters" || !member.value.IsObject() ||
+        (!load && member.value.MemberCount() > 0)) {
       return exchange->Reply(ErrorReply(absl::InvalidArgumentError(
-          "load and unload take no parameters (the model is read from the repository)")));
+          load ? "a load takes one field, \"parameters\": an object"
+               : "unload takes no parameters (the model is read from the repository)")));
+    }
+    for (const auto& p : member.value.GetObject()) {
+      const std::string key(p.name.GetString(), p.name.GetStringLength());
+      if (parameters.count(key) > 0) {
+        return exchange->Reply(
+            ErrorReply(absl::InvalidArgumentError("a load parameter is given twice")));
+      }
+      inference::ModelRepositoryParameter& value = parameters[key];
+      if (p.value.IsString()) {
+        value.set_string_param(std::string(p.value.GetString(), p.value.GetStringLength()));
+      } else if (p.value.IsBool()) {
+        value.set_bool_param(p.value.GetBool());
+      } else if (p.value.IsInt64()) {
+        value.set_int64_param(p.value.GetInt64());
+      } else {
+        return exchange->Reply(ErrorReply(
+            absl::InvalidArgumentError("a load parameter is a string, a bool or an integer")));
+      }
     }
   }
   auto answer = [exchange](const absl::Status& status) {
     exchange->Reply(status.ok() ? EmptyReply(200) : ErrorReply(status));
   };
-  if (route.kind == Route::Kind::kLoad) {
-    service_->LoadModel(route.model, std::move(answer));
+  if (load) {
+    service_->LoadModel(route.model, parameters, std::move(answer));
   } else {
     service_->UnloadModel(route.model, std::move(answer));
   }

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <cctype>
@@ -487,6 +488,47 @@ absl::StatusOr<ModelConfigFile> ReadModelConfigText(const std::string& text,
                                                             : first.error());
   }
   auto converted = FromTriton(t, TritonLocator(origin, &locations), num_workers);
+  if (!converted.ok()) return converted.status();
+  file.config = *std::move(converted);
+  file.triton = true;
+  CollectIgnored(t, "", &file.ignored_fields);
+  return file;
+}
+
+absl::StatusOr<ModelConfigFile> ReadModelConfigJson(const std::string& json,
+                                                    const std::string& origin, int num_workers) {
+  if (json.size() > kMaxConfigJsonBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %d bytes, above the limit of %d", origin,
+                                                      json.size(), kMaxConfigJsonBytes));
+  }
+  pb::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  ModelConfigFile file;
+  const auto own = pb::util::JsonStringToMessage(json, &file.config, options);
+  if (own.ok()) {
+    if (file.config.instance_placement().instances_per_domain() < 0) {
+      return Refuse(origin, "instance_placement.instances_per_domain",
+                    "a negative count; give a count (auto and per_core have no JSON form here; "
+                    "Triton's schema takes them as the parameter "
+                    "instance_placement.instances_per_domain)");
+    }
+    return file;
+  }
+  // Not numaserve's schema: perhaps Triton's (what Triton's clients send).
+  triton::ModelConfig t;
+  const auto theirs = pb::util::JsonStringToMessage(json, &t, options);
+  if (!theirs.ok()) {
+    // The message names the field (protobuf's "... @ field: problem").
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": ", std::string(theirs.message()).substr(0, 512)));
+  }
+  if (t.instance_placement().instances_per_domain() < 0) {
+    return Refuse(origin, "instance_placement.instances_per_domain",
+                  "a negative count; give a count or the parameter "
+                  "instance_placement.instances_per_domain (auto, per_core)");
+  }
+  const pb::TextFormat::ParseInfoTree no_locations;
+  auto converted = FromTriton(t, TritonLocator(origin, &no_locations), num_workers);
   if (!converted.ok()) return converted.status();
   file.config = *std::move(converted);
   file.triton = true;

@@ -3,6 +3,7 @@
 // and the version policy that picks which version directories are served.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -60,6 +61,22 @@ absl::StatusOr<ModelConfigFile> ReadModelConfig(const std::string& path, int num
 // The same, from text (`origin` names it in errors).
 absl::StatusOr<ModelConfigFile> ReadModelConfigText(const std::string& text,
                                                     const std::string& origin, int num_workers = 1);
+// The largest config override (RepositoryModelLoad's parameter `config`)
+// accepted, in bytes.
+inline constexpr size_t kMaxConfigJsonBytes = size_t{1} << 20;
+
+// A config given as JSON (tritonclient's load_model(config=...)), in
+// numaserve's schema or Triton's (the protobuf JSON mapping of either: field
+// names as in config.pbtxt or in lowerCamelCase, enums as names), with the
+// same refusals as ReadModelConfigText. INVALID_ARGUMENT "<origin>: <problem>"
+// naming the field for: more than kMaxConfigJsonBytes, text that is not
+// JSON, an unknown field or a value of the wrong type, and a negative
+// instances_per_domain (the words auto and per_core have no JSON form in
+// numaserve's schema; Triton's takes them as the parameter
+// "instance_placement.instances_per_domain").
+absl::StatusOr<ModelConfigFile> ReadModelConfigJson(const std::string& json,
+                                                    const std::string& origin, int num_workers = 1);
+
 // The config alone, for a server of one worker.
 absl::StatusOr<config::ModelConfig> ParseModelConfig(const std::string& path);
 absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text,

@@ -151,7 +151,8 @@ std::string ModelRepository::Fingerprint(const std::string& dir, const std::stri
 }
 
 std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
-                                                        const std::string& name, int num_workers) {
+                                                        const std::string& name, int num_workers,
+                                                        const ModelConfigFile* config_override) {
   std::error_code ec;
   const fs::path root = fs::path(dir) / name;
   RepositoryModel model;
@@ -170,15 +171,18 @@ std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
   std::sort(model.versions.begin(), model.versions.end());
   if (!model.versions.empty()) model.version = model.versions.back();
   const fs::path config_path = root / kModelConfigFile;
-  if (fs::exists(config_path, ec)) {
-    auto config = ReadModelConfig(config_path.string(), num_workers);
+  if (config_override != nullptr || fs::exists(config_path, ec)) {
+    auto config = config_override != nullptr ? absl::StatusOr<ModelConfigFile>(*config_override)
+                                             : ReadModelConfig(config_path.string(), num_workers);
     if (config.ok()) {
       for (const std::string& field : config->ignored_fields) {
-        base::Log(base::LogLevel::kInfo, "repository",
-                  absl::StrFormat("model '%s' %s: ignoring Triton field '%s' (no effect on "
-                                  "numaserve)",
-                                  name, kModelConfigFile, field),
-                  {{"model", name}, {"path", config_path.string()}, {"field", field}});
+        base::Log(
+            base::LogLevel::kInfo, "repository",
+            absl::StrFormat("model '%s' %s: ignoring Triton field '%s' (no effect on "
+                            "numaserve)",
+                            name, config_override != nullptr ? "config override" : kModelConfigFile,
+                            field),
+            {{"model", name}, {"path", config_path.string()}, {"field", field}});
       }
       model.config = std::move(config->config);
     } else {

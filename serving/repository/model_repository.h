@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model.h"
 #include "model_config.pb.h"
+#include "serving/repository/model_config.h"
 
 namespace numaserve::serving {
 
@@ -73,8 +74,11 @@ class ModelRepository {
 
   // Reads one model directory DIR/NAME: its config and the versions its
   // policy selects, one entry per version (or one entry with `error`).
+  // `config_override`, when given, takes the place of config.pbtxt (a load
+  // request's config; checked the same way).
   static std::vector<RepositoryModel> ScanModel(const std::string& dir, const std::string& name,
-                                                int num_workers);
+                                                int num_workers,
+                                                const ModelConfigFile* config_override = nullptr);
   // Names of the model directories in DIR that pass CheckModelName, sorted
   // (others are skipped with a warning in the log).
   static std::vector<std::string> ListModels(const std::string& dir);

@@ -225,7 +225,8 @@ struct ModelManager::LoadOutcome {
   std::set<int64_t> wanted;
 };
 
-absl::Status ModelManager::Load(const std::string& name) {
+absl::Status ModelManager::Load(const std::string& name,
+                                const std::optional<std::string>& config_json) {
   base::MutexLock load_lock(&load_mu_);
   if (stopped_) return absl::UnavailableError("the server is shutting down");
   // A name with a NUL, a control character, a separator or ".." never
@@ -242,9 +243,17 @@ absl::Status ModelManager::Load(const std::string& name) {
       }
     }
   }
+  std::optional<ModelConfigFile> config_override;
+  if (config_json.has_value()) {
+    auto parsed =
+        ReadModelConfigJson(*config_json, "the load request's config", options_.num_workers);
+    if (!parsed.ok()) return parsed.status();
+    config_override = *std::move(parsed);
+  }
   const auto started = std::chrono::steady_clock::now();
   std::vector<RepositoryModel> scanned =
-      ModelRepository::ScanModel(options_.repository, name, options_.num_workers);
+      ModelRepository::ScanModel(options_.repository, name, options_.num_workers,
+                                 config_override.has_value() ? &*config_override : nullptr);
   const std::string fingerprint = ModelRepository::Fingerprint(options_.repository, name);
   if (IsModelLevelError(scanned)) {
     base::MutexLock lock(&mu_);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,7 +112,12 @@ class ModelManager {
   std::vector<IndexEntry> Index() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Reads DIR/name again and serves what its policy selects now.
-  absl::Status Load(const std::string& name) ABSL_LOCKS_EXCLUDED(load_mu_, mu_);
+  // `config_json`, when given, is used instead of config.pbtxt for this load
+  // (ReadModelConfigJson; INVALID_ARGUMENT naming the field, and nothing
+  // changes, where it does not parse).
+  absl::Status Load(const std::string& name,
+                    const std::optional<std::string>& config_json = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(load_mu_, mu_);
   // Stops serving every version of `name` (drains, then unloads).
   absl::Status Unload(const std::string& name) ABSL_LOCKS_EXCLUDED(load_mu_, mu_);
   ModelControlMode mode() const { return options_.mode; }

@@ -365,8 +365,9 @@ class HttpApiTest(unittest.TestCase):
         status, reply = self.client.json("POST", "/v2/repository/models/nope/load")
         self.assertEqual(status, 404, reply)
         status, reply = self.client.json("POST", "/v2/repository/models/%s/load" % ECHO,
-                                         b'{"parameters": {"config": "{}"}}')
+                                         b'{"parameters": {"file:1/model.onnx": "AA=="}}')
         self.assertEqual(status, 400, reply)
+        self.assertIn("not supported", reply["error"])
         self.assertEqual(index(b'{"ready": 1}')[0], 400)
         self.assertEqual(index(b'{"ready": tru')[0], 400)
 

@@ -625,5 +625,58 @@ TEST(TritonConfig, PriorityLevelsAreRead) {
   EXPECT_TRUE(f.ignored_fields.empty()) << absl::StrJoin(f.ignored_fields, ",");
 }
 
+TEST(ConfigJson, TritonsJsonAsTritonClientsSendIt) {
+  auto f = ReadModelConfigJson(
+      R"({"name": "mlp", "platform": "onnxruntime_onnx", "max_batch_size": 8,
+          "input": [{"name": "input", "data_type": "TYPE_FP32", "dims": [784]}],
+          "instance_group": [{"kind": "KIND_CPU", "count": 2}],
+          "dynamic_batching": {"preferred_batch_size": [4], "priorityLevels": "2",
+                               "default_priority_level": 1}})",
+      "override", 2);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->triton);
+  EXPECT_EQ(f->config.max_batch_size(), 8);
+  EXPECT_EQ(f->config.input(0).data_type(), "FP32");
+  EXPECT_EQ(f->config.instance_placement().instances_per_domain(), 1);
+  EXPECT_EQ(f->config.dynamic_batching().priority_levels(), 2u);
+  EXPECT_TRUE(ValidateModelConfig(f->config, "mlp", Mlp(), 2).ok());
+}
+
+TEST(ConfigJson, NumaserveSchemaReadsToo) {
+  auto f = ReadModelConfigJson(R"({"max_batch_size": 4, "gemm_backend": "onednn",
+                                   "instance_placement": {"instances_per_domain": 2}})",
+                               "override");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_FALSE(f->triton);
+  EXPECT_EQ(f->config.max_batch_size(), 4);
+  EXPECT_EQ(f->config.instance_placement().instances_per_domain(), 2);
+  EXPECT_TRUE(ReadModelConfigJson("{}", "override").ok());
+}
+
+TEST(ConfigJson, BadOverridesAreRefusedNamingTheProblem) {
+  struct Case {
+    std::string json;
+    const char* expect;
+  } cases[] = {
+      {"{", "override: "},
+      {"[1]", "override: "},
+      {R"({"max_batch_size": "many"})", "max_batch_size"},
+      {R"({"no_such_field": 1})", "no_such_field"},
+      {R"({"platform": "onnxruntime_onnx", "input": [{"name": "x", "data_type": "TYPE_NOPE"}]})",
+       "data_type"},
+      {R"({"sequence_batching": {}})", "sequence_batching"},
+      {R"({"instance_placement": {"instances_per_domain": -1}})",
+       "instance_placement.instances_per_domain"},
+      {std::string(kMaxConfigJsonBytes + 1, ' '), "above the limit"},
+      {std::string(200000, '['), "override: "},
+  };
+  for (const Case& c : cases) {
+    auto f = ReadModelConfigJson(c.json, "override");
+    ASSERT_FALSE(f.ok()) << c.json.substr(0, 80);
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(f.status().message()), HasSubstr(c.expect)) << c.json.substr(0, 80);
+  }
+}
+
 }  // namespace
 }  // namespace numaserve::serving
