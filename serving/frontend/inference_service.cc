@@ -134,7 +134,10 @@ absl::StatusOr<ModelHandle> InferenceService::Resolve(const std::string& name,
 absl::StatusOr<bool> InferenceService::ModelIsReady(const std::string& name,
                                                     const std::string& version) const {
   auto model = Resolve(name, version);
-  if (!model.ok() && model.status().code() != absl::StatusCode::kUnavailable) {
+  // As Triton answers: an unknown model or version is not ready, not an
+  // error (tritonclient's is_model_ready asks before loading one).
+  if (!model.ok() && model.status().code() != absl::StatusCode::kUnavailable &&
+      model.status().code() != absl::StatusCode::kNotFound) {
     return model.status();
   }
   return !shutting_down_ && model.ok();
@@ -143,6 +146,7 @@ absl::StatusOr<bool> InferenceService::ModelIsReady(const std::string& name,
 void InferenceService::FillServerMetadata(inference::ServerMetadataResponse* response) const {
   response->set_name("numaserve");
   response->set_version(BuildVersion());
+  for (const char* extension : kServerExtensions) response->add_extensions(extension);
 }
 
 absl::Status InferenceService::FillModelMetadata(const std::string& name,

@@ -45,6 +45,12 @@ struct CallCancellation {
 enum class Protocol { kGrpc, kHttp };
 const char* ProtocolName(Protocol protocol);  // "grpc", "http"
 
+// The extensions server metadata names, on gRPC as on HTTP, as Triton lists
+// them: what this server implements of Triton's (binary_tensor_data is
+// HTTP's form of gRPC's raw contents, which Triton counts the same).
+inline constexpr const char* kServerExtensions[] = {"binary_tensor_data", "model_configuration",
+                                                    "model_repository", "statistics"};
+
 // Gives an answered inference's bytes back to the in-flight budget. The
 // call runs it once its reply has been written to the client (a unary
 // call's OnDone, a stream's OnWriteDone), so a client that does not read
@@ -103,9 +109,11 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // budget, the limits and the statistics.
 
   // Whether model `name` (`version`; empty: the server's choice) is loaded
-  // on a ready worker and the server is not draining; NOT_FOUND for an
-  // unknown model or version.
+  // on a ready worker and the server is not draining; false for an unknown
+  // model or version, as Triton answers.
   absl::StatusOr<bool> ModelIsReady(const std::string& name, const std::string& version) const;
+  // The name, the version and kServerExtensions: ServerMetadata on gRPC and
+  // GET /v2 on HTTP answer the same.
   void FillServerMetadata(inference::ServerMetadataResponse* response) const;
   absl::Status FillModelMetadata(const std::string& name, const std::string& version,
                                  inference::ModelMetadataResponse* response) const;

@@ -193,9 +193,12 @@ std::string BodyReader::Label(const InputDraft& in) const {
 absl::Status BodyReader::Run(absl::string_view json) {
   rapidjson::MemoryStream stream(json.data(), json.size());
   rapidjson::Reader reader;
+  // Full precision: RapidJSON's default number parsing may be a unit in
+  // the last place off, and an FP64 input must be the double its shortest
+  // decimal names (as a client's JSON writer rounds it).
   constexpr unsigned kFlags = rapidjson::kParseIterativeFlag |
                               rapidjson::kParseValidateEncodingFlag |
-                              rapidjson::kParseNanAndInfFlag;
+                              rapidjson::kParseNanAndInfFlag | rapidjson::kParseFullPrecisionFlag;
   rapidjson::ParseResult result = reader.Parse<kFlags>(stream, *this);
   if (!error_.ok()) return error_;
   if (result.IsError()) {

@@ -38,9 +38,16 @@ HttpReply ErrorReply(const absl::Status& status) {
   return JsonReply(HttpStatusFor(status.code()).code, ErrorBody(status.message()));
 }
 
-// The extensions GET /v2 lists: what this API implements of Triton's.
-constexpr const char* kExtensions[] = {"binary_tensor_data", "model_configuration",
-                                       "model_repository", "statistics"};
+// Whether an unload body's "parameters" asks for nothing this server lacks:
+// none, or Triton's "unload_dependents", which tritonclient sends on every
+// unload (a model here has no dependents: true and false unload the same).
+bool UnloadParametersAccepted(const rapidjson::Value& parameters) {
+  for (const auto& p : parameters.GetObject()) {
+    const absl::string_view key(p.name.GetString(), p.name.GetStringLength());
+    if (key != "unload_dependents" || !p.value.IsBool()) return false;
+  }
+  return true;
+}
 
 // One request's state from its body to its reply, shared by the answer and
 // the reply (whose binary outputs point into `response`).
@@ -166,7 +173,6 @@ void RestService::Metadata(HttpExchange* exchange, const Route& route) {
   if (route.kind == Route::Kind::kServerMetadata) {
     inference::ServerMetadataResponse response;
     service_->FillServerMetadata(&response);
-    for (const char* e : kExtensions) response.add_extensions(e);
     json = ProtoToJson(response);
   } else if (route.kind == Route::Kind::kModelMetadata) {
     inference::ModelMetadataResponse response;
@@ -221,11 +227,13 @@ void RestService::LoadOrUnload(HttpExchange* exchange, const Route& route) {
   for (const auto& member : body->GetObject()) {
     const absl::string_view name(member.name.GetString(), member.name.GetStringLength());
     if (name != "parameters" || !member.value.IsObject() ||
-        (!load && member.value.MemberCount() > 0)) {
+        (!load && !UnloadParametersAccepted(member.value))) {
       return exchange->Reply(ErrorReply(absl::InvalidArgumentError(
           load ? "a load takes one field, \"parameters\": an object"
-               : "unload takes no parameters (the model is read from the repository)")));
+               : "unload takes only \"unload_dependents\": true or false (the model is read "
+                 "from the repository)")));
     }
+    if (!load) continue;
     for (const auto& p : member.value.GetObject()) {
       const std::string key(p.name.GetString(), p.name.GetStringLength());
       if (parameters.count(key) > 0) {

@@ -189,10 +189,12 @@ class InferenceTest(unittest.TestCase):
             grpc.StatusCode.NOT_FOUND,
             lambda: self.stub.ModelMetadata(nc.pb.ModelMetadataRequest(name="no_such_model")),
             "ModelMetadata for model 'no_such_model'")
-        self.assert_rpc_error(
-            grpc.StatusCode.NOT_FOUND,
-            lambda: self.stub.ModelReady(nc.pb.ModelReadyRequest(name="no_such_model")),
-            "ModelReady for model 'no_such_model'")
+        # As Triton answers (tritonclient asks before loading): not ready,
+        # not an error.
+        self.assertFalse(self.stub.ModelReady(nc.pb.ModelReadyRequest(name="no_such_model"),
+                                              timeout=10).ready, "ModelReady of an unknown model")
+        self.assertFalse(self.stub.ModelReady(nc.pb.ModelReadyRequest(name=MODEL, version="2"),
+                                              timeout=10).ready, "ModelReady of an unknown version")
 
     # -- invalid requests
 
