@@ -8,7 +8,8 @@
 #   make test-tsan   TSan build (build/tsan), the server's threaded unit tests
 #   make fuzz        libFuzzer targets with clang (build/fuzz), FUZZ_SECONDS each
 # Benchmarks (not part of make test):
-#   make bench   the benchmark tables on stdout (benchmarks/run.sh)
+#   make bench   the benchmark tables on stdout (benchmarks/run.sh, then
+#                Triton's perf_analyzer: benchmarks/e2e/triton_tools_bench.sh)
 #   make venv-peers  ONNX Runtime from PyPI, pinned, in build/release/venv/peers
 #   make report  the same machine's speed of light in one Markdown report with
 #                PNG plots: benchmarks/report/ (make_report.py, ~10 min)
@@ -142,6 +143,8 @@ install: build
 
 bench: build
 	@bash benchmarks/run.sh $(BUILD_DIR)
+	@echo "== Triton's perf_analyzer over gRPC, HTTP binary and HTTP JSON vs grpc_loadgen"
+	@bash benchmarks/e2e/triton_tools_bench.sh $(BUILD_DIR)
 
 # The pinned PyPI packages (requirements/NAME.txt, exact versions and
 # hashes) in $(BUILD_DIR)/venv/NAME, made from Debian's python3 by
