@@ -67,7 +67,8 @@ loadgen=$("${pin[@]}" "$bin/grpc_loadgen" --url "$grpc" --model "$model" --rows 
 
 # perf_analyzer PROTOCOL [options]: its requests/s (inferences/s of
 # requests with ROWS rows in the input: the model has no batching
-# dimension of Triton's), or "unstable".
+# dimension of Triton's), "failed" (its errors on stderr) where requests
+# failed, or "unstable" where it found no three windows that agree.
 perf() {
   local protocol=$1 url=$grpc
   shift
@@ -76,9 +77,11 @@ perf() {
       --concurrency-range "$concurrency:$concurrency" -p "$window" -s "$stability" -r 6 \
       -f "$dir/pa.csv" "$@" >"$dir/pa.log" 2>&1; then
     sed -n 2p "$dir/pa.csv" | cut -d, -f2
+  elif grep -qiE "error|failed" "$dir/pa.log"; then
+    echo "failed"
+    grep -iE "error|failed" "$dir/pa.log" | head -3 >&2
   else
     echo "unstable"
-    grep -iE "error|failed" "$dir/pa.log" | head -3 >&2 || true
   fi
 }
 pa_grpc=$(perf grpc)

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "serving/frontend/inference_service.h"
+#include "serving/request/request_parameters.h"
 
 namespace numaserve::serving {
 
@@ -63,6 +64,14 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
                 absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
             item->reply.mutable_infer_response()->set_id(id);
             item->reply.mutable_infer_response()->set_model_name(item->request.model_name());
+          }
+          // Asked for (Triton's clients do): every request has one
+          // response here, so this one is its last.
+          const auto& asked = item->request.parameters();
+          if (const auto it = asked.find(kEmptyFinalResponseParameter);
+              it != asked.end() && it->second.bool_param()) {
+            (*item->reply.mutable_infer_response()->mutable_parameters())[kFinalResponseParameter]
+                .set_bool_param(true);
           }
           Write(item);
         });

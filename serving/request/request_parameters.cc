@@ -51,7 +51,8 @@ absl::Status Unsupported(const std::string& owner, const std::string& name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown ", owner, " parameter ", Quoted(name),
-      owner == "request" ? " (numaserve takes timeout, priority and profile; see docs/api.md)"
+      owner == "request" ? " (numaserve takes timeout, priority, profile and "
+                           "triton_enable_empty_final_response; see docs/api.md)"
                          : " (inputs and outputs take no parameters; see docs/api.md)"));
 }
 
@@ -83,6 +84,12 @@ absl::StatusOr<RequestParameters> ReadRequestParameters(const inference::ModelIn
             *level, levels, levels == 1 ? "" : "s", levels));
       }
       if (*level > 0) out.priority = *level;
+    } else if (name == kEmptyFinalResponseParameter) {
+      if (p.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("request parameter '", name, "' must be a bool"));
+      }
+      out.mark_final_response = p.bool_param();
     } else {
       return Unsupported("request", name);
     }

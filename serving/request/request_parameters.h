@@ -15,6 +15,13 @@ namespace numaserve::serving {
 // Request parameter names (Triton's).
 inline constexpr char kTimeoutParameter[] = "timeout";
 inline constexpr char kPriorityParameter[] = "priority";
+// Triton's clients (perf_analyzer, the C++ client's streams) ask with it
+// that a stream mark each request's last response: ModelStreamInfer then
+// sets the response parameter kFinalResponseParameter (true: every request
+// here has exactly one response, so each is its last). A bool; accepted on
+// ModelInfer too, where it changes nothing.
+inline constexpr char kEmptyFinalResponseParameter[] = "triton_enable_empty_final_response";
+inline constexpr char kFinalResponseParameter[] = "triton_final_response";
 
 // The largest `timeout` accepted, in microseconds (24 hours): far below
 // where it would overflow as a clock duration.
@@ -35,12 +42,15 @@ struct RequestParameters {
   // The request's level, 1 (highest) .. the model's levels: `priority`, or
   // the model's default level where the request asks for none (0 or absent).
   uint64_t priority = 1;
+  // `triton_enable_empty_final_response`: mark the stream's response final.
+  bool mark_final_response = false;
 };
 
 // Reads the request's parameters. INVALID_ARGUMENT naming the parameter for:
 // `timeout` or `priority` that is not a non-negative integer (int64 or
 // uint64), a timeout above kMaxRequestTimeoutMicroseconds, a priority above
-// the model's levels; `profile` that is not a bool (RequestsProfile);
+// the model's levels; `profile` or `triton_enable_empty_final_response`
+// that is not a bool (RequestsProfile);
 // `sequence_id`, `sequence_start` or `sequence_end` (sequence batching is
 // not supported); any other request parameter; any parameter of an input or
 // an output (shared memory and classification named as unsupported).

@@ -441,6 +441,29 @@ class GrpcClientTest(ClientCalls, unittest.TestCase):
         self.assertEqual(len(errors), 1)
         self.assertIn("no_such_model", errors[0].message())
 
+    def test_stream_marks_the_final_response_when_asked(self):
+        # perf_analyzer and Triton's C++ client ask for it on every request.
+        answers = queue.Queue()
+        client = grpcclient.InferenceServerClient(SERVER.grpc_url)
+        try:
+            client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            client.async_stream_infer(MODEL, self.inputs({"image": EXPECTED["images"][:1]}),
+                                      request_id="final", enable_empty_final_response=True)
+            client.async_stream_infer(MODEL, self.inputs({"image": EXPECTED["images"][:1]}),
+                                      request_id="plain")
+            got = {}
+            for _ in range(2):
+                result, error = answers.get(timeout=60)
+                self.assertIsNone(error)
+                got[result.get_response().id] = result.get_response()
+        finally:
+            client.stop_stream()
+            client.close()
+        self.assertTrue(got["final"].parameters["triton_final_response"].bool_param)
+        self.assertNotIn("triton_final_response", got["plain"].parameters)
+        np.testing.assert_allclose(result.as_numpy("probabilities"),
+                                   EXPECTED["probabilities"][:1], rtol=RTOL, atol=ATOL)
+
 
 class HttpClientTest(ClientCalls, unittest.TestCase):
 

@@ -118,6 +118,19 @@ TEST(RequestParameters, InputAndOutputParametersAreRefused) {
   ExpectInvalid(r, "unknown output 'y' parameter 'binary_data'");
 }
 
+TEST(RequestParameters, TritonsFinalResponseFlagIsABool) {
+  auto r = Request();
+  auto p = ReadRequestParameters(r, {});
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->mark_final_response);
+  (*r.mutable_parameters())["triton_enable_empty_final_response"].set_bool_param(true);
+  p = ReadRequestParameters(r, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->mark_final_response);
+  (*r.mutable_parameters())["triton_enable_empty_final_response"].set_int64_param(1);
+  ExpectInvalid(r, "'triton_enable_empty_final_response' must be a bool");
+}
+
 TEST(RequestParameters, ProfileIsStillRead) {
   auto r = Request();
   (*r.mutable_parameters())["profile"].set_bool_param(true);
