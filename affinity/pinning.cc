@@ -141,4 +141,33 @@ std::vector<std::vector<int>> CoresWithin(const std::vector<std::vector<int>>& c
   return within;
 }
 
+std::vector<std::vector<int>> TeamShares(const Topology& topology, const std::vector<int>& cpus,
+                                         int threads, int groups) {
+  if (threads <= 0 || static_cast<int>(cpus.size()) < threads) return {};
+  groups = std::max(groups, 1);
+  std::vector<std::vector<int>> known;
+  std::unordered_set<int> in_topology;
+  for (const Core& core : topology.cores) {
+    known.push_back(core.pus);
+    in_topology.insert(core.pus.begin(), core.pus.end());
+  }
+  std::vector<std::vector<int>> cores = CoresWithin(known, cpus);
+  for (int cpu : cpus) {
+    if (in_topology.count(cpu) == 0) cores.push_back({cpu});
+  }
+  // The team's cpus: the first `threads`, core after core.
+  std::vector<std::vector<int>> team;
+  int left = threads;
+  for (const std::vector<int>& core : cores) {
+    if (left == 0) break;
+    const int take = std::min(left, static_cast<int>(core.size()));
+    team.emplace_back(core.begin(), core.begin() + take);
+    left -= take;
+  }
+  if (static_cast<int>(team.size()) >= groups) return SplitCores(team, groups);
+  std::vector<int> flat;
+  for (const std::vector<int>& core : team) flat.insert(flat.end(), core.begin(), core.end());
+  return SplitCpus(flat, groups);
+}
+
 }  // namespace numaserve::affinity

@@ -9,6 +9,8 @@
 
 namespace numaserve::affinity {
 
+struct Topology;
+
 // Binds every thread of the calling process to `cpus` and its future memory
 // allocations to NUMA node `numa_node` (skipped when < 0). Call first thing
 // in a worker, before any OpenMP or oneDNN code runs. A failure is returned
@@ -62,5 +64,17 @@ std::vector<std::vector<int>> SplitCores(const std::vector<std::vector<int>>& co
 // without a cpu is dropped.
 std::vector<std::vector<int>> CoresWithin(const std::vector<std::vector<int>>& cores,
                                           const std::vector<int>& allowed);
+
+// The cpus of a team of `threads` threads on `cpus` (the calling thread's,
+// in any order) split into `groups` shares of whole cores, for batch groups:
+// `cpus` grouped by `topology`'s cores in its order (the plan's, so a
+// share's cpus go core after core), the first `threads` of them kept, and
+// the cores dealt out as SplitCores does, so that no core serves two
+// groups. With fewer cores than groups the cpus themselves are split (the
+// groups then share cores: there are not enough). Empty when `cpus` has
+// fewer than `threads` cpus (the groups then float, like the team).
+// Cpus that `topology` does not know count as cores of their own.
+std::vector<std::vector<int>> TeamShares(const Topology& topology, const std::vector<int>& cpus,
+                                         int threads, int groups);
 
 }  // namespace numaserve::affinity

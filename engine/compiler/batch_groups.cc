@@ -260,6 +260,34 @@ class BatchGroupedModel final : public CompiledModel {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Each group's thread count, and in *cpu_shares the cpus to pin each
+// group to where the calling thread may run on at least `threads` cpus
+// (else none: the copies float, like the team), split by whole cores in the
+// topology's (the plan's) order: the thread's cpus read back ascending put
+// a core's SMT siblings in two groups.
+std::vector<int> GroupShares(int threads, int groups, std::vector<std::vector<int>>* cpu_shares) {
+  cpu_shares->clear();
+  const std::vector<int> cpus = affinity::CallingThreadCpus();
+  if (static_cast<int>(cpus.size()) >= threads) {
+    const absl::StatusOr<affinity::Topology> topology = affinity::DiscoverTopology({});
+    *cpu_shares = affinity::TeamShares(topology.ok() ? *topology : affinity::Topology{}, cpus,
+                                       threads, groups);
+    if (std::any_of(cpu_shares->begin(), cpu_shares->end(),
+                    [](const std::vector<int>& share) { return share.empty(); })) {
+      cpu_shares->clear();  // more groups than cpus: they float
+    }
+  }
+  // Each pinned group's cpus, else `threads` split evenly.
+  std::vector<int> thread_shares;
+  std::vector<int> indices(threads);
+  for (int i = 0; i < threads; ++i) indices[i] = i;
+  for (const std::vector<int>& share :
+       cpu_shares->empty() ? affinity::SplitCpus(indices, groups) : *cpu_shares) {
+    thread_shares.push_back(static_cast<int>(share.size()));
+  }
+  return thread_shares;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledModel>> WrapInBatchGroups(
@@ -311,20 +339,8 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> WrapInBatchGroups(
                         groups, copies_bytes / 1e6, available / 1e6));
   }
 
-  // Thread shares, and the cpus to pin them to where the calling thread may
-  // run on at least `threads` cpus (else the copies float, like the team).
-  std::vector<int> thread_shares;
-  std::vector<int> indices(threads);
-  for (int i = 0; i < threads; ++i) indices[i] = i;
-  for (const std::vector<int>& share : affinity::SplitCpus(indices, groups)) {
-    thread_shares.push_back(static_cast<int>(share.size()));
-  }
   std::vector<std::vector<int>> cpu_shares;
-  std::vector<int> cpus = affinity::CallingThreadCpus();
-  if (static_cast<int>(cpus.size()) >= threads) {
-    cpus.resize(threads);
-    cpu_shares = affinity::SplitCpus(cpus, groups);
-  }
+  const std::vector<int> thread_shares = GroupShares(threads, groups, &cpu_shares);
   auto model =
       std::make_unique<BatchGroupedModel>(std::move(full), min_rows, input_rows, output_rows);
   if (absl::Status s = model->Start(path, options, cpu_shares, thread_shares); !s.ok()) {
