@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -35,10 +36,12 @@ int DomainKey(const Core& core, Domain domain) {
   return 0;
 }
 
-absl::StatusOr<std::vector<Group>> GroupCores(const Topology& topology, Domain domain) {
+// Groups `cores` (the topology's, less the front end's) by domain.
+absl::StatusOr<std::vector<Group>> GroupCores(const Topology& topology,
+                                              const std::vector<Core>& cores, Domain domain) {
   std::map<int, Group> groups;
   int cores_without_domain = 0;
-  for (const Core& core : topology.cores) {
+  for (const Core& core : cores) {
     const int key = DomainKey(core, domain);
     if (key < 0) {
       ++cores_without_domain;
@@ -52,10 +55,10 @@ absl::StatusOr<std::vector<Group>> GroupCores(const Topology& topology, Domain d
     if (domain == Domain::kL3 && groups.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("domain l3 found no L3 cache in topology '", topology.source, "' (",
-                       topology.cores.size(), " cores); use domain numa, package or core"));
+                       cores.size(), " cores); use domain numa, package or core"));
     }
     return absl::FailedPreconditionError(absl::StrCat(
-        "domain ", DomainName(domain), ": ", cores_without_domain, " of ", topology.cores.size(),
+        "domain ", DomainName(domain), ": ", cores_without_domain, " of ", cores.size(),
         " cores of topology '", topology.source, "' belong to no ", DomainName(domain)));
   }
   std::vector<Group> result;
@@ -96,6 +99,83 @@ std::vector<Group> TakeInTurnFromPackages(std::vector<Group> groups, int max_wor
   return result;
 }
 
+// The front end's cpus for `options` on `topology`, ascending: the listed
+// ones, checked against the topology's; or auto's pick (see MakePlan).
+absl::StatusOr<std::vector<int>> ResolveFrontendCpus(const Topology& topology,
+                                                     const PlacementOptions& options) {
+  const FrontendCpus& frontend = options.frontend;
+  if (frontend.mode == FrontendCpus::Mode::kNone) return std::vector<int>();
+  std::set<int> all;
+  for (const Core& core : topology.cores) all.insert(core.pus.begin(), core.pus.end());
+  if (frontend.mode == FrontendCpus::Mode::kList) {
+    for (int cpu : frontend.cpus) {
+      if (all.count(cpu) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--frontend-cpus: cpu ", cpu, " is not one of the cpus this server may use (",
+            FormatCpuList(std::vector<int>(all.begin(), all.end())), ", topology '",
+            topology.source, "')"));
+      }
+    }
+    return frontend.cpus;
+  }
+  // auto: on each package big enough, its first core whose domain keeps
+  // another core (so that no worker is lost to the front end).
+  std::map<int, std::vector<const Core*>> by_package;
+  std::map<int, int> cores_in_domain;
+  for (const Core& core : topology.cores) {
+    by_package[core.package].push_back(&core);
+    ++cores_in_domain[DomainKey(core, options.domain)];
+  }
+  std::vector<int> cpus;
+  for (const auto& [package, cores] : by_package) {
+    if (static_cast<int>(cores.size()) < kAutoFrontendMinPackageCores) continue;
+    for (const Core* core : cores) {
+      if (cores_in_domain[DomainKey(*core, options.domain)] < 2) continue;
+      cpus.insert(cpus.end(), core->pus.begin(), core->pus.end());
+      break;
+    }
+  }
+  std::sort(cpus.begin(), cpus.end());
+  return cpus;
+}
+
+// The topology's cores less those holding a front-end cpu (a core is the
+// front end's whole: no worker thread shares it).
+std::vector<Core> CoresWithoutFrontend(const Topology& topology, const std::vector<int>& frontend) {
+  const std::set<int> taken(frontend.begin(), frontend.end());
+  std::vector<Core> cores;
+  for (const Core& core : topology.cores) {
+    const bool shared =
+        std::any_of(core.pus.begin(), core.pus.end(), [&](int pu) { return taken.count(pu) != 0; });
+    if (!shared) cores.push_back(core);
+  }
+  return cores;
+}
+
+// Where a worker's supervisor thread runs with front-end cpus: the front
+// end's cpus on the worker's NUMA node (its package where the worker spans
+// several nodes), so that it stays off the workers' cores and near its
+// worker's memory; where that node has none, the worker's cores (all their
+// threads). Ascending.
+std::vector<int> SupervisorCpus(const Topology& topology, const Group& group,
+                                const std::vector<int>& frontend) {
+  const std::set<int> taken(frontend.begin(), frontend.end());
+  const int package = group.cores.front()->package;
+  std::set<int> cpus;
+  for (const Core& core : topology.cores) {
+    const bool near =
+        group.numa_node >= 0 ? core.numa_node == group.numa_node : core.package == package;
+    if (!near) continue;
+    for (int pu : core.pus) {
+      if (taken.count(pu) != 0) cpus.insert(pu);
+    }
+  }
+  if (cpus.empty()) {
+    for (const Core* core : group.cores) cpus.insert(core->pus.begin(), core->pus.end());
+  }
+  return std::vector<int>(cpus.begin(), cpus.end());
+}
+
 std::string FormatBytes(uint64_t bytes) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   if (bytes == 0) return "memory unknown";
@@ -115,6 +195,36 @@ std::string Count(size_t n, absl::string_view singular, absl::string_view plural
 }
 
 }  // namespace
+
+absl::StatusOr<FrontendCpus> ParseFrontendCpus(const std::string& text) {
+  const std::string lower = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  FrontendCpus frontend;
+  if (lower == "none") return frontend;
+  if (lower == "auto") {
+    frontend.mode = FrontendCpus::Mode::kAuto;
+    return frontend;
+  }
+  absl::StatusOr<std::vector<int>> cpus = ParseCpuList(text);
+  if (!cpus.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--frontend-cpus expects none, auto or a cpu list such as 0,2-3: ",
+                     cpus.status().message()));
+  }
+  std::sort(cpus->begin(), cpus->end());
+  cpus->erase(std::unique(cpus->begin(), cpus->end()), cpus->end());
+  frontend.mode = FrontendCpus::Mode::kList;
+  frontend.cpus = *std::move(cpus);
+  return frontend;
+}
+
+int PhysicalCores(const WorkerPlacement& worker) {
+  return worker.cores.empty() ? static_cast<int>(worker.cpus.size())
+                              : static_cast<int>(worker.cores.size());
+}
+
+double WorkerPeak(const WorkerPlacement& worker, double per_core) {
+  return per_core * PhysicalCores(worker);
+}
 
 absl::StatusOr<Domain> ParseDomain(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
@@ -170,7 +280,15 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
     return absl::FailedPreconditionError(
         absl::StrCat("topology '", topology.source, "' has no cores to place workers on"));
   }
-  absl::StatusOr<std::vector<Group>> groups = GroupCores(topology, options.domain);
+  absl::StatusOr<std::vector<int>> frontend = ResolveFrontendCpus(topology, options);
+  if (!frontend.ok()) return frontend.status();
+  const std::vector<Core> cores = CoresWithoutFrontend(topology, *frontend);
+  if (cores.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--frontend-cpus ", FormatCpuList(*frontend), " leaves no core for a worker (topology '",
+        topology.source, "', ", topology.cores.size(), " cores)"));
+  }
+  absl::StatusOr<std::vector<Group>> groups = GroupCores(topology, cores, options.domain);
   if (!groups.ok()) return groups.status();
   const std::vector<Group> taken = TakeInTurnFromPackages(*std::move(groups), options.max_workers);
 
@@ -179,6 +297,7 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
   plan.domain = options.domain;
   plan.use_smt = options.use_smt;
   plan.omp_wait = options.omp_wait;
+  plan.frontend_cpus = *frontend;
   for (const Group& group : taken) {
     WorkerPlacement worker;
     worker.index = static_cast<int>(plan.workers.size());
@@ -194,6 +313,7 @@ absl::StatusOr<Plan> MakePlan(const Topology& topology, const PlacementOptions& 
     }
     worker.num_threads = static_cast<int>(worker.cpus.size());
     worker.env = OpenMpEnvironment(worker.cpus, worker.num_threads, options.omp_wait);
+    if (!frontend->empty()) worker.supervisor_cpus = SupervisorCpus(topology, group, *frontend);
     plan.workers.push_back(std::move(worker));
   }
   return plan;
@@ -267,6 +387,10 @@ std::string FormatReport(const Topology& topology, const Plan& plan) {
   absl::StrAppend(&out, "plan: domain ", DomainName(plan.domain), ", smt ",
                   plan.use_smt ? "on" : "off", ", omp-wait ", OmpWaitName(plan.omp_wait), ", ",
                   Count(plan.workers.size(), "worker", "workers"), "\n");
+  if (!plan.frontend_cpus.empty()) {
+    absl::StrAppend(&out, "front end: cpus ", FormatCpuList(plan.frontend_cpus),
+                    " (no worker's)\n");
+  }
   for (const WorkerPlacement& worker : plan.workers) {
     // Cores spanned: cpus grouped by the core that holds them.
     int cores = 0;
@@ -287,6 +411,10 @@ std::string FormatReport(const Topology& topology, const Plan& plan) {
                     worker.numa_node >= 0 ? absl::StrCat("memory node ", worker.numa_node)
                                           : std::string("memory first-touch"),
                     ", ", Count(worker.num_threads, "thread", "threads"), "\n");
+    if (!worker.supervisor_cpus.empty()) {
+      absl::StrAppend(&out, "  supervisor thread: cpus ", FormatCpuList(worker.supervisor_cpus),
+                      "\n");
+    }
     for (const auto& [name, value] : worker.env) {
       absl::StrAppend(&out, "  ", name, "=", value, "\n");
     }
@@ -315,13 +443,15 @@ std::string FormatReportJson(const Topology& topology, const Plan& plan) {
   }
   absl::StrAppend(&out, "]},\"plan\":{\"domain\":", base::JsonString(DomainName(plan.domain)),
                   ",\"use_smt\":", JsonBool(plan.use_smt),
-                  ",\"omp_wait\":", base::JsonString(OmpWaitName(plan.omp_wait)), ",\"workers\":[");
+                  ",\"omp_wait\":", base::JsonString(OmpWaitName(plan.omp_wait)),
+                  ",\"frontend_cpus\":", JsonIntArray(plan.frontend_cpus), ",\"workers\":[");
   for (size_t i = 0; i < plan.workers.size(); ++i) {
     const WorkerPlacement& worker = plan.workers[i];
     absl::StrAppend(&out, i ? "," : "", "{\"index\":", worker.index,
                     ",\"domain\":", base::JsonString(worker.domain),
                     ",\"cpus\":", JsonIntArray(worker.cpus), ",\"numa_node\":", worker.numa_node,
-                    ",\"num_threads\":", worker.num_threads, ",\"env\":{");
+                    ",\"num_threads\":", worker.num_threads,
+                    ",\"supervisor_cpus\":", JsonIntArray(worker.supervisor_cpus), ",\"env\":{");
     for (size_t j = 0; j < worker.env.size(); ++j) {
       absl::StrAppend(&out, j ? "," : "", base::JsonString(worker.env[j].first), ":",
                       base::JsonString(worker.env[j].second));

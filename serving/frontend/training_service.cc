@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -201,7 +202,8 @@ std::string ModelLabel(const training::TrainingConfig& config) {
 // The job gets /dev/null as stdin (mpirun forwards stdin to rank 0), the
 // pipe, and no other file: no worker's arena or socket, no connection of a
 // client.
-absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
+absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, const std::vector<int>& job_cpus,
+                               int* output_fd) {
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0) {
     return absl::InternalError(absl::StrCat("/dev/null: ", base::ErrnoText(errno)));
@@ -219,6 +221,15 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
+  cpu_set_t job_mask;
+  CPU_ZERO(&job_mask);
+  bool have_mask = false;
+  for (int cpu : job_cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) {
+      CPU_SET(cpu, &job_mask);
+      have_mask = true;
+    }
+  }
   const pid_t pid = fork();
   if (pid < 0) {
     close(null_fd);
@@ -236,6 +247,7 @@ absl::StatusOr<pid_t> SpawnJob(std::vector<std::string> args, int* output_fd) {
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
     signal(SIGPIPE, SIG_DFL);
+    if (have_mask) sched_setaffinity(0, sizeof(job_mask), &job_mask);
     // Moved above 2 first: a server started with 0, 1 or 2 closed may hold
     // the pipe or /dev/null there, where dup2 would close or keep it
     // close-on-exec. dup2 leaves its copies open across exec.
@@ -479,7 +491,7 @@ grpc::ServerUnaryReactor* TrainingService::StartTraining(
   int output_fd = -1;
   absl::StatusOr<pid_t> pid =
       SpawnJob(JobArgs(options_, (*files)->config_path(), *ranks, request->resume(), scope->owner),
-               &output_fd);
+               options_.job_cpus, &output_fd);
   if (!pid.ok()) return Done(context, pid.status());
   const std::string model = ModelLabel(config->config);
   auto job = std::make_shared<TrainingJob>(id, label, *caller, model, *pid, std::move(*files),

@@ -104,6 +104,11 @@ struct TrainingServiceOptions {
   // `numaserve train` hands on to its ranks; a job's environment has none of
   // their NUMASERVE_* variables.
   ProcessOptions process;
+  // The cpus a job may run on, set in the job's process before exec; empty:
+  // those of the thread starting it. The server pinned to its front-end
+  // cpus (serve --frontend-cpus) gives the cpus it may use, so that a job's
+  // ranks plan over the machine, not over the front end's cores.
+  std::vector<int> job_cpus;
 };
 
 class TrainingJob;

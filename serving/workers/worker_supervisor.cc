@@ -23,6 +23,7 @@
 #include "serving/observability/metrics.h"
 #include "serving/repository/model_repository.h"
 #include "serving/workers/framing.h"
+#include "serving/workers/supervisor_thread.h"
 #include "serving/workers/worker_main.h"
 
 extern char** environ;
@@ -421,6 +422,7 @@ bool WorkerSupervisor::Lose(Slot* slot, const std::string& why) {
 
 void WorkerSupervisor::Run(Slot* slot) {
   const auto& p = slot->placement;
+  PlaceSupervisorThread(slot->index, p);  // its worker's node, with front-end cpus
   bool first = true;
   while (!stopping_) {
     if (!first) {

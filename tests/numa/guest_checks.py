@@ -21,7 +21,12 @@ numaserve's view is checked against:
     its node's cpus, its pages on its node;
   * under `taskset -c <one node's cpus>` the plan has one worker;
   * `--max-workers 2` on a topology of several packages takes one node of
-    each package.
+    each package;
+  * `serve --frontend-cpus <the first cpu>`: every thread of the server
+    (gRPC's, HTTP's, the timers', the metrics') may run on that cpu alone
+    but the supervisor threads, each on its worker's node (the front end's
+    cpu there, else its worker's cpus); each worker on its node's cpus less
+    the front end's, and answering.
 
 A summary of what was seen (plans, numa_maps sums) goes to
 $NUMA_GUEST_OUT/report.txt.
@@ -312,6 +317,77 @@ class ServeTest(unittest.TestCase):
                "pid %d -> %d, ready again after %.1f s, %d requests all answered; the "
                "replacement's pages %s" % (victim, new_pid, recovered_in, len(traffic.results),
                                            maps.summary()))
+
+
+def thread_cpus(pid):
+    """{tid: (name, allowed cpus)} of the threads of PID."""
+    threads = {}
+    for entry in os.listdir("/proc/%d/task" % pid):
+        base = "/proc/%d/task/%s/" % (pid, entry)
+        try:
+            with open(base + "comm") as f:
+                name = f.read().strip()
+            with open(base + "status") as f:
+                allowed = [line for line in f if line.startswith("Cpus_allowed_list:")]
+        except OSError:
+            continue  # the thread ended meanwhile
+        if allowed:
+            threads[int(entry)] = (name, numa_procfs.parse_cpu_list(allowed[0].split(":", 1)[1]))
+    return threads
+
+
+class FrontendCpusTest(unittest.TestCase):
+    """`serve --frontend-cpus`: the front end's threads on its cpu, the
+    supervisor threads on their workers' nodes, the workers off it."""
+
+    def test_front_end_supervisors_and_workers_each_where_planned(self):
+        front_node, node_cpus = cpu_nodes()[0]
+        front = node_cpus[0]
+        # The workers: one per node keeping a cpu, in node order.
+        planned = [(node, [c for c in cpus if c != front]) for node, cpus in cpu_nodes()]
+        planned = [(node, cpus) for node, cpus in planned if cpus]
+        binary = nc.default_binary()
+        repo = os.path.join(os.path.dirname(os.path.dirname(binary)), "models")
+        server = nc.ServerProcess(repo, ["--frontend-cpus", str(front)],
+                                  startup_timeout=SLOW, stop_timeout=SLOW)
+        server.start()
+        self.addCleanup(server.stop)
+        log = lambda: "\n--- server stderr (tail) ---\n" + server.stderr_text(6000)  # noqa: E731
+
+        def ready():
+            return server.metrics().sum("numaserve_worker_ready") == len(planned)
+        self.assertTrue(nc.wait_until(ready, SLOW, 0.5), "workers not ready" + log())
+        model_path = os.path.join(repo, MODEL, "1", "model.onnx")
+        image = nc.random_images(2, seed=5)
+        expected = nc.ReferenceModel(model_path).run({"image": image})["probabilities"]
+        got = nc.infer(server.stub(), MODEL, {"image": image}, deadline=SLOW)
+        self.assertTrue(np.allclose(got["probabilities"], expected, rtol=1e-4, atol=1e-5), log())
+        pids = worker_pids(server)
+        self.assertEqual(sorted(pids), list(range(len(planned))), log())
+        lines = ["front end: cpu %d (node %d)" % (front, front_node)]
+        for index, (node, cpus) in enumerate(planned):
+            allowed = numa_procfs.allowed_cpus(pids[index])
+            lines.append("worker %d (pid %d, node %d): cpus %s" % (index, pids[index], node,
+                                                                  allowed))
+            self.assertEqual(allowed, cpus, "worker %d (pid %d): Cpus_allowed_list; the front "
+                             "end's cpu %d is not its own%s" % (index, pids[index], front, log()))
+        node_of_worker = {index: node for index, (node, _) in enumerate(planned)}
+        supervisors = 0
+        for tid, (name, allowed) in sorted(thread_cpus(server.proc.pid).items()):
+            if name.startswith("supervisor-"):
+                # The front end's cpu where it is on the worker's node, else
+                # the worker's cpus (one thread per core in the guests).
+                index = int(name[len("supervisor-"):])
+                node = node_of_worker[index]
+                wanted = [front] if node == front_node else dict(planned)[node]
+                supervisors += 1
+                lines.append("%s (tid %d): cpus %s" % (name, tid, allowed))
+            else:
+                wanted = [front]
+            self.assertEqual(allowed, wanted, "server thread %d (%s): Cpus_allowed_list"
+                             % (tid, name))
+        self.assertEqual(supervisors, len(planned), "supervisor threads named supervisor-N")
+        report("serve --frontend-cpus %d" % front, "\n".join(lines))
 
 
 def rank_processes():

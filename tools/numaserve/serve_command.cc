@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
 #include "affinity/memory_bandwidth.h"
+#include "affinity/pinning.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
 #include "base/args.h"
@@ -163,6 +164,9 @@ absl::StatusOr<affinity::Plan> PlanWorkers(const ServeOptions& o, affinity::Topo
   if (!omp_wait.ok()) return omp_wait.status();
   placement.omp_wait = *omp_wait;
   placement.max_workers = static_cast<int>(o.max_workers);
+  auto frontend = affinity::ParseFrontendCpus(o.frontend_cpus);
+  if (!frontend.ok()) return frontend.status();
+  placement.frontend = *std::move(frontend);
   auto plan = affinity::MakePlan(*topology, placement);
   if (!plan.ok()) return plan.status();
   Log(LogLevel::kInfo, "serve", absl::StrCat("starting ", VersionText()),
@@ -213,6 +217,7 @@ InitialModels ChooseInitialModels(const ModelRepository& repository, ModelContro
 // `numaserve train` processes. Null without --training-service.
 absl::StatusOr<std::unique_ptr<TrainingService>> MakeTrainingService(const ServeOptions& o,
                                                                      const GrpcAuth* auth,
+                                                                     const affinity::Plan& plan,
                                                                      Metrics* metrics) {
   if (!o.training_service) return nullptr;
   int max_ranks = static_cast<int>(o.training_max_ranks);
@@ -231,25 +236,48 @@ absl::StatusOr<std::unique_ptr<TrainingService>> MakeTrainingService(const Serve
   training_options.authenticated = auth->authenticates();
   training_options.metrics = metrics;
   training_options.process = o.process;
+  // Called before PinFrontEnd: the cpus the server was started on, not the
+  // front end's alone.
+  if (!plan.frontend_cpus.empty()) training_options.job_cpus = affinity::CallingThreadCpus();
   return TrainingService::Create(std::move(training_options));
 }
 
 // Each worker's FP32 (and BF16, INT8 where the CPU has them) peak, for the
-// fraction-of-peak metrics.
+// fraction-of-peak metrics: the peak per core times its physical cores.
 void PublishPeaks(const affinity::Plan& plan, Metrics* metrics) {
   const double peak_per_core = kernels::Fp32PeakGflopsPerCore();
   const affinity::PeakFlops& peaks = affinity::GetPeakFlops();
   for (const auto& p : plan.workers) {
-    metrics->SetWorkerPeak(p.index, p.numa_node, peak_per_core * p.num_threads);
+    // Per physical core: a core's SMT threads share its FMA units.
+    metrics->SetWorkerPeak(p.index, p.numa_node, affinity::WorkerPeak(p, peak_per_core));
     if (kernels::GetBf16Support().native && peaks.peak_bf16_gflops_per_core > 0) {
       metrics->SetWorkerPeakFlops(p.index, p.numa_node, "bf16",
-                                  peaks.peak_bf16_gflops_per_core * p.num_threads * 1e9);
+                                  affinity::WorkerPeak(p, peaks.peak_bf16_gflops_per_core) * 1e9);
     }
     if (peaks.peak_int8_gops_per_core > 0) {
       metrics->SetWorkerPeakFlops(p.index, p.numa_node, "int8",
-                                  peaks.peak_int8_gops_per_core * p.num_threads * 1e9);
+                                  affinity::WorkerPeak(p, peaks.peak_int8_gops_per_core) * 1e9);
     }
   }
+}
+
+// --frontend-cpus: every thread the server has started so far (metrics,
+// timers, gRPC's own) moves to the front end's cpus, and those it starts
+// later inherit them; each supervisor thread then moves to its worker's
+// node (WorkerPlacement::supervisor_cpus), and each worker, a process of
+// its own, binds itself to its cpus before exec. A plan for another
+// topology (--topology) binds nothing.
+// A pin that fails is a warning: the server runs unpinned.
+void PinFrontEnd(const affinity::Plan& plan, const affinity::Topology& topology) {
+  if (plan.frontend_cpus.empty() || !topology.is_this_machine) return;
+  if (absl::Status s = affinity::BindProcess(plan.frontend_cpus, -1); !s.ok()) {
+    Log(LogLevel::kWarning, "serve",
+        absl::StrCat("--frontend-cpus: the front end runs unpinned: ", s.message()));
+    return;
+  }
+  Log(LogLevel::kInfo, "serve",
+      absl::StrCat("front end on cpus ", affinity::FormatCpuList(plan.frontend_cpus)),
+      {{"frontend_cpus", affinity::FormatCpuList(plan.frontend_cpus)}});
 }
 
 // --measure-bandwidth: each NUMA node's triad bandwidth, measured before the
@@ -444,7 +472,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
   const std::string metrics_address = MetricsAddress(o);
   auto metrics = Metrics::Create(metrics_address, std::move(metrics_auth));
   if (!metrics.ok()) return Fail(metrics.status());
-  auto training_service = MakeTrainingService(o, &auth, metrics->get());
+  auto training_service = MakeTrainingService(o, &auth, *plan, metrics->get());
   if (!training_service.ok()) return Fail(training_service.status());
   // The supervisor's cue (a worker became ready or was lost) reaches the
   // scheduler and the health status through this hook, set once both exist.
@@ -472,6 +500,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
   base::PeriodicTask rss_sampler(
       std::chrono::seconds(1),
       [workers = workers->get(), m = metrics->get()] { SampleResidentMemory(*workers, m); });
+  PinFrontEnd(*plan, topology);
   (*workers)->Start(std::chrono::minutes(5));
   ModelManager::Options manager_options;
   manager_options.repository = o.model_repository;

@@ -173,6 +173,10 @@ void AddPlacementFlags(base::ArgParser& parser, ServeOptions& o) {
                    "the front end or other processes)");
   parser.AddBool("omp-spin", &o.omp_spin, "the same as --omp-wait spin");
   parser.AddInt("max-workers", &o.max_workers, "at most this many workers (0: one per domain)");
+  parser.AddString("frontend-cpus", &o.frontend_cpus,
+                   "cpus for the front end (gRPC, HTTP, timers, metrics), taken out of the "
+                   "workers' plan: none (it floats over every cpu) | auto (one core of each "
+                   "package of 4 or more cores) | a cpu list, e.g. 0 or 0,64");
   parser.AddInt("worker-arena-mb", &o.worker_arena_mb,
                 "shared memory per worker for batch inputs and outputs");
   parser.AddString("instances", &o.instances,

@@ -41,6 +41,9 @@ struct ServeOptions {
   bool omp_spin = false;
   std::string omp_wait = "short";
   int64_t max_workers = 0;
+  // Cpus for the front end, out of the workers' plan: none | auto | a cpu
+  // list (affinity::ParseFrontendCpus).
+  std::string frontend_cpus = "none";
   int64_t worker_arena_mb = 256;
   int64_t grpc_max_message_bytes = int64_t{64} << 20;
   int64_t max_queue_size = 4096;

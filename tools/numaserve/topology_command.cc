@@ -146,7 +146,7 @@ int TopologyCommand(const std::vector<std::string>& args, const serving::Process
   std::string description, cpuset, domain = "numa";
   bool json = false, use_smt = false, features = true, omp_spin = false, measure = false;
   int64_t max_workers = 0;
-  std::string omp_wait = "short";
+  std::string omp_wait = "short", frontend_cpus = "none";
   base::ArgParser parser("topology", "Print the machine as hwloc sees it and the worker plan.");
   parser.AddString("topology", &description,
                    "an hwloc synthetic description (\"package:2 numa:1 core:8 pu:2\") or XML file");
@@ -157,6 +157,9 @@ int TopologyCommand(const std::vector<std::string>& args, const serving::Process
                    "how idle OpenMP threads wait: passive | short (spin ~25 us) | spin (~1 ms)");
   parser.AddBool("omp-spin", &omp_spin, "the same as --omp-wait spin");
   parser.AddInt("max-workers", &max_workers, "at most this many workers (0: one per domain)");
+  parser.AddString("frontend-cpus", &frontend_cpus,
+                   "cpus for serve's front end, out of the workers' plan: none | auto | a cpu "
+                   "list (as serve --frontend-cpus)");
   parser.AddBool("json", &json, "print one JSON object");
   parser.AddBool("cpu-features", &features, "also probe this CPU's ISA and FP32 peak");
   parser.AddBool("measure", &measure,
@@ -185,6 +188,9 @@ int TopologyCommand(const std::vector<std::string>& args, const serving::Process
   if (!wait.ok()) return fail(wait.status());
   options.omp_wait = *wait;
   options.max_workers = static_cast<int>(max_workers);
+  auto frontend = affinity::ParseFrontendCpus(frontend_cpus);
+  if (!frontend.ok()) return fail(frontend.status());
+  options.frontend = *std::move(frontend);
   auto plan = affinity::MakePlan(*topology, options);
   if (!plan.ok()) return fail(plan.status());
   if (measure && !topology->is_this_machine) {
