@@ -14,19 +14,34 @@ namespace numaserve::affinity::internal {
 // Every thread of the process to exactly `cpus` (OS numbers).
 absl::Status SetProcessCpuBinding(const std::vector<int>& cpus);
 // The calling thread's memory policy (inherited by threads created later):
-// bind to `numa_node`.
-absl::Status SetMemoryBinding(int numa_node);
-// Bind [addr, addr+bytes) to `numa_node`, migrating pages already touched.
-absl::Status SetAreaMemoryBinding(void* addr, size_t bytes, int numa_node);
+// `numa_node` alone (strict: MPOL_BIND) or first (MPOL_PREFERRED_MANY, else
+// MPOL_PREFERRED), the pages already touched moved there where they can be.
+absl::Status SetMemoryBinding(int numa_node, bool strict);
+// The same for [addr, addr+bytes): its pages already touched move to the
+// node where they can (a page another process maps too stays, also under
+// strict: its binding still holds for new pages).
+absl::Status SetAreaMemoryBinding(void* addr, size_t bytes, int numa_node, bool strict);
 
 // The union of the cpus the process's threads may run on.
 absl::StatusOr<std::vector<int>> GetProcessCpuBinding();
 
 struct MemoryBinding {
-  const char* policy = "default";  // "default", "first-touch", "bind", "interleave", ...
-  std::vector<int> nodes;          // OS node numbers
+  // The kernel's policy of the calling thread, by what it does: "default"
+  // (the node of the touching cpu), "local" (the same, asked for), "strict"
+  // (MPOL_BIND: only `nodes`), "prefer" (MPOL_PREFERRED(_MANY): `nodes`
+  // first, others when they are full), "interleave", "weighted-interleave".
+  const char* policy = "default";
+  std::vector<int> nodes;  // OS node numbers; empty for default and local
 };
+// Read with get_mempolicy(2) itself: hwloc reports MPOL_BIND and
+// MPOL_PREFERRED alike, as HWLOC_MEMBIND_BIND.
 absl::StatusOr<MemoryBinding> GetMemoryBinding();
+
+// Whether NUMASERVE_TEST_REFUSE_MEMBIND is set to 1: the memory-policy calls
+// then fail as a container's seccomp filter makes them (EPERM) without
+// asking the kernel, so that tests reach the first-touch fallback on any
+// machine. For tests only; it changes nothing else.
+bool MembindRefusedForTests();
 
 // OS index of the node holding the (touched) page at addr, -1 if unknown.
 int NodeOfPage(const void* addr);

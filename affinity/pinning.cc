@@ -3,8 +3,13 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <unordered_set>
 
@@ -28,16 +33,32 @@ absl::Status CheckNode(int numa_node) {
 
 }  // namespace
 
-absl::Status BindProcess(const std::vector<int>& cpus, int numa_node) {
+absl::StatusOr<MemoryPolicy> ParseMemoryPolicy(std::string_view name) {
+  if (name == "prefer") return MemoryPolicy::kPrefer;
+  if (name == "strict") return MemoryPolicy::kStrict;
+  return absl::InvalidArgumentError(absl::StrCat("memory policy '", std::string(name.substr(0, 64)),
+                                                 "': expected strict or prefer"));
+}
+
+const char* MemoryPolicyName(MemoryPolicy policy) {
+  return policy == MemoryPolicy::kStrict ? "strict" : "prefer";
+}
+
+absl::Status BindProcessCpus(const std::vector<int>& cpus) {
   if (cpus.empty()) return absl::InvalidArgumentError("cannot bind a process to an empty cpu list");
-  // Cpus first: memory then lands on the node of the cpus even if the memory
-  // policy below fails.
-  absl::Status cpu_status = internal::SetProcessCpuBinding(cpus);
-  absl::Status memory_status = absl::OkStatus();
-  if (numa_node >= 0) {
-    memory_status = CheckNode(numa_node);
-    if (memory_status.ok()) memory_status = internal::SetMemoryBinding(numa_node);
-  }
+  return internal::SetProcessCpuBinding(cpus);
+}
+
+absl::Status BindProcessMemory(int numa_node, MemoryPolicy policy) {
+  if (numa_node < 0) return absl::OkStatus();
+  if (absl::Status status = CheckNode(numa_node); !status.ok()) return status;
+  return internal::SetMemoryBinding(numa_node, policy == MemoryPolicy::kStrict);
+}
+
+absl::Status BindProcess(const std::vector<int>& cpus, int numa_node, MemoryPolicy policy) {
+  absl::Status cpu_status = BindProcessCpus(cpus);
+  if (cpus.empty()) return cpu_status;
+  absl::Status memory_status = BindProcessMemory(numa_node, policy);
   if (!cpu_status.ok() && !memory_status.ok()) {
     return absl::Status(cpu_status.code(),
                         absl::StrCat(cpu_status.message(), "; ", memory_status.message()));
@@ -45,11 +66,45 @@ absl::Status BindProcess(const std::vector<int>& cpus, int numa_node) {
   return cpu_status.ok() ? memory_status : cpu_status;
 }
 
-absl::Status BindMemoryToNode(void* addr, size_t bytes, int numa_node) {
+absl::Status BindMemoryToNode(void* addr, size_t bytes, int numa_node, MemoryPolicy policy) {
   if (numa_node < 0 || bytes == 0) return absl::OkStatus();
   if (addr == nullptr) return absl::InvalidArgumentError("cannot bind memory at a null address");
   if (absl::Status status = CheckNode(numa_node); !status.ok()) return status;
-  return internal::SetAreaMemoryBinding(addr, bytes, numa_node);
+  return internal::SetAreaMemoryBinding(addr, bytes, numa_node, policy == MemoryPolicy::kStrict);
+}
+
+absl::StatusOr<std::string> PrefaultPages(void* addr, size_t bytes, bool use_populate) {
+  if (bytes == 0) return std::string("nothing to touch");
+  if (addr == nullptr) return absl::InvalidArgumentError("cannot pre-fault a null address");
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const uintptr_t page = page_size > 0 ? static_cast<uintptr_t>(page_size) : 4096;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(addr) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + bytes;
+#ifdef MADV_POPULATE_WRITE
+  // Faults every page in writable, as a write would, without writing: the
+  // contents stay. EINVAL before Linux 5.14: the loop below does it.
+  if (use_populate &&
+      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) {
+    return std::string("MADV_POPULATE_WRITE");
+  }
+#else
+  (void)use_populate;
+#endif
+  // One write a page: its first byte or'ed with 0, atomically, so a byte
+  // another process writes meanwhile (a shared arena) keeps its value.
+  for (uintptr_t p = std::max(begin, reinterpret_cast<uintptr_t>(addr)); p < end;
+       p = (p / page + 1) * page) {
+    __atomic_fetch_or(reinterpret_cast<unsigned char*>(p), 0, __ATOMIC_RELAXED);
+  }
+  return std::string("a write per page");
+}
+
+std::string DescribeMemoryPolicy() {
+  absl::StatusOr<internal::MemoryBinding> memory = internal::GetMemoryBinding();
+  if (!memory.ok()) return absl::StrCat("unknown (", memory.status().message(), ")");
+  if (memory->nodes.empty()) return memory->policy;
+  return absl::StrCat(memory->policy, memory->nodes.size() == 1 ? " node " : " nodes ",
+                      FormatCpuList(memory->nodes));
 }
 
 std::string DescribeBinding() {
@@ -60,19 +115,60 @@ std::string DescribeBinding() {
   } else {
     absl::StrAppend(&text, "cpus unknown (", cpus.status().message(), ")");
   }
-  absl::StatusOr<internal::MemoryBinding> memory = internal::GetMemoryBinding();
-  if (!memory.ok()) {
-    absl::StrAppend(&text, " mem unknown (", memory.status().message(), ")");
-  } else if (absl::string_view(memory->policy) == "default" ||
-             absl::string_view(memory->policy) == "first-touch") {
-    // The kernel's default: pages land on the node of the cpu touching them.
-    absl::StrAppend(&text, " mem ", memory->policy);
-  } else {
-    absl::StrAppend(&text, " mem ", memory->policy,
-                    memory->nodes.size() == 1 ? " node " : " nodes ", FormatCpuList(memory->nodes));
-  }
+  absl::StrAppend(&text, " mem ", DescribeMemoryPolicy());
   return text;
 }
+
+namespace internal {
+
+absl::StatusOr<MemoryBinding> GetMemoryBinding() {
+  // Room for 4096 nodes: get_mempolicy wants at least the kernel's
+  // node count (CONFIG_NODES_SHIFT is at most 10: 1024).
+  constexpr unsigned long kMaxNodes = 4096;
+  constexpr int kBits = 8 * sizeof(unsigned long);
+  unsigned long mask[kMaxNodes / kBits] = {};
+  int mode = 0;
+  if (syscall(SYS_get_mempolicy, &mode, mask, kMaxNodes, nullptr, 0UL) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot read the memory policy (get_mempolicy): ", base::ErrnoText(errno)));
+  }
+  MemoryBinding binding;
+  for (unsigned long n = 0; n < kMaxNodes; ++n) {
+    if ((mask[n / kBits] >> (n % kBits)) & 1UL) binding.nodes.push_back(static_cast<int>(n));
+  }
+  // The kernel's MPOL_* numbers (linux/mempolicy.h); the optional mode
+  // flags (MPOL_F_STATIC_NODES, ...) are in the high bits.
+  switch (mode & 0xff) {
+    case 0:  // MPOL_DEFAULT
+      binding.policy = "default";
+      break;
+    case 1:  // MPOL_PREFERRED; without a node: local
+    case 5:  // MPOL_PREFERRED_MANY
+      binding.policy = binding.nodes.empty() ? "local" : "prefer";
+      break;
+    case 2:  // MPOL_BIND
+      binding.policy = "strict";
+      break;
+    case 3:  // MPOL_INTERLEAVE
+      binding.policy = "interleave";
+      break;
+    case 4:  // MPOL_LOCAL
+      binding.policy = "local";
+      break;
+    case 6:  // MPOL_WEIGHTED_INTERLEAVE (Linux 6.9)
+      binding.policy = "weighted-interleave";
+      break;
+    default:
+      binding.policy = "unknown";
+  }
+  if (binding.policy == std::string_view("default") ||
+      binding.policy == std::string_view("local")) {
+    binding.nodes.clear();
+  }
+  return binding;
+}
+
+}  // namespace internal
 
 int NodeOfAddress(const void* addr) { return internal::NodeOfPage(addr); }
 

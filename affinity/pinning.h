@@ -3,28 +3,74 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace numaserve::affinity {
 
 struct Topology;
 
-// Binds every thread of the calling process to `cpus` and its future memory
-// allocations to NUMA node `numa_node` (skipped when < 0). Call first thing
-// in a worker, before any OpenMP or oneDNN code runs. A failure is returned
-// for the caller to log as a warning: the worker keeps running unpinned.
-// (Linux memory policy is per thread: it is set for the calling thread and
-// inherited by the threads it creates afterwards.)
-absl::Status BindProcess(const std::vector<int>& cpus, int numa_node);
+// How a process's memory is bound to its node (serve --membind,
+// docs/configuration.md):
+//   kPrefer: the node first, other nodes once it is full (the kernel's
+//     MPOL_PREFERRED_MANY, MPOL_PREFERRED before Linux 5.15): nothing
+//     fails for want of memory on the node, and what spills runs at the
+//     remote node's bandwidth;
+//   kStrict: the node only (MPOL_BIND): an allocation the node cannot
+//     hold reclaims and then fails there (the OOM killer, within the node),
+//     never spilling.
+enum class MemoryPolicy { kPrefer, kStrict };
 
-// Binds the pages of [addr, addr+bytes) to `numa_node` (moving those already
-// touched). Warnings, not errors, on failure; no-op for numa_node < 0.
-absl::Status BindMemoryToNode(void* addr, size_t bytes, int numa_node);
+// "prefer" | "strict"; an error names what is accepted.
+absl::StatusOr<MemoryPolicy> ParseMemoryPolicy(std::string_view name);
+const char* MemoryPolicyName(MemoryPolicy policy);
+
+// Binds every thread of the calling process to `cpus`. Call first thing in
+// a worker, before any OpenMP or oneDNN code runs.
+absl::Status BindProcessCpus(const std::vector<int>& cpus);
+
+// Binds the calling thread's future memory allocations (and those of the
+// threads it creates afterwards: Linux memory policy is per thread) to NUMA
+// node `numa_node` under `policy`, moving the pages already touched there
+// where the kernel can. OK and nothing done for numa_node < 0. A node the
+// machine lacks is INVALID_ARGUMENT; a refusal of the kernel's call (EPERM:
+// a container's seccomp filter without CAP_SYS_NICE)
+// PERMISSION_DENIED, for the caller to fall back on first touch
+// (PrefaultPages from its pinned threads).
+absl::Status BindProcessMemory(int numa_node, MemoryPolicy policy);
+
+// Both of the above, cpus first: memory then lands on the node of the cpus
+// even if the memory policy fails. A failure (of either; both named) is
+// returned for the caller to log as a warning.
+absl::Status BindProcess(const std::vector<int>& cpus, int numa_node,
+                         MemoryPolicy policy = MemoryPolicy::kPrefer);
+
+// Binds the pages of [addr, addr+bytes) to `numa_node` under `policy`
+// (moving those already touched where the kernel can; codes as
+// BindProcessMemory). No-op for numa_node < 0.
+absl::Status BindMemoryToNode(void* addr, size_t bytes, int numa_node,
+                              MemoryPolicy policy = MemoryPolicy::kPrefer);
+
+// Allocates every page of [addr, addr+bytes) now, from the calling thread,
+// keeping their contents: with madvise(MADV_POPULATE_WRITE) (Linux 5.14)
+// where the kernel has it and `use_populate`, else by writing the first
+// byte of each page with its own value (an atomic or with 0). Under the
+// default policy a page lands on the node of the cpu that first touches
+// it: called from a thread pinned to a node's cpus, the pages are that
+// node's. Returns how: "MADV_POPULATE_WRITE" or "a write per page".
+absl::StatusOr<std::string> PrefaultPages(void* addr, size_t bytes, bool use_populate = true);
+
+// The calling thread's memory policy as the kernel has it, and its nodes:
+// "strict node 0", "prefer node 1", "prefer nodes 0-1", "default" (the
+// node of the touching cpu), "local"; "unknown (...)" where get_mempolicy
+// fails (a seccomp filter refuses it too).
+std::string DescribeMemoryPolicy();
 
 // The calling process's current cpu binding and memory policy, for the
-// worker's start-up line: "cpus 0-7 mem bind node 0".
+// worker's start-up line: "cpus 0-7 mem strict node 0".
 std::string DescribeBinding();
 
 // The NUMA node holding the page at `addr`, -1 if unknown.

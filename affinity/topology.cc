@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -399,7 +400,34 @@ absl::Status SetProcessCpuBinding(const std::vector<int>& cpus) {
   return absl::OkStatus();
 }
 
-absl::Status SetMemoryBinding(int numa_node) {
+bool MembindRefusedForTests() {
+  const char* value = std::getenv("NUMASERVE_TEST_REFUSE_MEMBIND");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+namespace {
+
+// What a refused memory-policy call says, as the kernel's EPERM reads.
+absl::Status RefusedForTests(const std::string& what) {
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, ": ", std::error_code(EPERM, std::generic_category()).message(),
+                   " (NUMASERVE_TEST_REFUSE_MEMBIND=1)"));
+}
+
+// A refusal (EPERM: seccomp, a missing capability) is PERMISSION_DENIED,
+// anything else INTERNAL; the message ends with the errno's text.
+absl::Status MembindError(int err, const std::string& what) {
+  const std::string text =
+      absl::StrCat(what, ": ", std::error_code(err, std::generic_category()).message());
+  return err == EPERM ? absl::PermissionDeniedError(text) : absl::InternalError(text);
+}
+
+}  // namespace
+
+absl::Status SetMemoryBinding(int numa_node, bool strict) {
+  const std::string what = absl::StrCat("cannot bind memory to NUMA node ", numa_node,
+                                        strict ? " (strict)" : " (prefer)");
+  if (MembindRefusedForTests()) return RefusedForTests(what);
   absl::StatusOr<hwloc_topology_t> machine = Machine();
   if (!machine.ok()) return machine.status();
   BitmapPtr nodes = BitmapOf({numa_node});
@@ -408,24 +436,38 @@ absl::Status SetMemoryBinding(int numa_node) {
   // MIGRATE: pages already touched move to the node (migrate_pages), such
   // as the relocated data of the shared libraries that the dynamic loader
   // wrote before main() on whichever cpu the process started: ~10% of a
-  // training rank's anonymous pages, mpirun starting it unbound. Where a
-  // page cannot move, the binding still holds (no STRICT flag).
-  if (hwloc_set_membind(*machine, nodes.get(), HWLOC_MEMBIND_BIND,
-                        HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot bind memory to NUMA node ", numa_node, ": ", ErrnoText()));
+  // training rank's anonymous pages, mpirun starting it unbound. A page
+  // that cannot move stays; the policy still holds for new ones.
+  // On Linux, hwloc's BIND is MPOL_BIND only with STRICT; without it,
+  // MPOL_PREFERRED_MANY (MPOL_PREFERRED before Linux 5.15), which takes
+  // pages from other nodes once this one is full. With STRICT, only a
+  // failing migrate_pages call fails the binding, not a page left behind.
+  int flags = HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE;
+  if (strict) flags |= HWLOC_MEMBIND_STRICT;
+  if (hwloc_set_membind(*machine, nodes.get(), HWLOC_MEMBIND_BIND, flags) != 0) {
+    return MembindError(errno, what);
   }
   return absl::OkStatus();
 }
 
-absl::Status SetAreaMemoryBinding(void* addr, size_t bytes, int numa_node) {
+absl::Status SetAreaMemoryBinding(void* addr, size_t bytes, int numa_node, bool strict) {
+  const std::string what = absl::StrFormat("cannot bind %d bytes at %p to NUMA node %d (%s)", bytes,
+                                           addr, numa_node, strict ? "strict" : "prefer");
+  if (MembindRefusedForTests()) return RefusedForTests(what);
   absl::StatusOr<hwloc_topology_t> machine = Machine();
   if (!machine.ok()) return machine.status();
   BitmapPtr nodes = BitmapOf({numa_node});
+  // First the preferred binding, moving the pages it can (mbind
+  // MPOL_MF_MOVE). Strict then replaces the policy without moving: hwloc
+  // would add MPOL_MF_STRICT to the move, and mbind then fails (EIO) on a
+  // page it may not move, such as a shared arena's page the server maps
+  // too, which a restarted worker finds in place.
+  const int flags = HWLOC_MEMBIND_BYNODESET;
   if (hwloc_set_area_membind(*machine, addr, bytes, nodes.get(), HWLOC_MEMBIND_BIND,
-                             HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE) != 0) {
-    return absl::InternalError(absl::StrFormat("cannot bind %d bytes at %p to NUMA node %d: %s",
-                                               bytes, addr, numa_node, ErrnoText()));
+                             flags | HWLOC_MEMBIND_MIGRATE) != 0 ||
+      (strict && hwloc_set_area_membind(*machine, addr, bytes, nodes.get(), HWLOC_MEMBIND_BIND,
+                                        flags | HWLOC_MEMBIND_STRICT) != 0)) {
+    return MembindError(errno, what);
   }
   return absl::OkStatus();
 }
@@ -438,42 +480,6 @@ absl::StatusOr<std::vector<int>> GetProcessCpuBinding() {
     return absl::InternalError(absl::StrCat("cannot read the process cpu binding: ", ErrnoText()));
   }
   return IndexesOf(set.get());
-}
-
-absl::StatusOr<MemoryBinding> GetMemoryBinding() {
-  absl::StatusOr<hwloc_topology_t> machine = Machine();
-  if (!machine.ok()) return machine.status();
-  BitmapPtr nodes = NewBitmap();
-  hwloc_membind_policy_t policy = HWLOC_MEMBIND_DEFAULT;
-  if (hwloc_get_membind(*machine, nodes.get(), &policy, HWLOC_MEMBIND_BYNODESET) != 0) {
-    return absl::InternalError(absl::StrCat("cannot read the memory policy: ", ErrnoText()));
-  }
-  MemoryBinding binding;
-  switch (policy) {
-    case HWLOC_MEMBIND_DEFAULT:
-      binding.policy = "default";
-      break;
-    case HWLOC_MEMBIND_FIRSTTOUCH:
-      binding.policy = "first-touch";
-      break;
-    case HWLOC_MEMBIND_BIND:
-      binding.policy = "bind";
-      break;
-    case HWLOC_MEMBIND_INTERLEAVE:
-      binding.policy = "interleave";
-      break;
-    case HWLOC_MEMBIND_NEXTTOUCH:
-      binding.policy = "next-touch";
-      break;
-    case HWLOC_MEMBIND_MIXED:
-      binding.policy = "mixed";
-      break;
-    case HWLOC_MEMBIND_WEIGHTED_INTERLEAVE:  // hwloc 2.11 on (Linux 6.9's weighted interleave)
-      binding.policy = "weighted-interleave";
-      break;
-  }
-  binding.nodes = IndexesOf(nodes.get());
-  return binding;
 }
 
 int NodeOfPage(const void* addr) {

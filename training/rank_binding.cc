@@ -19,7 +19,8 @@ absl::StatusOr<int> AutoRankCount() {
   return std::max<int>(1, static_cast<int>(plan->workers.size()));
 }
 
-absl::StatusOr<RankBinding> BindRank(int local_rank, int local_size) {
+absl::StatusOr<RankBinding> BindRank(int local_rank, int local_size,
+                                     affinity::MemoryPolicy policy) {
   absl::StatusOr<affinity::Topology> topology = affinity::DiscoverTopology({});
   if (!topology.ok()) return topology.status();
   absl::StatusOr<affinity::Plan> plan = affinity::MakePlan(*topology, {});
@@ -43,8 +44,9 @@ absl::StatusOr<RankBinding> BindRank(int local_rank, int local_size) {
       absl::StrCat("rank ", local_rank, "/", local_size, " on ", worker.domain, ": cpus ",
                    affinity::FormatCpuList(cpus), " threads ", binding.num_threads);
   if (topology->is_this_machine) {
-    absl::Status bound = affinity::BindProcess(cpus, worker.numa_node);
+    absl::Status bound = affinity::BindProcess(cpus, worker.numa_node, policy);
     if (!bound.ok()) absl::StrAppend(&binding.description, " (not bound: ", bound.message(), ")");
+    absl::StrAppend(&binding.description, " mem ", affinity::DescribeMemoryPolicy());
   }
   return binding;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "affinity/pinning.h"
 
 namespace numaserve::training {
 
@@ -17,9 +18,12 @@ struct RankBinding {
 };
 
 // Binds this process as local rank `local_rank` of `local_size` on this
-// machine and sets the OpenMP team size. A failed bind is reported in the
+// machine and sets the OpenMP team size, its memory bound to its node under
+// `policy` (train --membind). A failed bind is reported in the
 // description, not an error (like an inference worker).
-absl::StatusOr<RankBinding> BindRank(int local_rank, int local_size);
+absl::StatusOr<RankBinding> BindRank(
+    int local_rank, int local_size,
+    affinity::MemoryPolicy policy = affinity::MemoryPolicy::kPrefer);
 
 // Ranks for `--ranks auto`: one per NUMA domain of this machine.
 absl::StatusOr<int> AutoRankCount();

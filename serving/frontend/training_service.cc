@@ -284,7 +284,8 @@ std::vector<std::string> JobArgs(const TrainingServiceOptions& options,
       "--log-level",    base::LogLevelName(base::CurrentLogOptions().level),
       "--export-owner", owner};
   if (resume) args.push_back("--resume");
-  for (std::string& flag : ProcessFlags(options.process, kKernelFlags | kTrainingFlags)) {
+  for (std::string& flag :
+       ProcessFlags(options.process, kKernelFlags | kTrainingFlags | kPlacementFlags)) {
     args.push_back(std::move(flag));
   }
   return args;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "affinity/pinning.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm_backend.h"
 
@@ -16,8 +17,17 @@ constexpr ProcessSetting kSettings[] = {
     {"gemm-cache", "NUMASERVE_GEMM_CACHE"},
     {"profile-steps", "NUMASERVE_PROFILE_STEPS"},
     {"training-reference-ops", "NUMASERVE_TRAINING_REFERENCE_OPS"},
+    {"membind", "NUMASERVE_MEMBIND"},
 };
-enum Setting { kMaxIsa, kBlisArch, kOpenblasCore, kGemmCache, kProfileSteps, kReferenceOps };
+enum Setting {
+  kMaxIsa,
+  kBlisArch,
+  kOpenblasCore,
+  kGemmCache,
+  kProfileSteps,
+  kReferenceOps,
+  kMembind
+};
 
 // The longest --gemm-cache path (PATH_MAX).
 constexpr size_t kMaxPathBytes = 4096;
@@ -43,6 +53,11 @@ absl::Status Check(const ProcessOptions& o, const std::function<std::string(Sett
   if (o.gemm_cache.size() > kMaxPathBytes || o.gemm_cache.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(where(kGemmCache), ": a path of at most ",
                                                    kMaxPathBytes, " bytes without NUL"));
+  }
+  if (!o.membind.empty()) {
+    if (absl::Status s = affinity::ParseMemoryPolicy(o.membind).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where(kMembind), ": ", s.message()));
+    }
   }
   return absl::OkStatus();
 }
@@ -76,6 +91,7 @@ absl::StatusOr<ProcessOptions> ProcessOptionsFromVariables(
   o.max_isa = get(kMaxIsa);
   o.blis_arch = get(kBlisArch);
   o.openblas_core = get(kOpenblasCore);
+  o.membind = get(kMembind);
   o.gemm_cache =
       lookup(kSettings[kGemmCache].variable) != nullptr ? get(kGemmCache) : default_gemm_cache;
   const std::pair<Setting, bool*> booleans[] = {{kProfileSteps, &o.profile_steps},
@@ -116,6 +132,13 @@ void AddProcessFlags(base::ArgParser& parser, ProcessOptions& o, unsigned groups
                    "train Conv, the pools and the norms on their reference implementations, "
                    "not oneDNN (NUMASERVE_TRAINING_REFERENCE_OPS=1)");
   }
+  if ((groups & kPlacementFlags) != 0) {
+    parser.AddString("membind", &o.membind,
+                     "how a worker (a training rank) binds its memory to its NUMA node: prefer "
+                     "(the node first, others when it is full) | strict (the node only: "
+                     "no spill, an allocation the node cannot hold fails); empty: prefer "
+                     "(NUMASERVE_MEMBIND)");
+  }
 }
 
 absl::Status ApplyProcessOptions(const ProcessOptions& o) {
@@ -148,6 +171,7 @@ std::vector<std::string> ProcessFlags(const ProcessOptions& o, unsigned groups) 
   if ((groups & kTrainingFlags) != 0 && o.training_reference_ops) {
     args.push_back(absl::StrCat("--", kSettings[kReferenceOps].flag));
   }
+  if ((groups & kPlacementFlags) != 0) add(kMembind, o.membind);
   return args;
 }
 

@@ -1,8 +1,9 @@
 // The settings a numaserve process takes once, at its start, and hands to
 // the processes it starts (its workers; a training job and its ranks) as
 // flags: the ISA cap, the BLAS libraries' kernels, the GEMM choice cache,
-// step profiling and the training ops' implementation
-// (docs/configuration.md, "Process settings").
+// step profiling, the training ops' implementation and the memory policy
+// of a process bound to a NUMA node (docs/configuration.md, "Process
+// settings").
 //
 // Each has a flag and a NUMASERVE_* environment variable. numaserve's main
 // reads the variables once (ProcessOptionsFromVariables) and removes them
@@ -47,14 +48,19 @@ struct ProcessOptions {
   // --training-reference-ops, NUMASERVE_TRAINING_REFERENCE_OPS=1
   // (training::TrainOptions::reference_ops).
   bool training_reference_ops = false;
+  // --membind, NUMASERVE_MEMBIND: how a worker or a training rank binds its
+  // memory to its NUMA node, "strict" or "prefer" (affinity::MemoryPolicy);
+  // "" is prefer.
+  std::string membind;
 };
 
 // The settings a command takes, as a set of bits.
 enum ProcessFlagGroup : unsigned {
-  kKernelFlags = 1,    // --max-isa, --blis-arch, --openblas-core
-  kModelFlags = 2,     // --gemm-cache, --profile-steps
-  kTrainingFlags = 4,  // --training-reference-ops
-  kAllProcessFlags = kKernelFlags | kModelFlags | kTrainingFlags,
+  kKernelFlags = 1,     // --max-isa, --blis-arch, --openblas-core
+  kModelFlags = 2,      // --gemm-cache, --profile-steps
+  kTrainingFlags = 4,   // --training-reference-ops
+  kPlacementFlags = 8,  // --membind
+  kAllProcessFlags = kKernelFlags | kModelFlags | kTrainingFlags | kPlacementFlags,
 };
 
 // One setting: its flag (without "--") and its environment variable.
@@ -62,7 +68,7 @@ struct ProcessSetting {
   const char* flag;
   const char* variable;
 };
-// The six, in ProcessOptions' order.
+// The seven, in ProcessOptions' order.
 absl::Span<const ProcessSetting> ProcessSettings();
 
 // Whether NAME is one of the settings' variables.

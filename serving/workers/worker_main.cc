@@ -406,16 +406,28 @@ class Worker {
 };
 
 // Logs the worker's start: its binding and OpenMP environment (a warning
-// when it runs unpinned), and --test-batch-compute-us when set.
+// when it runs unpinned, another when its memory is not bound as asked),
+// and --test-batch-compute-us when set.
 void LogWorkerStart(int64_t index, int64_t node, const worker::Hello& h,
-                    int64_t test_batch_compute_us) {
-  std::vector<base::LogField> fields = {
-      {"numa_node", node}, {"binding", h.binding()}, {"environment", h.environment()}};
+                    const WorkerBinding& binding, int64_t test_batch_compute_us) {
+  std::vector<base::LogField> fields = {{"numa_node", node},
+                                        {"binding", h.binding()},
+                                        {"cpu_binding", binding.cpus_bound ? "held" : "failed"},
+                                        {"memory_policy", binding.memory_policy},
+                                        {"environment", h.environment()}};
   if (!h.bind_warning().empty()) fields.emplace_back("bind_warning", h.bind_warning());
   Log(h.bind_warning().empty() ? LogLevel::kInfo : LogLevel::kWarning, "worker",
       absl::StrCat("worker ", index, " pid ", getpid(), ": ", h.binding(), "; ", h.environment(),
                    h.bind_warning().empty() ? "" : "; unpinned: ", h.bind_warning()),
       fields);
+  if (!binding.memory_error.empty()) {
+    Log(LogLevel::kWarning, "worker",
+        absl::StrFormat("worker %d: memory not bound by policy (%s): %s", index,
+                        binding.memory_policy, binding.memory_error),
+        {{"numa_node", node},
+         {"memory_policy", binding.memory_policy},
+         {"memory_error", binding.memory_error}});
+  }
   if (test_batch_compute_us > 0) {
     Log(LogLevel::kInfo, "worker",
         absl::StrFormat("worker %d: every batch takes at least %d us (--test-batch-compute-us; "
@@ -454,6 +466,58 @@ std::vector<std::vector<int>> OwnCores(bool pinned, const absl::StatusOr<std::ve
 }
 
 }  // namespace
+
+WorkerBinding BindWorker(const absl::StatusOr<std::vector<int>>& cpus, int numa_node,
+                         affinity::MemoryPolicy policy, SharedArena& arena) {
+  WorkerBinding binding;
+  // Cpus first: the first-touch fallback below relies on them.
+  absl::Status cpu_status = cpus.ok() ? affinity::BindProcessCpus(*cpus) : cpus.status();
+  binding.cpus_bound = cpu_status.ok();
+  binding.cpu_error = std::string(cpu_status.message());
+  if (numa_node < 0) return binding;  // no node planned: "none", nothing to say
+  absl::Status memory = affinity::BindProcessMemory(numa_node, policy);
+  if (memory.ok())
+    memory = affinity::BindMemoryToNode(arena.data(), arena.size(), numa_node, policy);
+  if (memory.ok()) {
+    binding.memory_policy = affinity::MemoryPolicyName(policy);
+    return binding;
+  }
+  binding.memory_error = std::string(memory.message());
+  // A node the machine lacks (a synthetic topology's plan): nothing to place.
+  if (memory.code() == absl::StatusCode::kInvalidArgument || !binding.cpus_bound) return binding;
+  // The policy refused: under the default policy a page lands on the node
+  // of the cpu that first writes it. The worker's own memory is written
+  // first by its pinned threads; the arena, the server writes into, is
+  // touched here first, from this pinned thread (a restarted worker finds
+  // it placed already).
+  absl::StatusOr<std::string> how = affinity::PrefaultPages(arena.data(), arena.size());
+  if (how.ok()) {
+    binding.memory_policy = "first-touch";
+    binding.prefault = *std::move(how);
+  } else {
+    absl::StrAppend(&binding.memory_error,
+                    "; cannot pre-fault the arena: ", how.status().message());
+  }
+  return binding;
+}
+
+std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node) {
+  std::string text = affinity::DescribeBinding();
+  absl::StrAppend(&text, "; cpu binding ",
+                  binding.cpus_bound ? "held" : absl::StrCat("failed (", binding.cpu_error, ")"));
+  if (binding.memory_policy == "first-touch") {
+    absl::StrAppend(&text, "; memory first-touch on node ", numa_node,
+                    " (the policy was refused: ", binding.memory_error,
+                    "; the arena pre-faulted from the worker's cpus, ", binding.prefault, ")");
+  } else if (binding.memory_policy != "none") {
+    absl::StrAppend(&text, "; memory ", binding.memory_policy, " on node ", numa_node);
+  } else if (numa_node < 0) {
+    absl::StrAppend(&text, "; memory not bound (no NUMA node planned)");
+  } else {
+    absl::StrAppend(&text, "; memory not bound (", binding.memory_error, ")");
+  }
+  return text;
+}
 
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
                 worker::Reply* reply, std::chrono::microseconds min_compute) {
@@ -605,7 +669,7 @@ absl::Status ParseWorkerFlags(const std::vector<std::string>& args, WorkerFlags*
                    "text | json, as `serve --log-format` (serve passes its own)");
   parser.AddString("log-level", &log_level,
                    "least level logged: debug | info | warning | error (serve passes its own)");
-  AddProcessFlags(parser, f->process, kKernelFlags | kModelFlags);
+  AddProcessFlags(parser, f->process, kKernelFlags | kModelFlags | kPlacementFlags);
   absl::Status parsed = parser.Parse(args);
   absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
   if (!log_options.ok()) return log_options.status();
@@ -640,20 +704,25 @@ int WorkerCommand(const std::vector<std::string>& args) {
   // Every record of this process (the kernels' too) says which worker it is.
   base::SetLogContext({{"worker", index}, {"pid", getpid()}});
 
-  // 1. Pin, before any OpenMP or oneDNN code runs in this process.
+  // 1. Map the arena, then pin the process and bind its memory and the
+  // arena's pages, before any OpenMP or oneDNN code runs in this process.
+  auto arena = SharedArena::Attach(kWorkerArenaFd, static_cast<size_t>(flags.arena_bytes));
+  if (!arena.ok()) {
+    Log(LogLevel::kError, "worker", absl::StrCat("worker ", index, ": ", arena.status().message()),
+        {{"error", arena.status().message()}});
+    return 1;
+  }
+  // A malformed --membind stops the worker below (ApplyProcessOptions).
+  const affinity::MemoryPolicy policy =
+      affinity::ParseMemoryPolicy(flags.process.membind).value_or(affinity::MemoryPolicy::kPrefer);
+  auto cpus = affinity::ParseCpuList(flags.cpus_text);
+  const WorkerBinding binding = BindWorker(cpus, static_cast<int>(node), policy, **arena);
+  const bool pinned = binding.cpus_bound;
   worker::Reply hello;
   worker::Hello* h = hello.mutable_hello();
   h->set_worker_index(static_cast<int>(index));
   h->set_pid(getpid());
-  auto cpus = affinity::ParseCpuList(flags.cpus_text);
-  bool pinned = false;
-  if (!cpus.ok()) {
-    h->set_bind_warning(std::string(cpus.status().message()));
-  } else if (absl::Status s = affinity::BindProcess(*cpus, static_cast<int>(node)); !s.ok()) {
-    h->set_bind_warning(std::string(s.message()));
-  } else {
-    pinned = true;
-  }
+  h->set_bind_warning(binding.cpu_error);
   // The ISA cap and the BLAS kernels, before anything touches oneDNN.
   if (absl::Status s = ApplyProcessOptions(flags.process); !s.ok()) {
     Log(LogLevel::kError, "worker", absl::StrCat("worker ", index, ": ", s.message()),
@@ -661,27 +730,14 @@ int WorkerCommand(const std::vector<std::string>& args) {
     return 2;
   }
 
-  // 2. Map the arena and bind its pages to this worker's node.
-  auto arena = SharedArena::Attach(kWorkerArenaFd, static_cast<size_t>(flags.arena_bytes));
-  if (!arena.ok()) {
-    Log(LogLevel::kError, "worker", absl::StrCat("worker ", index, ": ", arena.status().message()),
-        {{"error", arena.status().message()}});
-    return 1;
-  }
-  if (absl::Status s =
-          affinity::BindMemoryToNode((*arena)->data(), (*arena)->size(), static_cast<int>(node));
-      !s.ok() && h->bind_warning().empty()) {
-    h->set_bind_warning(std::string(s.message()));
-  }
-
-  h->set_binding(affinity::DescribeBinding());
+  h->set_binding(DescribeWorkerBinding(binding, static_cast<int>(node)));
   h->set_environment(OpenMpEnvironmentSeen());
   h->set_isa(affinity::FeatureList(affinity::GetCpuFeatures()));
   hello.set_ok(true);
-  LogWorkerStart(index, node, *h, flags.test_batch_compute_us);
+  LogWorkerStart(index, node, *h, binding, flags.test_batch_compute_us);
   if (!WriteFramed(kWorkerControlFd, hello).ok()) return 1;
 
-  // 3. Serve.
+  // 2. Serve.
   // The worker's cores, for models with several instances: the plan's, in
   // its order (--cores), less the cpus the worker is not bound to; all of
   // them when pinning failed (the plan's cores, advisory: a synthetic

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "affinity/pinning.h"
 #include "engine/model.h"
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
@@ -20,6 +22,32 @@ inline constexpr int kWorkerArenaFd = 4;
 
 // Entry point of the `worker` sub-command (internal: started by `serve`).
 int WorkerCommand(const std::vector<std::string>& args);
+
+// What binding a worker came to, its cpus and its memory apart.
+struct WorkerBinding {
+  bool cpus_bound = false;
+  std::string cpu_error;  // why not, when not
+  // The memory policy in force on the worker's node, for the process and
+  // its arena: "strict" or "prefer" (--membind), as asked; "first-touch"
+  // where the kernel refused the policy (EPERM: a container's seccomp
+  // filter) and the worker, bound to its node's cpus, touched its arena's
+  // pages itself (its other memory is written first by those cpus too);
+  // "none" where no node was planned or nothing could place the pages.
+  std::string memory_policy = "none";
+  std::string memory_error;  // the refusal or failure, when any
+  std::string prefault;      // how the arena was pre-faulted, when it was
+};
+
+// Binds the calling process to `cpus` and its memory, and the arena's
+// pages, to `numa_node` under `policy` (BindProcessCpus, BindProcessMemory,
+// BindMemoryToNode), falling back on first touch as WorkerBinding says.
+WorkerBinding BindWorker(const absl::StatusOr<std::vector<int>>& cpus, int numa_node,
+                         affinity::MemoryPolicy policy, SharedArena& arena);
+
+// The Hello's binding: the process's binding as the kernel has it, then
+// whether the cpu binding held and which memory policy is in force, e.g.
+// "cpus 0-3 mem strict node 0; cpu binding held; memory strict on node 0".
+std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node);
 
 // Runs one batch of `model` on the slices of `arena` that `run` names and
 // fills `reply` (ok and compute_ns, or the error and its code). First every

@@ -42,6 +42,7 @@ constexpr std::pair<const char*, const char*> kEnvironment[] = {
     {"NUMASERVE_GEMM_CACHE", "/nonexistent/from_the_environment.tsv"},
     {"NUMASERVE_PROFILE_STEPS", "1"},
     {"NUMASERVE_TRAINING_REFERENCE_OPS", "1"},
+    {"NUMASERVE_MEMBIND", "strict"},
 };
 
 // A lookup over `vars`, as ProcessOptionsFromVariables takes it.
@@ -176,6 +177,30 @@ TEST(ProcessOptionsTest, ChildFlagsCarryEverySettingOfTheirGroups) {
   EXPECT_EQ(parsed.gemm_cache, o.gemm_cache);
   EXPECT_TRUE(parsed.profile_steps);
   EXPECT_TRUE(parsed.training_reference_ops);
+}
+
+// --membind (NUMASERVE_MEMBIND): a worker's or a rank's memory policy,
+// checked, and handed on with the placement group only.
+TEST(ProcessOptionsTest, MembindIsCheckedAndHandedOnWithThePlacementGroup) {
+  const std::map<std::string, std::string> strict = {{"NUMASERVE_MEMBIND", "strict"}};
+  absl::StatusOr<ProcessOptions> o = ProcessOptionsFromVariables(Lookup(strict), "");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->membind, "strict");
+  EXPECT_THAT(ProcessFlags(*o, kKernelFlags | kModelFlags | kPlacementFlags),
+              ElementsAre("--gemm-cache=", "--membind=strict"));
+  EXPECT_THAT(ProcessFlags(*o, kKernelFlags | kModelFlags), ElementsAre("--gemm-cache="));
+  ProcessOptions parsed;
+  base::ArgParser parser("worker", "test");
+  AddProcessFlags(parser, parsed, kPlacementFlags);
+  ASSERT_TRUE(parser.Parse(ProcessFlags(*o, kPlacementFlags)).ok());
+  EXPECT_EQ(parsed.membind, "strict");
+  const std::map<std::string, std::string> bad = {{"NUMASERVE_MEMBIND", "bind"}};
+  EXPECT_THAT(ProcessOptionsFromVariables(Lookup(bad), "").status().message(),
+              HasSubstr("NUMASERVE_MEMBIND: memory policy 'bind': expected strict or prefer"));
+  const absl::Status s = ApplyProcessOptions({.membind = "interleave"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--membind (NUMASERVE_MEMBIND): memory policy 'interleave'"));
+  EXPECT_TRUE(ApplyProcessOptions({.membind = "prefer"}).ok());
 }
 
 TEST(ProcessOptionsTest, AChildEnvironmentHasNoneOfTheVariables) {

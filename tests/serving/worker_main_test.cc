@@ -10,10 +10,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -23,7 +27,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "affinity/pinning.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
 #include "serving/repository/model_config.h"
@@ -259,6 +265,110 @@ TEST(NumaMaps, OnlyTheProcessesOwnMemoryCounts) {
                 "7f050ee00000 prefer (many):1 file=/dev/shm/x dirty=2 N1=2 kernelpagesize_kB=4\n"
                 "7fff00000000 prefer (many):1 stack anon=33 dirty=33 N1=33 kernelpagesize_kB=4\n"),
             "0=1 1=5556");
+}
+
+// ---- a worker's binding: cpus and memory apart, and the first-touch fallback ----
+
+// Runs `body` in a forked child (its bindings stay there); its exit code.
+template <typename Body>
+int InChild(Body body) {
+  const pid_t child = fork();
+  if (child == 0) _exit(body());
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// This process's first cpu and its NUMA node.
+std::pair<int, int> FirstCpuAndNode() {
+  absl::StatusOr<affinity::Topology> topology = affinity::DiscoverTopology({});
+  if (!topology.ok() || topology->cores.empty()) return {-1, -1};
+  return {topology->cores.front().pus.front(), topology->cores.front().numa_node};
+}
+
+TEST(WorkerBindingTest, StrictHoldsAndSaysSo) {
+  const auto [cpu, node] = FirstCpuAndNode();
+  if (node < 0) GTEST_SKIP() << "no NUMA node on this machine";
+  const int code = InChild([cpu, node] {
+    auto arena = SharedArena::Create("bind-test", 1 << 20);
+    if (!arena.ok()) return 2;
+    const WorkerBinding b =
+        BindWorker(std::vector<int>{cpu}, node, affinity::MemoryPolicy::kStrict, **arena);
+    if (!b.cpus_bound || b.memory_policy != "strict" || !b.memory_error.empty()) return 3;
+    const std::string text = DescribeWorkerBinding(b, node);
+    const std::string n = std::to_string(node);
+    if (!absl::StrContains(text, "mem strict node " + n) ||
+        !absl::StrContains(text, "cpu binding held; memory strict on node " + n)) {
+      fprintf(stderr, "%s\n", text.c_str());
+      return 4;
+    }
+    return 0;
+  });
+  EXPECT_EQ(code, 0) << "2: arena, 3: binding, 4: description";
+}
+
+// Where the kernel refuses the policy (a container's seccomp filter,
+// simulated by NUMASERVE_TEST_REFUSE_MEMBIND), the worker bound to its
+// cpus touches its arena's pages itself, so they lie on its node, and says
+// that first touch placed them and why.
+TEST(WorkerBindingTest, ARefusedPolicyFallsBackOnFirstTouchFromTheWorkersCpus) {
+  const auto [cpu, node] = FirstCpuAndNode();
+  if (node < 0) GTEST_SKIP() << "no NUMA node on this machine";
+  const int code = InChild([cpu, node] {
+    setenv("NUMASERVE_TEST_REFUSE_MEMBIND", "1", 1);
+    constexpr size_t kBytes = 1 << 20;
+    auto arena = SharedArena::Create("bind-test", kBytes);
+    if (!arena.ok()) return 2;
+    const WorkerBinding b =
+        BindWorker(std::vector<int>{cpu}, node, affinity::MemoryPolicy::kStrict, **arena);
+    if (!b.cpus_bound || b.memory_policy != "first-touch" || b.prefault.empty() ||
+        !absl::StrContains(b.memory_error, "NUMASERVE_TEST_REFUSE_MEMBIND")) {
+      fprintf(stderr, "%d %s %s %s\n", b.cpus_bound, b.memory_policy.c_str(), b.prefault.c_str(),
+              b.memory_error.c_str());
+      return 3;
+    }
+    // Every page is there already, on the node.
+    const long page = sysconf(_SC_PAGESIZE);
+    std::vector<unsigned char> resident(kBytes / page);
+    if (mincore((*arena)->data(), kBytes, resident.data()) != 0) return 4;
+    for (unsigned char r : resident) {
+      if ((r & 1) == 0) return 5;
+    }
+    if (affinity::NodeOfAddress((*arena)->data()) != node ||
+        affinity::NodeOfAddress((*arena)->data() + kBytes - 1) != node) {
+      return 6;
+    }
+    const std::string text = DescribeWorkerBinding(b, node);
+    if (!absl::StrContains(text, "cpu binding held; memory first-touch on node " +
+                                     std::to_string(node) + " (the policy was refused: ") ||
+        !absl::StrContains(text, "pre-faulted from the worker's cpus")) {
+      fprintf(stderr, "%s\n", text.c_str());
+      return 7;
+    }
+    return 0;
+  });
+  EXPECT_EQ(code, 0) << "2: arena, 3: binding, 4: mincore, 5: a page not resident, 6: a page "
+                        "off the node, 7: description";
+}
+
+TEST(WorkerBindingTest, NoNodePlannedBindsNoMemory) {
+  const int cpu = FirstCpuAndNode().first;
+  if (cpu < 0) GTEST_SKIP() << "no cpu found";
+  const int code = InChild([cpu] {
+    auto arena = SharedArena::Create("bind-test", 1 << 16);
+    if (!arena.ok()) return 2;
+    const WorkerBinding b =
+        BindWorker(std::vector<int>{cpu}, -1, affinity::MemoryPolicy::kStrict, **arena);
+    if (!b.cpus_bound || b.memory_policy != "none" || !b.memory_error.empty()) return 3;
+    if (!absl::StrContains(DescribeWorkerBinding(b, -1), "memory not bound (no NUMA node"))
+      return 4;
+    // A cpu list that did not parse: cpus not bound, the reason kept.
+    const WorkerBinding unparsed = BindWorker(absl::InvalidArgumentError("malformed cpu list"), -1,
+                                              affinity::MemoryPolicy::kPrefer, **arena);
+    if (unparsed.cpus_bound || unparsed.cpu_error != "malformed cpu list") return 5;
+    return 0;
+  });
+  EXPECT_EQ(code, 0) << "2: arena, 3: binding, 4: description, 5: unparsed cpus";
 }
 
 // The real worker process, spawned by WorkerSupervisor as `numaserve serve`

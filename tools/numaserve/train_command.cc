@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "affinity/pinning.h"
 #include "base/args.h"
 #include "base/errno_text.h"
 #include "base/log.h"
@@ -95,7 +96,11 @@ int RunRank(const std::string& config_path, bool resume, const serving::ProcessO
   // Bind before MPI and OpenMP start threads, like an inference worker.
   const int local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
   const int local_size = EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-  absl::StatusOr<training::RankBinding> binding = training::BindRank(local_rank, local_size);
+  // --membind was checked with the other settings (CheckOwnerAndApply).
+  const affinity::MemoryPolicy policy =
+      affinity::ParseMemoryPolicy(process.membind).value_or(affinity::MemoryPolicy::kPrefer);
+  absl::StatusOr<training::RankBinding> binding =
+      training::BindRank(local_rank, local_size, policy);
   if (!binding.ok()) return Fail(std::string(binding.status().message()));
   absl::StatusOr<training::TrainingConfig> config = training::LoadTrainingConfig(config_path);
   if (!config.ok()) return Fail(std::string(config.status().message()));
@@ -183,8 +188,8 @@ std::vector<std::string> MpirunCommand(const MpirunOptions& o,
   argv.insert(argv.end(), train_args.begin(), train_args.end());
   argv.insert(argv.end(), {"--log-format", base::LogFormatName(o.log.format), "--log-level",
                            base::LogLevelName(o.log.level)});
-  const std::vector<std::string> process =
-      serving::ProcessFlags(o.process, serving::kKernelFlags | serving::kTrainingFlags);
+  const std::vector<std::string> process = serving::ProcessFlags(
+      o.process, serving::kKernelFlags | serving::kTrainingFlags | serving::kPlacementFlags);
   argv.insert(argv.end(), process.begin(), process.end());
   return argv;
 }
@@ -217,7 +222,8 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
                    "component, msg and fields); the ranks get the same");
   parser.AddString("log-level", &log_level,
                    "least level logged: debug | info | warning | error; the ranks get the same");
-  serving::AddProcessFlags(parser, process, serving::kKernelFlags | serving::kTrainingFlags);
+  serving::AddProcessFlags(
+      parser, process, serving::kKernelFlags | serving::kTrainingFlags | serving::kPlacementFlags);
   const absl::Status parsed = parser.Parse(args);
   // Even a parse error is reported in the format asked for, if it was read.
   absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
