@@ -9,13 +9,23 @@
 #include <barrier>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "affinity/hwloc_machine.h"
 #include "affinity/topology.h"
 
 namespace numaserve::affinity {
@@ -58,6 +68,113 @@ bool PinCallingThread(int cpu) {
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+// The text of a small kernel file (meminfo, memory.max); nullopt if it
+// cannot be read or is over 1 MiB.
+std::optional<std::string> ReadSmallFile(const std::string& path) {
+  constexpr size_t kMaxBytes = 1 << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text;
+  char buffer[4096];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxBytes) return std::nullopt;
+  }
+  if (in.bad()) return std::nullopt;
+  return text;
+}
+
+uint64_t SaturatingSum(std::initializer_list<uint64_t> values) {
+  uint64_t sum = 0;
+  for (uint64_t v : values) sum = v > UINT64_MAX - sum ? UINT64_MAX : sum + v;
+  return sum;
+}
+
+// "KEY: VALUE kB" lines (/proc/meminfo) or "Node N KEY: VALUE kB" lines (a
+// node's meminfo) as bytes by key, without the colon; a line that does not
+// parse, or whose value would not fit in bytes, is left out.
+std::map<std::string, uint64_t> MeminfoBytes(std::string_view text) {
+  std::map<std::string, uint64_t> fields;
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (words.size() >= 2 && words[0] == "Node") words.erase(words.begin(), words.begin() + 2);
+    if (words.size() < 2 || !absl::ConsumeSuffix(&words[0], ":")) continue;
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(words[1], &value)) continue;
+    const bool kib = words.size() >= 3 && words[2] == "kB";
+    if (kib && value > UINT64_MAX / 1024) continue;
+    fields[std::string(words[0])] = kib ? value * 1024 : value;
+  }
+  return fields;
+}
+
+std::string NodeDirectory(const MemoryRoots& roots) { return roots.sys + "/devices/system/node"; }
+
+// {node: its cpus} from <sys>/devices/system/node/node<N>/cpulist; a
+// memory-only node has none.
+std::map<int, std::vector<int>> NodeCpus(const MemoryRoots& roots) {
+  std::map<int, std::vector<int>> nodes;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(NodeDirectory(roots), ec)) {
+    const std::string name = entry.path().filename().string();
+    int node = 0;
+    if (!absl::StartsWith(name, "node") || !absl::SimpleAtoi(name.substr(4), &node) || node < 0) {
+      continue;
+    }
+    std::optional<std::string> text = ReadSmallFile(entry.path().string() + "/cpulist");
+    absl::StatusOr<std::vector<int>> cpus =
+        text ? ParseCpuList(std::string(absl::StripAsciiWhitespace(*text)))
+             : absl::StatusOr<std::vector<int>>(std::vector<int>());
+    nodes[node] = cpus.ok() ? *std::move(cpus) : std::vector<int>();
+  }
+  return nodes;
+}
+
+// The process's cgroup v2 path from /proc/self/cgroup's "0::PATH" line,
+// without a trailing '/' ("" for the root); nullopt without one, or for a
+// path that is not absolute, holds "..", or is longer than PATH_MAX.
+std::optional<std::string> UnifiedCgroupPath(std::string_view text) {
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n', absl::SkipEmpty())) {
+    if (!absl::ConsumePrefix(&line, "0::")) continue;
+    std::string path(absl::StripTrailingAsciiWhitespace(line));
+    if (path.empty() || path[0] != '/' || path.size() > 4096 || absl::StrContains(path, "/..") ||
+        path.find('\0') != std::string::npos) {
+      return std::nullopt;
+    }
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    return path;
+  }
+  return std::nullopt;
+}
+
+// One cgroup's headroom (see CgroupMemoryHeadroomBytes); nullopt where it
+// has no memory.max or it is "max".
+std::optional<uint64_t> CgroupHeadroom(const std::string& dir) {
+  const std::optional<std::string> max_text = ReadSmallFile(dir + "/memory.max");
+  uint64_t limit = 0;
+  if (!max_text || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*max_text), &limit)) {
+    return std::nullopt;  // absent, "max", or unreadable: no limit here
+  }
+  uint64_t current = 0;
+  if (const std::optional<std::string> text = ReadSmallFile(dir + "/memory.current")) {
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &current)) current = 0;
+  }
+  uint64_t inactive_file = 0;
+  if (const std::optional<std::string> text = ReadSmallFile(dir + "/memory.stat")) {
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      if (absl::ConsumePrefix(&line, "inactive_file ") &&
+          !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &inactive_file)) {
+        inactive_file = 0;
+      }
+    }
+  }
+  const uint64_t used = std::min(current, limit);
+  return SaturatingSum({limit - used, std::min(inactive_file, used)});
 }
 
 void Triad(double* __restrict a, const double* __restrict b, const double* __restrict c,
@@ -158,16 +275,87 @@ int64_t DefaultProbeBytes(uint64_t last_level_cache_bytes, uint64_t available_by
   return std::max<int64_t>(bytes, 64 * kMiB);
 }
 
-uint64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
+uint64_t HostAvailableMemoryBytes(const MemoryRoots& roots) {
+  const std::optional<std::string> text = ReadSmallFile(roots.proc + "/meminfo");
+  if (!text) return 0;
+  const std::map<std::string, uint64_t> fields = MeminfoBytes(*text);
+  auto it = fields.find("MemAvailable");
+  return it == fields.end() ? 0 : it->second;
 }
+
+uint64_t NodeAvailableMemoryBytes(int node, const MemoryRoots& roots) {
+  if (node < 0) return 0;
+  const std::optional<std::string> text =
+      ReadSmallFile(absl::StrCat(NodeDirectory(roots), "/node", node, "/meminfo"));
+  if (!text) return 0;
+  const std::map<std::string, uint64_t> fields = MeminfoBytes(*text);
+  const auto get = [&](const char* key) -> uint64_t {
+    auto it = fields.find(key);
+    return it == fields.end() ? 0 : it->second;
+  };
+  if (fields.find("MemFree") == fields.end()) return 0;
+  return SaturatingSum({get("MemFree"), get("Inactive(file)"), get("SReclaimable")});
+}
+
+std::optional<uint64_t> CgroupMemoryHeadroomBytes(const MemoryRoots& roots) {
+  const std::optional<std::string> own = ReadSmallFile(roots.proc + "/self/cgroup");
+  if (!own) return std::nullopt;
+  const std::optional<std::string> path = UnifiedCgroupPath(*own);
+  if (!path) return std::nullopt;
+  // The process's cgroup, then each one above it up to the hierarchy's
+  // root (whose memory.max exists only where a cgroup namespace makes the
+  // container's cgroup the root).
+  std::optional<uint64_t> smallest;
+  std::string dir = *path;
+  while (true) {
+    if (std::optional<uint64_t> headroom = CgroupHeadroom(roots.cgroup + dir)) {
+      smallest = smallest ? std::min(*smallest, *headroom) : *headroom;
+    }
+    if (dir.empty()) break;
+    dir.resize(dir.rfind('/'));
+  }
+  return smallest;
+}
+
+std::vector<int> CallingThreadMemoryNodes(const MemoryRoots& roots) {
+  absl::StatusOr<internal::MemoryBinding> binding = internal::GetMemoryBinding();
+  if (binding.ok() && !binding->nodes.empty() &&
+      (std::string_view(binding->policy) == "strict" ||
+       std::string_view(binding->policy) == "prefer")) {
+    return binding->nodes;
+  }
+  const std::vector<int> cpus = CallingThreadCpus();
+  std::vector<int> nodes;
+  for (const auto& [node, node_cpus] : NodeCpus(roots)) {
+    const bool shared = std::any_of(node_cpus.begin(), node_cpus.end(), [&](int cpu) {
+      return std::find(cpus.begin(), cpus.end(), cpu) != cpus.end();
+    });
+    if (shared) nodes.push_back(node);
+  }
+  return nodes;
+}
+
+AvailableMemory AvailableMemoryOn(const std::vector<int>& nodes, const MemoryRoots& roots) {
+  AvailableMemory result;
+  for (int node : nodes) {
+    result.bytes = SaturatingSum({result.bytes, NodeAvailableMemoryBytes(node, roots)});
+  }
+  if (result.bytes > 0) {
+    result.source = absl::StrCat(nodes.size() == 1 ? "node " : "nodes ", FormatCpuList(nodes));
+  } else {
+    result.bytes = HostAvailableMemoryBytes(roots);
+    result.source = "MemAvailable";
+  }
+  const std::optional<uint64_t> cgroup = CgroupMemoryHeadroomBytes(roots);
+  if (cgroup && (result.bytes == 0 || *cgroup < result.bytes)) {
+    result.bytes = *cgroup;
+    result.source = "cgroup memory.max";
+  }
+  if (result.bytes == 0) result.source.clear();
+  return result;
+}
+
+uint64_t AvailableMemoryBytes() { return AvailableMemoryOn(CallingThreadMemoryNodes()).bytes; }
 
 absl::StatusOr<BandwidthResult> MeasureMemoryBandwidth(const BandwidthOptions& options) {
   std::vector<int> cpus = options.cpus.empty() ? CallingThreadCpus() : options.cpus;

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -64,7 +66,48 @@ int64_t TriadElements(int64_t total_bytes, int threads);
 // there.
 int64_t DefaultProbeBytes(uint64_t last_level_cache_bytes, uint64_t available_bytes);
 
-// MemAvailable from /proc/meminfo in bytes, 0 if unknown.
+// Where the memory readers below look: the roots of procfs, sysfs and the
+// cgroup v2 hierarchy. Tests point them at a tree of their own.
+struct MemoryRoots {
+  std::string proc = "/proc";
+  std::string sys = "/sys";
+  std::string cgroup = "/sys/fs/cgroup";
+};
+
+// The host's MemAvailable (<proc>/meminfo) in bytes, 0 if unknown.
+uint64_t HostAvailableMemoryBytes(const MemoryRoots& roots = {});
+
+// What NUMA node `node` can still give, in bytes, from
+// <sys>/devices/system/node/node<N>/meminfo: MemFree + Inactive(file) +
+// SReclaimable (the page cache and slab the kernel reclaims first; active
+// file pages not counted). 0 if unknown.
+uint64_t NodeAvailableMemoryBytes(int node, const MemoryRoots& roots = {});
+
+// What this process's cgroup (v2: the "0::PATH" line of
+// <proc>/self/cgroup) and each cgroup above it still allow, the smallest:
+// memory.max - memory.current, plus the inactive_file of memory.stat (page
+// cache the cgroup reclaims before it fails). nullopt where no cgroup on
+// the way has a limit ("max"), or there is no cgroup v2.
+std::optional<uint64_t> CgroupMemoryHeadroomBytes(const MemoryRoots& roots = {});
+
+// The NUMA nodes whose memory the calling thread's allocations take: those
+// of its memory policy (strict or prefer), else those of the cpus it may
+// run on (<sys>/devices/system/node/node<N>/cpulist); empty if unknown.
+std::vector<int> CallingThreadMemoryNodes(const MemoryRoots& roots = {});
+
+struct AvailableMemory {
+  uint64_t bytes = 0;  // 0: unknown
+  std::string source;  // what bounds it: "node 0", "nodes 0-1", "cgroup memory.max", "MemAvailable"
+};
+
+// The memory allocations bound to `nodes` can still get: the sum of the
+// nodes' NodeAvailableMemoryBytes (the host's MemAvailable where `nodes` is
+// empty or none can be read), less where the cgroup's headroom is smaller.
+AvailableMemory AvailableMemoryOn(const std::vector<int>& nodes, const MemoryRoots& roots = {});
+
+// AvailableMemoryOn(CallingThreadMemoryNodes()).bytes: the memory checks of
+// `instances auto` and batch groups, and the probe's size, count what the
+// worker's node and its cgroup can give, not the whole host's free memory.
 uint64_t AvailableMemoryBytes();
 
 // Runs the triad. Errors name the cpu that could not be pinned or the

@@ -331,12 +331,16 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> WrapInBatchGroups(
   }
   // Each copy holds its own weights (and oneDNN's reordered copies of them).
   const double copies_bytes = 2.0 * groups * static_cast<double>(info.parameter_bytes);
-  const uint64_t available = affinity::AvailableMemoryBytes();
-  if (available > 0 && copies_bytes > available / 2.0) {
+  // What the calling thread's node (its memory policy's, else its cpus')
+  // and its cgroup can still give, not the host's MemAvailable.
+  const affinity::AvailableMemory memory =
+      affinity::AvailableMemoryOn(affinity::CallingThreadMemoryNodes());
+  const double available = static_cast<double>(memory.bytes);
+  if (memory.bytes > 0 && copies_bytes > available / 2.0) {
     return keep(
         absl::StrFormat("%d copies of its weights (%.0f MB) would take more than half "
-                        "the available memory (%.0f MB)",
-                        groups, copies_bytes / 1e6, available / 1e6));
+                        "the memory available on %s (%.0f MB)",
+                        groups, copies_bytes / 1e6, memory.source, available / 1e6));
   }
 
   std::vector<std::vector<int>> cpu_shares;

@@ -342,7 +342,11 @@ class Worker {
     // not tried (nor chosen).
     int64_t copy_bytes = (*model)->info().parameter_bytes;
     if (auto act = (*model)->ActivationBytes(rows); act.ok()) copy_bytes += *act;
-    const uint64_t available = affinity::AvailableMemoryBytes();
+    // What this worker's node (its memory policy's, else its cpus') and its
+    // cgroup can still give, not the host's MemAvailable.
+    const affinity::AvailableMemory memory =
+        affinity::AvailableMemoryOn(affinity::CallingThreadMemoryNodes());
+    const uint64_t available = memory.bytes;
     // Only when one copy ran at all: otherwise the model keeps one copy.
     for (int n : one.ok() ? counts : std::vector<int>()) {
       std::vector<std::vector<int>> shares = affinity::SplitCores(cores_, n);
@@ -352,8 +356,9 @@ class Worker {
       const std::string label = absl::StrCat(n, "x", threads(static_cast<int>(smallest.size())));
       if (available > 0 && static_cast<double>(n) * static_cast<double>(copy_bytes) >
                                0.5 * static_cast<double>(available)) {
-        parts.push_back(absl::StrFormat("%s not tried (%d copies of %.0f MiB, %.0f MiB available)",
-                                        label, n, copy_bytes / 1048576.0, available / 1048576.0));
+        parts.push_back(
+            absl::StrFormat("%s not tried (%d copies of %.0f MiB, %.0f MiB available on %s)", label,
+                            n, copy_bytes / 1048576.0, available / 1048576.0, memory.source));
         continue;
       }
       auto rate = RowsPerSecondOnShares(load.path(), options, shares, rows);
