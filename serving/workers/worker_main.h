@@ -1,6 +1,7 @@
 // The worker process: `numaserve worker ...`, started by the supervisor, one
-// per planned domain. It pins itself first, then maps its arena (bound to its
-// node), then loads models, so everything it allocates is node-local.
+// per planned domain. It maps its arena, pins itself and binds its memory
+// and the arena's pages to its node (BindWorker) before anything else runs,
+// then loads models, so everything it allocates is node-local.
 #pragma once
 
 #include <chrono>

@@ -13,6 +13,10 @@ numaserve's view is checked against:
     anonymous and shared-memory pages lie on its node (and the server's
     numaserve_worker_node_memory_bytes says so too), and requests reach
     every worker with the right answers;
+  * with --membind strict, every worker's policy is "bind:N" (MPOL_BIND);
+    with the policy refused (NUMASERVE_TEST_REFUSE_MEMBIND=1, as a
+    container's seccomp filter refuses it), first touch from the worker's
+    cpus still puts its pages on its node, and it says so;
   then, with NUMA_GUEST_CHECKS=full (make test-numa; ctest's short run,
   NUMA_GUEST_CHECKS=short, runs only SHORT_TESTS below):
   * a worker killed with SIGKILL under traffic: no request lost, the
@@ -171,8 +175,22 @@ class PlanTest(unittest.TestCase):
                                           [package_of_node(n) for n in chosen], packages))
 
 
-class ServeTest(unittest.TestCase):
-    """One server for the class, serving <build>/models (make serve's repository)."""
+class ServerCase(unittest.TestCase):
+    """One server for the class, serving <build>/models (make serve's
+    repository) with ARGS and, where ENV is set, those variables added."""
+
+    ARGS = ()
+    ENV = None
+
+    @classmethod
+    def policies_wanted(cls, node):
+        """The numa_maps policies a worker on `node` may show. hwloc's
+        non-strict bind is MPOL_PREFERRED_MANY ("prefer (many):N") where the
+        kernel has it; "local" is the policy OpenBLAS gives its buffers
+        (mbind MPOL_PREFERRED, no node): the node of the touching cpu, which
+        the cpu binding makes this one. The page counts check where pages
+        actually are."""
+        return {"bind:%d" % node, "prefer:%d" % node, "prefer (many):%d" % node, "local"}
 
     @classmethod
     def setUpClass(cls):
@@ -182,8 +200,9 @@ class ServeTest(unittest.TestCase):
         reference = nc.ReferenceModel(model_path)
         cls.inputs = [nc.random_images(b, seed=b) for b in (1, 3, 8)]
         cls.expected = [reference.run({"image": x})["probabilities"] for x in cls.inputs]
-        cls.server = nc.ServerProcess(cls.repo, ["--log-level", "info"],
-                                      startup_timeout=SLOW, stop_timeout=SLOW)
+        env = dict(os.environ, **cls.ENV) if cls.ENV else None
+        cls.server = nc.ServerProcess(cls.repo, ["--log-level", "info"] + list(cls.ARGS),
+                                      startup_timeout=SLOW, stop_timeout=SLOW, env=env)
         cls.server.start()
 
     @classmethod
@@ -213,13 +232,8 @@ class ServeTest(unittest.TestCase):
                          "%s %d (pid %d): Cpus_allowed_list" % (what, index, pid))
         maps = numa_procfs.NumaMaps.read(pid)
         policies = maps.policies()
-        # hwloc's non-strict bind is MPOL_PREFERRED_MANY ("prefer (many):N")
-        # where the kernel has it; "local" is the policy OpenBLAS gives its
-        # buffers (mbind MPOL_PREFERRED, no node): the node of the touching
-        # cpu, which the cpu binding makes this one. The page counts below
-        # check where pages actually are.
-        wanted = {"bind:%d" % node, "prefer:%d" % node, "prefer (many):%d" % node, "local"}
-        self.assertTrue(set(policies) <= wanted, "%s %d (pid %d) on node %d: memory policies %s"
+        self.assertTrue(set(policies) <= self.policies_wanted(node),
+                        "%s %d (pid %d) on node %d: memory policies %s"
                         % (what, index, pid, node, dict(policies)))
         return maps
 
@@ -238,6 +252,30 @@ class ServeTest(unittest.TestCase):
             got = nc.infer(stub, MODEL, {"image": self.inputs[k]}, deadline=SLOW)
             return np.allclose(got["probabilities"], self.expected[k], rtol=1e-4, atol=1e-5)
         return nc.call_together(self.server, count, call, timeout=SLOW)
+
+    def check_placement(self, title, policy_words):
+        """Every worker bound to its node's cpus, with only the policies
+        policies_wanted allows, most of its pages on its node after a few
+        requests, and its start-up line (the supervisor's) saying
+        `policy_words` % node."""
+        pids = self.workers()
+        results = self.infer_many(8)
+        self.assertEqual([r for r in results if r is not True], [], self.log())
+        lines = []
+        for index, (node, cpus) in enumerate(cpu_nodes()):
+            maps = self.assert_bound(index, pids[index], node, cpus)
+            self.assert_pages_local(index, pids[index], node, maps)
+            fraction, total = maps.local_fraction(node)
+            lines.append("worker %d (node %d): policies %s; pages %s (%.1f%% of %d local)"
+                         % (index, node, dict(maps.policies()), maps.summary(),
+                            100 * fraction, total))
+            self.assertIn(policy_words % node, self.server.stderr_text(0),
+                          "worker %d's start-up line" % index + self.log())
+        report(title, "\n".join(lines))
+
+
+class ServeTest(ServerCase):
+    """The default server (--membind prefer)."""
 
     def test_1_workers_are_bound_to_their_nodes(self):
         pids = self.workers()
@@ -388,6 +426,56 @@ class FrontendCpusTest(unittest.TestCase):
                              % (tid, name))
         self.assertEqual(supervisors, len(planned), "supervisor threads named supervisor-N")
         report("serve --frontend-cpus %d" % front, "\n".join(lines))
+
+
+class StrictMembindTest(ServerCase):
+    """serve --membind strict: each worker's policy is MPOL_BIND ("bind:N"),
+    never preferred, and it says so."""
+
+    ARGS = ("--membind", "strict")
+
+    @classmethod
+    def policies_wanted(cls, node):
+        return {"bind:%d" % node, "local"}  # "local": OpenBLAS's own buffers
+
+    def test_workers_bind_strictly(self):
+        self.check_placement("serve --membind strict", "memory strict on node %d")
+        for index, pid in self.workers().items():
+            node = cpu_nodes()[index][0]
+            policies = numa_procfs.NumaMaps.read(pid).policies()
+            self.assertIn("bind:%d" % node, policies, "worker %d: %s" % (index, dict(policies)))
+
+
+class RefusedMembindTest(ServerCase):
+    """Where the kernel refuses the memory policy (a container's seccomp
+    filter; here NUMASERVE_TEST_REFUSE_MEMBIND=1), first touch from the
+    worker's pinned cpus still puts its pages, the shared arena's included,
+    on its node, and the worker says that first touch placed them."""
+
+    ENV = {"NUMASERVE_TEST_REFUSE_MEMBIND": "1"}
+
+    @classmethod
+    def policies_wanted(cls, node):
+        return {"default", "local"}
+
+    def test_first_touch_places_the_pages(self):
+        self.check_placement("serve, memory policy refused (first touch)",
+                             "memory first-touch on node %d (the policy was refused")
+        # The arena was touched whole by the worker at its start (not page by
+        # page by the server as requests came), all of it on the node.
+        for index, pid in self.workers().items():
+            node = cpu_nodes()[index][0]
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                args = f.read().decode().split("\0")
+            arena_bytes = int(args[args.index("--arena-bytes") + 1])
+            maps = numa_procfs.NumaMaps.read(pid)
+            shm = maps.pages_by_node(("shm",))
+            self.assertGreaterEqual(sum(shm.values()) * 4096, arena_bytes,
+                                    "worker %d: arena of %d bytes, shared pages %s"
+                                    % (index, arena_bytes, shm))
+            fraction, total = maps.local_fraction(node, kinds=("shm",))
+            self.assertGreaterEqual(fraction, LOCAL_FRACTION,
+                                    "worker %d: arena pages %s" % (index, shm))
 
 
 def rank_processes():
