@@ -13,7 +13,7 @@
 namespace numaserve::training {
 
 struct RankBinding {
-  std::string description;  // "rank 1/2 on numa 0: cpus 1 threads 1"
+  std::string description;  // "rank 1/2 on numa 0: cpus 1 threads 1 mem prefer node 0"
   int num_threads = 0;
 };
 

@@ -288,6 +288,23 @@ std::vector<int> GroupShares(int threads, int groups, std::vector<std::vector<in
   return thread_shares;
 }
 
+// Why `groups` copies of a model's weights do not fit, "" if they do: each
+// copy holds its own weights (and oneDNN's reordered copies of them), and
+// all of them must take at most half of what the calling thread's node
+// (its memory policy's, else its cpus') and its cgroup can still give, not
+// the host's MemAvailable.
+std::string CopiesDoNotFit(int groups, int64_t parameter_bytes) {
+  const double copies_bytes = 2.0 * groups * static_cast<double>(parameter_bytes);
+  const affinity::AvailableMemory memory =
+      affinity::AvailableMemoryOn(affinity::CallingThreadMemoryNodes());
+  const double available = static_cast<double>(memory.bytes);
+  if (memory.bytes == 0 || copies_bytes <= available / 2.0) return "";
+  return absl::StrFormat(
+      "%d copies of its weights (%.0f MB) would take more than half the memory available on %s "
+      "(%.0f MB)",
+      groups, copies_bytes / 1e6, memory.source, available / 1e6);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledModel>> WrapInBatchGroups(
@@ -329,18 +346,8 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> WrapInBatchGroups(
   for (size_t b : output_rows) {
     if (b == 0) return keep("an output has no rows");
   }
-  // Each copy holds its own weights (and oneDNN's reordered copies of them).
-  const double copies_bytes = 2.0 * groups * static_cast<double>(info.parameter_bytes);
-  // What the calling thread's node (its memory policy's, else its cpus')
-  // and its cgroup can still give, not the host's MemAvailable.
-  const affinity::AvailableMemory memory =
-      affinity::AvailableMemoryOn(affinity::CallingThreadMemoryNodes());
-  const double available = static_cast<double>(memory.bytes);
-  if (memory.bytes > 0 && copies_bytes > available / 2.0) {
-    return keep(
-        absl::StrFormat("%d copies of its weights (%.0f MB) would take more than half "
-                        "the memory available on %s (%.0f MB)",
-                        groups, copies_bytes / 1e6, memory.source, available / 1e6));
+  if (std::string why = CopiesDoNotFit(groups, info.parameter_bytes); !why.empty()) {
+    return keep(why);
   }
 
   std::vector<std::vector<int>> cpu_shares;

@@ -50,11 +50,13 @@ TEST(MpirunCommandTest, EveryRankGetsTheProcessSettingsOnItsCommandLine) {
   options.process = {.max_isa = "avx2",
                      .gemm_cache = "/var/cache/c.tsv",
                      .profile_steps = true,
-                     .training_reference_ops = true};
+                     .training_reference_ops = true,
+                     .membind = "strict"};
   const std::vector<std::string> argv = MpirunCommand(options, {"--config", "job.cfg"});
   EXPECT_THAT(RankCommand(argv),
               ElementsAre("/bin/numaserve", "train", "--config", "job.cfg", "--log-format", "text",
-                          "--log-level", "info", "--max-isa=avx2", "--training-reference-ops"));
+                          "--log-level", "info", "--max-isa=avx2", "--training-reference-ops",
+                          "--membind=strict"));
 }
 
 }  // namespace

@@ -30,6 +30,10 @@ using base::LogLevel;
 
 namespace {
 
+// The process settings `train` takes and hands to every rank.
+constexpr unsigned kTrainSettings =
+    serving::kKernelFlags | serving::kTrainingFlags | serving::kPlacementFlags;
+
 // The command failed: its reason as a usage error in text (what a user at
 // a terminal reads), else an error record, then exit code 1.
 int Fail(const std::string& message) {
@@ -188,8 +192,7 @@ std::vector<std::string> MpirunCommand(const MpirunOptions& o,
   argv.insert(argv.end(), train_args.begin(), train_args.end());
   argv.insert(argv.end(), {"--log-format", base::LogFormatName(o.log.format), "--log-level",
                            base::LogLevelName(o.log.level)});
-  const std::vector<std::string> process = serving::ProcessFlags(
-      o.process, serving::kKernelFlags | serving::kTrainingFlags | serving::kPlacementFlags);
+  const std::vector<std::string> process = serving::ProcessFlags(o.process, kTrainSettings);
   argv.insert(argv.end(), process.begin(), process.end());
   return argv;
 }
@@ -222,8 +225,7 @@ int TrainCommand(const std::vector<std::string>& args, const serving::ProcessOpt
                    "component, msg and fields); the ranks get the same");
   parser.AddString("log-level", &log_level,
                    "least level logged: debug | info | warning | error; the ranks get the same");
-  serving::AddProcessFlags(
-      parser, process, serving::kKernelFlags | serving::kTrainingFlags | serving::kPlacementFlags);
+  serving::AddProcessFlags(parser, process, kTrainSettings);
   const absl::Status parsed = parser.Parse(args);
   // Even a parse error is reported in the format asked for, if it was read.
   absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
