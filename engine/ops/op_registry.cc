@@ -195,11 +195,14 @@ const std::vector<OpSchema>& AllOps() {
       }
     };
     add("matrix, shape", nullptr);
+    add("matrix, shape", ops::AddEinsumOps);
     add("element-wise", ops::AddElementwiseOps);
     add("neural network", ops::AddNnOps);
     add("normalization", ops::AddNormOps);
     add("tensor", ops::AddTensorOps);
     add("tensor", ops::AddResizeOps);
+    add("index", ops::AddIndexOps);
+    add("index", ops::AddScatterOps);
     add("types, quantization", ops::AddQuantizeOps);
     add("types, quantization", ops::AddTypedOps);
     std::sort(table->begin(), table->end(),

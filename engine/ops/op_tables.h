@@ -22,6 +22,12 @@ void AddTensorOps(std::vector<OpSchema>& table);
 void AddResizeOps(std::vector<OpSchema>& table);
 // QuantizeLinear and DequantizeLinear, with their typed references.
 void AddQuantizeOps(std::vector<OpSchema>& table);
+// ArgMax, ArgMin, CumSum, Trilu, TopK, OneHot, Range (index_ops.cc).
+void AddIndexOps(std::vector<OpSchema>& table);
+// GatherElements, ScatterElements, GatherND, ScatterND (scatter_ops.cc).
+void AddScatterOps(std::vector<OpSchema>& table);
+// Einsum (einsum_ops.cc).
+void AddEinsumOps(std::vector<OpSchema>& table);
 // Sets typed_reference/typed_accepts on the rows of ops with a typed
 // reference (call last).
 void AddTypedOps(std::vector<OpSchema>& table);

@@ -4,6 +4,7 @@
 // reference to an op's registry entry. Internal to engine/ops.
 #pragma once
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "engine/ir/graph.h"
 #include "engine/ir/typed_tensor.h"
 #include "engine/ops/op_registry.h"
+#include "kernels/tensor.h"
 
 namespace numaserve::engine::ops {
 
@@ -46,6 +48,22 @@ struct TypedRow {
 
 // Sets typed_reference and typed_accepts of each row's op in TABLE.
 void SetTypedRows(std::vector<OpSchema>& table, absl::Span<const TypedRow> rows);
+
+// An FP32 reference through the typed reference RUN: FP32 inputs as FP32
+// typed tensors (constant inputs exactly as the graph holds them), the
+// outputs converted to FP32 (index_ops.cc).
+absl::StatusOr<std::vector<kernels::Tensor>> FloatThroughTyped(
+    const Graph& graph, const Node& node, const std::vector<const kernels::Tensor*>& in,
+    TypedOr (*run)(const Graph&, const Node&, const TypedIn&));
+
+// INDEX (negative: from the end) into a dim of extent DIM, normalised;
+// INVALID_ARGUMENT naming the node, the index, element ELEMENT and the
+// node's input INPUT when it is out of range.
+absl::StatusOr<int64_t> CheckedIndex(const Graph& graph, const Node& node, size_t input,
+                                     int64_t element, int64_t index, int64_t dim);
+
+// INVALID_ARGUMENT naming the node unless attribute NAME is 0 or 1.
+absl::Status CheckFlag(const Node& node, const std::string& name, int64_t default_value);
 
 // The element-wise rows: Add ... Xor, Pow, Where, Abs, Neg, Relu, Sign,
 // Clip, Not (typed_elementwise_ops.cc).
