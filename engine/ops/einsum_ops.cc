@@ -1,18 +1,19 @@
-// Op table row for Einsum: any equation of letters without an ellipsis
-// ("bij,bjk->bik", "bhqd,bhkd->bhqk", "ij->ji", "i,i->", "bij->bi", "ii->i"),
-// explicit ("->" and the output's labels) or implicit (the labels that
-// appear once, in alphabetical order). A label repeated within one input
-// takes that input's diagonal; every label has one extent across the
-// inputs (no broadcasting). The typed reference sums the products over the
-// labels that are not in the output, any numeric element type (FP32 sums
-// in double, integers wrap as two's complement). An equation with an
-// ellipsis or anything else is refused at load, naming the node and the
-// equation.
+// Op table row for Einsum: any equation of letters and ellipses
+// ("bij,bjk->bik", "bhqd,bhkd->bhqk", "ij->ji", "i,i->", "bij->bi", "ii->i",
+// "...ij,...jk->...ik"), explicit ("->" and the output's labels) or
+// implicit (the ellipsis's dims, then the labels that appear once, in
+// alphabetical order). A label repeated within one input takes that input's
+// diagonal; every letter has one extent across the inputs, and the dims an
+// ellipsis stands for broadcast as NumPy's do. The typed reference sums the
+// products over the labels that are not in the output, any numeric element
+// type (FP32 sums in double, integers wrap as two's complement). Anything
+// else in an equation is refused at load, naming the node and the equation.
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,43 +30,76 @@ namespace {
 // Einsum needs more is refused rather than left to run for hours).
 constexpr double kMaxEinsumWork = 1e12;
 
+// In a parsed term, the place of its ellipsis.
+constexpr int kEllipsis = -1;
+
 struct EinsumSpec {
   std::vector<std::vector<int>> inputs;  // each input's labels, in order
   std::vector<int> output;
   int labels = 0;  // labels are 0..labels-1
+  // Labels from here on stand for an ellipsis's dims: extent 1 broadcasts.
+  int broadcast_from = 0;
 };
 
 absl::Status EquationError(const Node& node, const std::string& equation, absl::string_view why) {
   return NodeUnsupported(node, absl::StrCat("equation '", equation, "': ", why));
 }
 
+// The labels of TERM (kEllipsis for "..."), ids given in order of first
+// appearance; COUNT counts each letter's uses.
+absl::StatusOr<std::vector<int>> ParseTerm(const Node& node, const std::string& equation,
+                                           absl::string_view term, bool output,
+                                           std::array<int, 128>& id, std::array<int, 128>& count,
+                                           int& labels) {
+  std::vector<int> out;
+  bool ellipsis = false;
+  for (size_t pos = 0; pos < term.size(); ++pos) {
+    if (term.substr(pos, 3) == "...") {
+      if (ellipsis) return EquationError(node, equation, "a term has two ellipses");
+      ellipsis = true;
+      out.push_back(kEllipsis);
+      pos += 2;
+      continue;
+    }
+    const unsigned char u = static_cast<unsigned char>(term[pos]);
+    if (u >= 128 || !std::isalpha(u)) {
+      return EquationError(node, equation,
+                           absl::StrCat("'", std::string(1, term[pos]), "' is not a letter"));
+    }
+    if (output) {
+      if (id[u] < 0 || std::find(out.begin(), out.end(), id[u]) != out.end()) {
+        return EquationError(node, equation,
+                             absl::StrCat("output label '", std::string(1, term[pos]),
+                                          "' is not an input label, or is repeated"));
+      }
+    } else if (id[u] < 0) {
+      id[u] = labels++;
+    }
+    ++count[u];
+    out.push_back(id[u]);
+  }
+  return out;
+}
+
+// The equation's terms, an ellipsis kept as kEllipsis (ExpandEllipsis
+// replaces it once the ranks are known).
 absl::StatusOr<EinsumSpec> ParseEquation(const Node& node) {
   std::string equation;
   for (char c : node.GetString("equation", "")) {
     if (c != ' ') equation.push_back(c);
   }
   if (equation.empty()) return NodeError(node, "equation is required");
-  if (equation.find('.') != std::string::npos) {
-    return EquationError(node, equation, "an ellipsis (...) is not supported");
-  }
   const size_t arrow = equation.find("->");
-  const std::string lhs = equation.substr(0, arrow);
   std::array<int, 128> id;
   id.fill(-1);
   std::array<int, 128> count{};
   EinsumSpec spec;
-  for (absl::string_view term : absl::StrSplit(lhs, ',')) {
-    std::vector<int>& labels = spec.inputs.emplace_back();
-    for (char c : term) {
-      const unsigned char u = static_cast<unsigned char>(c);
-      if (u >= 128 || !std::isalpha(u)) {
-        return EquationError(node, equation,
-                             absl::StrCat("'", std::string(1, c), "' is not a letter"));
-      }
-      if (id[u] < 0) id[u] = spec.labels++;
-      ++count[u];
-      labels.push_back(id[u]);
-    }
+  bool any_ellipsis = false;
+  for (absl::string_view term : absl::StrSplit(equation.substr(0, arrow), ',')) {
+    auto labels = ParseTerm(node, equation, term, false, id, count, spec.labels);
+    if (!labels.ok()) return labels.status();
+    any_ellipsis |= std::find(labels->begin(), labels->end(), kEllipsis) != labels->end();
+    spec.inputs.push_back(*std::move(labels));
   }
   if (spec.inputs.size() != node.inputs.size()) {
     return EquationError(
@@ -73,22 +107,19 @@ absl::StatusOr<EinsumSpec> ParseEquation(const Node& node) {
         absl::StrCat("it has ", spec.inputs.size(), " terms for ", node.inputs.size(), " inputs"));
   }
   if (arrow == std::string::npos) {
-    for (int c = 0; c < 128; ++c) {  // alphabetical: upper case first, as ASCII orders them
+    // The ellipsis's dims, then the labels used once, alphabetically
+    // (upper case first, as ASCII orders them).
+    if (any_ellipsis) spec.output.push_back(kEllipsis);
+    for (int c = 0; c < 128; ++c) {
       if (count[c] == 1) spec.output.push_back(id[c]);
     }
     return spec;
   }
-  std::vector<bool> seen(spec.labels, false);
-  for (char c : equation.substr(arrow + 2)) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (u >= 128 || id[u] < 0 || seen[id[u]]) {
-      return EquationError(node, equation,
-                           absl::StrCat("output label '", std::string(1, c),
-                                        "' is not an input label, or is repeated"));
-    }
-    seen[id[u]] = true;
-    spec.output.push_back(id[u]);
-  }
+  std::array<int, 128> output_count{};
+  auto output =
+      ParseTerm(node, equation, equation.substr(arrow + 2), true, id, output_count, spec.labels);
+  if (!output.ok()) return output.status();
+  spec.output = *std::move(output);
   return spec;
 }
 
@@ -100,41 +131,90 @@ absl::Status EinsumValidate(const Graph&, const Node& node) {
   return ParseEquation(node).status();
 }
 
-// Each label's extent from the inputs' shapes (every occurrence agreeing).
+// SPEC with each ellipsis replaced by labels of its own: as many as the
+// most dims any input's ellipsis covers, right-aligned (NumPy's
+// broadcasting). Without an ellipsis in an explicit output, those dims are
+// summed (as NumPy sums them).
+absl::StatusOr<EinsumSpec> ExpandEllipsis(const Node& node, EinsumSpec spec,
+                                          const std::vector<const Shape*>& in) {
+  std::vector<int64_t> covers(spec.inputs.size(), 0);
+  int64_t most = 0;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const auto& t = spec.inputs[i];
+    const bool has = std::find(t.begin(), t.end(), kEllipsis) != t.end();
+    const int64_t letters = static_cast<int64_t>(t.size()) - (has ? 1 : 0);
+    const int64_t rank = static_cast<int64_t>(in[i]->size());
+    if (has ? rank < letters : rank != letters) {
+      return NodeError(
+          node, absl::StrCat("input ", i, " is ", kernels::ShapeToString(*in[i]), "; its term has ",
+                             letters, " labels", has ? " and an ellipsis" : ""));
+    }
+    covers[i] = rank - letters;
+    most = std::max(most, covers[i]);
+  }
+  spec.broadcast_from = spec.labels;
+  auto expand = [&](std::vector<int>& term, int64_t n) {
+    auto at = std::find(term.begin(), term.end(), kEllipsis);
+    if (at == term.end()) return;
+    std::vector<int> dims;
+    for (int64_t j = most - n; j < most; ++j) dims.push_back(spec.broadcast_from + j);
+    at = term.erase(at);
+    term.insert(at, dims.begin(), dims.end());
+  };
+  for (size_t i = 0; i < spec.inputs.size(); ++i) expand(spec.inputs[i], covers[i]);
+  expand(spec.output, most);
+  spec.labels += static_cast<int>(most);
+  return spec;
+}
+
+// Each label's extent from the inputs' shapes (every occurrence agreeing;
+// an ellipsis's extent 1 broadcasts).
 absl::StatusOr<std::vector<int64_t>> LabelSizes(const Node& node, const EinsumSpec& spec,
                                                 const std::vector<const Shape*>& in) {
   std::vector<int64_t> size(spec.labels, -1);
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    if (in[i]->size() != spec.inputs[i].size()) {
-      return NodeError(node, absl::StrCat("input ", i, " is ", kernels::ShapeToString(*in[i]),
-                                          "; its term has ", spec.inputs[i].size(), " labels"));
-    }
     for (size_t d = 0; d < in[i]->size(); ++d) {
-      int64_t& s = size[spec.inputs[i][d]];
-      if (s >= 0 && s != (*in[i])[d]) {
-        return NodeError(node, absl::StrCat("a label has extents ", s, " and ", (*in[i])[d],
-                                            " (dim ", d, " of input ", i, ")"));
+      const int label = spec.inputs[i][d];
+      const int64_t dim = (*in[i])[d];
+      int64_t& s = size[label];
+      const bool broadcast = label >= spec.broadcast_from && (s == 1 || dim == 1);
+      if (s >= 0 && s != dim && !broadcast) {
+        return NodeError(node, absl::StrCat("a label has extents ", s, " and ", dim, " (dim ", d,
+                                            " of input ", i, ")"));
       }
-      s = (*in[i])[d];
+      if (s < 0 || s == 1) s = dim;
     }
   }
   return size;
 }
 
-ShapesOr EinsumShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
-  auto spec = ParseEquation(node);
+// The equation with the ellipsis expanded for these input shapes, and each
+// label's extent.
+absl::StatusOr<std::pair<EinsumSpec, std::vector<int64_t>>> Resolve(
+    const Node& node, const std::vector<const Shape*>& in) {
+  auto parsed = ParseEquation(node);
+  if (!parsed.ok()) return parsed.status();
+  auto spec = ExpandEllipsis(node, *std::move(parsed), in);
   if (!spec.ok()) return spec.status();
   auto size = LabelSizes(node, *spec, in);
   if (!size.ok()) return size.status();
+  return std::make_pair(*std::move(spec), *std::move(size));
+}
+
+ShapesOr EinsumShapes(const Graph&, const Node& node, const std::vector<const Shape*>& in) {
+  auto resolved = Resolve(node, in);
+  if (!resolved.ok()) return resolved.status();
+  const auto& [spec, size] = *resolved;
   double work = 1;
-  for (int64_t s : *size) work *= static_cast<double>(s);
+  for (int64_t s : size) work *= static_cast<double>(s);
   if (work > kMaxEinsumWork) {
     return NodeUnsupported(
         node, absl::StrCat("the contraction takes ", work,
                            " multiply-adds, more than the reference's ", kMaxEinsumWork));
   }
   Shape out;
-  for (int label : spec->output) out.push_back((*size)[label]);
+  for (int label : spec.output) out.push_back(size[label]);
+  if (absl::Status s = CheckShape(node, out, "the output"); !s.ok()) return s;
   return std::vector<Shape>{out};
 }
 
@@ -148,7 +228,8 @@ void EinsumOf(const EinsumSpec& spec, const std::vector<int64_t>& size, const Ty
   for (size_t i = 0; i < in.size(); ++i) {
     int64_t stride = 1;
     for (size_t d = spec.inputs[i].size(); d-- > 0;) {
-      strides[i][spec.inputs[i][d]] += stride;
+      // An ellipsis's dim of extent 1 broadcasts: stride 0.
+      if (in[i]->shape[d] == size[spec.inputs[i][d]]) strides[i][spec.inputs[i][d]] += stride;
       stride *= in[i]->shape[d];
     }
   }
@@ -206,8 +287,9 @@ TypedOr EinsumTyped(const Graph& graph, const Node& node, const TypedIn& in) {
   }
   auto out = EinsumShapes(graph, node, shapes);
   if (!out.ok()) return out.status();
-  const EinsumSpec spec = *ParseEquation(node);
-  const std::vector<int64_t> size = *LabelSizes(node, spec, shapes);
+  const auto resolved = *Resolve(node, shapes);
+  const EinsumSpec& spec = resolved.first;
+  const std::vector<int64_t>& size = resolved.second;
   TypedTensor y(in[0]->type, (*out)[0]);
   if (y.size() == 0) return OneT(std::move(y));
   for (const TypedTensor* t : in) {
@@ -229,12 +311,10 @@ TensorsOr EinsumReference(const Graph& graph, const Node& node,
 }
 
 double EinsumFlops(const Node& node, const std::vector<const Shape*>& in) {
-  auto spec = ParseEquation(node);
-  if (!spec.ok()) return 0.0;
-  auto size = LabelSizes(node, *spec, in);
-  if (!size.ok()) return 0.0;
+  auto resolved = Resolve(node, in);
+  if (!resolved.ok()) return 0.0;
   double work = 2.0;
-  for (int64_t s : *size) work *= static_cast<double>(s);
+  for (int64_t s : resolved->second) work *= static_cast<double>(s);
   return work;
 }
 

@@ -513,11 +513,32 @@ TEST(IndexOpsTest, EinsumOfInt64AttentionScores) {
   EXPECT_EQ(Values<int64_t>(out[0]), (std::vector<int64_t>{3 * big + 1, 2, 9, 6}));
 }
 
-TEST(IndexOpsTest, EinsumRefusesEllipsisAndBadEquations) {
+TEST(IndexOpsTest, EinsumEllipsisBroadcasts) {
+  OnnxModelBuilder b(18);
+  b.Input("a", {2, 1, 1, 1}).Input("c", {1, 3, 1, 1}).Output("y", {2, 3, 1, 1});
+  b.Output("sum", {1, 1}).Output("implicit", {2, 1, 1, 1});
+  OnnxModelBuilder::AttrString(b.Node("Einsum", {"a", "c"}, {"y"}), "equation",
+                               "...ij,...jk->...ik");
+  // No ellipsis in the output: its dims are summed.
+  OnnxModelBuilder::AttrString(b.Node("Einsum", {"a", "c"}, {"sum"}), "equation",
+                               "...ij,...jk->ik");
+  OnnxModelBuilder::AttrString(b.Node("Einsum", {"a"}, {"implicit"}), "equation", "...ij");
+  const auto out =
+      RunBoth(b.Save("einsum_ellipsis"), {F32({2, 1, 1, 1}, {1, 2}), F32({3, 1, 1}, {1, 10, 100})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].shape, (Shape{2, 3, 1, 1}));
+  EXPECT_EQ(Values<float>(out[0]), (std::vector<float>{1, 10, 100, 2, 20, 200}));
+  EXPECT_EQ(Values<float>(out[1]), (std::vector<float>{333}));
+  EXPECT_EQ(Values<float>(out[2]), (std::vector<float>{1, 2}));
+}
+
+TEST(IndexOpsTest, EinsumRefusesBadEquations) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"...ij,...jk->...ik", "ellipsis"},  // not supported yet
-      {"ij,jk->ik,", "output label"},      // a comma in the output
+      {"..ij,jk->ik", "not a letter"},     // two dots
+      {"...i...,jk->ik", "two ellipses"},  // two in one term
+      {"ij,jk->ik,", "not a letter"},      // a comma in the output
       {"ij,jk->iz", "output label"},       // z is not an input label
+      {"ij,jk->ii", "output label"},       // repeated in the output
       {"ij,jk,kl->il", "3 terms"},         // two inputs
       {"i1,1k->ik", "not a letter"},
   };
@@ -531,12 +552,12 @@ TEST(IndexOpsTest, EinsumRefusesEllipsisAndBadEquations) {
       absl::StatusCode::kInvalidArgument, "extents");
   ExpectRefused(HandBuiltNode("Einsum", {{2, 3}}, {}, {{"equation", std::string("ijk->i")}}),
                 absl::StatusCode::kInvalidArgument, "3 labels");
-  // Through a whole model: the ellipsis, which ONNX's inference accepts.
-  OnnxModelBuilder b(18);
-  b.Input("a", {2, 2, 2}).Input("c", {2, 2, 2}).Output("y", {2, 2, 2});
-  OnnxModelBuilder::AttrString(b.Node("Einsum", {"a", "c"}, {"y"}, "es"), "equation",
-                               "...ij,...jk->...ik");
-  ExpectLoadRefused(b, "einsum_ellipsis", absl::StatusCode::kUnimplemented, "es", "ellipsis");
+  ExpectRefused(HandBuiltNode("Einsum", {{2}}, {}, {{"equation", std::string("...ij->i")}}),
+                absl::StatusCode::kInvalidArgument, "an ellipsis");
+  // An ellipsis's dims broadcast only from extent 1.
+  ExpectRefused(HandBuiltNode("Einsum", {{2, 1, 1}, {3, 1, 1}}, {},
+                              {{"equation", std::string("...ij,...jk->...ik")}}),
+                absl::StatusCode::kInvalidArgument, "extents");
 }
 
 TEST(IndexOpsTest, IntegerModByZeroIsAnErrorAndFloatFmodFollowsC) {

@@ -23,7 +23,8 @@ no ONNX Runtime is needed at test time):
                             smallest, ties), OneHot (indices out of range)
                             and Range (constant inputs: it folds); Einsum
                             (batched MatMul, attention scores, transpose,
-                            dot, sum, an implicit output)
+                            dot, sum, an implicit output, ellipses that
+                            broadcast)
   index_ops_inputs.npz      the seeded inputs (fixed shapes)
   index_ops_opsetN_outputs.npz  ONNX Runtime's outputs (CPU provider)
   index_ops.json            the ONNX Runtime version and the sha256 of the files
@@ -77,6 +78,7 @@ def make_inputs():
         "eb": rng.standard_normal((2, 4, 5)).astype(np.float32),
         "q": rng.standard_normal((1, 2, 3, 4)).astype(np.float32),
         "kk": rng.standard_normal((1, 2, 5, 4)).astype(np.float32),
+        "q2": rng.standard_normal((3, 2, 3, 4)).astype(np.float32),
         "v1": rng.standard_normal(6).astype(np.float32),
         "v2": rng.standard_normal(6).astype(np.float32),
     }
@@ -139,6 +141,10 @@ def build_model(opset, ir_version, inputs):
         node("Einsum", ["v1", "v2"], ["einsum_dot"], equation="i,i->"),
         node("Einsum", ["x"], ["einsum_sum"], equation="bij->bi"),
         node("Einsum", ["ea", "eb"], ["einsum_implicit"], equation="bij,bjk"),
+        # Ellipses: batched MatMul, and attention scores with q's batch
+        # broadcast against a key of batch 1.
+        node("Einsum", ["ea", "eb"], ["einsum_ellipsis"], equation="...ij,...jk->...ik"),
+        node("Einsum", ["q2", "kk"], ["einsum_broadcast"], equation="...qd,...kd->...qk"),
     ]
     types = {name: {np.dtype(np.float32): F, np.dtype(np.int64): I64,
                     np.dtype(bool): B}[a.dtype] for name, a in inputs.items()}
