@@ -554,6 +554,10 @@ TEST(IndexOpsTest, EinsumRefusesBadEquations) {
                 absl::StatusCode::kInvalidArgument, "3 labels");
   ExpectRefused(HandBuiltNode("Einsum", {{2}}, {}, {{"equation", std::string("...ij->i")}}),
                 absl::StatusCode::kInvalidArgument, "an ellipsis");
+  // More multiply-adds than the reference takes on (1e15 here).
+  ExpectRefused(HandBuiltNode("Einsum", {{100000, 100000}, {100000, 100000}}, {},
+                              {{"equation", std::string("ij,jk->ik")}}),
+                absl::StatusCode::kUnimplemented, "multiply-adds");
   // An ellipsis's dims broadcast only from extent 1.
   ExpectRefused(HandBuiltNode("Einsum", {{2, 1, 1}, {3, 1, 1}}, {},
                               {{"equation", std::string("...ij,...jk->...ik")}}),
