@@ -124,6 +124,13 @@ enum class RowRule {
   kSlice,
   kPerSample,  // [N, C, ...] ops computing each N apart (Conv, pooling, BatchNormalization, ...)
   kCount,      // Shape, Size
+  // Combines or reorders elements along one axis (ArgMax, ArgMin, TopK,
+  // CumSum, GatherElements, ScatterElements): rows on that axis meet.
+  kAlongAxis,
+  kLastTwoAxes,  // Trilu: an element's place in the last two axes decides it
+  // Addresses elements by index tuples or contracts any axes (GatherND,
+  // ScatterND, Einsum): taken to combine rows.
+  kAnyAxes,
 };
 
 const std::map<std::string, RowRule>& RowRules() {
@@ -153,6 +160,10 @@ const std::map<std::string, RowRule>& RowRules() {
          "BatchNormalization DepthToSpace SpaceToDepth Resize Upsample",
          RowRule::kPerSample},
         {"Shape Size", RowRule::kCount},
+        {"ArgMax ArgMin TopK CumSum GatherElements ScatterElements", RowRule::kAlongAxis},
+        {"OneHot Range", RowRule::kPositional},
+        {"Trilu", RowRule::kLastTwoAxes},
+        {"GatherND ScatterND Einsum", RowRule::kAnyAxes},
     };
     for (const auto& [ops, rule] : kRows) {
       for (absl::string_view op : absl::StrSplit(ops, ' ')) (*r)[std::string(op)] = rule;
@@ -297,6 +308,23 @@ class RowAnalysis {
     }
   }
 
+  // The axis a kAlongAxis op works along on a rank-`rank` input: its
+  // `axis` attribute (TopK's default -1, the others' 0), CumSum's constant
+  // second input.
+  absl::StatusOr<int> AxisOf(const Node& node, int rank) const {
+    int64_t a = node.GetInt("axis", node.op_type == "TopK" ? -1 : 0);
+    if (node.op_type == "CumSum") {
+      auto given = ops::ConstInts(graph_, node, 1, "axis");
+      if (!given.ok() || !given->has_value() || (*given)->size() != 1) {
+        return absl::InvalidArgumentError("sums along an axis given at run time");
+      }
+      a = (**given)[0];
+    }
+    auto normalized = kernels::NormalizeAxis(a, rank);
+    if (!normalized.ok()) return normalized.status();
+    return static_cast<int>(*normalized);
+  }
+
   // A Slice of rows on axis `axis` of its rank-`rank` input: why that
   // combines rows (a step other than 1 on the row axis reorders them), or "".
   std::string SliceCombinesRows(const Node& node, int axis, int rank) const {
@@ -378,6 +406,16 @@ class RowAnalysis {
       }
       case RowRule::kSlice:
         return index != 0 ? "slices by row values" : SliceCombinesRows(node, axis, rank);
+      case RowRule::kAlongAxis: {
+        auto a = AxisOf(node, rank);
+        if (!a.ok()) return std::string(a.status().message());
+        return axis == *a ? "works along the rows' axis" : "";
+      }
+      case RowRule::kLastTwoAxes:
+        return axis >= rank - 2 ? "decides by place within the last two axes, the rows' among them"
+                                : "";
+      case RowRule::kAnyAxes:
+        return "addresses or contracts elements across axes (not analysed for rows)";
       case RowRule::kPerSample:
         if (index != 0) return "takes per-row parameters";
         if (axis != 0 || out_axis != 0) return "computes across the rows of an axis other than N";

@@ -159,6 +159,42 @@ TEST(RowIndependenceTest, OpsCombiningRowsMakeAModelUnbatched) {
   }
 }
 
+// The index ops: along an axis other than the rows' they keep rows apart;
+// along the rows' axis, or by index tuples, they combine them.
+TEST(RowIndependenceTest, IndexOpsKeepRowsApartOnlyOffTheRowsAxis) {
+  struct Case {
+    const char* name;
+    int64_t axis;
+    bool batched;
+  };
+  for (const Case& c : {Case{"cumsum_within_rows", 1, true}, Case{"cumsum_over_rows", 0, false}}) {
+    SCOPED_TRACE(c.name);
+    OnnxModelBuilder b(/*opset=*/17);
+    b.Input("x", {-1, 4}).Output("y", {-1, 4});
+    b.RawInitializer("axis", onnx::TensorProto::INT64, {}, &c.axis, sizeof(c.axis));
+    b.Node("CumSum", {"x", "axis"}, {"y"}, "cs");
+    const ModelInfo info = Inspect(b, c.name);
+    EXPECT_EQ(info.batched, c.batched) << info.unbatched_reason;
+    if (!c.batched) EXPECT_THAT(info.unbatched_reason, HasSubstr("works along the rows' axis"));
+  }
+  for (const Case& c : {Case{"argmax_within_rows", 1, true}, Case{"argmax_over_rows", 0, false}}) {
+    SCOPED_TRACE(c.name);
+    OnnxModelBuilder b(/*opset=*/17);
+    b.Input("x", {-1, 4})
+        .Output("y", c.axis == 1 ? std::vector<int64_t>{-1, 1} : std::vector<int64_t>{1, 4},
+                onnx::TensorProto::INT64);
+    OnnxModelBuilder::AttrInt(b.Node("ArgMax", {"x"}, {"y"}, "am"), "axis", c.axis);
+    const ModelInfo info = Inspect(b, c.name);
+    EXPECT_EQ(info.batched, c.batched) << info.unbatched_reason;
+  }
+  OnnxModelBuilder b(/*opset=*/17);
+  b.Input("x", {-1, 4}).Output("y", {-1, 4});
+  b.Node("Trilu", {"x"}, {"y"}, "lower");
+  const ModelInfo info = Inspect(b, "trilu_over_rows");
+  EXPECT_FALSE(info.batched);
+  EXPECT_THAT(info.unbatched_reason, HasSubstr("last two axes"));
+}
+
 TEST(RowIndependenceTest, StaticModelHasNoReasonToLog) {
   OnnxModelBuilder b;
   b.Input("x", {2, 3}).Output("y", {2, 3});
