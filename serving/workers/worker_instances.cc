@@ -189,6 +189,7 @@ void InstancePool::Submit(worker::Command command) {
 }
 
 void InstancePool::Serve(int instance, engine::CompiledModel* model) {
+  RowsThatFit fit;  // this copy's, for its life
   while (true) {
     worker::Command command;
     {
@@ -210,7 +211,7 @@ void InstancePool::Serve(int instance, engine::CompiledModel* model) {
     worker::Reply reply;
     reply.set_id(command.id());
     reply.set_instance(instance);
-    RunBatchOn(*model, *arena_, command.run(), &reply, min_compute_);
+    RunBatchOn(*model, *arena_, command.run(), &reply, min_compute_, &fit);
     {
       base::MutexLock lock(&mu_);
       --running_;

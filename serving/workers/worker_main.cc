@@ -182,6 +182,7 @@ class Worker {
   // Frees a model (a pool finishes its queued batches first); logs it when
   // the worker held it.
   void Unload(const std::string& key) {
+    fits_.erase(key);
     if (models_.erase(key) + pools_.erase(key) == 0) return;
     const ModelKeyParts parts = SplitModelKey(key);
     Log(LogLevel::kDebug, "worker", absl::StrFormat("worker %d: %s unloaded", index_, key),
@@ -280,6 +281,7 @@ class Worker {
     }
     reply->set_weight_bytes(model->info().parameter_bytes);
     pools_.erase(load.key());
+    fits_.erase(load.key());  // a new copy: its rows that fit are found again
     models_[load.key()] = std::move(model);
     return absl::OkStatus();
   }
@@ -393,7 +395,7 @@ class Worker {
       return;
     }
     reply->set_instance(0);
-    RunBatchOn(*it->second, *arena_, run, reply, min_compute_);
+    RunBatchOn(*it->second, *arena_, run, reply, min_compute_, &fits_[run.key()]);
   }
 
   int index_;
@@ -408,6 +410,7 @@ class Worker {
   bool write_ok_ ABSL_GUARDED_BY(write_mu_) = true;
   std::map<std::string, std::unique_ptr<engine::CompiledModel>> models_;
   std::map<std::string, std::unique_ptr<InstancePool>> pools_;  // instances_per_domain > 1
+  std::map<std::string, RowsThatFit> fits_;  // per key in models_, found at its first chunked batch
 };
 
 // Logs the worker's start: its binding and OpenMP environment (a warning
@@ -525,7 +528,7 @@ std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node) {
 }
 
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
-                worker::Reply* reply, std::chrono::microseconds min_compute) {
+                worker::Reply* reply, std::chrono::microseconds min_compute, RowsThatFit* fit) {
   auto in_arena = [&](const worker::TensorSlice& slice) {
     return slice.offset() <= arena.size() && slice.bytes() <= arena.size() - slice.offset();
   };
@@ -557,7 +560,8 @@ void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const wo
   // run only (from zero), and stop before anything else runs on the model.
   if (run.profile()) model.SetProfiling(true);
   auto start = std::chrono::steady_clock::now();
-  absl::Status s = model.Run(run.batch(), inputs, outputs);
+  absl::Status s =
+      RunRowsInChunks(model, run.batch(), inputs, outputs, input_bytes, output_bytes, fit);
   const int64_t run_ns = NanosSince(start);
   if (run.profile()) model.SetProfiling(false);
   if (!s.ok()) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "affinity/pinning.h"
 #include "engine/model.h"
+#include "serving/workers/row_chunks.h"
 #include "serving/workers/shared_arena.h"
 #include "worker.pb.h"
 
@@ -59,6 +60,9 @@ std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node);
 // engine's run carries the engine's code (INVALID_ARGUMENT, ...); a
 // RESOURCE_EXHAUSTED one (a batch needing more activation bytes than the
 // model's max_activation_bytes) names the model and what sets its limit.
+// A batched model's batch over that limit runs in chunks of rows that fit
+// (RunRowsInChunks; `fit`, kept per model copy by the caller, holds how
+// many), so only a batch of which one row does not fit is refused so.
 // `min_compute` > 0 (`worker --test-batch-compute-us`, for scheduler tests):
 // a batch that computed in less sleeps (it does not spin) until that long
 // has passed since its compute started, and reports the whole time as
@@ -70,7 +74,8 @@ std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node);
 // BatchProfileJson(run.batch(), compute_ns, StepProfileJson of the run).
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
                 worker::Reply* reply,
-                std::chrono::microseconds min_compute = std::chrono::microseconds(0));
+                std::chrono::microseconds min_compute = std::chrono::microseconds(0),
+                RowsThatFit* fit = nullptr);
 
 // One profiled batch as a JSON object: {"batch": rows, "compute_ms": ...}
 // followed by the fields of `steps_json` (engine::StepProfileJson: "runs",

@@ -17,7 +17,11 @@
   max_activation_bytes, else --max-activation-mb): a request to a model
   served one request per run whose activations grow as rows^2 is refused
   with RESOURCE_EXHAUSTED naming the model, the bytes and the options,
-  and the worker serves on without a restart.
+  and the worker serves on without a restart;
+* requests that each fit a batched model's activation limit, batched
+  together past it, are all answered with the right numbers (the worker
+  runs the batch in chunks of rows that fit), and only a request of which
+  one row does not fit is refused.
 
 Every batch takes a known time (--test-batch-compute-us) so requests stay
 held long enough to see the bounds.
@@ -268,6 +272,93 @@ class ActivationLimitTest(unittest.TestCase):
             self.assertEqual(server.metrics().sum("numaserve_worker_restarts_total"), 0)
         finally:
             nc.stop_server_and_remove(server, repo)
+
+
+def two_layers_model(name):
+    """x [n, 64] -> relu(x . w) [n, 256] -> . v -> y [n, 4]: rows
+    independent (batched), 1 KiB of activations per row at least."""
+    w, v = layer_weights()
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="up"),
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "v"], ["y"], name="down")],
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(v, "v")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="numaserve-tests")
+    model.ir_version = 8
+    return model
+
+
+def layer_weights():
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal((64, 256), dtype=np.float32) * 0.125,
+            rng.standard_normal((256, 4), dtype=np.float32) * 0.125)
+
+
+class ActivationLimitOfABatchTest(unittest.TestCase):
+    """`split` batches up to 64 rows but may need only 16 KiB of
+    activations per run (at least 1 KiB a row: 16 rows at most); requests of
+    2 rows each fit alone. `tiny` may need 512 bytes, less than one row."""
+
+    ROWS = 2
+    CALLERS = 16
+
+    def test_requests_that_fit_batched_past_the_limit_are_all_served(self):
+        repo = tempfile.mkdtemp(prefix="numaserve_activation_batch_")
+        batching = ("max_batch_size: 64\ndynamic_batching { max_queue_delay_microseconds: 1000000 "
+                    "preferred_batch_size: [ %d ] }\n" % (self.ROWS * self.CALLERS))
+        for name, limit in (("split", 16384), ("tiny", 512)):
+            nc.write_model(repo, name, two_layers_model(name))
+            with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+                f.write(batching + "max_activation_bytes: %d\n" % limit)
+        server = nc.ServerProcess(repo).start()
+        try:
+            w, v = layer_weights()
+            workers = server.worker_pids()
+
+            def call(i, stub):
+                x = np.random.default_rng(100 + i).random((self.ROWS, 64), dtype=np.float32)
+                try:
+                    y = nc.infer(stub, "split", {"x": x})["y"]
+                    np.testing.assert_allclose(y, np.maximum(x @ w, 0) @ v, rtol=1e-4,
+                                               atol=1e-5)
+                    return grpc.StatusCode.OK, ""
+                except grpc.RpcError as e:
+                    return e.code(), e.details()
+
+            results = nc.call_together(server, self.CALLERS, call)
+            for i, result in enumerate(results):
+                self.assertIsNotNone(result, "caller %d did not finish" % i)
+                code, details = result
+                self.assertEqual(code, grpc.StatusCode.OK, "caller %d: %s\n%s"
+                                 % (i, details, server.stderr_text(4000)))
+            # They were batched past the limit: at least one run of more
+            # than 16 rows, which needs more than 16 KiB.
+            stats = stub_statistics(server.stub(), "split")
+            sizes = sorted(b.batch_size for b in stats.batch_stats)
+            self.assertGreater(max(sizes), 16, "batch sizes %s" % sizes)
+            self.assertEqual(stats.inference_count, self.ROWS * self.CALLERS)
+
+            x = np.zeros((1, 64), dtype=np.float32)
+            with self.assertRaises(grpc.RpcError) as caught:
+                nc.infer(server.stub(), "tiny", {"x": x})
+            e = caught.exception
+            self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+            for mention in ("model 'tiny' version 1", "a batch of 1 rows needs",
+                            "above the limit of 512", "max_activation_bytes"):
+                self.assertIn(mention, e.details())
+            self.assertEqual(server.worker_pids(), workers)
+            self.assertEqual(server.metrics().sum("numaserve_worker_restarts_total"), 0)
+        finally:
+            nc.stop_server_and_remove(server, repo)
+
+
+def stub_statistics(stub, model):
+    response = stub.ModelStatistics(nc.pb.ModelStatisticsRequest(name=model), timeout=10)
+    return response.model_stats[0]
 
 
 if __name__ == "__main__":
