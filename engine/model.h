@@ -231,9 +231,31 @@ class CompiledModel {
 
   virtual const ModelInfo& info() const = 0;
 
+  // Every input's concrete shape for one run, in info().inputs order: a
+  // signature. A model whose only dynamic dims are dims 0 (the batch) runs
+  // at a batch size alone, and the calls taking `batch` below are the
+  // signature "dim 0 = batch, every other dim as declared"; a model with
+  // other dynamic dims (a sequence length, an image's height and width)
+  // runs at signatures only: the calls taking `batch` refuse it, naming
+  // the input and dim.
+  //
+  // A signature is checked against the model before anything of its size
+  // is allocated (engine/ops/shape_propagation.h, CheckSignature):
+  // INVALID_ARGUMENT naming the input and dim for a rank that differs, a
+  // fixed dim that differs, a dynamic dim below 1, two sizes for one named
+  // dim (ONNX dim_param) or for the batch, or a tensor over the limit per
+  // tensor; RESOURCE_EXHAUSTED where its plan needs more than
+  // CompileOptions::max_activation_bytes. Each signature's plan (shapes,
+  // arena offsets, the steps' primitives) is made at its first run and kept
+  // in the bounded cache of CachedBatchPlans.
+  using InputShapes = std::vector<std::vector<int64_t>>;
+
   // Concrete output shapes for `batch` rows (the inputs' dynamic dim 0):
   // the shapes Run writes. Empty when the model cannot run at `batch`.
   virtual std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const = 0;
+  // At a signature; INVALID_ARGUMENT naming why it cannot run there.
+  virtual absl::StatusOr<std::vector<std::vector<int64_t>>> OutputShapes(
+      const InputShapes& input_shapes) const;
 
   // Runs `batch` rows (the inputs' dynamic dim 0; 1 for a model without
   // one). inputs[i] holds info().inputs[i] for all rows, contiguous and
@@ -241,6 +263,10 @@ class CompiledModel {
   // Not thread-safe: one Run at a time per CompiledModel.
   virtual absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                            const std::vector<void*>& outputs) = 0;
+  // Runs at a signature: inputs[i] holds input_shapes[i], outputs[j] has
+  // room for OutputShapes(input_shapes)[j].
+  virtual absl::Status Run(const InputShapes& input_shapes, const std::vector<const void*>& inputs,
+                           const std::vector<void*>& outputs);
 
   // OK when buffers of exactly these sizes are what Run at `batch` reads and
   // writes: input_bytes[i] for info().inputs[i], output_bytes[j] for output j
@@ -250,10 +276,15 @@ class CompiledModel {
   // the server): check here, then Run.
   virtual absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
                                         const std::vector<size_t>& output_bytes) const = 0;
+  // The same at a signature.
+  virtual absl::Status CheckBufferSizes(const InputShapes& input_shapes,
+                                        const std::vector<size_t>& input_bytes,
+                                        const std::vector<size_t>& output_bytes) const;
 
-  // How many batch sizes have a plan now (at most
-  // CompileOptions::batch_plans) and the bytes of the activation arena
-  // they share (the largest plan's, rounded up): the per-batch state.
+  // How many signatures (batch sizes, for a model whose only dynamic dims
+  // are dims 0) have a plan now (at most CompileOptions::batch_plans) and
+  // the bytes of the activation arena they share (the largest plan's,
+  // rounded up): the per-signature state.
   struct BatchPlanCache {
     int64_t plans = 0;
     int64_t arena_bytes = 0;
@@ -265,6 +296,8 @@ class CompiledModel {
   // the same time (graph inputs, outputs and weights not included).
   // RESOURCE_EXHAUSTED above CompileOptions::max_activation_bytes.
   virtual absl::StatusOr<int64_t> ActivationBytes(int64_t batch) { return int64_t{0}; }
+  // At a signature (planning it if new).
+  virtual absl::StatusOr<int64_t> ActivationBytes(const InputShapes& input_shapes);
 
   // The layout chosen for the activations between convs and pools
   // (CompileOptions::activation_layout): "nChw16c", "nChw8c" or "nhwc".
@@ -288,6 +321,11 @@ class CompiledModel {
   // (oneDNN creates some primitives at their first run, so this asks for a
   // Run at `batch` first: FAILED_PRECONDITION otherwise).
   virtual absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const {
+    return absl::UnimplementedError("no plan");
+  }
+  // The plan as it ran at a signature (FAILED_PRECONDITION before a Run
+  // there, or after its plan was dropped from the cache).
+  virtual absl::StatusOr<std::vector<PlannedStep>> PlanAt(const InputShapes& input_shapes) const {
     return absl::UnimplementedError("no plan");
   }
 

@@ -55,6 +55,13 @@ std::vector<size_t> RowBytes(const std::vector<std::vector<int64_t>>& shapes,
 
 class BatchGroupedModel final : public CompiledModel {
  public:
+  // The calls at input shapes: CompiledModel's, at the batch they stand for.
+  using CompiledModel::ActivationBytes;
+  using CompiledModel::CheckBufferSizes;
+  using CompiledModel::OutputShapes;
+  using CompiledModel::PlanAt;
+  using CompiledModel::Run;
+
   BatchGroupedModel(std::unique_ptr<CompiledModel> full, int64_t min_rows,
                     std::vector<size_t> input_row_bytes, std::vector<size_t> output_row_bytes)
       : full_(std::move(full)),

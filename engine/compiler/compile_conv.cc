@@ -169,6 +169,8 @@ absl::StatusOr<bool> CompiledModelImpl::ReadConvParams(ConvBuild& cb) const {
       node.GetInts("kernel_shape", std::vector<int64_t>(w->shape.begin() + 2, w->shape.end()));
   auto window = ops::ResolveWindow(node, x_shape, kernel);
   if (!window.ok()) return window.status();
+  // Pads that follow a dynamic input size: the reference runs it.
+  if (!WindowHolds(node, node.inputs[0], kernel, *window)) return false;
   kernels::ConvOnednnOptions& o = cb.o;
   o.blocked_layout = plan_.blocked_layout;
   o.group = node.GetInt("group", 1);
@@ -214,7 +216,7 @@ void CompiledModelImpl::FuseConvOutputs(ConvBuild& cb) const {
     const ValueId other = add.inputs[0] == out ? add.inputs[1] : add.inputs[0];
     const bool ready =
         !graph_.IsConstant(other) && (cb.producer[other] < cb.node_index) && other != out;
-    if (ready && cb.shapes1[other] == cb.shapes1[out] && !graph_.IsConstant(other)) {
+    if (ready && SameShapes(cb.shapes1, other, out) && !graph_.IsConstant(other)) {
       cb.o.sum = true;
       cb.sum_from = other;
       cb.fused[j] = true;
@@ -380,9 +382,10 @@ std::optional<CompiledModelImpl::DepthwiseMatch> CompiledModelImpl::DepthwiseAft
   if (!ok) return std::nullopt;
   auto w = ops::ResolveWindow(dn, cb.shapes1[out], {3, 3});
   const bool window_ok =
-      w.ok() && w->kernel == std::vector<int64_t>{3, 3} && w->strides[0] == w->strides[1] &&
-      (w->strides[0] == 1 || w->strides[0] == 2) && w->dilations == std::vector<int64_t>{1, 1} &&
-      w->pads_begin == std::vector<int64_t>{1, 1} && w->pads_end == std::vector<int64_t>{1, 1};
+      w.ok() && WindowHolds(dn, out, {3, 3}, *w) && w->kernel == std::vector<int64_t>{3, 3} &&
+      w->strides[0] == w->strides[1] && (w->strides[0] == 1 || w->strides[0] == 2) &&
+      w->dilations == std::vector<int64_t>{1, 1} && w->pads_begin == std::vector<int64_t>{1, 1} &&
+      w->pads_end == std::vector<int64_t>{1, 1};
   if (!window_ok) return std::nullopt;
   return DepthwiseMatch{d, dw_w, has_dw_b, dw_b, w->strides[0]};
 }
@@ -459,6 +462,18 @@ bool CompiledModelImpl::CompileConvTranspose(int node_index, const std::vector<S
   if (w == nullptr || w->type != DataType::kFloat32 || (has_bias && b == nullptr)) return false;
   auto g = ops::ConvTransposeResolve(node, x, w->shape);
   if (!g.ok()) return false;
+  std::optional<ops::ConvTransposeGeometry> g2;  // at the second probe (polymorphic_)
+  if (polymorphic_) {
+    // Pads and crops resolved from sizes (auto_pad, output_shape) follow
+    // the input's size: the reference runs them.
+    const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+    if ((auto_pad != "NOTSET" && auto_pad != "VALID") || node.HasAttribute("output_shape")) {
+      return false;
+    }
+    auto at2 = ops::ConvTransposeResolve(node, probe2_[node.inputs[0]], w->shape);
+    if (!at2.ok() || at2->p.pads_begin != g->p.pads_begin) return false;
+    g2 = *std::move(at2);
+  }
   kernels::ConvOnednnOptions o;
   o.blocked_layout = plan_.blocked_layout;
   o.transposed = true;
@@ -474,6 +489,12 @@ bool CompiledModelImpl::CompileConvTranspose(int node_index, const std::vector<S
     const int64_t eff = (o.kernel[d] - 1) * o.dilations[d] + 1;
     const int64_t end = (x[d + 2] - 1) * o.strides[d] + eff - o.pads_begin[d] - g->out[d + 2];
     if (end < 0 || o.pads_begin[d] < 0) return false;
+    // The same crop at every input size, or the reference runs it.
+    if (g2.has_value() && (probe2_[node.inputs[0]][d + 2] - 1) * o.strides[d] + eff -
+                                  o.pads_begin[d] - g2->out[d + 2] !=
+                              end) {
+      return false;
+    }
     o.pads_end.push_back(end);
   }
   if (b != nullptr) o.bias = b->f32.data;

@@ -93,7 +93,7 @@ std::pair<int, float> CompiledModelImpl::ScaleOfProduct(
     if (!c.has_value() || (scale.op_type == "Div" && (scale.inputs[0] != out || *c == 0))) {
       continue;
     }
-    if (shapes1[scale.outputs[0]] != shapes1[out]) continue;  // the scalar broadcasts nothing
+    if (!SameShapes(shapes1, scale.outputs[0], out)) continue;  // the scalar broadcasts nothing
     return {j, scale.op_type == "Mul" ? *c : 1.0f / *c};
   }
   return {-1, 1.0f};
@@ -178,7 +178,7 @@ bool CompiledModelImpl::CompileAttention(int node_index,
   AttentionMatch m;
   if (!MatchAttentionChain(node_index, consumers, shapes1, m) ||
       !ResolveAttentionOperands(node_index, consumers, shapes1, producer, m) ||
-      !AttentionShapesFit(shapes1, m)) {
+      !AttentionShapesFit(shapes1, m) || (polymorphic_ && !AttentionShapesFit(probe2_, m))) {
     return false;
   }
   const auto& nodes = graph_.nodes();
@@ -639,7 +639,7 @@ void CompiledModelImpl::FuseMatMulOutputs(int node_index,
     const Node& add = graph_.nodes()[j];
     const ValueId other = add.inputs[0] == out ? add.inputs[1] : add.inputs[0];
     if (other != out && !graph_.IsConstant(other) && producer[other] < node_index &&
-        shapes1[other] == shapes1[out]) {
+        SameShapes(shapes1, other, out)) {
       mm.accumulate = true;
       mm.sum_scale = 1.0f;
       b.accumulate_from = other;

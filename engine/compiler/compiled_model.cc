@@ -144,7 +144,9 @@ absl::StatusOr<bool> CompiledModelImpl::LowerPool(const LowerContext& c) {
   kernels::WindowParams window;
   if (!global) {
     auto w = ops::ResolveWindow(node, x, node.GetInts("kernel_shape", {}));
-    if (!w.ok()) return AddReferenceStep(c.node_index);
+    if (!w.ok() || !WindowHolds(node, in, node.GetInts("kernel_shape", {}), *w)) {
+      return AddReferenceStep(c.node_index);
+    }
     window = *w;
     if (!is_max) {
       for (int64_t d : window.dilations) {
@@ -224,6 +226,7 @@ absl::StatusOr<bool> CompiledModelImpl::LowerLayerNorm(const LowerContext& c) {
     return AddReferenceStep(c.node_index);
   }
   const int64_t len = x.back();
+  if (polymorphic_ && probe2_[in].back() != len) return AddReferenceStep(c.node_index);
   if (scale == nullptr || static_cast<int64_t>(scale->f32.data.size()) != len) {
     return AddReferenceStep(c.node_index);
   }
@@ -274,9 +277,20 @@ absl::Status CompiledModelImpl::Compile() {
   is_output_.assign(num_values, false);
   for (ValueId v : graph_.outputs()) is_output_[v] = true;
   const auto consumers = graph_.Consumers();
-  auto shapes1 = PropagateShapes(graph_, InputShapesForBatch(graph_, 1));
+  // Batch 1 (other dynamic dims at the first probe's size: the plan runs at
+  // every signature, and what it decides from sizes holds at both probes).
+  auto shapes1 = PropagateShapes(graph_, ProbeInputShapes(graph_, 0));
   if (!shapes1.ok()) return shapes1.status();
   plan_.shapes1 = *shapes1;
+  polymorphic_ = HasDynamicNonBatchDims(graph_);
+  if (polymorphic_) {
+    auto probe2 = PropagateShapes(graph_, ProbeInputShapes(graph_, 1));
+    if (!probe2.ok()) return probe2.status();
+    probe2_ = *std::move(probe2);
+    // Batch splitting compares a value's rows with its shape at batch 1,
+    // which other dynamic dims change: off for such models.
+    options_.batch_split_cache_bytes = 0;
+  }
   std::vector<bool> fused(graph_.nodes().size(), false);
   step_of_node_.assign(graph_.nodes().size(), -1);
   absorbed_transpose_.assign(graph_.nodes().size(), false);
@@ -380,6 +394,30 @@ void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& c
   // The plan is complete: the runtime runs it from here on.
   executor_ = std::make_unique<runtime::Executor>(&plan_, engine_);
   if (options_.profile_steps) executor_->PrintProfileAtExit();
+}
+
+bool CompiledModelImpl::SameShapes(const std::vector<Shape>& shapes1, ValueId a, ValueId b) const {
+  return shapes1[a] == shapes1[b] && (!polymorphic_ || probe2_[a] == probe2_[b]);
+}
+
+bool CompiledModelImpl::WindowHolds(const Node& node, ValueId x, const std::vector<int64_t>& kernel,
+                                    const kernels::WindowParams& window) const {
+  if (!polymorphic_) return true;
+  // auto_pad SAME_* with a stride above 1 pads by the input's size modulo
+  // the stride: no two probes can tell it holds, so a dynamic spatial dim
+  // there runs on the reference.
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  const Shape& x1 = plan_.shapes1[x];
+  const Shape& x2 = probe2_[x];
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (size_t d = 0; d < window.strides.size() && d + 2 < x1.size(); ++d) {
+      if (window.strides[d] != 1 && x1[d + 2] != x2[d + 2]) return false;
+    }
+  }
+  auto other = ops::ResolveWindow(node, x2, kernel);
+  return other.ok() && other->kernel == window.kernel && other->strides == window.strides &&
+         other->dilations == window.dilations && other->pads_begin == window.pads_begin &&
+         other->pads_end == window.pads_end;
 }
 
 std::string CompiledModelImpl::DescribePlan() const {
@@ -559,6 +597,84 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
   const int groups = BatchGroupsFor(options, threads);
   if (groups > 1) return WrapInBatchGroups(std::move(model), path, options, threads, groups);
   return std::unique_ptr<CompiledModel>(std::move(model));
+}
+
+}  // namespace numaserve::engine
+
+namespace numaserve::engine {
+namespace {
+
+// The batch whose shapes ("dim 0 = batch, other dims as declared") are
+// `input_shapes`, for a CompiledModel that runs at batch sizes only.
+absl::StatusOr<int64_t> BatchOfSignature(const ModelInfo& info,
+                                         const CompiledModel::InputShapes& input_shapes) {
+  if (input_shapes.size() != info.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(info.path, ": expected ", info.inputs.size(),
+                                                   " input shapes, got ", input_shapes.size()));
+  }
+  int64_t batch = -1;
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    const TensorInfo& t = info.inputs[i];
+    if (!t.shape.empty() && t.shape[0] < 0 && !input_shapes[i].empty()) {
+      batch = input_shapes[i][0];
+      break;
+    }
+  }
+  if (batch < 0) batch = 1;
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    std::vector<int64_t> want = info.inputs[i].shape;
+    for (size_t d = 0; d < want.size(); ++d) {
+      if (want[d] < 0) {
+        if (d > 0) {
+          return absl::UnimplementedError(absl::StrCat(info.path, ": input '", info.inputs[i].name,
+                                                       "' has dynamic dim ", d,
+                                                       ", which this model does not run"));
+        }
+        want[d] = batch;
+      }
+    }
+    if (want != input_shapes[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          info.path, ": input '", info.inputs[i].name, "' is ", kernels::ShapeToString(want),
+          " at batch ", batch, ", got ", kernels::ShapeToString(input_shapes[i])));
+    }
+  }
+  return batch;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> CompiledModel::OutputShapes(
+    const InputShapes& input_shapes) const {
+  auto batch = BatchOfSignature(info(), input_shapes);
+  if (!batch.ok()) return batch.status();
+  std::vector<std::vector<int64_t>> shapes = OutputShapes(*batch);
+  if (shapes.empty() && !info().outputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(info().path, ": cannot run at batch ", *batch));
+  }
+  return shapes;
+}
+
+absl::Status CompiledModel::Run(const InputShapes& input_shapes,
+                                const std::vector<const void*>& inputs,
+                                const std::vector<void*>& outputs) {
+  auto batch = BatchOfSignature(info(), input_shapes);
+  if (!batch.ok()) return batch.status();
+  return Run(*batch, inputs, outputs);
+}
+
+absl::Status CompiledModel::CheckBufferSizes(const InputShapes& input_shapes,
+                                             const std::vector<size_t>& input_bytes,
+                                             const std::vector<size_t>& output_bytes) const {
+  auto batch = BatchOfSignature(info(), input_shapes);
+  if (!batch.ok()) return batch.status();
+  return CheckBufferSizes(*batch, input_bytes, output_bytes);
+}
+
+absl::StatusOr<int64_t> CompiledModel::ActivationBytes(const InputShapes& input_shapes) {
+  auto batch = BatchOfSignature(info(), input_shapes);
+  if (!batch.ok()) return batch.status();
+  return ActivationBytes(*batch);
 }
 
 }  // namespace numaserve::engine

@@ -85,11 +85,21 @@ class CompiledModelImpl final : public CompiledModel {
   absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const override {
     return executor_->PlanAt(batch);
   }
+  absl::StatusOr<std::vector<PlannedStep>> PlanAt(const InputShapes& input_shapes) const override {
+    return executor_->PlanAt(input_shapes);
+  }
   absl::StatusOr<int64_t> ActivationBytes(int64_t batch) override {
     return executor_->ActivationBytes(batch);
   }
+  absl::StatusOr<int64_t> ActivationBytes(const InputShapes& input_shapes) override {
+    return executor_->ActivationBytes(input_shapes);
+  }
   std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const override {
     return executor_->OutputShapes(batch);
+  }
+  absl::StatusOr<std::vector<std::vector<int64_t>>> OutputShapes(
+      const InputShapes& input_shapes) const override {
+    return executor_->OutputShapes(input_shapes);
   }
   BatchPlanCache CachedBatchPlans() const override {
     return {executor_->cached_plans(), executor_->arena_bytes()};
@@ -98,9 +108,18 @@ class CompiledModelImpl final : public CompiledModel {
                    const std::vector<void*>& outputs) override {
     return executor_->Run(batch, inputs, outputs);
   }
+  absl::Status Run(const InputShapes& input_shapes, const std::vector<const void*>& inputs,
+                   const std::vector<void*>& outputs) override {
+    return executor_->Run(input_shapes, inputs, outputs);
+  }
   absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
                                 const std::vector<size_t>& output_bytes) const override {
     return executor_->CheckBufferSizes(batch, input_bytes, output_bytes);
+  }
+  absl::Status CheckBufferSizes(const InputShapes& input_shapes,
+                                const std::vector<size_t>& input_bytes,
+                                const std::vector<size_t>& output_bytes) const override {
+    return executor_->CheckBufferSizes(input_shapes, input_bytes, output_bytes);
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -307,6 +326,16 @@ class CompiledModelImpl final : public CompiledModel {
   // a graph output; -1 otherwise.
   int SoleConsumer(ValueId v, const char* op_type,
                    const std::vector<std::vector<int>>& consumers) const;
+  // Shape-polymorphic models (dynamic dims besides dim 0): the plan is
+  // lowered at the first probe (shapes1, ProbeInputShapes(0)) and runs at
+  // every signature, so a lowering choice that depends on sizes must hold
+  // at the second probe too (probe2_). SameShapes: a and b have equal
+  // shapes at both probes (at the first alone otherwise).
+  bool SameShapes(const std::vector<Shape>& shapes1, ValueId a, ValueId b) const;
+  // Whether a conv or pool window resolved at shapes1 is the same at the
+  // second probe (its pads follow the input's size under auto_pad SAME_*).
+  bool WindowHolds(const Node& node, ValueId x, const std::vector<int64_t>& kernel,
+                   const kernels::WindowParams& window) const;
 
   Graph graph_;
   ModelInfo info_;
@@ -331,6 +360,8 @@ class CompiledModelImpl final : public CompiledModel {
   // steps on the FP32 path (DescribeInt8Kernels).
   std::string int8_kernels_note_;
   bool unavailable_logged_[std::size(kernels::kAllGemmBackends)] = {};  // by GemmBackend
+  bool polymorphic_ = false;   // HasDynamicNonBatchDims(graph_)
+  std::vector<Shape> probe2_;  // polymorphic_: every value's shape at ProbeInputShapes(1)
   // Runs plan_ once Compile has made it; freed before plan_'s steps.
   std::unique_ptr<runtime::Executor> executor_;
 };

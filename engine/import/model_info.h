@@ -16,8 +16,9 @@ class Graph;  // engine/ir/graph.h
 // ("model.onnx: node 'conv1' uses unsupported op Conv").
 absl::StatusOr<ModelInfo> InspectModel(const std::string& path);
 
-// Output shapes come from propagating concrete shapes at batch 1 and 2:
-// a dim that follows the batch is reported as -1. Whether requests may be
+// Output shapes come from propagating concrete shapes at batch 1 and 2
+// (ProbeInputShapes: other dynamic dims at kProbeDims): a dim that follows
+// the batch or another dynamic dim is reported as -1. Whether requests may be
 // batched together comes from DescribeBatching (engine/ops/shape_propagation.h).
 absl::StatusOr<ModelInfo> DescribeGraph(const Graph& graph, const std::string& path);
 

@@ -175,8 +175,11 @@ void ReadValueInfo(const onnx::ValueInfoProto& info, Value& value) {
   if (!tt.has_shape()) return;
   value.has_shape = true;
   value.shape.clear();
+  value.dim_names.clear();
   for (const auto& dim : tt.shape().dim()) {
-    value.shape.push_back(dim.has_dim_value() && dim.dim_value() >= 0 ? dim.dim_value() : -1);
+    const bool fixed = dim.has_dim_value() && dim.dim_value() >= 0;
+    value.shape.push_back(fixed ? dim.dim_value() : -1);
+    value.dim_names.push_back(!fixed && dim.has_dim_param() ? dim.dim_param() : std::string());
   }
 }
 
@@ -591,15 +594,14 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOpti
     if (!v.has_shape) {
       return absl::InvalidArgumentError(absl::StrCat("input '", in.name(), "' has no shape"));
     }
-    for (size_t d = 1; d < v.shape.size(); ++d) {
-      if (v.shape[d] < 0) {
-        return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' has dynamic dim ", d,
-                                                     "; only dim 0 (the batch) may be dynamic"));
-      }
-    }
-    // One row must fit the limit per tensor (the batch is checked per run).
+    // Any dim may be dynamic (dim 0 is the batch; the others, such as a
+    // sequence length or an image's height, are given per run with the
+    // input shapes). What is fixed must fit the limit per tensor with every
+    // dynamic dim at 1 (the sizes of a run are checked per run).
     Shape row = v.shape;
-    if (!row.empty() && row[0] < 0) row[0] = 1;
+    for (int64_t& d : row) {
+      if (d < 0) d = 1;
+    }
     if (auto n = kernels::NumElementsChecked(row); !n.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", in.name(), "': ", n.status().message()));
@@ -638,9 +640,14 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOpti
     if (!NeedsTypedRun(graph, node)) continue;
     if (absl::Status s = CheckTypedNode(graph, node); !s.ok()) return s;
   }
-  // Validates every shape at a concrete batch (Reshape targets, broadcasts).
-  if (auto shapes = PropagateShapes(graph, InputShapesForBatch(graph, 1)); !shapes.ok()) {
-    return shapes.status();
+  // Validates every shape at a concrete batch (Reshape targets, broadcasts),
+  // other dynamic dims at kProbeDims[0] (a signature of its own is checked
+  // when it first runs).
+  if (auto shapes = PropagateShapes(graph, ProbeInputShapes(graph, 0)); !shapes.ok()) {
+    if (!HasDynamicNonBatchDims(graph)) return shapes.status();
+    return absl::Status(shapes.status().code(),
+                        absl::StrCat("at batch 1, other dynamic dims ", kProbeDims[0], ": ",
+                                     shapes.status().message()));
   }
   return graph;
 }

@@ -23,10 +23,15 @@ inline constexpr ValueId kNoValue = -1;  // an omitted optional input
 struct Value {
   std::string name;
   DataType type = DataType::kUnknown;
-  // -1 where the dimension is dynamic (only dim 0 of graph inputs/outputs,
-  // the batch). Empty with has_shape false when not known.
+  // -1 where the dimension is dynamic (graph inputs and outputs: dim 0 is
+  // the batch, any other may be dynamic too). Empty with has_shape false
+  // when not known.
   Shape shape;
   bool has_shape = false;
+  // By dim of `shape` (graph inputs and outputs): the ONNX dim_param naming
+  // a dynamic dim ("seq"), "" for a fixed dim or a dynamic one without a
+  // name. Dims of one name have one size in every run.
+  std::vector<std::string> dim_names;
 };
 
 // A constant tensor (initializer). FP32 data lives in `f32`; every other

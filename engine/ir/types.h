@@ -36,9 +36,17 @@ size_t DataTypeSize(DataType type);                  // bytes per element, 0 if 
 struct TensorInfo {
   std::string name;
   DataType type = DataType::kUnknown;
-  // -1 where the dimension is dynamic: dim 0 of an input (its rows), any dim
-  // of an output whose size follows the rows.
+  // -1 where the dimension is dynamic: dim 0 of an input (its rows) or any
+  // other dim of an input (a sequence length, an image's height: the model
+  // runs at input shapes given per run, CompiledModel's InputShapes), any
+  // dim of an output whose size follows a dynamic dim (or that shape
+  // propagation cannot tell).
   std::vector<int64_t> shape;
+  // By dim of `shape` (as many): the ONNX dim_param of a
+  // dynamic dim ("seq"), "" for a fixed dim or an unnamed one. Dims of one
+  // name, in any input, have one size in every run; unnamed dynamic dims
+  // other than dim 0 are independent.
+  std::vector<std::string> dim_names;
 };
 
 struct ModelInfo {

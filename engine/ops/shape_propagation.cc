@@ -3,6 +3,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -25,6 +26,152 @@ std::vector<Shape> InputShapesForBatch(const Graph& graph, int64_t batch) {
     shapes.push_back(std::move(s));
   }
   return shapes;
+}
+
+bool HasDynamicNonBatchDims(const Graph& graph) {
+  for (ValueId id : graph.inputs()) {
+    const Shape& s = graph.value(id).shape;
+    for (size_t d = 1; d < s.size(); ++d) {
+      if (s[d] < 0) return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// The names of dynamic dims other than dims 0 (a dim 0 of one of these
+// names is not the batch: pos [seq, hidden] beside x [batch, seq, hidden]).
+std::set<std::string> NonBatchDimNames(const Graph& graph) {
+  std::set<std::string> names;
+  for (ValueId id : graph.inputs()) {
+    const Value& v = graph.value(id);
+    for (size_t d = 1; d < v.dim_names.size() && d < v.shape.size(); ++d) {
+      if (v.shape[d] < 0 && !v.dim_names[d].empty()) names.insert(v.dim_names[d]);
+    }
+  }
+  return names;
+}
+
+// Whether dynamic dim `d` of `v` is the batch: a dim 0, unnamed or of a
+// name no other dim has.
+bool IsBatchDim(const Value& v, size_t d, const std::set<std::string>& non_batch_names) {
+  if (d != 0) return false;
+  return d >= v.dim_names.size() || v.dim_names[d].empty() ||
+         !non_batch_names.contains(v.dim_names[d]);
+}
+
+}  // namespace
+
+std::vector<Shape> ProbeInputShapes(const Graph& graph, int which) {
+  const std::set<std::string> non_batch = NonBatchDimNames(graph);
+  std::vector<Shape> shapes;
+  for (ValueId id : graph.inputs()) {
+    const Value& v = graph.value(id);
+    Shape s = v.shape;
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (s[d] < 0) s[d] = IsBatchDim(v, d, non_batch) ? which + 1 : kProbeDims[which];
+    }
+    shapes.push_back(std::move(s));
+  }
+  return shapes;
+}
+
+namespace {
+
+// "dim 1 ('seq')", "dim 1", "dim 0 (the batch)".
+std::string DimLabel(const Value& v, size_t d) {
+  const bool named = d < v.dim_names.size() && !v.dim_names[d].empty();
+  if (named) return absl::StrCat("dim ", d, " ('", v.dim_names[d], "')");
+  return d == 0 ? std::string("dim 0 (the batch)") : absl::StrCat("dim ", d);
+}
+
+}  // namespace
+
+std::string DimNameSuffix(const TensorInfo& t, size_t d) {
+  return d < t.dim_names.size() && !t.dim_names[d].empty()
+             ? absl::StrCat(" ('", t.dim_names[d], "')")
+             : std::string();
+}
+
+std::string DescribeSignature(const Graph& graph, const std::vector<Shape>& input_shapes) {
+  std::string out;
+  for (size_t i = 0; i < input_shapes.size() && i < graph.inputs().size(); ++i) {
+    absl::StrAppend(&out, i > 0 ? ", " : "", "'", graph.value(graph.inputs()[i]).name, "' ",
+                    kernels::ShapeToString(input_shapes[i]));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> CheckSignature(const Graph& graph,
+                                                    const std::vector<Shape>& input_shapes) {
+  if (input_shapes.size() != graph.inputs().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", graph.inputs().size(),
+                                                   " input shapes, got ", input_shapes.size()));
+  }
+  const std::set<std::string> non_batch = NonBatchDimNames(graph);
+  std::vector<int64_t> key{-1};
+  std::string batch_from;                                        // the input that set key[0]
+  std::map<std::string, std::pair<int64_t, std::string>> named;  // name -> size, where set
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    const Value& v = graph.value(graph.inputs()[i]);
+    const Shape& want = v.shape;
+    const Shape& got = input_shapes[i];
+    const std::string input = absl::StrCat("input '", v.name, "'");
+    if (got.size() != want.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(input, " has rank ", want.size(), " (", kernels::ShapeToString(want),
+                       "), got rank ", got.size(), " (", kernels::ShapeToString(got), ")"));
+    }
+    for (size_t d = 0; d < want.size(); ++d) {
+      const std::string dim = absl::StrCat(input, " ", DimLabel(v, d));
+      if (want[d] >= 0) {
+        if (got[d] != want[d]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(dim, " is fixed at ", want[d], ", got ", got[d]));
+        }
+        continue;
+      }
+      if (got[d] < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dim, " is dynamic: it must be >= 1, got ", got[d]));
+      }
+      if (got[d] > kernels::kMaxTensorElements) {
+        return absl::InvalidArgumentError(absl::StrCat(dim, " is ", got[d], ", above the limit of ",
+                                                       kernels::kMaxTensorElements,
+                                                       " elements per tensor"));
+      }
+      if (d < v.dim_names.size() && !v.dim_names[d].empty()) {
+        auto [it, inserted] = named.try_emplace(v.dim_names[d], got[d], dim);
+        if (!inserted && it->second.first != got[d]) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              dim, " is ", got[d], " but ", it->second.second, " is ", it->second.first));
+        }
+      }
+      if (IsBatchDim(v, d, non_batch)) {
+        if (key[0] >= 0 && key[0] != got[0]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(dim, " is ", got[0], " but ", batch_from, " is ", key[0]));
+        }
+        key[0] = got[0];
+        batch_from = dim;
+      } else {
+        key.push_back(got[d]);
+      }
+    }
+    if (auto n = kernels::NumElementsChecked(got); !n.ok()) {
+      // Named by its largest dynamic dim, the one a caller chose.
+      size_t largest = 0;
+      for (size_t d = 0; d < want.size(); ++d) {
+        if (want[d] < 0 && (want[largest] >= 0 || got[d] > got[largest])) largest = d;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(input, " ", kernels::ShapeToString(got), " (",
+                                                     DimLabel(v, largest), " = ", got[largest],
+                                                     "): ", n.status().message()));
+    }
+  }
+  if (key[0] < 0) key[0] = 1;
+  return key;
 }
 
 absl::StatusOr<std::vector<Shape>> PropagateShapes(const Graph& graph,
@@ -499,6 +646,19 @@ OutputShapeFn MakeOutputShapeFn(const Graph& graph) {
 }
 
 absl::Status DescribeBatching(const Graph& graph, ModelInfo* info) {
+  // A shape-polymorphic model runs at the input shapes of each request:
+  // requests are not batched together (yet), and its output shapes follow
+  // the whole signature, not a row count.
+  info->output_shapes_at = nullptr;
+  for (const TensorInfo& t : info->inputs) {
+    for (size_t d = 1; d < t.shape.size(); ++d) {
+      if (t.shape[d] >= 0) continue;
+      info->batched = false;
+      info->unbatched_reason = absl::StrCat("input '", t.name, "' has dynamic dim ", d,
+                                            DimNameSuffix(t, d), " besides the batch");
+      return absl::OkStatus();
+    }
+  }
   auto rows = CheckRowIndependence(graph);
   if (!rows.ok()) return rows.status();
   // Rows of several requests stack only where every input has them: a

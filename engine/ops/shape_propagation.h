@@ -17,6 +17,40 @@ namespace numaserve::engine {
 // The graph inputs' shapes at `batch` rows: dynamic dims (-1) become batch.
 std::vector<Shape> InputShapesForBatch(const Graph& graph, int64_t batch);
 
+// Whether an input has a dynamic dim other than dim 0 (a sequence length,
+// an image's height): such a model runs at input shapes given per run (a
+// signature), not at a batch size alone.
+bool HasDynamicNonBatchDims(const Graph& graph);
+
+// The two probes at which import, ModelInfo and the compiler look at a
+// model with dynamic dims: probe `which` (0 or 1) sets the batch to
+// which + 1 (batch 1, then 2) and every other dynamic dim to
+// kProbeDims[which]. The batch is a dynamic dim 0, unnamed or of a name
+// that no dim besides a dim 0 has (pos [seq, hidden] beside x [batch, seq,
+// hidden]: pos's dim 0 is 'seq', not the batch). A dim that differs between the two follows a
+// dynamic dim. Probe 0 of a model whose only dynamic dims are dims 0 is InputShapesForBatch(graph,
+// 1).
+inline constexpr int64_t kProbeDims[2] = {64, 96};
+std::vector<Shape> ProbeInputShapes(const Graph& graph, int which);
+
+// A signature: every input's concrete shape for one run. CheckSignature
+// checks it against the graph's inputs before anything of its size is
+// allocated: as many shapes as inputs, each of the input's rank, its fixed
+// dims as declared, its dynamic dims >= 1, every batch dim one size (as
+// for ProbeInputShapes), the dims of one name (dim_param) one size, and each input
+// within kernels::kMaxTensorElements. INVALID_ARGUMENT naming the input and
+// the dim otherwise. Its key: {batch (1 without a dynamic dim 0), then
+// every other dynamic dim in input order}; a model whose only dynamic dims
+// are dims 0 has the key {batch}, its batch size.
+absl::StatusOr<std::vector<int64_t>> CheckSignature(const Graph& graph,
+                                                    const std::vector<Shape>& input_shapes);
+
+// " ('seq')" where dim `d` of `t` has a name; "" otherwise.
+std::string DimNameSuffix(const TensorInfo& t, size_t d);
+
+// "'x' [2,128,768], 'mask' [2,128]": a signature in messages.
+std::string DescribeSignature(const Graph& graph, const std::vector<Shape>& input_shapes);
+
 // Shapes indexed by ValueId; values never computed have an empty shape.
 absl::StatusOr<std::vector<Shape>> PropagateShapes(const Graph& graph,
                                                    const std::vector<Shape>& input_shapes);

@@ -23,7 +23,20 @@
 namespace numaserve::engine::runtime {
 
 Executor::Executor(const ExecutionPlan* plan, const dnnl::engine& engine)
-    : plan_(*plan), graph_(*plan->graph), stream_(engine) {}
+    : plan_(*plan), graph_(*plan->graph), stream_(engine) {
+  // A model with a dynamic dim besides dim 0 has no shape at a batch size
+  // alone: its runs name their input shapes.
+  for (ValueId id : graph_.inputs()) {
+    const Value& v = graph_.value(id);
+    for (size_t d = 1; d < v.shape.size() && batch_refusal_.empty(); ++d) {
+      if (v.shape[d] >= 0) continue;
+      const bool named = d < v.dim_names.size() && !v.dim_names[d].empty();
+      batch_refusal_ = absl::StrCat("input '", v.name, "' has dynamic dim ", d,
+                                    named ? absl::StrCat(" ('", v.dim_names[d], "')") : "",
+                                    ": run it at input shapes, not at a batch size");
+    }
+  }
+}
 
 Executor::~Executor() { PrintProfile(); }
 
@@ -38,8 +51,10 @@ void Executor::SetProfiling(bool on) {
   }
 }
 
-absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
-  auto it = per_batch_.find(batch);
+absl::StatusOr<BatchState*> Executor::GetState(const std::vector<int64_t>& key,
+                                               const std::vector<Shape>* input_shapes) {
+  const int64_t batch = key[0];
+  auto it = per_batch_.find(key);
   if (it != per_batch_.end()) {
     it->second.last_used = ++use_clock_;
     // Nothing points into the arena between runs (BindData points every
@@ -51,8 +66,14 @@ absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
     }
     return &it->second;
   }
-  auto shapes = PropagateShapes(graph_, InputShapesForBatch(graph_, batch));
-  if (!shapes.ok()) return shapes.status();
+  auto shapes = PropagateShapes(
+      graph_, input_shapes != nullptr ? *input_shapes : InputShapesForBatch(graph_, batch));
+  if (!shapes.ok()) {
+    if (input_shapes == nullptr) return shapes.status();
+    return absl::Status(shapes.status().code(),
+                        absl::StrCat("at input shapes ", DescribeSignature(graph_, *input_shapes),
+                                     ": ", shapes.status().message()));
+  }
   BatchState state;
   state.batch = batch;
   state.shapes = *std::move(shapes);
@@ -61,10 +82,14 @@ absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
   // Refused before anything of its size is allocated or prepared.
   if (plan_.max_activation_bytes > 0 && state.arena_bytes > plan_.max_activation_bytes) {
     constexpr double kMiB = 1 << 20;
+    const std::string what =
+        input_shapes == nullptr
+            ? absl::StrFormat("a batch of %d rows", batch)
+            : absl::StrCat("input shapes ", DescribeSignature(graph_, *input_shapes));
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "a batch of %d rows needs %d activation bytes (%.1f MiB), above the limit of %d "
+        "%s needs %d activation bytes (%.1f MiB), above the limit of %d "
         "(%.1f MiB, max_activation_bytes)",
-        batch, state.arena_bytes, static_cast<double>(state.arena_bytes) / kMiB,
+        what, state.arena_bytes, static_cast<double>(state.arena_bytes) / kMiB,
         plan_.max_activation_bytes, static_cast<double>(plan_.max_activation_bytes) / kMiB));
   }
   EvictBatchPlans();
@@ -74,10 +99,30 @@ absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
   PlanStepCosts(plan_, state);
   if (absl::Status s = PrepareSteps(state); !s.ok()) return s;
   state.last_used = ++use_clock_;
-  return &per_batch_.emplace(batch, std::move(state)).first->second;
+  return &per_batch_.emplace(key, std::move(state)).first->second;
+}
+
+absl::StatusOr<BatchState*> Executor::GetBatchState(int64_t batch) {
+  batch_key_.assign(1, batch);  // no allocation after the first
+  return GetState(batch_key_, nullptr);
+}
+
+absl::StatusOr<int64_t> Executor::ActivationBytes(const std::vector<Shape>& input_shapes) {
+  auto key = CheckSignature(graph_, input_shapes);
+  if (!key.ok()) return Named(key.status());
+  auto state = GetState(*key, &input_shapes);
+  if (!state.ok()) return state.status();
+  return (*state)->arena_bytes;
+}
+
+absl::Status Executor::Named(const absl::Status& s) const {
+  return absl::Status(s.code(), absl::StrCat(plan_.name, ": ", s.message()));
 }
 
 absl::StatusOr<int64_t> Executor::ActivationBytes(int64_t batch) {
+  if (!batch_refusal_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(plan_.name, ": ", batch_refusal_));
+  }
   auto state = GetBatchState(batch);
   if (!state.ok()) return state.status();
   return (*state)->arena_bytes;
@@ -159,13 +204,14 @@ bool Executor::DropIdlePlans() {
   return dropped;
 }
 
-void Executor::DropPlan(std::map<int64_t, BatchState>::iterator it) {
+void Executor::DropPlan(std::map<std::vector<int64_t>, BatchState>::iterator it) {
   if (last_state_ == &it->second) last_state_ = nullptr;
   per_batch_.erase(it);
 }
 
 std::vector<std::vector<int64_t>> Executor::OutputShapes(int64_t batch) const {
-  auto it = per_batch_.find(batch);
+  if (!batch_refusal_.empty()) return {};
+  auto it = per_batch_.find(std::vector<int64_t>{batch});
   std::vector<Shape> shapes;
   if (it != per_batch_.end()) {
     shapes = it->second.shapes;
@@ -177,6 +223,29 @@ std::vector<std::vector<int64_t>> Executor::OutputShapes(int64_t batch) const {
   std::vector<std::vector<int64_t>> out;
   for (ValueId v : graph_.outputs()) out.push_back(shapes[v]);
   return out;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> Executor::OutputShapes(
+    const std::vector<Shape>& input_shapes) const {
+  auto key = CheckSignature(graph_, input_shapes);
+  if (!key.ok()) return Named(key.status());
+  auto shapes = ValueShapes(*key, input_shapes);
+  if (!shapes.ok()) return shapes.status();
+  std::vector<std::vector<int64_t>> out;
+  for (ValueId v : graph_.outputs()) out.push_back((*shapes)[v]);
+  return out;
+}
+
+absl::StatusOr<std::vector<Shape>> Executor::ValueShapes(
+    const std::vector<int64_t>& key, const std::vector<Shape>& input_shapes) const {
+  if (auto it = per_batch_.find(key); it != per_batch_.end()) return it->second.shapes;
+  auto shapes = PropagateShapes(graph_, input_shapes);
+  if (!shapes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(plan_.name, ": cannot run at input shapes ",
+                                                   DescribeSignature(graph_, input_shapes), ": ",
+                                                   shapes.status().message()));
+  }
+  return shapes;
 }
 
 template <bool kProfile>
@@ -271,6 +340,9 @@ absl::Status Executor::RunSteps(const StepContext& ctx, BatchState& state) {
 }
 
 absl::Status Executor::CheckBatch(int64_t batch) const {
+  if (!batch_refusal_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(plan_.name, ": ", batch_refusal_));
+  }
   bool dynamic = false;
   for (ValueId v : graph_.inputs()) {
     dynamic |= !graph_.value(v).shape.empty() && graph_.value(v).shape[0] < 0;
@@ -286,6 +358,28 @@ absl::Status Executor::CheckBatch(int64_t batch) const {
 absl::Status Executor::CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
                                         const std::vector<size_t>& output_bytes) const {
   if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
+  const std::vector<Shape> in_shapes = InputShapesForBatch(graph_, batch);
+  const auto it = per_batch_.find(std::vector<int64_t>{batch});
+  return CheckSizes(absl::StrCat(batch, " rows"), in_shapes,
+                    it != per_batch_.end() ? &it->second.shapes : nullptr, input_bytes,
+                    output_bytes);
+}
+
+absl::Status Executor::CheckBufferSizes(const std::vector<Shape>& input_shapes,
+                                        const std::vector<size_t>& input_bytes,
+                                        const std::vector<size_t>& output_bytes) const {
+  auto key = CheckSignature(graph_, input_shapes);
+  if (!key.ok()) return Named(key.status());
+  const auto it = per_batch_.find(*key);
+  return CheckSizes("these input shapes", input_shapes,
+                    it != per_batch_.end() ? &it->second.shapes : nullptr, input_bytes,
+                    output_bytes);
+}
+
+absl::Status Executor::CheckSizes(const std::string& at, const std::vector<Shape>& in_shapes,
+                                  const std::vector<Shape>* planned,
+                                  const std::vector<size_t>& input_bytes,
+                                  const std::vector<size_t>& output_bytes) const {
   if (input_bytes.size() != graph_.inputs().size() ||
       output_bytes.size() != graph_.outputs().size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -304,37 +398,33 @@ absl::Status Executor::CheckBufferSizes(int64_t batch, const std::vector<size_t>
     }
     return static_cast<size_t>(n);
   };
-  const std::vector<Shape> in_shapes = InputShapesForBatch(graph_, batch);
+  auto mismatch = [&](const char* kind, ValueId v, const Shape& shape, std::optional<size_t> want,
+                      size_t have) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kind, " '", graph_.value(v).name, "' at ", at, " is ",
+                     kernels::ShapeToString(shape), " of ", DataTypeName(RuntimeType(graph_, v)),
+                     want ? absl::StrCat(" (", *want, " bytes)") : std::string(" (too large)"),
+                     "; its buffer holds ", have, " bytes"));
+  };
   for (size_t i = 0; i < input_bytes.size(); ++i) {
     const ValueId v = graph_.inputs()[i];
     const auto want = bytes_of(in_shapes[i], v);
     if (!want || *want != input_bytes[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", graph_.value(v).name, "' at ", batch, " rows is ",
-                       absl::StrCat("[", absl::StrJoin(in_shapes[i], ","), "]"), " of ",
-                       DataTypeName(RuntimeType(graph_, v)),
-                       want ? absl::StrCat(" (", *want, " bytes)") : std::string(" (too large)"),
-                       "; its buffer holds ", input_bytes[i], " bytes"));
+      return mismatch("input", v, in_shapes[i], want, input_bytes[i]);
     }
   }
-  const auto it = per_batch_.find(batch);
-  absl::StatusOr<std::vector<Shape>> shapes =
-      it != per_batch_.end() ? absl::StatusOr<std::vector<Shape>>(it->second.shapes)
-                             : PropagateShapes(graph_, in_shapes);
+  absl::StatusOr<std::vector<Shape>> shapes = planned != nullptr
+                                                  ? absl::StatusOr<std::vector<Shape>>(*planned)
+                                                  : PropagateShapes(graph_, in_shapes);
   if (!shapes.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(plan_.name, ": cannot run at ", batch, " rows: ", shapes.status().message()));
+        absl::StrCat(plan_.name, ": cannot run at ", at, ": ", shapes.status().message()));
   }
   for (size_t j = 0; j < output_bytes.size(); ++j) {
     const ValueId v = graph_.outputs()[j];
     const auto want = bytes_of((*shapes)[v], v);
     if (!want || *want != output_bytes[j]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output '", graph_.value(v).name, "' at ", batch, " rows is ",
-                       absl::StrCat("[", absl::StrJoin((*shapes)[v], ","), "]"), " of ",
-                       DataTypeName(RuntimeType(graph_, v)),
-                       want ? absl::StrCat(" (", *want, " bytes)") : std::string(" (too large)"),
-                       "; its buffer holds ", output_bytes[j], " bytes"));
+      return mismatch("output", v, (*shapes)[v], want, output_bytes[j]);
     }
   }
   return absl::OkStatus();
@@ -371,9 +461,8 @@ void Executor::BindData(const std::vector<const void*>& inputs, const std::vecto
   for (ValueId v = 0; v < graph_.num_values(); ++v) data[v] = data[plan_.root[v]];
 }
 
-absl::Status Executor::Run(int64_t batch, const std::vector<const void*>& inputs,
-                           const std::vector<void*>& outputs) {
-  if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
+absl::Status Executor::CheckBuffers(const std::vector<const void*>& inputs,
+                                    const std::vector<void*>& outputs) const {
   if (inputs.size() != graph_.inputs().size() || outputs.size() != graph_.outputs().size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         plan_.name, ": expected ", graph_.inputs().size(), " inputs and ", graph_.outputs().size(),
@@ -385,11 +474,33 @@ absl::Status Executor::Run(int64_t batch, const std::vector<const void*>& inputs
   for (const void* p : outputs) {
     if (p == nullptr) return absl::InvalidArgumentError("null output buffer");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Run(int64_t batch, const std::vector<const void*>& inputs,
+                           const std::vector<void*>& outputs) {
+  if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
+  if (absl::Status s = CheckBuffers(inputs, outputs); !s.ok()) return s;
   if (plan_.num_threads > 0) omp_set_num_threads(plan_.num_threads);
   auto state_or = GetBatchState(batch);
   if (!state_or.ok()) return state_or.status();
-  BatchState& state = **state_or;
+  return RunState(**state_or, inputs, outputs);
+}
 
+absl::Status Executor::Run(const std::vector<Shape>& input_shapes,
+                           const std::vector<const void*>& inputs,
+                           const std::vector<void*>& outputs) {
+  auto key = CheckSignature(graph_, input_shapes);
+  if (!key.ok()) return Named(key.status());
+  if (absl::Status s = CheckBuffers(inputs, outputs); !s.ok()) return s;
+  if (plan_.num_threads > 0) omp_set_num_threads(plan_.num_threads);
+  auto state_or = GetState(*key, &input_shapes);
+  if (!state_or.ok()) return state_or.status();
+  return RunState(**state_or, inputs, outputs);
+}
+
+absl::Status Executor::RunState(BatchState& state, const std::vector<const void*>& inputs,
+                                const std::vector<void*>& outputs) {
   BindData(inputs, outputs, state);
   const std::vector<float*>& data = state.data;
   const StepContext ctx{stream_, state.shapes, data};
@@ -464,10 +575,22 @@ std::vector<StepProfile> Executor::Profile() const {
 }
 
 absl::StatusOr<std::vector<PlannedStep>> Executor::PlanAt(int64_t batch) const {
-  auto it = per_batch_.find(batch);
+  return PlanAtKey(std::vector<int64_t>{batch}, absl::StrCat("batch ", batch));
+}
+
+absl::StatusOr<std::vector<PlannedStep>> Executor::PlanAt(
+    const std::vector<Shape>& input_shapes) const {
+  auto key = CheckSignature(graph_, input_shapes);
+  if (!key.ok()) return Named(key.status());
+  return PlanAtKey(*key, absl::StrCat("input shapes ", DescribeSignature(graph_, input_shapes)));
+}
+
+absl::StatusOr<std::vector<PlannedStep>> Executor::PlanAtKey(const std::vector<int64_t>& key,
+                                                             const std::string& at) const {
+  auto it = per_batch_.find(key);
   if (it == per_batch_.end() || !it->second.ran) {
     return absl::FailedPreconditionError(
-        absl::StrCat("no run at batch ", batch, " yet: implementations are known after one"));
+        absl::StrCat("no run at ", at, " yet: implementations are known after one"));
   }
   const BatchState& state = it->second;
   std::vector<PlannedStep> plan;

@@ -1,5 +1,6 @@
 // Executor: runs an ExecutionPlan (plan.h). It keeps the plans of the most
-// recently run batch sizes (batch_plan.h) and the activation arena they
+// recently run signatures (batch_plan.h; a signature is every input's
+// shape, for most models the batch size alone) and the activation arena they
 // share, points every value at its bytes, runs the steps in order (the
 // leading ones slice by slice when the batch is split, small ones on the
 // calling thread alone) and, while profiling, times each step. What the
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,18 +40,32 @@ class Executor {
   // for graph output j (CompiledModel::Run).
   absl::Status Run(int64_t batch, const std::vector<const void*>& inputs,
                    const std::vector<void*>& outputs);
+  // Runs at these input shapes (CheckSignature's rules; CompiledModel::Run).
+  absl::Status Run(const std::vector<Shape>& input_shapes, const std::vector<const void*>& inputs,
+                   const std::vector<void*>& outputs);
   // CompiledModel::CheckBufferSizes.
   absl::Status CheckBufferSizes(int64_t batch, const std::vector<size_t>& input_bytes,
                                 const std::vector<size_t>& output_bytes) const;
+  absl::Status CheckBufferSizes(const std::vector<Shape>& input_shapes,
+                                const std::vector<size_t>& input_bytes,
+                                const std::vector<size_t>& output_bytes) const;
   // Every graph output's shape at `batch` rows; empty when it cannot run there.
   std::vector<std::vector<int64_t>> OutputShapes(int64_t batch) const;
-  // The arena bytes the plan at `batch` needs (planning it if new).
+  // At these input shapes; INVALID_ARGUMENT naming why it cannot run there.
+  absl::StatusOr<std::vector<std::vector<int64_t>>> OutputShapes(
+      const std::vector<Shape>& input_shapes) const;
+  // The arena bytes the plan at `batch` (at these input shapes) needs,
+  // planning it if new.
   absl::StatusOr<int64_t> ActivationBytes(int64_t batch);
-  // Batch sizes with a plan now, and the arena's bytes.
+  absl::StatusOr<int64_t> ActivationBytes(const std::vector<Shape>& input_shapes);
+  // Signatures (batch sizes) with a plan now, and the arena's bytes.
   int64_t cached_plans() const { return static_cast<int64_t>(per_batch_.size()); }
   int64_t arena_bytes() const { return arena_bytes_; }
   // The steps as they ran at `batch` (FAILED_PRECONDITION before a Run there).
   absl::StatusOr<std::vector<PlannedStep>> PlanAt(int64_t batch) const;
+  // At these input shapes (FAILED_PRECONDITION before a run there, or once
+  // its plan was dropped).
+  absl::StatusOr<std::vector<PlannedStep>> PlanAt(const std::vector<Shape>& input_shapes) const;
 
   // Profiling (CompiledModel::SetProfiling and the rest).
   void SetProfiling(bool on);
@@ -82,11 +98,36 @@ class Executor {
   };
 
   // OK when `batch` is a row count Run takes: >= 1 when an input has a
-  // dynamic dim 0, else 1.
+  // dynamic dim 0, else 1; never for a model with other dynamic dims.
   absl::Status CheckBatch(int64_t batch) const;
-  // The state of `batch`, planned and prepared when new; RESOURCE_EXHAUSTED
-  // when its plan needs more than plan.max_activation_bytes.
+  // The state of the signature `key` (CheckSignature's), planned and
+  // prepared when new, at `input_shapes` (null: InputShapesForBatch at
+  // key[0]); RESOURCE_EXHAUSTED when its plan needs more than
+  // plan.max_activation_bytes.
+  absl::StatusOr<BatchState*> GetState(const std::vector<int64_t>& key,
+                                       const std::vector<Shape>* input_shapes);
+  // GetState at `batch` rows, its key built in batch_key_ (no allocation).
   absl::StatusOr<BatchState*> GetBatchState(int64_t batch);
+  // Every value's shape at signature `key` (its plan's, else propagated).
+  absl::StatusOr<std::vector<Shape>> ValueShapes(const std::vector<int64_t>& key,
+                                                 const std::vector<Shape>& input_shapes) const;
+  // CheckBufferSizes at `in_shapes` (`at` names them in errors), with the
+  // value shapes of their plan where there is one.
+  absl::Status CheckSizes(const std::string& at, const std::vector<Shape>& in_shapes,
+                          const std::vector<Shape>* planned, const std::vector<size_t>& input_bytes,
+                          const std::vector<size_t>& output_bytes) const;
+  // As many non-null buffers as inputs and outputs.
+  absl::Status CheckBuffers(const std::vector<const void*>& inputs,
+                            const std::vector<void*>& outputs) const;
+  // Binds and runs the steps of `state`, then copies the outputs not
+  // written in place.
+  absl::Status RunState(BatchState& state, const std::vector<const void*>& inputs,
+                        const std::vector<void*>& outputs);
+  // PlanAt of the signature `key`, named `at` in the error.
+  absl::StatusOr<std::vector<PlannedStep>> PlanAtKey(const std::vector<int64_t>& key,
+                                                     const std::string& at) const;
+  // `s` with the model's name in front.
+  absl::Status Named(const absl::Status& s) const;
   // Sizes arena_ for the plans kept and one of `arena_bytes` (for `batch`,
   // in the error): it grows to the largest, and with `shrink` (idle plans
   // were dropped) it is mapped again at that size when it is more than twice
@@ -100,7 +141,7 @@ class Executor {
   // when it dropped any.
   bool DropIdlePlans();
   // Forgets the plan at `it` (and the profile's pointer to it).
-  void DropPlan(std::map<int64_t, BatchState>::iterator it);
+  void DropPlan(std::map<std::vector<int64_t>, BatchState>::iterator it);
   // Points every value at its bytes for this Run.
   void BindData(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                 BatchState& state) const;
@@ -117,9 +158,15 @@ class Executor {
   const ExecutionPlan& plan_;
   const Graph& graph_;
   dnnl::stream stream_;
-  // At most plan_.batch_plans, the least recently used dropped first, and
-  // none idle for more than plan_.batch_plan_idle_runs runs.
-  std::map<int64_t, BatchState> per_batch_;
+  // By signature key (CheckSignature: {batch} for a model whose only
+  // dynamic dims are dims 0): at most plan_.batch_plans, the least recently
+  // used dropped first, and none idle for more than
+  // plan_.batch_plan_idle_runs runs.
+  std::map<std::vector<int64_t>, BatchState> per_batch_;
+  std::vector<int64_t> batch_key_;  // Run(batch)'s key, reused
+  // Why Run(batch) cannot run this model (a dynamic dim besides dim 0);
+  // empty where it can.
+  std::string batch_refusal_;
   uint64_t use_clock_ = 0;
   // The activation arena of every batch state (one Run at a time): at least
   // as large as the largest plan kept; at most twice as large right after

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "engine/ops/shape_propagation.h"
 #include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::engine {
@@ -123,13 +124,16 @@ TEST(OnnxImportTest, Int64InputIsAccepted) {
   EXPECT_EQ(graph->value(graph->inputs()[0]).type, DataType::kInt64);
 }
 
-TEST(OnnxImportTest, DynamicNonBatchDimIsRejected) {
+TEST(OnnxImportTest, DynamicNonBatchDimsAreImportedWithTheirNames) {
   OnnxModelBuilder b;
-  b.Input("x", {-1, -1}).Output("y", {-1, -1});
+  b.NamedInput("x", {-1, -1, kUnknownDim}, {"batch", "seq", ""}).Output("y", {-1, -1, kUnknownDim});
   b.Node("Relu", {"x"}, {"y"});
   auto graph = ImportOnnxModel(b.Save("dyn_dim1"));
-  ASSERT_FALSE(graph.ok());
-  EXPECT_THAT(std::string(graph.status().message()), HasSubstr("dynamic dim 1"));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const Value& x = graph->value(graph->inputs()[0]);
+  EXPECT_EQ(x.shape, (Shape{-1, -1, -1}));
+  EXPECT_EQ(x.dim_names, (std::vector<std::string>{"batch", "seq", ""}));
+  EXPECT_TRUE(HasDynamicNonBatchDims(*graph));
 }
 
 TEST(OnnxImportTest, CheckerFailureBecomesAStatus) {

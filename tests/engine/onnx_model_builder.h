@@ -40,6 +40,26 @@ class OnnxModelBuilder {
     return *this;
   }
 
+  // As Input, with dim d named names[d] where that is not empty (an ONNX
+  // dim_param, dynamic: "seq"); kUnknownDim is a dynamic dim without a
+  // name, -1 the batch as above.
+  OnnxModelBuilder& NamedInput(const std::string& name, const std::vector<int64_t>& dims,
+                               const std::vector<std::string>& names,
+                               int32_t elem_type = onnx::TensorProto::FLOAT) {
+    onnx::ValueInfoProto* v = model_.mutable_graph()->add_input();
+    SetType(v, name, &dims, elem_type);
+    NameDims(v, names);
+    return *this;
+  }
+  OnnxModelBuilder& NamedOutput(const std::string& name, const std::vector<int64_t>& dims,
+                                const std::vector<std::string>& names,
+                                int32_t elem_type = onnx::TensorProto::FLOAT) {
+    onnx::ValueInfoProto* v = model_.mutable_graph()->add_output();
+    SetType(v, name, &dims, elem_type);
+    NameDims(v, names);
+    return *this;
+  }
+
   // The checker requires a shape on graph outputs; -1 is "batch" as above
   // and kUnknownDim a dim with neither value nor name.
   OnnxModelBuilder& Output(const std::string& name, const std::vector<int64_t>& dims,
@@ -157,6 +177,13 @@ class OnnxModelBuilder {
     std::mutex mu_;
     std::vector<std::string> paths_;
   };
+
+  static void NameDims(onnx::ValueInfoProto* v, const std::vector<std::string>& names) {
+    auto* shape = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (int d = 0; d < shape->dim_size() && d < static_cast<int>(names.size()); ++d) {
+      if (!names[d].empty()) shape->mutable_dim(d)->set_dim_param(names[d]);
+    }
+  }
 
   static void SetType(onnx::ValueInfoProto* v, const std::string& name,
                       const std::vector<int64_t>* dims, int32_t elem_type) {
