@@ -28,7 +28,23 @@ namespace {
 // server down.
 absl::StatusOr<engine::ModelInfo> InspectGuarded(const std::string& path) {
   try {
-    return engine::InspectModel(path);
+    auto info = engine::InspectModel(path);
+    if (!info.ok()) return info;
+    // The engine runs dynamic dims besides the batch (a sequence length, an
+    // image's height) at input shapes given per run; the server's requests,
+    // batching and metadata know dim 0 only, so such a model is refused
+    // here, by name, rather than served wrongly.
+    for (const engine::TensorInfo& t : info->inputs) {
+      for (size_t d = 1; d < t.shape.size(); ++d) {
+        if (t.shape[d] >= 0) continue;
+        const bool named = d < t.dim_names.size() && !t.dim_names[d].empty();
+        return absl::UnimplementedError(
+            absl::StrCat(path, ": input '", t.name, "' has dynamic dim ", d,
+                         named ? absl::StrCat(" ('", t.dim_names[d], "')") : "",
+                         "; the server serves models whose only dynamic dim is dim 0 (the batch)"));
+      }
+    }
+    return info;
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": out of memory reading the model (std::bad_alloc)"));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "tests/engine/onnx_model_builder.h"
 
 namespace numaserve::serving {
 namespace {
@@ -87,6 +88,25 @@ TEST_F(RepositoryTest, ConfigProblemsMakeOnlyThatModelUnavailable) {
   EXPECT_TRUE((*repo)->Find("bad_syntax")->path.empty());  // a model-level error
   EXPECT_THAT((*repo)->Find("contradicts")->error, HasSubstr("output 'scores'"));
   EXPECT_THAT((*repo)->Find("empty")->error, HasSubstr("no version directory"));
+  EXPECT_TRUE((*repo)->Find("good")->error.empty());
+}
+
+// The engine imports a model with a dynamic dim besides the batch; the
+// server refuses it at load, naming the input and the dim, until its
+// requests, batching and metadata handle such dims.
+TEST_F(RepositoryTest, ModelWithDynamicNonBatchDimIsRefusedNamingTheInputAndDim) {
+  engine::testing::OnnxModelBuilder b;
+  b.NamedInput("tokens", {-1, -1, 4}, {"batch", "seq", ""})
+      .NamedOutput("y", {-1, -1, 4}, {"batch", "seq", ""});
+  b.Node("Relu", {"tokens"}, {"y"});
+  fs::create_directories(dir_ / "encoder" / "1");
+  fs::copy_file(b.Save("repository_dynamic_seq"), dir_ / "encoder" / "1" / "model.onnx");
+  AddVersion("good", 1);
+  auto repo = ModelRepository::Open(dir_.string(), 1);
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  EXPECT_THAT((*repo)->Find("encoder")->error,
+              HasSubstr("input 'tokens' has dynamic dim 1 ('seq'); the server serves models "
+                        "whose only dynamic dim is dim 0"));
   EXPECT_TRUE((*repo)->Find("good")->error.empty());
 }
 
