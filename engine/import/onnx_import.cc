@@ -565,6 +565,17 @@ absl::Status Fold(const ImportOptions& options, Graph& graph, FoldResult* foldin
   return absl::OkStatus();
 }
 
+// Validates every shape at a concrete batch (Reshape targets, broadcasts),
+// other dynamic dims at kProbeDims[0] (a signature of its own is checked
+// when it first runs).
+absl::Status CheckShapesAtProbe(const Graph& graph) {
+  auto shapes = PropagateShapes(graph, ProbeInputShapes(graph, 0));
+  if (shapes.ok() || !HasDynamicNonBatchDims(graph)) return shapes.status();
+  return absl::Status(shapes.status().code(),
+                      absl::StrCat("at batch 1, other dynamic dims ", kProbeDims[0], ": ",
+                                   shapes.status().message()));
+}
+
 absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOptions& options,
                                  FoldResult* folding) {
   Graph graph;
@@ -640,15 +651,7 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOpti
     if (!NeedsTypedRun(graph, node)) continue;
     if (absl::Status s = CheckTypedNode(graph, node); !s.ok()) return s;
   }
-  // Validates every shape at a concrete batch (Reshape targets, broadcasts),
-  // other dynamic dims at kProbeDims[0] (a signature of its own is checked
-  // when it first runs).
-  if (auto shapes = PropagateShapes(graph, ProbeInputShapes(graph, 0)); !shapes.ok()) {
-    if (!HasDynamicNonBatchDims(graph)) return shapes.status();
-    return absl::Status(shapes.status().code(),
-                        absl::StrCat("at batch 1, other dynamic dims ", kProbeDims[0], ": ",
-                                     shapes.status().message()));
-  }
+  if (absl::Status s = CheckShapesAtProbe(graph); !s.ok()) return s;
   return graph;
 }
 
