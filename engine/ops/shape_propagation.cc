@@ -3,9 +3,11 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -462,10 +464,12 @@ class RowAnalysis {
     int64_t a = node.GetInt("axis", node.op_type == "TopK" ? -1 : 0);
     if (node.op_type == "CumSum") {
       auto given = ops::ConstInts(graph_, node, 1, "axis");
-      if (!given.ok() || !given->has_value() || (*given)->size() != 1) {
+      if (!given.ok()) return given.status();
+      const std::optional<std::vector<int64_t>>& values = *given;
+      if (!values.has_value() || values->size() != 1) {
         return absl::InvalidArgumentError("sums along an axis given at run time");
       }
-      a = (**given)[0];
+      a = (*values)[0];
     }
     auto normalized = kernels::NormalizeAxis(a, rank);
     if (!normalized.ok()) return normalized.status();
