@@ -171,6 +171,27 @@ struct CompileOptions {
   // when the model is freed (numaserve's --profile-steps,
   // NUMASERVE_PROFILE_STEPS): to see where a whole run's time goes.
   bool profile_steps = false;
+  // The NUMA node the weights are placed on (numaserve's serve
+  // --weights-node: typically a memory-only node, CXL-attached memory or
+  // HBM); -1: wherever the calling thread's memory policy puts them (a
+  // worker's own node). Load imports and compiles under a memory policy
+  // for that node on the calling thread and its OpenMP team of num_threads
+  // (affinity::ScopedTeamMemoryPolicy), restored when the compile ends:
+  // what the compile allocates and first writes (the imported
+  // initializers, the weights reordered or packed for the kernels) lands
+  // there; what runs allocate (the activation arena, plans, scratch), and
+  // the threads of batch groups, which start after it, keep the caller's
+  // policy. Weights a kernel packs lazily at a shape's first run (a conv's
+  // layout for that shape) are allocated then, under the caller's policy;
+  // the compile's other allocations (the plan, primitives, a library's
+  // state set up at its first use) go to the node too. What the compile
+  // freed is given back to the system after it (malloc_trim). A node the
+  // machine lacks, or a policy the kernel refuses, fails the load, naming
+  // the node.
+  int weights_numa_node = -1;
+  // With weights_numa_node: MPOL_BIND (the node only: an allocation it
+  // cannot hold fails, no spill) rather than preferred.
+  bool weights_numa_strict = false;
 };
 
 // The size of the last-level cache shared by the calling thread's core

@@ -18,9 +18,12 @@
 // LowerContext in; true when it added the node's step or view, false to
 // leave the node to FastStep and then the reference) and add one row for
 // the op type to the table in LoweringOf.
+#include <malloc.h>
+
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "affinity/memory_policy.h"
 #include "base/mutex.h"
 #include "engine/compiler/compiled_model_impl.h"
 
@@ -532,6 +535,52 @@ std::string DefaultGemmCacheFile() {
   return "";
 }
 
+namespace {
+
+// Imports and compiles the model on the calling thread and its team of
+// `threads`: under CompileOptions::weights_numa_node's policy where one is
+// set, so that what the compile allocates (the weights) lands there.
+absl::StatusOr<std::unique_ptr<internal::CompiledModelImpl>> ImportAndCompile(
+    const std::string& path, const CompileOptions& options, int threads) {
+  std::optional<affinity::ScopedTeamMemoryPolicy> weights_policy;
+  if (options.weights_numa_node >= 0) {
+    weights_policy.emplace(options.weights_numa_node,
+                           options.weights_numa_strict ? affinity::MemoryPolicy::kStrict
+                                                       : affinity::MemoryPolicy::kPrefer,
+                           threads);
+    if (const absl::Status& s = weights_policy->status(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(path, ": cannot place the weights on NUMA node ",
+                                                 options.weights_numa_node, ": ", s.message()));
+    }
+  }
+  auto graph = ImportOnnxModel(path);
+  if (!graph.ok()) return graph.status();
+  auto info = DescribeGraph(*graph, path);
+  if (!info.ok()) return info.status();
+  std::unique_ptr<internal::CompiledModelImpl> model;
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    model = std::make_unique<internal::CompiledModelImpl>(*std::move(graph), *std::move(info),
+                                                          options, engine);
+  } catch (const dnnl::error& e) {
+    return kernels::DnnlErrorToStatus(e, path + ": creating the oneDNN engine");
+  }
+  // A oneDNN error or failed allocation while compiling fails this load,
+  // not the worker.
+  absl::Status s;
+  try {
+    s = model->Compile();
+  } catch (const std::bad_alloc&) {
+    s = absl::ResourceExhaustedError("out of memory compiling the model (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    s = absl::InternalError(absl::StrCat("compiling the model failed: ", e.what()));
+  }
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  return model;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::string& path,
                                                                    const CompileOptions& options) {
   if (options.num_threads < 0) {
@@ -570,33 +619,16 @@ absl::StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::Load(const std::st
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
   // The ISA tier (and oneDNN's cap) is fixed before any primitive exists.
   kernels::GetKernelTable();
-  auto graph = ImportOnnxModel(path);
-  if (!graph.ok()) return graph.status();
-  auto info = DescribeGraph(*graph, path);
-  if (!info.ok()) return info.status();
-  std::unique_ptr<internal::CompiledModelImpl> model;
-  try {
-    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-    model = std::make_unique<internal::CompiledModelImpl>(*std::move(graph), *std::move(info),
-                                                          options, engine);
-  } catch (const dnnl::error& e) {
-    return kernels::DnnlErrorToStatus(e, path + ": creating the oneDNN engine");
-  }
-  // A oneDNN error or failed allocation while compiling fails this load,
-  // not the worker.
-  absl::Status s;
-  try {
-    s = model->Compile();
-  } catch (const std::bad_alloc&) {
-    s = absl::ResourceExhaustedError("out of memory compiling the model (std::bad_alloc)");
-  } catch (const std::exception& e) {
-    s = absl::InternalError(absl::StrCat("compiling the model failed: ", e.what()));
-  }
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  auto model = ImportAndCompile(path, options, threads);
+  // What the compile freed (the parsed file, timing buffers) lies on the
+  // weights' node: given back now, so that later allocations reusing it
+  // fault fresh pages under the caller's own policy.
+  if (options.weights_numa_node >= 0) malloc_trim(0);
+  if (!model.ok()) return model.status();
   const int groups = BatchGroupsFor(options, threads);
-  if (groups > 1) return WrapInBatchGroups(std::move(model), path, options, threads, groups);
-  return std::unique_ptr<CompiledModel>(std::move(model));
+  if (groups > 1) return WrapInBatchGroups(*std::move(model), path, options, threads, groups);
+  return std::unique_ptr<CompiledModel>(*std::move(model));
 }
 
 }  // namespace numaserve::engine

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "affinity/pinning.h"
 #include "engine/import/onnx_import.h"
 #include "engine/model.h"
 #include "engine/ops/shape_propagation.h"
@@ -257,6 +258,27 @@ TEST(CompiledModelTest, DefaultModelMatchesReference) {
   ExpectMatchesReference("fashion_classifier", path, kBatches);
   ExpectMatchesReference("fashion_classifier (1 thread)", path, {1, 7},
                          CompileOptions{.num_threads = 1});
+}
+
+// CompileOptions::weights_numa_node: the compile runs under that node's
+// policy (the first node here: one node is all most machines have), the
+// model runs as without it, and the calling thread's policy is its own
+// again after the load; a node the machine lacks fails the load, naming it.
+TEST(CompiledModelTest, WeightsNodeLoadsTheSameModelAndRestoresThePolicy) {
+  const std::string path = testing::GenerateDefaultModel();
+  if (path.empty())
+    NUMASERVE_MISSING_PREREQUISITE() << "no " << NUMASERVE_PYTHON << " with onnx to generate it";
+  const std::string before = affinity::DescribeMemoryPolicy();
+  ExpectMatchesReference("fashion_classifier (weights on node 0, strict)", path, {1, 7},
+                         CompileOptions{.weights_numa_node = 0, .weights_numa_strict = true});
+  EXPECT_EQ(affinity::DescribeMemoryPolicy(), before);
+  auto missing = CompiledModel::Load(path, CompileOptions{.weights_numa_node = 4000});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(),
+              ::testing::HasSubstr("cannot place the weights on NUMA node 4000: NUMA node 4000 "
+                                   "does not exist on this machine"));
+  EXPECT_EQ(affinity::DescribeMemoryPolicy(), before);
 }
 
 TEST(CompiledModelTest, DefaultModelIsFusedIntoFourSteps) {
