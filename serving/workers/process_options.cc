@@ -1,7 +1,10 @@
 #include "serving/workers/process_options.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "affinity/pinning.h"
 #include "kernels/dispatch.h"
@@ -18,6 +21,7 @@ constexpr ProcessSetting kSettings[] = {
     {"profile-steps", "NUMASERVE_PROFILE_STEPS"},
     {"training-reference-ops", "NUMASERVE_TRAINING_REFERENCE_OPS"},
     {"membind", "NUMASERVE_MEMBIND"},
+    {"weights-node", "NUMASERVE_WEIGHTS_NODE"},
 };
 enum Setting {
   kMaxIsa,
@@ -26,11 +30,26 @@ enum Setting {
   kGemmCache,
   kProfileSteps,
   kReferenceOps,
-  kMembind
+  kMembind,
+  kWeightsNode
 };
 
 // The longest --gemm-cache path (PATH_MAX).
 constexpr size_t kMaxPathBytes = 4096;
+// Above any node number Linux has (CONFIG_NODES_SHIFT is at most 10).
+constexpr int kMaxNumaNode = 4095;
+
+// --weights-node's value: -1 for "", the node, or -2 where it is not a
+// node number.
+int ParseWeightsNode(const std::string& text) {
+  if (text.empty()) return -1;
+  int node = -1;
+  if (text.size() > 4 || !absl::SimpleAtoi(text, &node) || node < 0 || node > kMaxNumaNode ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return -2;
+  }
+  return node;
+}
 
 // "--max-isa (NUMASERVE_MAX_ISA)": how an error names a setting whose
 // value may have come from either.
@@ -58,6 +77,11 @@ absl::Status Check(const ProcessOptions& o, const std::function<std::string(Sett
     if (absl::Status s = affinity::ParseMemoryPolicy(o.membind).status(); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where(kMembind), ": ", s.message()));
     }
+  }
+  if (ParseWeightsNode(o.weights_node) == -2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(kWeightsNode), ": expected a NUMA node number (0 to ", kMaxNumaNode,
+                     "), got '", absl::CHexEscape(o.weights_node.substr(0, 64)), "'"));
   }
   return absl::OkStatus();
 }
@@ -92,6 +116,7 @@ absl::StatusOr<ProcessOptions> ProcessOptionsFromVariables(
   o.blis_arch = get(kBlisArch);
   o.openblas_core = get(kOpenblasCore);
   o.membind = get(kMembind);
+  o.weights_node = get(kWeightsNode);
   o.gemm_cache =
       lookup(kSettings[kGemmCache].variable) != nullptr ? get(kGemmCache) : default_gemm_cache;
   const std::pair<Setting, bool*> booleans[] = {{kProfileSteps, &o.profile_steps},
@@ -106,6 +131,8 @@ absl::StatusOr<ProcessOptions> ProcessOptionsFromVariables(
   if (absl::Status s = Check(o, variable); !s.ok()) return s;
   return o;
 }
+
+int WeightsNode(const ProcessOptions& o) { return std::max(-1, ParseWeightsNode(o.weights_node)); }
 
 void AddProcessFlags(base::ArgParser& parser, ProcessOptions& o, unsigned groups) {
   if ((groups & kKernelFlags) != 0) {
@@ -138,6 +165,13 @@ void AddProcessFlags(base::ArgParser& parser, ProcessOptions& o, unsigned groups
                      "(the node first, others when it is full) | strict (the node only: "
                      "no spill, an allocation the node cannot hold fails); empty: prefer "
                      "(NUMASERVE_MEMBIND)");
+  }
+  if ((groups & kWeightsFlags) != 0) {
+    parser.AddString("weights-node", &o.weights_node,
+                     "the NUMA node a worker places its models' weights on, such as a memory-only "
+                     "(CXL, HBM) node; its activations and arena stay on its own node; strict "
+                     "there too with --membind strict; empty: the worker's node "
+                     "(NUMASERVE_WEIGHTS_NODE)");
   }
 }
 
@@ -172,6 +206,7 @@ std::vector<std::string> ProcessFlags(const ProcessOptions& o, unsigned groups) 
     args.push_back(absl::StrCat("--", kSettings[kReferenceOps].flag));
   }
   if ((groups & kPlacementFlags) != 0) add(kMembind, o.membind);
+  if ((groups & kWeightsFlags) != 0) add(kWeightsNode, o.weights_node);
   return args;
 }
 

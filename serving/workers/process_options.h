@@ -1,9 +1,9 @@
 // The settings a numaserve process takes once, at its start, and hands to
 // the processes it starts (its workers; a training job and its ranks) as
 // flags: the ISA cap, the BLAS libraries' kernels, the GEMM choice cache,
-// step profiling, the training ops' implementation and the memory policy
-// of a process bound to a NUMA node (docs/configuration.md, "Process
-// settings").
+// step profiling, the training ops' implementation, the memory policy
+// of a process bound to a NUMA node and the node of a worker's weights
+// (docs/configuration.md, "Process settings").
 //
 // Each has a flag and a NUMASERVE_* environment variable. numaserve's main
 // reads the variables once (ProcessOptionsFromVariables) and removes them
@@ -52,6 +52,12 @@ struct ProcessOptions {
   // memory to its NUMA node, "strict" or "prefer" (affinity::MemoryPolicy);
   // "" is prefer.
   std::string membind;
+  // --weights-node, NUMASERVE_WEIGHTS_NODE: the NUMA node a worker places
+  // its models' weights on (engine::CompileOptions::weights_numa_node),
+  // typically a memory-only node; the rest of its memory stays on its own
+  // node. "" none; else a node number, checked against the machine by
+  // serve (affinity::CheckWeightsNode).
+  std::string weights_node;
 };
 
 // The settings a command takes, as a set of bits.
@@ -60,7 +66,8 @@ enum ProcessFlagGroup : unsigned {
   kModelFlags = 2,      // --gemm-cache, --profile-steps
   kTrainingFlags = 4,   // --training-reference-ops
   kPlacementFlags = 8,  // --membind
-  kAllProcessFlags = kKernelFlags | kModelFlags | kTrainingFlags | kPlacementFlags,
+  kWeightsFlags = 16,   // --weights-node (serve and its workers only)
+  kAllProcessFlags = kKernelFlags | kModelFlags | kTrainingFlags | kPlacementFlags | kWeightsFlags,
 };
 
 // One setting: its flag (without "--") and its environment variable.
@@ -68,7 +75,7 @@ struct ProcessSetting {
   const char* flag;
   const char* variable;
 };
-// The seven, in ProcessOptions' order.
+// The eight, in ProcessOptions' order.
 absl::Span<const ProcessSetting> ProcessSettings();
 
 // Whether NAME is one of the settings' variables.
@@ -80,6 +87,10 @@ bool IsProcessVariable(std::string_view name);
 // 1 or true, 0 or false, or empty (false).
 absl::StatusOr<ProcessOptions> ProcessOptionsFromVariables(
     const std::function<const char*(const char*)>& lookup, const std::string& default_gemm_cache);
+
+// --weights-node as a node number: -1 when unset. O must have been checked
+// (ProcessOptionsFromVariables, ApplyProcessOptions).
+int WeightsNode(const ProcessOptions& o);
 
 // Declares the flags of GROUPS on PARSER, each writing its field of O; O's
 // values (the variables') are their defaults.

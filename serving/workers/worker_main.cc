@@ -206,6 +206,10 @@ class Worker {
     options.gemm_backend = load.gemm_backend().empty() ? "auto" : load.gemm_backend();
     options.gemm_cache_file = process_.gemm_cache;
     options.profile_steps = process_.profile_steps;
+    // --weights-node: the weights there, strict with --membind strict;
+    // everything else stays under the worker's own binding.
+    options.weights_numa_node = WeightsNode(process_);
+    options.weights_numa_strict = process_.membind == "strict";
     if (load.max_activation_bytes() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("max_activation_bytes must be >= 0, got ", load.max_activation_bytes()));
@@ -678,7 +682,7 @@ absl::Status ParseWorkerFlags(const std::vector<std::string>& args, WorkerFlags*
                    "text | json, as `serve --log-format` (serve passes its own)");
   parser.AddString("log-level", &log_level,
                    "least level logged: debug | info | warning | error (serve passes its own)");
-  AddProcessFlags(parser, f->process, kKernelFlags | kModelFlags | kPlacementFlags);
+  AddProcessFlags(parser, f->process, kKernelFlags | kModelFlags | kPlacementFlags | kWeightsFlags);
   absl::Status parsed = parser.Parse(args);
   absl::StatusOr<base::LogOptions> log_options = base::LogOptionsFromFlags(log_format, log_level);
   if (!log_options.ok()) return log_options.status();

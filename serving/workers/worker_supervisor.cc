@@ -157,8 +157,8 @@ std::vector<std::string> WorkerSupervisor::WorkerArgs(const Slot& slot) const {
     args.push_back("--cores");
     args.push_back(affinity::FormatCoreList(p.cores));
   }
-  for (std::string& flag :
-       ProcessFlags(options_.process, kKernelFlags | kModelFlags | kPlacementFlags)) {
+  for (std::string& flag : ProcessFlags(
+           options_.process, kKernelFlags | kModelFlags | kPlacementFlags | kWeightsFlags)) {
     args.push_back(std::move(flag));
   }
   if (options_.test_batch_compute_us > 0) {

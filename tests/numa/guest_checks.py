@@ -26,6 +26,9 @@ numaserve's view is checked against:
   * under `taskset -c <one node's cpus>` the plan has one worker;
   * `--max-workers 2` on a topology of several packages takes one node of
     each package;
+  * `serve --weights-node <the memory-only node>` (topologies with one):
+    each worker's weights on that node, its arena and the rest of its
+    memory on its own node;
   * `serve --frontend-cpus <the first cpu>`: every thread of the server
     (gRPC's, HTTP's, the timers', the metrics') may run on that cpu alone
     but the supervisor threads, each on its worker's node (the front end's
@@ -476,6 +479,61 @@ class RefusedMembindTest(ServerCase):
             fraction, total = maps.local_fraction(node, kinds=("shm",))
             self.assertGreaterEqual(fraction, LOCAL_FRACTION,
                                     "worker %d: arena pages %s" % (index, shm))
+
+
+class WeightsNodeTest(ServerCase):
+    """serve --weights-node <the memory-only node>: each worker's model
+    weights are placed on that node, its shared arena and the rest of its
+    memory stay on its own node (a topology without a memory-only node
+    skips it, saying so)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not memory_only_nodes():
+            raise unittest.SkipTest("topology %s has no memory-only node" % TOPOLOGY["name"])
+        cls.weights_node = memory_only_nodes()[0]
+        cls.ARGS = ("--weights-node", str(cls.weights_node))
+        super().setUpClass()
+
+    def test_weights_on_the_memory_only_node_the_rest_on_the_workers(self):
+        pids = self.workers()
+        results = self.infer_many(8)
+        self.assertEqual([r for r in results if r is not True], [], self.log())
+        self.assertIn("weights on NUMA node %d (prefer)" % self.weights_node,
+                      self.server.stderr_text(0), self.log())
+        # The model file is its weights and little else; the compiled model
+        # holds at least one copy of them (packed for the kernels).
+        model_path = os.path.join(self.repo, MODEL, "1", "model.onnx")
+        weight_pages = os.path.getsize(model_path) // 4096
+        lines = []
+        for index, (node, cpus) in enumerate(cpu_nodes()):
+            maps = self.assert_bound(index, pids[index], node, cpus)
+            pages = maps.pages_by_node()
+            total = sum(pages.values())
+            on_weights = pages.get(self.weights_node, 0)
+            elsewhere = total - on_weights - pages.get(node, 0)
+            shm_fraction, shm_total = maps.local_fraction(node, kinds=("shm",))
+            lines.append("worker %d (node %d): pages %s; shared (arena) %s, %.1f%% of %d on "
+                         "node %d; model file %d pages; the largest mappings off its node:\n%s"
+                         % (index, node, maps.summary(), maps.summary(("shm",)),
+                            100 * shm_fraction, shm_total, node, weight_pages,
+                            maps.off_node(node)))
+            self.assertGreaterEqual(on_weights, 0.9 * weight_pages,
+                                    "worker %d (pid %d): %d pages on node %d, the model's "
+                                    "weights are %d pages; pages %s%s"
+                                    % (index, pids[index], on_weights, self.weights_node,
+                                       weight_pages, maps.summary(), self.log()))
+            self.assertGreater(shm_total, 0, "worker %d: no shared pages" % index)
+            self.assertGreaterEqual(shm_fraction, LOCAL_FRACTION,
+                                    "worker %d: arena pages %s, not on node %d"
+                                    % (index, maps.summary(("shm",)), node))
+            # Nothing of the worker's own memory strays to the other cpu
+            # node: what is not its node's is the weights'.
+            self.assertLess(elsewhere, (1 - LOCAL_FRACTION) * total,
+                            "worker %d: %d of %d pages on neither node %d nor %d: %s"
+                            % (index, elsewhere, total, node, self.weights_node,
+                               maps.off_node(node)))
+        report("serve --weights-node %d" % self.weights_node, "\n".join(lines))
 
 
 def rank_processes():

@@ -203,6 +203,39 @@ TEST(ProcessOptionsTest, MembindIsCheckedAndHandedOnWithThePlacementGroup) {
   EXPECT_TRUE(ApplyProcessOptions({.membind = "prefer"}).ok());
 }
 
+// --weights-node (NUMASERVE_WEIGHTS_NODE): a node number, checked, and
+// handed on to serve's workers (kWeightsFlags), never to training ranks
+// (whose settings are kPlacementFlags without it).
+TEST(ProcessOptionsTest, WeightsNodeIsCheckedAndHandedOnToWorkersOnly) {
+  const std::map<std::string, std::string> two = {{"NUMASERVE_WEIGHTS_NODE", "2"}};
+  absl::StatusOr<ProcessOptions> o = ProcessOptionsFromVariables(Lookup(two), "");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(WeightsNode(*o), 2);
+  EXPECT_EQ(WeightsNode(ProcessOptions()), -1);
+  EXPECT_THAT(ProcessFlags(*o, kPlacementFlags | kWeightsFlags), ElementsAre("--weights-node=2"));
+  EXPECT_THAT(ProcessFlags(*o, kKernelFlags | kTrainingFlags | kPlacementFlags), IsEmpty());
+  ProcessOptions parsed;
+  base::ArgParser parser("worker", "test");
+  AddProcessFlags(parser, parsed, kWeightsFlags);
+  ASSERT_TRUE(parser.Parse(ProcessFlags(*o, kWeightsFlags)).ok());
+  EXPECT_EQ(WeightsNode(parsed), 2);
+  base::ArgParser train("train", "test");
+  ProcessOptions rank;
+  AddProcessFlags(train, rank, kKernelFlags | kTrainingFlags | kPlacementFlags);
+  EXPECT_FALSE(train.Parse({"--weights-node=2"}).ok()) << "train takes no --weights-node";
+  for (const char* bad : {"-1", "two", "4096", "1e3", " 2", "0x2", "99999999999"}) {
+    const std::map<std::string, std::string> vars = {{"NUMASERVE_WEIGHTS_NODE", bad}};
+    EXPECT_THAT(ProcessOptionsFromVariables(Lookup(vars), "").status().message(),
+                HasSubstr("NUMASERVE_WEIGHTS_NODE: expected a NUMA node number"))
+        << bad;
+    const absl::Status s = ApplyProcessOptions({.weights_node = bad});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("--weights-node (NUMASERVE_WEIGHTS_NODE)")) << bad;
+  }
+  EXPECT_TRUE(ApplyProcessOptions({.weights_node = "0"}).ok());
+  EXPECT_TRUE(ApplyProcessOptions({.weights_node = "4095"}).ok());
+}
+
 TEST(ProcessOptionsTest, AChildEnvironmentHasNoneOfTheVariables) {
   const char* environ[] = {"PATH=/bin",
                            "NUMASERVE_MAX_ISA=avx2",

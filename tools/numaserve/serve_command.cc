@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "affinity/cpu_features.h"
 #include "affinity/memory_bandwidth.h"
+#include "affinity/memory_policy.h"
 #include "affinity/pinning.h"
 #include "affinity/placement.h"
 #include "affinity/topology.h"
@@ -150,6 +151,33 @@ absl::Status ConfigureLogFromFlags(const std::string& format_name, const std::st
 
 // --- The parts the server is made of ------------------------------------------
 
+// --weights-node: a node of the topology the process may allocate on
+// (this machine's Mems_allowed_list; a --topology's nodes as they are).
+absl::Status CheckWeightsNodeFlag(const ServeOptions& o, const affinity::Topology& topology) {
+  const int node = serving::WeightsNode(o.process);
+  if (node < 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<int>> mems;
+  if (topology.is_this_machine) {
+    mems = affinity::MemsAllowed();
+    if (!mems.ok()) {
+      return absl::Status(mems.status().code(),
+                          absl::StrCat("--weights-node ", node, ": ", mems.status().message()));
+    }
+  }
+  if (absl::Status s = affinity::CheckWeightsNode(
+          topology, node, topology.is_this_machine ? &*mems : nullptr, "--weights-node");
+      !s.ok()) {
+    return s;
+  }
+  const char* policy = o.process.membind == "strict" ? "strict" : "prefer";
+  Log(LogLevel::kInfo, "serve",
+      absl::StrFormat("models' weights on NUMA node %d (%s); the rest of each worker's memory "
+                      "on its own node",
+                      node, policy),
+      {{"weights_node", node}, {"weights_policy", policy}});
+  return absl::OkStatus();
+}
+
 // This machine (or --topology) and the workers planned on it, logged.
 absl::StatusOr<affinity::Plan> PlanWorkers(const ServeOptions& o, affinity::Topology* topology) {
   auto discovered = affinity::DiscoverTopology({o.topology, o.cpuset});
@@ -172,6 +200,7 @@ absl::StatusOr<affinity::Plan> PlanWorkers(const ServeOptions& o, affinity::Topo
   Log(LogLevel::kInfo, "serve", absl::StrCat("starting ", VersionText()),
       {{"version", BuildVersion()}, {"revision", BuildRevision()}});
   LogBlock(LogLevel::kInfo, "placement", affinity::FormatReport(*topology, *plan));
+  if (absl::Status s = CheckWeightsNodeFlag(o, *topology); !s.ok()) return s;
   return plan;
 }
 
