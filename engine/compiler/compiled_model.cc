@@ -274,6 +274,7 @@ std::unique_ptr<Step> CompiledModelImpl::FastStep(int node_index,
 }
 
 absl::Status CompiledModelImpl::Compile() {
+  if (absl::Status s = RewriteEinsumsAsMatMuls(graph_); !s.ok()) return s;
   const int num_values = graph_.num_values();
   plan_.root.resize(num_values);
   for (ValueId v = 0; v < num_values; ++v) plan_.root[v] = v;

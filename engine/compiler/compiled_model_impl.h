@@ -7,6 +7,7 @@
 //   compile_matmul.cc  MatMul/Gemm, the GEMM choice, GELU, attention and
 //                      batched-matmul fusions, the QDQ (INT8) plan
 //   compile_conv.cc    Conv and ConvTranspose
+//   einsum_rewrite.cc  Einsums that are one matrix product, as MatMul nodes
 //   memory_plan.h/.cc  the passes over the plan after lowering: storage,
 //                      layouts, lifetimes, in-place residuals (free
 //                      functions of the plan, tested on their own)
@@ -369,5 +370,10 @@ class CompiledModelImpl final : public CompiledModel {
 // The oneDNN post-op for an activation node (Relu, LeakyRelu, Sigmoid,
 // Tanh, Clip with constant bounds), if it maps to one (compile_conv.cc).
 std::optional<kernels::EltwisePostOp> ActivationPostOp(const Graph& graph, const Node& node);
+
+// Rewrites every Einsum that is one matrix product (two FP32 inputs; see
+// einsum_rewrite.cc for which equations) as Transpose -> MatMul ->
+// Transpose nodes, before Compile lowers the graph; other Einsums stay.
+absl::Status RewriteEinsumsAsMatMuls(Graph& graph);
 
 }  // namespace numaserve::engine::internal

@@ -35,14 +35,6 @@ constexpr double kMaxEinsumWork = 1e10;
 // In a parsed term, the place of its ellipsis.
 constexpr int kEllipsis = -1;
 
-struct EinsumSpec {
-  std::vector<std::vector<int>> inputs;  // each input's labels, in order
-  std::vector<int> output;
-  int labels = 0;  // labels are 0..labels-1
-  // Labels from here on stand for an ellipsis's dims: extent 1 broadcasts.
-  int broadcast_from = 0;
-};
-
 absl::Status EquationError(const Node& node, const std::string& equation, absl::string_view why) {
   return NodeUnsupported(node, absl::StrCat("equation '", equation, "': ", why));
 }
@@ -332,6 +324,12 @@ absl::Status EinsumAccepts(const Node& node, const Types& in, const Types& out) 
 const TypedRow kEinsumTypedRows[] = {{"Einsum", EinsumTyped, EinsumAccepts}};
 
 }  // namespace
+
+absl::StatusOr<EinsumSpec> EinsumLabelsOf(const Node& node, const std::vector<const Shape*>& in) {
+  auto parsed = ParseEquation(node);
+  if (!parsed.ok()) return parsed.status();
+  return ExpandEllipsis(node, *std::move(parsed), in);
+}
 
 void AddEinsumOps(std::vector<OpSchema>& table) {
   table.push_back({"Einsum", EinsumValidate, EinsumShapes, EinsumReference, EinsumFlops});

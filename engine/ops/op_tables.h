@@ -28,6 +28,20 @@ void AddIndexOps(std::vector<OpSchema>& table);
 void AddScatterOps(std::vector<OpSchema>& table);
 // Einsum (einsum_ops.cc).
 void AddEinsumOps(std::vector<OpSchema>& table);
+// An Einsum's equation: each input's labels and the output's, in order.
+struct EinsumSpec {
+  std::vector<std::vector<int>> inputs;
+  std::vector<int> output;
+  int labels = 0;  // labels are 0..labels-1
+  // Labels from here on stand for an ellipsis's dims: extent 1 broadcasts.
+  int broadcast_from = 0;
+};
+// The equation of an Einsum node with inputs of these shapes (their ranks
+// place each ellipsis: its dims become labels of their own, from
+// broadcast_from on); INVALID_ARGUMENT / UNIMPLEMENTED naming the node as
+// its validation does.
+absl::StatusOr<EinsumSpec> EinsumLabelsOf(const Node& node,
+                                          const std::vector<const Shape*>& inputs);
 // Sets typed_reference/typed_accepts on the rows of ops with a typed
 // reference (call last).
 void AddTypedOps(std::vector<OpSchema>& table);
