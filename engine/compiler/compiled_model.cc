@@ -45,10 +45,11 @@ struct CompiledModelImpl::LowerContext {
   std::vector<bool>& fused;          // by node: taken into an earlier node's step
 };
 
-CompiledModelImpl::Lowering CompiledModelImpl::LoweringOf(const std::string& op_type) {
+const absl::flat_hash_map<std::string_view, CompiledModelImpl::Lowering>&
+CompiledModelImpl::Lowerings() {
   // One row per op type; ops sharing a lowering tell themselves apart by
   // their op_type inside it.
-  static const absl::flat_hash_map<std::string_view, Lowering> kLowerings = {
+  static const auto* lowerings = new absl::flat_hash_map<std::string_view, Lowering>{
       {"Conv", &CompiledModelImpl::LowerConv},
       {"ConvTranspose", &CompiledModelImpl::LowerConvTranspose},
       {"Gemm", &CompiledModelImpl::LowerMatMul},
@@ -73,8 +74,18 @@ CompiledModelImpl::Lowering CompiledModelImpl::LoweringOf(const std::string& op_
       {"ReduceMin", &CompiledModelImpl::LowerReduce},
       {"LayerNormalization", &CompiledModelImpl::LowerLayerNorm},
   };
-  const auto it = kLowerings.find(std::string_view(op_type));
-  return it != kLowerings.end() ? it->second : nullptr;
+  return *lowerings;
+}
+
+CompiledModelImpl::Lowering CompiledModelImpl::LoweringOf(const std::string& op_type) {
+  const auto it = Lowerings().find(std::string_view(op_type));
+  return it != Lowerings().end() ? it->second : nullptr;
+}
+
+std::vector<std::string> CompiledModelImpl::LoweredOpTypes() {
+  std::vector<std::string> ops;
+  for (const auto& [op, lowering] : Lowerings()) ops.emplace_back(op);
+  return ops;
 }
 
 bool CompiledModelImpl::AddReferenceStep(int node_index) {

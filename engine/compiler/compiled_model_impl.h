@@ -32,7 +32,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -77,6 +79,10 @@ class CompiledModelImpl final : public CompiledModel {
 
   // Lowers the graph to steps and plans them; the model runs after it succeeds.
   absl::Status Compile();
+
+  // The op types with a row in LoweringOf's table (tests/engine/
+  // op_tables_test.cc checks each names an op of the registry).
+  static std::vector<std::string> LoweredOpTypes();
 
   // What runs, the runtime's Executor does (engine/runtime/executor.h).
   void SetProfiling(bool on) override { executor_->SetProfiling(on); }
@@ -201,6 +207,8 @@ class CompiledModelImpl final : public CompiledModel {
   // FastStep and then the reference step.
   struct LowerContext;
   using Lowering = absl::StatusOr<bool> (CompiledModelImpl::*)(const LowerContext& c);
+  // The table: op type -> lowering (compiled_model.cc).
+  static const absl::flat_hash_map<std::string_view, Lowering>& Lowerings();
   // The lowering for `op_type`, or null when the table has none.
   static Lowering LoweringOf(const std::string& op_type);
   // Adds node `node_index`'s reference step; true, so a lowering can return it.

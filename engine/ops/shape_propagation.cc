@@ -610,6 +610,12 @@ constexpr int64_t kShapeConstantElements = 1024;
 
 bool HasRowRule(const std::string& op_type) { return RowRules().contains(op_type); }
 
+std::vector<std::string> RowRuleOps() {
+  std::vector<std::string> ops;
+  for (const auto& [op, rule] : RowRules()) ops.push_back(op);
+  return ops;
+}
+
 absl::StatusOr<RowIndependence> CheckRowIndependence(const Graph& graph) {
   std::vector<std::vector<Shape>> shapes;
   for (int64_t rows : kRowCounts) {

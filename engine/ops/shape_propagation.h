@@ -82,6 +82,9 @@ absl::StatusOr<RowIndependence> CheckRowIndependence(const Graph& graph);
 // Whether CheckRowIndependence has a rule of its own for `op_type` (every
 // op of the registry should).
 bool HasRowRule(const std::string& op_type);
+// Every op type CheckRowIndependence has a rule for (each should name an
+// op of the registry; tests/engine/op_tables_test.cc checks both ways).
+std::vector<std::string> RowRuleOps();
 
 // The graph's output shapes at `rows` (the dynamic dim 0 of its inputs),
 // from a copy of the graph that keeps shapes and small constants only

@@ -40,15 +40,33 @@ absl::Status AllKnown(const Node& node, const Types& in, const Types& out) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Written only while the registry's table is built (once, under the
+// static initialisation of AllOpSchemas), read after it.
+std::vector<std::string>& RowsWithoutOp() {
+  static auto* rows = new std::vector<std::string>();
+  return *rows;
+}
+
+}  // namespace
+
 void SetTypedRows(std::vector<OpSchema>& table, absl::Span<const TypedRow> rows) {
-  for (OpSchema& schema : table) {
-    for (const TypedRow& row : rows) {
-      if (row.op == schema.op_type) {
-        schema.typed_reference = row.run;
-        schema.typed_accepts = row.accepts;
-      }
+  for (const TypedRow& row : rows) {
+    bool matched = false;
+    for (OpSchema& schema : table) {
+      if (row.op != schema.op_type) continue;
+      schema.typed_reference = row.run;
+      schema.typed_accepts = row.accepts;
+      matched = true;
     }
+    if (!matched) RowsWithoutOp().emplace_back(row.op);
   }
+}
+
+std::vector<std::string> TypedRowsWithoutOp() {
+  AllOpSchemas();  // the table built, every row set
+  return RowsWithoutOp();
 }
 
 namespace {

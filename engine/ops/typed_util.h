@@ -46,8 +46,14 @@ struct TypedRow {
   absl::Status (*accepts)(const Node&, const Types&, const Types&);
 };
 
-// Sets typed_reference and typed_accepts of each row's op in TABLE.
+// Sets typed_reference and typed_accepts of each row's op in TABLE. A
+// row naming no op of TABLE sets nothing and is kept for
+// TypedRowsWithoutOp.
 void SetTypedRows(std::vector<OpSchema>& table, absl::Span<const TypedRow> rows);
+// The ops of typed rows that named no op when they were set (a misspelt
+// name or a row set before its op's): empty in a consistent registry
+// (tests/engine/op_tables_test.cc).
+std::vector<std::string> TypedRowsWithoutOp();
 
 // An FP32 reference through the typed reference RUN: FP32 inputs as FP32
 // typed tensors (constant inputs exactly as the graph holds them), the

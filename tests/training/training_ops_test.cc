@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 
+#include "absl/strings/str_split.h"
+#include "engine/ops/op_registry.h"
 #include "tests/training/graph_builder.h"
 #include "training/conv_pool_ops.h"
 #include "training/training_net.h"
@@ -77,6 +80,16 @@ void GradCheck(engine::Graph graph, const Shape& input_shape, const std::string&
     Parameter& p = (*net)->parameters()[i];
     EXPECT_LT(CheckOne(**net, x, r, &p.data->data, dparams[i], &x_work), 2e-3)
         << what << ": gradient of " << p.name;
+  }
+}
+
+// The training table (training_ops.cc) names ops the engine imports: a
+// model the trainer can run is one the server can load.
+TEST(TrainingOpsTableTest, EveryTrainableOpIsARegisteredEngineOp) {
+  const std::string list = TrainableOpsList();
+  ASSERT_FALSE(list.empty());
+  for (absl::string_view op : absl::StrSplit(list, ", ")) {
+    EXPECT_NE(engine::FindOpSchema(op), nullptr) << "trainable op '" << op << "' is no engine op";
   }
 }
 
