@@ -633,6 +633,13 @@ void CompiledModelImpl::FuseMatMulOutputs(int node_index,
     out = gelu->output;
     absl::StrAppend(&name, "+gelu(", graph_.nodes()[gelu->nodes.front()].name, "..",
                     graph_.nodes()[gelu->nodes.back()].name, ")");
+  } else if (int j = SoleConsumer(out, "Gelu", consumers);
+             j >= 0 && graph_.nodes()[j].GetString("approximate", "none") == "none") {
+    // Opset 20's Gelu node in its erf form: the same epilogue.
+    mm.gelu_erf = true;
+    fused[j] = true;
+    out = graph_.nodes()[j].outputs[0];
+    absl::StrAppend(&name, "+", graph_.nodes()[j].name);
   } else if (int j = SoleConsumer(out, "Add", consumers); j >= 0 && !mm.accumulate) {
     // A residual Add of a tensor computed earlier: dst starts as it, the
     // matmul adds onto it (a sum post-op).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops/op_tables.h"
@@ -37,6 +38,7 @@ constexpr UnaryRow kUnary[] = {
     {"HardSwish", UnaryKind::kHardSwish},
     {"ThresholdedRelu", UnaryKind::kThresholdedRelu},
     {"Erf", UnaryKind::kErf},
+    {"Gelu", UnaryKind::kGelu},  // opset 20; approximate "tanh": kGeluTanh
     {"Sqrt", UnaryKind::kSqrt},
     {"Exp", UnaryKind::kExp},
     {"Log", UnaryKind::kLog},
@@ -105,6 +107,16 @@ absl::StatusOr<UnaryParams> UnaryParamsOf(const Graph& graph, const Node& node) 
       p.alpha = node.GetFloat("alpha", 0.2f);
       p.beta = node.GetFloat("beta", 0.5f);
       break;
+    case UnaryKind::kGelu: {
+      const std::string approximate = node.GetString("approximate", "none");
+      if (approximate == "tanh") {
+        p.kind = UnaryKind::kGeluTanh;
+      } else if (approximate != "none") {
+        return NodeError(
+            node, absl::StrCat("approximate must be 'none' or 'tanh', not '", approximate, "'"));
+      }
+      break;
+    }
     default:
       break;
   }

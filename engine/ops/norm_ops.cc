@@ -1,5 +1,7 @@
-// Op table rows for LogSoftmax, LayerNormalization and the Reduce* family.
+// Op table rows for LogSoftmax, LayerNormalization, GroupNormalization and
+// the Reduce* family.
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops/op_tables.h"
@@ -70,6 +72,76 @@ TensorsOr LayerNormReference(const Graph&, const Node& node, const std::vector<c
   if (node.outputs.size() > 1) out.push_back(std::move(mean));
   if (node.outputs.size() > 2) out.push_back(std::move(inv));
   return out;
+}
+
+// --- GroupNormalization ------------------------------------------------------------
+// x [N, C, ...]: the C channels in num_groups groups of C / num_groups,
+// each group of each sample normalised over its channels and spatial
+// positions, then scaled and shifted: per group at opset 18 (scale and
+// bias [num_groups]), per channel from opset 21 ([C]).
+
+absl::Status GroupNormValidate(const Graph&, const Node& node) {
+  if (absl::Status s = CheckArity(node, 3, 3); !s.ok()) return s;
+  if (node.GetInt("num_groups", 0) < 1) {
+    return NodeError(node, "num_groups is required and must be at least 1");
+  }
+  if (node.GetInt("stash_type", 1) != 1) {
+    return NodeUnsupported(node, "only stash_type=1 (FP32 statistics) is supported");
+  }
+  return absl::OkStatus();
+}
+
+// The extent scale and bias have: num_groups before opset 21, C from it.
+int64_t GroupNormParams(const Graph& graph, const Node& node, int64_t channels) {
+  return graph.opset() >= 21 ? channels : node.GetInt("num_groups", 1);
+}
+
+ShapesOr GroupNormShapes(const Graph& graph, const Node& node,
+                         const std::vector<const Shape*>& in) {
+  const Shape& x = *in[0];
+  if (x.size() < 2) return NodeError(node, "x must be [N, C, ...]");
+  const int64_t groups = node.GetInt("num_groups", 1);
+  if (x[1] % groups != 0) {
+    return NodeError(node, absl::StrCat(x[1], " channels do not split into ", groups, " groups"));
+  }
+  const int64_t params = GroupNormParams(graph, node, x[1]);
+  for (size_t i = 1; i <= 2; ++i) {
+    if (*in[i] != Shape{params}) {
+      return NodeError(node,
+                       absl::StrCat(i == 1 ? "scale " : "bias ", kernels::ShapeToString(*in[i]),
+                                    " must be [", params, "] at opset ", graph.opset()));
+    }
+  }
+  return std::vector<Shape>{x};
+}
+
+TensorsOr GroupNormReference(const Graph& graph, const Node& node,
+                             const std::vector<const Tensor*>& in) {
+  const Tensor& x = *in[0];
+  const int64_t n = x.shape[0], c = x.shape[1];
+  const int64_t groups = node.GetInt("num_groups", 1);
+  const bool per_channel = GroupNormParams(graph, node, c) == c;
+  const double epsilon = node.GetFloat("epsilon", 1e-5f);
+  const int64_t spatial = n * c == 0 ? 0 : x.size() / (n * c);
+  const int64_t per_group = c / groups * spatial;
+  Tensor y(x.shape);
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* src = x.data.data() + (s * groups + g) * per_group;
+      float* dst = y.data.data() + (s * groups + g) * per_group;
+      double sum = 0, squares = 0;
+      for (int64_t i = 0; i < per_group; ++i) sum += src[i];
+      const double mean = per_group > 0 ? sum / static_cast<double>(per_group) : 0.0;
+      for (int64_t i = 0; i < per_group; ++i) squares += (src[i] - mean) * (src[i] - mean);
+      const double var = per_group > 0 ? squares / static_cast<double>(per_group) : 0.0;
+      const double inv = 1.0 / std::sqrt(var + epsilon);
+      for (int64_t i = 0; i < per_group; ++i) {
+        const int64_t p = per_channel ? g * (c / groups) + i / spatial : g;
+        dst[i] = static_cast<float>((src[i] - mean) * inv * in[1]->data[p] + in[2]->data[p]);
+      }
+    }
+  }
+  return One(std::move(y));
 }
 
 // --- Reduce* -------------------------------------------------------------------------
@@ -155,6 +227,8 @@ void AddNormOps(std::vector<OpSchema>& table) {
       {"LogSoftmax", LogSoftmaxValidate, LogSoftmaxShapes, LogSoftmaxReference, NoFlops});
   table.push_back(
       {"LayerNormalization", LayerNormValidate, LayerNormShapes, LayerNormReference, NoFlops});
+  table.push_back(
+      {"GroupNormalization", GroupNormValidate, GroupNormShapes, GroupNormReference, NoFlops});
   for (const ReduceRow& row : kReduce) {
     table.push_back({row.op, ReduceValidate, ReduceShapes, ReduceReference, NoFlops});
   }

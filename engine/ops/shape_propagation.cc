@@ -287,7 +287,7 @@ const std::map<std::string, RowRule>& RowRules() {
     auto* r = new std::map<std::string, RowRule>();
     const std::pair<const char*, RowRule> kRows[] = {
         {"Abs Acos Acosh Add And Asin Asinh Atan Atanh Cast CastLike Ceil Celu Clip Concat Cos "
-         "Cosh Div Dropout Elu Equal Erf Exp Expand Floor Greater GreaterOrEqual HardSigmoid "
+         "Cosh Div Dropout Elu Equal Erf Exp Expand Floor Gelu Greater GreaterOrEqual HardSigmoid "
          "HardSwish Identity LeakyRelu Less LessOrEqual Log Max Mean Min Mod Mul Neg Not Or Pad "
          "Pow PRelu Reciprocal Relu Round Selu Sigmoid Sign Sin Sinh Softplus Softsign Split Sqrt "
          "Sub Sum Tan Tanh ThresholdedRelu Tile Where Xor "
@@ -306,7 +306,7 @@ const std::map<std::string, RowRule>& RowRules() {
         {"Gather", RowRule::kGather},
         {"Slice", RowRule::kSlice},
         {"Conv ConvTranspose MaxPool AveragePool GlobalAveragePool GlobalMaxPool "
-         "BatchNormalization DepthToSpace SpaceToDepth Resize Upsample",
+         "BatchNormalization DepthToSpace SpaceToDepth GroupNormalization Resize Upsample",
          RowRule::kPerSample},
         {"Shape Size", RowRule::kCount},
         {"ArgMax ArgMin TopK CumSum GatherElements ScatterElements", RowRule::kAlongAxis},

@@ -39,6 +39,10 @@ float ApplyUnary(const UnaryParams& p, float x) {
       return std::erf(x);
     case UnaryKind::kGelu:
       return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+    case UnaryKind::kGeluTanh: {
+      const double u = std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+      return static_cast<float>(0.5 * x * (1.0 + std::tanh(u)));
+    }
     case UnaryKind::kSqrt:
       return std::sqrt(x);
     case UnaryKind::kExp:

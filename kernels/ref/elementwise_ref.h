@@ -24,7 +24,8 @@ enum class UnaryKind {
   kHardSwish,
   kThresholdedRelu,  // alpha
   kErf,
-  kGelu,  // exact (erf) form
+  kGelu,      // exact (erf) form
+  kGeluTanh,  // the tanh approximation (ONNX Gelu, approximate "tanh")
   kSqrt,
   kExp,
   kLog,

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""Writes small models of Gelu and GroupNormalization and ONNX Runtime's outputs.
+
+  make venv-peers        # ONNX Runtime from PyPI, pinned (requirements/peers.txt)
+  /usr/bin/python3 tests/models/make_norm_ops_reference.py \\
+      --ort-python build/release/venv/peers/bin/python
+
+tests/models/test_norm_ops.py runs the models on the real numaserve and
+compares with what this writes into tests/models/reference/ (committed, so
+no ONNX Runtime is needed at test time):
+
+  norm_ops_opsetN.onnx      at opsets 20 and 21: Gelu in both forms
+                            (approximate "none" and "tanh", on a tensor and
+                            after a MatMul with weights, where numaserve
+                            fuses it), GroupNormalization with 2 groups of 3
+                            channels (scale and bias per group at opset 20,
+                            per channel at 21, as each opset defines them)
+  norm_ops_inputs.npz       the seeded inputs
+  norm_ops_opsetN_outputs.npz  ONNX Runtime's outputs (CPU provider)
+  norm_ops.json             the ONNX Runtime version and the sha256 of the files
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPSETS = {20: 9, 21: 10}  # opset: the IR version that goes with it
+SEED = 20
+
+
+def make_inputs():
+    rng = np.random.default_rng(SEED)
+    return {"x": (rng.standard_normal((2, 5, 8)) * 2).astype(np.float32),
+            "image": (rng.standard_normal((2, 6, 3, 4)) * 3 + 1).astype(np.float32)}
+
+
+def build_model(opset, ir_version, inputs):
+    rng = np.random.default_rng(SEED + opset)
+    params = 6 if opset >= 21 else 2
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(params).astype(np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal(params).astype(np.float32), "bias")]
+    nodes = [helper.make_node("Gelu", ["x"], ["gelu"], name="gelu"),
+             helper.make_node("Gelu", ["x"], ["gelu_tanh"], approximate="tanh", name="gelu_tanh"),
+             helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Gelu", ["h"], ["fc_gelu"], name="fc_gelu"),
+             helper.make_node("GroupNormalization", ["image", "scale", "bias"], ["grouped"],
+                              num_groups=2, epsilon=1e-3, name="group_norm")]
+    graph_inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(a.shape))
+                    for name, a in inputs.items()]
+    graph = helper.make_graph(nodes, "norm_ops", graph_inputs, [], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="numaserve tests/models/make_norm_ops_reference.py")
+    model.ir_version = ir_version
+    x, image = list(inputs["x"].shape), list(inputs["image"].shape)
+    for name, shape in (("gelu", x), ("gelu_tanh", x), ("fc_gelu", x[:-1] + [16]),
+                        ("grouped", image)):
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+ORT_RUN = """
+import sys, numpy as np, onnxruntime as ort
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
+inputs = dict(np.load(sys.argv[2]))
+names = [o.name for o in session.get_outputs()]
+np.savez(sys.argv[3], **dict(zip(names, session.run(None, inputs))))
+print(ort.__version__)
+"""
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ort-python", required=True,
+                        help="the peers' virtual environment's python (make venv-peers)")
+    parser.add_argument("--out", default=os.path.join(HERE, "reference"))
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    inputs = make_inputs()
+    input_path = os.path.join(args.out, "norm_ops_inputs.npz")
+    np.savez(input_path, **inputs)
+    index = {"generated_by": "tests/models/make_norm_ops_reference.py",
+             "input_sha256": sha256(input_path), "models": {}}
+    for opset, ir_version in OPSETS.items():
+        stem = "norm_ops_opset%d" % opset
+        model_path = os.path.join(args.out, stem + ".onnx")
+        output_path = os.path.join(args.out, stem + "_outputs.npz")
+        onnx.save(build_model(opset, ir_version, inputs), model_path)
+        run = subprocess.run([args.ort_python, "-c", ORT_RUN, model_path, input_path,
+                              output_path], check=True, capture_output=True, text=True)
+        index["onnxruntime"] = run.stdout.strip().splitlines()[-1]
+        index["models"][str(opset)] = {"model": stem + ".onnx",
+                                       "model_sha256": sha256(model_path),
+                                       "outputs": stem + "_outputs.npz",
+                                       "outputs_sha256": sha256(output_path)}
+        print("%s: ONNX Runtime %s" % (stem, index["onnxruntime"]))
+    with open(os.path.join(args.out, "norm_ops.json"), "w") as f:
+        json.dump(index, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
