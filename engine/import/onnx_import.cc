@@ -222,6 +222,17 @@ absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& gr
       case onnx::AttributeProto::FLOATS:
         node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
         break;
+      case onnx::AttributeProto::STRINGS:
+        // Kept comma-joined (LSTM's and GRU's activations: names without
+        // commas); a string holding a comma is refused.
+        for (const std::string& s : a.strings()) {
+          if (s.find(',') != std::string::npos) {
+            return absl::UnimplementedError(absl::StrCat(node.Describe(), ": attribute '", a.name(),
+                                                         "' holds a string with a comma"));
+          }
+        }
+        node.attributes[a.name()] = absl::StrJoin(a.strings(), ",");
+        break;
       case onnx::AttributeProto::TENSOR: {
         // A small tensor attribute (ConstantOfShape's value): exact, and as
         // FP32 for the FP32 references.

@@ -199,6 +199,7 @@ const std::vector<OpSchema>& AllOps() {
     add("element-wise", ops::AddElementwiseOps);
     add("neural network", ops::AddNnOps);
     add("normalization", ops::AddNormOps);
+    add("recurrent", ops::AddRnnOps);
     add("tensor", ops::AddTensorOps);
     add("tensor", ops::AddResizeOps);
     add("index", ops::AddIndexOps);

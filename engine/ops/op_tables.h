@@ -28,6 +28,8 @@ void AddIndexOps(std::vector<OpSchema>& table);
 void AddScatterOps(std::vector<OpSchema>& table);
 // Einsum (einsum_ops.cc).
 void AddEinsumOps(std::vector<OpSchema>& table);
+// LSTM and GRU (rnn_ops.cc).
+void AddRnnOps(std::vector<OpSchema>& table);
 // An Einsum's equation: each input's labels and the output's, in order.
 struct EinsumSpec {
   std::vector<std::vector<int>> inputs;

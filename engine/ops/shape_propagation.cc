@@ -278,7 +278,8 @@ enum class RowRule {
   kAlongAxis,
   kLastTwoAxes,  // Trilu: an element's place in the last two axes decides it
   // Addresses elements by index tuples or contracts any axes (GatherND,
-  // ScatterND, Einsum): taken to combine rows.
+  // ScatterND, Einsum), or carries state along a sequence with the batch
+  // on another axis (LSTM, GRU): taken to combine rows.
   kAnyAxes,
 };
 
@@ -312,7 +313,7 @@ const std::map<std::string, RowRule>& RowRules() {
         {"ArgMax ArgMin TopK CumSum GatherElements ScatterElements", RowRule::kAlongAxis},
         {"OneHot Range", RowRule::kPositional},
         {"Trilu", RowRule::kLastTwoAxes},
-        {"GatherND ScatterND Einsum", RowRule::kAnyAxes},
+        {"GatherND ScatterND Einsum LSTM GRU", RowRule::kAnyAxes},
     };
     for (const auto& [ops, rule] : kRows) {
       for (absl::string_view op : absl::StrSplit(ops, ' ')) (*r)[std::string(op)] = rule;

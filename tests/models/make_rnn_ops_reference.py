@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""Writes small LSTM and GRU models and ONNX Runtime's outputs of them.
+
+  make venv-peers        # ONNX Runtime from PyPI, pinned (requirements/peers.txt)
+  /usr/bin/python3 tests/models/make_rnn_ops_reference.py \\
+      --ort-python build/release/venv/peers/bin/python
+
+tests/models/test_rnn_ops.py runs the models on the real numaserve and
+compares with what this writes into tests/models/reference/ (committed, so
+no ONNX Runtime is needed at test time):
+
+  rnn_ops_opsetN.onnx       at opsets 14 (what PyTorch's exporters emit for
+                            nn.LSTM and nn.GRU) and 22: LSTM forward with
+                            bias and initial states; LSTM bidirectional with
+                            peepholes, clip and constant sequence_lens;
+                            LSTM reverse with Relu as its cell activation
+                            and no Y_c; GRU forward
+                            (linear_before_reset 1, as PyTorch exports) and
+                            bidirectional (linear_before_reset 0) with
+                            initial state
+  rnn_ops_inputs.npz        the seeded inputs
+  rnn_ops_opsetN_outputs.npz  ONNX Runtime's outputs (CPU provider)
+  rnn_ops.json              the ONNX Runtime version and the sha256 of the files
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPSETS = {14: 8, 22: 10}  # opset: the IR version that goes with it
+SEED = 14
+SEQ, BATCH, INPUT, HIDDEN = 5, 3, 4, 6
+
+
+def make_inputs():
+    rng = np.random.default_rng(SEED)
+    return {"x": rng.standard_normal((SEQ, BATCH, INPUT)).astype(np.float32),
+            "h0": (rng.standard_normal((1, BATCH, HIDDEN)) * 0.5).astype(np.float32),
+            "c0": (rng.standard_normal((1, BATCH, HIDDEN)) * 0.5).astype(np.float32),
+            "h2": (rng.standard_normal((2, BATCH, HIDDEN)) * 0.5).astype(np.float32)}
+
+
+def build_model(opset, ir_version, inputs):
+    rng = np.random.default_rng(SEED + opset)
+
+    def weights(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.4).astype(np.float32), name)
+
+    inits = [weights("lw", 1, 4 * HIDDEN, INPUT), weights("lr", 1, 4 * HIDDEN, HIDDEN),
+             weights("lb", 1, 8 * HIDDEN),
+             weights("bw", 2, 4 * HIDDEN, INPUT), weights("br", 2, 4 * HIDDEN, HIDDEN),
+             weights("bb", 2, 8 * HIDDEN), weights("bp", 2, 3 * HIDDEN),
+             numpy_helper.from_array(np.array([5, 3, 1], np.int32), "lens"),
+             weights("gw", 1, 3 * HIDDEN, INPUT), weights("gr", 1, 3 * HIDDEN, HIDDEN),
+             weights("gb", 1, 6 * HIDDEN),
+             weights("g2w", 2, 3 * HIDDEN, INPUT), weights("g2r", 2, 3 * HIDDEN, HIDDEN),
+             weights("g2b", 2, 6 * HIDDEN)]
+    nodes = [
+        helper.make_node("LSTM", ["x", "lw", "lr", "lb", "", "h0", "c0"],
+                         ["lstm_y", "lstm_h", "lstm_c"], hidden_size=HIDDEN, name="lstm"),
+        helper.make_node("LSTM", ["x", "bw", "br", "bb", "lens", "", "", "bp"],
+                         ["bi_y", "bi_h", "bi_c"], hidden_size=HIDDEN, direction="bidirectional",
+                         clip=2.5, name="lstm_bidirectional"),
+        helper.make_node("LSTM", ["x", "lw", "lr", "lb"], ["rev_y", "rev_h"],
+                         hidden_size=HIDDEN, direction="reverse",
+                         activations=["Sigmoid", "Relu", "Tanh"], name="lstm_reverse"),
+        helper.make_node("GRU", ["x", "gw", "gr", "gb", "", "h0"], ["gru_y", "gru_h"],
+                         hidden_size=HIDDEN, linear_before_reset=1, name="gru"),
+        helper.make_node("GRU", ["x", "g2w", "g2r", "g2b", "", "h2"], ["gru2_y", "gru2_h"],
+                         hidden_size=HIDDEN, direction="bidirectional", name="gru_bidirectional"),
+    ]
+    graph_inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(a.shape))
+                    for name, a in inputs.items()]
+    graph = helper.make_graph(nodes, "rnn_ops", graph_inputs, [], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="numaserve tests/models/make_rnn_ops_reference.py")
+    model.ir_version = ir_version
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    known = {v.name: v for v in inferred.graph.value_info}
+    for n in nodes:
+        for name in n.output:
+            model.graph.output.append(known[name])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+ORT_RUN = """
+import sys, numpy as np, onnxruntime as ort
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
+inputs = dict(np.load(sys.argv[2]))
+names = [o.name for o in session.get_outputs()]
+np.savez(sys.argv[3], **dict(zip(names, session.run(None, inputs))))
+print(ort.__version__)
+"""
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ort-python", required=True,
+                        help="the peers' virtual environment's python (make venv-peers)")
+    parser.add_argument("--out", default=os.path.join(HERE, "reference"))
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    inputs = make_inputs()
+    input_path = os.path.join(args.out, "rnn_ops_inputs.npz")
+    np.savez(input_path, **inputs)
+    index = {"generated_by": "tests/models/make_rnn_ops_reference.py",
+             "input_sha256": sha256(input_path), "models": {}}
+    for opset, ir_version in OPSETS.items():
+        stem = "rnn_ops_opset%d" % opset
+        model_path = os.path.join(args.out, stem + ".onnx")
+        output_path = os.path.join(args.out, stem + "_outputs.npz")
+        onnx.save(build_model(opset, ir_version, inputs), model_path)
+        run = subprocess.run([args.ort_python, "-c", ORT_RUN, model_path, input_path,
+                              output_path], check=True, capture_output=True, text=True)
+        index["onnxruntime"] = run.stdout.strip().splitlines()[-1]
+        index["models"][str(opset)] = {"model": stem + ".onnx",
+                                       "model_sha256": sha256(model_path),
+                                       "outputs": stem + "_outputs.npz",
+                                       "outputs_sha256": sha256(output_path)}
+        print("%s: ONNX Runtime %s" % (stem, index["onnxruntime"]))
+    with open(os.path.join(args.out, "rnn_ops.json"), "w") as f:
+        json.dump(index, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
