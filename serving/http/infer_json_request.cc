@@ -3,6 +3,7 @@
 // document tree is built; an input whose data comes before its datatype or
 // shape is read again in a second pass, once both are known.
 
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -59,6 +61,38 @@ std::string Describe(const Scalar& v) {
 }
 
 using Parameters = google::protobuf::Map<std::string, inference::InferParameter>;
+
+// A JSON number as RapidJSON delivers it with kParseNumbersAsStringsFlag
+// (its grammar checked, the text untouched), typed as RapidJSON's own
+// events would type it: a negative integer that fits int64 as kInt, a
+// non-negative one that fits uint64 as kUint, anything else as a double,
+// rounded correctly (std::from_chars); NaN and
+// Infinity as RapidJSON's kParseNanAndInfFlag lets them through. Empty for
+// a number beyond the double range. RapidJSON 1.1.0's own conversion is
+// not used: its full-precision path reads past a table of cached powers
+// and calls clz(0) on some inputs (found by the infer_json fuzz target).
+std::optional<Scalar> NumberOf(absl::string_view text) {
+  const char* first = text.data();
+  const char* last = first + text.size();
+  if (text.find_first_of(".eEnNiI") == absl::string_view::npos) {
+    if (absl::StartsWith(text, "-")) {
+      int64_t i = 0;
+      if (auto [p, ec] = std::from_chars(first, last, i); ec == std::errc() && p == last) {
+        return Scalar{.kind = Scalar::kInt, .i = i};
+      }
+    } else {
+      uint64_t u = 0;
+      if (auto [p, ec] = std::from_chars(first, last, u); ec == std::errc() && p == last) {
+        return Scalar{.kind = Scalar::kUint, .u = u};
+      }
+    }
+  }
+  double d = 0;
+  if (auto [p, ec] = std::from_chars(first, last, d); ec == std::errc() && p == last) {
+    return Scalar{.kind = Scalar::kDouble, .d = d};
+  }
+  return std::nullopt;
+}
 
 struct InputDraft {
   std::string name;
@@ -124,6 +158,14 @@ class BodyReader : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, BodyRe
   bool Int64(int64_t i) { return Value(Scalar{.kind = Scalar::kInt, .i = i}); }
   bool Uint64(uint64_t u) { return Value(Scalar{.kind = Scalar::kUint, .u = u}); }
   bool Double(double d) { return Value(Scalar{.kind = Scalar::kDouble, .d = d}); }
+  bool RawNumber(const char* s, rapidjson::SizeType n, bool) {
+    const absl::string_view text(s, n);
+    std::optional<Scalar> v = NumberOf(text);
+    if (!v.has_value()) {
+      return Fail(absl::StrCat("the number ", text.substr(0, 32), " is out of range"));
+    }
+    return Value(*v);
+  }
   bool String(const char* s, rapidjson::SizeType n, bool) {
     return Value(Scalar{.kind = Scalar::kString, .s = absl::string_view(s, n)});
   }
@@ -193,12 +235,12 @@ std::string BodyReader::Label(const InputDraft& in) const {
 absl::Status BodyReader::Run(absl::string_view json) {
   rapidjson::MemoryStream stream(json.data(), json.size());
   rapidjson::Reader reader;
-  // Full precision: RapidJSON's default number parsing may be a unit in
-  // the last place off, and an FP64 input must be the double its shortest
-  // decimal names (as a client's JSON writer rounds it).
-  constexpr unsigned kFlags = rapidjson::kParseIterativeFlag |
-                              rapidjson::kParseValidateEncodingFlag |
-                              rapidjson::kParseNanAndInfFlag | rapidjson::kParseFullPrecisionFlag;
+  // Numbers as their text, converted by NumberOf: correctly rounded, so an
+  // FP64 input is the double its shortest decimal names (as a client's JSON
+  // writer rounds it).
+  constexpr unsigned kFlags =
+      rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag |
+      rapidjson::kParseNanAndInfFlag | rapidjson::kParseNumbersAsStringsFlag;
   rapidjson::ParseResult result = reader.Parse<kFlags>(stream, *this);
   if (!error_.ok()) return error_;
   if (result.IsError()) {

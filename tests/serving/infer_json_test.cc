@@ -108,6 +108,27 @@ TEST(InferJsonRequestTest, NanAndInfinityAreFloats) {
   EXPECT_EQ(v[2], -std::numeric_limits<float>::infinity());
 }
 
+// Numbers are converted by std::from_chars, not by RapidJSON 1.1.0 (whose
+// full-precision path read past its table of cached powers for 9...9e308
+// and called clz(0) for 0e308; the infer_json fuzz target's inputs in
+// tests/fuzz/regressions/infer_json/).
+TEST(InferJsonRequestTest, NumbersAreConvertedExactlyAtTheEdgesOfTheirRanges) {
+  EXPECT_EQ(Values<double>(Parse(Input("FP64", "[5]",
+                                       "[0e308,1e308,1.7976931348623157e308,4.9e-324,"
+                                       "0.30000000000000004]"))
+                               .request.raw_input_contents(0)),
+            (std::vector<double>{0.0, 1e308, std::numeric_limits<double>::max(),
+                                 std::numeric_limits<double>::denorm_min(), 0.30000000000000004}));
+  // Past uint64: a double, as RapidJSON's own events would give it.
+  EXPECT_EQ(
+      Values<double>(Parse(Input("FP64", "[2]", "[18446744073709551616,-9223372036854775809]"))
+                         .request.raw_input_contents(0)),
+      (std::vector<double>{18446744073709551616.0, -9223372036854775809.0}));
+  ExpectInvalid(Input("UINT64", "[1]", "[18446744073709551616]"), "data[0]");
+  ExpectInvalid(Input("FP64", "[1]", "[1e400]"), "");
+  ExpectInvalid(Input("FP64", "[1]", "[99999999999999999999999999999999999999999e300]"), "");
+}
+
 TEST(InferJsonRequestTest, ValuesOfTheWrongTypeOrRangeAreRefusedNamingTheIndex) {
   ExpectInvalid(Input("INT8", "[2]", "[1,300]"), "data[1] = 300 is not an integer in INT8's range");
   ExpectInvalid(Input("UINT8", "[1]", "[-1]"), "UINT8's range [0, 255]");
