@@ -172,7 +172,10 @@ absl::Status InferenceService::FillModelStatistics(
     if (!model.ok() && model.status().code() == absl::StatusCode::kNotFound) {
       return model.status();
     }
-    if (!version.empty()) absl::SimpleAtoi(version, &v);
+    if (!version.empty() && (!absl::SimpleAtoi(version, &v) || v < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("version '", version, "' is not a version number"));
+    }
   }
   if (statistics_ != nullptr) statistics_->Fill(name, v, response);
   return absl::OkStatus();

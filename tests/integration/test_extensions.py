@@ -100,6 +100,13 @@ class ExtensionsTest(unittest.TestCase):
             self.stub.ModelStatistics(nc.pb.ModelStatisticsRequest(name="no_such_model"),
                                       timeout=10)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND)
+        # A version that is no version of the model is refused, not read as
+        # "every version".
+        for version in ("abc", "0", "-1", "99"):
+            with self.assertRaises(grpc.RpcError) as caught:
+                self.stub.ModelStatistics(
+                    nc.pb.ModelStatisticsRequest(name=MODEL, version=version), timeout=10)
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND, version)
 
     def test_model_config(self):
         """ModelConfig answers Triton's inference.ModelConfig: decoded with a
