@@ -57,7 +57,8 @@ absl::Status ReadInterpolation(const Graph& graph, const Node& node, kernels::Re
   }
   const std::string& ctm = p.coordinate_transformation_mode;
   if (ctm != "half_pixel" && ctm != "asymmetric" && ctm != "align_corners" &&
-      ctm != "pytorch_half_pixel" && ctm != "tf_half_pixel_for_nn" && ctm != "tf_crop_and_resize") {
+      ctm != "pytorch_half_pixel" && ctm != "tf_half_pixel_for_nn" && ctm != "tf_crop_and_resize" &&
+      ctm != "half_pixel_symmetric") {
     return NodeUnsupported(node, absl::StrCat("coordinate_transformation_mode '", ctm, "'"));
   }
   return absl::OkStatus();

@@ -202,6 +202,14 @@ double SourceCoordinate(const ResizeParams& p, size_t dim, int64_t o, int64_t in
   if (m == "pytorch_half_pixel") {
     return out_len > 1 ? (o + 0.5) / scale - 0.5 : 0.0;
   }
+  if (m == "half_pixel_symmetric") {
+    // Opset 19: half_pixel, shifted so that the rounding of the output's
+    // length (in_len * scale) is shared by both ends.
+    const double resized = static_cast<double>(in_len) * scale;
+    const double adjustment = static_cast<double>(out_len) / resized;
+    const double offset = in_len / 2.0 * (1.0 - adjustment);
+    return offset + (o + 0.5) / scale - 0.5;
+  }
   return (o + 0.5) / scale - 0.5;  // half_pixel
 }
 

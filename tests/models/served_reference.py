@@ -1,5 +1,5 @@
 """What the tests of committed ONNX Runtime outputs share (test_index_ops.py,
-test_norm_ops.py): the files checked against the index their generator
+test_opset20_ops.py): the files checked against the index their generator
 wrote, and a model served by the real numaserve, its outputs compared."""
 import hashlib
 import json
