@@ -414,23 +414,36 @@ void CompiledModelImpl::PlanQdq(const std::vector<std::vector<int>>& consumers,
   const std::vector<bool> q_absorbed = QuantizesReadByPairsAlone(consumers);
   for (int i = 0; i < n; ++i) {
     if (!qdq_of_node_[i].has_value()) continue;
-    if (!q_absorbed[qdq_of_node_[i]->quantize_node]) {
+    const QdqInput pair = *qdq_of_node_[i];
+    if (!q_absorbed[pair.quantize_node]) {
       qdq_of_node_[i].reset();  // the QuantizeLinear runs: its DequantizeLinear too
       continue;
     }
-    absorbed_qdq_[qdq_of_node_[i]->quantize_node] = true;
-    // INT8 kernels take UINT8 inputs; their readers must all run INT8 for
-    // the pair to need no step (else it runs as a fake-quantize step).
+    absorbed_qdq_[pair.quantize_node] = true;
+    // INT8 kernels take UINT8 inputs; when their readers all run INT8 the
+    // pair needs no step (else it runs as a fake-quantize step).
     const ValueId out = graph_.nodes()[i].outputs[0];
-    bool all = qdq_of_node_[i]->is_uint8 && !is_output_[out] && !consumers[out].empty();
-    for (int c : consumers[out]) all = all && Int8Capable(c, out, shapes1);
-    if (!all) continue;
+    std::vector<int> int8_readers;
+    for (int c : consumers[out]) {
+      if (pair.is_uint8 && Int8Capable(c, out, shapes1)) int8_readers.push_back(c);
+    }
+    if (int8_readers.empty()) continue;
     if (!use_int8) {
-      kept_fp32 += static_cast<int>(consumers[out].size());
+      kept_fp32 += static_cast<int>(int8_readers.size());
       continue;
     }
-    absorbed_qdq_[i] = true;
-    for (int c : consumers[out]) int8_input_[c] = qdq_of_node_[i];
+    if (int8_readers.size() == consumers[out].size() && !is_output_[out]) {
+      absorbed_qdq_[i] = true;
+      for (int c : int8_readers) int8_input_[c] = pair;
+      continue;
+    }
+    // Read by FP32 steps too (a full-QDQ file's residual Add): the pair
+    // runs (in the conv before it where it folds), and its INT8 readers
+    // quantize its dequantized output again with the same scale and zero
+    // point, which gives back the same integers.
+    QdqInput requantize = pair;
+    requantize.source = out;
+    for (int c : int8_readers) int8_input_[c] = requantize;
   }
   if (kept_fp32 > 0) {
     int8_kernels_note_ = absl::StrCat(

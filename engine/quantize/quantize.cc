@@ -30,11 +30,15 @@
 namespace numaserve::engine {
 
 // What quantize_calibration.cc shares (quantize_internal.h).
+using quantize_internal::AllReaderPairs;
 using quantize_internal::CalibrationRun;
 using quantize_internal::ChooseRanges;
 using quantize_internal::CollectStats;
+using quantize_internal::FloatElements;
+using quantize_internal::FoldBatchNorms;
 using quantize_internal::GraphIndex;
 using quantize_internal::LoadedModel;
+using quantize_internal::NameSource;
 using quantize_internal::PrefixWithPath;
 using quantize_internal::PrepareCalibration;
 using quantize_internal::Stats;
@@ -44,10 +48,6 @@ namespace quantize_internal {
 absl::Status PrefixWithPath(const std::string& path, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
 }
-
-}  // namespace quantize_internal
-
-namespace {
 
 // An initializer's FP32 elements, its dims checked against the data it holds.
 absl::StatusOr<std::vector<float>> FloatElements(const onnx::TensorProto& t) {
@@ -84,6 +84,27 @@ absl::StatusOr<std::vector<float>> FloatElements(const onnx::TensorProto& t) {
   return out;
 }
 
+NameSource::NameSource(const onnx::GraphProto& g) {
+  for (const auto& t : g.initializer()) used_.insert(t.name());
+  for (const auto& v : g.input()) used_.insert(v.name());
+  for (const auto& v : g.output()) used_.insert(v.name());
+  for (const auto& n : g.node()) {
+    used_.insert(n.name());
+    for (const auto& o : n.output()) used_.insert(o);
+  }
+}
+
+std::string NameSource::Fresh(const std::string& base) {
+  std::string name = base;
+  for (int i = 1; used_.count(name) != 0; ++i) name = absl::StrCat(base, "_", i);
+  used_.insert(name);
+  return name;
+}
+
+}  // namespace quantize_internal
+
+namespace {
+
 // A weight to quantize: an initializer and the axis of its output channels.
 struct WeightUse {
   std::string initializer;
@@ -97,29 +118,6 @@ struct WeightUse {
 struct Target {
   int node = 0;
   WeightUse weight;
-};
-
-// Names not yet used in the graph.
-class NameSource {
- public:
-  explicit NameSource(const onnx::GraphProto& g) {
-    for (const auto& t : g.initializer()) used_.insert(t.name());
-    for (const auto& v : g.input()) used_.insert(v.name());
-    for (const auto& v : g.output()) used_.insert(v.name());
-    for (const auto& n : g.node()) {
-      used_.insert(n.name());
-      for (const auto& o : n.output()) used_.insert(o);
-    }
-  }
-  std::string Fresh(const std::string& base) {
-    std::string name = base;
-    for (int i = 1; used_.count(name) != 0; ++i) name = absl::StrCat(base, "_", i);
-    used_.insert(name);
-    return name;
-  }
-
- private:
-  std::set<std::string> used_;
 };
 
 onnx::TensorProto ScalarFloat(const std::string& name, float value) {
@@ -266,6 +264,9 @@ std::optional<Target> ChooseTarget(const onnx::GraphProto& graph, const GraphInd
 struct Selection {
   std::vector<Target> targets;
   std::vector<std::string> activations;  // distinct, in order of first use
+  // The activations whose every reader reads the dequantized tensor
+  // (AllReaderPairs); the others' only the quantized nodes.
+  std::set<std::string> all_readers;
 };
 
 // Chooses the nodes to quantize, in graph order, and the activations they
@@ -288,6 +289,9 @@ absl::StatusOr<Selection> SelectTargets(const std::string& model_path,
     return absl::InvalidArgumentError(absl::StrCat(
         model_path, ": no Conv, MatMul or Gemm with FP32 initializer weights to quantize"));
   }
+  std::vector<int> nodes;
+  for (const Target& t : selection.targets) nodes.push_back(t.node);
+  selection.all_readers = AllReaderPairs(graph, index, nodes, selection.activations);
   return selection;
 }
 
@@ -405,9 +409,9 @@ absl::StatusOr<QdqParts> BuildQdqParts(const std::string& model_path, const onnx
 // The QDQ graph's nodes, in the order QuantizeModel's comment gives, the
 // quantized nodes reading the dequantized tensors.
 std::vector<onnx::NodeProto> OrderNodes(const onnx::GraphProto& graph, const GraphIndex& index,
-                                        const std::vector<Target>& targets, const QdqParts& parts) {
+                                        const Selection& selection, const QdqParts& parts) {
   std::map<int, const Target*> target_of;
-  for (const Target& t : targets) target_of[t.node] = &t;
+  for (const Target& t : selection.targets) target_of[t.node] = &t;
   std::vector<onnx::NodeProto> nodes = parts.weight_nodes;
   for (const auto& [a, qdq] : parts.qdq_after) {
     if (index.graph_inputs.count(a) != 0 || index.initializer_index.count(a) != 0) {
@@ -416,8 +420,13 @@ std::vector<onnx::NodeProto> OrderNodes(const onnx::GraphProto& graph, const Gra
   }
   for (int i = 0; i < graph.node_size(); ++i) {
     onnx::NodeProto node = graph.node(i);
+    for (int k = 0; k < node.input_size(); ++k) {
+      if (selection.all_readers.count(node.input(k)) != 0) {
+        node.set_input(k, parts.dequantized_activation.at(node.input(k)));
+      }
+    }
     if (auto t = target_of.find(i); t != target_of.end()) {
-      node.set_input(0, parts.dequantized_activation.at(node.input(0)));
+      node.set_input(0, parts.dequantized_activation.at(graph.node(i).input(0)));
       node.set_input(1, parts.dequantized_weight.at(t->second->weight));
     }
     nodes.push_back(node);
@@ -469,12 +478,15 @@ absl::StatusOr<QuantizedModel> QuantizeModel(const std::string& model_path,
   absl::StatusOr<LoadedModel> loaded = LoadModel(model_path, options);
   if (!loaded.ok()) return loaded.status();
   onnx::ModelProto& model = loaded->proto;
-  const onnx::GraphProto& graph = *model.mutable_graph();
+  QuantizedModel result;
+  QuantizeReport& report = result.report;
+  // Normalizations folded into the convs before them (calibration runs
+  // the folded model: the same function).
+  report.folded = FoldBatchNorms(*model.mutable_graph());
+  const onnx::GraphProto& graph = model.graph();
   const GraphIndex index = IndexGraph(graph);
 
   // The nodes to quantize and the activations to calibrate.
-  QuantizedModel result;
-  QuantizeReport& report = result.report;
   absl::StatusOr<Selection> selection = SelectTargets(model_path, graph, index, report);
   if (!selection.ok()) return selection.status();
 
@@ -495,7 +507,7 @@ absl::StatusOr<QuantizedModel> QuantizeModel(const std::string& model_path,
   // nodes reading the dequantized tensors.
   absl::StatusOr<QdqParts> parts = BuildQdqParts(model_path, graph, index, *selection, *ranges);
   if (!parts.ok()) return parts.status();
-  std::vector<onnx::NodeProto> nodes = OrderNodes(graph, index, selection->targets, *parts);
+  std::vector<onnx::NodeProto> nodes = OrderNodes(graph, index, *selection, *parts);
   onnx::GraphProto rebuilt =
       RebuildGraph(graph, index, std::move(nodes), std::move(parts->new_initializers));
   *model.mutable_graph() = std::move(rebuilt);

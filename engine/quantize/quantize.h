@@ -9,6 +9,11 @@
 //     asymmetric, the scale and zero point from the range the input took on
 //     calibration data (min-max, or the given percentiles of its values);
 //   - its bias and everything else left FP32.
+// A Conv's output (after the Relu or Clip that alone reads it) that
+// quantized nodes read is read through its pair by every reader (full
+// QDQ: ONNX Runtime runs a conv in integer only when a QuantizeLinear
+// alone reads its output), and a BatchNormalization after a conv is
+// folded into the conv's weights first.
 // The file means exactly what ONNX says QDQ means (dequantize, then run the
 // FP32 op), so any runtime that reads QDQ models (ONNX Runtime included)
 // runs it; numaserve's engine runs those convs and matmuls on INT8 kernels
@@ -91,6 +96,9 @@ Int8Weights QuantizeWeightsPerChannel(const std::vector<float>& weights,
                                       const std::vector<int64_t>& dims, int64_t axis);
 
 struct QuantizeReport {
+  // "bn1 (BatchNormalization) into conv1": folded into the conv's weights
+  // and bias before quantizing them.
+  std::vector<std::string> folded;
   std::vector<std::string> quantized;  // "conv1 (Conv)", in graph order
   std::vector<std::string> skipped;    // "mm (MatMul): B is not an initializer"
   std::vector<ActivationRange> activations;

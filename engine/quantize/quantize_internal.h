@@ -6,6 +6,9 @@
 //   quantize_calibration.cc  the calibration model and its runs, each
 //                            activation's statistics, the range choices
 //                            (min-max, percentile, entropy), Uint8Range
+//   quantize_outputs.cc      BatchNormalization folded into the conv before
+//                            it, and the quantized convs' outputs whose
+//                            pairs all their readers read (full QDQ)
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -28,6 +31,21 @@ namespace numaserve::engine::quantize_internal {
 // `s` with `path` and ": " in front of its message, its code kept.
 absl::Status PrefixWithPath(const std::string& path, const absl::Status& s);
 
+// An initializer's FP32 elements, its dims checked against the data it
+// holds (INVALID_ARGUMENT naming it otherwise).
+absl::StatusOr<std::vector<float>> FloatElements(const onnx::TensorProto& t);
+
+// Names not yet used in a graph.
+class NameSource {
+ public:
+  explicit NameSource(const onnx::GraphProto& g);
+  // `base`, or `base`_1, _2, ...: the first not yet used (now used).
+  std::string Fresh(const std::string& base);
+
+ private:
+  std::set<std::string> used_;
+};
+
 // The model to quantize: the engine's view of it and its protobuf.
 struct LoadedModel {
   ModelInfo info;
@@ -40,6 +58,30 @@ struct GraphIndex {
   std::map<std::string, int> initializer_index;  // into graph.initializer
   std::set<std::string> graph_inputs, graph_outputs;
 };
+
+// Folds each BatchNormalization (inference mode) that alone reads a Conv's
+// output into that conv's weights and bias, where the conv's weights and
+// bias and the normalization's four parameters are FP32 initializers:
+// W'[m] = W[m] * s[m], B'[m] = (B[m] - mean[m]) * s[m] + beta[m], s =
+// gamma / sqrt(var + epsilon), in new initializers (the old ones leave the
+// file if nothing else reads them). The conv then writes the
+// normalization's output. ONNX Runtime folds a BatchNormalization only into
+// a conv whose weights are a plain initializer, not a DequantizeLinear, so
+// a QDQ file must carry it folded for the conv to match its QLinearConv
+// pattern. Returns "bn (BatchNormalization) into conv" per fold.
+std::vector<std::string> FoldBatchNorms(onnx::GraphProto& graph);
+
+// Full QDQ: the outputs of quantized convs (taken after the Relu or Clip
+// that alone reads one, which ONNX Runtime fuses into the QuantizeLinear
+// after it) that quantized nodes read, and so have a QuantizeLinear ->
+// DequantizeLinear pair already (`activations`), and are not model
+// outputs: every reader of these reads the dequantized tensor, so that
+// ONNX Runtime sees DequantizeLinear -> Conv -> QuantizeLinear with the
+// QuantizeLinear the conv's only reader, and runs the conv in integer
+// (QLinearConv). `targets`: the quantized nodes, by index into graph.node.
+std::set<std::string> AllReaderPairs(const onnx::GraphProto& graph, const GraphIndex& index,
+                                     const std::vector<int>& targets,
+                                     const std::vector<std::string>& activations);
 
 // Per-tensor statistics over the calibration runs.
 struct Stats {

@@ -257,7 +257,9 @@ TEST(Int8QuantizeTest, SmallCnnRunsInt8AndMeansWhatItsQdqFileSays) {
 }
 
 // By default a conv doing little per input element (the depthwise 3x3: 18
-// FLOPs) runs FP32 after a fake-quantize step, with the same meaning.
+// FLOPs) runs FP32 on the fake-quantized input, with the same meaning:
+// the pair runs in the stem's post-ops (the residual Add reads it too, as
+// the full-QDQ file says), not as a step of its own.
 TEST(Int8QuantizeTest, LightConvsRunFp32OnTheFakeQuantizedInputByDefault) {
   const std::string fp32 = SmallCnn();
   const std::string qdq = Quantize(fp32, {3, 16, 16}, "int8_small_cnn_default");
@@ -265,7 +267,8 @@ TEST(Int8QuantizeTest, LightConvsRunFp32OnTheFakeQuantizedInputByDefault) {
   CheckQuantizedModel(fp32, qdq, {3, 16, 16}, 0.05, Int8KernelsOn(), /*all_int8=*/false);
   auto model = CompiledModel::Load(qdq, Int8KernelsOn());
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("fake-quantize: c1_QuantizeLinear"));
+  EXPECT_THAT((*model)->DescribePlan(), HasSubstr("c1_relu+c1_QuantizeLinear+c1_DequantizeLinear"));
+  EXPECT_THAT((*model)->DescribePlan(), ::testing::Not(HasSubstr("fake-quantize: c1_")));
 }
 
 // The QDQ file `qdq` compiled with `options`: the pair after `value` runs

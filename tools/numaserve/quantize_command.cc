@@ -293,7 +293,8 @@ absl::StatusOr<std::vector<engine::CalibrationBatch>> ReadCalibrationBatches(
 }
 
 // What the quantization did: the rows and method, the nodes quantized and
-// left FP32, and each activation's range.
+// left FP32, and each activation's range; the BatchNormalizations folded
+// into the convs before them first.
 void PrintReport(const QuantizeOptions& o, engine::CalibrationMethod method,
                  const engine::QuantizeReport& report) {
   printf("calibrated on %lld rows (%s%s)\n", static_cast<long long>(report.calibration_rows),
@@ -301,6 +302,7 @@ void PrintReport(const QuantizeOptions& o, engine::CalibrationMethod method,
          method == engine::CalibrationMethod::kPercentile
              ? absl::StrFormat(" %g", o.percentile).c_str()
              : "");
+  for (const std::string& f : report.folded) printf("folded %s\n", f.c_str());
   printf("quantized %zu nodes to INT8:", report.quantized.size());
   for (const std::string& n : report.quantized) printf(" %s", n.c_str());
   printf("\n");
