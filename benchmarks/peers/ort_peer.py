@@ -6,7 +6,7 @@ measured against. Runs under the peers' virtual environment
                            [--seconds S] [--spin 0|1] [--json]
   python ort_peer.py run --model PATH --input IN.npy --output OUT.npy [--threads N]
   python ort_peer.py profile --model PATH [--batch 32] [--threads 2] [--runs 20]
-                             [--spin 0|1] [--top 15]
+                             [--spin 0|1] [--top 15] [--json]
   python ort_peer.py version
 
 bench: the same measurement as `numaserve bench`, with the same care on
@@ -24,7 +24,10 @@ output to one (the peer side of the output checks).
 
 profile: ONNX Runtime's own per-operator profile, summed by operator type
 and by node, in ms per run, the way `numaserve bench --profile` prints
-numaserve's.
+numaserve's. With --json, one JSON object instead: per operator type of
+the optimized graph that ran, its nodes ("nodes") and ms per run ("ms"),
+which says whether a QDQ file's convs ran in integer (QLinearConv,
+ConvInteger) or in float (Conv).
 
 --spin 0 stops idle intra-op threads from spinning
 (session.intra_op.allow_spinning=0), the counterpart of numaserve's
@@ -160,6 +163,13 @@ def profile(args):
     total = sum(by_type.values())
     # The first run is the warm-up bound() made; the timed ones follow it.
     runs = args.runs + 1
+    if args.json:
+        nodes = {}
+        for _, op in by_node:
+            nodes[op] = nodes.get(op, 0) + 1
+        print(json.dumps({"nodes": nodes, "ms": {op: ms / runs for op, ms in by_type.items()}}))
+        del keep
+        return
     print(f"ONNX Runtime {ort.__version__}: {args.model}, batch {args.batch}, "
           f"{args.threads} threads, {total / runs:.3f} ms per run in kernels")
     print(f"{'op type':24} {'ms/run':>8} {'share':>6}")
@@ -193,6 +203,7 @@ def main():
     f.add_argument("--runs", type=int, default=20)
     f.add_argument("--spin", type=int, choices=[0, 1], default=0)
     f.add_argument("--top", type=int, default=15)
+    f.add_argument("--json", action="store_true")
     sub.add_parser("version")
     args = p.parse_args()
     if args.command == "version":
