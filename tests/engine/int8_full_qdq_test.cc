@@ -1,5 +1,6 @@
 // Full QDQ from `numaserve quantize` (engine/quantize/quantize_outputs.cc):
-// a BatchNormalization after a conv is folded into it; a quantized conv's
+// a BatchNormalization after a conv is folded into it where it alone reads
+// the conv (into weights of the conv's own); a quantized conv's
 // output (after the Relu or Clip that alone reads it) that a quantized node
 // reads is read through its QuantizeLinear -> DequantizeLinear pair by
 // every reader, so the QuantizeLinear is its only reader (the pattern ONNX
@@ -185,6 +186,59 @@ TEST(Int8FullQdqTest, RunsEveryConvInt8WithThePairsFoldedWithinInt8ErrorOfFp32) 
     }
     EXPECT_EQ(int8, 5);
   }
+}
+
+// Two convs sharing one weight tensor: the first's BatchNormalization
+// folds (into weights of its own: the second conv still reads the
+// original), the second's does not, since a Relu reads the conv's output
+// too; the model keeps its meaning within INT8's error.
+TEST(Int8FullQdqTest, ABatchNormalizationFoldsOnlyWhereItAloneReadsTheConv) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 8, 8, 8});
+  kernels::Tensor w = RandomTensor({8, 8, 3, 3}, 41);
+  for (float& v : w.data) v *= 0.2f;
+  b.Initializer("w", w);
+  for (const std::string& p : {"a", "b"}) {
+    kernels::Tensor var = RandomTensor({8}, 43);
+    for (float& v : var.data) v = 1.0f + std::abs(v);
+    b.Initializer(p + "_scale", RandomTensor({8}, 42));
+    b.Initializer(p + "_bias", RandomTensor({8}, 44));
+    b.Initializer(p + "_mean", RandomTensor({8}, 45));
+    b.Initializer(p + "_var", var);
+  }
+  auto& ca = b.Node("Conv", {"x", "w"}, {"ca"}, "conv_a");
+  OnnxModelBuilder::AttrInts(ca, "pads", {1, 1, 1, 1});
+  b.Node("BatchNormalization", {"ca", "a_scale", "a_bias", "a_mean", "a_var"}, {"na"}, "bn_a");
+  auto& cb = b.Node("Conv", {"na", "w"}, {"cb"}, "conv_b");
+  OnnxModelBuilder::AttrInts(cb, "pads", {1, 1, 1, 1});
+  b.Node("BatchNormalization", {"cb", "b_scale", "b_bias", "b_mean", "b_var"}, {"nb"}, "bn_b");
+  b.Node("Relu", {"cb"}, {"rb"}, "relu_b");
+  b.Node("Add", {"nb", "rb"}, {"y"}, "add");
+  b.Output("y", {-1, 8, 8, 8});
+  const std::string fp32_path = b.Save("full_qdq_bn_fold");
+  std::vector<CalibrationBatch> calibration(1);
+  calibration[0].rows = 8;
+  calibration[0].inputs.push_back(RandomTensor({8, 8, 8, 8}, 46).data);
+  auto q = QuantizeModel(fp32_path, calibration, QuantizeOptions());
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_THAT(q->report.folded, ::testing::ElementsAre("bn_a (BatchNormalization) into conv_a"));
+  EXPECT_EQ(q->report.quantized.size(), 2u);
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(q->onnx));
+  int batch_norms = 0;
+  for (const auto& n : proto.graph().node()) batch_norms += n.op_type() == "BatchNormalization";
+  EXPECT_EQ(batch_norms, 1);
+  const std::string path = absl::StrCat(::testing::TempDir(), "/full_qdq_bn_", getpid(), ".onnx");
+  std::ofstream(path, std::ios::binary) << q->onnx;
+  auto model = CompiledModel::Load(path, CompileOptions());
+  auto fp32 = CompiledModel::Load(fp32_path, CompileOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  const kernels::Tensor x = RandomTensor({2, 8, 8, 8}, 47);
+  std::vector<float> y(2 * 512), y32(2 * 512);
+  ASSERT_TRUE((*model)->Run(2, {x.data.data()}, {y.data()}).ok());
+  ASSERT_TRUE((*fp32)->Run(2, {x.data.data()}, {y32.data()}).ok());
+  EXPECT_LT(testing::NormalizedError(y32, y.data()), 1e-3);
 }
 
 }  // namespace
