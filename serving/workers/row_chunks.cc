@@ -31,9 +31,46 @@ std::vector<size_t> TimesRows(const std::vector<size_t>& row, int64_t rows) {
   return bytes;
 }
 
+// The model at one signature (its non-batch dims) or, without one, at a
+// batch size alone: the calls a run in chunks makes, at `rows` rows. Only a
+// batched model runs in chunks, and every input of a batched model has the
+// batch as its dim 0.
+class AtRows {
+ public:
+  AtRows(engine::CompiledModel& model, const engine::CompiledModel::InputShapes& signature)
+      : model_(model), shapes_(signature) {}
+
+  absl::Status CheckBufferSizes(int64_t rows, const std::vector<size_t>& in,
+                                const std::vector<size_t>& out) {
+    if (shapes_.empty()) return model_.CheckBufferSizes(rows, in, out);
+    return model_.CheckBufferSizes(Shapes(rows), in, out);
+  }
+  absl::Status Run(int64_t rows, const std::vector<const void*>& in,
+                   const std::vector<void*>& out) {
+    if (shapes_.empty()) return model_.Run(rows, in, out);
+    return model_.Run(Shapes(rows), in, out);
+  }
+  bool Fits(int64_t rows) {
+    if (shapes_.empty()) return model_.ActivationBytes(rows).ok();
+    return model_.ActivationBytes(Shapes(rows)).ok();
+  }
+
+ private:
+  // The signature with dim 0 of every input (the batch) at `rows`.
+  const engine::CompiledModel::InputShapes& Shapes(int64_t rows) {
+    for (auto& shape : shapes_) {
+      if (!shape.empty()) shape[0] = rows;
+    }
+    return shapes_;
+  }
+
+  engine::CompiledModel& model_;
+  engine::CompiledModel::InputShapes shapes_;
+};
+
 // Runs rows [0, batch) as chunks of `chunk` rows on the row slices of the
 // buffers, whose rows are in_row/out_row bytes each.
-absl::Status RunChunks(engine::CompiledModel& model, int64_t batch, int64_t chunk,
+absl::Status RunChunks(AtRows& model, int64_t batch, int64_t chunk,
                        const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                        const std::vector<size_t>& in_row, const std::vector<size_t>& out_row) {
   // Both sizes the engine will see are checked before anything runs: the
@@ -63,13 +100,12 @@ absl::Status RunChunks(engine::CompiledModel& model, int64_t batch, int64_t chun
   return absl::OkStatus();
 }
 
-}  // namespace
-
-int64_t LargestRowsThatFit(engine::CompiledModel& model, int64_t over) {
+// About log2(over) calls of Fits.
+int64_t LargestRowsThatFit(AtRows& model, int64_t over) {
   int64_t fits = 0;  // 0: no count known to fit
   while (over - fits > 1) {
     const int64_t mid = fits + (over - fits) / 2;
-    if (model.ActivationBytes(mid).ok()) {
+    if (model.Fits(mid)) {
       fits = mid;
     } else {
       over = mid;
@@ -78,30 +114,59 @@ int64_t LargestRowsThatFit(engine::CompiledModel& model, int64_t over) {
   return fits;
 }
 
+// The dims besides dim 0 of every input of `shapes`, in order: what a
+// row count that fits is found for.
+std::vector<int64_t> NonBatchDims(const engine::CompiledModel::InputShapes& shapes) {
+  std::vector<int64_t> dims;
+  for (const auto& shape : shapes) {
+    dims.push_back(static_cast<int64_t>(shape.size()));
+    if (!shape.empty()) dims.insert(dims.end(), shape.begin() + 1, shape.end());
+  }
+  return dims;
+}
+
+}  // namespace
+
+int64_t LargestRowsThatFit(engine::CompiledModel& model, int64_t over) {
+  AtRows at(model, {});
+  return LargestRowsThatFit(at, over);
+}
+
 absl::Status RunRowsInChunks(engine::CompiledModel& model, int64_t batch,
                              const std::vector<const void*>& inputs,
                              const std::vector<void*>& outputs,
                              const std::vector<size_t>& input_bytes,
-                             const std::vector<size_t>& output_bytes, RowsThatFit* fit) {
+                             const std::vector<size_t>& output_bytes, RowsThatFit* fit,
+                             const engine::CompiledModel::InputShapes& signature) {
   RowsThatFit local;
   RowsThatFit& found = fit != nullptr ? *fit : local;
+  if (!signature.empty()) {
+    // A row count found at other non-batch dims says nothing of these.
+    std::vector<int64_t> dims = NonBatchDims(signature);
+    if (found.known && found.signature != dims) found = RowsThatFit();
+    found.signature = std::move(dims);
+  }
+  AtRows at(model, signature);
   std::vector<size_t> in_row, out_row;
   const bool rows_apart =
       model.info().batched && batch > 1 && inputs.size() == input_bytes.size() &&
       outputs.size() == output_bytes.size() && RowBytes(batch, input_bytes, &in_row) &&
       RowBytes(batch, output_bytes, &out_row);
   if (rows_apart && found.known && found.rows > 0 && batch > found.rows) {
-    return RunChunks(model, batch, found.rows, inputs, outputs, in_row, out_row);
+    return RunChunks(at, batch, found.rows, inputs, outputs, in_row, out_row);
   }
-  absl::Status s = model.Run(batch, inputs, outputs);
+  // The whole batch at its own signature: dim 0 of an input that is not
+  // the batch (pos [seq, hidden] beside x [batch, seq, hidden]) stays.
+  absl::Status s =
+      signature.empty() ? model.Run(batch, inputs, outputs) : model.Run(signature, inputs, outputs);
   // Refused before anything of its size was allocated or written. Once the
   // count is known, a batch within it that is refused (its arena could not
   // be mapped) is not split: that is no limit of the model's.
   if (s.code() != absl::StatusCode::kResourceExhausted || !rows_apart || found.known) return s;
-  found.rows = LargestRowsThatFit(model, batch);
+  found.rows = LargestRowsThatFit(at, batch);
   found.known = true;
   if (found.rows == 0) return s;
-  return RunChunks(model, batch, found.rows, inputs, outputs, in_row, out_row);
+  return RunChunks(at, batch, found.rows, inputs, outputs, in_row, out_row);
 }
 
 }  // namespace numaserve::serving

@@ -21,6 +21,10 @@ namespace numaserve::serving {
 struct RowsThatFit {
   bool known = false;
   int64_t rows = 0;  // when known; 0: not even one row fits
+  // For a shape-polymorphic model: the non-batch dims of the signature
+  // `rows` was found at (each input's rank, then its dims besides dim 0); a
+  // batch at other ones looks again. Empty for a model run at a batch size.
+  std::vector<int64_t> signature;
 };
 
 // The largest row count below `over` (a count whose plan needs more than
@@ -43,10 +47,16 @@ int64_t LargestRowsThatFit(engine::CompiledModel& model, int64_t over);
 // once. Only a model of which even one row does not fit, or one that is
 // not batched, answers the batch's own RESOURCE_EXHAUSTED. `fit` may be
 // null (the search runs again for every batch that needs it).
+//
+// With a `signature` (a shape-polymorphic model: every input's shape, dim 0
+// the batch's rows), the batch runs at it, and each chunk at it with dim 0
+// at the chunk's rows: CheckBufferSizes, Run and ActivationBytes take the
+// signature forms. Empty: the model runs at `batch` alone, as always.
 absl::Status RunRowsInChunks(engine::CompiledModel& model, int64_t batch,
                              const std::vector<const void*>& inputs,
                              const std::vector<void*>& outputs,
                              const std::vector<size_t>& input_bytes,
-                             const std::vector<size_t>& output_bytes, RowsThatFit* fit);
+                             const std::vector<size_t>& output_bytes, RowsThatFit* fit,
+                             const engine::CompiledModel::InputShapes& signature = {});
 
 }  // namespace numaserve::serving

@@ -531,6 +531,15 @@ std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node) {
   return text;
 }
 
+engine::CompiledModel::InputShapes SignatureOf(const worker::RunBatch& run) {
+  engine::CompiledModel::InputShapes shapes;
+  shapes.reserve(static_cast<size_t>(run.input_shapes_size()));
+  for (const worker::Shape& shape : run.input_shapes()) {
+    shapes.emplace_back(shape.dims().begin(), shape.dims().end());
+  }
+  return shapes;
+}
+
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
                 worker::Reply* reply, std::chrono::microseconds min_compute, RowsThatFit* fit) {
   auto in_arena = [&](const worker::TensorSlice& slice) {
@@ -555,17 +564,23 @@ void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const wo
     output_bytes.push_back(static_cast<size_t>(slice.bytes()));
   }
   // The engine reads and writes whole tensors: a slice of another size
-  // would read another request's bytes or write over them.
-  if (absl::Status s = model.CheckBufferSizes(run.batch(), input_bytes, output_bytes); !s.ok()) {
+  // would read another request's bytes or write over them. A
+  // shape-polymorphic model's batch runs at its signature, every other at
+  // its batch size.
+  const engine::CompiledModel::InputShapes signature = SignatureOf(run);
+  absl::Status fits = signature.empty()
+                          ? model.CheckBufferSizes(run.batch(), input_bytes, output_bytes)
+                          : model.CheckBufferSizes(signature, input_bytes, output_bytes);
+  if (!fits.ok()) {
     return internal(absl::StrCat("the server's buffers do not fit the model (", run.key(),
-                                 " at batch ", run.batch(), "): ", s.message()));
+                                 " at batch ", run.batch(), "): ", fits.message()));
   }
   // A request of this batch asked for its profile: time every step of this
   // run only (from zero), and stop before anything else runs on the model.
   if (run.profile()) model.SetProfiling(true);
   auto start = std::chrono::steady_clock::now();
-  absl::Status s =
-      RunRowsInChunks(model, run.batch(), inputs, outputs, input_bytes, output_bytes, fit);
+  absl::Status s = RunRowsInChunks(model, run.batch(), inputs, outputs, input_bytes, output_bytes,
+                                   fit, signature);
   const int64_t run_ns = NanosSince(start);
   if (run.profile()) model.SetProfiling(false);
   if (!s.ok()) {

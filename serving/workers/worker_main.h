@@ -60,6 +60,9 @@ std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node);
 // engine's run carries the engine's code (INVALID_ARGUMENT, ...); a
 // RESOURCE_EXHAUSTED one (a batch needing more activation bytes than the
 // model's max_activation_bytes) names the model and what sets its limit.
+// A shape-polymorphic model's batch runs at its signature
+// (run.input_shapes(), SignatureOf): the signature forms of
+// CheckBufferSizes and Run; any other at run.batch() alone.
 // A batched model's batch over that limit runs in chunks of rows that fit
 // (RunRowsInChunks; `fit`, kept per model copy by the caller, holds how
 // many), so only a batch of which one row does not fit is refused so.
@@ -72,6 +75,10 @@ std::string DescribeWorkerBinding(const WorkerBinding& binding, int numa_node);
 // (SetProfiling(true) before, false after, so the model's next run pays
 // nothing) and a successful reply carries profile_json:
 // BatchProfileJson(run.batch(), compute_ns, StepProfileJson of the run).
+// The signature a RunBatch carries (RunBatch::input_shapes); empty when it
+// carries none (a model whose only dynamic dims are dims 0).
+engine::CompiledModel::InputShapes SignatureOf(const worker::RunBatch& run);
+
 void RunBatchOn(engine::CompiledModel& model, const SharedArena& arena, const worker::RunBatch& run,
                 worker::Reply* reply,
                 std::chrono::microseconds min_compute = std::chrono::microseconds(0),

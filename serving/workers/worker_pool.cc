@@ -83,6 +83,9 @@ void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn 
   run->set_key(task.model_key);
   run->set_batch(task.rows);
   run->set_profile(task.profile);
+  for (const auto& shape : task.input_shapes) {
+    run->add_input_shapes()->mutable_dims()->Add(shape.begin(), shape.end());
+  }
   // The inputs' slices, then the outputs'.
   auto offsets = std::make_shared<std::vector<uint64_t>>();
   auto release = [&allocator, offsets] {

@@ -30,6 +30,10 @@ struct InferenceTask {
   // outlive the task.
   std::vector<std::vector<std::pair<const char*, size_t>>> inputs;
   std::vector<size_t> output_bytes;  // per model output
+  // A shape-polymorphic model's signature: every input's shape for this
+  // run, dim 0 of a batched input at `rows` (worker::RunBatch::input_shapes).
+  // Empty for a model whose only dynamic dims are dims 0.
+  std::vector<std::vector<int64_t>> input_shapes;
   base::Clock::TimePoint deadline = base::Clock::TimePoint::max();
   int attempts = 0;  // runs started (the scheduler retries a lost one once)
   // A request of the batch asked for its step profile: the worker times
