@@ -129,7 +129,9 @@ size_t DynamicBatcher::DueBatchSize(base::Clock::TimePoint now, bool* full) cons
   // rows; `best` is the longest prefix of it whose rows are a preferred size.
   int64_t total = 0;
   size_t count = 0, best = 0;
+  const std::vector<int64_t>& shape = queue_.front()->shape_key;
   for (const auto& r : queue_) {
+    if (r->shape_key != shape) continue;  // another shape: a later batch
     if (count > 0 && total + r->rows > options_.max_batch_rows) return count;  // full
     total += r->rows;
     ++count;
@@ -200,23 +202,51 @@ DynamicBatcher::Due DynamicBatcher::Peek() const {
   return due;
 }
 
+Batch DynamicBatcher::ExtractLocked(size_t n) {
+  Batch batch;
+  if (queue_.empty() || n == 0) return batch;
+  batch.reserve(n);
+  batch.push_back(std::move(queue_.front()));
+  const std::vector<int64_t>& shape = batch.front()->shape_key;
+  // Requests of the front's shape join the batch; the others move up over
+  // the gaps, keeping their order.
+  size_t kept = 1;  // queue_[1..kept) holds the requests left so far
+  size_t i = 1;
+  for (; i < queue_.size() && batch.size() < n; ++i) {
+    if (queue_[i]->shape_key == shape) {
+      batch.push_back(std::move(queue_[i]));
+    } else {
+      if (kept != i) queue_[kept] = std::move(queue_[i]);
+      ++kept;
+    }
+  }
+  // queue_[1..kept) are left, queue_[kept..i) moved out or over, queue_[i..)
+  // untouched: close the gap, then drop the front's empty slot.
+  queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(kept),
+               queue_.begin() + static_cast<std::ptrdiff_t>(i));
+  queue_.pop_front();
+  return batch;
+}
+
 Batch DynamicBatcher::Take(size_t max_requests, int64_t max_rows, size_t max_bytes) {
   base::MutexLock lock(&mu_);
   PromoteAgedLocked(clock_->Now());
+  if (queue_.empty()) return {};
   size_t n = 0;
   int64_t rows = 0;
   size_t bytes = 0;  // at most max_bytes after the first request
-  while (n < queue_.size() && n < max_requests &&
-         (n == 0 || (rows + queue_[n]->rows <= max_rows && bytes <= max_bytes &&
-                     queue_[n]->bytes <= max_bytes - bytes))) {
-    rows += queue_[n]->rows;
-    bytes += queue_[n]->bytes;
+  const std::vector<int64_t>& shape = queue_.front()->shape_key;
+  for (const auto& r : queue_) {
+    if (n >= max_requests) break;
+    if (r->shape_key != shape) continue;  // another shape: a later batch
+    if (n > 0 && (rows + r->rows > max_rows || bytes > max_bytes || r->bytes > max_bytes - bytes)) {
+      break;
+    }
+    rows += r->rows;
+    bytes += r->bytes;
     ++n;
   }
-  Batch batch(std::make_move_iterator(queue_.begin()),
-              std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
-  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-  return batch;
+  return ExtractLocked(n);
 }
 
 base::Clock::TimePoint DynamicBatcher::NextWake() const {
@@ -236,11 +266,7 @@ base::Clock::TimePoint DynamicBatcher::Poll() {
       if (!stopped_ && can_dispatch_) {
         bool full = true;
         size_t n = DueBatchSize(now, &full);
-        if (n > 0 && can_dispatch_(full)) {
-          batch.assign(std::make_move_iterator(queue_.begin()),
-                       std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
-          queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-        }
+        if (n > 0 && can_dispatch_(full)) batch = ExtractLocked(n);
       }
       next = NextWakeLocked();
     }

@@ -18,6 +18,15 @@
 // max_priority_wait is moved ahead of every request that has not (level 0),
 // in the order such requests arrived.
 //
+// Shapes: requests batch together only where their inputs' dims besides
+// dim 0 are equal (BatchRequest::shape_key; Triton's rule for a model with
+// dynamic dims besides the batch). A batch is formed from the request at
+// the front of the queue and the queued requests of its shape, in queue
+// order; requests of other shapes keep their places and go in a later
+// batch, led by the oldest of them once the front's batch has left. So the
+// oldest request's shape goes first, no shape waits behind a stream of
+// another, and max_queue_delay holds for each batch's oldest request.
+//
 // The batcher has no thread of its own: Enqueue() and Poll() do the work on
 // the caller's thread, and Poll() says when it next needs to run. The server
 // calls Poll() when a worker frees up and from a timer; tests call it after
@@ -51,6 +60,10 @@ struct BatchRequest {
   // Priority level: lower goes first; equal levels in arrival order. The
   // batcher sets it to 0 once the request has waited max_priority_wait.
   uint64_t priority = 1;
+  // Requests batch together only where these are equal: a
+  // shape-polymorphic model's input dims besides dim 0. Empty for a model
+  // whose only dynamic dims are dims 0 (every request has the same).
+  std::vector<int64_t> shape_key;
   // True once the client has gone away; may be empty.
   std::function<bool()> is_cancelled;
   // Answers a request that leaves the queue without a batch (deadline,
@@ -131,8 +144,9 @@ class DynamicBatcher {
   };
   // What is due now (nothing after Stop()).
   Due Peek() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Takes requests from the front while their rows fit `max_rows` and their
-  // bytes `max_bytes` (at least one request, at most `max_requests`).
+  // Takes the front request and the queued requests of its shape (in queue
+  // order) while their rows fit `max_rows` and their bytes `max_bytes` (at
+  // least one request, at most `max_requests`).
   Batch Take(size_t max_requests, int64_t max_rows,
              size_t max_bytes = std::numeric_limits<size_t>::max()) ABSL_LOCKS_EXCLUDED(mu_);
   // When the oldest request's delay ends, the first deadline passes or a
@@ -142,11 +156,15 @@ class DynamicBatcher {
  private:
   DynamicBatcher(const Options& options, const base::Clock* clock, CanDispatchFn can_dispatch,
                  DispatchFn dispatch);
-  // Under mu_: how many requests from the front make the batch due now; 0 if
+  // Under mu_: how many requests of the front's shape (the front's and the
+  // queued requests of its shape, in order) make the batch due now; 0 if
   // none is due yet. `full` says whether that batch is full (see CanDispatchFn).
   size_t DueBatchSize(base::Clock::TimePoint now, bool* full) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   base::Clock::TimePoint NextWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_: takes the first `n` requests of the front's shape out of the
+  // queue, in order; the others keep their order.
+  Batch ExtractLocked(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Under mu_: puts `request` behind every queued request of its level or a
   // higher one (a lower number).
   void InsertByPriorityLocked(std::shared_ptr<BatchRequest> request)

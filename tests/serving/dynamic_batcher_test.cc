@@ -381,5 +381,107 @@ TEST_F(PriorityTest, CancelAndDeadlinesWorkOnEveryLevel) {
   EXPECT_EQ(Take(), std::vector<int>{3});
 }
 
+// Requests of a shape-polymorphic model batch together only where their
+// dims besides dim 0 are equal (BatchRequest::shape_key: here a sequence
+// length). Each batch is recorded as its requests' sequence lengths.
+class ShapeBatcherTest : public ::testing::Test {
+ protected:
+  void Make(DynamicBatcher::Options options, bool pulled = false) {
+    auto b = DynamicBatcher::Create(
+        options, &clock_, pulled ? DynamicBatcher::CanDispatchFn() : [](bool) { return true; },
+        pulled ? DynamicBatcher::DispatchFn()
+               : [this](Batch batch) { batches_.push_back(Seqs(batch)); });
+    ASSERT_TRUE(b.ok()) << b.status();
+    batcher_ = *std::move(b);
+  }
+  static std::vector<int64_t> Seqs(const Batch& batch) {
+    std::vector<int64_t> seqs;
+    for (const auto& r : batch) seqs.push_back(r->shape_key.at(1));
+    return seqs;
+  }
+  // A request of one row of a [rows, seq, 8] input: its key is the rank,
+  // then the dims besides dim 0.
+  void Enqueue(int64_t seq, int64_t rows = 1) {
+    auto r = std::make_shared<BatchRequest>();
+    r->rows = rows;
+    r->shape_key = {3, seq, 8};
+    ASSERT_TRUE(batcher_->Enqueue(std::move(r)).ok());
+  }
+
+  base::FakeClock clock_;
+  std::unique_ptr<DynamicBatcher> batcher_;
+  std::vector<std::vector<int64_t>> batches_;
+};
+
+TEST_F(ShapeBatcherTest, OnlyRequestsOfOneShapeShareABatchTheOldestShapeFirst) {
+  Make({.max_batch_rows = 8, .max_queue_delay = microseconds(100)});
+  Enqueue(16);
+  Enqueue(32);
+  Enqueue(16);
+  Enqueue(32);
+  Enqueue(64);
+  EXPECT_TRUE(batches_.empty());
+  clock_.Advance(microseconds(100));
+  batcher_->Poll();
+  EXPECT_EQ(batches_, (Rows{{16, 16}, {32, 32}, {64}}));
+  EXPECT_EQ(batcher_->queued_requests(), 0u);
+}
+
+TEST_F(ShapeBatcherTest, AFullBatchOfTheFrontsShapeLeavesTheOtherShapesInPlace) {
+  Make({.max_batch_rows = 2, .max_queue_delay = microseconds(100)});
+  Enqueue(16);
+  Enqueue(32);
+  Enqueue(16);  // two rows of seq 16: full, at once
+  EXPECT_EQ(batches_, (Rows{{16, 16}}));
+  EXPECT_EQ(batcher_->queued_requests(), 1u);
+  Enqueue(64);
+  Enqueue(64);  // full, but behind the older seq 32
+  EXPECT_EQ(batches_, (Rows{{16, 16}}));
+  clock_.Advance(microseconds(100));  // the seq 32 request's delay is over
+  batcher_->Poll();
+  EXPECT_EQ(batches_, (Rows{{16, 16}, {32}, {64, 64}}));
+}
+
+TEST_F(ShapeBatcherTest, AShapeNeverWaitsBehindAStreamOfAnother) {
+  Make({.max_batch_rows = 4, .max_queue_delay = microseconds(100)});
+  Enqueue(32);
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(microseconds(40));
+    Enqueue(16);
+    Enqueue(16);
+  }
+  // The seq 32 request waited its delay and goes first, alone; the six
+  // seq 16 requests follow in full batches.
+  EXPECT_EQ(batches_, (Rows{{32}, {16, 16, 16, 16}}));
+  clock_.Advance(microseconds(100));
+  batcher_->Poll();
+  EXPECT_EQ(batches_, (Rows{{32}, {16, 16, 16, 16}, {16, 16}}));
+}
+
+TEST_F(ShapeBatcherTest, TakeFormsTheFrontsShapeOnly) {
+  Make({.max_batch_rows = 8}, /*pulled=*/true);
+  Enqueue(16);
+  Enqueue(32, 2);
+  Enqueue(16, 3);
+  Enqueue(32);
+  Enqueue(16, 5);  // 1 + 3 + 5 rows: over 8
+  EXPECT_EQ(Seqs(batcher_->Take(8, 8)), (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(Seqs(batcher_->Take(8, 8)), (std::vector<int64_t>{32, 32}));
+  EXPECT_EQ(Seqs(batcher_->Take(8, 8)), (std::vector<int64_t>{16}));
+  EXPECT_EQ(batcher_->queued_requests(), 0u);
+}
+
+TEST_F(ShapeBatcherTest, DueCountsTheFrontsShapeOnly) {
+  Make({.max_batch_rows = 2, .max_queue_delay = microseconds(100)}, /*pulled=*/true);
+  Enqueue(16);
+  Enqueue(32);
+  EXPECT_EQ(batcher_->Peek().requests, 0u);  // neither shape is full
+  Enqueue(16);
+  const DynamicBatcher::Due due = batcher_->Peek();
+  EXPECT_EQ(due.requests, 2u);
+  EXPECT_TRUE(due.full);
+  EXPECT_EQ(due.queued_rows, 3);
+}
+
 }  // namespace
 }  // namespace numaserve::serving
