@@ -394,6 +394,7 @@ void InferenceService::StartInference(
   pending->model = model;
   pending->rows = admitted->parsed.rows;
   pending->bytes = admitted->worker_bytes();
+  pending->shape_key = std::move(admitted->shape_key);
   pending->profile = parameters->profile;
   pending->priority = parameters->priority;
   // The request's own timeout, else the model's, else the server's; the

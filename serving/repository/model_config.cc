@@ -678,6 +678,14 @@ absl::Status ValidateModelConfig(const config::ModelConfig& c, const std::string
                                  const engine::ModelInfo& info, int num_workers) {
   if (absl::Status s = ValidateModelConfigFields(c, model, num_workers); !s.ok()) return s;
   if (c.max_batch_size() > 0 && !info.batched) {
+    // Why the engine does not batch it, where it says (rows combined, a
+    // dynamic dim besides the batch); else its batch dims are fixed.
+    if (!info.unbatched_reason.empty()) {
+      return Invalid(
+          model, "max_batch_size",
+          absl::StrCat(c.max_batch_size(), " batches requests together, but ", info.path,
+                       " cannot be batched: ", info.unbatched_reason, " (use max_batch_size: 0)"));
+    }
     return Invalid(model, "max_batch_size",
                    absl::StrCat(c.max_batch_size(),
                                 " needs dim 0 of every input and output to be dynamic, but ",

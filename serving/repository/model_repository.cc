@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "serving/repository/model_config.h"
+#include "serving/repository/signature_shapes.h"
 
 namespace numaserve::serving {
 
@@ -23,33 +24,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// InspectModel with any exception it lets through (a failed allocation)
-// turned into this model's error: a bad model.onnx never takes the
-// server down.
-absl::StatusOr<engine::ModelInfo> InspectGuarded(const std::string& path) {
+// InspectModelWithSignatures with any exception it lets through (a failed
+// allocation) turned into this model's error: a bad model.onnx never takes
+// the server down. A shape-polymorphic model (dynamic dims besides the
+// batch) comes with the function that sizes its outputs at a request's
+// signature.
+absl::StatusOr<InspectedModel> InspectGuarded(const std::string& path) {
   try {
-    auto info = engine::InspectModel(path);
-    if (!info.ok()) return info;
-    // The engine runs dynamic dims besides the batch (a sequence length, an
-    // image's height) at input shapes given per run; the server's requests,
-    // batching and metadata know dim 0 only, so such a model is refused
-    // here, by name, rather than served wrongly.
-    for (const engine::TensorInfo& t : info->inputs) {
-      for (size_t d = 1; d < t.shape.size(); ++d) {
-        if (t.shape[d] >= 0) continue;
-        const bool named = d < t.dim_names.size() && !t.dim_names[d].empty();
-        return absl::UnimplementedError(
-            absl::StrCat(path, ": input '", t.name, "' has dynamic dim ", d,
-                         named ? absl::StrCat(" ('", t.dim_names[d], "')") : "",
-                         "; the server serves models whose only dynamic dim is dim 0 (the batch)"));
-      }
-    }
-    return info;
+    return InspectModelWithSignatures(path);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": out of memory reading the model (std::bad_alloc)"));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": reading the model failed: ", e.what()));
+  }
+}
+
+// A config.pbtxt input that fixes a dim the model has dynamic (dims: [-1,
+// 128] where the model has [batch, seq, 128] and max_batch_size > 0) narrows
+// it, as in Triton: the metadata shows 128 and requests must send it. Dim 0
+// of an input stays as the model has it (the rows a run takes).
+void NarrowToConfig(const config::ModelConfig& c, engine::ModelInfo* info) {
+  const size_t first_dim = c.max_batch_size() > 0 ? 1 : 0;
+  for (const auto& listed : c.input()) {
+    for (engine::TensorInfo& t : info->inputs) {
+      if (t.name != listed.name() || listed.dims_size() + first_dim != t.shape.size()) continue;
+      for (size_t d = std::max<size_t>(first_dim, 1); d < t.shape.size(); ++d) {
+        const int64_t fixed = listed.dims(static_cast<int>(d - first_dim));
+        if (t.shape[d] < 0 && fixed >= 0) t.shape[d] = fixed;
+      }
+    }
   }
 }
 
@@ -229,13 +233,18 @@ std::vector<RepositoryModel> ModelRepository::ScanModel(const std::string& dir,
     RepositoryModel version = model;
     version.version = v;
     version.path = (root / std::to_string(v) / "model.onnx").string();
-    auto info = InspectGuarded(version.path);
-    if (info.ok()) {
-      version.info = *std::move(info);
+    auto inspected = InspectGuarded(version.path);
+    if (inspected.ok()) {
+      version.info = std::move(inspected->info);
+      version.signature_shapes = std::move(inspected->signature_shapes);
       absl::Status s = ValidateModelConfig(version.config, name, version.info, num_workers);
-      if (!s.ok()) version.error = std::string(s.message());
+      if (s.ok()) {
+        NarrowToConfig(version.config, &version.info);
+      } else {
+        version.error = std::string(s.message());
+      }
     } else {
-      version.error = std::string(info.status().message());
+      version.error = std::string(inspected.status().message());
     }
     out.push_back(std::move(version));
   }

@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "model_config.pb.h"
 #include "serving/repository/model_config.h"
+#include "serving/request/infer_request.h"
 
 namespace numaserve::serving {
 
@@ -33,10 +34,17 @@ struct RepositoryModel {
   int64_t version = 0;            // this served version, 0 if none could be chosen
   std::vector<int64_t> versions;  // every numeric version directory found, ascending
   std::string path;               // .../<version>/model.onnx
-  engine::ModelInfo info;         // valid when `error` is empty
-  config::ModelConfig config;     // config.pbtxt, or the defaults without one
-  std::vector<int> workers;       // the workers that load it (instance_placement)
-  std::string error;              // why the model cannot be served, empty if it can
+  // Valid when `error` is empty; an input's dims as the config narrows them
+  // (a dim the model has dynamic that config.pbtxt fixes).
+  engine::ModelInfo info;
+  // For a shape-polymorphic model (a dynamic dim besides the batch): its
+  // output shapes at a request's signature, the signature checked as the
+  // worker will (MakeSignatureShapes); null for every other model, which
+  // runs at a batch size alone.
+  SignatureShapesFn signature_shapes;
+  config::ModelConfig config;  // config.pbtxt, or the defaults without one
+  std::vector<int> workers;    // the workers that load it (instance_placement)
+  std::string error;           // why the model cannot be served, empty if it can
   // How many times this version was reloaded with an edited config.pbtxt;
   // each load of a version has its own key, so the new one loads on the
   // workers while the old one still serves.

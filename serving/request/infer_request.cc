@@ -143,20 +143,35 @@ absl::StatusOr<int> FindInput(const engine::ModelInfo& model,
   return index;
 }
 
-// The element count of input `name` of `shape`, checked against the model's
-// `expected` shape dim by dim and capped at 2^40 elements.
-absl::StatusOr<int64_t> InputElements(const std::string& name, const std::vector<int64_t>& shape,
-                                      const std::vector<int64_t>& expected) {
+// "dim 1 ('seq')" where dim `d` of `t` has a name, "dim 1" otherwise.
+std::string DimLabel(const engine::TensorInfo& t, size_t d) {
+  if (d < t.dim_names.size() && !t.dim_names[d].empty()) {
+    return absl::StrFormat("dim %d ('%s')", d, t.dim_names[d]);
+  }
+  return absl::StrFormat("dim %d", d);
+}
+
+// The element count of input `t` of `shape`, checked against the model's
+// shape dim by dim (naming the dim that differs) and capped at 2^40
+// elements.
+absl::StatusOr<int64_t> InputElements(const engine::TensorInfo& t,
+                                      const std::vector<int64_t>& shape) {
+  const std::string& name = t.name;
+  const std::vector<int64_t>& expected = t.shape;
   if (shape.size() != expected.size()) {
     return Invalid(absl::StrFormat("input '%s' has shape %s; the model expects %s (rank %d)", name,
                                    ShapeString(shape), ShapeString(expected), expected.size()));
   }
   int64_t elements = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
-    bool dynamic = expected[d] < 0;
+    const bool dynamic = expected[d] < 0;
     if (shape[d] < 1 || (!dynamic && shape[d] != expected[d])) {
-      return Invalid(absl::StrFormat("input '%s' has shape %s; the model expects %s", name,
-                                     ShapeString(shape), ShapeString(expected)));
+      const std::string why =
+          dynamic
+              ? absl::StrFormat("%s is dynamic: it must be >= 1, got %d", DimLabel(t, d), shape[d])
+              : absl::StrFormat("%s is fixed at %d, got %d", DimLabel(t, d), expected[d], shape[d]);
+      return Invalid(absl::StrFormat("input '%s' has shape %s; the model expects %s: %s", name,
+                                     ShapeString(shape), ShapeString(expected), why));
     }
     if (elements > (int64_t{1} << 40) / shape[d]) {
       return Invalid(absl::StrFormat("input '%s' shape %s is too large", name, ShapeString(shape)));
@@ -164,6 +179,22 @@ absl::StatusOr<int64_t> InputElements(const std::string& name, const std::vector
     elements *= shape[d];
   }
   return elements;
+}
+
+// Whether dim 0 of model input `index` is the batch: dynamic, and unnamed
+// or of a name that no dynamic dim besides a dim 0 has (pos [seq, hidden]
+// beside x [batch, seq, hidden]: pos's dim 0 is 'seq', not the batch). As
+// the engine decides it (engine/ops/shape_propagation.h, ProbeInputShapes).
+bool Dim0IsBatch(const engine::ModelInfo& model, size_t index) {
+  const engine::TensorInfo& t = model.inputs[index];
+  if (t.shape.empty() || t.shape[0] >= 0) return false;
+  if (t.dim_names.empty() || t.dim_names[0].empty()) return true;
+  for (const engine::TensorInfo& other : model.inputs) {
+    for (size_t d = 1; d < other.shape.size() && d < other.dim_names.size(); ++d) {
+      if (other.dim_names[d] == t.dim_names[0]) return false;
+    }
+  }
+  return true;
 }
 
 // The bytes of request input `r`: its raw_input_contents entry, or its typed
@@ -198,11 +229,11 @@ absl::Status ParseInput(const engine::ModelInfo& model, const inference::ModelIn
                                    in.datatype(), want_type));
   }
   std::vector<int64_t> shape(in.shape().begin(), in.shape().end());
-  absl::StatusOr<int64_t> counted = InputElements(in.name(), shape, expected.shape);
+  absl::StatusOr<int64_t> counted = InputElements(expected, shape);
   if (!counted.ok()) return counted.status();
   const int64_t elements = *counted;
-  // The engine runs every dynamic dim 0 at one row count, batched or not.
-  if (!expected.shape.empty() && expected.shape[0] < 0) {
+  // The engine runs every batch dim at one row count, batched or not.
+  if (Dim0IsBatch(model, static_cast<size_t>(index))) {
     if (scan->rows >= 0 && shape[0] != scan->rows) {
       return Invalid(absl::StrFormat(
           "input '%s' has %d rows but input '%s' has %d: the batch dimension must agree", in.name(),
@@ -229,6 +260,7 @@ absl::Status ParseInput(const engine::ModelInfo& model, const inference::ModelIn
     if (absl::Status s = CheckBoolBytes(in.name(), data); !s.ok()) return s;
   }
   parsed->inputs[index] = data;
+  parsed->input_shapes[index] = std::move(shape);
   return absl::OkStatus();
 }
 
@@ -253,11 +285,18 @@ absl::Status SelectOutputs(const engine::ModelInfo& model,
   return absl::OkStatus();
 }
 
-// The shape and byte size of every model output at parsed->rows; an output
-// too large to size is refused.
-absl::Status SizeOutputs(const engine::ModelInfo& model, ParsedRequest* parsed) {
-  auto shapes = OutputShapesFor(model, parsed->rows);
+// The shape and byte size of every model output at parsed->rows, or at
+// parsed->input_shapes where the model runs at a signature; an output too
+// large to size is refused.
+absl::Status SizeOutputs(const engine::ModelInfo& model, const SignatureShapesFn& signature_shapes,
+                         ParsedRequest* parsed) {
+  auto shapes = signature_shapes ? signature_shapes(parsed->input_shapes)
+                                 : OutputShapesFor(model, parsed->rows);
   if (!shapes.ok()) return shapes.status();
+  if (shapes->size() != model.outputs.size()) {
+    return absl::InternalError(absl::StrFormat("the model computes %d outputs, its metadata has %d",
+                                               shapes->size(), model.outputs.size()));
+  }
   parsed->output_shapes = *std::move(shapes);
   for (size_t i = 0; i < model.outputs.size(); ++i) {
     const auto& shape = parsed->output_shapes[i];
@@ -315,9 +354,11 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
                                                 const inference::ModelInferRequest& request,
-                                                size_t max_bytes) {
+                                                size_t max_bytes,
+                                                const SignatureShapesFn& signature_shapes) {
   ParsedRequest parsed;
   parsed.inputs.assign(model.inputs.size(), {nullptr, 0});
+  parsed.input_shapes.resize(model.inputs.size());
   InputScan scan;
   scan.raw = request.raw_input_contents_size() > 0;
   if (scan.raw && request.raw_input_contents_size() != request.inputs_size()) {
@@ -340,7 +381,7 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
   }
   parsed.rows = scan.rows >= 0 ? scan.rows : 1;
   if (absl::Status s = SelectOutputs(model, request, &parsed); !s.ok()) return s;
-  if (absl::Status s = SizeOutputs(model, &parsed); !s.ok()) return s;
+  if (absl::Status s = SizeOutputs(model, signature_shapes, &parsed); !s.ok()) return s;
   return parsed;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,9 +17,13 @@
 namespace numaserve::serving {
 
 struct ParsedRequest {
-  // Dim 0 of the inputs where it is dynamic (every such input agrees): the
-  // rows the engine runs at; 1 for a model without a dynamic dim.
+  // The batch dims of the inputs (a dynamic dim 0, unnamed or of a name no
+  // other dim has; every such input agrees): the rows the engine runs at; 1
+  // for a model without one.
   int64_t rows = 1;
+  // Per model input, in model order: the shape the request gives it. A
+  // shape-polymorphic model runs at these (its signature).
+  std::vector<std::vector<int64_t>> input_shapes;
   // Per model input, in model order: the tensor's bytes in the model's
   // datatype, pointing into the request, or into `converted` where typed
   // contents had to be narrowed (int_contents for INT8/INT16, uint_contents
@@ -34,6 +39,13 @@ struct ParsedRequest {
   std::vector<size_t> output_bytes;
   std::vector<std::vector<int64_t>> output_shapes;
 };
+
+// A shape-polymorphic model's output shapes at a signature (every input's
+// shape, in model order), after checking the signature as the engine will:
+// INVALID_ARGUMENT naming the input and dim (MakeSignatureShapes,
+// serving/repository/signature_shapes.h).
+using SignatureShapesFn = std::function<absl::StatusOr<std::vector<std::vector<int64_t>>>(
+    const std::vector<std::vector<int64_t>>& input_shapes)>;
 
 // Inputs come in raw_input_contents (little-endian bytes of the model's
 // datatype; BOOL bytes 0 or 1) or in the KServe v2 typed field of their
@@ -52,9 +64,16 @@ struct ParsedRequest {
 // an unknown output.
 // An input whose declared shape needs more than `max_bytes` bytes (0: no
 // limit) is refused from its shape alone, before its contents are looked at.
-absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
-                                                const inference::ModelInferRequest& request,
-                                                size_t max_bytes = 0);
+//
+// Shapes: each input of the model's rank, its fixed dims as the model (or
+// config.pbtxt) fixes them, its dynamic dims >= 1, naming the input and the
+// dim; the batch dims one size. A shape-polymorphic model's request is then
+// checked and its outputs sized by `signature_shapes` (one size per named
+// dim, the engine's limits; output_shapes at the signature); without it,
+// the outputs follow the rows (OutputShapesFor).
+absl::StatusOr<ParsedRequest> ParseInferRequest(
+    const engine::ModelInfo& model, const inference::ModelInferRequest& request,
+    size_t max_bytes = 0, const SignatureShapesFn& signature_shapes = nullptr);
 
 // The shape of every model output of a run at `rows` (the inputs' dynamic
 // dim 0; 1 without one): from the model's shape function where its output

@@ -9,7 +9,7 @@ namespace numaserve::serving {
 absl::StatusOr<Admission> Admit(const RepositoryModel& model,
                                 const inference::ModelInferRequest& request,
                                 size_t max_message_bytes) {
-  auto parsed = ParseInferRequest(model.info, request, max_message_bytes);
+  auto parsed = ParseInferRequest(model.info, request, max_message_bytes, model.signature_shapes);
   if (!parsed.ok()) return parsed.status();
   const int64_t max_batch = model.config.max_batch_size();
   if (max_batch > 0 && parsed->rows > max_batch) {
@@ -27,8 +27,19 @@ absl::StatusOr<Admission> Admit(const RepositoryModel& model,
   }
   for (const auto& input : parsed->inputs) a.request_bytes += input.second;
   for (size_t bytes : parsed->output_bytes) a.output_bytes += bytes;
+  a.shape_key = BatchShapeKey(model, *parsed);
   a.parsed = *std::move(parsed);
   return a;
+}
+
+std::vector<int64_t> BatchShapeKey(const RepositoryModel& model, const ParsedRequest& parsed) {
+  std::vector<int64_t> key;
+  if (!model.signature_shapes) return key;
+  for (const auto& shape : parsed.input_shapes) {
+    key.push_back(static_cast<int64_t>(shape.size()));
+    if (!shape.empty()) key.insert(key.end(), shape.begin() + 1, shape.end());
+  }
+  return key;
 }
 
 absl::Status SubmitFollowingSwitch(const std::shared_ptr<PendingInference>& pending,
@@ -48,6 +59,7 @@ absl::Status SubmitFollowingSwitch(const std::shared_ptr<PendingInference>& pend
   pending->model = *again;
   pending->rows = admitted->parsed.rows;
   pending->bytes = admitted->worker_bytes();
+  pending->shape_key = std::move(admitted->shape_key);
   pending->parsed = std::move(admitted->parsed);
   return how.submit(pending);
 }

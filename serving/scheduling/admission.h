@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,7 +29,15 @@ struct Admission {
   size_t held_bytes() const { return request_bytes + output_bytes + response_bytes; }
   // What a batch needs of the worker's arena for it (BatchRequest::bytes).
   size_t worker_bytes() const { return request_bytes + output_bytes; }
+  // Which requests it may share a batch with (BatchRequest::shape_key): a
+  // shape-polymorphic model's input dims besides dim 0; empty otherwise.
+  std::vector<int64_t> shape_key;
 };
+
+// The dims besides dim 0 of every input (each input's rank first): requests
+// of a shape-polymorphic model batch together only where these are equal.
+// Empty for a model without a signature (null signature_shapes).
+std::vector<int64_t> BatchShapeKey(const RepositoryModel& model, const ParsedRequest& parsed);
 
 // Parses `request` against `model` (ParseInferRequest) and checks its rows
 // against max_batch_size and its response against `max_message_bytes`:

@@ -355,6 +355,17 @@ std::shared_ptr<ModelScheduler::Flight> ModelScheduler::Form(const std::shared_p
   for (size_t i = 0; i < num_inputs; ++i) {
     for (const auto& r : flight->requests) task.inputs[i].push_back(r->parsed.inputs[i]);
   }
+  if (model->signature_shapes) {
+    // The batch's signature: its requests' shapes (one shape_key), the
+    // rows stacked along dim 0 of every input (a batched model's are all
+    // its rows).
+    task.input_shapes = flight->requests.front()->parsed.input_shapes;
+    if (flight->requests.size() > 1) {
+      for (auto& shape : task.input_shapes) {
+        if (!shape.empty()) shape[0] = rows;
+      }
+    }
+  }
   // Output bytes per row, from the first request: every request of a batch
   // of several has the same row shape ([rows, static...]: a batched model);
   // a model that is not batched runs one request at a time, its outputs
@@ -380,6 +391,12 @@ void ModelScheduler::Begin(const Launch& launch) {
     if (!model->info.batched) {
       mismatch = absl::InternalError(absl::StrCat(
           "model '", model->name, "' cannot be batched: ", model->info.unbatched_reason));
+    }
+    for (const auto& r : flight->requests) {
+      if (mismatch.ok() && r->shape_key != flight->requests.front()->shape_key) {
+        mismatch = absl::InternalError(absl::StrCat(
+            "model '", model->name, "': a batch holds requests whose dims besides dim 0 differ"));
+      }
     }
     for (size_t i = 0; mismatch.ok() && i < flight->row_bytes.size(); ++i) {
       for (const auto& r : flight->requests) {

@@ -535,5 +535,73 @@ TEST(InferRequestTest, ProfileParameterIsBoolOrTheStringTrueOrFalse) {
   expect_invalid("no value");
 }
 
+// x [batch, seq, 8] and pos [seq, 8]: pos's dim 0 is 'seq', not the batch.
+engine::ModelInfo Encoder() {
+  engine::ModelInfo m;
+  m.inputs = {{"x", engine::DataType::kFloat32, {-1, -1, 8}, {"batch", "seq", ""}},
+              {"pos", engine::DataType::kFloat32, {-1, 8}, {"seq", ""}}};
+  m.outputs = {{"y", engine::DataType::kFloat32, {-1, -1, 8}, {"batch", "seq", ""}}};
+  return m;
+}
+
+inference::ModelInferRequest EncoderRequest(int64_t rows, int64_t seq, int64_t pos_seq,
+                                            int64_t hidden = 8) {
+  inference::ModelInferRequest r;
+  auto add = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    auto* in = r.add_inputs();
+    in->set_name(name);
+    in->set_datatype("FP32");
+    int64_t n = 4;
+    for (int64_t d : shape) {
+      in->add_shape(d);
+      n *= d;
+    }
+    r.add_raw_input_contents()->assign(static_cast<size_t>(n), '\0');
+  };
+  add("x", {rows, seq, hidden});
+  add("pos", {pos_seq, 8});
+  return r;
+}
+
+// What the server's SignatureShapesFn does, reduced: 'seq' must agree.
+SignatureShapesFn EncoderShapes() {
+  return [](const std::vector<std::vector<int64_t>>& in)
+             -> absl::StatusOr<std::vector<std::vector<int64_t>>> {
+    if (in.at(0).at(1) != in.at(1).at(0)) {
+      return absl::InvalidArgumentError("input 'pos' dim 0 ('seq') differs from input 'x' dim 1");
+    }
+    return std::vector<std::vector<int64_t>>{in.at(0)};
+  };
+}
+
+TEST(InferRequestTest, ShapePolymorphicRequestRunsAtItsSignature) {
+  auto parsed = ParseInferRequest(Encoder(), EncoderRequest(2, 5, 5), 0, EncoderShapes());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->rows, 2);  // x's batch; pos's dim 0 is 'seq'
+  EXPECT_EQ(parsed->input_shapes, (std::vector<std::vector<int64_t>>{{2, 5, 8}, {5, 8}}));
+  EXPECT_EQ(parsed->output_shapes, (std::vector<std::vector<int64_t>>{{2, 5, 8}}));
+  EXPECT_EQ(parsed->output_bytes, (std::vector<size_t>{2 * 5 * 8 * 4}));
+}
+
+TEST(InferRequestTest, ShapePolymorphicRequestRefusalsNameTheInputAndDim) {
+  auto fixed = ParseInferRequest(Encoder(), EncoderRequest(2, 5, 5, 7), 0, EncoderShapes());
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_EQ(fixed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(fixed.status().message().find("input 'x' has shape [2,5,7]"), absl::string_view::npos)
+      << fixed.status();
+  EXPECT_NE(fixed.status().message().find("dim 2 is fixed at 8, got 7"), absl::string_view::npos)
+      << fixed.status();
+  auto zero = ParseInferRequest(Encoder(), EncoderRequest(2, 0, 5), 0, EncoderShapes());
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("dim 1 ('seq') is dynamic: it must be >= 1, got 0"),
+            absl::string_view::npos)
+      << zero.status();
+  auto named = ParseInferRequest(Encoder(), EncoderRequest(2, 5, 6), 0, EncoderShapes());
+  ASSERT_FALSE(named.ok());
+  EXPECT_EQ(named.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(named.status().message().find("input 'pos' dim 0 ('seq')"), absl::string_view::npos)
+      << named.status();
+}
+
 }  // namespace
 }  // namespace numaserve::serving

@@ -91,23 +91,63 @@ TEST_F(RepositoryTest, ConfigProblemsMakeOnlyThatModelUnavailable) {
   EXPECT_TRUE((*repo)->Find("good")->error.empty());
 }
 
-// The engine imports a model with a dynamic dim besides the batch; the
-// server refuses it at load, naming the input and the dim, until its
-// requests, batching and metadata handle such dims.
-TEST_F(RepositoryTest, ModelWithDynamicNonBatchDimIsRefusedNamingTheInputAndDim) {
+// An encoder-like model: x [batch, seq, 4] plus pos [seq, 4] (one 'seq').
+void AddEncoder(const fs::path& dir) {
   engine::testing::OnnxModelBuilder b;
-  b.NamedInput("tokens", {-1, -1, 4}, {"batch", "seq", ""})
+  b.NamedInput("x", {-1, -1, 4}, {"batch", "seq", ""})
+      .NamedInput("pos", {-1, 4}, {"seq", ""})
       .NamedOutput("y", {-1, -1, 4}, {"batch", "seq", ""});
-  b.Node("Relu", {"tokens"}, {"y"});
-  fs::create_directories(dir_ / "encoder" / "1");
-  fs::copy_file(b.Save("repository_dynamic_seq"), dir_ / "encoder" / "1" / "model.onnx");
+  b.Node("Add", {"x", "pos"}, {"y"});
+  fs::create_directories(dir / "1");
+  fs::copy_file(b.Save("repository_dynamic_seq"), dir / "1" / "model.onnx");
+}
+
+// A model with dynamic dims besides the batch is served: its metadata keeps
+// -1 for them, and its signature function checks a request's shapes as the
+// engine will (naming the input and dim) and gives its output shapes.
+TEST_F(RepositoryTest, ShapePolymorphicModelIsServedAtSignatures) {
+  AddEncoder(dir_ / "encoder");
   AddVersion("good", 1);
   auto repo = ModelRepository::Open(dir_.string(), 1);
   ASSERT_TRUE(repo.ok()) << repo.status();
-  EXPECT_THAT((*repo)->Find("encoder")->error,
-              HasSubstr("input 'tokens' has dynamic dim 1 ('seq'); the server serves models "
-                        "whose only dynamic dim is dim 0"));
-  EXPECT_TRUE((*repo)->Find("good")->error.empty());
+  const RepositoryModel* m = (*repo)->Find("encoder");
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(m->error.empty()) << m->error;
+  EXPECT_EQ(m->info.inputs[0].shape, (std::vector<int64_t>{-1, -1, 4}));
+  EXPECT_EQ(m->info.inputs[1].shape, (std::vector<int64_t>{-1, 4}));
+  EXPECT_EQ(m->info.outputs[0].shape, (std::vector<int64_t>{-1, -1, 4}));
+  ASSERT_TRUE(m->signature_shapes);
+  auto out = m->signature_shapes({{2, 5, 4}, {5, 4}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, (std::vector<std::vector<int64_t>>{{2, 5, 4}}));
+  auto mismatched = m->signature_shapes({{2, 5, 4}, {6, 4}});
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatched.status().message(),
+              HasSubstr("input 'pos' dim 0 ('seq') is 6 but input 'x' dim 1 ('seq') is 5"));
+  // A model whose only dynamic dims are dims 0 runs at a batch size alone.
+  EXPECT_FALSE((*repo)->Find("good")->signature_shapes);
+}
+
+// config.pbtxt may give -1 where the model's dim is dynamic, or fix it
+// (narrowing it, as Triton does: metadata and requests follow the config);
+// a size where the model's dim is fixed at another is refused.
+TEST_F(RepositoryTest, ConfigMayNarrowADynamicDim) {
+  AddEncoder(dir_ / "open");
+  WriteConfig("open", "input { name: \"x\" dims: [-1, -1, 4] }\n");
+  AddEncoder(dir_ / "narrow");
+  WriteConfig("narrow", "input { name: \"x\" dims: [-1, 8, 4] }\n");
+  AddEncoder(dir_ / "wrong");
+  WriteConfig("wrong", "input { name: \"x\" dims: [-1, -1, 5] }\n");
+  auto repo = ModelRepository::Open(dir_.string(), 1);
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  ASSERT_TRUE((*repo)->Find("open")->error.empty()) << (*repo)->Find("open")->error;
+  EXPECT_EQ((*repo)->Find("open")->info.inputs[0].shape, (std::vector<int64_t>{-1, -1, 4}));
+  const RepositoryModel* narrow = (*repo)->Find("narrow");
+  ASSERT_TRUE(narrow->error.empty()) << narrow->error;
+  EXPECT_EQ(narrow->info.inputs[0].shape, (std::vector<int64_t>{-1, 8, 4}));
+  EXPECT_TRUE(narrow->signature_shapes);  // still run at its signature
+  EXPECT_THAT((*repo)->Find("wrong")->error, HasSubstr("input 'x' dims"));
 }
 
 TEST_F(RepositoryTest, FingerprintFollowsNewVersionsAndConfigChanges) {
