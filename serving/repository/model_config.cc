@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "serving/repository/model_warmup.h"
 #include "triton_config_file.pb.h"
 
 namespace numaserve::serving {
@@ -275,6 +276,7 @@ const std::map<std::string, bool>& UsedTritonFields() {
       {"gemm_backend", false},
       {"precision", false},
       {"max_activation_bytes", false},
+      {"model_warmup", false},
   };
   return *kUsed;
 }
@@ -403,6 +405,31 @@ absl::Status ConvertInstanceGroups(const triton::ModelConfig& t, const TritonLoc
   return absl::OkStatus();
 }
 
+// Triton's model_warmup as numaserve's; input_data_file is refused.
+absl::Status ConvertWarmups(const triton::ModelConfig& t, const TritonLocator& at,
+                            config::ModelConfig* c) {
+  for (int i = 0; i < t.model_warmup_size(); ++i) {
+    const triton::ModelWarmup& w = t.model_warmup(i);
+    config::ModelWarmup* out = c->add_model_warmup();
+    out->set_name(w.name());
+    out->set_batch_size(w.batch_size());
+    out->set_count(w.count());
+    for (const auto& [name, in] : w.inputs()) {
+      if (in.input_data_type_case() == triton::ModelWarmup::Input::kInputDataFile) {
+        return Refuse(at.At("model_warmup", i),
+                      absl::StrCat("model_warmup.inputs['", name, "'].input_data_file"),
+                      "numaserve warms up with zero_data or random_data only");
+      }
+      config::ModelWarmup::Input& o = (*out->mutable_inputs())[name];
+      o.set_data_type(DataTypeFromTriton(in.data_type()));
+      *o.mutable_dims() = in.dims();
+      o.set_zero_data(in.zero_data());
+      o.set_random_data(in.random_data());
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Triton's config as numaserve's. Refuses what numaserve cannot honour,
 // naming the field and where it is written.
 absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
@@ -426,6 +453,7 @@ absl::StatusOr<config::ModelConfig> FromTriton(const triton::ModelConfig& t,
   c.set_precision(t.precision());
   c.set_max_activation_bytes(t.max_activation_bytes());
   if (absl::Status s = ConvertInstanceGroups(t, at, num_workers, &c); !s.ok()) return s;
+  if (absl::Status s = ConvertWarmups(t, at, &c); !s.ok()) return s;
   if (t.has_dynamic_batching()) {
     const triton::ModelDynamicBatching& d = t.dynamic_batching();
     config::DynamicBatching* out = c.mutable_dynamic_batching();
@@ -695,7 +723,10 @@ absl::Status ValidateModelConfig(const config::ModelConfig& c, const std::string
   if (absl::Status s = CheckTensors(model, "input", c.input(), info.inputs, batched); !s.ok()) {
     return s;
   }
-  return CheckTensors(model, "output", c.output(), info.outputs, batched);
+  if (absl::Status s = CheckTensors(model, "output", c.output(), info.outputs, batched); !s.ok()) {
+    return s;
+  }
+  return CheckWarmups(c, model, info);
 }
 
 absl::Status CheckInstancesFit(const std::string& model, int instances, int worker, int cores) {

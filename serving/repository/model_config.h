@@ -88,7 +88,9 @@ absl::StatusOr<config::ModelConfig> ParseModelConfigText(const std::string& text
 // max_batch_size needs a batched model, preferred sizes fit, priority_levels
 // within kMaxPriorityLevels and default_priority_level within 1..levels,
 // placement names existing workers (`num_workers`), listed tensors exist with
-// the same datatype and dims. INVALID_ARGUMENT naming the field otherwise.
+// the same datatype and dims, model_warmup entries fit the model
+// (CheckWarmups, serving/repository/model_warmup.h). INVALID_ARGUMENT
+// naming the field otherwise.
 absl::Status ValidateModelConfig(const config::ModelConfig& config, const std::string& model_name,
                                  const engine::ModelInfo& info, int num_workers);
 // The config-only part of the checks (no model file needed).

@@ -13,6 +13,7 @@
 #include "engine/model.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "serving/observability/metrics.h"
+#include "serving/repository/model_warmup.h"
 #include "serving/scheduling/model_scheduler.h"
 #include "serving/workers/worker_supervisor.h"
 
@@ -60,6 +61,22 @@ WorkerSupervisor::ModelToLoad ModelToLoadFor(const RepositoryModel& m,
   load.max_activation_bytes = m.config.max_activation_bytes() > 0
                                   ? static_cast<int64_t>(m.config.max_activation_bytes())
                                   : defaults.max_activation_bytes;
+  // ValidateModelConfig checked every warm-up against the model.
+  for (int i = 0; i < m.config.model_warmup_size(); ++i) {
+    auto shapes = WarmupInputShapes(m.config, i, m.name, m.info);
+    if (!shapes.ok()) continue;
+    const config::ModelWarmup& w = m.config.model_warmup(i);
+    worker::Warmup& out = load.warmups.emplace_back();
+    out.set_name(w.name());
+    for (const auto& shape : *shapes) {
+      out.add_input_shapes()->mutable_dims()->Add(shape.begin(), shape.end());
+    }
+    for (const engine::TensorInfo& t : m.info.inputs) {
+      auto given = w.inputs().find(t.name);
+      out.add_random_data(given != w.inputs().end() && given->second.random_data());
+    }
+    out.set_count(std::max<uint32_t>(1, w.count()));
+  }
   return load;
 }
 

@@ -25,6 +25,7 @@
 #include "engine/model.h"
 #include "serving/repository/model_repository.h"
 #include "serving/workers/shared_arena.h"
+#include "serving/workers/warmup.h"
 #include "serving/workers/worker_internal.h"
 #include "serving/workers/worker_main.h"
 #include "worker.pb.h"
@@ -125,8 +126,8 @@ InstancePool::~InstancePool() {
 }
 
 absl::Status InstancePool::Start(const std::string& path, const engine::CompileOptions& options,
-                                 const std::vector<std::vector<int>>& shares,
-                                 int64_t* weight_bytes) {
+                                 const std::vector<std::vector<int>>& shares, int64_t* weight_bytes,
+                                 const worker::LoadModel& load) {
   for (size_t i = 0; i < shares.size(); ++i) {
     base::Mutex started_mu;
     base::CondVar started_cv;
@@ -149,6 +150,9 @@ absl::Status InstancePool::Start(const std::string& path, const engine::CompileO
           model = *std::move(loaded);
           *weight_bytes += model->info().parameter_bytes;
           if (i == 0) int8_note_ = model->DescribeInt8Kernels();
+          // On the copy's own cores, before it counts as started.
+          s = RunWarmups(*model, load, i == 0 ? &warmup_report_ : nullptr);
+          if (!s.ok()) model.reset();
         } else {
           s = loaded.status();
         }

@@ -77,11 +77,16 @@ class InstancePool {
   // Starts `shares.size()` copies, one after the other (each compiles on its
   // own thread, inside its cores, so its weights are first touched there).
   // On error the copies already started are stopped by the destructor.
+  // Each copy runs `load`'s warm-ups (RunWarmups) before it counts as
+  // started; the first copy's report is warmup_report().
   absl::Status Start(const std::string& path, const engine::CompileOptions& options,
-                     const std::vector<std::vector<int>>& shares, int64_t* weight_bytes);
+                     const std::vector<std::vector<int>>& shares, int64_t* weight_bytes,
+                     const worker::LoadModel& load);
 
   // The first copy's DescribeInt8Kernels (every copy compiles alike).
   const std::string& int8_note() const { return int8_note_; }
+  // The first copy's warm-ups, as RunWarmups reports them; empty without.
+  const std::string& warmup_report() const { return warmup_report_; }
 
   void Submit(worker::Command command) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -95,7 +100,8 @@ class InstancePool {
   const bool pinned_;
   const ReplyFn reply_;
   std::vector<std::thread> threads_;
-  std::string int8_note_;  // written by copy 0's thread before Start reads it
+  std::string int8_note_;      // written by copy 0's thread before Start reads it
+  std::string warmup_report_;  // likewise
   base::Mutex mu_;
   base::CondVar cv_;
   std::deque<worker::Command> queue_ ABSL_GUARDED_BY(mu_);

@@ -42,6 +42,7 @@
 #include "serving/workers/framing.h"
 #include "serving/workers/process_options.h"
 #include "serving/workers/shared_arena.h"
+#include "serving/workers/warmup.h"
 #include "serving/workers/worker_internal.h"
 #include "worker.pb.h"
 
@@ -271,6 +272,15 @@ class Worker {
     }
   }
 
+  // The log's line on a model's warm-ups (RunWarmups' report), if it has any.
+  void LogWarmups(const worker::LoadModel& load, const std::string& report) {
+    if (report.empty()) return;
+    const ModelKeyParts key = SplitModelKey(load.key());
+    Log(LogLevel::kInfo, "worker",
+        absl::StrFormat("worker %d: %s: warm-up %s", index_, load.key(), report),
+        {{"model", key.name}, {"version", key.version}, {"warmup", report}});
+  }
+
   // The physical cores this worker's instances split (at least 1).
   int Cores() const { return std::max(1, static_cast<int>(cores_.size())); }
 
@@ -283,6 +293,9 @@ class Worker {
       if (!loaded.ok()) return loaded.status();
       model = *std::move(loaded);
     }
+    std::string warmups;
+    if (absl::Status s = RunWarmups(*model, load, &warmups); !s.ok()) return s;
+    LogWarmups(load, warmups);
     reply->set_weight_bytes(model->info().parameter_bytes);
     pools_.erase(load.key());
     fits_.erase(load.key());  // a new copy: its rows that fit are found again
@@ -303,11 +316,12 @@ class Worker {
     auto pool = std::make_unique<InstancePool>(index_, load.key(), arena_, min_compute_, pinned_,
                                                [this](const worker::Reply& r) { Reply(r); });
     if (absl::Status s =
-            pool->Start(load.path(), options, affinity::SplitCores(cores_, n), &weight_bytes);
+            pool->Start(load.path(), options, affinity::SplitCores(cores_, n), &weight_bytes, load);
         !s.ok()) {
       return s;
     }
     reply->set_weight_bytes(weight_bytes);
+    LogWarmups(load, pool->warmup_report());
     models_.erase(load.key());
     pools_[load.key()] = std::move(pool);
     return absl::OkStatus();

@@ -289,6 +289,7 @@ worker::Command WorkerSupervisor::LoadCommand(const ModelToLoad& model) {
   load.mutable_load()->set_instances(model.instances);
   load.mutable_load()->set_precision(model.precision);
   load.mutable_load()->set_max_activation_bytes(model.max_activation_bytes);
+  for (const worker::Warmup& w : model.warmups) *load.mutable_load()->add_warmup() = w;
   return load;
 }
 

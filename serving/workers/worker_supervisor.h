@@ -105,6 +105,9 @@ class WorkerSupervisor {
     // the activation bytes one run may need (the worker refuses a batch
     // needing more with RESOURCE_EXHAUSTED). 0: no limit.
     int64_t max_activation_bytes = 0;
+    // config.pbtxt's model_warmup at the model's input shapes: each copy
+    // runs them after it loads, before the load is answered.
+    std::vector<worker::Warmup> warmups;
     bool LoadsOn(int worker) const;
   };
 

@@ -16,6 +16,11 @@ the dim.
   NARROW:  ENCODER with config.pbtxt dims [-1, 8, 16] for x: seq 8 only
   BATCHED: ENCODER with max_batch_size 8: refused at load (the engine does
            not batch a shape-polymorphic model), saying why
+  WARM:    ENCODER with model_warmup at seq 16 (zeros, twice) and 32
+           (random): run at load before it reports ready, in the log
+  WARM_BAD, WARM_UNKNOWN: ENCODER whose warm-up gives 'seq' two sizes (the
+           engine refuses it when it runs) or names no input of the model
+           (refused when the config is read): not ready, saying why
 """
 
 import http.client
@@ -36,7 +41,18 @@ ENCODER = "encoder"
 CNN = "cnn"
 NARROW = "encoder_seq8"
 BATCHED = "encoder_batched"
+WARM = "encoder_warm"
+WARM_BAD = "encoder_warm_bad"
+WARM_UNKNOWN = "encoder_warm_unknown"
 HIDDEN = 16
+
+
+def warmup(name, seq, pos_seq, data="zero_data", count=1, extra=""):
+    """A model_warmup entry for the encoder, in Triton's schema."""
+    return ("""{ name: "%s" count: %d
+  inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, %d, %d ] %s: true } }
+  inputs { key: "pos" value: { data_type: TYPE_FP32 dims: [ %d, %d ] %s: true } }
+  %s }""" % (name, count, seq, HIDDEN, data, pos_seq, HIDDEN, data, extra))
 
 
 def _model(name, nodes, inputs, outputs, initializers=()):
@@ -103,12 +119,20 @@ class DynamicShapesTest(unittest.TestCase):
         cls.w = random((HIDDEN, HIDDEN), 1)
         cls.kernel = random((4, 3, 3, 3), 2)
         cls.bias = random((4,), 3)
-        for name in (ENCODER, NARROW, BATCHED):
+        for name in (ENCODER, NARROW, BATCHED, WARM, WARM_BAD, WARM_UNKNOWN):
             nc.write_model(cls.repo, name, encoder_model(cls.w))
         nc.write_model(cls.repo, CNN, cnn_model(cls.kernel, cls.bias))
         configs = {NARROW: 'input { name: "x" dims: [-1, 8, %d] }\n' % HIDDEN,
                    BATCHED: "max_batch_size: 8\n"
-                            "dynamic_batching { max_queue_delay_microseconds: 1000 }\n"}
+                            "dynamic_batching { max_queue_delay_microseconds: 1000 }\n",
+                   WARM: 'backend: "onnxruntime"\nmodel_warmup [ %s, %s ]\n' % (
+                       warmup("seq16", 16, 16, count=2), warmup("seq32", 32, 32, "random_data")),
+                   WARM_BAD: 'backend: "onnxruntime"\nmodel_warmup [ %s ]\n'
+                             % warmup("bad", 16, 8),
+                   WARM_UNKNOWN: 'backend: "onnxruntime"\nmodel_warmup [ %s ]\n' % warmup(
+                       "unknown", 16, 16,
+                       extra='inputs { key: "z" value: { data_type: TYPE_FP32 dims: [ 1 ] '
+                             'zero_data: true } }')}
         for name, text in configs.items():
             with open(os.path.join(cls.repo, name, "config.pbtxt"), "w") as f:
                 f.write(text)
@@ -246,6 +270,28 @@ class DynamicShapesTest(unittest.TestCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
         self.assertIn("max_batch_size", caught.exception.details())
         self.assertIn("dynamic dim 1 ('seq') besides the batch", caught.exception.details())
+
+    def test_model_warmup_runs_at_load_before_the_model_is_ready(self):
+        ready = self.stub.ModelReady(nc.pb.ModelReadyRequest(name=WARM), timeout=10)
+        self.assertTrue(ready.ready, self.log())
+        log = self.server.stderr_text(0)
+        self.assertRegex(log, r"worker 0: %s:1: warm-up 'seq16' 2 runs in [0-9.]+ ms, "
+                         r"'seq32' 1 run in [0-9.]+ ms" % WARM, self.log())
+        self.assertNotIn("ignoring Triton field 'model_warmup'", log)
+        x, pos = random((2, 16, HIDDEN), 9), random((16, HIDDEN), 10)
+        y = nc.infer(self.stub, WARM, {"x": x, "pos": pos})["y"]
+        self.assert_close(y, encoder_reference(x, pos, self.w), WARM)
+
+    def test_a_malformed_warmup_leaves_the_model_unavailable_saying_why(self):
+        index = nc.repository_index(self.stub, by_version=False)
+        for name, why in ((WARM_BAD, ["warm-up 'bad'", "input 'pos' dim 0 ('seq') is 8",
+                                      "input 'x' dim 1 ('seq') is 16"]),
+                          (WARM_UNKNOWN, ["model_warmup[0] ('unknown')",
+                                          "the model has no input 'z'"])):
+            state, reason = index[name]
+            self.assertEqual(state, "UNAVAILABLE", "%s: %s%s" % (name, reason, self.log()))
+            for fragment in why:
+                self.assertIn(fragment, reason, name)
 
 
 if __name__ == "__main__":

@@ -233,13 +233,15 @@ class TritonRepositoryTest(unittest.TestCase):
         line = ("numaserve: model '%s' config.pbtxt: ignoring Triton field '%s' "
                 "(no effect on numaserve)")
         for model, field in ((BATCHING, "optimization"), (BATCHING, "parameters"),
-                             (BATCHING, "model_warmup"), (FIXED, "response_cache")):
+                             (FIXED, "response_cache")):
             self.assertEqual(log.count(line % (model, field)), 1,
                              "%s %s%s" % (model, field, self.log()))
         # Used fields are not reported.
         for field in ("instance_group", "dynamic_batching", "version_policy", "input",
-                      "default_model_filename", "backend"):
+                      "default_model_filename", "backend", "model_warmup"):
             self.assertNotIn("ignoring Triton field '%s'" % field, log, self.log())
+        # model_warmup is used: each copy ran it at load.
+        self.assertRegex(log, r"%s:\d+: warm-up 'zeros' 1 run in" % BATCHING, self.log())
 
     def test_a_gpu_instance_group_is_refused_naming_file_and_field(self):
         self.assertFalse(self.stub.ModelReady(nc.pb.ModelReadyRequest(name=GPU)).ready)

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "serving/repository/model_warmup.h"
 
 namespace numaserve::serving {
 namespace {
@@ -515,10 +516,9 @@ TEST(TritonConfig, IgnoredFieldsAreReportedOnceEach) {
   ModelConfigFile f = ReadTriton(text +
                                  "input [ { name: \"other\" format: FORMAT_NCHW dims: [ 1 ] } ]\n"
                                  "instance_group [ { name: \"g\" count: 1 kind: KIND_CPU } ]\n");
-  EXPECT_EQ(f.ignored_fields,
-            (std::vector<std::string>{"input.format", "instance_group.name",
-                                      "dynamic_batching.preserve_ordering", "optimization",
-                                      "parameters", "model_warmup"}));
+  EXPECT_EQ(f.ignored_fields, (std::vector<std::string>{"input.format", "instance_group.name",
+                                                        "dynamic_batching.preserve_ordering",
+                                                        "optimization", "parameters"}));
   // default_model_filename "model.onnx" is what numaserve reads: used, not ignored.
   EXPECT_EQ(std::count(f.ignored_fields.begin(), f.ignored_fields.end(), "default_model_filename"),
             0);
@@ -676,6 +676,54 @@ TEST(ConfigJson, BadOverridesAreRefusedNamingTheProblem) {
     EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(f.status().message()), HasSubstr(c.expect)) << c.json.substr(0, 80);
   }
+}
+
+// model_warmup, in Triton's schema and numaserve's, checked against the model.
+TEST(TritonConfig, ModelWarmupIsConvertedAndChecked) {
+  ModelConfigFile f = ReadTriton(kTritonConfig);
+  ASSERT_EQ(f.config.model_warmup_size(), 1);
+  const config::ModelWarmup& w = f.config.model_warmup(0);
+  EXPECT_EQ(w.name(), "w");
+  EXPECT_EQ(w.batch_size(), 1u);
+  ASSERT_EQ(w.inputs().count("input"), 1u);
+  EXPECT_EQ(w.inputs().at("input").data_type(), "FP32");
+  EXPECT_TRUE(w.inputs().at("input").zero_data());
+  auto shapes = WarmupInputShapes(f.config, 0, "mlp", Mlp());
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ(*shapes, (std::vector<std::vector<int64_t>>{{1, 784}}));
+
+  std::string file = kTritonConfig;
+  const std::string zero = "zero_data: true";
+  file.replace(file.find(zero), zero.size(), "input_data_file: \"raw\"");
+  auto refused = ReadModelConfigText(file, "repo/mlp/config.pbtxt", 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("model_warmup.inputs['input'].input_data_file: numaserve warms up with "
+                        "zero_data or random_data only"));
+}
+
+TEST(ModelConfig, MalformedWarmupsAreRefusedNamingTheEntryAndField) {
+  auto refusal = [](const std::string& warmup) {
+    config::ModelConfig c = Parse("max_batch_size: 8 model_warmup { name: \"w\" " + warmup + " }");
+    absl::Status s = ValidateModelConfig(c, "mlp", Mlp(), 1);
+    return s.ok() ? std::string("accepted") : std::string(s.message());
+  };
+  const std::string input = "inputs { key: \"input\" value: { data_type: \"FP32\" ";
+  EXPECT_EQ(refusal("batch_size: 2 " + input + "dims: [784] random_data: true } }"), "accepted");
+  EXPECT_THAT(refusal("batch_size: 9 " + input + "dims: [784] zero_data: true } }"),
+              HasSubstr("model_warmup[0] ('w'): batch_size 9 is outside 1..8"));
+  EXPECT_THAT(refusal("batch_size: 1 " + input + "dims: [783] zero_data: true } }"),
+              HasSubstr("input 'input' dim 1 is 783 but the model has 784"));
+  EXPECT_THAT(refusal("batch_size: 1 " + input + "dims: [784] } }"),
+              HasSubstr("exactly one of zero_data and random_data"));
+  EXPECT_THAT(refusal("batch_size: 1 inputs { key: \"x\" value: { zero_data: true } }"),
+              HasSubstr("the model has no input 'x'"));
+  EXPECT_THAT(refusal("batch_size: 1"), HasSubstr("input 'input' is missing"));
+  EXPECT_THAT(refusal("batch_size: 1 count: 1001 " + input + "dims: [784] zero_data: true } }"),
+              HasSubstr("count 1001 is above 1000"));
+  EXPECT_THAT(refusal("batch_size: 1 inputs { key: \"input\" value: { data_type: \"INT64\" "
+                      "dims: [784] zero_data: true } }"),
+              HasSubstr("data_type 'INT64' but the model's input is FP32"));
 }
 
 }  // namespace
