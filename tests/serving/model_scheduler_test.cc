@@ -28,8 +28,9 @@ class FakePool final : public WorkerPool {
     std::string key;
     int64_t rows;
     RunDoneFn done;
-    std::vector<float> out;  // row i = 10 * input row i
-    bool profile = false;    // InferenceTask::profile
+    std::vector<float> out;                          // row i = 10 * input row i
+    bool profile = false;                            // InferenceTask::profile
+    std::vector<std::vector<int64_t>> input_shapes;  // InferenceTask::input_shapes
   };
 
   explicit FakePool(int workers) : ready_(static_cast<size_t>(workers), true) {}
@@ -50,7 +51,7 @@ class FakePool final : public WorkerPool {
   int NumaNode(int w) const override { return w / 2; }
   size_t BatchBytesLimit() const override { return batch_bytes; }
   void Run(int w, const InferenceTask& task, RunDoneFn done) override {
-    Running r{w, task.model_key, task.rows, std::move(done), {}, task.profile};
+    Running r{w, task.model_key, task.rows, std::move(done), {}, task.profile, task.input_shapes};
     for (const auto& piece : task.inputs.at(0)) {
       const float* in = reinterpret_cast<const float*>(piece.first);
       for (size_t i = 0; i < piece.second / sizeof(float); ++i) r.out.push_back(10 * in[i]);
@@ -126,9 +127,11 @@ class SchedulerTest : public ::testing::Test {
     return m;
   }
 
+  // `seq` > 0: a request of a shape-polymorphic model, x [rows, seq] (its
+  // data one float per row, all the fake pool reads).
   std::shared_ptr<Call> Submit(const std::shared_ptr<RepositoryModel>& model, int64_t rows = 1,
                                absl::StatusCode expect = absl::StatusCode::kOk,
-                               bool profile = false) {
+                               bool profile = false, int64_t seq = 0) {
     auto call = std::make_shared<Call>();
     for (int64_t i = 0; i < rows; ++i) call->input.push_back(static_cast<float>(next_id_++));
     auto p = std::make_shared<PendingInference>();
@@ -141,6 +144,10 @@ class SchedulerTest : public ::testing::Test {
     p->parsed.inputs.push_back(
         {reinterpret_cast<const char*>(call->input.data()), call->input.size() * sizeof(float)});
     p->parsed.output_bytes.push_back(static_cast<size_t>(rows) * sizeof(float));
+    if (seq > 0) {
+      p->parsed.input_shapes = {{rows, seq}};
+      p->shape_key = {2, seq};
+    }
     Call* c = call.get();
     FakePool* pool = pool_.get();
     p->done = [c, pool](const absl::Status& s, const std::vector<const char*>& outputs,
@@ -548,6 +555,42 @@ TEST_F(SchedulerTest, WorkForAModelNoWorkerWillHoldFailsAtOnce) {
     EXPECT_NE(c->status.message().find("no worker holds it"), std::string::npos) << c->status;
   }
   EXPECT_TRUE(pool_->running.empty());
+}
+
+// A shape-polymorphic model (a dynamic dim besides the batch): requests
+// batch only with requests of their dims besides dim 0, the oldest shape
+// first, and each batch carries its signature with dim 0 at the batch's
+// rows; a model run at a batch size alone carries none.
+TEST_F(SchedulerTest, ABatchOfAShapePolymorphicModelCarriesItsSignature) {
+  Make(1);
+  auto m = Model("m", 8, 0);
+  m->info.inputs[0].shape = {-1, -1};
+  m->signature_shapes = [](const std::vector<std::vector<int64_t>>& in)
+      -> absl::StatusOr<std::vector<std::vector<int64_t>>> { return in; };
+  pool_->Hold(0, m->key(), 1);
+  Submit(m, 1, absl::StatusCode::kOk, false, /*seq=*/2);  // runs at once
+  Submit(m, 1, absl::StatusCode::kOk, false, 3);
+  Submit(m, 2, absl::StatusCode::kOk, false, 2);
+  Submit(m, 1, absl::StatusCode::kOk, false, 3);
+  Submit(m, 1, absl::StatusCode::kOk, false, 2);
+  using Shapes = std::vector<std::vector<int64_t>>;
+  ASSERT_EQ(pool_->running.size(), 1u);
+  EXPECT_EQ(pool_->running[0].input_shapes, (Shapes{{1, 2}}));
+  pool_->CompleteAll();
+  ASSERT_EQ(pool_->running.size(), 1u);
+  EXPECT_EQ(pool_->running[0].input_shapes, (Shapes{{2, 3}}));  // the two seq 3 requests
+  pool_->CompleteAll();
+  ASSERT_EQ(pool_->running.size(), 1u);
+  EXPECT_EQ(pool_->running[0].input_shapes, (Shapes{{3, 2}}));  // 2 + 1 rows of seq 2
+  pool_->CompleteAll();
+  for (const auto& c : calls_) EXPECT_TRUE(c->answered && c->status.ok()) << c->status;
+
+  auto plain = Model("plain", 8, 0);
+  pool_->Hold(0, plain->key(), 1);
+  Submit(plain, 2);
+  ASSERT_EQ(pool_->running.size(), 1u);
+  EXPECT_TRUE(pool_->running[0].input_shapes.empty());
+  pool_->CompleteAll();
 }
 
 }  // namespace

@@ -226,5 +226,30 @@ TEST(RowChunksTest, LargestRowsThatFitIsTheCountBelowTheFirstThatDoesNot) {
   EXPECT_EQ(LargestRowsThatFit(model, 1), 0);
 }
 
+// At a signature (the worker's path for a shape-polymorphic batch): the
+// batch and its chunks run at the signature with dim 0 at their rows, and a
+// count found at other non-batch dims is found again.
+TEST(RowChunksTest, ABatchAtASignatureRunsInChunksAtThatSignature) {
+  const std::string path = TwoLayers();
+  const int64_t need4 = Needs(path, 4);
+  auto unlimited = Load(path, 0);
+  auto model = Load(path, need4);
+  ASSERT_TRUE(unlimited != nullptr && model != nullptr);
+  std::vector<float> want;
+  ASSERT_TRUE(RunRows(*unlimited, 11, 4, &want, nullptr).ok());
+  const std::vector<float> x = Rows(11);
+  std::vector<float> y(11 * 4, -7.0f);
+  RowsThatFit fit;
+  fit.known = true;  // found at other non-batch dims: not this signature's
+  fit.rows = 1;
+  fit.signature = {2, 99};
+  absl::Status s = RunRowsInChunks(*model, 11, {x.data()}, {y.data()}, {x.size() * sizeof(float)},
+                                   {y.size() * sizeof(float)}, &fit, {{11, 16}});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(fit.rows, 4);
+  EXPECT_EQ(fit.signature, (std::vector<int64_t>{2, 16}));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-5) << "element " << i;
+}
+
 }  // namespace
 }  // namespace numaserve::serving
