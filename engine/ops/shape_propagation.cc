@@ -65,18 +65,27 @@ bool IsBatchDim(const Value& v, size_t d, const std::set<std::string>& non_batch
 
 }  // namespace
 
-std::vector<Shape> ProbeInputShapes(const Graph& graph, int which) {
+namespace {
+
+// Probe `which`'s shapes with the batch at `rows`.
+std::vector<Shape> ProbeInputShapesAtRows(const Graph& graph, int which, int64_t rows) {
   const std::set<std::string> non_batch = NonBatchDimNames(graph);
   std::vector<Shape> shapes;
   for (ValueId id : graph.inputs()) {
     const Value& v = graph.value(id);
     Shape s = v.shape;
     for (size_t d = 0; d < s.size(); ++d) {
-      if (s[d] < 0) s[d] = IsBatchDim(v, d, non_batch) ? which + 1 : kProbeDims[which];
+      if (s[d] < 0) s[d] = IsBatchDim(v, d, non_batch) ? rows : kProbeDims[which];
     }
     shapes.push_back(std::move(s));
   }
   return shapes;
+}
+
+}  // namespace
+
+std::vector<Shape> ProbeInputShapes(const Graph& graph, int which) {
+  return ProbeInputShapesAtRows(graph, which, which + 1);
 }
 
 namespace {
@@ -618,18 +627,28 @@ std::vector<std::string> RowRuleOps() {
 }
 
 absl::StatusOr<RowIndependence> CheckRowIndependence(const Graph& graph) {
-  std::vector<std::vector<Shape>> shapes;
-  for (int64_t rows : kRowCounts) {
-    auto s = PropagateShapes(graph, InputShapesForBatch(graph, rows));
-    if (!s.ok()) {
-      RowIndependence result;
-      result.reason =
-          absl::StrCat("its shapes cannot be computed at ", rows, " rows: ", s.status().message());
-      return result;
+  // A shape-polymorphic model is analysed at both probes' other dims (a
+  // sequence length of 64, then 96): its rows must stay apart at each.
+  const int probes = HasDynamicNonBatchDims(graph) ? 2 : 1;
+  RowIndependence result;
+  for (int which = 0; which < probes; ++which) {
+    std::vector<std::vector<Shape>> shapes;
+    for (int64_t rows : kRowCounts) {
+      auto s = PropagateShapes(graph, probes == 1 ? InputShapesForBatch(graph, rows)
+                                                  : ProbeInputShapesAtRows(graph, which, rows));
+      if (!s.ok()) {
+        result.independent = false;
+        result.reason = absl::StrCat("its shapes cannot be computed at ", rows,
+                                     " rows: ", s.status().message());
+        return result;
+      }
+      shapes.push_back(*std::move(s));
     }
-    shapes.push_back(*std::move(s));
+    RowIndependence analysed = RowAnalysis(graph, std::move(shapes)).Run();
+    if (!analysed.independent) return analysed;
+    result = std::move(analysed);
   }
-  return RowAnalysis(graph, std::move(shapes)).Run();
+  return result;
 }
 
 OutputShapeFn MakeOutputShapeFn(const Graph& graph) {
@@ -657,41 +676,42 @@ OutputShapeFn MakeOutputShapeFn(const Graph& graph) {
 }
 
 absl::Status DescribeBatching(const Graph& graph, ModelInfo* info) {
-  // A shape-polymorphic model runs at the input shapes of each request:
-  // requests are not batched together (yet), and its output shapes follow
-  // the whole signature, not a row count.
+  // A shape-polymorphic model's requests batch together where their rows
+  // stay apart at both probes (CheckRowIndependence); the server stacks
+  // only requests whose other dims are equal. Its output shapes follow the
+  // whole signature, not a row count.
+  const bool polymorphic = HasDynamicNonBatchDims(graph);
   info->output_shapes_at = nullptr;
-  for (const TensorInfo& t : info->inputs) {
-    for (size_t d = 1; d < t.shape.size(); ++d) {
-      if (t.shape[d] >= 0) continue;
-      info->batched = false;
-      info->unbatched_reason = absl::StrCat("input '", t.name, "' has dynamic dim ", d,
-                                            DimNameSuffix(t, d), " besides the batch");
-      return absl::OkStatus();
-    }
-  }
   auto rows = CheckRowIndependence(graph);
   if (!rows.ok()) return rows.status();
   // Rows of several requests stack only where every input has them: a
-  // scalar input or one of fixed first dim has no rows to stack.
+  // scalar input, one of fixed first dim, or one whose dim 0 is another
+  // named dim (pos [seq, hidden]) has no rows to stack.
+  const std::set<std::string> non_batch = NonBatchDimNames(graph);
   bool dynamic = false;
-  std::string fixed_input;
-  for (const TensorInfo& t : info->inputs) {
-    const bool rows_dim = !t.shape.empty() && t.shape[0] < 0;
+  std::string rowless;
+  for (ValueId id : graph.inputs()) {
+    const Value& v = graph.value(id);
+    const bool rows_dim = !v.shape.empty() && v.shape[0] < 0 && IsBatchDim(v, 0, non_batch);
     dynamic |= rows_dim;
-    if (!rows_dim && fixed_input.empty()) fixed_input = t.name;
+    if (rows_dim || !rowless.empty()) continue;
+    rowless = v.shape.empty() || v.shape[0] >= 0
+                  ? absl::StrCat("input '", v.name, "' has no dynamic first dim")
+                  : absl::StrCat("input '", v.name, "' has no batch dim (its dim 0 is '",
+                                 v.dim_names[0], "', a dim other inputs have besides dim 0)");
   }
-  info->batched = rows->independent && !info->inputs.empty() && fixed_input.empty();
+  info->batched = rows->independent && !info->inputs.empty() && rowless.empty();
   info->unbatched_reason = info->batched || !dynamic ? ""
-                           : !fixed_input.empty()
-                               ? absl::StrCat("input '", fixed_input, "' has no dynamic first dim")
-                               : rows->reason;
+                           : !rowless.empty()        ? rowless
+                                                     : rows->reason;
   bool follows_rows = false;
   for (const TensorInfo& t : info->outputs) {
     for (int64_t d : t.shape) follows_rows |= d < 0;
   }
   info->output_shapes_at = nullptr;
-  if (!info->batched && follows_rows) info->output_shapes_at = MakeOutputShapeFn(graph);
+  if (!info->batched && follows_rows && !polymorphic) {
+    info->output_shapes_at = MakeOutputShapeFn(graph);
+  }
   return absl::OkStatus();
 }
 

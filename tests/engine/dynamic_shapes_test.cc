@@ -167,14 +167,19 @@ TEST(DynamicShapesTest, ModelInfoKeepsDynamicDimsAndTheirNames) {
   ASSERT_EQ(info->outputs.size(), 1u);
   EXPECT_EQ(info->outputs[0].shape, (std::vector<int64_t>{-1, -1, kHidden}));
   EXPECT_EQ(info->outputs[0].dim_names, (std::vector<std::string>{"batch", "seq", ""}));
+  // pos [seq, hidden] has no rows to stack.
   EXPECT_FALSE(info->batched);
-  EXPECT_THAT(info->unbatched_reason, HasSubstr("input 'x' has dynamic dim 1 ('seq')"));
+  EXPECT_THAT(info->unbatched_reason,
+              HasSubstr("input 'pos' has no batch dim (its dim 0 is 'seq'"));
 
   auto cnn = InspectModel(SmallCnn());
   ASSERT_TRUE(cnn.ok()) << cnn.status();
   EXPECT_EQ(cnn->inputs[0].shape, (std::vector<int64_t>{-1, 3, -1, -1}));
   EXPECT_EQ(cnn->inputs[0].dim_names, (std::vector<std::string>{"batch", "", "height", "width"}));
   EXPECT_EQ(cnn->outputs[0].shape, (std::vector<int64_t>{-1, 8}));
+  // Its rows stay apart at both probes' image sizes: requests of one size
+  // may be stacked.
+  EXPECT_TRUE(cnn->batched) << cnn->unbatched_reason;
 }
 
 TEST(DynamicShapesTest, EncoderMatchesReferenceAtThreeSequenceLengths) {

@@ -14,8 +14,11 @@ the dim.
   CNN:     image [n, 3, h, w] -> Conv 3x3 (pad 1, 4 channels) + Relu ->
            features [n, 4, h, w] and MaxPool 2x2 -> pooled [n, 4, h/2, w/2]
   NARROW:  ENCODER with config.pbtxt dims [-1, 8, 16] for x: seq 8 only
-  BATCHED: ENCODER with max_batch_size 8: refused at load (the engine does
-           not batch a shape-polymorphic model), saying why
+  BATCHED: ENCODER with max_batch_size 8: refused at load, saying why (pos
+           [seq, 16] has no batch dim: there are no rows to stack)
+  CNN_BATCHED: CNN with max_batch_size 8 and a 20 ms queue delay: requests
+           of one image size are stacked into one run, requests of other
+           sizes wait for runs of their own
   WARM:    ENCODER with model_warmup at seq 16 (zeros, twice) and 32
            (random): run at load before it reports ready, in the log
   WARM_BAD, WARM_UNKNOWN: ENCODER whose warm-up gives 'seq' two sizes (the
@@ -41,6 +44,7 @@ ENCODER = "encoder"
 CNN = "cnn"
 NARROW = "encoder_seq8"
 BATCHED = "encoder_batched"
+CNN_BATCHED = "cnn_batched"
 WARM = "encoder_warm"
 WARM_BAD = "encoder_warm_bad"
 WARM_UNKNOWN = "encoder_warm_unknown"
@@ -122,9 +126,12 @@ class DynamicShapesTest(unittest.TestCase):
         for name in (ENCODER, NARROW, BATCHED, WARM, WARM_BAD, WARM_UNKNOWN):
             nc.write_model(cls.repo, name, encoder_model(cls.w))
         nc.write_model(cls.repo, CNN, cnn_model(cls.kernel, cls.bias))
+        nc.write_model(cls.repo, CNN_BATCHED, cnn_model(cls.kernel, cls.bias))
         configs = {NARROW: 'input { name: "x" dims: [-1, 8, %d] }\n' % HIDDEN,
                    BATCHED: "max_batch_size: 8\n"
                             "dynamic_batching { max_queue_delay_microseconds: 1000 }\n",
+                   CNN_BATCHED: "max_batch_size: 8\n"
+                                "dynamic_batching { max_queue_delay_microseconds: 20000 }\n",
                    WARM: 'backend: "onnxruntime"\nmodel_warmup [ %s, %s ]\n' % (
                        warmup("seq16", 16, 16, count=2), warmup("seq32", 32, 32, "random_data")),
                    WARM_BAD: 'backend: "onnxruntime"\nmodel_warmup [ %s ]\n'
@@ -269,7 +276,44 @@ class DynamicShapesTest(unittest.TestCase):
                                           "pos": random((2, HIDDEN), 2)})
         self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
         self.assertIn("max_batch_size", caught.exception.details())
-        self.assertIn("dynamic dim 1 ('seq') besides the batch", caught.exception.details())
+        self.assertIn("input 'pos' has no batch dim", caught.exception.details())
+
+    def test_requests_of_one_shape_are_batched_together_and_others_apart(self):
+        config = self.stub.ModelConfig(nc.pb.ModelConfigRequest(name=CNN_BATCHED),
+                                       timeout=10).config
+        self.assertEqual(config.max_batch_size, 8)
+        meta = self.stub.ModelMetadata(nc.pb.ModelMetadataRequest(name=CNN_BATCHED), timeout=10)
+        self.assertEqual(list(meta.inputs[0].shape), [-1, 3, -1, -1])
+
+        def statistics():
+            response = self.stub.ModelStatistics(
+                nc.pb.ModelStatisticsRequest(name=CNN_BATCHED), timeout=10)
+            return response.model_stats[0]
+
+        sizes = ((6, 10), (9, 9), (6, 10), (13, 7))
+        before = statistics()
+        count = 24
+
+        def call(i, stub):
+            h, w = sizes[i % len(sizes)]
+            image = random((1, 3, h, w), 500 + i)
+            out = nc.infer(stub, CNN_BATCHED, {"image": image})
+            return (h, w), cnn_reference(image, self.kernel, self.bias), out
+
+        for i, result in enumerate(nc.call_together(self.server, count, call)):
+            self.assertIsInstance(result, tuple, "request %d: %r%s" % (i, result, self.log()))
+            size, (features, pooled), out = result
+            self.assert_close(out["features"], features, "request %d %s features" % (i, size))
+            self.assert_close(out["pooled"], pooled, "request %d %s pooled" % (i, size))
+        after = statistics()
+        runs = after.execution_count - before.execution_count
+        rows = after.inference_count - before.inference_count
+        self.assertEqual(rows, count)
+        # Stacked: fewer runs than requests; at least one per image size.
+        self.assertLess(runs, count, self.log())
+        self.assertGreaterEqual(runs, 3)
+        stacked = [b for b in after.batch_stats if b.batch_size > 1]
+        self.assertTrue(stacked, "no run of more than one row: %s" % after.batch_stats)
 
     def test_model_warmup_runs_at_load_before_the_model_is_ready(self):
         ready = self.stub.ModelReady(nc.pb.ModelReadyRequest(name=WARM), timeout=10)
