@@ -11,6 +11,7 @@
 // products in double; a runtime sequence_lens is refused at load.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -300,8 +301,12 @@ TensorsOr RnnReference(const Graph& graph, const Node& node, const std::vector<c
   if (HasInput(node, 4)) {
     auto given = ConstInts(graph, node, 4, "sequence_lens");
     if (!given.ok()) return given.status();
+    const std::optional<std::vector<int64_t>>& values = *given;
+    if (values.has_value() && static_cast<int64_t>(values->size()) != d->batch) {
+      return NodeError(node, "sequence_lens must hold one length per sequence");
+    }
     for (int64_t b = 0; b < d->batch; ++b) {
-      const int64_t n = given->has_value() ? (**given)[b] : d->seq;
+      const int64_t n = values.has_value() ? (*values)[b] : d->seq;
       if (n < 0 || n > d->seq) {
         return NodeError(
             node, absl::StrCat("sequence_lens[", b, "] is ", n, ", outside [0, ", d->seq, "]"));

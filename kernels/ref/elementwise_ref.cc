@@ -7,6 +7,47 @@
 
 namespace numaserve::kernels {
 
+namespace {
+
+// GELU in its exact (erf) form, or the tanh approximation.
+float Gelu(bool tanh_form, float x) {
+  if (!tanh_form) return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+  const double u = std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+  return static_cast<float>(0.5 * x * (1.0 + std::tanh(u)));
+}
+
+// The trigonometric and hyperbolic functions and their inverses.
+float Trigonometric(UnaryKind kind, float x) {
+  switch (kind) {
+    case UnaryKind::kSin:
+      return std::sin(x);
+    case UnaryKind::kCos:
+      return std::cos(x);
+    case UnaryKind::kTan:
+      return std::tan(x);
+    case UnaryKind::kAsin:
+      return std::asin(x);
+    case UnaryKind::kAcos:
+      return std::acos(x);
+    case UnaryKind::kAtan:
+      return std::atan(x);
+    case UnaryKind::kSinh:
+      return std::sinh(x);
+    case UnaryKind::kCosh:
+      return std::cosh(x);
+    case UnaryKind::kAsinh:
+      return std::asinh(x);
+    case UnaryKind::kAcosh:
+      return std::acosh(x);
+    case UnaryKind::kAtanh:
+      return std::atanh(x);
+    default:
+      return x;
+  }
+}
+
+}  // namespace
+
 float ApplyUnary(const UnaryParams& p, float x) {
   switch (p.kind) {
     case UnaryKind::kRelu:
@@ -38,11 +79,8 @@ float ApplyUnary(const UnaryParams& p, float x) {
     case UnaryKind::kErf:
       return std::erf(x);
     case UnaryKind::kGelu:
-      return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
-    case UnaryKind::kGeluTanh: {
-      const double u = std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
-      return static_cast<float>(0.5 * x * (1.0 + std::tanh(u)));
-    }
+    case UnaryKind::kGeluTanh:
+      return Gelu(p.kind == UnaryKind::kGeluTanh, x);
     case UnaryKind::kSqrt:
       return std::sqrt(x);
     case UnaryKind::kExp:
@@ -64,27 +102,17 @@ float ApplyUnary(const UnaryParams& p, float x) {
     case UnaryKind::kSign:
       return static_cast<float>((x > 0.0f) - (x < 0.0f));
     case UnaryKind::kSin:
-      return std::sin(x);
     case UnaryKind::kCos:
-      return std::cos(x);
     case UnaryKind::kTan:
-      return std::tan(x);
     case UnaryKind::kAsin:
-      return std::asin(x);
     case UnaryKind::kAcos:
-      return std::acos(x);
     case UnaryKind::kAtan:
-      return std::atan(x);
     case UnaryKind::kSinh:
-      return std::sinh(x);
     case UnaryKind::kCosh:
-      return std::cosh(x);
     case UnaryKind::kAsinh:
-      return std::asinh(x);
     case UnaryKind::kAcosh:
-      return std::acosh(x);
     case UnaryKind::kAtanh:
-      return std::atanh(x);
+      return Trigonometric(p.kind, x);
     case UnaryKind::kClip:
       return std::min(std::max(x, p.alpha), p.beta);
     case UnaryKind::kIdentity:
