@@ -22,18 +22,14 @@ no ONNX Runtime is needed at test time):
   rnn_ops_opsetN_outputs.npz  ONNX Runtime's outputs (CPU provider)
   rnn_ops.json              the ONNX Runtime version and the sha256 of the files
 """
-import argparse
-import hashlib
-import json
-import os
-import subprocess
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import ort_reference_maker
+
 OPSETS = {14: 8, 22: 10}  # opset: the IR version that goes with it
 SEED = 14
 SEQ, BATCH, INPUT, HIDDEN = 5, 3, 4, 6
@@ -91,51 +87,9 @@ def build_model(opset, ir_version, inputs):
     return model
 
 
-ORT_RUN = """
-import sys, numpy as np, onnxruntime as ort
-options = ort.SessionOptions()
-options.intra_op_num_threads = 1
-session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
-inputs = dict(np.load(sys.argv[2]))
-names = [o.name for o in session.get_outputs()]
-np.savez(sys.argv[3], **dict(zip(names, session.run(None, inputs))))
-print(ort.__version__)
-"""
-
-
-def sha256(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ort-python", required=True,
-                        help="the peers' virtual environment's python (make venv-peers)")
-    parser.add_argument("--out", default=os.path.join(HERE, "reference"))
-    args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    inputs = make_inputs()
-    input_path = os.path.join(args.out, "rnn_ops_inputs.npz")
-    np.savez(input_path, **inputs)
-    index = {"generated_by": "tests/models/make_rnn_ops_reference.py",
-             "input_sha256": sha256(input_path), "models": {}}
-    for opset, ir_version in OPSETS.items():
-        stem = "rnn_ops_opset%d" % opset
-        model_path = os.path.join(args.out, stem + ".onnx")
-        output_path = os.path.join(args.out, stem + "_outputs.npz")
-        onnx.save(build_model(opset, ir_version, inputs), model_path)
-        run = subprocess.run([args.ort_python, "-c", ORT_RUN, model_path, input_path,
-                              output_path], check=True, capture_output=True, text=True)
-        index["onnxruntime"] = run.stdout.strip().splitlines()[-1]
-        index["models"][str(opset)] = {"model": stem + ".onnx",
-                                       "model_sha256": sha256(model_path),
-                                       "outputs": stem + "_outputs.npz",
-                                       "outputs_sha256": sha256(output_path)}
-        print("%s: ONNX Runtime %s" % (stem, index["onnxruntime"]))
-    with open(os.path.join(args.out, "rnn_ops.json"), "w") as f:
-        json.dump(index, f, indent=2, sort_keys=True)
-        f.write("\n")
+    return ort_reference_maker.main(__doc__.splitlines()[0], "rnn_ops", OPSETS, make_inputs,
+                                    build_model)
 
 
 if __name__ == "__main__":
