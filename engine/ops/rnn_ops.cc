@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "engine/ops/op_tables.h"
 #include "engine/ops/op_util.h"
 #include "kernels/shape_ops.h"
@@ -59,13 +60,7 @@ absl::StatusOr<std::vector<Activation>> ActivationsOf(const Node& node) {
   // The importer keeps a list of strings comma-joined; an empty list is
   // the defaults.
   if (const std::string joined = node.GetString("activations", ""); !joined.empty()) {
-    size_t start = 0;
-    while (start <= joined.size()) {
-      const size_t comma = joined.find(',', start);
-      names.push_back(joined.substr(start, comma - start));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+    names = absl::StrSplit(joined, ',');
   }
   if (names.empty()) {
     names = IsLstm(node) ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
@@ -198,6 +193,9 @@ struct Direction {
   bool reverse = false;
 };
 
+// A gate's pre-activation clipped to [-clip, clip] (no clip: 0).
+double Clipped(double v, double clip) { return clip > 0 ? std::clamp(v, -clip, clip) : v; }
+
 // row . vector over n elements, in double.
 double Dot(const float* row, const double* v, int64_t n) {
   double s = 0;
@@ -231,20 +229,19 @@ void RunLstm(const Sequence& s, const Direction& w, std::vector<double>& h, std:
       if (w.wb != nullptr) v += static_cast<double>(w.wb[g]) + w.rb[g];
       pre[g] = v;
     }
-    auto clipped = [&](double v) { return s.clip > 0 ? std::clamp(v, -s.clip, s.clip) : v; };
     for (int64_t j = 0; j < H; ++j) {
       // Gate order in W, R and B: i, o, f, c; in P: i, o, f.
       double i = pre[j], o = pre[H + j], f = pre[2 * H + j];
-      const double cc = Apply(w.act[1], clipped(pre[3 * H + j]));
+      const double cc = Apply(w.act[1], Clipped(pre[3 * H + j], s.clip));
       if (w.p != nullptr) {
         i += w.p[j] * c[j];
         f += w.p[2 * H + j] * c[j];
       }
-      i = Apply(w.act[0], clipped(i));
-      f = input_forget ? 1.0 - i : Apply(w.act[0], clipped(f));
+      i = Apply(w.act[0], Clipped(i, s.clip));
+      f = input_forget ? 1.0 - i : Apply(w.act[0], Clipped(f, s.clip));
       c[j] = f * c[j] + i * cc;
       if (w.p != nullptr) o += w.p[H + j] * c[j];
-      o = Apply(w.act[0], clipped(o));
+      o = Apply(w.act[0], Clipped(o, s.clip));
       h[j] = o * Apply(w.act[2], c[j]);
     }
     for (int64_t j = 0; j < H; ++j) *y_at(t, j) = static_cast<float>(h[j]);
@@ -256,7 +253,6 @@ void RunGru(const Sequence& s, const Direction& w, std::vector<double>& h, YAt y
   const int64_t H = s.d.hidden, I = s.d.input;
   const bool linear_before_reset = s.node.GetInt("linear_before_reset", 0) != 0;
   std::vector<double> xt(I), wx(3 * H), rh(3 * H), gated(H);
-  auto clipped = [&](double v) { return s.clip > 0 ? std::clamp(v, -s.clip, s.clip) : v; };
   for (int64_t step = 0; step < s.length; ++step) {
     const int64_t t = w.reverse ? s.length - 1 - step : step;
     for (int64_t k = 0; k < I; ++k) {
@@ -269,8 +265,8 @@ void RunGru(const Sequence& s, const Direction& w, std::vector<double>& h, YAt y
     }
     std::vector<double> z(H), r(H);
     for (int64_t j = 0; j < H; ++j) {
-      z[j] = Apply(w.act[0], clipped(wx[j] + rh[j]));
-      r[j] = Apply(w.act[0], clipped(wx[H + j] + rh[H + j]));
+      z[j] = Apply(w.act[0], Clipped(wx[j] + rh[j], s.clip));
+      r[j] = Apply(w.act[0], Clipped(wx[H + j] + rh[H + j], s.clip));
       gated[j] = r[j] * h[j];
     }
     for (int64_t j = 0; j < H; ++j) {
@@ -281,7 +277,7 @@ void RunGru(const Sequence& s, const Direction& w, std::vector<double>& h, YAt y
         candidate = wx[2 * H + j] + Dot(w.r + (2 * H + j) * H, gated.data(), H) +
                     (w.rb != nullptr ? w.rb[2 * H + j] : 0.0f);
       }
-      const double hh = Apply(w.act[1], clipped(candidate));
+      const double hh = Apply(w.act[1], Clipped(candidate, s.clip));
       h[j] = (1.0 - z[j]) * hh + z[j] * h[j];
     }
     for (int64_t j = 0; j < H; ++j) *y_at(t, j) = static_cast<float>(h[j]);
