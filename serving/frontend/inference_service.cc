@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "base/mutex.h"
 #include "serving/frontend/call_util.h"
+#include "serving/frontend/raw_infer.h"
 #include "serving/observability/metrics.h"
 #include "serving/observability/version.h"
 #include "serving/request/datatypes.h"
@@ -234,11 +235,13 @@ absl::Status CancellationStatus(const CallCancellation& cancel) {
 
 // One ModelInfer call. gRPC calls OnCancel when the client cancels or the
 // call's deadline passes: a request still queued then leaves its queue at
-// once instead of waiting for a batcher poll.
+// once instead of waiting for a batcher poll. The call reads its request
+// from gRPC's buffers and writes its reply to them (raw_infer.h).
 class InferCall final : public grpc::ServerUnaryReactor {
  public:
-  InferCall(InferenceService* service, grpc::CallbackServerContext* context)
-      : service_(service), cancel_(std::make_shared<CallCancellation>()) {
+  InferCall(InferenceService* service, grpc::CallbackServerContext* context,
+            grpc::ByteBuffer* reply)
+      : service_(service), cancel_(std::make_shared<CallCancellation>()), reply_(reply) {
     cancel_->deadline = context->deadline();
   }
   void OnCancel() override { service_->CancelCall(*cancel_); }
@@ -248,25 +251,53 @@ class InferCall final : public grpc::ServerUnaryReactor {
     delete this;
   }
   const std::shared_ptr<CallCancellation>& cancellation() const { return cancel_; }
+  RawInferRequest& request() { return request_; }
+  inference::ModelInferResponse* response() { return &response_; }
+  // Each output's bytes, copied out of the worker's arena into a slice of
+  // the reply.
+  OutputSink OutputSlices() {
+    return [this](const char* data, size_t size) { outputs_.emplace_back(data, size); };
+  }
   void Answer(const absl::Status& status, InflightRelease release) {
     release_ = std::move(release);  // before Finish: OnDone may run at once
+    if (status.ok()) *reply_ = WriteRawInferResponse(response_, std::move(outputs_));
     Finish(ToGrpcStatus(status));
   }
 
  private:
   InferenceService* const service_;
   const std::shared_ptr<CallCancellation> cancel_;
+  grpc::ByteBuffer* const reply_;
+  RawInferRequest request_;
+  inference::ModelInferResponse response_;  // every field but raw_output_contents
+  std::vector<grpc::Slice> outputs_;
   InflightRelease release_;
 };
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const inference::ModelInferRequest* request,
-                                                       inference::ModelInferResponse* response) {
-  auto* call = new InferCall(this, context);
-  StartInference(Protocol::kGrpc, call->cancellation(), request, response,
-                 [call](const absl::Status& status, InflightRelease release) {
-                   call->Answer(status, std::move(release));
-                 });
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  auto* call = new InferCall(this, context, response);
+  absl::StatusOr<RawInferRequest> read = ReadRawInferRequest(*request);
+  if (!read.ok()) {
+    if (metrics_) {
+      const char* protocol = ProtocolName(Protocol::kGrpc);
+      metrics_->RecordRequest(Metrics::kUnknownModelLabel, protocol,
+                              OutcomeName(read.status().code()), 0);
+      metrics_->RecordFailure(Metrics::kUnknownModelLabel, protocol,
+                              FailureReason(read.status().code()));
+    }
+    call->Answer(read.status(), nullptr);
+    return call;
+  }
+  call->request() = *std::move(read);
+  TransportBuffers transport{call->request().transport, call->OutputSlices()};
+  StartInference(
+      Protocol::kGrpc, call->cancellation(), &call->request().message, call->response(),
+      [call](const absl::Status& status, InflightRelease release) {
+        call->Answer(status, std::move(release));
+      },
+      std::move(transport));
   return call;
 }
 
@@ -313,7 +344,7 @@ absl::Status InferenceService::ChargeInflight(size_t* held, size_t need) {
 void InferenceService::StartInference(
     Protocol protocol, const std::shared_ptr<CallCancellation>& cancel,
     const inference::ModelInferRequest* request, inference::ModelInferResponse* response,
-    std::function<void(const absl::Status&, InflightRelease)> answer) {
+    std::function<void(const absl::Status&, InflightRelease)> answer, TransportBuffers transport) {
   const auto received = std::chrono::steady_clock::now();
   in_flight_.fetch_add(1);
   last_call_ns_.store(
@@ -382,7 +413,7 @@ void InferenceService::StartInference(
   auto parameters = ReadRequestParameters(
       *request, {batching.priority_levels(), batching.default_priority_level()});
   if (!parameters.ok()) return finish(parameters.status());
-  auto admitted = Admit(*model, *request, options_.max_message_bytes);
+  auto admitted = Admit(*model, *request, options_.max_message_bytes, transport.inputs.get());
   if (!admitted.ok()) return finish(admitted.status());
   // What the request holds until answered: its inputs (in the request
   // message), every output the worker computes for it and its response.
@@ -420,12 +451,12 @@ void InferenceService::StartInference(
   response->set_id(request->id());
   pending->parsed = std::move(admitted->parsed);
   PendingInference* p = pending.get();
-  pending->done = [this, p, call, response, finish](const absl::Status& status,
-                                                    const std::vector<const char*>& outputs,
-                                                    const InferenceTiming& timing) {
+  pending->done = [this, p, call, response, finish, sink = std::move(transport.outputs)](
+                      const absl::Status& status, const std::vector<const char*>& outputs,
+                      const InferenceTiming& timing) {
     if (status.ok()) {
       const auto copy_start = std::chrono::steady_clock::now();
-      FillInferResponse(p->model->info, p->parsed, outputs, response);
+      FillInferResponse(p->model->info, p->parsed, outputs, response, sink);
       // Asked for (and only then): the batch's step profile, as JSON text.
       if (p->profile && !timing.profile.empty()) {
         (*response->mutable_parameters())[kProfileParameter].set_string_param(timing.profile);
@@ -469,6 +500,7 @@ void InferenceService::StartInference(
     return ChargeInflight(&call->held_bytes, a.held_bytes());
   };
   how.max_message_bytes = options_.max_message_bytes;
+  how.transport = transport.inputs.get();
   const absl::Status submitted = SubmitFollowingSwitch(pending, *request, how);
   if (!submitted.ok()) return finish(submitted);
   // Cancelled between the check above and the queueing: OnCancel may have

@@ -21,6 +21,7 @@
 #include "base/mutex.h"
 #include "grpc_service.grpc.pb.h"
 #include "serving/observability/model_statistics.h"
+#include "serving/request/infer_request.h"
 #include "serving/scheduling/model_manager.h"
 #include "serving/scheduling/model_scheduler.h"
 
@@ -57,7 +58,23 @@ inline constexpr const char* kServerExtensions[] = {"binary_tensor_data", "model
 // its replies holds the budget, not memory outside it.
 using InflightRelease = std::function<void()>;
 
-class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+// What a transport reads and writes in buffers of its own instead of the
+// messages' raw contents, so each tensor byte is copied once between the
+// socket and the worker's arena (and once on the way back).
+struct TransportBuffers {
+  // The request's raw input bytes (its raw_input_contents empty); null: in
+  // the message.
+  std::shared_ptr<const TransportInputs> inputs;
+  // Takes each output's bytes (FillInferResponse); null: the response's
+  // raw_output_contents.
+  OutputSink outputs;
+};
+
+// ModelInfer is a raw method: its messages are read and written over gRPC's
+// own buffers (raw_infer.h); the other calls take protobuf messages.
+class InferenceService final
+    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::CallbackService> {
  public:
   struct Options {
     // Deadline for a request whose client set none: it waits at most this
@@ -144,11 +161,14 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // request leaves its queue at once, and its `deadline` bounds the wait.
   // `answer` is handed the request's InflightRelease, which it must run
   // exactly once, after the reply is written. `protocol` labels the
-  // request's metrics. Used by ModelInfer, ModelStreamInfer and HTTP.
+  // request's metrics. `transport`: where the transport keeps the tensor
+  // bytes instead of the messages. Used by ModelInfer, ModelStreamInfer and
+  // HTTP.
   void StartInference(Protocol protocol, const std::shared_ptr<CallCancellation>& cancel,
                       const inference::ModelInferRequest* request,
                       inference::ModelInferResponse* response,
-                      std::function<void(const absl::Status&, InflightRelease)> answer);
+                      std::function<void(const absl::Status&, InflightRelease)> answer,
+                      TransportBuffers transport = {});
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -166,8 +186,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,

@@ -14,7 +14,7 @@ namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-using Bytes = std::pair<const char*, size_t>;
+using Bytes = ByteSpan;
 
 template <typename T>
 Bytes BytesOf(const google::protobuf::RepeatedField<T>& values) {
@@ -103,13 +103,16 @@ absl::StatusOr<Bytes> ReadTypedContents(const std::string& name, const std::stri
 }
 
 // BOOL bytes must be 0 or 1 (NumPy's and ONNX's encoding).
-absl::Status CheckBoolBytes(const std::string& name, Bytes data) {
-  for (size_t i = 0; i < data.second; ++i) {
-    const auto b = static_cast<unsigned char>(data.first[i]);
-    if (b > 1) {
-      return Invalid(absl::StrFormat(
-          "input '%s' (BOOL): raw_input_contents byte %d is %d; BOOL bytes must be 0 or 1", name, i,
-          b));
+absl::Status CheckBoolBytes(const std::string& name, const InputBytes& data) {
+  size_t at = 0;
+  for (const auto& [bytes, size] : data.pieces) {
+    for (size_t i = 0; i < size; ++i, ++at) {
+      const auto b = static_cast<unsigned char>(bytes[i]);
+      if (b > 1) {
+        return Invalid(absl::StrFormat(
+            "input '%s' (BOOL): raw_input_contents byte %d is %d; BOOL bytes must be 0 or 1", name,
+            at, b));
+      }
     }
   }
   return absl::OkStatus();
@@ -117,7 +120,9 @@ absl::Status CheckBoolBytes(const std::string& name, Bytes data) {
 
 // What ParseInferRequest tracks across the request's inputs.
 struct InputScan {
-  bool raw = false;        // the request sends its inputs in raw_input_contents
+  bool raw = false;  // the request sends its inputs in raw_input_contents
+  // Where the raw bytes are in the transport's buffers instead (or null).
+  const TransportInputs* transport = nullptr;
   std::vector<bool> seen;  // per model input: given in the request
   int64_t rows = -1;       // the dynamic dim 0 the inputs agree on so far (-1: none yet)
   std::string rows_from;   // the input that set `rows`
@@ -197,21 +202,30 @@ bool Dim0IsBatch(const engine::ModelInfo& model, size_t index) {
   return true;
 }
 
-// The bytes of request input `r`: its raw_input_contents entry, or its typed
-// contents read as `want_type` (a mix of the two is refused).
-absl::StatusOr<Bytes> InputBytes(const inference::ModelInferRequest& request, int r, bool raw,
-                                 const std::string& want_type, const std::vector<int64_t>& shape,
-                                 int64_t elements, ParsedRequest* parsed) {
+// The bytes of request input `r`: its raw_input_contents entry (or the
+// transport's), or its typed contents read as `want_type` (a mix of the two
+// is refused).
+absl::StatusOr<InputBytes> ReadInputBytes(const inference::ModelInferRequest& request, int r,
+                                          const InputScan& scan, const std::string& want_type,
+                                          const std::vector<int64_t>& shape, int64_t elements,
+                                          ParsedRequest* parsed) {
   const auto& in = request.inputs(r);
-  if (raw) {
+  InputBytes out;
+  if (scan.raw) {
     if (TypedCount(in.contents()) > 0) {
       return Invalid(absl::StrFormat(
           "input '%s' has typed contents but the request also uses raw_input_contents", in.name()));
     }
+    if (scan.transport != nullptr) return scan.transport->inputs[r];
     const std::string& bytes = request.raw_input_contents(r);
-    return Bytes{bytes.data(), bytes.size()};
+    out.Add({bytes.data(), bytes.size()});
+    return out;
   }
-  return ReadTypedContents(in.name(), want_type, shape, elements, in.contents(), parsed);
+  absl::StatusOr<Bytes> typed =
+      ReadTypedContents(in.name(), want_type, shape, elements, in.contents(), parsed);
+  if (!typed.ok()) return typed.status();
+  out.Add(*typed);
+  return out;
 }
 
 // Checks request input `r` against the model's input of the same name and
@@ -248,18 +262,18 @@ absl::Status ParseInput(const engine::ModelInfo& model, const inference::ModelIn
         "input '%s' shape %s of %s needs %d bytes, more than the %d-byte message limit", in.name(),
         ShapeString(shape), want_type, want_bytes, max_bytes));
   }
-  absl::StatusOr<Bytes> read =
-      InputBytes(request, r, scan->raw, want_type, shape, elements, parsed);
+  absl::StatusOr<InputBytes> read =
+      ReadInputBytes(request, r, *scan, want_type, shape, elements, parsed);
   if (!read.ok()) return read.status();
-  const Bytes data = *read;
-  if (data.second != want_bytes) {
+  InputBytes& data = *read;
+  if (data.size != want_bytes) {
     return Invalid(absl::StrFormat("input '%s': shape %s of %s needs %d bytes, got %d", in.name(),
-                                   ShapeString(shape), want_type, want_bytes, data.second));
+                                   ShapeString(shape), want_type, want_bytes, data.size));
   }
   if (expected.type == engine::DataType::kBool) {
     if (absl::Status s = CheckBoolBytes(in.name(), data); !s.ok()) return s;
   }
-  parsed->inputs[index] = data;
+  parsed->inputs[index] = std::move(data);
   parsed->input_shapes[index] = std::move(shape);
   return absl::OkStatus();
 }
@@ -355,16 +369,26 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
                                                 const inference::ModelInferRequest& request,
                                                 size_t max_bytes,
-                                                const SignatureShapesFn& signature_shapes) {
+                                                const SignatureShapesFn& signature_shapes,
+                                                const TransportInputs* transport) {
   ParsedRequest parsed;
-  parsed.inputs.assign(model.inputs.size(), {nullptr, 0});
+  parsed.inputs.resize(model.inputs.size());
   parsed.input_shapes.resize(model.inputs.size());
   InputScan scan;
-  scan.raw = request.raw_input_contents_size() > 0;
-  if (scan.raw && request.raw_input_contents_size() != request.inputs_size()) {
+  int raw_entries = request.raw_input_contents_size();
+  if (transport != nullptr) {
+    if (raw_entries > 0) {
+      return absl::InternalError("raw_input_contents both in the message and in transport buffers");
+    }
+    scan.transport = transport;
+    raw_entries = static_cast<int>(transport->inputs.size());
+    parsed.transport = transport->owner;
+  }
+  scan.raw = raw_entries > 0;
+  if (scan.raw && raw_entries != request.inputs_size()) {
     return Invalid(absl::StrFormat(
         "raw_input_contents has %d entries but the request names %d inputs; send one per input",
-        request.raw_input_contents_size(), request.inputs_size()));
+        raw_entries, request.inputs_size()));
   }
   scan.seen.assign(model.inputs.size(), false);
   for (int r = 0; r < request.inputs_size(); ++r) {
@@ -420,14 +444,18 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> OutputShapesFor(const engine::
 
 void FillInferResponse(const engine::ModelInfo& model, const ParsedRequest& parsed,
                        const std::vector<const char*>& outputs,
-                       inference::ModelInferResponse* response) {
+                       inference::ModelInferResponse* response, const OutputSink& sink) {
   for (int index : parsed.outputs) {
     const engine::TensorInfo& info = model.outputs[index];
     auto* out = response->add_outputs();
     out->set_name(info.name);
     out->set_datatype(engine::DataTypeName(info.type));
     for (int64_t d : parsed.output_shapes[index]) out->add_shape(d);
-    response->add_raw_output_contents()->assign(outputs[index], parsed.output_bytes[index]);
+    if (sink) {
+      sink(outputs[index], parsed.output_bytes[index]);
+    } else {
+      response->add_raw_output_contents()->assign(outputs[index], parsed.output_bytes[index]);
+    }
   }
 }
 

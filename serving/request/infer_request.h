@@ -10,11 +10,38 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "engine/ir/types.h"
 #include "grpc_service.pb.h"
 
 namespace numaserve::serving {
+
+// A span of bytes: where they start, how many.
+using ByteSpan = std::pair<const char*, size_t>;
+
+// One input's bytes: one piece where they lie end to end (a message's
+// field), several where a transport received them in buffers of its own
+// (gRPC's slices); the pieces laid end to end are the tensor.
+struct InputBytes {
+  absl::InlinedVector<ByteSpan, 1> pieces;
+  size_t size = 0;  // the pieces' bytes together
+  void Add(ByteSpan piece) {
+    pieces.push_back(piece);
+    size += piece.second;
+  }
+};
+
+// The raw input bytes of a request whose transport kept them in its own
+// buffers instead of copying them into raw_input_contents (the request's
+// raw_input_contents is then empty): per request input, in the request's
+// order, its bytes, read in place (one copy fewer between the socket and
+// the worker's arena).
+struct TransportInputs {
+  std::vector<InputBytes> inputs;
+  // Owns the buffers the pieces point into; ParsedRequest keeps it.
+  std::shared_ptr<const void> owner;
+};
 
 struct ParsedRequest {
   // The batch dims of the inputs (a dynamic dim 0, unnamed or of a name no
@@ -25,13 +52,15 @@ struct ParsedRequest {
   // shape-polymorphic model runs at these (its signature).
   std::vector<std::vector<int64_t>> input_shapes;
   // Per model input, in model order: the tensor's bytes in the model's
-  // datatype, pointing into the request, or into `converted` where typed
-  // contents had to be narrowed (int_contents for INT8/INT16, uint_contents
-  // for UINT8/UINT16).
-  std::vector<std::pair<const char*, size_t>> inputs;
+  // datatype, pointing into the request, into the transport's buffers
+  // (TransportInputs), or into `converted` where typed contents had to be
+  // narrowed (int_contents for INT8/INT16, uint_contents for UINT8/UINT16).
+  std::vector<InputBytes> inputs;
   // Owns the narrowed copies `inputs` points to (shared, so a copy of the
   // ParsedRequest points to the same live bytes).
   std::vector<std::shared_ptr<const std::string>> converted;
+  // Owns the transport's buffers `inputs` points into, if any.
+  std::shared_ptr<const void> transport;
   // Which model outputs to return, in the order asked for (all if none asked).
   std::vector<int> outputs;
   // Bytes and shapes of every model output for `rows` rows, in model order:
@@ -71,9 +100,16 @@ using SignatureShapesFn = std::function<absl::StatusOr<std::vector<std::vector<i
 // checked and its outputs sized by `signature_shapes` (one size per named
 // dim, the engine's limits; output_shapes at the signature); without it,
 // the outputs follow the rows (OutputShapesFor).
-absl::StatusOr<ParsedRequest> ParseInferRequest(
-    const engine::ModelInfo& model, const inference::ModelInferRequest& request,
-    size_t max_bytes = 0, const SignatureShapesFn& signature_shapes = nullptr);
+//
+// `transport`, where given, holds the raw input bytes in the transport's
+// buffers: checked as raw_input_contents would be (one entry per request
+// input, no typed contents beside them), the request's raw_input_contents
+// must be empty, and ParsedRequest keeps its owner.
+absl::StatusOr<ParsedRequest> ParseInferRequest(const engine::ModelInfo& model,
+                                                const inference::ModelInferRequest& request,
+                                                size_t max_bytes = 0,
+                                                const SignatureShapesFn& signature_shapes = nullptr,
+                                                const TransportInputs* transport = nullptr);
 
 // The shape of every model output of a run at `rows` (the inputs' dynamic
 // dim 0; 1 without one): from the model's shape function where its output
@@ -83,10 +119,17 @@ absl::StatusOr<ParsedRequest> ParseInferRequest(
 absl::StatusOr<std::vector<std::vector<int64_t>>> OutputShapesFor(const engine::ModelInfo& model,
                                                                   int64_t rows);
 
-// Fills outputs and raw_output_contents from `outputs` (one pointer per model output).
+// Where output bytes go instead of raw_output_contents: called once per
+// output the response carries, in the response's order, with bytes valid
+// only during the call (a transport copying them into its own buffers).
+using OutputSink = std::function<void(const char* data, size_t size)>;
+
+// Fills outputs and raw_output_contents from `outputs` (one pointer per
+// model output); with `sink`, the bytes go to it and raw_output_contents
+// stays empty.
 void FillInferResponse(const engine::ModelInfo& model, const ParsedRequest& parsed,
                        const std::vector<const char*>& outputs,
-                       inference::ModelInferResponse* response);
+                       inference::ModelInferResponse* response, const OutputSink& sink = nullptr);
 
 // The request parameter (and response parameter) that carries a request's
 // step profile.

@@ -8,8 +8,9 @@ namespace numaserve::serving {
 
 absl::StatusOr<Admission> Admit(const RepositoryModel& model,
                                 const inference::ModelInferRequest& request,
-                                size_t max_message_bytes) {
-  auto parsed = ParseInferRequest(model.info, request, max_message_bytes, model.signature_shapes);
+                                size_t max_message_bytes, const TransportInputs* transport) {
+  auto parsed =
+      ParseInferRequest(model.info, request, max_message_bytes, model.signature_shapes, transport);
   if (!parsed.ok()) return parsed.status();
   const int64_t max_batch = model.config.max_batch_size();
   if (max_batch > 0 && parsed->rows > max_batch) {
@@ -25,7 +26,7 @@ absl::StatusOr<Admission> Admit(const RepositoryModel& model,
         "(--grpc-max-message-bytes); send fewer rows",
         a.response_bytes, max_message_bytes));
   }
-  for (const auto& input : parsed->inputs) a.request_bytes += input.second;
+  for (const auto& input : parsed->inputs) a.request_bytes += input.size;
   for (size_t bytes : parsed->output_bytes) a.output_bytes += bytes;
   a.shape_key = BatchShapeKey(model, *parsed);
   a.parsed = *std::move(parsed);
@@ -53,7 +54,7 @@ absl::Status SubmitFollowingSwitch(const std::shared_ptr<PendingInference>& pend
   // request would.
   auto again = how.resolve();
   if (!again.ok() || *again == pending->model) return submitted;
-  auto admitted = Admit(**again, request, how.max_message_bytes);
+  auto admitted = Admit(**again, request, how.max_message_bytes, how.transport);
   if (!admitted.ok()) return admitted.status();
   if (absl::Status s = how.readmit(**again, *admitted); !s.ok()) return s;
   pending->model = *again;

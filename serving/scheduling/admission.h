@@ -41,10 +41,12 @@ std::vector<int64_t> BatchShapeKey(const RepositoryModel& model, const ParsedReq
 
 // Parses `request` against `model` (ParseInferRequest) and checks its rows
 // against max_batch_size and its response against `max_message_bytes`:
-// INVALID_ARGUMENT with the reason where it does not fit.
+// INVALID_ARGUMENT with the reason where it does not fit. `transport`: the
+// raw input bytes where the transport kept them (ParseInferRequest).
 absl::StatusOr<Admission> Admit(const RepositoryModel& model,
                                 const inference::ModelInferRequest& request,
-                                size_t max_message_bytes);
+                                size_t max_message_bytes,
+                                const TransportInputs* transport = nullptr);
 
 // How a request follows a switch of its version.
 struct SwitchFollowing {
@@ -56,6 +58,8 @@ struct SwitchFollowing {
   // there (charges its bytes, records its version); not OK refuses it.
   std::function<absl::Status(const RepositoryModel& model, const Admission& admission)> readmit;
   size_t max_message_bytes = 0;
+  // The request's raw input bytes where its transport kept them, or null.
+  const TransportInputs* transport = nullptr;
 };
 
 // Submits `pending`. Where its version was switched out between resolving

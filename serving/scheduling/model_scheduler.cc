@@ -353,7 +353,10 @@ std::shared_ptr<ModelScheduler::Flight> ModelScheduler::Form(const std::shared_p
   const size_t num_outputs = model->info.outputs.size();
   task.inputs.resize(num_inputs);
   for (size_t i = 0; i < num_inputs; ++i) {
-    for (const auto& r : flight->requests) task.inputs[i].push_back(r->parsed.inputs[i]);
+    for (const auto& r : flight->requests) {
+      const auto& pieces = r->parsed.inputs[i].pieces;
+      task.inputs[i].insert(task.inputs[i].end(), pieces.begin(), pieces.end());
+    }
   }
   if (model->signature_shapes) {
     // The batch's signature: its requests' shapes (one shape_key), the

@@ -26,8 +26,8 @@ struct InferenceTask {
   int64_t rows = 0;
   double flops = 0;  // for the worker's FLOP counter
   // Per model input (in model order), the pieces that make up the tensor:
-  // one per request of a batch, laid end to end in the arena. They must
-  // outlive the task.
+  // each request's (one, or several where its transport received it in
+  // pieces), laid end to end in the arena. They must outlive the task.
   std::vector<std::vector<std::pair<const char*, size_t>>> inputs;
   std::vector<size_t> output_bytes;  // per model output
   // A shape-polymorphic model's signature: every input's shape for this

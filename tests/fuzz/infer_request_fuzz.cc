@@ -3,7 +3,14 @@
 // the request's model_name ("fp32", "mixed", "static", "reshape", "typed";
 // any other name: "fp32"). An accepted request must describe exactly the
 // bytes the engine reads, and its response must be buildable from output
-// buffers of exactly the sizes it names.
+// buffers of exactly the sizes it names. The bytes are also read as the
+// server reads them, from gRPC slices (raw_infer.h, cut every 1-64 bytes
+// as the first byte says): what that reader accepts, protobuf accepts and
+// reads alike, and the request it makes parses to the same bytes; it
+// refuses nothing protobuf accepts but groups.
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -11,6 +18,7 @@
 
 #include "engine/model.h"
 #include "grpc_service.pb.h"
+#include "serving/frontend/raw_infer.h"
 #include "serving/request/infer_request.h"
 #include "tests/fuzz/fuzz_target.h"
 
@@ -83,13 +91,18 @@ void CheckAccepted(const engine::ModelInfo& model, const serving::ParsedRequest&
   // sanitizers see a pointer into freed or foreign memory here).
   unsigned checksum = 0;
   for (size_t i = 0; i < model.inputs.size(); ++i) {
-    const auto& [bytes, length] = parsed.inputs[i];
-    FUZZ_CHECK(length == InputBytes(model.inputs[i], parsed.rows));
-    FUZZ_CHECK(length == 0 || bytes != nullptr);
-    for (size_t b = 0; b < length; ++b) checksum += static_cast<unsigned char>(bytes[b]);
-    if (model.inputs[i].type == DataType::kBool) {
-      for (size_t b = 0; b < length; ++b) FUZZ_CHECK(static_cast<unsigned char>(bytes[b]) <= 1);
+    const serving::InputBytes& input = parsed.inputs[i];
+    FUZZ_CHECK(input.size == InputBytes(model.inputs[i], parsed.rows));
+    size_t total = 0;
+    for (const auto& [bytes, length] : input.pieces) {
+      FUZZ_CHECK(length == 0 || bytes != nullptr);
+      total += length;
+      for (size_t b = 0; b < length; ++b) checksum += static_cast<unsigned char>(bytes[b]);
+      if (model.inputs[i].type == DataType::kBool) {
+        for (size_t b = 0; b < length; ++b) FUZZ_CHECK(static_cast<unsigned char>(bytes[b]) <= 1);
+      }
     }
+    FUZZ_CHECK(total == input.size);
   }
   FUZZ_CHECK(parsed.output_bytes.size() == model.outputs.size());
   FUZZ_CHECK(parsed.output_shapes.size() == model.outputs.size());
@@ -119,14 +132,62 @@ void CheckAccepted(const engine::ModelInfo& model, const serving::ParsedRequest&
   }
 }
 
+std::string Joined(const serving::InputBytes& bytes) {
+  std::string out;
+  for (const auto& [data, size] : bytes.pieces) out.append(data, size);
+  return out;
+}
+
+// The server's reader against protobuf's; the raw request on success.
+absl::StatusOr<serving::RawInferRequest> ReadAsTheServerDoes(
+    const uint8_t* data, size_t size, bool parses, const inference::ModelInferRequest& request) {
+  const size_t every = size > 0 ? 1 + data[0] % 64 : 1;
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < size; at += every) {
+    slices.emplace_back(data + at, std::min(every, size - at));
+  }
+  absl::StatusOr<serving::RawInferRequest> raw =
+      serving::ReadRawInferRequest(grpc::ByteBuffer(slices.data(), slices.size()));
+  if (!raw.ok()) {
+    FUZZ_CHECK(raw.status().code() == absl::StatusCode::kInvalidArgument);
+    FUZZ_CHECK(!parses || raw.status().message().find("group") != std::string::npos);
+    return raw;
+  }
+  FUZZ_CHECK(parses);
+  inference::ModelInferRequest without = request;
+  without.clear_raw_input_contents();
+  FUZZ_CHECK(google::protobuf::util::MessageDifferencer::Equals(raw->message, without));
+  FUZZ_CHECK(raw->transport->inputs.size() ==
+             static_cast<size_t>(request.raw_input_contents_size()));
+  for (int i = 0; i < request.raw_input_contents_size(); ++i) {
+    FUZZ_CHECK(Joined(raw->transport->inputs[i]) == request.raw_input_contents(i));
+  }
+  return raw;
+}
+
 }  // namespace
 
 int FuzzOne(const uint8_t* data, size_t size) {
   inference::ModelInferRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const bool parses = request.ParseFromArray(data, static_cast<int>(size));
+  absl::StatusOr<serving::RawInferRequest> raw = ReadAsTheServerDoes(data, size, parses, request);
+  if (!parses) return 0;
   const engine::ModelInfo& model = ModelFor(request.model_name());
 
   absl::StatusOr<serving::ParsedRequest> parsed = serving::ParseInferRequest(model, request);
+  if (raw.ok()) {
+    // The same request read in place: the same answer, the same bytes.
+    absl::StatusOr<serving::ParsedRequest> in_place =
+        serving::ParseInferRequest(model, raw->message, 0, nullptr, raw->transport.get());
+    FUZZ_CHECK(in_place.ok() == parsed.ok());
+    FUZZ_CHECK(in_place.status().message() == parsed.status().message());
+    if (in_place.ok()) {
+      CheckAccepted(model, *in_place);
+      for (size_t i = 0; i < model.inputs.size(); ++i) {
+        FUZZ_CHECK(Joined(in_place->inputs[i]) == Joined(parsed->inputs[i]));
+      }
+    }
+  }
   if (parsed.ok()) {
     CheckAccepted(model, *parsed);
     // A copy points to the same live bytes (converted inputs are shared).
@@ -139,7 +200,7 @@ int FuzzOne(const uint8_t* data, size_t size) {
   absl::StatusOr<serving::ParsedRequest> limited =
       serving::ParseInferRequest(model, request, kLimit);
   if (limited.ok()) {
-    for (const auto& [bytes, length] : limited->inputs) FUZZ_CHECK(length <= kLimit);
+    for (const auto& input : limited->inputs) FUZZ_CHECK(input.size <= kLimit);
     FUZZ_CHECK(serving::ParseInferRequest(model, request).ok());
   }
   return 0;

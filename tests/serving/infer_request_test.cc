@@ -46,7 +46,7 @@ TEST(InferRequestTest, AcceptsRawAndTypedContents) {
     auto parsed = ParseInferRequest(Classifier(), Request(5, raw));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(parsed->rows, 5);
-    EXPECT_EQ(parsed->inputs[0].second, 5u * 784 * 4);
+    EXPECT_EQ(parsed->inputs[0].size, 5u * 784 * 4);
     EXPECT_EQ(parsed->outputs, (std::vector<int>{0, 1}));
     EXPECT_EQ(parsed->output_bytes, (std::vector<size_t>{200, 200}));
     EXPECT_EQ(parsed->output_shapes[0], (std::vector<int64_t>{5, 10}));
@@ -298,7 +298,9 @@ void AddTyped(const std::string& type, const std::vector<int64_t>& values,
 }
 
 std::string InputBytes(const ParsedRequest& parsed, int i = 0) {
-  return std::string(parsed.inputs[i].first, parsed.inputs[i].second);
+  std::string bytes;
+  for (const auto& [data, size] : parsed.inputs[i].pieces) bytes.append(data, size);
+  return bytes;
 }
 
 void ExpectInvalidFor(const engine::ModelInfo& m, const inference::ModelInferRequest& r,
@@ -327,7 +329,9 @@ TEST(InferRequestTypesTest, EveryDatatypeTravelsRawInAndOut) {
     engine::ModelInfo m = OneTensor(type);
     auto parsed = ParseInferRequest(m, r);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
-    EXPECT_EQ(parsed->inputs[0].first, r.raw_input_contents(0).data()) << "raw bytes are copied";
+    ASSERT_EQ(parsed->inputs[0].pieces.size(), 1u);
+    EXPECT_EQ(parsed->inputs[0].pieces[0].first, r.raw_input_contents(0).data())
+        << "raw bytes are copied";
     EXPECT_EQ(InputBytes(*parsed), bytes);
     EXPECT_EQ(parsed->output_bytes, (std::vector<size_t>{6 * size}));
 
@@ -482,8 +486,8 @@ TEST(InferRequestTypesTest, OutputBytesFollowEachOutputsOwnType) {
   auto parsed = ParseInferRequest(m, r);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->rows, 3);
-  EXPECT_EQ(parsed->inputs[0].second, 3u * 8 * 8);
-  EXPECT_EQ(parsed->inputs[1].second, 3u * 8);
+  EXPECT_EQ(parsed->inputs[0].size, 3u * 8 * 8);
+  EXPECT_EQ(parsed->inputs[1].size, 3u * 8);
   EXPECT_EQ(parsed->output_bytes, (std::vector<size_t>{3 * 4, 3 * 2 * 8, 3 * 3 * 2, 3 * 8, 3 * 5}));
   EXPECT_EQ(parsed->output_shapes[3], (std::vector<int64_t>{3}));
 

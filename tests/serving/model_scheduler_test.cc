@@ -141,7 +141,7 @@ class SchedulerTest : public ::testing::Test {
     p->bytes = 2 * static_cast<size_t>(rows) * sizeof(float);
     p->deadline = clock_.Now() + std::chrono::seconds(60);
     p->parsed.rows = rows;
-    p->parsed.inputs.push_back(
+    p->parsed.inputs.emplace_back().Add(
         {reinterpret_cast<const char*>(call->input.data()), call->input.size() * sizeof(float)});
     p->parsed.output_bytes.push_back(static_cast<size_t>(rows) * sizeof(float));
     if (seq > 0) {
