@@ -75,7 +75,8 @@ void Parse(benchmark::State& state, const std::string& datatype, bool binary) {
       state.SkipWithError(std::string(parsed.status().message()).c_str());
       break;
     }
-    benchmark::DoNotOptimize(parsed->request.raw_input_contents(0).data());
+    const char* first = parsed->inputs->inputs[0].pieces[0].first;
+    benchmark::DoNotOptimize(first);
   }
   state.SetItemsProcessed(state.iterations() * n);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(body.size()));

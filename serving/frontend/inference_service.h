@@ -19,7 +19,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
+// The generated raw ModelInfer (InferenceService's base) hides the typed
+// one it replaces, which the compiler would warn of where it is
+// instantiated, in this header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
 #include "grpc_service.grpc.pb.h"
+#pragma GCC diagnostic pop
 #include "serving/observability/model_statistics.h"
 #include "serving/request/infer_request.h"
 #include "serving/scheduling/model_manager.h"

@@ -19,6 +19,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <mutex>
 #include <thread>
@@ -184,6 +185,44 @@ absl::string_view HttpExchange::Body() {
   const unsigned char* data = evbuffer_pullup(in, -1);
   if (data == nullptr) return {};
   return {reinterpret_cast<const char*>(data), size};
+}
+
+size_t HttpExchange::BodySize() const {
+  return evbuffer_get_length(evhttp_request_get_input_buffer(request_));
+}
+
+TakenBody HttpExchange::TakeBody(size_t prefix) {
+  // The chains move to a buffer of the body's own (no copy), which the
+  // request keeps until it is answered.
+  std::shared_ptr<evbuffer> owned(evbuffer_new(), evbuffer_free);
+  TakenBody body;
+  if (owned == nullptr) return body;
+  evbuffer* in = evhttp_request_get_input_buffer(request_);
+  evbuffer_add_buffer(owned.get(), in);
+  const size_t size = evbuffer_get_length(owned.get());
+  prefix = std::min(prefix, size);
+  if (prefix > 0) {
+    const unsigned char* data = evbuffer_pullup(owned.get(), static_cast<ev_ssize_t>(prefix));
+    if (data == nullptr) return body;
+    body.prefix = {reinterpret_cast<const char*>(data), prefix};
+  }
+  if (size > prefix) {
+    evbuffer_ptr at;
+    evbuffer_ptr_set(owned.get(), &at, prefix, EVBUFFER_PTR_SET);
+    const auto rest = static_cast<ev_ssize_t>(size - prefix);
+    const int n = evbuffer_peek(owned.get(), rest, &at, nullptr, 0);
+    std::vector<evbuffer_iovec> pieces(static_cast<size_t>(std::max(n, 0)));
+    evbuffer_peek(owned.get(), rest, &at, pieces.data(), n);
+    size_t left = size - prefix;
+    for (const evbuffer_iovec& v : pieces) {
+      const size_t len = std::min(left, v.iov_len);
+      if (len == 0) break;
+      body.rest.emplace_back(static_cast<const char*>(v.iov_base), len);
+      left -= len;
+    }
+  }
+  body.owner = std::move(owned);
+  return body;
 }
 
 void HttpExchange::DropBody() {

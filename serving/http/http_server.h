@@ -45,6 +45,15 @@ struct HttpReply {
   std::function<void()> on_written;
 };
 
+// A request body taken from its exchange (HttpExchange::TakeBody): the
+// first bytes made contiguous, the rest in the pieces they arrived in (no
+// copy); both valid while `owner` lives, on any thread.
+struct TakenBody {
+  absl::string_view prefix;
+  std::vector<absl::string_view> rest;
+  std::shared_ptr<const void> owner;
+};
+
 // One request and its reply. The accessors are valid on the loop thread
 // that handed it to the Handler, until the handler returns; Reply may be
 // called from any thread, exactly once, and ends the exchange.
@@ -58,6 +67,10 @@ class HttpExchange {
   absl::string_view Body();
   // Frees the body's buffers early (the handler has read what it needs).
   void DropBody();
+  size_t BodySize() const;
+  // Takes the body out of the exchange: its first `prefix` bytes (at most
+  // the body's) contiguous, the others where they lie.
+  TakenBody TakeBody(size_t prefix);
   // Sends `reply`; thread-safe. The exchange is deleted once sent.
   void Reply(HttpReply reply);
 

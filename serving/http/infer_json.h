@@ -16,23 +16,29 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpc_service.pb.h"
+#include "serving/request/infer_request.h"
 
 namespace numaserve::serving::http {
 
 // A request as the inference service takes it, and how its outputs go back.
 struct JsonInferRequest {
-  // id, parameters, inputs (name, datatype, shape) with one
-  // raw_input_contents entry each, little-endian in the input's datatype
-  // (BOOL one byte 0 or 1; BYTES each element as a 4-byte little-endian
-  // length and its bytes), and the outputs asked for. model_name and
+  // id, parameters, inputs (name, datatype, shape) and the outputs asked
+  // for; no raw_input_contents (they are in `inputs`). model_name and
   // model_version are left to the caller (they come from the URL).
   inference::ModelInferRequest request;
+  // Each input's bytes, in the request's order, little-endian in the
+  // input's datatype (BOOL one byte 0 or 1; BYTES each element as a 4-byte
+  // little-endian length and its bytes): a binary part where it lies in the
+  // body (read in place), data converted from JSON in buffers `inputs`
+  // owns. For StartInference's TransportBuffers.
+  std::shared_ptr<const TransportInputs> inputs;
   // The request parameter binary_data_output: every output in the binary
   // part unless the output's own binary_data says otherwise.
   bool binary_outputs = false;
@@ -56,6 +62,16 @@ struct JsonInferRequest {
 // value of the wrong JSON type or outside the datatype's range; binary data
 // sizes that run past the end of the body or leave bytes unread; nesting
 // deeper than 32 levels; the classification extension.
+// `binary` comes in the pieces the body arrived in, laid end to end; the
+// request points into them and keeps `binary_owner` (what keeps them
+// valid; may be null where the caller keeps them valid as long as the
+// request).
+absl::StatusOr<JsonInferRequest> ParseJsonInferRequest(absl::string_view json,
+                                                       const std::vector<absl::string_view>& binary,
+                                                       std::shared_ptr<const void> binary_owner,
+                                                       size_t max_tensor_bytes);
+// The same with the binary part in one piece, which must outlive the
+// request.
 absl::StatusOr<JsonInferRequest> ParseJsonInferRequest(absl::string_view json,
                                                        absl::string_view binary,
                                                        size_t max_tensor_bytes);

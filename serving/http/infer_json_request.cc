@@ -3,10 +3,13 @@
 // document tree is built; an input whose data comes before its datatype or
 // shape is read again in a second pass, once both are known.
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -112,6 +115,7 @@ struct InputDraft {
   int64_t count = 0;      // values read so far
   bool deferred = false;  // data came before datatype or shape: read in the second pass
   std::string raw;
+  size_t binary_at = 0;  // where its binary part starts in the body's binary part
 };
 
 struct OutputDraft {
@@ -148,7 +152,8 @@ class BodyReader : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, BodyRe
     stack_.clear();
     started_ = false;
   }
-  absl::StatusOr<JsonInferRequest> Finish(absl::string_view binary);
+  absl::StatusOr<JsonInferRequest> Finish(const std::vector<absl::string_view>& binary,
+                                          std::shared_ptr<const void> binary_owner);
 
   // rapidjson's SAX events.
   bool Null() { return Value(Scalar{}); }
@@ -666,18 +671,45 @@ bool BodyReader::Append(const Scalar& v) {
   return ok;
 }
 
-absl::StatusOr<JsonInferRequest> BodyReader::Finish(absl::string_view binary) {
+// What a parsed request's input bytes live in: the values converted from
+// JSON, and the body's binary part.
+struct JsonInputBuffers {
+  std::deque<std::string> converted;  // stable addresses as it grows
+  std::shared_ptr<const void> binary_owner;
+};
+
+// Bytes [at, at + size) of `pieces` laid end to end (within them).
+InputBytes Range(const std::vector<absl::string_view>& pieces, size_t at, size_t size) {
+  InputBytes out;
+  for (absl::string_view piece : pieces) {
+    if (size == 0) break;
+    if (at >= piece.size()) {
+      at -= piece.size();
+      continue;
+    }
+    const size_t n = std::min(size, piece.size() - at);
+    out.Add({piece.data() + at, n});
+    at = 0;
+    size -= n;
+  }
+  return out;
+}
+
+absl::StatusOr<JsonInferRequest> BodyReader::Finish(const std::vector<absl::string_view>& binary,
+                                                    std::shared_ptr<const void> binary_owner) {
   if (!seen_inputs_) return absl::InvalidArgumentError("the request has no 'inputs'");
+  size_t binary_size = 0;
+  for (absl::string_view piece : binary) binary_size += piece.size();
   JsonInferRequest out;
   size_t cursor = 0;
   for (InputDraft& in : inputs_) {
     if (in.binary_size < 0) continue;
     const auto size = static_cast<uint64_t>(in.binary_size);
-    if (size > binary.size() - cursor) {
+    if (size > binary_size - cursor) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "input '%s': binary_data_size %d runs past the end of the body (%d bytes of binary "
           "data left)",
-          in.name, size, binary.size() - cursor));
+          in.name, size, binary_size - cursor));
     }
     if (!in.bytes && size != static_cast<uint64_t>(in.elements) * engine::DataTypeSize(in.type)) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -685,15 +717,28 @@ absl::StatusOr<JsonInferRequest> BodyReader::Finish(absl::string_view binary) {
           absl::StrJoin(in.shape, ","), in.datatype,
           static_cast<uint64_t>(in.elements) * engine::DataTypeSize(in.type), size));
     }
-    in.raw.assign(binary.data() + cursor, size);
+    in.binary_at = cursor;
     cursor += size;
   }
-  if (cursor != binary.size()) {
+  if (cursor != binary_size) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%d bytes of binary data follow the JSON, the inputs' binary_data_size "
                         "account for %d",
-                        binary.size(), cursor));
+                        binary_size, cursor));
   }
+  auto buffers = std::make_shared<JsonInputBuffers>();
+  buffers->binary_owner = std::move(binary_owner);
+  auto inputs = std::make_shared<TransportInputs>();
+  for (InputDraft& in : inputs_) {
+    if (in.binary_size >= 0) {
+      inputs->inputs.push_back(Range(binary, in.binary_at, static_cast<size_t>(in.binary_size)));
+    } else {
+      const std::string& bytes = buffers->converted.emplace_back(std::move(in.raw));
+      inputs->inputs.emplace_back().Add({bytes.data(), bytes.size()});
+    }
+  }
+  inputs->owner = std::move(buffers);
+  out.inputs = std::move(inputs);
   inference::ModelInferRequest& request = out.request;
   request.set_id(id_);
   *request.mutable_parameters() = std::move(parameters_);
@@ -703,7 +748,6 @@ absl::StatusOr<JsonInferRequest> BodyReader::Finish(absl::string_view binary) {
     tensor->set_datatype(in.datatype);
     for (int64_t d : in.shape) tensor->add_shape(d);
     *tensor->mutable_parameters() = std::move(in.parameters);
-    request.add_raw_input_contents(std::move(in.raw));
   }
   for (OutputDraft& o : outputs_) {
     auto* tensor = request.add_outputs();
@@ -718,7 +762,8 @@ absl::StatusOr<JsonInferRequest> BodyReader::Finish(absl::string_view binary) {
 }  // namespace
 
 absl::StatusOr<JsonInferRequest> ParseJsonInferRequest(absl::string_view json,
-                                                       absl::string_view binary,
+                                                       const std::vector<absl::string_view>& binary,
+                                                       std::shared_ptr<const void> binary_owner,
                                                        size_t max_tensor_bytes) {
   BodyReader reader(max_tensor_bytes);
   if (absl::Status s = reader.Run(json); !s.ok()) return s;
@@ -726,7 +771,15 @@ absl::StatusOr<JsonInferRequest> ParseJsonInferRequest(absl::string_view json,
     reader.StartSecondPass();
     if (absl::Status s = reader.Run(json); !s.ok()) return s;
   }
-  return reader.Finish(binary);
+  return reader.Finish(binary, std::move(binary_owner));
+}
+
+absl::StatusOr<JsonInferRequest> ParseJsonInferRequest(absl::string_view json,
+                                                       absl::string_view binary,
+                                                       size_t max_tensor_bytes) {
+  std::vector<absl::string_view> pieces;
+  if (!binary.empty()) pieces.push_back(binary);
+  return ParseJsonInferRequest(json, pieces, nullptr, max_tensor_bytes);
 }
 
 }  // namespace numaserve::serving::http

@@ -264,35 +264,44 @@ void RestService::LoadOrUnload(HttpExchange* exchange, const Route& route) {
 }
 
 void RestService::Infer(HttpExchange* exchange, const Route& route) {
-  const absl::string_view body = exchange->Body();
+  const size_t body_size = exchange->BodySize();
   absl::StatusOr<int64_t> header_length =
       LengthHeader(*exchange, "Inference-Header-Content-Length");
   if (!header_length.ok()) return exchange->Reply(ErrorReply(header_length.status()));
-  size_t json_size = body.size();
+  size_t json_size = body_size;
   if (*header_length >= 0) {
-    if (static_cast<uint64_t>(*header_length) > body.size()) {
+    if (static_cast<uint64_t>(*header_length) > body_size) {
       return exchange->Reply(ErrorReply(absl::InvalidArgumentError(
           absl::StrFormat("Inference-Header-Content-Length is %d, more than the body's %d bytes",
-                          *header_length, body.size()))));
+                          *header_length, body_size))));
     }
     json_size = static_cast<size_t>(*header_length);
   }
+  // The JSON made contiguous; the binary part read where it lies, the
+  // request holding the body until it is answered (one copy of each input,
+  // into the worker's arena).
+  TakenBody body = exchange->TakeBody(json_size);
+  if (body.prefix.size() != json_size) {
+    return exchange->Reply(
+        ErrorReply(absl::ResourceExhaustedError("the request body could not be held")));
+  }
   absl::StatusOr<JsonInferRequest> parsed = ParseJsonInferRequest(
-      body.substr(0, json_size), body.substr(json_size), options_.max_message_bytes);
-  exchange->DropBody();  // the request holds its own copy of every tensor now
+      body.prefix, body.rest, std::move(body.owner), options_.max_message_bytes);
   if (!parsed.ok()) return exchange->Reply(ErrorReply(parsed.status()));
   auto call = std::make_shared<InferCall>();
   call->request = *std::move(parsed);
   call->request.request.set_model_name(route.model);
   call->request.request.set_model_version(route.version);
-  service_->StartInference(Protocol::kHttp, call->cancel, &call->request.request, &call->response,
-                           [call, exchange](const absl::Status& status, InflightRelease release) {
-                             HttpReply reply = status.ok() ? InferReply(*call) : ErrorReply(status);
-                             // The request's bytes stay charged until its reply is written.
-                             reply.keep = call;
-                             reply.on_written = std::move(release);
-                             exchange->Reply(std::move(reply));
-                           });
+  service_->StartInference(
+      Protocol::kHttp, call->cancel, &call->request.request, &call->response,
+      [call, exchange](const absl::Status& status, InflightRelease release) {
+        HttpReply reply = status.ok() ? InferReply(*call) : ErrorReply(status);
+        // The request's bytes stay charged until its reply is written.
+        reply.keep = call;
+        reply.on_written = std::move(release);
+        exchange->Reply(std::move(reply));
+      },
+      TransportBuffers{call->request.inputs, nullptr});
 }
 
 }  // namespace numaserve::serving::http

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,28 @@ namespace {
 
 constexpr size_t kLimit = size_t{64} << 20;
 
+// The binary part is copied and kept by the request, as the server's body is.
 JsonInferRequest Parse(const std::string& json, const std::string& binary = "") {
-  absl::StatusOr<JsonInferRequest> parsed = ParseJsonInferRequest(json, binary, kLimit);
+  auto held = std::make_shared<const std::string>(binary);
+  std::vector<absl::string_view> pieces;
+  if (!held->empty()) pieces.emplace_back(*held);
+  absl::StatusOr<JsonInferRequest> parsed = ParseJsonInferRequest(json, pieces, held, kLimit);
   EXPECT_TRUE(parsed.ok()) << parsed.status() << "\n" << json.substr(0, 300);
   return parsed.ok() ? *std::move(parsed) : JsonInferRequest{};
+}
+
+// Input `i`'s bytes, its pieces joined.
+std::string RawInput(const JsonInferRequest& r, int i) {
+  if (r.inputs == nullptr || static_cast<size_t>(i) >= r.inputs->inputs.size()) return "<none>";
+  std::string bytes;
+  for (const auto& [data, size] : r.inputs->inputs[static_cast<size_t>(i)].pieces) {
+    bytes.append(data, size);
+  }
+  return bytes;
+}
+
+size_t RawInputCount(const JsonInferRequest& r) {
+  return r.inputs == nullptr ? 0 : r.inputs->inputs.size();
 }
 
 void ExpectInvalid(const std::string& json, const std::string& fragment,
@@ -52,56 +71,48 @@ TEST(InferJsonRequestTest, FlatAndNestedDataGiveTheSameBytes) {
   EXPECT_EQ(flat.request.inputs(0).name(), "x");
   EXPECT_EQ(flat.request.inputs(0).datatype(), "FP32");
   EXPECT_EQ(flat.request.inputs(0).shape_size(), 2);
-  ASSERT_EQ(flat.request.raw_input_contents_size(), 1);
-  EXPECT_EQ(Values<float>(flat.request.raw_input_contents(0)),
-            (std::vector<float>{1, 2, 3, 4, 5, 6.5f}));
-  EXPECT_EQ(flat.request.raw_input_contents(0), nested.request.raw_input_contents(0));
+  ASSERT_EQ(RawInputCount(flat), 1u);
+  EXPECT_EQ(Values<float>(RawInput(flat, 0)), (std::vector<float>{1, 2, 3, 4, 5, 6.5f}));
+  EXPECT_EQ(RawInput(flat, 0), RawInput(nested, 0));
 }
 
 TEST(InferJsonRequestTest, EveryDatatypeIsConverted) {
-  EXPECT_EQ(Parse(Input("BOOL", "[3]", "[true,false,true]")).request.raw_input_contents(0),
+  EXPECT_EQ(RawInput(Parse(Input("BOOL", "[3]", "[true,false,true]")), 0),
             std::string("\x01\x00\x01", 3));
-  EXPECT_EQ(Values<int8_t>(Parse(Input("INT8", "[2]", "[-128,127]")).request.raw_input_contents(0)),
+  EXPECT_EQ(Values<int8_t>(RawInput(Parse(Input("INT8", "[2]", "[-128,127]")), 0)),
             (std::vector<int8_t>{-128, 127}));
-  EXPECT_EQ(Values<uint8_t>(Parse(Input("UINT8", "[2]", "[0,255]")).request.raw_input_contents(0)),
+  EXPECT_EQ(Values<uint8_t>(RawInput(Parse(Input("UINT8", "[2]", "[0,255]")), 0)),
             (std::vector<uint8_t>{0, 255}));
-  EXPECT_EQ(
-      Values<int16_t>(Parse(Input("INT16", "[2]", "[-32768,7]")).request.raw_input_contents(0)),
-      (std::vector<int16_t>{-32768, 7}));
-  EXPECT_EQ(
-      Values<uint16_t>(Parse(Input("UINT16", "[1]", "[65535]")).request.raw_input_contents(0)),
-      (std::vector<uint16_t>{65535}));
-  EXPECT_EQ(Values<int32_t>(
-                Parse(Input("INT32", "[2]", "[-5,2147483647]")).request.raw_input_contents(0)),
+  EXPECT_EQ(Values<int16_t>(RawInput(Parse(Input("INT16", "[2]", "[-32768,7]")), 0)),
+            (std::vector<int16_t>{-32768, 7}));
+  EXPECT_EQ(Values<uint16_t>(RawInput(Parse(Input("UINT16", "[1]", "[65535]")), 0)),
+            (std::vector<uint16_t>{65535}));
+  EXPECT_EQ(Values<int32_t>(RawInput(Parse(Input("INT32", "[2]", "[-5,2147483647]")), 0)),
             (std::vector<int32_t>{-5, 2147483647}));
-  EXPECT_EQ(
-      Values<uint32_t>(Parse(Input("UINT32", "[1]", "[4294967295]")).request.raw_input_contents(0)),
-      (std::vector<uint32_t>{4294967295u}));
-  EXPECT_EQ(
-      Values<int64_t>(Parse(Input("INT64", "[2]", "[-9223372036854775808,9223372036854775807]"))
-                          .request.raw_input_contents(0)),
-      (std::vector<int64_t>{std::numeric_limits<int64_t>::min(),
-                            std::numeric_limits<int64_t>::max()}));
-  EXPECT_EQ(
-      Values<uint64_t>(
-          Parse(Input("UINT64", "[1]", "[18446744073709551615]")).request.raw_input_contents(0)),
-      (std::vector<uint64_t>{std::numeric_limits<uint64_t>::max()}));
-  EXPECT_EQ(Values<double>(Parse(Input("FP64", "[2]", "[0.1,-3]")).request.raw_input_contents(0)),
+  EXPECT_EQ(Values<uint32_t>(RawInput(Parse(Input("UINT32", "[1]", "[4294967295]")), 0)),
+            (std::vector<uint32_t>{4294967295u}));
+  EXPECT_EQ(Values<int64_t>(RawInput(
+                Parse(Input("INT64", "[2]", "[-9223372036854775808,9223372036854775807]")), 0)),
+            (std::vector<int64_t>{std::numeric_limits<int64_t>::min(),
+                                  std::numeric_limits<int64_t>::max()}));
+  EXPECT_EQ(Values<uint64_t>(RawInput(Parse(Input("UINT64", "[1]", "[18446744073709551615]")), 0)),
+            (std::vector<uint64_t>{std::numeric_limits<uint64_t>::max()}));
+  EXPECT_EQ(Values<double>(RawInput(Parse(Input("FP64", "[2]", "[0.1,-3]")), 0)),
             (std::vector<double>{0.1, -3}));
-  EXPECT_EQ(Values<uint16_t>(Parse(Input("FP16", "[2]", "[1.5,-2]")).request.raw_input_contents(0)),
+  EXPECT_EQ(Values<uint16_t>(RawInput(Parse(Input("FP16", "[2]", "[1.5,-2]")), 0)),
             (std::vector<uint16_t>{engine::FloatToHalf(1.5f), engine::FloatToHalf(-2.0f)}));
-  EXPECT_EQ(Values<uint16_t>(Parse(Input("BF16", "[1]", "[3.25]")).request.raw_input_contents(0)),
+  EXPECT_EQ(Values<uint16_t>(RawInput(Parse(Input("BF16", "[1]", "[3.25]")), 0)),
             (std::vector<uint16_t>{engine::FloatToBFloat16(3.25f)}));
   // BYTES: each element as its 4-byte little-endian length and its bytes.
-  EXPECT_EQ(Parse(Input("BYTES", "[2]", R"(["ab",""])")).request.raw_input_contents(0),
+  EXPECT_EQ(RawInput(Parse(Input("BYTES", "[2]", R"(["ab",""])")), 0),
             std::string("\x02\x00\x00\x00"
                         "ab\x00\x00\x00\x00",
                         10));
 }
 
 TEST(InferJsonRequestTest, NanAndInfinityAreFloats) {
-  const std::vector<float> v = Values<float>(
-      Parse(Input("FP32", "[3]", "[NaN,Infinity,-Infinity]")).request.raw_input_contents(0));
+  const std::vector<float> v =
+      Values<float>(RawInput(Parse(Input("FP32", "[3]", "[NaN,Infinity,-Infinity]")), 0));
   ASSERT_EQ(v.size(), 3u);
   EXPECT_TRUE(std::isnan(v[0]));
   EXPECT_EQ(v[1], std::numeric_limits<float>::infinity());
@@ -113,17 +124,16 @@ TEST(InferJsonRequestTest, NanAndInfinityAreFloats) {
 // and called clz(0) for 0e308; the infer_json fuzz target's inputs in
 // tests/fuzz/regressions/infer_json/).
 TEST(InferJsonRequestTest, NumbersAreConvertedExactlyAtTheEdgesOfTheirRanges) {
-  EXPECT_EQ(Values<double>(Parse(Input("FP64", "[5]",
-                                       "[0e308,1e308,1.7976931348623157e308,4.9e-324,"
-                                       "0.30000000000000004]"))
-                               .request.raw_input_contents(0)),
+  EXPECT_EQ(Values<double>(RawInput(Parse(Input("FP64", "[5]",
+                                                "[0e308,1e308,1.7976931348623157e308,4.9e-324,"
+                                                "0.30000000000000004]")),
+                                    0)),
             (std::vector<double>{0.0, 1e308, std::numeric_limits<double>::max(),
                                  std::numeric_limits<double>::denorm_min(), 0.30000000000000004}));
   // Past uint64: a double, as RapidJSON's own events would give it.
-  EXPECT_EQ(
-      Values<double>(Parse(Input("FP64", "[2]", "[18446744073709551616,-9223372036854775809]"))
-                         .request.raw_input_contents(0)),
-      (std::vector<double>{18446744073709551616.0, -9223372036854775809.0}));
+  EXPECT_EQ(Values<double>(RawInput(
+                Parse(Input("FP64", "[2]", "[18446744073709551616,-9223372036854775809]")), 0)),
+            (std::vector<double>{18446744073709551616.0, -9223372036854775809.0}));
   ExpectInvalid(Input("UINT64", "[1]", "[18446744073709551616]"), "data[0]");
   ExpectInvalid(Input("FP64", "[1]", "[1e400]"), "");
   ExpectInvalid(Input("FP64", "[1]", "[99999999999999999999999999999999999999999e300]"), "");
@@ -165,9 +175,9 @@ TEST(InferJsonRequestTest, DataBeforeDatatypeAndShapeIsReadOnceTheyAreKnown) {
   const JsonInferRequest r =
       Parse(R"({"inputs":[{"data":[[1,2],[3,4]],"name":"x","shape":[2,2],"datatype":"INT32"},)"
             R"({"name":"y","datatype":"FP64","shape":[1],"data":[0.5]}]})");
-  ASSERT_EQ(r.request.raw_input_contents_size(), 2);
-  EXPECT_EQ(Values<int32_t>(r.request.raw_input_contents(0)), (std::vector<int32_t>{1, 2, 3, 4}));
-  EXPECT_EQ(Values<double>(r.request.raw_input_contents(1)), (std::vector<double>{0.5}));
+  ASSERT_EQ(RawInputCount(r), 2u);
+  EXPECT_EQ(Values<int32_t>(RawInput(r, 0)), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(Values<double>(RawInput(r, 1)), (std::vector<double>{0.5}));
   ExpectInvalid(R"({"inputs":[{"data":[1,2,3],"name":"x","shape":[2],"datatype":"INT32"}]})",
                 "'data' has more");
   ExpectInvalid(R"({"inputs":[{"data":[1,300],"name":"x","shape":[2],"datatype":"INT8"}]})",
@@ -263,11 +273,33 @@ TEST(InferJsonRequestTest, BinaryDataFollowsTheJsonInInputOrder) {
                 R"({"name":"j","datatype":"INT32","shape":[1],"data":[7]},)" +
                 BinaryInput("b", "INT64", "[1]", "8") + "]}",
             binary);
-  ASSERT_EQ(r.request.raw_input_contents_size(), 3);
-  EXPECT_EQ(Values<float>(r.request.raw_input_contents(0)), (std::vector<float>{1.5f, -2.0f}));
-  EXPECT_EQ(Values<int32_t>(r.request.raw_input_contents(1)), (std::vector<int32_t>{7}));
-  EXPECT_EQ(Values<int64_t>(r.request.raw_input_contents(2)), (std::vector<int64_t>{42}));
+  ASSERT_EQ(RawInputCount(r), 3u);
+  EXPECT_EQ(Values<float>(RawInput(r, 0)), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(Values<int32_t>(RawInput(r, 1)), (std::vector<int32_t>{7}));
+  EXPECT_EQ(Values<int64_t>(RawInput(r, 2)), (std::vector<int64_t>{42}));
   EXPECT_EQ(r.request.inputs(2).parameters().count("binary_data_size"), 0u);
+}
+
+TEST(InferJsonRequestTest, BinaryPartsAreReadWhereTheyLie) {
+  // Two FP32 inputs in three pieces of a body: a's 8 bytes across the
+  // first two, b's 4 in the last two.
+  const std::string p0("\x00\x00\xc0\x3f\x00", 5), p1("\x00\x00\xc0\x00", 4), p2("\x00\x80\x3f", 3);
+  const std::vector<absl::string_view> pieces = {p0, p1, p2};
+  auto parsed = ParseJsonInferRequest(R"({"inputs":[)" + BinaryInput("a", "FP32", "[2]", "8") +
+                                          "," + BinaryInput("b", "FP32", "[1]", "4") + "]}",
+                                      pieces, nullptr, kLimit);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const auto& a = parsed->inputs->inputs[0];
+  const auto& b = parsed->inputs->inputs[1];
+  ASSERT_EQ(a.pieces.size(), 2u);
+  EXPECT_EQ(a.pieces[0], (ByteSpan{p0.data(), 5}));
+  EXPECT_EQ(a.pieces[1], (ByteSpan{p1.data(), 3}));
+  ASSERT_EQ(b.pieces.size(), 2u);
+  EXPECT_EQ(b.pieces[0], (ByteSpan{p1.data() + 3, 1}));
+  EXPECT_EQ(b.pieces[1], (ByteSpan{p2.data(), 3}));
+  EXPECT_EQ(Values<float>(RawInput(*parsed, 0)), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(Values<float>(RawInput(*parsed, 1)), (std::vector<float>{1.0f}));
+  EXPECT_EQ(parsed->request.raw_input_contents_size(), 0);
 }
 
 TEST(InferJsonRequestTest, BinaryDataSizesMustAccountForTheBinaryPart) {
