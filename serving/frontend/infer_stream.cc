@@ -2,15 +2,19 @@
 // starts an inference for every request it reads and writes the answers
 // back in completion order, and the service's list of open streams
 // (AddStream, RemoveStream, and SetShuttingDown, which drains them and
-// refuses the loads and unloads not yet started).
+// refuses the loads and unloads not yet started). Its messages are read and
+// written over gRPC's buffers, as ModelInfer's (raw_infer.h).
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "serving/frontend/inference_service.h"
+#include "serving/frontend/raw_infer.h"
 #include "serving/request/request_parameters.h"
 
 namespace numaserve::serving {
@@ -19,8 +23,7 @@ namespace numaserve::serving {
 // answers are written back one at a time as they complete. The call ends
 // when the client has finished writing and every answer has been written,
 // or, once the server drains, when every request read so far is answered.
-class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                                         inference::ModelStreamInferResponse> {
+class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   InferStream(InferenceService* service, grpc::CallbackServerContext* context)
       : service_(service), cancel_(std::make_shared<CallCancellation>()) {
@@ -53,31 +56,22 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
       }
     }
     std::shared_ptr<Item> item = std::move(reading_);
+    if (read_more) ReadNext();
+    absl::StatusOr<RawInferRequest> read = ReadRawInferRequest(item->received);
+    item->received.Clear();
+    if (!read.ok()) return Answer(item, read.status());
+    item->request = *std::move(read);
+    Item* raw = item.get();
     service_->StartInference(
-        Protocol::kGrpc, cancel_, &item->request, item->reply.mutable_infer_response(),
+        Protocol::kGrpc, cancel_, &item->request.message, item->reply.mutable_infer_response(),
         [this, item](const absl::Status& status, InflightRelease release) {
           item->release = std::move(release);
-          if (!status.ok()) {
-            const std::string id = item->request.id();
-            item->reply.Clear();
-            item->reply.set_error_message(
-                absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
-            item->reply.mutable_infer_response()->set_id(id);
-            item->reply.mutable_infer_response()->set_model_name(item->request.model_name());
-          }
-          // Asked for (Triton's clients do): every request has one
-          // response here, so this one is its last.
-          const auto& asked = item->request.parameters();
-          if (const auto it = asked.find(kEmptyFinalResponseParameter);
-              it != asked.end() && it->second.bool_param()) {
-            (*item->reply.mutable_infer_response()->mutable_parameters())[kFinalResponseParameter]
-                .set_bool_param(true);
-          }
-          Write(item);
-        });
-    if (read_more) ReadNext();
+          Answer(item, status);
+        },
+        TransportBuffers{item->request.transport, [raw](const char* data, size_t size) {
+                           raw->outputs.emplace_back(data, size);
+                         }});
   }
-
   void OnWriteDone(bool) override {
     // The reply is written (or the call is over): its request's bytes
     // leave the in-flight budget only now, so a client that stops reading
@@ -97,7 +91,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
       ReadNext();  // the read chain was idle: nothing else touches reading_
     }
     if (!writes_.empty()) {
-      StartWrite(&writes_.front()->reply);
+      StartWrite(&writes_.front()->wire);
       return;
     }
     writing_ = false;
@@ -121,14 +115,40 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
 
  private:
   struct Item {
-    inference::ModelInferRequest request;
-    inference::ModelStreamInferResponse reply;
+    grpc::ByteBuffer received;
+    RawInferRequest request;
+    inference::ModelStreamInferResponse reply;  // its outputs' bytes in `outputs`
+    std::vector<grpc::Slice> outputs;
+    grpc::ByteBuffer wire;    // the reply as written
     InflightRelease release;  // run once the reply is written
   };
 
   void ReadNext() {
     reading_ = std::make_shared<Item>();
-    StartRead(&reading_->request);
+    StartRead(&reading_->received);
+  }
+
+  // Writes `item`'s reply: its outputs, or the error that ended it.
+  void Answer(const std::shared_ptr<Item>& item, const absl::Status& status) {
+    const inference::ModelInferRequest& request = item->request.message;
+    if (!status.ok()) {
+      item->reply.Clear();
+      item->outputs.clear();
+      item->reply.set_error_message(
+          absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
+      item->reply.mutable_infer_response()->set_id(request.id());
+      item->reply.mutable_infer_response()->set_model_name(request.model_name());
+    }
+    // Asked for (Triton's clients do): every request has one response
+    // here, so this one is its last.
+    const auto& asked = request.parameters();
+    if (const auto it = asked.find(kEmptyFinalResponseParameter);
+        it != asked.end() && it->second.bool_param()) {
+      (*item->reply.mutable_infer_response()->mutable_parameters())[kFinalResponseParameter]
+          .set_bool_param(true);
+    }
+    item->wire = WriteRawStreamResponse(item->reply, std::move(item->outputs));
+    Write(item);
   }
 
   void Write(std::shared_ptr<Item> item) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -136,7 +156,7 @@ class InferStream final : public grpc::ServerBidiReactor<inference::ModelInferRe
     writes_.push_back(std::move(item));
     if (!writing_) {
       writing_ = true;
-      StartWrite(&writes_.front()->reply);
+      StartWrite(&writes_.front()->wire);
     }
   }
 
@@ -192,8 +212,8 @@ void InferenceService::SetShuttingDown() {
   for (auto& job : refused) job.answer(absl::UnavailableError("the server is shutting down"));
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* InferenceService::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
   return new InferStream(this, context);
 }
 

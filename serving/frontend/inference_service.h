@@ -19,13 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
-// The generated raw ModelInfer (InferenceService's base) hides the typed
-// one it replaces, which the compiler would warn of where it is
-// instantiated, in this header.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverloaded-virtual"
 #include "grpc_service.grpc.pb.h"
-#pragma GCC diagnostic pop
 #include "serving/observability/model_statistics.h"
 #include "serving/request/infer_request.h"
 #include "serving/scheduling/model_manager.h"
@@ -76,11 +70,21 @@ struct TransportBuffers {
   OutputSink outputs;
 };
 
-// ModelInfer is a raw method: its messages are read and written over gRPC's
-// own buffers (raw_infer.h); the other calls take protobuf messages.
-class InferenceService final
-    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-          inference::GRPCInferenceService::CallbackService> {
+// The service's base: every call on gRPC's callback API; ModelInfer and
+// ModelStreamInfer as raw methods, their messages read and written over
+// gRPC's own buffers (raw_infer.h), the other calls with protobuf messages.
+namespace grpc_bases {
+using S = inference::GRPCInferenceService;
+using Calls = S::WithCallbackMethod_ServerLive<
+    S::WithCallbackMethod_ServerReady<S::WithCallbackMethod_ModelReady<
+        S::WithCallbackMethod_ServerMetadata<S::WithCallbackMethod_ModelMetadata<
+            S::WithRawCallbackMethod_ModelInfer<S::WithRawCallbackMethod_ModelStreamInfer<
+                S::WithCallbackMethod_ModelStatistics<S::WithCallbackMethod_ModelConfig<
+                    S::WithCallbackMethod_RepositoryIndex<S::WithCallbackMethod_RepositoryModelLoad<
+                        S::WithCallbackMethod_RepositoryModelUnload<S::Service>>>>>>>>>>>>;
+}  // namespace grpc_bases
+
+class InferenceService final : public grpc_bases::Calls {
  public:
   struct Options {
     // Deadline for a request whose client set none: it waits at most this
@@ -194,8 +198,8 @@ class InferenceService final
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
                                             const inference::ModelStatisticsRequest* request,
                                             inference::ModelStatisticsResponse* response) override;

@@ -14,6 +14,8 @@ namespace {
 // raw_output_contents (proto/grpc_service.proto).
 constexpr uint32_t kRawInputContentsField = 7;
 constexpr uint32_t kRawOutputContentsField = 6;
+// ModelStreamInferResponse's infer_response.
+constexpr uint32_t kInferResponseField = 2;
 
 // Wire types (protobuf's encoding).
 constexpr uint32_t kVarint = 0;
@@ -172,17 +174,52 @@ absl::StatusOr<RawInferRequest> ReadRawInferRequest(const grpc::ByteBuffer& buff
   return out;
 }
 
+namespace {
+
+// Each output's field prefix (tag and length), then the output.
+void AppendOutputs(std::vector<grpc::Slice> outputs, std::vector<grpc::Slice>* wire) {
+  for (grpc::Slice& data : outputs) {
+    const std::string prefix =
+        Varint((kRawOutputContentsField << 3) | kLengthDelimited) + Varint(data.size());
+    wire->emplace_back(prefix);
+    wire->push_back(std::move(data));
+  }
+}
+
+size_t OutputsSize(const std::vector<grpc::Slice>& outputs) {
+  size_t size = 0;
+  for (const grpc::Slice& data : outputs) {
+    size += Varint((kRawOutputContentsField << 3) | kLengthDelimited).size() +
+            Varint(data.size()).size() + data.size();
+  }
+  return size;
+}
+
+}  // namespace
+
 grpc::ByteBuffer WriteRawInferResponse(const inference::ModelInferResponse& head,
                                        std::vector<grpc::Slice> outputs) {
   std::vector<grpc::Slice> wire;
   wire.reserve(1 + 2 * outputs.size());
   wire.emplace_back(head.SerializeAsString());
-  for (grpc::Slice& data : outputs) {
-    const std::string prefix =
-        Varint((kRawOutputContentsField << 3) | kLengthDelimited) + Varint(data.size());
-    wire.emplace_back(prefix);
-    wire.push_back(std::move(data));
-  }
+  AppendOutputs(std::move(outputs), &wire);
+  return grpc::ByteBuffer(wire.data(), wire.size());
+}
+
+grpc::ByteBuffer WriteRawStreamResponse(const inference::ModelStreamInferResponse& head,
+                                        std::vector<grpc::Slice> outputs) {
+  inference::ModelStreamInferResponse outer = head;
+  outer.clear_infer_response();
+  const std::string inner = head.infer_response().SerializeAsString();
+  std::vector<grpc::Slice> wire;
+  wire.reserve(3 + 2 * outputs.size());
+  // The outer fields, then infer_response: its tag and length, its fields,
+  // its outputs.
+  wire.emplace_back(outer.SerializeAsString() +
+                    Varint((kInferResponseField << 3) | kLengthDelimited) +
+                    Varint(inner.size() + OutputsSize(outputs)));
+  wire.emplace_back(inner);
+  AppendOutputs(std::move(outputs), &wire);
   return grpc::ByteBuffer(wire.data(), wire.size());
 }
 

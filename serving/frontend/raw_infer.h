@@ -1,4 +1,5 @@
-// ModelInfer's messages read and written over gRPC's own buffers, so each
+// ModelInfer's and ModelStreamInfer's messages read and written over gRPC's
+// own buffers, so each
 // tensor byte is copied once between the socket and the worker's arena:
 // a request's raw_input_contents are found in the received slices and left
 // there (the batch gathers them straight into the arena), the rest of the
@@ -43,5 +44,11 @@ absl::StatusOr<RawInferRequest> ReadRawInferRequest(const grpc::ByteBuffer& buff
 // aside, which protobuf's parsers do not depend on).
 grpc::ByteBuffer WriteRawInferResponse(const inference::ModelInferResponse& head,
                                        std::vector<grpc::Slice> outputs);
+
+// The same for a stream's reply: `head` (a ModelStreamInferResponse whose
+// infer_response has no raw_output_contents) with `outputs` appended to
+// its infer_response.
+grpc::ByteBuffer WriteRawStreamResponse(const inference::ModelStreamInferResponse& head,
+                                        std::vector<grpc::Slice> outputs);
 
 }  // namespace numaserve::serving

@@ -80,7 +80,9 @@ TEST(RawInferTest, ReadsWhatProtobufReadsFromSlicesOfAnySize) {
     }
     // Left in the slices: a piece per slice it spans (gRPC joins slices of
     // up to 23 bytes as they are added).
-    if (every < 100) EXPECT_GT(read->transport->inputs[0].pieces.size(), 2400 / 100);
+    if (every < 100) {
+      EXPECT_GT(read->transport->inputs[0].pieces.size(), 2400 / 100);
+    }
   }
 }
 
@@ -180,6 +182,34 @@ TEST(RawInferTest, WritesWhatProtobufReads) {
   expected.add_raw_output_contents("");
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, expected))
       << parsed.ShortDebugString();
+}
+
+TEST(RawInferTest, WritesAStreamReplyProtobufReads) {
+  inference::ModelStreamInferResponse head;
+  head.mutable_infer_response()->set_id("7");
+  head.mutable_infer_response()->add_outputs()->set_name("y");
+  (*head.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(
+      true);
+  const std::string big(300, 'x');  // a length of two varint bytes
+  for (bool error : {false, true}) {
+    inference::ModelStreamInferResponse h = head;
+    if (error) h.set_error_message("INVALID_ARGUMENT: no");
+    std::vector<grpc::Slice> outputs;
+    if (!error) outputs.emplace_back(big.data(), big.size());
+    grpc::ByteBuffer wire = WriteRawStreamResponse(h, std::move(outputs));
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(wire.Dump(&slices).ok());
+    std::string bytes;
+    for (const grpc::Slice& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    inference::ModelStreamInferResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(bytes));
+    inference::ModelStreamInferResponse expected = h;
+    if (!error) expected.mutable_infer_response()->add_raw_output_contents(big);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, expected))
+        << parsed.ShortDebugString();
+  }
 }
 
 // ParseInferRequest over a transport's pieces: the same checks as over
