@@ -1,9 +1,11 @@
 // Op table rows for ops that compute along one axis or over index
-// positions: ArgMax, ArgMin, CumSum, Trilu, TopK, OneHot, Range. Each has
+// positions: ArgMax, ArgMin, CumSum, Trilu, TopK, OneHot, Range, NonZero.
+// Each has
 // one typed reference (any numeric element type, INT64 exactly); the FP32
 // reference runs the same code on FP32 tensors (FloatThroughTyped). Integer
 // operands that set a shape or an axis (CumSum's axis, Trilu's k, TopK's K,
-// OneHot's depth, Range's inputs) must be constants.
+// OneHot's depth, Range's inputs) must be constants, and so must NonZero's
+// input (its output's shape depends on its values).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -592,11 +594,70 @@ absl::Status RangeAccepts(const Node& node, const Types& in, const Types& out) {
   return absl::OkStatus();
 }
 
+// --- NonZero -------------------------------------------------------------------
+
+// NonZero's output [rank, count of non-zero elements] depends on its
+// input's values: the input must be a constant (where it is, the node
+// folds at load).
+absl::Status NonZeroValidate(const Graph& graph, const Node& node) {
+  if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
+  if (!graph.IsConstant(node.inputs[0])) {
+    return NodeUnsupported(node,
+                           "its input must be a constant (the output's shape depends on the "
+                           "input's values, and data-dependent shapes are not supported)");
+  }
+  if (graph.FindConstant(node.inputs[0])->shape.empty()) {
+    return NodeUnsupported(node, "a scalar input is not supported");
+  }
+  return absl::OkStatus();
+}
+
+TypedOr NonZeroTyped(const Graph&, const Node& node, const TypedIn& in) {
+  const TypedTensor& x = *in[0];
+  if (x.shape.empty()) return NodeUnsupported(node, "a scalar input is not supported");
+  std::vector<int64_t> at;  // flat indices of the non-zero elements
+  for (int64_t i = 0; i < x.size(); ++i) {
+    if (x.GetDouble(i) != 0) at.push_back(i);  // NaN is non-zero, as in NumPy
+  }
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  const auto count = static_cast<int64_t>(at.size());
+  TypedTensor y(DataType::kInt64, Shape{rank, count});
+  int64_t* out = y.data<int64_t>();
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t rest = at[k];
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      out[d * count + k] = rest % x.shape[d];
+      rest /= x.shape[d];
+    }
+  }
+  return OneT(std::move(y));
+}
+
+TensorsOr NonZeroReference(const Graph& graph, const Node& node,
+                           const std::vector<const Tensor*>& in) {
+  return FloatThroughTyped(graph, node, in, NonZeroTyped);
+}
+
+ShapesOr NonZeroShapes(const Graph& graph, const Node& node, const std::vector<const Shape*>&) {
+  if (absl::Status s = NonZeroValidate(graph, node); !s.ok()) return s;
+  auto x = ConstantAsTyped(*graph.FindConstant(node.inputs[0]));
+  if (!x.ok()) return NodeError(node, x.status().message());
+  int64_t count = 0;
+  for (int64_t i = 0; i < x->size(); ++i) count += x->GetDouble(i) != 0 ? 1 : 0;
+  return std::vector<Shape>{Shape{static_cast<int64_t>(x->shape.size()), count}};
+}
+
+absl::Status NonZeroAccepts(const Node& node, const Types& in, const Types& out) {
+  if (absl::Status s = AllKnown(node, in, out); !s.ok()) return s;
+  if (out[0] != DataType::kInt64) return Refuse(node, out[0], "the output (not INT64)");
+  return absl::OkStatus();
+}
+
 const TypedRow kIndexTypedRows[] = {
     {"ArgMax", ArgTyped, ArgAccepts},       {"ArgMin", ArgTyped, ArgAccepts},
     {"CumSum", CumSumTyped, CumSumAccepts}, {"Trilu", TriluTyped, TriluAccepts},
     {"TopK", TopKTyped, TopKAccepts},       {"OneHot", OneHotTyped, OneHotAccepts},
-    {"Range", RangeTyped, RangeAccepts},
+    {"Range", RangeTyped, RangeAccepts},    {"NonZero", NonZeroTyped, NonZeroAccepts},
 };
 
 }  // namespace
@@ -609,6 +670,7 @@ void AddIndexOps(std::vector<OpSchema>& table) {
   table.push_back({"TopK", TopKValidate, TopKShapes, TopKReference, NoFlops});
   table.push_back({"OneHot", OneHotValidate, OneHotShapes, OneHotReference, NoFlops});
   table.push_back({"Range", RangeValidate, RangeShapes, RangeReference, NoFlops});
+  table.push_back({"NonZero", NonZeroValidate, NonZeroShapes, NonZeroReference, NoFlops});
   SetTypedRows(table, kIndexTypedRows);
 }
 

@@ -200,6 +200,7 @@ const std::vector<OpSchema>& AllOps() {
     add("neural network", ops::AddNnOps);
     add("normalization", ops::AddNormOps);
     add("recurrent", ops::AddRnnOps);
+    add("neural network", ops::AddRoiOps);
     add("tensor", ops::AddTensorOps);
     add("tensor", ops::AddResizeOps);
     add("index", ops::AddIndexOps);

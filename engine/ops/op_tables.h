@@ -22,7 +22,7 @@ void AddTensorOps(std::vector<OpSchema>& table);
 void AddResizeOps(std::vector<OpSchema>& table);
 // QuantizeLinear and DequantizeLinear, with their typed references.
 void AddQuantizeOps(std::vector<OpSchema>& table);
-// ArgMax, ArgMin, CumSum, Trilu, TopK, OneHot, Range (index_ops.cc).
+// ArgMax, ArgMin, CumSum, Trilu, TopK, OneHot, Range, NonZero (index_ops.cc).
 void AddIndexOps(std::vector<OpSchema>& table);
 // GatherElements, ScatterElements, GatherND, ScatterND (scatter_ops.cc).
 void AddScatterOps(std::vector<OpSchema>& table);
@@ -30,6 +30,8 @@ void AddScatterOps(std::vector<OpSchema>& table);
 void AddEinsumOps(std::vector<OpSchema>& table);
 // LSTM and GRU (rnn_ops.cc).
 void AddRnnOps(std::vector<OpSchema>& table);
+// RoiAlign (roi_ops.cc).
+void AddRoiOps(std::vector<OpSchema>& table);
 // An Einsum's equation: each input's labels and the output's, in order.
 struct EinsumSpec {
   std::vector<std::vector<int>> inputs;
