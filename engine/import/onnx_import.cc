@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -11,12 +12,15 @@
 #include <new>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/import/constant_folding.h"
+#include "engine/import/control_flow.h"
+#include "engine/import/onnx_read.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/shape_propagation.h"
 #include "engine/ops/typed_exec.h"
@@ -24,259 +28,6 @@
 
 namespace numaserve::engine {
 namespace {
-
-DataType FromOnnxType(int32_t t) {
-  switch (t) {
-    case onnx::TensorProto::BOOL:
-      return DataType::kBool;
-    case onnx::TensorProto::UINT8:
-      return DataType::kUint8;
-    case onnx::TensorProto::INT8:
-      return DataType::kInt8;
-    case onnx::TensorProto::UINT16:
-      return DataType::kUint16;
-    case onnx::TensorProto::INT16:
-      return DataType::kInt16;
-    case onnx::TensorProto::INT32:
-      return DataType::kInt32;
-    case onnx::TensorProto::UINT32:
-      return DataType::kUint32;
-    case onnx::TensorProto::INT64:
-      return DataType::kInt64;
-    case onnx::TensorProto::UINT64:
-      return DataType::kUint64;
-    case onnx::TensorProto::FLOAT16:
-      return DataType::kFloat16;
-    case onnx::TensorProto::BFLOAT16:
-      return DataType::kBFloat16;
-    case onnx::TensorProto::FLOAT:
-      return DataType::kFloat32;
-    case onnx::TensorProto::DOUBLE:
-      return DataType::kFloat64;
-    default:
-      return DataType::kUnknown;  // STRING, complex, FP8, ...
-  }
-}
-
-// Copies a repeated field (one entry per element, converted to T) or
-// little-endian raw_data into `out`. The declared count (at most
-// kMaxTensorElements, so count * sizeof(T) fits) is checked against the
-// bytes or values actually present before anything is allocated: a tensor
-// claiming 2^40 elements with 16 bytes of data is an error, not an
-// allocation.
-template <typename T, typename Repeated>
-absl::Status ReadElements(const onnx::TensorProto& t, const Repeated& field, int64_t count,
-                          std::vector<uint8_t>& out) {
-  const uint64_t expected = static_cast<uint64_t>(count) * sizeof(T);
-  if (!t.raw_data().empty()) {
-    if (t.raw_data().size() != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "initializer '", t.name(), "' declares dims [", absl::StrJoin(t.dims(), ","), "] (",
-          count, " elements, ", expected, " bytes) but holds ", t.raw_data().size(), " raw bytes"));
-    }
-    out.resize(expected);
-    std::memcpy(out.data(), t.raw_data().data(), t.raw_data().size());
-    return absl::OkStatus();
-  }
-  if (static_cast<int64_t>(field.size()) != count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("initializer '", t.name(), "' declares dims [", absl::StrJoin(t.dims(), ","),
-                     "] (", count, " elements) but holds ", field.size(), " values"));
-  }
-  out.resize(expected);
-  T* dst = reinterpret_cast<T*>(out.data());
-  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(field.Get(i));
-  return absl::OkStatus();
-}
-
-bool UsesExternalData(const onnx::TensorProto& t) {
-  return t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0;
-}
-
-absl::StatusOr<Constant> ReadConstant(const onnx::TensorProto& t) {
-  // External data would be a path the model names: never followed.
-  if (UsesExternalData(t)) {
-    return absl::UnimplementedError(
-        absl::StrCat("initializer '", t.name(), "' uses external data, which is not supported"));
-  }
-  if (t.has_segment()) {
-    return absl::UnimplementedError(
-        absl::StrCat("initializer '", t.name(), "' is segmented, which is not supported"));
-  }
-  Constant c;
-  c.type = FromOnnxType(t.data_type());
-  c.shape.assign(t.dims().begin(), t.dims().end());
-  auto checked = kernels::NumElementsChecked(c.shape);
-  if (!checked.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("initializer '", t.name(), "': ", checked.status().message()));
-  }
-  const int64_t count = *checked;
-  std::vector<uint8_t> bytes;
-  absl::Status status;
-  switch (t.data_type()) {
-    case onnx::TensorProto::FLOAT:
-      status = ReadElements<float>(t, t.float_data(), count, bytes);
-      break;
-    case onnx::TensorProto::DOUBLE:
-      status = ReadElements<double>(t, t.double_data(), count, bytes);
-      break;
-    case onnx::TensorProto::INT64:
-      status = ReadElements<int64_t>(t, t.int64_data(), count, bytes);
-      break;
-    case onnx::TensorProto::UINT64:
-      status = ReadElements<uint64_t>(t, t.uint64_data(), count, bytes);
-      break;
-    case onnx::TensorProto::UINT32:
-      status = ReadElements<uint32_t>(t, t.uint64_data(), count, bytes);
-      break;
-    case onnx::TensorProto::INT32:
-      status = ReadElements<int32_t>(t, t.int32_data(), count, bytes);
-      break;
-    case onnx::TensorProto::INT16:
-      status = ReadElements<int16_t>(t, t.int32_data(), count, bytes);
-      break;
-    case onnx::TensorProto::UINT16:
-    case onnx::TensorProto::FLOAT16:
-    case onnx::TensorProto::BFLOAT16:
-      // FP16/BF16 bits are stored in int32_data.
-      status = ReadElements<uint16_t>(t, t.int32_data(), count, bytes);
-      break;
-    case onnx::TensorProto::INT8:
-      status = ReadElements<int8_t>(t, t.int32_data(), count, bytes);
-      break;
-    case onnx::TensorProto::UINT8:
-      status = ReadElements<uint8_t>(t, t.int32_data(), count, bytes);
-      break;
-    case onnx::TensorProto::BOOL:
-      status = ReadElements<uint8_t>(t, t.int32_data(), count, bytes);
-      for (uint8_t& b : bytes) b = b != 0;
-      break;
-    default:
-      return c;  // kept as type + shape; ops that need the data reject it
-  }
-  if (!status.ok()) return status;
-  if (c.type == DataType::kFloat32) {
-    c.f32.shape = c.shape;
-    c.f32.data.resize(count);
-    if (count > 0) std::memcpy(c.f32.data.data(), bytes.data(), count * sizeof(float));
-    return c;
-  }
-  // Non-FP32 constants keep their exact elements and also get an FP32 copy
-  // (the FP32 references read every operand as FP32); integer and boolean
-  // ones their values as int64 for shape arithmetic.
-  return ConstantFromTyped(TypedTensor::FromBytes(c.type, c.shape, bytes.data()));
-}
-
-void ReadValueInfo(const onnx::ValueInfoProto& info, Value& value) {
-  if (!info.type().has_tensor_type()) return;
-  const auto& tt = info.type().tensor_type();
-  value.type = FromOnnxType(tt.elem_type());
-  if (!tt.has_shape()) return;
-  value.has_shape = true;
-  value.shape.clear();
-  value.dim_names.clear();
-  for (const auto& dim : tt.shape().dim()) {
-    const bool fixed = dim.has_dim_value() && dim.dim_value() >= 0;
-    value.shape.push_back(fixed ? dim.dim_value() : -1);
-    value.dim_names.push_back(!fixed && dim.has_dim_param() ? dim.dim_param() : std::string());
-  }
-}
-
-absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& graph) {
-  Node node;
-  node.op_type = proto.op_type();
-  node.name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
-  const bool default_domain = proto.domain().empty() || proto.domain() == "ai.onnx";
-  if (!default_domain || FindOpSchema(node.op_type) == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat(node.Describe(), " is not supported (supported: ", SupportedOpsList(), ")"));
-  }
-  for (const std::string& in : proto.input()) {
-    node.inputs.push_back(in.empty() ? kNoValue : graph.GetOrAddValue(in));
-  }
-  // Trailing omitted optional outputs ("") are dropped.
-  int num_outputs = proto.output_size();
-  while (num_outputs > 0 && proto.output(num_outputs - 1).empty()) --num_outputs;
-  for (int i = 0; i < num_outputs; ++i) {
-    if (proto.output(i).empty()) {
-      return absl::UnimplementedError(
-          absl::StrCat(node.Describe(), ": an omitted output before a present one"));
-    }
-    node.outputs.push_back(graph.GetOrAddValue(proto.output(i)));
-  }
-  for (const onnx::AttributeProto& a : proto.attribute()) {
-    switch (a.type()) {
-      case onnx::AttributeProto::INT:
-        node.attributes[a.name()] = static_cast<int64_t>(a.i());
-        break;
-      case onnx::AttributeProto::FLOAT:
-        node.attributes[a.name()] = a.f();
-        break;
-      case onnx::AttributeProto::STRING:
-        node.attributes[a.name()] = a.s();
-        break;
-      case onnx::AttributeProto::INTS:
-        node.attributes[a.name()] = std::vector<int64_t>(a.ints().begin(), a.ints().end());
-        break;
-      case onnx::AttributeProto::FLOATS:
-        node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
-        break;
-      case onnx::AttributeProto::STRINGS:
-        // Kept comma-joined (LSTM's and GRU's activations: names without
-        // commas); a string holding a comma is refused.
-        for (const std::string& s : a.strings()) {
-          if (s.find(',') != std::string::npos) {
-            return absl::UnimplementedError(absl::StrCat(node.Describe(), ": attribute '", a.name(),
-                                                         "' holds a string with a comma"));
-          }
-        }
-        node.attributes[a.name()] = absl::StrJoin(a.strings(), ",");
-        break;
-      case onnx::AttributeProto::TENSOR: {
-        // A small tensor attribute (ConstantOfShape's value): exact, and as
-        // FP32 for the FP32 references.
-        auto c = ReadConstant(a.t());
-        if (!c.ok()) {
-          return absl::Status(c.status().code(),
-                              absl::StrCat(node.Describe(), ": attribute '", a.name(),
-                                           "': ", c.status().message()));
-        }
-        if (static_cast<int64_t>(c->f32.data.size()) != kernels::NumElements(c->shape)) {
-          return absl::UnimplementedError(absl::StrCat(node.Describe(), ": tensor attribute '",
-                                                       a.name(), "' has an unsupported type"));
-        }
-        node.attributes[a.name()] = c->f32.data;
-        node.tensor_attributes[a.name()] = *std::move(c);
-        break;
-      }
-      default:
-        return absl::UnimplementedError(
-            absl::StrCat(node.Describe(), ": attribute '", a.name(), "' has an unsupported kind"));
-    }
-  }
-  return node;
-}
-
-// A Constant node becomes a graph constant (no runtime work).
-absl::Status ReadConstantNode(const onnx::NodeProto& proto, Graph& graph) {
-  if (proto.output_size() != 1 || proto.attribute_size() != 1 ||
-      proto.attribute(0).name() != "value" || !proto.attribute(0).has_t()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "node '", proto.name(), "' (op Constant): only the 'value' tensor form is supported"));
-  }
-  auto c = ReadConstant(proto.attribute(0).t());
-  if (!c.ok()) {
-    return absl::Status(c.status().code(), absl::StrCat("node '", proto.name(),
-                                                        "' (op Constant): ", c.status().message()));
-  }
-  const ValueId id = graph.GetOrAddValue(proto.output(0));
-  graph.value(id).type = c->type;
-  graph.value(id).shape = c->shape;
-  graph.value(id).has_shape = true;
-  graph.SetConstant(id, *std::move(c));
-  return absl::OkStatus();
-}
 
 // The largest |axis| an attribute may name: far above any rank a model
 // has, far below where libonnx's axis arithmetic overflows.
@@ -290,6 +41,10 @@ absl::Status CheckAttributesForOnnx(const onnx::GraphProto& g) {
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& proto = g.node(i);
     for (const onnx::AttributeProto& a : proto.attribute()) {
+      // libonnx infers the shapes inside If and Loop subgraphs too.
+      if (a.has_g()) {
+        if (absl::Status s = CheckAttributesForOnnx(a.g()); !s.ok()) return s;
+      }
       if (a.name() == "axis" || a.name() == "axes" || a.name() == "perm") {
         std::vector<int64_t> values(a.ints().begin(), a.ints().end());
         if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());
@@ -330,8 +85,13 @@ absl::Status CheckAttributesForOnnx(const onnx::GraphProto& g) {
 // one of those through DequantizeLinear, QuantizeLinear, Identity or
 // Cast), so ONNX compares it with the input's rank and fails cleanly; a
 // conv whose weights' rank is not known so is refused.
-absl::Status MakeKernelShapesExplicit(onnx::GraphProto* g) {
-  std::map<std::string, std::vector<int64_t>> dims;  // of values whose dims are known
+// A subgraph's convs (an If's branch, a Loop's body) are made explicit the
+// same way, knowing what its enclosing graphs know (OUTER).
+absl::Status MakeKernelShapesExplicit(onnx::GraphProto* g,
+                                      std::map<std::string, std::vector<int64_t>> outer = {}) {
+  std::map<std::string, std::vector<int64_t>> dims =
+      std::move(outer);                                   // of values whose dims are known
+  for (const auto& v : g->input()) dims.erase(v.name());  // a body's inputs hide outer names
   for (const auto& t : g->initializer()) dims[t.name()] = {t.dims().begin(), t.dims().end()};
   for (const auto& v : g->input()) {
     if (dims.count(v.name()) != 0 || !v.type().tensor_type().has_shape()) continue;
@@ -344,6 +104,10 @@ absl::Status MakeKernelShapesExplicit(onnx::GraphProto* g) {
   for (int i = 0; i < g->node_size(); ++i) {
     onnx::NodeProto* node = g->mutable_node(i);
     const std::string& op = node->op_type();
+    for (onnx::AttributeProto& a : *node->mutable_attribute()) {
+      if (!a.has_g()) continue;
+      if (absl::Status s = MakeKernelShapesExplicit(a.mutable_g(), dims); !s.ok()) return s;
+    }
     if (op == "Constant" && node->output_size() == 1) {
       for (const auto& a : node->attribute()) {
         if (a.name() == "value" && a.has_t()) {
@@ -529,8 +293,28 @@ absl::Status RefuseExternalData(const onnx::GraphProto& g, int depth = 0) {
   return absl::OkStatus();
 }
 
+// A LayerNormalization asking for its statistics inside a subgraph (an
+// If's branch, a Loop's body) is refused: CheckLayerNormStatistics checks
+// their axis in the main graph only.
+absl::Status RefuseStatisticsInSubgraphs(const onnx::GraphProto& g, bool nested) {
+  for (const onnx::NodeProto& n : g.node()) {
+    if (nested && n.op_type() == "LayerNormalization" && n.output_size() > 1) {
+      return absl::UnimplementedError(
+          absl::StrCat("node '", n.name(),
+                       "' (op LayerNormalization): Mean or InvStdDev inside a subgraph of an If "
+                       "or Loop is not supported"));
+    }
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      if (!a.has_g()) continue;
+      if (absl::Status s = RefuseStatisticsInSubgraphs(a.g(), true); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAndInfer(onnx::ModelProto& model) {
   if (absl::Status s = RefuseExternalData(model.graph()); !s.ok()) return s;
+  if (absl::Status s = RefuseStatisticsInSubgraphs(model.graph(), false); !s.ok()) return s;
   if (absl::Status s = CheckLayerNormStatistics(model); !s.ok()) return s;
   return CheckAndInferAsIs(model);
 }
@@ -576,6 +360,35 @@ absl::Status Fold(const ImportOptions& options, Graph& graph, FoldResult* foldin
   return absl::OkStatus();
 }
 
+// Folds constants, then inlines the If and Loop nodes that folding decided
+// (control_flow.h) and folds again, until none is left to decide (at most
+// kMaxRounds rounds: what stays is refused by validation). Every round
+// holds its folded constants to what the budget has left.
+absl::Status FoldAndInline(const ImportOptions& options, Subgraphs& subgraphs, Graph& graph,
+                           FoldResult* folding) {
+  constexpr int kMaxRounds = 64;
+  FoldResult total;
+  std::vector<PendingDecision> decisions = RecordDecisions(graph);
+  if (absl::Status s = Fold(options, graph, &total); !s.ok()) return s;
+  std::vector<LoopCondition> conditions;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    if (absl::Status s = CheckDecisions(graph, decisions); !s.ok()) return s;
+    auto changed = InlineControlFlow(graph, subgraphs, conditions);
+    if (!changed.ok()) return changed.status();
+    if (!*changed) break;
+    decisions = RecordDecisions(graph);
+    FoldResult more;
+    const ImportOptions left{.fold_budget_bytes =
+                                 std::max<int64_t>(total.budget_bytes - total.folded_bytes, 1)};
+    if (absl::Status s = Fold(left, graph, &more); !s.ok()) return s;
+    total.folded_nodes += more.folded_nodes;
+    total.folded_bytes += more.folded_bytes;
+  }
+  if (absl::Status s = CheckDecisions(graph, decisions); !s.ok()) return s;
+  if (folding != nullptr) *folding = total;
+  return CheckLoopConditions(graph, conditions);
+}
+
 // Validates every shape at a concrete batch (Reshape targets, broadcasts),
 // other dynamic dims at kProbeDims[0] (a signature of its own is checked
 // when it first runs).
@@ -590,6 +403,7 @@ absl::Status CheckShapesAtProbe(const Graph& graph) {
 absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOptions& options,
                                  FoldResult* folding) {
   Graph graph;
+  Subgraphs subgraphs;
   for (const auto& opset : model.opset_import()) {
     if (opset.domain().empty() || opset.domain() == "ai.onnx") graph.set_opset(opset.version());
   }
@@ -636,9 +450,9 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOpti
   int index = 0;
   for (const onnx::NodeProto& proto : g.node()) {
     if (proto.op_type() == "Constant" && (proto.domain().empty() || proto.domain() == "ai.onnx")) {
-      if (absl::Status s = ReadConstantNode(proto, graph); !s.ok()) return s;
+      if (absl::Status s = ReadConstantNode(proto, graph, NameScope{}); !s.ok()) return s;
     } else {
-      auto node = ReadNode(proto, index, graph);
+      auto node = ReadNode(proto, index, graph, NameScope{}, subgraphs);
       if (!node.ok()) return node.status();
       graph.nodes().push_back(*std::move(node));
     }
@@ -652,7 +466,7 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOpti
     }
     graph.outputs().push_back(id);
   }
-  if (absl::Status s = Fold(options, graph, folding); !s.ok()) return s;
+  if (absl::Status s = FoldAndInline(options, subgraphs, graph, folding); !s.ok()) return s;
   for (const Node& node : graph.nodes()) {
     if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
   }

@@ -201,6 +201,7 @@ const std::vector<OpSchema>& AllOps() {
     add("normalization", ops::AddNormOps);
     add("recurrent", ops::AddRnnOps);
     add("neural network", ops::AddRoiOps);
+    add("control flow", ops::AddControlFlowOps);
     add("tensor", ops::AddTensorOps);
     add("tensor", ops::AddResizeOps);
     add("index", ops::AddIndexOps);

@@ -32,6 +32,9 @@ void AddEinsumOps(std::vector<OpSchema>& table);
 void AddRnnOps(std::vector<OpSchema>& table);
 // RoiAlign (roi_ops.cc).
 void AddRoiOps(std::vector<OpSchema>& table);
+// If and Loop (control_flow_ops.cc): inlined at import where their
+// condition or trip count is known at load; these rows refuse the rest.
+void AddControlFlowOps(std::vector<OpSchema>& table);
 // An Einsum's equation: each input's labels and the output's, in order.
 struct EinsumSpec {
   std::vector<std::vector<int>> inputs;

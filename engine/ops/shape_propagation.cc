@@ -322,7 +322,7 @@ const std::map<std::string, RowRule>& RowRules() {
         {"ArgMax ArgMin TopK CumSum GatherElements ScatterElements", RowRule::kAlongAxis},
         {"OneHot Range", RowRule::kPositional},
         {"Trilu", RowRule::kLastTwoAxes},
-        {"GatherND ScatterND Einsum LSTM GRU NonZero RoiAlign", RowRule::kAnyAxes},
+        {"GatherND ScatterND Einsum LSTM GRU NonZero RoiAlign If Loop", RowRule::kAnyAxes},
     };
     for (const auto& [ops, rule] : kRows) {
       for (absl::string_view op : absl::StrSplit(ops, ' ')) (*r)[std::string(op)] = rule;
