@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,54 @@ TEST(ControlFlowTest, LoopOfARuntimeTripCountIsRefusedAtLoad) {
   ExpectRefused(b, "loop_runtime",
                 "node 'steps' (op Loop): trip count M depends on input 'm'; only trip counts "
                 "known at load are supported");
+}
+
+// libonnx's shape inference also runs inside If and Loop subgraphs: the
+// attributes it divides by or indexes with unchecked (a Conv's strides 0,
+// a SIGFPE in libonnx 1.12) and a conv without kernel_shape whose weights
+// outrank its input are checked there too, and LayerNormalization's
+// statistics inside a subgraph are refused, before it runs.
+TEST(ControlFlowTest, HostileSubgraphsAreRefusedBeforeShapeInference) {
+  auto branch_model = [](const std::function<void(OnnxModelBuilder&)>& make_branch) {
+    OnnxModelBuilder b;
+    b.Input("x", {1, 1, 8, 8});
+    b.Initializer("w", kernels::Tensor({1, 1, 3, 3}, std::vector<float>(9, 1.0F)));
+    b.Initializer("w5", kernels::Tensor({1, 1, 3, 3, 3}, std::vector<float>(27, 1.0F)));
+    Scalar(b, "cond", P::BOOL, 1);
+    OnnxModelBuilder then_branch;
+    make_branch(then_branch);
+    then_branch.Output("t", {testing::kUnknownDim, testing::kUnknownDim, testing::kUnknownDim,
+                             testing::kUnknownDim});
+    OnnxModelBuilder else_branch;
+    else_branch.Node("Identity", {"x"}, {"e"});
+    else_branch.Output("e", {1, 1, 8, 8});
+    auto& node = b.Node("If", {"cond"}, {"y"}, "choose");
+    AttachGraph(node, "then_branch", then_branch);
+    AttachGraph(node, "else_branch", else_branch);
+    b.Output("y", {testing::kUnknownDim, testing::kUnknownDim, testing::kUnknownDim,
+                   testing::kUnknownDim});
+    return b;
+  };
+  auto zero_strides = branch_model([](OnnxModelBuilder& t) {
+    auto& n = t.Node("Conv", {"x", "w"}, {"t"}, "victim");
+    OnnxModelBuilder::AttrInts(n, "strides", {0, 0});
+    OnnxModelBuilder::AttrInts(n, "kernel_shape", {3, 3});
+  });
+  auto model = CompiledModel::Load(zero_strides.Save("branch_zero_strides"), {});
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("node 'victim' (op Conv): attribute 'strides' has 0"),
+            std::string::npos)
+      << model.status();
+  auto high_rank = branch_model([](OnnxModelBuilder& t) { t.Node("Conv", {"x", "w5"}, {"t"}); });
+  model = CompiledModel::Load(high_rank.Save("branch_weights_rank"), {});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+  auto statistics = branch_model([](OnnxModelBuilder& t) {
+    OnnxModelBuilder::AttrInt(t.Node("LayerNormalization", {"x", "w"}, {"t", "mean"}, "ln"), "axis",
+                              -1);
+  });
+  ExpectRefused(statistics, "branch_statistics",
+                "node 'ln' (op LayerNormalization): Mean or InvStdDev inside a subgraph");
 }
 
 }  // namespace
