@@ -230,6 +230,37 @@ TEST(ControlFlowTest, LoopOfAConstantTripCountIsUnrolled) {
   EXPECT_EQ(Floats(out[1]), (std::vector<float>{2, 4, 6, 3, 6, 9, 4, 8, 12}));
 }
 
+// An If on the iteration number inside the body (what a scripted loop
+// exports): each unrolled copy's condition is a constant, and its branch,
+// which reads the body's loop-carried value and x from two scopes out, is
+// inlined in the next round. acc = x; acc = i == 0 ? acc + x : acc * 2.
+TEST(ControlFlowTest, IfOnTheIterationInsideALoopIsInlinedInEachCopy) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 3});
+  Scalar(b, "m", P::INT64, 3);
+  b.Initializer("two", kernels::Tensor({1}, {2.0F}));
+  OnnxModelBuilder body;
+  body.Input("i", {}, P::INT64);
+  body.Input("cond_in", {}, P::BOOL);
+  body.Input("acc_in", {-1, 3});
+  Scalar(body, "zero", P::INT64, 0);
+  body.Node("Equal", {"i", "zero"}, {"first"});
+  auto add = Branch("Add", {"acc_in", "x"}, "added");
+  auto doubled = Branch("Mul", {"acc_in", "two"}, "doubled");
+  auto& choose = body.Node("If", {"first"}, {"acc_out"}, "step");
+  AttachGraph(choose, "then_branch", add);
+  AttachGraph(choose, "else_branch", doubled);
+  body.Node("Identity", {"cond_in"}, {"cond_out"});
+  body.Output("cond_out", {}, P::BOOL);
+  body.Output("acc_out", {-1, 3});
+  auto& node = b.Node("Loop", {"m", "", "x"}, {"acc"}, "steps");
+  AttachGraph(node, "body", body);
+  b.Output("acc", {-1, 3});
+  auto out = ImportAndRun(b, "loop_if", F32({1, 3}, {1, 2, 3}));
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(Floats(out[0]), (std::vector<float>{8, 16, 24}));
+}
+
 TEST(ControlFlowTest, LoopPastTheNodeBudgetIsRefusedAtLoad) {
   auto b = LoopModel(1000000);
   ExpectRefused(b, "loop_budget", "node 'steps' (op Loop): unrolling its 1000000 iterations");
