@@ -448,7 +448,12 @@ std::vector<PendingDecision> RecordDecisions(const Graph& graph) {
       if (!HasInput(node, index) || graph.IsConstant(node.inputs[index])) continue;
       const ValueId value = node.inputs[index];
       const Ancestry ancestry = AncestryOf(graph, value, producer);
-      if (ancestry.inputs.empty()) continue;  // from constants alone: folds exactly
+      // From constants and fixed shapes alone, it folds exactly.
+      bool dynamic = false;
+      for (ValueId in : ancestry.inputs) {
+        for (int64_t d : graph.value(in).shape) dynamic = dynamic || d < 0;
+      }
+      if (!dynamic) continue;
       pending.push_back({.node = node.Describe(),
                          .what = what,
                          .input = graph.value(ancestry.inputs[0]).name,

@@ -45,7 +45,7 @@ absl::StatusOr<bool> InlineControlFlow(Graph& graph, Subgraphs& subgraphs,
                                        std::vector<LoopCondition>& conditions);
 
 // An If's condition or a Loop's trip count or condition, not yet known,
-// that is computed from a graph input: a copy of the nodes it is computed
+// that is computed from a graph input with a dynamic dim: a copy of the nodes it is computed
 // from (RecordDecisions, before a fold). Folding decides such a value from
 // shapes at two probe sizes of the dynamic dims; CheckDecisions then folds
 // the copy again at other sizes, and a value that differs at any of them

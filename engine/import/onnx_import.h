@@ -1,6 +1,8 @@
-// ONNX -> Graph. The only place that includes libonnx: parses the file,
-// runs onnx::checker and ONNX shape inference (their exceptions stop here),
-// and builds the engine's Graph with initializers as constants.
+// ONNX -> Graph. engine/import is the only place that includes libonnx:
+// parses the file, runs onnx::checker and ONNX shape inference (their
+// exceptions stop here), and builds the engine's Graph with initializers as
+// constants (onnx_read.cc), If and Loop decided at load inlined
+// (control_flow.cc).
 #pragma once
 
 #include <cstdint>
