@@ -120,6 +120,20 @@ TEST(ControlFlowTest, IfOnAFixedDimFoldsAndIsInlined) {
   EXPECT_EQ(Floats(out[0]), (std::vector<float>{2, 3, 4}));
 }
 
+// The rank of an input with dynamic dims (Size(Shape(x)) == 2, as a check
+// of x.dim() exports) is known at load: folds, and holds at every size.
+TEST(ControlFlowTest, IfOnTheRankOfADynamicInputFoldsAndIsInlined) {
+  auto b = IfModel([](OnnxModelBuilder& m) {
+    Scalar(m, "two", P::INT64, 2);
+    m.Node("Shape", {"x"}, {"shape"});
+    m.Node("Size", {"shape"}, {"rank"});
+    m.Node("Equal", {"rank", "two"}, {"cond"});
+  });
+  auto out = ImportAndRun(b, "if_rank", F32({2, 3}, {1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(Floats(out[0]), (std::vector<float>{2, 3, 4, 5, 6, 7}));
+}
+
 TEST(ControlFlowTest, IfOnRuntimeDataIsRefusedAtLoad) {
   auto b = IfModel([](OnnxModelBuilder& m) {
     m.Input("flag", {1}, P::FLOAT);
