@@ -198,7 +198,7 @@ TEST(Int8FullQdqTest, ABatchNormalizationFoldsOnlyWhereItAloneReadsTheConv) {
   kernels::Tensor w = RandomTensor({8, 8, 3, 3}, 41);
   for (float& v : w.data) v *= 0.2f;
   b.Initializer("w", w);
-  for (const std::string& p : {"a", "b"}) {
+  for (const std::string p : {"a", "b"}) {
     kernels::Tensor var = RandomTensor({8}, 43);
     for (float& v : var.data) v = 1.0f + std::abs(v);
     b.Initializer(p + "_scale", RandomTensor({8}, 42));
