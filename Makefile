@@ -10,6 +10,8 @@
 # Benchmarks (not part of make test):
 #   make bench   the benchmark tables on stdout (benchmarks/run.sh, then
 #                Triton's perf_analyzer: benchmarks/e2e/triton_tools_bench.sh)
+#   make bench-zoo  the model zoo's full-size models vs ONNX Runtime
+#                (benchmarks/models/zoo.py --bench)
 #   make venv-peers  ONNX Runtime from PyPI, pinned, in build/release/venv/peers
 #   make report  the same machine's speed of light in one Markdown report with
 #                PNG plots: benchmarks/report/ (make_report.py, ~10 min)
@@ -26,7 +28,7 @@ METRICS_PORT ?= 8002
 HTTP_PORT ?= 8000
 SERVE_ARGS ?=
 
-.PHONY: all deps configure build serve test bench report format format-check tidy function-sizes \
+.PHONY: all deps configure build serve test bench bench-zoo report format format-check tidy function-sizes \
   docs clean test-asan test-asan-ci test-tsan fuzz install reliability test-numa
 
 all: build
@@ -48,10 +50,14 @@ serve: build
 # $(BUILD_DIR)/venv/triton (requirements/triton.txt, from PyPI): made here,
 # once (tools/python/venv.sh reuses it while the file is unchanged). Where
 # PyPI cannot be reached the test shows as skipped; under CI=true, as
-# failed.
+# failed. The same for models.zoo and $(BUILD_DIR)/venv/zoo
+# (requirements/zoo.txt: transformers and ONNX Runtime over Debian's
+# PyTorch; ~15 s and ~150 MB the first time).
 test: build
 	@bash tools/python/venv.sh $(BUILD_DIR) triton >/dev/null || \
 	  echo "make test: no $(BUILD_DIR)/venv/triton; integration.tritonclient will not run"
+	@bash tools/python/venv.sh $(BUILD_DIR) zoo >/dev/null || \
+	  echo "make test: no $(BUILD_DIR)/venv/zoo; models.zoo will not run"
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # tests/numa/run_guests.py: boots a QEMU guest (TCG) per topology of
@@ -145,6 +151,17 @@ bench: build
 	@bash benchmarks/run.sh $(BUILD_DIR)
 	@echo "== Triton's perf_analyzer over gRPC, HTTP binary and HTTP JSON vs grpc_loadgen"
 	@bash benchmarks/e2e/triton_tools_bench.sh $(BUILD_DIR)
+
+# The model zoo's full-size models (benchmarks/models/zoo.py --bench):
+# numaserve bench against ONNX Runtime at batch 1 and 8, the transformers
+# at sequence lengths 16, 128 and 512; one JSON line per model, shape and
+# engine. Not part of make bench (tens of minutes for the whole zoo on 2
+# cores); ZOO_ARGS narrows it: make bench-zoo ZOO_ARGS='--models resnet50'.
+ZOO_ARGS ?=
+bench-zoo: build
+	@bash tools/python/venv.sh $(BUILD_DIR) zoo >/dev/null
+	@$(BUILD_DIR)/venv/zoo/bin/python benchmarks/models/zoo.py --bench \
+	  --numaserve $(BUILD_DIR)/bin/numaserve $(ZOO_ARGS)
 
 # The pinned PyPI packages (requirements/NAME.txt, exact versions and
 # hashes) in $(BUILD_DIR)/venv/NAME, made from Debian's python3 by

@@ -37,6 +37,10 @@ packages=(
   python3-matplotlib
   # the virtual environments of pinned PyPI packages (requirements/)
   python3-venv
+  # the model zoo (benchmarks/models/zoo.py, ctest models.zoo): PyTorch (CPU)
+  # and torchvision, which export the models; requirements/zoo.txt adds
+  # transformers and ONNX Runtime from PyPI. ~40 s and ~0.9 GB to install
+  python3-torch python3-torchvision
   # the QEMU guests with several NUMA nodes (tests/numa: make test-numa, and
   # ctest's numa.guest_short): QEMU, a kernel to boot, busybox for the
   # guest's initramfs. ~40 s to install (a kernel's postinst included)

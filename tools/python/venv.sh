@@ -5,8 +5,10 @@
 #   tools/python/venv.sh BUILD_DIR NAME
 #
 # The environment is made from Debian's /usr/bin/python3 (NUMASERVE_PYTHON),
-# isolated from Debian's python3-* packages, and filled with exactly the
-# requirements file's wheels: pip --require-hashes (every version pinned,
+# isolated from Debian's python3-* packages (unless the requirements file
+# has the line `# venv: system-site-packages`: then it sees them, under its
+# own wheels; requirements/zoo.txt says why it needs Debian's PyTorch), and
+# filled with exactly the requirements file's wheels: pip --require-hashes (every version pinned,
 # every wheel's sha256 checked), --no-deps (the file lists the whole
 # closure), --only-binary (nothing built here). Idempotent: a stamp holds
 # the requirements file's sha256, and a changed file makes the environment
@@ -32,9 +34,13 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.requirements-sha256" 2>/dev/nul
   echo "$venv/bin/python"
   exit 0
 fi
+venv_args=()
+if grep -qx '# venv: system-site-packages' "$requirements"; then
+  venv_args+=(--system-site-packages)
+fi
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
-"$python" -m venv "$venv" >&2
+"$python" -m venv "${venv_args[@]}" "$venv" >&2
 # The index and certificates come from pip's own configuration; a
 # machine's constraints file or local wheel folder (PIP_CONSTRAINT,
 # PIP_FIND_LINKS) is for other packages than these: not read.

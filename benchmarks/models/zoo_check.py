@@ -1,0 +1,241 @@
+"""The zoo's models on numaserve against ONNX Runtime (zoo.py --report,
+--bench; tests/models/test_zoo.py).
+
+check(): exports the small models into a temporary repository, serves
+them all from one `numaserve serve` (tests/clients/numaserve_client.py,
+gRPC), and for each model that loads sends its three shapes' inputs, one
+request each, comparing every output with ONNX Runtime's (CPU provider,
+the same file and inputs): same shape and dtype, and for floats the
+relative error max|numaserve - ORT| / max|ORT| at most zoo.RTOL (1e-4),
+integers exactly. A model that does not load carries the server's reason.
+
+bench(): the full-size models at batch 1 and 8 (the transformers at
+sequence lengths 16, 128 and 512), each exported with only the batch
+dynamic so that `numaserve bench` and benchmarks/peers/ort_peer.py bench
+(this environment's ONNX Runtime) measure the same file, in process, on
+--threads threads.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import zoo
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", ".."))
+ORT_PEER = os.path.join(SOURCE_DIR, "benchmarks", "peers", "ort_peer.py")
+
+
+def numaserve_client():
+    sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "clients"))
+    import numaserve_client as nc
+    return nc
+
+
+def ort_outputs(path, inputs, threads=1):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, inputs)))
+
+
+def relative_error(got, want):
+    """max|got - want| / max|want| over every output (floats), 0 or inf for
+    integers (exact or not); a string naming the first output whose name,
+    shape or dtype differs."""
+    if sorted(got) != sorted(want):
+        return "outputs %s, ONNX Runtime's %s" % (sorted(got), sorted(want))
+    worst = 0.0
+    for name, w in sorted(want.items()):
+        g = got[name]
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return "%s: %s %s, ONNX Runtime's %s %s" % (name, g.dtype, list(g.shape),
+                                                         w.dtype, list(w.shape))
+        if w.size == 0:
+            continue
+        if not np.issubdtype(w.dtype, np.floating):
+            worst = max(worst, 0.0 if np.array_equal(g, w) else float("inf"))
+            continue
+        scale = float(np.max(np.abs(w)))
+        diff = float(np.max(np.abs(g.astype(np.float64) - w)))
+        worst = max(worst, diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf")))
+    return worst
+
+
+class Result(object):
+    """One model's row: export, load, per-shape errors."""
+
+    def __init__(self, model):
+        self.model = model
+        self.opset = None
+        self.ops = 0
+        self.export_error = None
+        self.loaded = None  # None: not tried
+        self.reason = ""
+        self.errors = []  # per shape: float or a string
+        self.torch_errors = []  # ONNX Runtime against PyTorch, per shape
+
+    def matches(self):
+        return (self.loaded and len(self.errors) == len(self.model.shapes["small"]) and
+                all(isinstance(e, float) and e <= zoo.RTOL for e in self.errors))
+
+
+def export_all(models, out_dir, with_torch=False):
+    """{name: Result} with each model exported to OUT_DIR/NAME/1/model.onnx
+    (a model repository) and, WITH_TORCH, ONNX Runtime checked against
+    PyTorch at every shape."""
+    import onnx
+    results = {}
+    for m in models:
+        r = results[m.name] = Result(m)
+        path = os.path.join(out_dir, m.name, "1", "model.onnx")
+        os.makedirs(os.path.dirname(path))
+        try:
+            module = zoo.export(m, "small", path)
+        except Exception as e:  # noqa: BLE001 - the exporter's refusal is the result
+            shutil.rmtree(os.path.join(out_dir, m.name))
+            r.export_error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])
+            continue
+        proto = onnx.load(path, load_external_data=False)
+        r.opset = {o.domain: o.version for o in proto.opset_import}.get("", 0)
+        r.ops = sorted({n.op_type for n in proto.graph.node})
+        if with_torch:
+            for i in range(len(m.shapes["small"])):
+                inputs = zoo.inputs_at(m, "small", i)
+                r.torch_errors.append(relative_error(
+                    ort_outputs(path, inputs),
+                    {k: v for k, v in zoo.torch_outputs(module, m, "small", inputs).items()}))
+    return results
+
+
+def serve_and_compare(results, repo, binary=None, log=print):
+    """Serves REPO (the exported models) and fills each Result's loaded,
+    reason and errors."""
+    nc = numaserve_client()
+    with nc.ServerProcess(repo, ["--max-workers", "1"], binary=binary,
+                          startup_timeout=300.0) as server:
+        stub = server.stub()
+        index = nc.repository_index(stub, by_version=False)
+        for name, r in results.items():
+            if r.export_error:
+                continue
+            state, reason = index.get(name, ("MISSING", "not in the repository index"))
+            r.loaded = state == "READY"
+            r.reason = "" if r.loaded else "%s: %s" % (state, reason)
+            if not r.loaded:
+                log("%s: not loaded: %s" % (name, r.reason))
+                continue
+            path = os.path.join(repo, name, "1", "model.onnx")
+            for i, shape in enumerate(r.model.shapes["small"]):
+                inputs = zoo.inputs_at(r.model, "small", i)
+                want = ort_outputs(path, inputs)
+                try:
+                    got = nc.infer(stub, name, inputs, deadline=120.0)
+                except Exception as e:  # noqa: BLE001 - grpc.RpcError, reported
+                    details = e.details() if hasattr(e, "details") else str(e)
+                    r.errors.append("at %s: %s" % (shape, details))
+                    log("%s %s: request failed: %s" % (name, shape, details))
+                    continue
+                r.errors.append(relative_error(got, want))
+                log("%s %s: relative error %s" % (name, shape, r.errors[-1]))
+
+
+def check(models, binary=None, with_torch=False, log=print):
+    """{name: Result} for MODELS (small), exported and served."""
+    work = tempfile.mkdtemp(prefix="numaserve_zoo_")
+    try:
+        repo = os.path.join(work, "models")
+        os.makedirs(repo)
+        start = time.monotonic()
+        results = export_all(models, repo, with_torch)
+        log("exported %d models in %.1f s" % (len(results), time.monotonic() - start))
+        serve_and_compare(results, repo, binary, log)
+        return results
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fmt_error(e):
+    return e if isinstance(e, str) else "%.1e" % e
+
+
+def report(models, binary=None):
+    """Prints the Markdown table of every model; returns 0 where every model
+    the registry calls served loads and matches."""
+    results = check(models, binary, with_torch=True, log=lambda s: print(s, file=sys.stderr))
+    print("| model | opset | loads | numaserve vs ORT (3 shapes) | ORT vs PyTorch | "
+          "shapes | why not |")
+    print("|---|---|---|---|---|---|---|")
+    failed = []
+    for name, r in results.items():
+        shapes = " ".join("x".join(str(d) for d in s) for s in r.model.shapes["small"])
+        why = r.export_error or r.reason or ("" if r.matches() else "outputs differ")
+        if r.model.served and not r.matches():
+            failed.append(name)
+        print("| %s | %s | %s | %s | %s | %s | %s |" % (
+            name, r.opset or "-", "export fails" if r.export_error else
+            ("yes" if r.loaded else "no"),
+            " ".join(fmt_error(e) for e in r.errors) or "-",
+            " ".join(fmt_error(e) for e in r.torch_errors) or "-", shapes,
+            why.replace("|", "\\|").replace("\n", " ")))
+    if failed:
+        print("zoo: served models that failed: %s" % ", ".join(failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+def bench(models, binary, threads, seconds):
+    """numaserve bench and ort_peer.py bench on each full-size model, batch
+    1 and 8; prints one JSON line per model, shape and engine."""
+    nc = numaserve_client()
+    binary = binary or nc.default_binary()
+    work = tempfile.mkdtemp(prefix="numaserve_zoo_bench_")
+    try:
+        for m in models:
+            names, outputs, axes = m.io("full")
+            batch_only = {n: {0: "batch"} for n in names + outputs
+                          if 0 in axes.get(n, {})}
+            seen = set()
+            for shape in m.shapes["full"]:
+                key = shape[1:]  # one export per non-batch shape
+                if key in seen:
+                    continue
+                seen.add(key)
+                bench_one(m, shape, batch_only, work, binary, threads, seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def bench_one(model, shape, batch_only, work, binary, threads, seconds):
+    """Exports MODEL at SHAPE's non-batch dims (the example's first dim
+    only dynamic) and runs both benches at batch 1 and 8."""
+    full = dict(model.shapes)
+    full["full"] = [shape]
+    fixed = zoo.ZooModel(**{**model.__dict__, "shapes": full})
+    path = os.path.join(work, "%s_%s.onnx" % (model.name, "x".join(map(str, shape[1:])) or "b"))
+    zoo.export(fixed, "full", path, dynamic_axes=batch_only)
+    runs = {"numaserve": [binary, "bench", "--model", path, "--batch", "1,8", "--threads",
+                          str(threads), "--seconds", str(seconds), "--json"],
+            "onnxruntime": [sys.executable, ORT_PEER, "bench", "--model", path, "--batch",
+                            "1,8", "--threads", str(threads), "--seconds", str(seconds),
+                            "--json"]}
+    for engine, command in runs.items():
+        run = subprocess.run(command, capture_output=True, text=True)
+        if run.returncode != 0:
+            print(json.dumps({"model": model.name, "shape": shape[1:], "engine": engine,
+                              "error": (run.stderr or run.stdout).strip()[-400:]}), flush=True)
+            continue
+        for line in run.stdout.splitlines():
+            if line.startswith("{"):
+                row = json.loads(line)
+                row.update(model=model.name, shape=shape[1:], engine=engine)
+                print(json.dumps(row), flush=True)
+    os.remove(path)

@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""The model zoo's small models on the real numaserve against ONNX Runtime.
+
+  ctest -R models.zoo --output-on-failure
+  NUMASERVE_BIN=build/release/bin/numaserve \\
+      $(bash tools/python/venv.sh build/release zoo) tests/models/test_zoo.py -v
+
+benchmarks/models/zoo.py builds each model numaserve loads (zoo.MODELS
+whose `served` is set: torchvision's ResNet-50, MobileNetV3-Large,
+EfficientNet-B0, ConvNeXt-Tiny and RegNet, shrunk) with seeded random
+weights, exports it with torch.onnx.export (TorchScript, the default
+opset, batch and image size dynamic), serves them all from one `numaserve
+serve` and sends each its three shapes (other batch, other image size);
+every output must match ONNX Runtime's on the same file and inputs within
+a relative error max|numaserve - ORT| / max|ORT| of 1e-4
+(benchmarks/models/zoo_check.py). The models numaserve refuses are listed
+in zoo.REFUSED with the server's reason; zoo.py --report tries them all.
+
+Two interpreters: ctest starts this file with Debian's python3, which
+re-executes it with the zoo's environment <build>/venv/zoo
+(NUMASERVE_ZOO_PYTHON; requirements/zoo.txt, made by make test): PyPI's
+transformers and ONNX Runtime over Debian's PyTorch. Without it the test
+skips, and fails under CI=true.
+"""
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("NUMASERVE_SOURCE_DIR") or os.path.abspath(
+    os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "clients"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "benchmarks", "models"))
+import prerequisites  # noqa: E402
+
+ZOO_PYTHON = os.environ.get("NUMASERVE_ZOO_PYTHON", "")
+try:
+    import onnxruntime  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    MISSING = None
+except ImportError as e:
+    # Once only: the environment's python, if it lacks them too, reports it.
+    if (__name__ == "__main__" and os.access(ZOO_PYTHON, os.X_OK)
+            and not os.environ.get("NUMASERVE_ZOO_REEXEC")):
+        os.environ["NUMASERVE_ZOO_REEXEC"] = "1"
+        os.execv(ZOO_PYTHON, [ZOO_PYTHON] + sys.argv)
+    MISSING = ("%s; NUMASERVE_ZOO_PYTHON=%r is not a python with PyTorch, transformers and "
+               "ONNX Runtime: make venv-zoo (make test makes it)" % (e, ZOO_PYTHON))
+
+if not MISSING:
+    import zoo  # noqa: E402
+    import zoo_check  # noqa: E402
+
+
+class ZooTest(unittest.TestCase):
+    results = None
+
+    @classmethod
+    def setUpClass(cls):
+        if MISSING:
+            return
+        served = [m for m in zoo.MODELS if m.served]
+        cls.results = zoo_check.check(served, os.environ.get("NUMASERVE_BIN"))
+
+    def setUp(self):
+        if MISSING:
+            prerequisites.missing(self, MISSING)
+
+    def test_the_registry_covers_the_issue_list(self):
+        self.assertGreaterEqual(len(zoo.MODELS), 16)
+        for m in zoo.MODELS:
+            self.assertEqual(len(m.shapes["small"]), 3, m.name)
+            self.assertTrue(m.served or m.note, "%s: refused without a reason" % m.name)
+        self.assertGreaterEqual(sum(m.served for m in zoo.MODELS), 5)
+
+    def check(self, name):
+        r = self.results[name]
+        self.assertIsNone(r.export_error, name)
+        self.assertTrue(r.loaded, "%s not loaded: %s" % (name, r.reason))
+        self.assertEqual(len(r.errors), 3, r.errors)
+        for shape, error in zip(r.model.shapes["small"], r.errors):
+            self.assertIsInstance(error, float, "%s at %s: %s" % (name, shape, error))
+            self.assertLessEqual(error, zoo.RTOL, "%s at %s" % (name, shape))
+            print("%s at %s: relative error %.1e, opset %d" % (name, shape, error, r.opset))
+
+    def test_resnet50(self):
+        self.check("resnet50")
+
+    def test_mobilenet_v3_large(self):
+        self.check("mobilenet_v3_large")
+
+    def test_efficientnet_b0(self):
+        self.check("efficientnet_b0")
+
+    def test_convnext_tiny(self):
+        self.check("convnext_tiny")
+
+    def test_regnet(self):
+        self.check("regnet")
+
+    def test_every_served_model_has_its_test(self):
+        tested = {n[len("test_"):] for n in dir(self) if n.startswith("test_")}
+        for m in zoo.MODELS:
+            if m.served:
+                self.assertIn(m.name, tested)
+
+
+if __name__ == "__main__":
+    unittest.main()
