@@ -47,18 +47,18 @@ def ort_outputs(path, inputs, threads=1):
     return dict(zip(names, session.run(None, inputs)))
 
 
-def relative_error(got, want):
+def relative_error(got, want, reference="ONNX Runtime"):
     """max|got - want| / max|want| over every output (floats), 0 or inf for
     integers (exact or not); a string naming the first output whose name,
     shape or dtype differs."""
     if sorted(got) != sorted(want):
-        return "outputs %s, ONNX Runtime's %s" % (sorted(got), sorted(want))
+        return "outputs %s, %s's %s" % (sorted(got), reference, sorted(want))
     worst = 0.0
     for name, w in sorted(want.items()):
         g = got[name]
         if g.shape != w.shape or g.dtype != w.dtype:
-            return "%s: %s %s, ONNX Runtime's %s %s" % (name, g.dtype, list(g.shape),
-                                                         w.dtype, list(w.shape))
+            return "%s: %s %s, %s's %s %s" % (name, g.dtype, list(g.shape), reference,
+                                               w.dtype, list(w.shape))
         if w.size == 0:
             continue
         if not np.issubdtype(w.dtype, np.floating):
@@ -112,7 +112,7 @@ def export_all(models, out_dir, with_torch=False):
                 inputs = zoo.inputs_at(m, "small", i)
                 r.torch_errors.append(relative_error(
                     ort_outputs(path, inputs),
-                    {k: v for k, v in zoo.torch_outputs(module, m, "small", inputs).items()}))
+                    zoo.torch_outputs(module, m, "small", inputs), "PyTorch"))
     return results
 
 
@@ -129,11 +129,14 @@ def serve_and_compare(results, repo, binary=None, log=print):
                 continue
             state, reason = index.get(name, ("MISSING", "not in the repository index"))
             r.loaded = state == "READY"
+            path = os.path.join(repo, name, "1", "model.onnx")
+            # The reason without the temporary path; an unsupported op's
+            # list of every supported op left out.
+            reason = reason.replace(path + ": ", "").split(" (supported: ")[0]
             r.reason = "" if r.loaded else "%s: %s" % (state, reason)
             if not r.loaded:
                 log("%s: not loaded: %s" % (name, r.reason))
                 continue
-            path = os.path.join(repo, name, "1", "model.onnx")
             for i, shape in enumerate(r.model.shapes["small"]):
                 inputs = zoo.inputs_at(r.model, "small", i)
                 want = ort_outputs(path, inputs)
