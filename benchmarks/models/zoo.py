@@ -195,7 +195,6 @@ def ssdlite(size):
 
 # --- Language (transformers, built from configs) -----------------------------
 
-VOCAB = {"small": 96}
 # (batch, sequence): batch and length differ at each shape.
 TEXT_SHAPES = {"small": [(2, 8), (1, 13), (3, 5)],
                "full": [(1, 16), (8, 16), (1, 128), (8, 128), (1, 512), (8, 512)]}
@@ -220,25 +219,22 @@ def text_inputs(names, vocab):
     return make
 
 
-class Encoder(object):
-    """A transformers model called with keyword inputs, its named outputs
-    returned as a tuple (transformers' forward takes more positional
-    arguments than the exported inputs)."""
+def keywords_in_tuple_out(model, inputs, outputs):
+    """MODEL (transformers') called with its inputs by keyword, its named
+    outputs returned as a tuple: transformers' forward takes more
+    positional arguments than the exported inputs."""
+    import torch
 
-    @staticmethod
-    def wrap(model, inputs, outputs):
-        import torch
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
 
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
+        def forward(self, *args):
+            result = self.model(**dict(zip(inputs, args)))
+            return tuple(getattr(result, o) for o in outputs)
 
-            def forward(self, *args):
-                result = self.model(**dict(zip(inputs, args)))
-                return tuple(getattr(result, o) for o in outputs)
-
-        return Wrapped().eval()
+    return Wrapped().eval()
 
 
 def text_model(name, build, inputs, outputs, vocab, **kw):
@@ -246,7 +242,7 @@ def text_model(name, build, inputs, outputs, vocab, **kw):
     axes.update({o: HIDDEN_AXES[o] for o in outputs if o in HIDDEN_AXES})
 
     def built(size):
-        return Encoder.wrap(build(size), inputs, outputs)
+        return keywords_in_tuple_out(build(size), inputs, outputs)
     return ZooModel(name, "language", built, list(inputs), list(outputs), axes,
                     text_inputs(inputs, vocab), TEXT_SHAPES, **kw)
 
@@ -282,7 +278,8 @@ def roberta(size):
 def t5_encoder(size):
     from transformers import T5Config, T5EncoderModel
     if size == "full":
-        return T5EncoderModel(T5Config())  # t5-base's shape
+        return T5EncoderModel(T5Config(d_model=768, d_ff=3072, num_layers=12,
+                                       num_heads=12))  # t5-base's shape
     return T5EncoderModel(T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                                    num_heads=4))
 
@@ -292,7 +289,8 @@ def t5_encoder(size):
 WHISPER = {"small": dict(num_mel_bins=16, max_source_positions=24, d_model=32,
                          encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64,
                          decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64,
-                         vocab_size=96),
+                         vocab_size=96, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                         decoder_start_token_id=1),
            "full": dict(d_model=512, encoder_layers=6, encoder_attention_heads=8,
                         encoder_ffn_dim=2048, decoder_layers=6, decoder_attention_heads=8,
                         decoder_ffn_dim=2048)}  # whisper-base
@@ -301,8 +299,8 @@ WHISPER = {"small": dict(num_mel_bins=16, max_source_positions=24, d_model=32,
 def whisper_encoder(size):
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
-    return Encoder.wrap(WhisperEncoder(WhisperConfig(**WHISPER[size])), ["input_features"],
-                        ["last_hidden_state"])
+    return keywords_in_tuple_out(WhisperEncoder(WhisperConfig(**WHISPER[size])),
+                                 ["input_features"], ["last_hidden_state"])
 
 
 def whisper_inputs(size, shape, rng):
@@ -325,7 +323,8 @@ def gpt2_config(size):
     from transformers import GPT2Config
     if size == "full":
         return GPT2Config()
-    return GPT2Config(vocab_size=96, n_positions=64, n_embd=32, n_layer=2, n_head=2)
+    return GPT2Config(vocab_size=96, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                      bos_token_id=0, eos_token_id=0)
 
 
 def llama_config(size):
