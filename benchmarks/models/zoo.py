@@ -18,8 +18,9 @@ python3-torchvision through the environment's system site packages).
 Each model has two sizes. "small" (a few layers, narrow, small images) is
 what ctest's models.zoo runs (tests/models/test_zoo.py): exported, served
 by the real numaserve and checked against ONNX Runtime at the three shapes
-of SHAPES["small"], relative error at most 1e-4 (zoo_check.py). "full" is
-the real architecture, for --bench (make bench-zoo) only.
+of its shapes["small"], relative error at most 1e-4 (zoo_check.py).
+"full" is the real architecture, for --bench (make bench-zoo) only; the
+LLaMA decoder's full size is a 1.1B-parameter one (4.4 GB in FP32).
 
 --report exports every small model, serves them all from one numaserve,
 and prints one Markdown row per model: does it load (else the server's
@@ -27,8 +28,10 @@ reason, which names the node and op), its worst relative error against
 ONNX Runtime over the three shapes, and ONNX Runtime's own against PyTorch
 (which says the export itself is right at those shapes).
 
-A model whose `served` is False is one numaserve refuses today; its `note`
-says why, and models.zoo leaves it out (--report still tries it).
+A model whose `served` is False is one numaserve refuses today (REFUSED
+below holds the reason it gave, naming node and op); models.zoo checks
+that it is still refused that way at load, or, should it load, that it
+matches ONNX Runtime too.
 """
 import argparse
 import dataclasses
