@@ -1,14 +1,17 @@
 #!/usr/bin/python3
 """A model zoo from the exporters users use: torchvision's and transformers'
 models, built with random weights (torch.manual_seed; no hub downloads) and
-exported by torch.onnx.export's TorchScript path at its default opset, with
-the dynamic axes their users give (batch, sequence length, past length,
-image size).
+exported by torch.onnx.export at its default opset, with the dynamic axes
+their users give (batch, sequence length, past length, image size): its
+TorchScript path (opset 17; what models.zoo tests), or with --exporter
+dynamo its torch.export-based one (dynamo=True, opset 18; --report only:
+its exports take 2-13 s each, too long for make test).
 
   PY=$(bash tools/python/venv.sh build/release zoo)     # make venv-zoo
   $PY benchmarks/models/zoo.py --list
   $PY benchmarks/models/zoo.py --export DIR [--size small|full] [--models a,b]
   $PY benchmarks/models/zoo.py --report [--numaserve build/release/bin/numaserve]
+                                        [--exporter torchscript|dynamo]
   $PY benchmarks/models/zoo.py --bench [--models bert_base,resnet50] [--threads 2]
 
 The environment is <build>/venv/zoo (requirements/zoo.txt: transformers and
@@ -492,24 +495,53 @@ def inputs_at(model, size, index):
     return model.make_inputs(size, model.shapes[size][index], rng)
 
 
-def export(model, size, path, dynamic_axes=None):
+EXPORTERS = ("torchscript", "dynamo")
+
+
+def dynamic_shapes(module, inputs, axes):
+    """torch.export's dynamic_shapes for MODULE's forward called with
+    INPUTS in order: Dim.AUTO on each axis AXES names (torch.export then
+    finds the relations itself, such as the total length being past plus
+    new tokens), grouped as forward's parameters are (a *args parameter
+    takes the rest as one tuple)."""
+    import inspect
+
+    import torch
+    specs = [{axis: torch.export.Dim.AUTO for axis in axes.get(n, {})} or None for n in inputs]
+    grouped = []
+    for parameter in inspect.signature(module.forward).parameters.values():
+        if parameter.kind == parameter.VAR_POSITIONAL:
+            grouped.append(tuple(specs))
+            return tuple(grouped)
+        grouped.append(specs.pop(0))
+    return tuple(grouped)
+
+
+def export(model, size, path, dynamic_axes=None, exporter="torchscript"):
     """Builds MODEL at SIZE (weights from torch.manual_seed(SEED)) and
-    writes it to PATH with torch.onnx.export's TorchScript path at the
-    exporter's default opset; returns the eval module (for PyTorch's own
-    outputs)."""
+    writes it to PATH with torch.onnx.export at the exporter's default
+    opset: its TorchScript path, or with EXPORTER "dynamo" its
+    torch.export-based one (dynamo=True; the dynamic axes as
+    dynamic_shapes, and the weights inside the file, as numaserve reads no
+    external data). Returns the eval module (for PyTorch's own outputs)."""
     import torch
     torch.manual_seed(SEED)
     module = model.build(size).eval()
     inputs, outputs, axes = model.io(size)
+    axes = axes if dynamic_axes is None else dynamic_axes
     example = inputs_at(model, size, 0)
     args = tuple(torch.from_numpy(example[n]) for n in inputs)
     # Not under torch.no_grad(), as users export: there nn.MultiheadAttention
     # (ViT's) takes its fused fast path, which has no ONNX export.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TracerWarnings: the checks at 3 shapes say more
-        torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs,
-                          dynamic_axes=axes if dynamic_axes is None else dynamic_axes,
-                          dynamo=False)
+        if exporter == "dynamo":
+            torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs,
+                              dynamic_shapes=dynamic_shapes(module, inputs, axes),
+                              dynamo=True, external_data=False)
+        else:
+            torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs,
+                              dynamic_axes=axes, dynamo=False)
     return module
 
 
@@ -531,6 +563,8 @@ def main(argv=None):
     parser.add_argument("--bench", action="store_true",
                         help="full-size models: numaserve bench vs ONNX Runtime")
     parser.add_argument("--size", choices=["small", "full"], default="small")
+    parser.add_argument("--exporter", choices=EXPORTERS, default="torchscript",
+                        help="torch.onnx.export's path (--export, --report)")
     parser.add_argument("--models", default="", help="comma-separated names (default: all)")
     parser.add_argument("--numaserve", default=None, help="the numaserve binary")
     parser.add_argument("--threads", type=int, default=2)
@@ -545,12 +579,13 @@ def main(argv=None):
     if args.export:
         os.makedirs(args.export, exist_ok=True)
         for m in models:
-            export(m, args.size, os.path.join(args.export, m.name + ".onnx"))
+            export(m, args.size, os.path.join(args.export, m.name + ".onnx"),
+                   exporter=args.exporter)
             print("%s.onnx" % m.name)
         return 0
     import zoo_check
     if args.report:
-        return zoo_check.report(models, args.numaserve)
+        return zoo_check.report(models, args.numaserve, args.exporter)
     if args.bench:
         return zoo_check.bench(models, args.numaserve, args.threads, args.seconds)
     parser.print_help()
