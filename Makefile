@@ -52,7 +52,7 @@ serve: build
 # PyPI cannot be reached the test shows as skipped; under CI=true, as
 # failed. The same for models.zoo and $(BUILD_DIR)/venv/zoo
 # (requirements/zoo.txt: transformers and ONNX Runtime over Debian's
-# PyTorch; ~15 s and ~150 MB the first time).
+# PyTorch; ~11 s and ~240 MB the first time).
 test: build
 	@bash tools/python/venv.sh $(BUILD_DIR) triton >/dev/null || \
 	  echo "make test: no $(BUILD_DIR)/venv/triton; integration.tritonclient will not run"
