@@ -82,6 +82,7 @@ class Result(object):
         self.reason = ""
         self.errors = []  # per shape: float or a string
         self.torch_errors = []  # ONNX Runtime against PyTorch, per shape
+        self.triton_errors = {}  # "grpc"/"http" -> per shape, through tritonclient
 
     def matches(self):
         return (self.loaded and len(self.errors) == len(self.model.shapes["small"]) and
@@ -143,42 +144,88 @@ def export_all(models, out_dir, with_torch=False, exporter="torchscript"):
     return results
 
 
-def serve_and_compare(results, repo, binary=None, log=print):
+def serve_and_compare(results, repo, binary=None, log=print, triton_python=None):
     """Serves REPO (the exported models) and fills each Result's loaded,
-    reason and errors."""
+    reason and errors; with TRITON_PYTHON (the python of <build>/venv/triton)
+    the loaded models' requests once more through Triton's tritonclient,
+    gRPC and HTTP (triton_errors)."""
     nc = numaserve_client()
     with nc.ServerProcess(repo, ["--max-workers", "1"], binary=binary,
                           startup_timeout=300.0) as server:
-        stub = server.stub()
-        index = nc.repository_index(stub, by_version=False)
-        for name, r in results.items():
-            if r.export_error:
-                continue
-            state, reason = index.get(name, ("MISSING", "not in the repository index"))
-            r.loaded = state == "READY"
-            path = os.path.join(repo, name, "1", "model.onnx")
-            # The reason without the temporary path; an unsupported op's
-            # list of every supported op left out.
-            reason = reason.replace(path + ": ", "").split(" (supported: ")[0]
-            r.reason = "" if r.loaded else "%s: %s" % (state, reason)
-            if not r.loaded:
-                log("%s: not loaded: %s" % (name, r.reason))
-                continue
-            for i, shape in enumerate(r.model.shapes["small"]):
-                inputs = zoo.inputs_at(r.model, "small", i)
-                want = ort_outputs(path, inputs)
-                try:
-                    got = nc.infer(stub, name, inputs, deadline=120.0)
-                except Exception as e:  # noqa: BLE001 - grpc.RpcError, reported
-                    details = e.details() if hasattr(e, "details") else str(e)
-                    r.errors.append("at %s: %s" % (shape, details))
-                    log("%s %s: request failed: %s" % (name, shape, details))
-                    continue
-                r.errors.append(relative_error(got, want))
-                log("%s %s: relative error %s" % (name, shape, r.errors[-1]))
+        served_and_compared(nc, server, results, repo, log)
+        if triton_python:
+            through_tritonclient(server, results, repo, triton_python, log)
 
 
-def check(models, binary=None, with_torch=False, log=print, exporter="torchscript"):
+def served_and_compared(nc, server, results, repo, log):
+    """The gRPC requests of every loaded model, compared with ONNX Runtime."""
+    stub = server.stub()
+    index = nc.repository_index(stub, by_version=False)
+    for name, r in results.items():
+        if r.export_error:
+            continue
+        state, reason = index.get(name, ("MISSING", "not in the repository index"))
+        r.loaded = state == "READY"
+        path = os.path.join(repo, name, "1", "model.onnx")
+        # The reason without the temporary path; an unsupported op's
+        # list of every supported op left out.
+        reason = reason.replace(path + ": ", "").split(" (supported: ")[0]
+        r.reason = "" if r.loaded else "%s: %s" % (state, reason)
+        if not r.loaded:
+            log("%s: not loaded: %s" % (name, r.reason))
+            continue
+        for i, shape in enumerate(r.model.shapes["small"]):
+            inputs = zoo.inputs_at(r.model, "small", i)
+            want = ort_outputs(path, inputs)
+            try:
+                got = nc.infer(stub, name, inputs, deadline=120.0)
+            except Exception as e:  # noqa: BLE001 - grpc.RpcError, reported
+                details = e.details() if hasattr(e, "details") else str(e)
+                r.errors.append("at %s: %s" % (shape, details))
+                log("%s %s: request failed: %s" % (name, shape, details))
+                continue
+            r.errors.append(relative_error(got, want))
+            log("%s %s: relative error %s" % (name, shape, r.errors[-1]))
+
+
+def through_tritonclient(server, results, repo, triton_python, log):
+    """Each loaded model's requests sent again by tests/models/
+    zoo_tritonclient.py (Triton's tritonclient, gRPC and HTTP) to SERVER;
+    the answers compared with ONNX Runtime's into Result.triton_errors."""
+    work = os.path.join(repo, "..", "tritonclient")
+    os.makedirs(work, exist_ok=True)
+    manifest, wants = [], []
+    for name, r in results.items():
+        if not r.loaded:
+            continue
+        path = os.path.join(repo, name, "1", "model.onnx")
+        for i in range(len(r.model.shapes["small"])):
+            inputs = zoo.inputs_at(r.model, "small", i)
+            stem = os.path.join(work, "%s_%d" % (name, i))
+            np.savez(stem + "_inputs.npz", **inputs)
+            manifest.append({"model": name, "inputs": stem + "_inputs.npz", "outputs": stem})
+            wants.append((r, ort_outputs(path, inputs)))
+    with open(os.path.join(work, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    run = subprocess.run([triton_python, os.path.join(SOURCE_DIR, "tests", "models",
+                                                      "zoo_tritonclient.py"),
+                          "--grpc", server.grpc_address, "--http",
+                          "%s:%d" % (server.host, server.http_port),
+                          "--manifest", os.path.join(work, "manifest.json")],
+                         capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        raise RuntimeError("zoo_tritonclient.py failed (%d): %s" % (
+            run.returncode, run.stderr[-2000:]))
+    for request, (r, want) in zip(manifest, wants):
+        for protocol in ("grpc", "http"):
+            got = dict(np.load(request["outputs"] + "." + protocol + ".npz"))
+            r.triton_errors.setdefault(protocol, []).append(relative_error(got, want))
+            log("%s through tritonclient.%s: relative error %s" % (
+                request["model"], protocol, r.triton_errors[protocol][-1]))
+
+
+def check(models, binary=None, with_torch=False, log=print, exporter="torchscript",
+          triton_python=None):
     """{name: Result} for MODELS (small), exported and served."""
     work = tempfile.mkdtemp(prefix="numaserve_zoo_")
     try:
@@ -187,7 +234,7 @@ def check(models, binary=None, with_torch=False, log=print, exporter="torchscrip
         start = time.monotonic()
         results = export_all(models, repo, with_torch, exporter)
         log("exported %d models in %.1f s" % (len(results), time.monotonic() - start))
-        serve_and_compare(results, repo, binary, log)
+        serve_and_compare(results, repo, binary, log, triton_python)
         return results
     finally:
         shutil.rmtree(work, ignore_errors=True)

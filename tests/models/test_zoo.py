@@ -18,11 +18,17 @@ in zoo.REFUSED with the server's reason: served from the same server, each
 must be refused at load naming its node and op, or (once the engine takes
 it) match ONNX Runtime too. zoo.py --report prints the table.
 
+The served models' requests go once more through Triton's own
+tritonclient, gRPC and HTTP (tests/models/zoo_tritonclient.py, run by the
+python of <build>/venv/triton, NUMASERVE_TRITON_PYTHON), the answers held
+to the same bound.
+
 Two interpreters: ctest starts this file with Debian's python3, which
 re-executes it with the zoo's environment <build>/venv/zoo
 (NUMASERVE_ZOO_PYTHON; requirements/zoo.txt, made by make test): PyPI's
 transformers and ONNX Runtime over Debian's PyTorch. Without it the test
-skips, and fails under CI=true.
+skips, and fails under CI=true; so does the tritonclient test without
+<build>/venv/triton.
 """
 import os
 import sys
@@ -36,6 +42,9 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "benchmarks", "models"))
 import prerequisites  # noqa: E402
 
 ZOO_PYTHON = os.environ.get("NUMASERVE_ZOO_PYTHON", "")
+TRITON_PYTHON = os.environ.get("NUMASERVE_TRITON_PYTHON", "")
+if not os.access(TRITON_PYTHON, os.X_OK):
+    TRITON_PYTHON = ""
 try:
     import onnxruntime  # noqa: F401
     import torch  # noqa: F401
@@ -62,7 +71,8 @@ class ZooTest(unittest.TestCase):
     def setUpClass(cls):
         if MISSING:
             return
-        cls.results = zoo_check.check(zoo.MODELS, os.environ.get("NUMASERVE_BIN"))
+        cls.results = zoo_check.check(zoo.MODELS, os.environ.get("NUMASERVE_BIN"),
+                                      triton_python=TRITON_PYTHON or None)
 
     def setUp(self):
         if MISSING:
@@ -99,6 +109,26 @@ class ZooTest(unittest.TestCase):
 
     def test_regnet(self):
         self.check("regnet")
+
+    def test_the_served_ones_answer_tritonclient_alike(self):
+        """The same requests through Triton's tritonclient (gRPC and HTTP
+        binary, tests/models/zoo_tritonclient.py in <build>/venv/triton)."""
+        if not TRITON_PYTHON:
+            prerequisites.missing(self, "NUMASERVE_TRITON_PYTHON is not a python with "
+                                  "tritonclient: make venv-triton (make test makes it)")
+        for m in zoo.MODELS:
+            if not m.served:
+                continue
+            r = self.results[m.name]
+            for protocol in ("grpc", "http"):
+                errors = r.triton_errors.get(protocol, [])
+                self.assertEqual(len(errors), 3, "%s over %s: %s" % (m.name, protocol, errors))
+                for shape, error in zip(m.shapes["small"], errors):
+                    self.assertIsInstance(error, float, "%s %s at %s: %s" % (
+                        m.name, protocol, shape, error))
+                    self.assertLessEqual(error, zoo.RTOL, "%s %s at %s" % (m.name, protocol,
+                                                                         shape))
+            print("%s through tritonclient (grpc, http): %s" % (m.name, r.triton_errors))
 
     def test_the_others_are_refused_at_load_naming_node_and_op(self):
         """A model numaserve cannot run fails at load, its reason naming the
