@@ -10,9 +10,10 @@
 # others (as serving_bench.sh). Needs `perf` (Debian's linux-perf; not
 # installed by deploy/install-deps.sh: profiling is not part of the build).
 #
-# Environment: MODEL (default an identity over [batch,3,224,224] FP32,
-# written to the temporary repository: 588 KiB in and out per request, no
-# compute), KEEP, CALLERS (default 16), SECONDS_PER_RUN (default 8), MODE
+# Environment: MODEL (default: a model written to the temporary repository
+# by IO: `identity`, 588 KiB in and out per request, or `classifier`,
+# ResNet-50's 588 KiB in and 4 KiB out; next to no compute either way),
+# KEEP (a file to keep the perf data in), CALLERS (default 16), SECONDS_PER_RUN (default 8), MODE
 # (grpc_loadgen --mode: closed or stream; default closed), TOP (default 25).
 set -euo pipefail
 build=${1:-build/release}
@@ -29,21 +30,34 @@ front=0-$((ncpu - 2))
 
 work=$(mktemp -d)
 # KEEP=FILE keeps the perf data there.
-trap 'kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true
   if [ -n "${KEEP:-}" ] && [ -f "$work/perf.data" ]; then cp "$work/perf.data" "$KEEP"; fi
   rm -rf "$work"' EXIT
 mkdir -p "$work/repo/m/1"
 if [ -n "${MODEL:-}" ]; then
   ln -s "$(realpath "$MODEL")" "$work/repo/m/1/model.onnx"
 else
-  python3 - "$work/repo/m/1/model.onnx" <<'PY'
+  python3 - "$work/repo/m/1/model.onnx" "${IO:-identity}" <<'PY'
 import sys
-from onnx import TensorProto, helper, save
-shape = ["batch", 3, 224, 224]
-x = helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)
-y = helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)
-graph = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])], "identity",
-                          [x], [y])
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+# identity: [batch,3,224,224] FP32 in and out; classifier: ResNet-50's
+# inputs and outputs ([batch,3,224,224] in, [batch,1000] out) through a
+# global average pool and a [3,1000] MatMul, next to no compute.
+x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 224, 224])
+if sys.argv[2] == "classifier":
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 1000])
+    w = numpy_helper.from_array(np.full((3, 1000), 0.5, np.float32), "w")
+    nodes = [helper.make_node("GlobalAveragePool", ["input"], ["pooled"]),
+             helper.make_node("Flatten", ["pooled"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "w"], ["output"])]
+    inits = [w]
+else:
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3, 224, 224])
+    nodes = [helper.make_node("Identity", ["input"], ["output"])]
+    inits = []
+graph = helper.make_graph(nodes, "io", [x], [y], inits)
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
 save(model, sys.argv[1])
