@@ -70,7 +70,7 @@ printf 'max_batch_size: 16\ndynamic_batching { max_queue_delay_microseconds: 0 }
   --http-port -1 --cpuset "$compute" >"$work/out" 2>"$work/log" &
 pid=$!
 for _ in $(seq 1 600); do
-  grep -q grpc= "$work/out" && break
+  grep -qs grpc= "$work/out" && break
   kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
   sleep 0.1
 done

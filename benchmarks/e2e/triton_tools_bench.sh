@@ -77,7 +77,7 @@ perf() {
       --concurrency-range "$concurrency:$concurrency" -p "$window" -s "$stability" -r 6 \
       -f "$dir/pa.csv" "$@" >"$dir/pa.log" 2>&1; then
     sed -n 2p "$dir/pa.csv" | cut -d, -f2
-  elif grep -qiE "error|failed" "$dir/pa.log"; then
+  elif ! grep -qi "stable" "$dir/pa.log" && grep -qiE "error|failed" "$dir/pa.log"; then
     echo "failed"
     grep -iE "error|failed" "$dir/pa.log" | head -3 >&2
   else
