@@ -679,11 +679,13 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
 // largest setting) come from the heap, and up to 256 MiB of free heap
 // stays mapped; what requests hold at once is bounded by
 // --max-inflight-bytes-mb. A GLIBC_TUNABLES malloc setting is left to rule.
+// Called at start-up, before Serve starts the server's threads (getenv and
+// mallopt are not to race with setenv or the allocator's users).
 void KeepFreedHeapForReuse() {
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const char* tunables = std::getenv("GLIBC_TUNABLES");  // NOLINT(concurrency-mt-unsafe): above
   if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);   // NOLINT(concurrency-mt-unsafe): above
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);  // NOLINT(concurrency-mt-unsafe): above
 }
 
 int ServeCommand(const std::vector<std::string>& args, const serving::ProcessOptions& process) {
