@@ -49,6 +49,23 @@ class SliceReader {
     return false;  // more than ten bytes
   }
 
+  // A field's tag as protobuf reads it: a varint of at most five bytes,
+  // kept to 32 bits.
+  bool ReadTag(uint32_t* tag) {
+    uint32_t v = 0;
+    for (int i = 0; i < 5; ++i) {
+      if (left() == 0) return false;
+      const auto byte = static_cast<uint8_t>(*Here());
+      Advance(1);
+      v |= static_cast<uint32_t>(byte & 0x7f) << (7 * i);
+      if ((byte & 0x80) == 0) {
+        *tag = v;
+        return true;
+      }
+    }
+    return false;
+  }
+
   // The next `n` bytes (n <= left()), in the slices' pieces; moves past them.
   void Take(size_t n, InputBytes* out) {
     while (n > 0) {
@@ -146,12 +163,10 @@ absl::StatusOr<RawInferRequest> ReadRawInferRequest(const grpc::ByteBuffer& buff
   SliceReader copier(*slices);
   while (reader.left() > 0) {
     const size_t field_start = reader.offset();
-    uint64_t tag = 0;
-    if (!reader.ReadVarint(&tag) || tag > UINT32_MAX) {
-      return Malformed(field_start, "a truncated or oversized tag");
-    }
-    const auto field = static_cast<uint32_t>(tag >> 3);
-    const auto wire_type = static_cast<uint32_t>(tag & 7);
+    uint32_t tag = 0;
+    if (!reader.ReadTag(&tag)) return Malformed(field_start, "a truncated or oversized tag");
+    const uint32_t field = tag >> 3;
+    const uint32_t wire_type = tag & 7;
     if (field == 0) return Malformed(field_start, "field number 0");
     InputBytes payload;
     if (absl::Status s = TakePayload(&reader, wire_type, field_start, &payload); !s.ok()) {

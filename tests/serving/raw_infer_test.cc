@@ -130,7 +130,7 @@ TEST(RawInferTest, HostileBytesAreRefusedWithTheOffset) {
       {name_field + "\x0e", "a group or an unknown wire type"},  // wire type 6
       {name_field + "\x02\x00", "field number 0"},
       {name_field + "\x80", "a truncated or oversized tag"},
-      {name_field + std::string(11, '\x80') + "\x01", "a truncated or oversized tag"},
+      {name_field + std::string(5, '\x80') + "\x01", "a truncated or oversized tag"},
       {name_field + "\x10", "a truncated varint"},         // field 2 as a varint, no value
       {name_field + "\x19\x01\x02", "runs past the end"},  // fixed64, 2 of 8 bytes
   };
@@ -147,6 +147,14 @@ TEST(RawInferTest, HostileBytesAreRefusedWithTheOffset) {
   auto bad = ReadRawInferRequest(Sliced(std::string("\x0a\x02\xc3\x28", 4), 2));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  // A five-byte tag is kept to 32 bits, as protobuf reads it: 0x88 0x87
+  // 0x87 0x87 0x78 is field 270284913 as a varint, unknown and skipped.
+  auto wide = ReadRawInferRequest(
+      Sliced(name_field + std::string("\x88\x87\x87\x87\x78\x05", 6) + "\x3a\x01z", 2));
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(wide->message.model_name(), "m");
+  ASSERT_EQ(wide->transport->inputs.size(), 1u);
+  EXPECT_EQ(Joined(wide->transport->inputs[0]), "z");
   // An empty message is an empty request (which the service then refuses).
   auto empty = ReadRawInferRequest(grpc::ByteBuffer());
   ASSERT_TRUE(empty.ok()) << empty.status();
