@@ -557,6 +557,11 @@ def rank_processes():
     return ranks
 
 
+def anon_pages(maps):
+    """A process's anonymous pages on every node (NumaMaps)."""
+    return sum(maps.pages_by_node(("anon",)).values())
+
+
 class TrainTest(unittest.TestCase):
     """`numaserve train --ranks <nodes with cpus>` under the real mpirun."""
 
@@ -585,15 +590,20 @@ class TrainTest(unittest.TestCase):
         output = []
         reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
         reader.start()
-        seen = {}  # local rank -> (pid, allowed cpus, NumaMaps), the last sample
+        # local rank -> (pid, allowed cpus, NumaMaps): the sample with the
+        # most anonymous pages, taken while the rank trained (a rank read
+        # as it exits has unmapped its memory already: 0 pages).
+        seen = {}
         deadline = time.monotonic() + SLOW
         while proc.poll() is None and time.monotonic() < deadline:
             for rank, pid in rank_processes().items():
                 try:
-                    seen[rank] = (pid, numa_procfs.allowed_cpus(pid),
-                                  numa_procfs.NumaMaps.read(pid))
+                    sample = (pid, numa_procfs.allowed_cpus(pid), numa_procfs.NumaMaps.read(pid))
                 except (OSError, RuntimeError):
-                    pass  # the rank ended meanwhile
+                    continue  # the rank ended meanwhile
+                pages = anon_pages(sample[2])
+                if rank not in seen or pages > anon_pages(seen[rank][2]):
+                    seen[rank] = sample
             time.sleep(0.5)
         if proc.poll() is None:
             proc.kill()
