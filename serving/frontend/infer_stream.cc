@@ -59,7 +59,10 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (read_more) ReadNext();
     absl::StatusOr<RawInferRequest> read = ReadRawInferRequest(item->received);
     item->received.Clear();
-    if (!read.ok()) return Answer(item, read.status());
+    if (!read.ok()) {
+      service_->RecordUnreadRequest(read.status());
+      return Answer(item, read.status());
+    }
     item->request = *std::move(read);
     Item* raw = item.get();
     service_->StartInference(

@@ -280,13 +280,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   auto* call = new InferCall(this, context, response);
   absl::StatusOr<RawInferRequest> read = ReadRawInferRequest(*request);
   if (!read.ok()) {
-    if (metrics_) {
-      const char* protocol = ProtocolName(Protocol::kGrpc);
-      metrics_->RecordRequest(Metrics::kUnknownModelLabel, protocol,
-                              OutcomeName(read.status().code()), 0);
-      metrics_->RecordFailure(Metrics::kUnknownModelLabel, protocol,
-                              FailureReason(read.status().code()));
-    }
+    RecordUnreadRequest(read.status());
     call->Answer(read.status(), nullptr);
     return call;
   }
@@ -299,6 +293,13 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
       },
       std::move(transport));
   return call;
+}
+
+void InferenceService::RecordUnreadRequest(const absl::Status& why) {
+  if (!metrics_) return;
+  const char* protocol = ProtocolName(Protocol::kGrpc);
+  metrics_->RecordRequest(Metrics::kUnknownModelLabel, protocol, OutcomeName(why.code()), 0);
+  metrics_->RecordFailure(Metrics::kUnknownModelLabel, protocol, FailureReason(why.code()));
 }
 
 void InferenceService::CancelCall(CallCancellation& cancel) {

@@ -220,6 +220,9 @@ class InferenceService final : public grpc_bases::Calls {
   friend class InferCall;
   friend class InferStream;
 
+  // Counts a gRPC inference request that could not be read (a malformed
+  // message) in the metrics, under no model.
+  void RecordUnreadRequest(const absl::Status& why);
   // NOT_FOUND for an unknown model or version; the model otherwise.
   absl::StatusOr<ModelHandle> Resolve(const std::string& name, const std::string& version,
                                       ModelManager::Need need = ModelManager::Need::kReady) const;

@@ -257,6 +257,40 @@ class InferenceTest(unittest.TestCase):
                               lambda: self.stub.ModelInfer(request, timeout=30),
                               "one input with two raw_input_contents entries")
 
+    def test_malformed_messages_are_refused_with_the_offset(self):
+        # ModelInfer and ModelStreamInfer read their messages from gRPC's
+        # buffers (raw_infer.cc): bytes that are not a ModelInferRequest are
+        # refused naming the offset, on a stream as that request's answer,
+        # and a good request right after is answered.
+        good = self.request(batch=2).SerializeToString()
+        name = nc.pb.ModelInferRequest(model_name=MODEL).SerializeToString()
+        malformed = [
+            (name + b"\x3a\x05abc", "at byte %d: a field runs past the end" % len(name)),
+            (good + b"\x0b", "at byte %d: a group or an unknown wire type" % len(good)),
+            (name + b"\x02\x00", "at byte %d: field number 0" % len(name)),
+        ]
+        channel = self.server.channel()
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=nc.pb.ModelInferResponse.FromString)
+        for wire, words in malformed:
+            self.assert_rpc_error(grpc.StatusCode.INVALID_ARGUMENT,
+                                  lambda: infer(wire, timeout=30), "malformed %r" % wire[-8:],
+                                  ["the ModelInferRequest is malformed", words])
+        # Raw contents split by the reader match the request's NumPy answer.
+        images = nc.random_images(2, seed=2)
+        got = nc.decode_outputs(infer(good, timeout=30))["probabilities"]
+        self.assert_matches_reference(images, got, "ModelInfer read from gRPC's buffers")
+        stream = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer", request_serializer=lambda b: b,
+            response_deserializer=nc.pb.ModelStreamInferResponse.FromString)
+        replies = list(stream(iter([malformed[0][0], good]), timeout=60))
+        self.assertEqual(len(replies), 2, [r.error_message for r in replies])
+        self.assertIn("malformed at byte", replies[0].error_message)
+        self.assertEqual(replies[1].error_message, "")
+        got = nc.decode_outputs(replies[1].infer_response)["probabilities"]
+        self.assert_matches_reference(images, got, "ModelStreamInfer after a malformed request")
+
     def test_missing_input(self):
         request = nc.pb.ModelInferRequest(model_name=MODEL)
         self.assert_rpc_error(grpc.StatusCode.INVALID_ARGUMENT,
