@@ -203,13 +203,19 @@ format-check: deps
 # include (.clang-tidy's HeaderFilterRegex), on the release build's
 # compile_commands.json (the build first generates the protobuf headers).
 # Findings are errors. TIDY_FILES narrows it: make tidy TIDY_FILES=base/log.cc
+# A file found clean is not checked again while nothing that decides its
+# result changed (tools/tidy_cached.py: clang-tidy's version, .clang-tidy,
+# the compile command, the preprocessed file; TIDY_CACHE, default
+# ~/.cache/numaserve/tidy).
 TIDY_FILES ?= $(shell git ls-files '*.cc' | grep -v '^tests/\|^benchmarks/')
+TIDY_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/numaserve/tidy
 tidy: build
-	@run-clang-tidy -quiet -p $(BUILD_DIR) -j $(JOBS) \
-	  -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wthread-safety $(addprefix $(CURDIR)/,$(TIDY_FILES)) \
-	  > $(BUILD_DIR)/tidy.log 2>&1 || { grep -B1 -A3 'error:' $(BUILD_DIR)/tidy.log | head -200; \
+	@/usr/bin/python3 tools/tidy_cached.py -p $(BUILD_DIR) -j $(JOBS) --cache $(TIDY_CACHE) \
+	  --extra-arg=-Wno-unknown-warning-option --extra-arg=-Wthread-safety \
+	  $(addprefix $(CURDIR)/,$(TIDY_FILES)) > $(BUILD_DIR)/tidy.log 2>&1 || \
+	  { grep -B1 -A3 'error:' $(BUILD_DIR)/tidy.log | head -200; tail -1 $(BUILD_DIR)/tidy.log; \
 	  echo "tidy: findings above (full log: $(BUILD_DIR)/tidy.log)"; exit 1; }
-	@echo "tidy: clean ($(words $(TIDY_FILES)) files)"
+	@tail -1 $(BUILD_DIR)/tidy.log
 
 # Functions over 80 lines (clang-tidy's readability-function-size) that do
 # not say why. A longer function carries its reason in a comment at its top
