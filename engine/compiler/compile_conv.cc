@@ -33,6 +33,15 @@ std::optional<kernels::EltwisePostOp> ActivationPostOp(const Graph& graph, const
   }
   if (op == "Sigmoid") return kernels::EltwisePostOp{algorithm::eltwise_logistic, 0.0f, 0.0f};
   if (op == "Tanh") return kernels::EltwisePostOp{algorithm::eltwise_tanh, 0.0f, 0.0f};
+  // ONNX's max(0, min(1, alpha * x + beta)), and x times it with alpha 1/6
+  // and beta 1/2: oneDNN 3's hardsigmoid and hardswish take the same form.
+  if (op == "HardSigmoid") {
+    return kernels::EltwisePostOp{algorithm::eltwise_hardsigmoid, node.GetFloat("alpha", 0.2f),
+                                  node.GetFloat("beta", 0.5f)};
+  }
+  if (op == "HardSwish") {
+    return kernels::EltwisePostOp{algorithm::eltwise_hardswish, 1.0f / 6.0f, 0.5f};
+  }
   if (op == "Clip") {
     auto p = ops::UnaryParamsOf(graph, node);
     for (size_t i = 1; i < node.inputs.size(); ++i) {
@@ -261,12 +270,27 @@ bool CompiledModelImpl::FoldConvBatchNorm(ConvBuild& cb, ValueId& value, int64_t
   return true;
 }
 
-// Appends the chain of activations reading `value` alone to `posts`,
-// moving `value` to the last one's output.
+// Appends the chain of activations reading `value` alone to `posts`
+// (a gated activation, GatedActivationOf, counting as one), moving `value`
+// to the last one's output.
 void CompiledModelImpl::FuseConvActivations(ConvBuild& cb, ValueId& value,
                                             std::vector<kernels::EltwisePostOp>& posts,
                                             std::string& label) const {
-  while (!is_output_[value] && cb.consumers[value].size() == 1) {
+  while (!is_output_[value]) {
+    // x * Sigmoid(x) or x * HardSigmoid(x) reading the value alone: one
+    // post-op (swish, hardswish) for the gate and the Mul.
+    if (const auto gated = GatedActivationOf(value, cb.consumers);
+        gated.has_value() && !cb.fused[gated->gate] && !cb.fused[gated->mul]) {
+      if (!kernels::CanAppendEltwise(posts, gated->op)) break;
+      posts.push_back(gated->op);
+      cb.fused[gated->gate] = true;
+      cb.fused[gated->mul] = true;
+      value = graph_.nodes()[gated->mul].outputs[0];
+      absl::StrAppend(&label, "+", graph_.nodes()[gated->gate].name, "+",
+                      graph_.nodes()[gated->mul].name);
+      continue;
+    }
+    if (cb.consumers[value].size() != 1) break;
     const Node& act = graph_.nodes()[cb.consumers[value][0]];
     auto post = ActivationPostOp(graph_, act);
     if (!post.has_value() || !kernels::CanAppendEltwise(posts, *post)) break;

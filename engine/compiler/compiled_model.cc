@@ -36,15 +36,6 @@ int CompiledModelImpl::SoleConsumer(ValueId v, const char* op_type,
   return graph_.nodes()[j].op_type == op_type ? j : -1;
 }
 
-// What Compile hands a lowering: the node and the graph-wide facts it has.
-struct CompiledModelImpl::LowerContext {
-  int node_index;
-  const std::vector<std::vector<int>>& consumers;  // by ValueId: reading nodes
-  const std::vector<Shape>& shapes1;               // every value's shape at batch 1
-  const std::vector<int>& producer;  // by ValueId: node index, -1 for inputs/constants
-  std::vector<bool>& fused;          // by node: taken into an earlier node's step
-};
-
 const absl::flat_hash_map<std::string_view, CompiledModelImpl::Lowering>&
 CompiledModelImpl::Lowerings() {
   // One row per op type; ops sharing a lowering tell themselves apart by
@@ -73,6 +64,10 @@ CompiledModelImpl::Lowerings() {
       {"ReduceMax", &CompiledModelImpl::LowerReduce},
       {"ReduceMin", &CompiledModelImpl::LowerReduce},
       {"LayerNormalization", &CompiledModelImpl::LowerLayerNorm},
+      {"Sigmoid", &CompiledModelImpl::LowerGate},
+      {"HardSigmoid", &CompiledModelImpl::LowerGate},
+      {"HardSwish", &CompiledModelImpl::LowerGate},
+      {"Mul", &CompiledModelImpl::LowerMul},
   };
   return *lowerings;
 }

@@ -46,6 +46,7 @@
 #include "base/log.h"
 #include "engine/compiler/batch_groups.h"
 #include "engine/compiler/compiled_steps.h"
+#include "engine/compiler/eltwise_steps.h"
 #include "engine/compiler/memory_plan.h"
 #include "engine/import/model_info.h"
 #include "engine/import/onnx_import.h"
@@ -195,6 +196,21 @@ class CompiledModelImpl final : public CompiledModel {
   std::optional<DepthwiseMatch> DepthwiseAfterConv(const ConvBuild& cb) const;
   // Fuses the depthwise conv `m` into the conv where oneDNN runs it fast.
   void FuseConvDepthwise(ConvBuild& cb, const DepthwiseMatch& m) const;
+  // x * Sigmoid(x) (SiLU, as exporters write it) or x * HardSigmoid(x)
+  // (HardSwish): the gate node, the Mul reading x and the gate's output
+  // alone, and the one oneDNN algorithm computing both (compile_eltwise.cc).
+  struct GatedActivation {
+    int gate = -1;
+    int mul = -1;
+    kernels::EltwisePostOp op;
+  };
+  // The gated activation whose gate is node `gate`, or nothing.
+  std::optional<GatedActivation> GatedActivationAt(
+      int gate, const std::vector<std::vector<int>>& consumers) const;
+  // The gated activation of `value` when its readers are exactly the gate
+  // and the Mul (so a conv's post-op may take both), or nothing.
+  std::optional<GatedActivation> GatedActivationOf(
+      ValueId value, const std::vector<std::vector<int>>& consumers) const;
   // ConvTranspose with constant weights on oneDNN's deconvolution; false
   // when the node needs the reference.
   bool CompileConvTranspose(int node_index, const std::vector<Shape>& shapes1);
@@ -205,7 +221,14 @@ class CompiledModelImpl final : public CompiledModel {
   // the table in LoweringOf (compiled_model.cc). Each adds the node's step
   // (or view) and returns true, or returns false to leave the node to
   // FastStep and then the reference step.
-  struct LowerContext;
+  // What Compile hands a lowering: the node and the graph-wide facts it has.
+  struct LowerContext {
+    int node_index;
+    const std::vector<std::vector<int>>& consumers;  // by ValueId: reading nodes
+    const std::vector<Shape>& shapes1;               // every value's shape at batch 1
+    const std::vector<int>& producer;  // by ValueId: node index, -1 for inputs/constants
+    std::vector<bool>& fused;          // by node: taken into an earlier node's step
+  };
   using Lowering = absl::StatusOr<bool> (CompiledModelImpl::*)(const LowerContext& c);
   // The table: op type -> lowering (compiled_model.cc).
   static const absl::flat_hash_map<std::string_view, Lowering>& Lowerings();
@@ -236,6 +259,12 @@ class CompiledModelImpl final : public CompiledModel {
   // LayerNormalization over the last axis with constant scale and bias, else
   // the reference; false with several outputs.
   absl::StatusOr<bool> LowerLayerNorm(const LowerContext& c);
+  // Sigmoid and HardSigmoid (with the Mul of a gated activation after them:
+  // one SiLU or HardSwish step) and HardSwish on oneDNN (compile_eltwise.cc).
+  absl::StatusOr<bool> LowerGate(const LowerContext& c);
+  // A Mul by a per-channel scale (squeeze-excitation) in either layout;
+  // false for any other Mul (compile_eltwise.cc).
+  absl::StatusOr<bool> LowerMul(const LowerContext& c);
   // Compile's work once every node has its step: storage, layouts, the
   // thread and serial-step defaults, profiling, lifetimes, in-place residuals.
   void PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
@@ -376,7 +405,8 @@ class CompiledModelImpl final : public CompiledModel {
 };
 
 // The oneDNN post-op for an activation node (Relu, LeakyRelu, Sigmoid,
-// Tanh, Clip with constant bounds), if it maps to one (compile_conv.cc).
+// Tanh, Clip with constant bounds, HardSigmoid, HardSwish), if it maps to
+// one (compile_conv.cc).
 std::optional<kernels::EltwisePostOp> ActivationPostOp(const Graph& graph, const Node& node);
 
 // Rewrites every Einsum that is one matrix product (two FP32 inputs; see

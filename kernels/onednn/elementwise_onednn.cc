@@ -70,14 +70,14 @@ absl::Status AddOnednn::Execute(dnnl::stream& stream, const Shape& a_shape, cons
   return absl::OkStatus();
 }
 
-absl::Status ReluOnednn::Execute(dnnl::stream& stream, int64_t count, const float* src,
-                                 float* dst) {
+absl::Status EltwiseOnednn::Execute(dnnl::stream& stream, int64_t count, const float* src,
+                                    float* dst) {
   BoundPrimitive* call = per_count_.Find(count);
   try {
     if (call == nullptr) {
       dnnl::memory::desc md({count}, dt::f32, dnnl::memory::format_tag::a);
       dnnl::eltwise_forward::primitive_desc pd(engine_, dnnl::prop_kind::forward_inference,
-                                               dnnl::algorithm::eltwise_relu, md, md, 0.0f, 0.0f);
+                                               algorithm_, md, md, alpha_, beta_);
       BoundPrimitive created;
       created.primitive = dnnl::eltwise_forward(pd);
       created.args[DNNL_ARG_SRC] = UnboundMemory(md, engine_);
@@ -88,7 +88,7 @@ absl::Status ReluOnednn::Execute(dnnl::stream& stream, int64_t count, const floa
     call->SetHandle(DNNL_ARG_DST, dst);
     call->Execute(stream);
   } catch (const dnnl::error& e) {
-    return DnnlErrorToStatus(e, "relu");
+    return DnnlErrorToStatus(e, "eltwise");
   }
   return absl::OkStatus();
 }
@@ -99,7 +99,7 @@ std::string AddOnednn::ImplementationName(const Shape& a_shape, const Shape& b_s
   return entry->use_loop ? "loop" : entry->call.ImplementationName();
 }
 
-std::string ReluOnednn::ImplementationName(int64_t count) const {
+std::string EltwiseOnednn::ImplementationName(int64_t count) const {
   const BoundPrimitive* call = per_count_.Peek(count);
   return call == nullptr ? "" : call->ImplementationName();
 }

@@ -1,5 +1,5 @@
-// Elementwise ops on oneDNN: broadcasting Add (binary_add) and Relu
-// (eltwise_relu), one primitive per shape (the kShapeCacheCapacity most
+// Elementwise ops on oneDNN: broadcasting Add (binary_add) and the eltwise
+// algorithms (Relu, SiLU, HardSwish, ...), one primitive per shape (the kShapeCacheCapacity most
 // recently run kept, others created again when they come back).
 #pragma once
 
@@ -44,10 +44,15 @@ class AddOnednn {
   BoundedCache<std::tuple<Shape, Shape>, Entry> per_shape_{kShapeCacheCapacity};
 };
 
-class ReluOnednn {
+// One oneDNN eltwise algorithm (with its alpha and beta) over `count`
+// contiguous floats: a plain tensor, or a blocked one with its channel
+// padding (which stays zero where the function maps 0 to 0).
+class EltwiseOnednn {
  public:
-  explicit ReluOnednn(const dnnl::engine& engine) : engine_(engine) {}
+  EltwiseOnednn(const dnnl::engine& engine, dnnl::algorithm algorithm, float alpha, float beta)
+      : engine_(engine), algorithm_(algorithm), alpha_(alpha), beta_(beta) {}
 
+  // src and dst may be the same buffer.
   absl::Status Execute(dnnl::stream& stream, int64_t count, const float* src, float* dst);
   std::string ImplementationName(int64_t count) const;
   // Element counts whose primitive is kept.
@@ -55,7 +60,15 @@ class ReluOnednn {
 
  private:
   dnnl::engine engine_;
+  dnnl::algorithm algorithm_;
+  float alpha_, beta_;
   BoundedCache<int64_t, BoundPrimitive> per_count_{kShapeCacheCapacity};
+};
+
+class ReluOnednn : public EltwiseOnednn {
+ public:
+  explicit ReluOnednn(const dnnl::engine& engine)
+      : EltwiseOnednn(engine, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f) {}
 };
 
 }  // namespace numaserve::kernels
