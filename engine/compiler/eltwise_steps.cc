@@ -73,7 +73,13 @@ absl::Status ChannelScaleStep::Run(const StepContext& ctx) {
   }
   const int64_t rows = xs[0], channels = xs[1];
   const int64_t spatial = kernels::NumElements(xs) / std::max<int64_t>(rows * channels, 1);
-  const int64_t s_row = ss[0] == 1 ? 0 : channels;
+  // A scale row's floats: its channels, padded to the block where it is
+  // channel-blocked (nhwc's [N, 1, 1, C] is the plain order).
+  const int64_t block = kernels::ActivationChannelBlock();
+  const int64_t padded = scale_blocked_ && layout_ == kernels::BlockedLayout::kChannelBlocked
+                             ? (channels + block - 1) / block * block
+                             : channels;
+  const int64_t s_row = ss[0] == 1 ? 0 : padded;
   const float* x = ctx.data[x_];
   const float* s = ctx.data[scale_];
   float* y = ctx.data[dst_];
@@ -101,7 +107,7 @@ absl::Status ChannelScaleStep::Run(const StepContext& ctx) {
       float* yi = y + i * channels;
       for (int64_t c = 0; c < channels; ++c) yi[c] = xi[c] * si[c];
     }
-  } else if (kernels::ActivationChannelBlock() == 16) {
+  } else if (block == 16) {
     ScaleBlocked<16>(x, s, y, rows, channels, spatial, s_row);
   } else {
     ScaleBlocked<8>(x, s, y, rows, channels, spatial, s_row);

@@ -70,9 +70,10 @@ class EltwiseStep final : public Step {
 
 // dst = x * scale, where scale holds one value per row and channel: a
 // squeeze-excitation block's [N, C, 1, 1] gate (or a [1, C, 1, 1] one)
-// broadcast over its [N, C, H, W] feature map (rank 3 to 5). x and dst in
-// either layout (x reordered into dst's first where they differ), scale
-// read plain. OpenMP-parallel over rows and channel blocks.
+// broadcast over its [N, C, H, W] feature map (rank 3 to 5). x, dst and
+// scale in either layout (x reordered into dst's first where they differ;
+// a blocked scale is its rows of channels padded to the block).
+// OpenMP-parallel over rows and channel blocks.
 class ChannelScaleStep final : public Step {
  public:
   ChannelScaleStep(const dnnl::engine& engine, kernels::BlockedLayout layout, ValueId x,
@@ -88,6 +89,7 @@ class ChannelScaleStep final : public Step {
   std::string Describe() const override { return "channel-scale: " + name_; }
   void SetLayouts(const std::vector<bool>& blocked) override {
     x_blocked_ = blocked[x_];
+    scale_blocked_ = blocked[scale_];
     dst_blocked_ = blocked[dst_];
   }
   std::string Layouts() const override {
@@ -105,7 +107,7 @@ class ChannelScaleStep final : public Step {
  private:
   static StepTraits Traits(ValueId x, ValueId scale, ValueId dst) {
     StepTraits t = StepTraits::ReadsWrites({x, scale}, {dst});
-    t.blocked_reads = {x};
+    t.blocked_reads = {x, scale};
     t.blocked_write = dst;
     return t;
   }
@@ -113,7 +115,7 @@ class ChannelScaleStep final : public Step {
   kernels::ActivationReorder reorder_;
   kernels::BlockedLayout layout_;
   ValueId x_, scale_, dst_;
-  bool x_blocked_ = false, dst_blocked_ = false;
+  bool x_blocked_ = false, scale_blocked_ = false, dst_blocked_ = false;
   std::string name_;
 };
 

@@ -178,14 +178,17 @@ TEST(GatedActivationTest, SqueezeExcitationScalesInTheConvsLayout) {
       EXPECT_THAT(plan, Not(HasSubstr("binary:")));
       EXPECT_THAT(plan, Not(HasSubstr("unary:")));
       // The scaled map is read and written in the blocked layout, no
-      // reorder to plain and back around it.
-      bool found = false;
+      // reorder to plain and back around it, and the gate is written
+      // blocked too.
+      int found = 0;
       for (const std::string& s : steps) {
-        if (s.rfind("channel-scale: se_scale", 0) != 0) continue;
-        found = true;
+        if (s.rfind("channel-scale: se_scale", 0) != 0 && s.rfind("conv: se_fc2", 0) != 0) {
+          continue;
+        }
+        ++found;
         EXPECT_THAT(s, Not(HasSubstr("plain")));
       }
-      EXPECT_TRUE(found) << plan;
+      EXPECT_EQ(found, 2) << plan;
     }
   }
 }
