@@ -73,11 +73,25 @@ absl::StatusOr<bool> CompiledModelImpl::LowerMul(const LowerContext& c) {
   const Node& node = graph_.nodes()[c.node_index];
   if (node.inputs.size() != 2 || node.outputs.size() != 1) return false;
   const ValueId out = node.outputs[0];
+  // The shapes at the second probe (batch 2, other dynamic dims at 96): the
+  // scale must fit there too (a scale whose rows follow the batch while x's
+  // stay 1 would broadcast x instead).
+  if (!polymorphic_ && !shapes2_.has_value()) {
+    auto at2 = PropagateShapes(graph_, ProbeInputShapes(graph_, 1));
+    shapes2_ = at2.ok() ? *std::move(at2) : std::vector<Shape>();
+  }
+  const std::vector<Shape>& shapes2 = polymorphic_ ? probe2_ : *shapes2_;
+  if (shapes2.empty()) return false;
   for (int k = 0; k < 2; ++k) {
     const ValueId x = node.inputs[k], scale = node.inputs[1 - k];
-    if (x == kNoValue || scale == kNoValue || !SameShapes(c.shapes1, x, out)) continue;
-    if (!ChannelScaleStep::Fits(c.shapes1[x], c.shapes1[scale])) continue;
-    if (polymorphic_ && !ChannelScaleStep::Fits(probe2_[x], probe2_[scale])) continue;
+    if (x == kNoValue || scale == kNoValue || c.shapes1[x] != c.shapes1[out] ||
+        shapes2[x] != shapes2[out]) {
+      continue;
+    }
+    if (!ChannelScaleStep::Fits(c.shapes1[x], c.shapes1[scale]) ||
+        !ChannelScaleStep::Fits(shapes2[x], shapes2[scale])) {
+      continue;
+    }
     plan_.steps.push_back(std::make_unique<ChannelScaleStep>(engine_, plan_.blocked_layout, x,
                                                              scale, out, node.name));
     return true;

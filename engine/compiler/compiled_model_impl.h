@@ -400,6 +400,9 @@ class CompiledModelImpl final : public CompiledModel {
   bool unavailable_logged_[std::size(kernels::kAllGemmBackends)] = {};  // by GemmBackend
   bool polymorphic_ = false;   // HasDynamicNonBatchDims(graph_)
   std::vector<Shape> probe2_;  // polymorphic_: every value's shape at ProbeInputShapes(1)
+  // Otherwise, made by LowerMul when it first needs them: every value's
+  // shape at batch 2 (empty where propagation failed there).
+  std::optional<std::vector<Shape>> shapes2_;
   // Runs plan_ once Compile has made it; freed before plan_'s steps.
   std::unique_ptr<runtime::Executor> executor_;
 };

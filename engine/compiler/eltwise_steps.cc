@@ -68,7 +68,7 @@ absl::Status ChannelScaleStep::Run(const StepContext& ctx) {
   const Shape& ss = ctx.shapes[scale_];
   if (!Fits(xs, ss) || ctx.shapes[dst_] != xs) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": a per-channel scale of shape ", kernels::ShapeToString(ss),
+        absl::StrCat("a per-channel scale of shape ", kernels::ShapeToString(ss),
                      " does not fit the tensor of shape ", kernels::ShapeToString(xs)));
   }
   const int64_t rows = xs[0], channels = xs[1];

@@ -193,5 +193,30 @@ TEST(GatedActivationTest, SqueezeExcitationScalesInTheConvsLayout) {
   }
 }
 
+// Mul(x, s) with s of one value per channel: a constant [1, C, 1, 1] s
+// over every row is a channel-scale step; an x of one row (fixed batch 1)
+// broadcast over s's rows is not (the output is not x's shape at batch 2),
+// and stays the broadcasting binary step.
+TEST(GatedActivationTest, ChannelScaleTakesOnlyAScaleBroadcastOverX) {
+  for (bool x_fixed : {false, true}) {
+    SCOPED_TRACE(x_fixed ? "x of one row" : "constant scale");
+    OnnxModelBuilder b(17);
+    b.Input("x", {x_fixed ? 1 : -1, kChannels, 6, 6});
+    if (x_fixed) {
+      b.Input("s", {-1, kChannels, 1, 1});
+    } else {
+      b.Initializer("s", RandomTensor({1, kChannels, 1, 1}, 3));
+    }
+    b.Output("y", {-1, kChannels, 6, 6});
+    b.Node("Mul", {"x", "s"}, {"y"}, "scale");
+    const std::string path = b.Save(x_fixed ? "scale_x_fixed" : "scale_constant");
+    testing::ExpectCompiledMatchesReference("scale", path, {1, 3}, 1e-12);
+    auto model = CompiledModel::Load(path, {});
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_THAT((*model)->DescribePlan(),
+                HasSubstr(x_fixed ? "binary: scale" : "channel-scale: scale"));
+  }
+}
+
 }  // namespace
 }  // namespace numaserve::engine
