@@ -301,6 +301,11 @@ absl::Status CompiledModelImpl::Compile() {
     // which other dynamic dims change: off for such models.
     options_.batch_split_cache_bytes = 0;
   }
+  // Shape values (shape_propagation.h) are computed for the whole batch of
+  // a signature: a slice of the rows would read them at the wrong size.
+  for (const Node& node : graph_.nodes()) {
+    if (node.op_type == "Shape" || node.op_type == "Size") options_.batch_split_cache_bytes = 0;
+  }
   std::vector<bool> fused(graph_.nodes().size(), false);
   step_of_node_.assign(graph_.nodes().size(), -1);
   absorbed_transpose_.assign(graph_.nodes().size(), false);

@@ -4,7 +4,9 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -35,7 +37,53 @@ Constant MakeConstant(DataType type, kernels::Tensor t) {
   return ConstantFromTyped(TypedTensor::FromFloat(t).CastTo(to));
 }
 
-// Shape arithmetic tracked at two batch sizes stays this small.
+// Shape arithmetic is tracked at kFoldSizes sizes of the dynamic dims,
+// and folds where it is one value at all of them. The first two set every
+// dynamic dim to 1, then 2; the others give each dim its own size (the
+// batch one, each dim name one, each unnamed dim besides a dim 0 one), so
+// that seq - batch or Equal(seq, past), one value wherever every dim has
+// one size, is not folded.
+constexpr int kFoldSizes = 4;
+
+std::vector<Shape> FoldInputShapes(const Graph& graph, int which) {
+  if (which < 2) return InputShapesForBatch(graph, which + 1);
+  std::set<std::string> non_batch;  // names of dynamic dims besides a dim 0
+  for (ValueId id : graph.inputs()) {
+    const Value& v = graph.value(id);
+    for (size_t d = 1; d < v.shape.size() && d < v.dim_names.size(); ++d) {
+      if (v.shape[d] < 0 && !v.dim_names[d].empty()) non_batch.insert(v.dim_names[d]);
+    }
+  }
+  std::map<std::string, int64_t> sizes;  // by dim class
+  const int64_t first = which == 2 ? 40 : 57, step = which == 2 ? 7 : 5;
+  std::vector<Shape> shapes;
+  for (ValueId id : graph.inputs()) {
+    const Value& v = graph.value(id);
+    Shape s = v.shape;
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (s[d] >= 0) continue;
+      const std::string name = d < v.dim_names.size() ? v.dim_names[d] : "";
+      std::string key;
+      if (d == 0 && (name.empty() || !non_batch.contains(name))) {
+        key = "\n batch";
+      } else if (!name.empty()) {
+        key = name;
+      } else {
+        key = absl::StrCat("\n ", v.name, " ", d);
+      }
+      if (key == "\n batch") {
+        s[d] = which + 1;
+        continue;
+      }
+      auto [it, added] = sizes.try_emplace(key, first + step * static_cast<int64_t>(sizes.size()));
+      s[d] = it->second;
+    }
+    shapes.push_back(std::move(s));
+  }
+  return shapes;
+}
+
+// Shape arithmetic tracked at the fold sizes stays this small.
 constexpr int64_t kMaxTrackedElements = 64;
 
 // A folded output may hold this many elements (64 MiB of FP32), or as many
@@ -180,11 +228,12 @@ bool FoldTyped(const Graph& graph, const Node& node) {
 // reference sizes its output by its input's values), from those values.
 // Any other op whose shapes do not infer fails to run as well (its
 // reference reads those values as graph constants): not run.
-std::optional<int64_t> TrackedRunBytes(const Graph& graph, const Node& node, const OpSchema& schema,
-                                       const std::vector<const TypedTensor*>& in1,
-                                       const std::vector<const TypedTensor*>& in2) {
+std::optional<int64_t> TrackedRunBytes(
+    const Graph& graph, const Node& node, const OpSchema& schema,
+    const std::array<std::vector<const TypedTensor*>, kFoldSizes>& inputs) {
   int64_t most = 0;
-  for (const auto* in : {&in1, &in2}) {
+  for (const std::vector<const TypedTensor*>& at : inputs) {
+    const std::vector<const TypedTensor*>* in = &at;
     std::vector<const Shape*> shapes;
     for (const TypedTensor* t : *in) shapes.push_back(t == nullptr ? nullptr : &t->shape);
     std::vector<Shape> out;
@@ -248,12 +297,43 @@ std::optional<Constant::Int8Origin> Int8OriginOf(const Graph& graph, const Node&
 
 // What FoldConstants knows of the values while it walks the nodes.
 struct FoldState {
-  // Concrete shapes at two batch sizes: a value whose shape is the same at
-  // both does not depend on the batch.
-  std::vector<std::optional<Shape>> at1, at2;
-  // Small non-FP32 values computed from shapes, at batch 1 and 2.
-  std::vector<std::optional<std::array<TypedTensor, 2>>> at_batch;
+  // Concrete shapes at the kFoldSizes sizes of the dynamic dims
+  // (FoldInputShapes): a value whose shape is the same at all of them does
+  // not depend on those dims.
+  std::array<std::vector<std::optional<Shape>>, kFoldSizes> at;
+  // Small non-FP32 values computed from shapes, at each of those sizes.
+  std::vector<std::optional<std::array<TypedTensor, kFoldSizes>>> tracked;
+
+  bool ShapeKnown(ValueId v) const {
+    for (const auto& shapes : at) {
+      if (!shapes[v].has_value()) return false;
+    }
+    return true;
+  }
 };
+
+// Whether the outputs OUT of one node, run at every fold size, are one
+// value (then it folds), and each of one output.
+bool AllOne(const std::array<absl::StatusOr<std::vector<TypedTensor>>, kFoldSizes>& out) {
+  for (const auto& o : out) {
+    if (!o.ok() || o->size() != 1) return false;
+  }
+  return true;
+}
+bool AllEqual(const std::array<absl::StatusOr<std::vector<TypedTensor>>, kFoldSizes>& out) {
+  for (const auto& o : out) {
+    if ((*o)[0].shape != (*out[0])[0].shape || (*o)[0].bytes != (*out[0])[0].bytes) return false;
+  }
+  return true;
+}
+
+// The one output of each run, moved into a tracked value.
+std::array<TypedTensor, kFoldSizes> Tracked(
+    std::array<absl::StatusOr<std::vector<TypedTensor>>, kFoldSizes>& out) {
+  std::array<TypedTensor, kFoldSizes> t;
+  for (int k = 0; k < kFoldSizes; ++k) t[k] = std::move((*out[k])[0]);
+  return t;
+}
 
 // A node whose inputs are all constants, run on them: through its typed
 // reference when TYPED (exact: integer constants never go through FP32
@@ -307,24 +387,24 @@ std::optional<std::vector<Constant>> FoldShapeRead(const Graph& graph, const Nod
   // Views without data: Shape and Size read the shape alone, so a huge
   // shape costs nothing here.
   static const uint8_t kNoData = 0;
-  const std::optional<Shape>& s1 = state.at1[node.inputs[0]];
-  const std::optional<Shape>& s2 = state.at2[node.inputs[0]];
-  if (!s1.has_value() || !s2.has_value()) return std::nullopt;
-  const Shape out = node.op_type == "Size" ? Shape{} : Shape{static_cast<int64_t>(s1->size())};
+  if (!state.ShapeKnown(node.inputs[0])) return std::nullopt;
+  const Shape& s0 = *state.at[0][node.inputs[0]];
+  const Shape out = node.op_type == "Size" ? Shape{} : Shape{static_cast<int64_t>(s0.size())};
   auto bytes = FoldedBytesBound(graph, node, {out}, /*fp32_reference=*/false);
   if (!bytes.has_value() || !budget.Fits(*bytes)) return std::nullopt;
-  const TypedTensor p1 = TypedTensor::View(DataType::kBool, *s1, &kNoData);
-  const TypedTensor p2 = TypedTensor::View(DataType::kBool, *s2, &kNoData);
-  auto out1 = RunTypedNode(graph, node, {&p1});
-  auto out2 = RunTypedNode(graph, node, {&p2});
+  std::array<absl::StatusOr<std::vector<TypedTensor>>, kFoldSizes> runs;
+  for (int k = 0; k < kFoldSizes; ++k) {
+    const TypedTensor p =
+        TypedTensor::View(DataType::kBool, *state.at[k][node.inputs[0]], &kNoData);
+    runs[k] = RunTypedNode(graph, node, {&p});
+  }
   std::optional<std::vector<Constant>> result;
-  if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
-    if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
-      result.emplace();
-      result->push_back(ConstantFromTyped(std::move((*out1)[0])));
-    } else {
-      state.at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
-    }
+  if (!AllOne(runs)) return result;
+  if (AllEqual(runs)) {
+    result.emplace();
+    result->push_back(ConstantFromTyped(std::move((*runs[0])[0])));
+  } else {
+    state.tracked[node.outputs[0]] = Tracked(runs);
   }
   return result;
 }
@@ -338,44 +418,40 @@ std::optional<std::vector<Constant>> FoldTracked(const Graph& graph, const Node&
                                                  const OpSchema& schema, const FoldBudget& budget,
                                                  FoldState& state) {
   std::optional<std::vector<Constant>> result;
-  std::vector<const TypedTensor*> in1, in2;
+  std::array<std::vector<const TypedTensor*>, kFoldSizes> in;
   std::vector<TypedTensor> held;
   held.reserve(node.inputs.size());
   bool known = false;  // some input tracked, every other one constant
   for (ValueId v : node.inputs) {
     if (v == kNoValue || graph.IsConstant(v)) continue;
-    known = state.at_batch[v].has_value();
+    known = state.tracked[v].has_value();
     if (!known) break;
   }
   if (!known) return result;
   for (ValueId v : node.inputs) {
     if (v == kNoValue) {
-      in1.push_back(nullptr);
-      in2.push_back(nullptr);
-    } else if (const auto& both = state.at_batch[v]; both.has_value()) {
-      in1.push_back(&(*both)[0]);
-      in2.push_back(&(*both)[1]);
+      for (auto& at : in) at.push_back(nullptr);
+    } else if (const auto& all = state.tracked[v]; all.has_value()) {
+      for (int k = 0; k < kFoldSizes; ++k) in[k].push_back(&(*all)[k]);
     } else if (const Constant* c = graph.FindConstant(v); c != nullptr) {
       auto t = ConstantAsTyped(*c);
       if (!t.ok()) return result;
       held.push_back(*std::move(t));
-      in1.push_back(&held.back());
-      in2.push_back(&held.back());
+      for (auto& at : in) at.push_back(&held.back());
     } else {
       return result;
     }
   }
-  auto bytes = TrackedRunBytes(graph, node, schema, in1, in2);
+  auto bytes = TrackedRunBytes(graph, node, schema, in);
   if (!bytes.has_value() || !budget.Fits(*bytes)) return result;
-  auto out1 = RunTypedNode(graph, node, in1);
-  auto out2 = RunTypedNode(graph, node, in2);
-  if (out1.ok() && out2.ok() && out1->size() == 1 && out2->size() == 1) {
-    if ((*out1)[0].shape == (*out2)[0].shape && (*out1)[0].bytes == (*out2)[0].bytes) {
-      result.emplace();
-      result->push_back(ConstantFromTyped(std::move((*out1)[0])));
-    } else if ((*out1)[0].size() <= kMaxTrackedElements) {
-      state.at_batch[node.outputs[0]] = {std::move((*out1)[0]), std::move((*out2)[0])};
-    }
+  std::array<absl::StatusOr<std::vector<TypedTensor>>, kFoldSizes> runs;
+  for (int k = 0; k < kFoldSizes; ++k) runs[k] = RunTypedNode(graph, node, in[k]);
+  if (!AllOne(runs)) return result;
+  if (AllEqual(runs)) {
+    result.emplace();
+    result->push_back(ConstantFromTyped(std::move((*runs[0])[0])));
+  } else if ((*runs[0])[0].size() <= kMaxTrackedElements) {
+    state.tracked[node.outputs[0]] = Tracked(runs);
   }
   return result;
 }
@@ -387,36 +463,28 @@ void SetFolded(Graph& graph, const Node& node, std::vector<Constant>& result, Fo
     Value& value = graph.value(out);
     value.shape = result[j].shape;
     value.has_shape = true;
-    state.at1[out] = state.at2[out] = value.shape;
+    for (auto& at : state.at) at[out] = value.shape;
     graph.SetConstant(out, std::move(result[j]));
     if (value.type == DataType::kUnknown) value.type = graph.FindConstant(out)->type;
   }
 }
 
-// The output shapes at both batch sizes of a node that did not fold.
+// The output shapes at every fold size of a node that did not fold.
 void PropagateShapes(const Graph& graph, const Node& node, const OpSchema& schema,
                      FoldState& state) {
-  std::vector<const Shape*> s1, s2;
-  for (ValueId v : node.inputs) {
-    if (v == kNoValue) {
-      s1.push_back(nullptr);
-      s2.push_back(nullptr);
-      continue;
+  for (auto& at : state.at) {
+    std::vector<const Shape*> in;
+    for (ValueId v : node.inputs) {
+      if (v != kNoValue && !at[v].has_value()) return;  // the caller checks: never
+      in.push_back(v == kNoValue ? nullptr : &*at[v]);
     }
-    const std::optional<Shape>& v1 = state.at1[v];
-    const std::optional<Shape>& v2 = state.at2[v];
-    if (!v1.has_value() || !v2.has_value()) return;  // the caller checks: never
-    s1.push_back(&*v1);
-    s2.push_back(&*v2);
-  }
-  auto o1 = schema.infer_shapes(graph, node, s1);
-  auto o2 = schema.infer_shapes(graph, node, s2);
-  // Shapes that are not valid tensor shapes stay unknown here;
-  // validation reports them, naming the node.
-  if (!o1.ok() || !o2.ok() || !ValidShapes(*o1) || !ValidShapes(*o2)) return;
-  for (size_t j = 0; j < node.outputs.size() && j < o1->size(); ++j) {
-    state.at1[node.outputs[j]] = (*o1)[j];
-    state.at2[node.outputs[j]] = (*o2)[j];
+    auto out = schema.infer_shapes(graph, node, in);
+    // Shapes that are not valid tensor shapes stay unknown here;
+    // validation reports them, naming the node.
+    if (!out.ok() || !ValidShapes(*out)) continue;
+    for (size_t j = 0; j < node.outputs.size() && j < out->size(); ++j) {
+      at[node.outputs[j]] = (*out)[j];
+    }
   }
 }
 
@@ -437,7 +505,7 @@ int DropDeadShapeArithmetic(const Graph& graph, const FoldState& state, std::vec
     const Node& node = graph.nodes()[i];
     if (folded[i]) continue;
     bool dead = true;
-    for (ValueId v : node.outputs) dead = dead && readers[v] == 0 && state.at_batch[v].has_value();
+    for (ValueId v : node.outputs) dead = dead && readers[v] == 0 && state.tracked[v].has_value();
     if (!dead) continue;
     folded[i] = true;
     ++count;
@@ -479,15 +547,14 @@ absl::StatusOr<FoldResult> FoldConstants(Graph& graph, const FoldOptions& option
   budget.limit =
       budget.by_default ? DefaultFoldBudgetBytes(budget.constant_bytes) : options.budget_bytes;
   const int n = graph.num_values();
-  FoldState state{.at1 = std::vector<std::optional<Shape>>(n),
-                  .at2 = std::vector<std::optional<Shape>>(n),
-                  .at_batch = std::vector<std::optional<std::array<TypedTensor, 2>>>(n)};
-  const std::vector<Shape> in1 = InputShapesForBatch(graph, 1), in2 = InputShapesForBatch(graph, 2);
-  for (size_t i = 0; i < graph.inputs().size(); ++i) {
-    state.at1[graph.inputs()[i]] = in1[i];
-    state.at2[graph.inputs()[i]] = in2[i];
+  FoldState state;
+  state.tracked.resize(n);
+  for (int k = 0; k < kFoldSizes; ++k) {
+    state.at[k].resize(n);
+    const std::vector<Shape> in = FoldInputShapes(graph, k);
+    for (size_t i = 0; i < graph.inputs().size(); ++i) state.at[k][graph.inputs()[i]] = in[i];
+    for (const auto& [id, c] : graph.constants()) state.at[k][id] = c.shape;
   }
-  for (const auto& [id, c] : graph.constants()) state.at1[id] = state.at2[id] = c.shape;
   std::vector<bool> folded(graph.nodes().size(), false);
   int count = 0;
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -499,7 +566,7 @@ absl::StatusOr<FoldResult> FoldConstants(Graph& graph, const FoldOptions& option
     for (ValueId v : node.inputs) {
       if (v == kNoValue) continue;
       all_const = all_const && graph.IsConstant(v);
-      shapes_known = shapes_known && state.at1[v].has_value() && state.at2[v].has_value();
+      shapes_known = shapes_known && state.ShapeKnown(v);
     }
     if (all_const) {
       for (ValueId v : node.inputs) {

@@ -1,10 +1,13 @@
 // Constant folding at import: a node whose inputs are all constants runs
 // once on its scalar reference and becomes a constant, and a Shape node
-// whose input shape does not depend on the batch becomes one too. A Shape
-// that does depend on it is evaluated at two batch sizes, and what is
-// computed from it (small integer values only) folds where both agree (the
-// sequence length Gather(Shape(ids), 1) with only the batch dynamic); the
-// Shape is then dropped when nothing else reads it. Shape arithmetic
+// whose input shape does not depend on the dynamic dims becomes one too. A
+// Shape that does depend on them is evaluated at four sizes of the dynamic
+// dims (every one 1, every one 2, then twice each dim its own size), and
+// what is computed from it (small integer values only) folds where all four
+// agree (the sequence length Gather(Shape(ids), 1) with only the batch
+// dynamic; never seq - batch, 0 wherever the dims are equal); the Shape is
+// then dropped when nothing else reads it. What does not fold is computed
+// per signature (PropagateShapesAndValues, shape_propagation.h). Shape arithmetic
 // (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) and weight-only
 // subgraphs (a transposed or scaled initializer) thus cost nothing at run
 // time. Non-FP32 constants fold through the typed references (exact).

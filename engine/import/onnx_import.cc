@@ -400,6 +400,34 @@ absl::Status CheckShapesAtProbe(const Graph& graph) {
                                    shapes.status().message()));
 }
 
+// Validates every node. What the graph computes from shapes (a Reshape's
+// target from Shape -> Gather -> Concat, a Slice's ends, a Range's limit)
+// is known once the input shapes are: it is computed again exactly at each
+// signature (PropagateShapesAndValues), and here at the first probe, where
+// the nodes reading it are validated with it. A value computed from an
+// input's elements is no shape value: the node that needs it as a
+// constant is refused, naming itself and the input.
+// The small ones are the graph's shape parameters (Graph::AddShapeParameter).
+absl::Status ValidateNodes(Graph& graph) {
+  ShapeValues values;
+  // As far as it gets: where it stops, CheckShapesAtProbe says why.
+  (void)PropagateShapesAndValues(graph, ProbeInputShapes(graph, 0), values);
+  std::vector<ValueId> parameters;
+  for (const auto& [id, value] : values) {
+    if (kernels::NumElements(value.shape) <= kMaxShapeParameterElements) parameters.push_back(id);
+  }
+  std::sort(parameters.begin(), parameters.end());
+  for (ValueId id : parameters) graph.AddShapeParameter(id);
+  for (const Node& node : graph.nodes()) {
+    // If and Loop are decided at load or refused: they never read a value
+    // that changes with the signature.
+    const bool at_load = node.op_type == "If" || node.op_type == "Loop";
+    const ScopedShapeValues scope(&graph, at_load ? nullptr : &values);
+    if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOptions& options,
                                  FoldResult* folding) {
   Graph graph;
@@ -467,9 +495,7 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOpti
     graph.outputs().push_back(id);
   }
   if (absl::Status s = FoldAndInline(options, subgraphs, graph, folding); !s.ok()) return s;
-  for (const Node& node : graph.nodes()) {
-    if (absl::Status s = FindOpSchema(node.op_type)->validate(graph, node); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateNodes(graph); !s.ok()) return s;
   // Values of types other than FP32 at runtime: only ops with a typed
   // reference for those types may touch them.
   for (const Node& node : graph.nodes()) {

@@ -1,5 +1,7 @@
 #include "engine/ir/graph.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace numaserve::engine {
@@ -64,9 +66,38 @@ std::optional<ValueId> Graph::FindValue(const std::string& name) const {
   return it->second;
 }
 
+namespace {
+
+// The thread's ScopedShapeValues: the graph they answer for, and them.
+thread_local const Graph* scoped_graph = nullptr;
+thread_local const ShapeValues* scoped_values = nullptr;
+
+}  // namespace
+
+ScopedShapeValues::ScopedShapeValues(const Graph* graph, const ShapeValues* values)
+    : previous_graph_(scoped_graph), previous_values_(scoped_values) {
+  scoped_graph = graph;
+  scoped_values = values;
+}
+
+ScopedShapeValues::~ScopedShapeValues() {
+  scoped_graph = previous_graph_;
+  scoped_values = previous_values_;
+}
+
 const Constant* Graph::FindConstant(ValueId id) const {
   auto it = constants_.find(id);
-  return it == constants_.end() ? nullptr : &it->second;
+  if (it != constants_.end()) return &it->second;
+  if (scoped_values != nullptr && scoped_graph == this) {
+    auto v = scoped_values->find(id);
+    if (v != scoped_values->end()) return &v->second;
+  }
+  return nullptr;
+}
+
+bool Graph::IsShapeParameter(ValueId id) const {
+  return std::find(shape_parameters_.begin(), shape_parameters_.end(), id) !=
+         shape_parameters_.end();
 }
 
 std::vector<std::vector<int>> Graph::Consumers() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "engine/ir/types.h"
 #include "kernels/tensor.h"
 
@@ -83,6 +84,33 @@ struct Node {
   std::string Describe() const;
 };
 
+class Graph;
+
+// Values computed from shapes for one signature (Shape -> Gather -> Concat
+// -> a Reshape's target, a Slice's ends, a Range's limit): known once every
+// input's shape is, different from one signature to the next, so never
+// graph constants. PropagateShapesAndValues (shape_propagation.h) computes
+// them per signature; while a ScopedShapeValues is alive on a thread,
+// Graph::FindConstant and Graph::IsConstant on that thread answer for them
+// too, so that the ops' shape functions, validation and references read
+// them as they read constants. Node-based: pointers to its constants stay
+// valid while values are added.
+using ShapeValues = absl::node_hash_map<ValueId, Constant>;
+
+class ScopedShapeValues {
+ public:
+  // VALUES (may be null: none) answer for GRAPH on this thread until this
+  // scope ends; an enclosing scope is restored then.
+  ScopedShapeValues(const Graph* graph, const ShapeValues* values);
+  ~ScopedShapeValues();
+  ScopedShapeValues(const ScopedShapeValues&) = delete;
+  ScopedShapeValues& operator=(const ScopedShapeValues&) = delete;
+
+ private:
+  const Graph* previous_graph_;
+  const ShapeValues* previous_values_;
+};
+
 class Graph {
  public:
   // Adds a value, or returns the existing one with that name.
@@ -104,8 +132,21 @@ class Graph {
   const std::vector<ValueId>& outputs() const { return outputs_; }
 
   void SetConstant(ValueId id, Constant c) { constants_[id] = std::move(c); }
+  // A graph constant, or a value of the thread's ScopedShapeValues for
+  // this graph; null otherwise.
   const Constant* FindConstant(ValueId id) const;
-  bool IsConstant(ValueId id) const { return constants_.contains(id); }
+  bool IsConstant(ValueId id) const { return FindConstant(id) != nullptr; }
+  // Graph constants only (initializers, Constant nodes, folded values).
+  bool IsGraphConstant(ValueId id) const { return constants_.contains(id); }
+
+  // Shape parameters: small shape values (a Reshape's target, a Slice's
+  // ends, a Resize's sizes) that the ops reading them take as constants,
+  // one per signature (set at import). A node reading one runs as on a
+  // constant (NeedsTypedRun); a signature at which one is not computed
+  // is refused.
+  void AddShapeParameter(ValueId id) { shape_parameters_.push_back(id); }
+  const std::vector<ValueId>& shape_parameters() const { return shape_parameters_; }
+  bool IsShapeParameter(ValueId id) const;
   const absl::flat_hash_map<ValueId, Constant>& constants() const { return constants_; }
 
   // Node indices reading each value (computed on demand; O(nodes)).
@@ -121,6 +162,7 @@ class Graph {
   std::vector<ValueId> inputs_;
   std::vector<ValueId> outputs_;
   absl::flat_hash_map<ValueId, Constant> constants_;
+  std::vector<ValueId> shape_parameters_;
   int64_t opset_ = 0;
 };
 

@@ -55,6 +55,34 @@ std::string DescribeSignature(const Graph& graph, const std::vector<Shape>& inpu
 absl::StatusOr<std::vector<Shape>> PropagateShapes(const Graph& graph,
                                                    const std::vector<Shape>& input_shapes);
 
+// Shape values: what a graph computes from shapes alone, exactly, at one
+// signature. A Shape or Size node's output is one; so is the output of a
+// node whose inputs are graph constants (of at most
+// kMaxShapeValueConstantElements elements each: the constants a copy of the
+// graph without its weights keeps) or shape values, at least one of them a
+// shape value, with an op that has a typed reference and outputs of at most
+// kMaxShapeValueElements elements: Gather, Concat, Unsqueeze, arithmetic,
+// Cast, Equal, Where, Range, ConstantOfShape... on the dims. Nothing that
+// reads an input's elements is one (a value computed from data stays a
+// runtime value, and an op that needs it as a constant is refused).
+inline constexpr int64_t kMaxShapeValueElements = 4096;
+// Shape values of at most this many elements at the first probe are the
+// graph's shape parameters (Graph::AddShapeParameter): dims vectors and
+// scalars, which ops read as constants.
+inline constexpr int64_t kMaxShapeParameterElements = 16;
+inline constexpr int64_t kMaxShapeValueConstantElements = 1024;
+
+// PropagateShapes, computing the shape values as it goes into VALUES
+// (cleared first; filled as far as it got when it fails): while it runs
+// they answer Graph::FindConstant (ScopedShapeValues), so a Reshape whose
+// target, a Slice whose ends, an Expand whose shape, a Range whose limit,
+// a Resize whose sizes are shape values has its shape here, and a node
+// reading one is validated at these shapes (OpSchema::validate), since its
+// values change with the signature.
+absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
+                                                            const std::vector<Shape>& input_shapes,
+                                                            ShapeValues& values);
+
 }  // namespace numaserve::engine
 
 // --- Rows: may requests be batched together? ---------------------------------

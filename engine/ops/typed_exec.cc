@@ -13,7 +13,8 @@ DataType RuntimeType(const Graph& graph, ValueId id) {
 
 bool NeedsTypedRun(const Graph& graph, const Node& node) {
   for (ValueId v : node.inputs) {
-    if (v != kNoValue && !graph.IsConstant(v) && RuntimeType(graph, v) != DataType::kFloat32) {
+    if (v != kNoValue && !graph.IsConstant(v) && !graph.IsShapeParameter(v) &&
+        RuntimeType(graph, v) != DataType::kFloat32) {
       return true;
     }
   }
@@ -42,7 +43,8 @@ absl::Status CheckTypedNode(const Graph& graph, const Node& node) {
     // Name the first value that is not FP32.
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ValueId v = node.inputs[i];
-      if (v != kNoValue && !graph.IsConstant(v) && in[i] != DataType::kFloat32) {
+      if (v != kNoValue && !graph.IsConstant(v) && !graph.IsShapeParameter(v) &&
+          in[i] != DataType::kFloat32) {
         return absl::UnimplementedError(
             absl::StrCat(node.Describe(), ": input '", graph.value(v).name, "' is ",
                          DataTypeName(in[i]), "; ", node.op_type, " runs on FP32 only"));

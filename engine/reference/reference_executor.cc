@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/ops/op_registry.h"
+#include "engine/ops/shape_propagation.h"
 #include "engine/ops/typed_exec.h"
 
 namespace numaserve::engine {
@@ -121,11 +122,21 @@ absl::StatusOr<std::vector<TypedTensor>> RunReferenceTyped(const Graph& graph,
   }
   // Constants read as typed tensors, converted once.
   values.constants.resize(graph.num_values());
+  // What the run has computed, where small, answers for the graph's
+  // constants too: a Reshape's target or a Slice's ends computed in the
+  // graph (from shapes) are read as the values this run computed, not
+  // through the engine's per-signature shape values.
+  ShapeValues small;
+  const ScopedShapeValues scope(&graph, &small);
   for (const Node& node : graph.nodes()) {
     auto out = RunReferenceNode(values, node);
     if (!out.ok()) return out.status();
     for (size_t i = 0; i < node.outputs.size() && i < out->size(); ++i) {
-      values.computed[node.outputs[i]] = std::move((*out)[i]);
+      const ValueId id = node.outputs[i];
+      if ((*out)[i].size() <= kMaxShapeValueElements && !graph.IsGraphConstant(id)) {
+        small.insert_or_assign(id, ConstantFromTyped((*out)[i].Owned()));
+      }
+      values.computed[id] = std::move((*out)[i]);
     }
   }
   std::vector<TypedTensor> outputs;

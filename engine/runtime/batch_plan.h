@@ -19,7 +19,11 @@ inline constexpr size_t kAlignment = 64;
 // arena every state shares (the Executor's), at its offsets.
 struct BatchState {
   int64_t batch = 0;
-  std::vector<Shape> shapes;           // by ValueId
+  std::vector<Shape> shapes;  // by ValueId
+  // What the graph computes from shapes at this signature (a Reshape's
+  // target from Shape -> Gather -> Concat): computed once, when the plan
+  // is made, and read by the steps as constants while it runs.
+  ShapeValues shape_values;
   std::vector<int64_t> arena_offset;   // by ValueId, for kArena roots
   std::vector<float*> data;            // by ValueId, refreshed per Run
   int64_t arena_bytes = 0;             // peak activation bytes (the plan's size)

@@ -66,15 +66,28 @@ absl::StatusOr<BatchState*> Executor::GetState(const std::vector<int64_t>& key,
     }
     return &it->second;
   }
-  auto shapes = PropagateShapes(
-      graph_, input_shapes != nullptr ? *input_shapes : InputShapesForBatch(graph_, batch));
+  BatchState state;
+  auto shapes = PropagateShapesAndValues(
+      graph_, input_shapes != nullptr ? *input_shapes : InputShapesForBatch(graph_, batch),
+      state.shape_values);
   if (!shapes.ok()) {
     if (input_shapes == nullptr) return shapes.status();
     return absl::Status(shapes.status().code(),
                         absl::StrCat("at input shapes ", DescribeSignature(graph_, *input_shapes),
                                      ": ", shapes.status().message()));
   }
-  BatchState state;
+  for (ValueId v : graph_.shape_parameters()) {
+    // Read as a constant by its readers: never left to them as data.
+    if (state.shape_values.contains(v)) continue;
+    const std::string at =
+        input_shapes == nullptr
+            ? absl::StrFormat("a batch of %d rows", batch)
+            : absl::StrCat("input shapes ", DescribeSignature(graph_, *input_shapes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("at ", at, ": value '", graph_.value(v).name,
+                     "', computed from shapes, is not known there (a shape value holds at most ",
+                     kMaxShapeValueElements, " elements)"));
+  }
   state.batch = batch;
   state.shapes = *std::move(shapes);
   PlanBatchSplit(plan_, state);
@@ -159,6 +172,7 @@ void Executor::Unmap::operator()(float* p) const {
 }
 
 absl::Status Executor::PrepareSteps(const BatchState& state) {
+  const ScopedShapeValues scope(&graph_, &state.shape_values);
   for (size_t k = 0; k < plan_.steps.size(); ++k) {
     Step& step = *plan_.steps[k];
     // oneDNN sizes a primitive's thread split when it is created: create it
@@ -502,6 +516,7 @@ absl::Status Executor::Run(const std::vector<Shape>& input_shapes,
 absl::Status Executor::RunState(BatchState& state, const std::vector<const void*>& inputs,
                                 const std::vector<void*>& outputs) {
   BindData(inputs, outputs, state);
+  const ScopedShapeValues scope(&graph_, &state.shape_values);
   const std::vector<float*>& data = state.data;
   const StepContext ctx{stream_, state.shapes, data};
   if (absl::Status s = profiling_ ? RunSteps<true>(ctx, state) : RunSteps<false>(ctx, state);
