@@ -447,29 +447,13 @@ MODELS = [
            axes={"images": {2: "height", 3: "width"}, "boxes": {0: "detections"},
                  "scores": {0: "detections"}, "labels": {0: "detections"}}),
 ]
-# What numaserve said at load, 2026-12-07 (zoo.py --report; the table in
-# benchmarks/results/2026-12-07-zoo.md). Each of these shapes is computed in
-# the graph (Shape -> Gather -> Concat/Unsqueeze -> the consumer), which the
-# importer does not fold; models.zoo leaves these models out until it does.
-NOT_CONSTANT = "must be a constant; runtime values are not supported"
-RESHAPE = "the target shape must be a constant INT64 tensor (an initializer)"
-RANGE = ("start, limit and delta must be constants (the output's length depends on their "
-         "values, and data-dependent shapes are not supported)")
+# What numaserve says at load of the models it refuses (zoo.py --report;
+# the tables in benchmarks/results/2026-12-07-zoo.md and
+# 2026-12-07-zoo-shape-values.md). The shapes computed in the graph (Shape ->
+# Gather -> Concat -> a Reshape's target, a Slice's ends, a Range's limit,
+# a Resize's sizes) are computed per signature since the second; models.zoo
+# leaves these models out until they load.
 REFUSED = {
-    "bert_base": "node '/model/embeddings/Slice' (op Slice): slice parameter (input 2) "
-                 + NOT_CONSTANT,
-    "distilbert": "node '/model/embeddings/Slice' (op Slice): slice parameter (input 2) "
-                  + NOT_CONSTANT,
-    "gpt2_past": "node '/model/transformer/Reshape' (op Reshape): " + RESHAPE,
-    "llama_past": "node '/model/model/Range' (op Range): " + RANGE,
-    "roberta": "node '/model/embeddings/Expand' (op Expand): shape/repeats (input 1) "
-               + NOT_CONSTANT,
-    "t5_encoder": "node '/model/encoder/Range' (op Range): " + RANGE,
-    "whisper_encoder": "node '/model/layers.0/self_attn/Reshape' (op Reshape): " + RESHAPE,
-    "vit_b_16": "node '/Reshape' (op Reshape): " + RESHAPE,
-    "swin_t": "node '/features/features.1/features.1.0/attn/Reshape_2' (op Reshape): " + RESHAPE,
-    "deeplabv3": "node '/model/classifier/classifier.0/convs.4/Resize' (op Resize): "
-                 "roi/scales/sizes must be constants",
     "ssdlite": "node '/model/NonZero' (op NonZero) is not supported",
 }
 BY_NAME = {m.name: m for m in MODELS}

@@ -7,9 +7,12 @@
 
 benchmarks/models/zoo.py builds each model numaserve loads (zoo.MODELS
 whose `served` is set: torchvision's ResNet-50, MobileNetV3-Large,
-EfficientNet-B0, ConvNeXt-Tiny and RegNet, shrunk) with seeded random
-weights, exports it with torch.onnx.export (TorchScript, the default
-opset, batch and image size dynamic), serves them all from one `numaserve
+EfficientNet-B0, ConvNeXt-Tiny, RegNet, ViT-B/16, Swin-T and DeepLabV3,
+transformers' BERT-base, DistilBERT, RoBERTa, T5's encoder, Whisper's
+encoder, GPT-2 and a LLaMA decoder with past key/values, shrunk) with
+seeded random weights, exports it with torch.onnx.export (TorchScript, the
+default opset, batch, sequence, past and image size dynamic as its users
+give them), serves them all from one `numaserve
 serve` and sends each its three shapes (other batch, other image size);
 every output must match ONNX Runtime's on the same file and inputs within
 a relative error max|numaserve - ORT| / max|ORT| of 1e-4
@@ -109,6 +112,39 @@ class ZooTest(unittest.TestCase):
 
     def test_regnet(self):
         self.check("regnet")
+
+    # Shapes computed in the graph (Shape -> Gather -> Concat -> a Reshape's
+    # target, a Slice's ends, an Expand's shape, a Range's limit, a Resize's
+    # sizes), computed per signature.
+    def test_bert_base(self):
+        self.check("bert_base")
+
+    def test_distilbert(self):
+        self.check("distilbert")
+
+    def test_roberta(self):
+        self.check("roberta")
+
+    def test_t5_encoder(self):
+        self.check("t5_encoder")
+
+    def test_whisper_encoder(self):
+        self.check("whisper_encoder")
+
+    def test_gpt2_past(self):
+        self.check("gpt2_past")
+
+    def test_llama_past(self):
+        self.check("llama_past")
+
+    def test_vit_b_16(self):
+        self.check("vit_b_16")
+
+    def test_swin_t(self):
+        self.check("swin_t")
+
+    def test_deeplabv3(self):
+        self.check("deeplabv3")
 
     def test_the_served_ones_answer_tritonclient_alike(self):
         """The same requests through Triton's tritonclient (gRPC and HTTP
