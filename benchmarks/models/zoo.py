@@ -454,7 +454,9 @@ MODELS = [
 # a Resize's sizes) are computed per signature since the second; models.zoo
 # leaves these models out until they load.
 REFUSED = {
-    "ssdlite": "node '/model/NonZero' (op NonZero) is not supported",
+    "ssdlite": "node '/model/NonZero' (op NonZero): its input must be a constant (the output's "
+               "shape depends on the input's values, and data-dependent shapes are not "
+               "supported)",
 }
 BY_NAME = {m.name: m for m in MODELS}
 for _name, _why in REFUSED.items():
