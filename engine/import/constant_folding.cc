@@ -387,15 +387,18 @@ std::optional<std::vector<Constant>> FoldShapeRead(const Graph& graph, const Nod
   // Views without data: Shape and Size read the shape alone, so a huge
   // shape costs nothing here.
   static const uint8_t kNoData = 0;
-  if (!state.ShapeKnown(node.inputs[0])) return std::nullopt;
-  const Shape& s0 = *state.at[0][node.inputs[0]];
-  const Shape out = node.op_type == "Size" ? Shape{} : Shape{static_cast<int64_t>(s0.size())};
+  std::array<const Shape*, kFoldSizes> in{};
+  for (int k = 0; k < kFoldSizes; ++k) {
+    const std::optional<Shape>& shape = state.at[k][node.inputs[0]];
+    if (!shape.has_value()) return std::nullopt;
+    in[k] = &*shape;
+  }
+  const Shape out = node.op_type == "Size" ? Shape{} : Shape{static_cast<int64_t>(in[0]->size())};
   auto bytes = FoldedBytesBound(graph, node, {out}, /*fp32_reference=*/false);
   if (!bytes.has_value() || !budget.Fits(*bytes)) return std::nullopt;
   std::array<absl::StatusOr<std::vector<TypedTensor>>, kFoldSizes> runs;
   for (int k = 0; k < kFoldSizes; ++k) {
-    const TypedTensor p =
-        TypedTensor::View(DataType::kBool, *state.at[k][node.inputs[0]], &kNoData);
+    const TypedTensor p = TypedTensor::View(DataType::kBool, *in[k], &kNoData);
     runs[k] = RunTypedNode(graph, node, {&p});
   }
   std::optional<std::vector<Constant>> result;
@@ -475,8 +478,13 @@ void PropagateShapes(const Graph& graph, const Node& node, const OpSchema& schem
   for (auto& at : state.at) {
     std::vector<const Shape*> in;
     for (ValueId v : node.inputs) {
-      if (v != kNoValue && !at[v].has_value()) return;  // the caller checks: never
-      in.push_back(v == kNoValue ? nullptr : &*at[v]);
+      if (v == kNoValue) {
+        in.push_back(nullptr);
+        continue;
+      }
+      const std::optional<Shape>& shape = at[v];
+      if (!shape.has_value()) return;  // the caller checks: never
+      in.push_back(&*shape);
     }
     auto out = schema.infer_shapes(graph, node, in);
     // Shapes that are not valid tensor shapes stay unknown here;
