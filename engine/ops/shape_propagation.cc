@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/op_util.h"
+#include "engine/ops/shape_values.h"
 #include "engine/ops/typed_exec.h"
 #include "kernels/shape_ops.h"
 
@@ -186,64 +187,6 @@ absl::StatusOr<std::vector<int64_t>> CheckSignature(const Graph& graph,
   return key;
 }
 
-namespace {
-
-// Whether NODE reads a shape value (its values change with the signature).
-bool ReadsShapeValue(const Node& node, const ShapeValues& values) {
-  for (ValueId v : node.inputs) {
-    if (v != kNoValue && values.contains(v)) return true;
-  }
-  return false;
-}
-
-// NODE's outputs as shape values (above), at output shapes OUT; nothing
-// when it has none.
-std::optional<std::vector<TypedTensor>> ShapeValuesOf(const Graph& graph, const Node& node,
-                                                      const OpSchema& schema,
-                                                      const std::vector<const Shape*>& in,
-                                                      const std::vector<Shape>& out,
-                                                      const ShapeValues& values) {
-  if (schema.typed_reference == nullptr || out.size() != node.outputs.size()) return std::nullopt;
-  int64_t elements = 0;
-  for (const Shape& shape : out) elements += kernels::NumElements(shape);  // each checked
-  if (elements > kMaxShapeValueElements) return std::nullopt;
-  std::vector<TypedTensor> held;
-  held.reserve(node.inputs.size());
-  std::vector<const TypedTensor*> typed;
-  static const uint8_t kNoData = 0;
-  const bool reads_shape = node.op_type == "Shape" || node.op_type == "Size";
-  if (reads_shape) {
-    // The shape alone: a view without data.
-    if (node.inputs.empty() || in[0] == nullptr) return std::nullopt;
-    held.push_back(TypedTensor::View(DataType::kBool, *in[0], &kNoData));
-    typed.push_back(&held.back());
-  } else {
-    if (!ReadsShapeValue(node, values)) return std::nullopt;
-    for (ValueId v : node.inputs) {
-      if (v == kNoValue) {
-        typed.push_back(nullptr);
-        continue;
-      }
-      const Constant* c = graph.FindConstant(v);  // a graph constant or a shape value
-      if (c == nullptr) return std::nullopt;
-      const int64_t n = kernels::NumElements(c->shape);
-      if (!values.contains(v) && n > kMaxShapeValueConstantElements) return std::nullopt;
-      auto t = ConstantAsTyped(*c);
-      if (!t.ok()) return std::nullopt;
-      held.push_back(*std::move(t));
-      typed.push_back(&held.back());
-    }
-  }
-  auto result = RunTypedNode(graph, node, typed);
-  if (!result.ok() || result->size() != out.size()) return std::nullopt;
-  for (size_t j = 0; j < out.size(); ++j) {
-    if ((*result)[j].shape != out[j]) return std::nullopt;
-  }
-  return *std::move(result);
-}
-
-}  // namespace
-
 absl::StatusOr<std::vector<Shape>> PropagateShapes(const Graph& graph,
                                                    const std::vector<Shape>& input_shapes) {
   ShapeValues values;
@@ -254,6 +197,7 @@ absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
                                                             const std::vector<Shape>& input_shapes,
                                                             ShapeValues& values) {
   values.clear();
+  int64_t total = 0;  // elements of VALUES
   const ScopedShapeValues scope(&graph, &values);
   if (input_shapes.size() != graph.inputs().size()) {
     return absl::InvalidArgumentError(absl::StrCat("expected ", graph.inputs().size(),
@@ -307,7 +251,7 @@ absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
       shapes[node.outputs[i]] = (*out)[i];
       known[node.outputs[i]] = true;
     }
-    if (auto computed = ShapeValuesOf(graph, node, *schema, in, *out, values);
+    if (auto computed = ShapeValuesOf(graph, node, *schema, in, *out, values, &total);
         computed.has_value()) {
       for (size_t j = 0; j < node.outputs.size(); ++j) {
         if (graph.IsGraphConstant(node.outputs[j])) continue;

@@ -61,11 +61,16 @@ absl::StatusOr<std::vector<Shape>> PropagateShapes(const Graph& graph,
 // kMaxShapeValueConstantElements elements each: the constants a copy of the
 // graph without its weights keeps) or shape values, at least one of them a
 // shape value, with an op that has a typed reference and outputs of at most
-// kMaxShapeValueElements elements: Gather, Concat, Unsqueeze, arithmetic,
-// Cast, Equal, Where, Range, ConstantOfShape... on the dims. Nothing that
-// reads an input's elements is one (a value computed from data stays a
-// runtime value, and an op that needs it as a constant is refused).
+// kMaxShapeValueElements elements, of an op whose cost follows its
+// elements: Gather, Slice, Concat, Unsqueeze, Reshape, elementwise
+// arithmetic and comparisons, Cast, Where, Range, ConstantOfShape, Expand,
+// Tile, the reductions... on the dims (no MatMul, no Conv). All the values
+// of one propagation hold at most kMaxShapeValuesTotal elements (past that,
+// values are left to run time). Nothing that reads an input's elements is
+// one (a value computed from data stays a runtime value, and an op that
+// needs it as a constant is refused).
 inline constexpr int64_t kMaxShapeValueElements = 4096;
+inline constexpr int64_t kMaxShapeValuesTotal = int64_t{1} << 20;
 // Shape values of at most this many elements at the first probe are the
 // graph's shape parameters (Graph::AddShapeParameter): dims vectors and
 // scalars, which ops read as constants.

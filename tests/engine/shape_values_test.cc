@@ -301,6 +301,47 @@ TEST(ShapeValuesTest, TargetFromInputDataIsRefusedAtLoad) {
   EXPECT_THAT(std::string(sliced.status().message()), HasSubstr("input 2"));
 }
 
+// A file chaining shape values past kMaxShapeValuesTotal elements (300
+// Adds on a 4096-element Expand of seq) leaves the rest to run time: the
+// values of one signature hold at most that many elements (what is past
+// it runs as data; a small Reshape target after it still fits).
+TEST(ShapeValuesTest, ValuesPastTheTotalBoundAreNotComputed) {
+  OnnxModelBuilder b(17);
+  b.NamedInput("x", {-1, -1, 8}, {"batch", "seq", ""});
+  b.NamedOutput("y", {-1, -1, 8}, {"batch", "seq", ""});
+  DimOf(b, "x", 0, "batch");
+  DimOf(b, "x", 1, "seq");
+  b.Int64Initializer("wide", {kMaxShapeValueElements});
+  b.Node("Expand", {"seq", "wide"}, {"chain_0"}, "expand_seq");
+  b.Int64Initializer("one", {1});
+  constexpr int kChain = 300;
+  static_assert(int64_t{kChain} * kMaxShapeValueElements > kMaxShapeValuesTotal);
+  for (int i = 0; i < kChain; ++i) {
+    b.Node("Add", {absl::StrCat("chain_", i), "one"}, {absl::StrCat("chain_", i + 1)},
+           absl::StrCat("chain_add_", i));
+  }
+  b.Int64Initializer("eight", {8});
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"batch", "seq", "eight"}, {"target"}, "target"),
+                            "axis", 0);
+  b.Node("Reshape", {"x", "target"}, {"y"}, "late_reshape");
+  auto graph = ImportOnnxModel(b.Save("shape_values_total"));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ShapeValues values;
+  auto shapes = PropagateShapesAndValues(*graph, {{2, 5, 8}}, values);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  int64_t total = 0;
+  for (const auto& [id, value] : values) total += kernels::NumElements(value.shape);
+  EXPECT_LE(total, kMaxShapeValuesTotal);
+  EXPECT_LT(values.size(), static_cast<size_t>(kChain));
+  const ValueId last = graph->FindValue(absl::StrCat("chain_", kChain)).value_or(kNoValue);
+  ASSERT_NE(last, kNoValue);
+  EXPECT_FALSE(values.contains(last));
+  const ValueId target = graph->FindValue("target").value_or(kNoValue);
+  ASSERT_NE(target, kNoValue);
+  ASSERT_TRUE(values.contains(target));
+  EXPECT_EQ(values.at(target).i64, (std::vector<int64_t>{2, 5, 8}));
+}
+
 // Shape values are computed when a signature's plan is made, not per run:
 // the plan for a signature already run is reused as it is.
 TEST(ShapeValuesTest, ValuesAreComputedOncePerSignature) {
