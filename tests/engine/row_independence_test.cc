@@ -175,7 +175,9 @@ TEST(RowIndependenceTest, IndexOpsKeepRowsApartOnlyOffTheRowsAxis) {
     b.Node("CumSum", {"x", "axis"}, {"y"}, "cs");
     const ModelInfo info = Inspect(b, c.name);
     EXPECT_EQ(info.batched, c.batched) << info.unbatched_reason;
-    if (!c.batched) EXPECT_THAT(info.unbatched_reason, HasSubstr("works along the rows' axis"));
+    if (!c.batched) {
+      EXPECT_THAT(info.unbatched_reason, HasSubstr("works along the rows' axis"));
+    }
   }
   for (const Case& c : {Case{"argmax_within_rows", 1, true}, Case{"argmax_over_rows", 0, false}}) {
     SCOPED_TRACE(c.name);
