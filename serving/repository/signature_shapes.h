@@ -24,7 +24,9 @@ bool IsShapePolymorphic(const engine::ModelInfo& info);
 // within the per-tensor limit; INVALID_ARGUMENT naming the input and dim)
 // and propagates shapes to the outputs. It keeps a copy of the graph without
 // its weights (shape functions read shapes and small constants only), so it
-// holds kilobytes, not the model. Thread-safe; it outlives `graph`.
+// holds kilobytes, not the model, and the answers for the last 1024
+// signatures it was asked (a signature seen before costs a lookup, not a
+// walk over the graph). Thread-safe; it outlives `graph`.
 SignatureShapesFn MakeSignatureShapes(const engine::Graph& graph);
 
 // ModelInfo of the model file at `path` (engine::InspectModel), and for a

@@ -129,6 +129,45 @@ TEST_F(RepositoryTest, ShapePolymorphicModelIsServedAtSignatures) {
   EXPECT_FALSE((*repo)->Find("good")->signature_shapes);
 }
 
+// A model whose Reshape target the graph computes from x's shape
+// ([batch, seq, 4] -> [batch, seq * 2, 2]): each signature's answer is its
+// own, asked in any order and again (the function keeps the answers of the
+// signatures it has seen), and a refusal stays a refusal.
+TEST_F(RepositoryTest, EachSignatureGetsItsOwnOutputShapes) {
+  engine::testing::OnnxModelBuilder b;
+  b.NamedInput("x", {-1, -1, 4}, {"batch", "seq", ""})
+      .NamedOutput("y", {-1, -1, 2}, {"batch", "seq2", ""});
+  b.Int64Initializer("i01", {0, 1}).Int64Initializer("two", {2});
+  b.Int64Initializer("mul", {1, 2});
+  b.Node("Shape", {"x"}, {"s"});
+  b.Node("Gather", {"s", "i01"}, {"bs"});
+  b.Node("Mul", {"bs", "mul"}, {"b2s"});
+  engine::testing::OnnxModelBuilder::AttrInt(b.Node("Concat", {"b2s", "two"}, {"target"}), "axis",
+                                             0);
+  b.Node("Reshape", {"x", "target"}, {"y"});
+  fs::create_directories(dir_ / "folded" / "1");
+  fs::copy_file(b.Save("repository_shape_values"), dir_ / "folded" / "1" / "model.onnx");
+  auto repo = ModelRepository::Open(dir_.string(), 1);
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  const RepositoryModel* m = (*repo)->Find("folded");
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(m->error.empty()) << m->error;
+  ASSERT_TRUE(m->signature_shapes);
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t seq : {3, 7, 1, 3}) {
+      for (int64_t batch : {1, 5}) {
+        auto out = m->signature_shapes({{batch, seq, 4}});
+        ASSERT_TRUE(out.ok()) << out.status();
+        EXPECT_EQ(*out, (std::vector<std::vector<int64_t>>{{batch, seq * 2, 2}}))
+            << "batch " << batch << " seq " << seq << " round " << round;
+      }
+    }
+    auto refused = m->signature_shapes({{2, 3, 5}});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 // config.pbtxt may give -1 where the model's dim is dynamic, or fix it
 // (narrowing it, as Triton does: metadata and requests follow the config);
 // a size where the model's dim is fixed at another is refused.
