@@ -74,7 +74,8 @@ def configs_above(path):
 
 def file_hash(path, directory, args, version, extra):
     """The hash of what decides clang-tidy's result on `path`, or None."""
-    result = subprocess.run(preprocess_args(args), cwd=directory, capture_output=True)
+    command = preprocess_args(args)
+    result = subprocess.run(command, cwd=directory, capture_output=True)
     if result.returncode != 0:
         return None
     h = hashlib.sha256()
@@ -82,7 +83,6 @@ def file_hash(path, directory, args, version, extra):
     for text in configs_above(path):
         h.update(text)
     h.update("\0".join(extra).encode())
-    command = [a for a in preprocess_args(args)]
     h.update("\0".join(command).replace(ROOT, "<root>").encode())
     h.update(result.stdout.replace(ROOT.encode(), b"<root>"))
     return h.hexdigest()
