@@ -75,7 +75,35 @@ int SupervisedWorkerPool::NumaNode(int worker) const {
 
 size_t SupervisedWorkerPool::BatchBytesLimit() const { return workers_->batch_bytes(); }
 
+SupervisedWorkerPool::SupervisedWorkerPool(WorkerSupervisor* workers)
+    : workers_(workers), copiers_(static_cast<size_t>(workers->size())) {}
+
+void SupervisedWorkerPool::StartCopiers(const std::vector<std::vector<int>>& copier_cpus) {
+  for (size_t i = 0; i < copiers_.size() && i < copier_cpus.size(); ++i) {
+    if (!copier_cpus[i].empty()) {
+      copiers_[i] = std::make_unique<CopierThread>(static_cast<int>(i), copier_cpus[i]);
+    }
+  }
+}
+
+SupervisedWorkerPool::~SupervisedWorkerPool() { StopCopiers(); }
+
+void SupervisedWorkerPool::StopCopiers() {
+  for (auto& copier : copiers_) {
+    if (copier != nullptr) copier->Stop();
+  }
+}
+
 void SupervisedWorkerPool::Run(int worker, const InferenceTask& task, RunDoneFn done) {
+  CopierThread* copier = copiers_[static_cast<size_t>(worker)].get();
+  if (copier == nullptr) return CopyAndSend(worker, task, std::move(done));
+  // `task` outlives `done` (WorkerPool::Run); the closure holds `done`.
+  copier->Post([this, worker, &task, done = std::move(done)]() mutable {
+    CopyAndSend(worker, task, std::move(done));
+  });
+}
+
+void SupervisedWorkerPool::CopyAndSend(int worker, const InferenceTask& task, RunDoneFn done) {
   ArenaAllocator& allocator = workers_->allocator(worker);
   char* base = workers_->arena(worker).data();
   worker::Command command;

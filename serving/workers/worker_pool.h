@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "base/clock.h"
+#include "serving/workers/input_copier.h"
 
 namespace numaserve::serving {
 
@@ -81,14 +82,31 @@ class WorkerPool {
   // scheduler forms no larger batch and refuses a larger request at once.
   virtual size_t BatchBytesLimit() const = 0;
   // Starts `task` on `worker`. `done` runs exactly once, on any thread,
-  // possibly before Run returns; it must not call Run itself.
+  // possibly before Run returns; it must not call Run itself. `task` stays
+  // valid until `done` runs (the copy of its inputs may be made later, on
+  // another thread: serve --input-copy).
   virtual void Run(int worker, const InferenceTask& task, RunDoneFn done) = 0;
 };
 
 // The worker processes of a WorkerSupervisor.
 class SupervisedWorkerPool final : public WorkerPool {
  public:
-  explicit SupervisedWorkerPool(WorkerSupervisor* workers) : workers_(workers) {}
+  explicit SupervisedWorkerPool(WorkerSupervisor* workers);
+  // StopCopiers().
+  ~SupervisedWorkerPool() override;
+  SupervisedWorkerPool(const SupervisedWorkerPool&) = delete;
+  SupervisedWorkerPool& operator=(const SupervisedWorkerPool&) = delete;
+
+  // `copier_cpus` (InputCopyCpus): per worker, the cpus of a thread that
+  // copies its batches' inputs into its arena from then on; an empty list
+  // (or none) leaves the copy to the thread calling Run. Called once, before
+  // the first Run and after the front end's threads are pinned (a thread
+  // started earlier would be moved to the front end's cpus with them).
+  void StartCopiers(const std::vector<std::vector<int>>& copier_cpus);
+  // Copies still queued are made and their batches sent (or, with the
+  // workers stopped, answered as not sent); later runs copy on the caller's
+  // thread. Idempotent.
+  void StopCopiers();
 
   int size() const override;
   bool Ready(int worker) const override;
@@ -100,7 +118,13 @@ class SupervisedWorkerPool final : public WorkerPool {
   void Run(int worker, const InferenceTask& task, RunDoneFn done) override;
 
  private:
+  // Run's work on the thread that copies: the inputs into the arena, the
+  // command to the worker.
+  void CopyAndSend(int worker, const InferenceTask& task, RunDoneFn done);
+
   WorkerSupervisor* const workers_;
+  // Per worker: its copier, or null where the caller copies.
+  std::vector<std::unique_ptr<CopierThread>> copiers_;
 };
 
 }  // namespace numaserve::serving

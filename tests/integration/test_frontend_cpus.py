@@ -10,6 +10,11 @@ its own") on this machine:
     and answers;
   * without the flag nothing moves: the server and its worker may run on
     every cpu (the default keeps the behaviour of before);
+  * `--input-copy node`: a thread copier-0 copies the batches' inputs into
+    the worker's arena, on the front end's cpu on the worker's node (or,
+    without front-end cpus, on the worker's cpus), and has run; `auto` on
+    one node starts none (every thread writes locally already); a bad value
+    is refused naming the flag;
   * a malformed list, a cpu the server may not use, or a list leaving no
     core for a worker is refused, naming the flag; `numaserve topology`
     plans the same way.
@@ -63,6 +68,12 @@ def threads(pid):
         except OSError:
             continue  # ended meanwhile
     return out
+
+
+def timeslices(pid, tid):
+    """How many times thread TID of PID has run on a cpu (/proc/.../schedstat)."""
+    with open("/proc/%d/task/%d/schedstat" % (pid, tid)) as f:
+        return int(f.read().split()[2])
 
 
 def worker_pids(server):
@@ -128,6 +139,38 @@ class FrontendCpusTest(unittest.TestCase):
         self.assertEqual(allowed_cpus("/proc/%d/status" % worker), ALLOWED)
         for tid, (name, cpus) in threads(server.proc.pid).items():
             self.assertEqual(cpus, ALLOWED, "server thread %d (%s)" % (tid, name))
+
+    def copiers(self, server):
+        return {tid: cpus for tid, (name, cpus) in threads(server.proc.pid).items()
+                if name.startswith("copier-")}
+
+    def test_input_copy_node_copies_on_the_workers_node(self):
+        front = ALLOWED[0]
+        for args, wanted in ((["--frontend-cpus", str(front)], [front]), ([], ALLOWED)):
+            with self.subTest(args=args):
+                server, _ = self.serve(args + ["--input-copy", "node"])
+                what = server.stderr_text()
+                self.assertIn("inputs copied into each worker's arena on its node: worker 0 on "
+                              "cpus", what)
+                copiers = self.copiers(server)
+                self.assertEqual(list(copiers.values()), [wanted], "copier-0's cpus\n" + what)
+                tid = next(iter(copiers))
+                # The 16 calls of serve() went through it.
+                self.assertGreater(timeslices(server.proc.pid, tid), 0, what)
+                self.assertEqual(server.stop(), 0, server.stderr_text())
+
+    def test_input_copy_auto_on_one_node_leaves_the_copy_to_the_caller(self):
+        server, _ = self.serve(["--frontend-cpus", str(ALLOWED[0])])
+        self.assertEqual(self.copiers(server), {})
+        self.assertNotIn("inputs copied into each worker's arena", server.stderr_text())
+
+    def test_a_bad_input_copy_is_refused_naming_the_flag(self):
+        args = ["serve", "--input-copy", "sideways", "--model-repository", self.repo,
+                "--grpc-port", "0", "--metrics-port", "0", "--http-port", "-1"]
+        result = nc.run_numaserve(args, timeout=TIMEOUT_S)
+        self.assertNotEqual(result.returncode, 0, nc.describe_run(args, result))
+        self.assertIn("--input-copy: 'sideways' is not one of auto, caller, node", result.stderr,
+                      nc.describe_run(args, result))
 
     def test_bad_lists_are_refused_naming_the_flag(self):
         everything = "%d-%d" % (ALLOWED[0], ALLOWED[-1]) if ALLOWED == list(

@@ -31,9 +31,10 @@ numaserve's view is checked against:
     memory on its own node;
   * `serve --frontend-cpus <the first cpu>`: every thread of the server
     (gRPC's, HTTP's, the timers', the metrics') may run on that cpu alone
-    but the supervisor threads, each on its worker's node (the front end's
-    cpu there, else its worker's cpus); each worker on its node's cpus less
-    the front end's, and answering.
+    but the supervisor threads and the input copiers (--input-copy auto:
+    workers on several nodes), each on its worker's node (the front end's
+    cpu there, else its worker's cpus), the copiers having made the copies;
+    each worker on its node's cpus less the front end's, and answering.
 
 A summary of what was seen (plans, numa_maps sums) goes to
 $NUMA_GUEST_OUT/report.txt.
@@ -413,21 +414,31 @@ class FrontendCpusTest(unittest.TestCase):
             self.assertEqual(allowed, cpus, "worker %d (pid %d): Cpus_allowed_list; the front "
                              "end's cpu %d is not its own%s" % (index, pids[index], front, log()))
         node_of_worker = {index: node for index, (node, _) in enumerate(planned)}
-        supervisors = 0
+        on_nodes = {"supervisor-": 0, "copier-": 0}
+        copier_runs = 0
         for tid, (name, allowed) in sorted(thread_cpus(server.proc.pid).items()):
-            if name.startswith("supervisor-"):
+            prefix = next((p for p in on_nodes if name.startswith(p)), None)
+            if prefix is not None:
                 # The front end's cpu where it is on the worker's node, else
                 # the worker's cpus (one thread per core in the guests).
-                index = int(name[len("supervisor-"):])
+                index = int(name[len(prefix):])
                 node = node_of_worker[index]
                 wanted = [front] if node == front_node else dict(planned)[node]
-                supervisors += 1
+                on_nodes[prefix] += 1
                 lines.append("%s (tid %d): cpus %s" % (name, tid, allowed))
+                if prefix == "copier-":
+                    with open("/proc/%d/task/%d/schedstat" % (server.proc.pid, tid)) as f:
+                        copier_runs += int(f.read().split()[2])
             else:
                 wanted = [front]
             self.assertEqual(allowed, wanted, "server thread %d (%s): Cpus_allowed_list"
                              % (tid, name))
-        self.assertEqual(supervisors, len(planned), "supervisor threads named supervisor-N")
+        self.assertEqual(on_nodes["supervisor-"], len(planned),
+                         "supervisor threads named supervisor-N")
+        # Workers on several nodes with front-end cpus: --input-copy auto
+        # copies each batch's inputs on its worker's node.
+        self.assertEqual(on_nodes["copier-"], len(planned), "copier threads named copier-N" + log())
+        self.assertGreater(copier_runs, 0, "the copiers never ran: who copied the inputs?")
         report("serve --frontend-cpus %d" % front, "\n".join(lines))
 
 

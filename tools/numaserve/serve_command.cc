@@ -50,6 +50,7 @@
 #include "serving/repository/model_repository.h"
 #include "serving/scheduling/model_manager.h"
 #include "serving/scheduling/model_scheduler.h"
+#include "serving/workers/input_copier.h"
 #include "serving/workers/worker_pool.h"
 #include "serving/workers/worker_supervisor.h"
 #include "tools/numaserve/serve_options.h"
@@ -312,6 +313,27 @@ void PinFrontEnd(const affinity::Plan& plan, const affinity::Topology& topology)
       {{"frontend_cpus", affinity::FormatCpuList(plan.frontend_cpus)}});
 }
 
+// --input-copy (serving/workers/input_copier.h): the copier threads, after
+// PinFrontEnd so that they keep their own cpus. A plan for another topology
+// starts none (its cpus are not this machine's).
+void StartInputCopiers(const ServeOptions& o, const affinity::Plan& plan,
+                       const affinity::Topology& topology, SupervisedWorkerPool& pool) {
+  const auto mode = serving::ParseInputCopy(o.input_copy);  // CheckServeFlags: valid
+  if (!mode.ok() || !topology.is_this_machine) return;
+  const std::vector<std::vector<int>> cpus = serving::InputCopyCpus(plan, *mode);
+  std::string where;
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    if (cpus[i].empty()) continue;
+    absl::StrAppend(&where, where.empty() ? "" : ", ", "worker ", i, " on cpus ",
+                    affinity::FormatCpuList(cpus[i]));
+  }
+  if (where.empty()) return;
+  pool.StartCopiers(cpus);
+  Log(LogLevel::kInfo, "serve",
+      absl::StrCat("inputs copied into each worker's arena on its node: ", where),
+      {{"input_copy", o.input_copy}});
+}
+
 // --measure-bandwidth: each NUMA node's triad bandwidth, measured before the
 // workers start, on the cpus that node's workers will use.
 void MeasureBandwidth(const affinity::Plan& plan, Metrics* metrics) {
@@ -533,6 +555,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
       std::chrono::seconds(1),
       [workers = workers->get(), m = metrics->get()] { SampleResidentMemory(*workers, m); });
   PinFrontEnd(*plan, topology);
+  StartInputCopiers(o, *plan, topology, pool);
   (*workers)->Start(std::chrono::minutes(5));
   ModelManager::Options manager_options;
   manager_options.repository = o.model_repository;
@@ -660,6 +683,7 @@ int Serve(const ServeOptions& o, const GrpcAuth& auth, std::unique_ptr<MetricsAu
   }
   models.Stop();
   scheduler.Stop();
+  pool.StopCopiers();
   rss_sampler.Stop();
   on_workers_changed = nullptr;
   (*workers)->Stop();

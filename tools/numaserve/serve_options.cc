@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/model.h"
+#include "serving/workers/input_copier.h"
 
 namespace numaserve::cli {
 
@@ -177,6 +178,11 @@ void AddPlacementFlags(base::ArgParser& parser, ServeOptions& o) {
                    "cpus for the front end (gRPC, HTTP, timers, metrics), taken out of the "
                    "workers' plan: none (it floats over every cpu) | auto (one core of each "
                    "package of 4 or more cores) | a cpu list, e.g. 0 or 0,64");
+  parser.AddString("input-copy", &o.input_copy,
+                   "which thread copies a batch's inputs into its worker's shared memory: "
+                   "caller (the one that forms the batch) | node (a thread per worker on its "
+                   "NUMA node: the front end's cpus there, else the worker's) | auto (node "
+                   "with --frontend-cpus and workers on more than one NUMA node, else caller)");
   parser.AddInt("worker-arena-mb", &o.worker_arena_mb,
                 "shared memory per worker for batch inputs and outputs");
   parser.AddString("instances", &o.instances,
@@ -316,6 +322,7 @@ absl::Status CheckServeFlags(const ServeOptions& o) {
   if (absl::Status s = engine::CheckGemmBackendChoice(o.gemm); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--gemm: ", s.message()));
   }
+  if (auto copy = serving::ParseInputCopy(o.input_copy); !copy.ok()) return copy.status();
   return absl::OkStatus();
 }
 

@@ -44,6 +44,7 @@ struct ServeOptions {
   // Cpus for the front end, out of the workers' plan: none | auto | a cpu
   // list (affinity::ParseFrontendCpus).
   std::string frontend_cpus = "none";
+  std::string input_copy = "auto";  // serving/workers/input_copier.h
   int64_t worker_arena_mb = 256;
   int64_t grpc_max_message_bytes = int64_t{64} << 20;
   int64_t max_queue_size = 4096;
