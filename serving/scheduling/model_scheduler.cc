@@ -1,5 +1,7 @@
 #include "serving/scheduling/model_scheduler.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -529,15 +531,24 @@ void ModelScheduler::WakeBy(base::Clock::TimePoint when) {
 }
 
 void ModelScheduler::TimerLoop() {
+  pthread_setname_np(pthread_self(), "scheduler");  // in /proc/PID/task/*/comm, top -H
   while (true) {
     {
       base::MutexLock lock(&timer_mu_);
       if (timer_stopping_) return;
       // The timer sleeps on the real clock; the queues read `clock_`.
-      const auto now = std::chrono::steady_clock::now();
-      const auto until = std::min(wake_at_, now + options_.idle_poll);
-      // One wait, woken early by WakeBy or Stop (its result is not needed).
-      timer_cv_.WaitUntil(&timer_mu_, until);
+      auto until = wake_at_;
+      if (options_.idle_poll.count() > 0) {
+        until = std::min(until, std::chrono::steady_clock::now() + options_.idle_poll);
+      }
+      // One wait, woken early by WakeBy or Stop (its result is not needed);
+      // with nothing due, until one of them (a wait until the clock's
+      // maximum would overflow in the conversion to the wait's clock).
+      if (until == base::Clock::TimePoint::max()) {
+        timer_cv_.Wait(&timer_mu_);
+      } else {
+        timer_cv_.WaitUntil(&timer_mu_, until);
+      }
       if (timer_stopping_) return;
       wake_at_ = base::Clock::TimePoint::max();
     }

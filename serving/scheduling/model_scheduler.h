@@ -87,8 +87,13 @@ class ModelScheduler {
   struct Options {
     // Queue bound of a model whose config sets no max_queue_size.
     size_t default_max_queue_size = 4096;
-    // How often queues are checked for cancelled calls when nothing else is due.
-    std::chrono::milliseconds idle_poll{10};
+    // How often the timer checks the queues when nothing is due; zero (the
+    // default): never. Nothing needs it: a cancelled call takes its requests
+    // out of their queues itself (InferenceService::CancelCall, and after a
+    // cancellation racing the queueing), deadlines and queue delays set the
+    // timer (WakeBy), and worker changes pump. (A 10 ms poll once cost the
+    // front end 100 wake-ups a second whenever requests were queued.)
+    std::chrono::milliseconds idle_poll{0};
     // Full batches a worker may hold waiting, per instance of the model,
     // beyond the ones its instances compute: 1 lets each instance's next
     // batch be copied in while it computes. (One per worker instead left a

@@ -247,6 +247,7 @@ bool WorkerSupervisor::SendLocked(Slot* slot, worker::Command command, ReplyFn f
     pending.load = true;
   } else if (command.has_run()) {
     pending.model = command.run().key();
+    pending.run = true;
   }
   base::MutexLock write_lock(&slot->write_mu);
   // A failed write means the worker is gone: the reader sees the same end of
@@ -520,15 +521,20 @@ void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
     worker::Reply reply;
     if (!ReadFramed(fd, &reply).ok()) break;
     ReplyFn fn;
+    bool run = false;
     {
       base::MutexLock lock(&slot->mu);
       auto it = slot->pending.find(reply.id());
       if (it == slot->pending.end()) continue;
       fn = std::move(it->second.fn);
+      run = it->second.run;
       slot->pending.erase(it);
     }
     fn(reply, /*worker_lost=*/false);
-    on_change_();
+    // A batch's reply goes to the scheduler through `fn`, which launches
+    // what the freed instance can take; other replies (loads, unloads) may
+    // change what the workers can serve.
+    if (!run) on_change_();
   }
 }
 

@@ -116,7 +116,9 @@ class WorkerSupervisor {
   using ReplyFn = std::function<void(const worker::Reply& reply, bool worker_lost)>;
 
   // `on_change` runs on a supervisor thread whenever a worker becomes ready,
-  // is lost, or finishes a command: the router's cue to dispatch more work.
+  // is lost, or finishes a command other than a batch (a batch's reply
+  // reaches the scheduler through its ReplyFn): the router's cue to
+  // dispatch more work.
   static absl::StatusOr<std::unique_ptr<WorkerSupervisor>> Create(const Options& options,
                                                                   const affinity::Plan& plan,
                                                                   std::vector<ModelToLoad> models,
@@ -198,6 +200,7 @@ class WorkerSupervisor {
       ReplyFn fn;
       std::string model;  // the key of a LoadModel or RunBatch; empty otherwise
       bool load = false;  // a LoadModel
+      bool run = false;   // a RunBatch: its reply changes no worker's models or readiness
     };
     std::map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
     std::set<std::string> models ABSL_GUARDED_BY(mu);

@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -108,7 +112,7 @@ class SchedulerTest : public ::testing::Test {
  protected:
   void Make(int workers, ModelScheduler::Options options = {}) {
     pool_ = std::make_unique<FakePool>(workers);
-    scheduler_ = std::make_unique<ModelScheduler>(options, pool_.get(), nullptr, &clock_);
+    scheduler_ = std::make_unique<ModelScheduler>(options, pool_.get(), nullptr, now_);
   }
 
   std::shared_ptr<RepositoryModel> Model(const std::string& name, int max_batch, int delay_us,
@@ -139,7 +143,7 @@ class SchedulerTest : public ::testing::Test {
     p->rows = rows;
     p->profile = profile;
     p->bytes = 2 * static_cast<size_t>(rows) * sizeof(float);
-    p->deadline = clock_.Now() + std::chrono::seconds(60);
+    p->deadline = now_->Now() + std::chrono::seconds(60);
     p->parsed.rows = rows;
     p->parsed.inputs.emplace_back().Add(
         {reinterpret_cast<const char*>(call->input.data()), call->input.size() * sizeof(float)});
@@ -186,12 +190,58 @@ class SchedulerTest : public ::testing::Test {
   }
 
   base::FakeClock clock_;
+  // The scheduler's clock and the requests' deadlines': clock_, or the real
+  // one for the tests of the timer thread (which sleeps on the real clock).
+  const base::Clock* now_ = &clock_;
   std::unique_ptr<FakePool> pool_;
   // Before scheduler_: ~ModelScheduler answers what is still queued.
   std::vector<std::shared_ptr<Call>> calls_;
   std::unique_ptr<ModelScheduler> scheduler_;
   int next_id_ = 1;
 };
+
+// How many times the thread of this process named `name` has run on a cpu
+// (/proc/self/task/*/schedstat); -1 when there is no such thread.
+int64_t ThreadTimeslices(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string found;
+    std::getline(comm, found);
+    if (found != name) continue;
+    std::ifstream stat(task.path() / "schedstat");
+    int64_t ns = 0, waited = 0, slices = -1;
+    stat >> ns >> waited >> slices;
+    return slices;
+  }
+  return -1;
+}
+
+TEST_F(SchedulerTest, AnIdleSchedulersTimerSleepsUntilSomethingIsDue) {
+  // It once woke every 10 ms to look for cancelled calls, which take their
+  // requests out of the queues themselves.
+  now_ = base::Clock::Real();
+  Make(1);
+  scheduler_->Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // settled
+  const int64_t before = ThreadTimeslices("scheduler");
+  ASSERT_GE(before, 0) << "no thread named scheduler";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LE(ThreadTimeslices("scheduler") - before, 1);
+  // A request waiting for an instance does not make it poll either: its
+  // deadline (a minute away) is what the timer is set for.
+  auto m = Model("m", 1, 0);
+  pool_->Hold(0, m->key(), 1);
+  Submit(m);                 // computes
+  Submit(m);                 // a full batch of one: ready on the worker behind it
+  auto waiting = Submit(m);  // waits in the queue
+  EXPECT_EQ(scheduler_->pending(), 1u);
+  const int64_t queued = ThreadTimeslices("scheduler");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LE(ThreadTimeslices("scheduler") - queued, 2);
+  EXPECT_FALSE(waiting->answered);
+  for (int i = 0; i < 3; ++i) pool_->CompleteAll();
+  ExpectAnsweredCorrectly();
+}
 
 TEST_F(SchedulerTest, AnIdleSlotTakesARequestAtOnceWithoutDelay) {
   Make(1);

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -88,7 +89,8 @@ class SupervisorTest : public ::testing::Test {
     placement.domain = "test";
     if (adjust) adjust(&options, &placement);
     plan.workers.push_back(placement);
-    auto s = WorkerSupervisor::Create(options, plan, std::move(models), nullptr, [] {});
+    auto s =
+        WorkerSupervisor::Create(options, plan, std::move(models), nullptr, [this] { ++changes_; });
     ASSERT_TRUE(s.ok()) << s.status();
     supervisor_ = *std::move(s);
   }
@@ -192,9 +194,27 @@ class SupervisorTest : public ::testing::Test {
   std::string log_;
   std::vector<std::string> released_;  // files made by Release()
   ScopedEnv env_;
-  base::FakeClock clock_;  // for tests that set Options::clock; outlives supervisor_
+  base::FakeClock clock_;        // for tests that set Options::clock; outlives supervisor_
+  std::atomic<int> changes_{0};  // calls of the supervisor's on_change
   std::unique_ptr<WorkerSupervisor> supervisor_;
 };
+
+TEST_F(SupervisorTest, OnChangeFollowsLoadsAndReadinessNotEachBatch) {
+  // A batch's reply reaches the scheduler through its ReplyFn; pumping the
+  // scheduler again after each one cost the front end its work twice.
+  Create({Model("good:1")});
+  supervisor_->Start(30s);
+  ASSERT_TRUE(WaitReady());
+  std::this_thread::sleep_for(100ms);
+  const int ready = changes_.load();
+  EXPECT_GE(ready, 1) << "the worker's readiness";
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Run("good:1", 1));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(changes_.load(), ready) << "after 20 batches";
+  ASSERT_TRUE(supervisor_->LoadModel(Model("other:1"), 10s).ok());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_GT(changes_.load(), ready) << "after a load";
+}
 
 TEST_F(SupervisorTest, AModelWhoseLoadCrashesTheWorkerIsSentTwiceThenMarkedFailed) {
   env_.Set("FAKE_WORKER_CRASH_LOAD", "bad");
