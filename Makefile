@@ -122,7 +122,7 @@ test-asan-ci:
 TSAN_DIR ?= build/tsan
 TSAN_TARGETS ?= dynamic_batcher_test model_scheduler_test model_manager_test \
   worker_supervisor_test shared_arena_test framing_test model_statistics_test \
-  model_repository_test numaserve_fake_worker mutex_test periodic_task_test
+  model_repository_test numaserve_fake_worker mutex_test periodic_task_test input_copier_test
 TSAN_CTEST_ARGS ?= -E '_NOT_BUILT$$' -LE 'integration|models|fuzz|threads16|docs|lint'
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 NO_ASLR = $(shell setarch -R true >/dev/null 2>&1 && echo setarch -R)
