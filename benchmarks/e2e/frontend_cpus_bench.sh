@@ -9,7 +9,10 @@
 #             server thread on FRONT;
 #   cpuset    --cpuset REST: the worker on the other cpus as with frontend,
 #             the front end floating over every cpu (what the flag changes
-#             besides taking FRONT from the worker).
+#             besides taking FRONT from the worker);
+#   copier    (only when LAYOUTS names it) as frontend, with --input-copy
+#             node: each batch handed to the worker's copier thread, on
+#             FRONT here, which copies its inputs (what the hand-off costs).
 # The load generator runs on FRONT in every layout (the clients of a
 # front-end core are on it too). For each, closed loop from CALLERS callers
 # over 4 connections, ROWS rows a request, SECONDS_PER_RUN seconds after a
@@ -17,7 +20,8 @@
 #
 # Environment: FRONT (default 0), REST (default every other cpu), ROUNDS
 # (default 2), SECONDS_PER_RUN (default 5), CASES ("rows:callers ...",
-# default "1:32 16:8"), MODEL (default models/fashion_classifier.trained.onnx).
+# default "1:32 16:8"), MODEL (default models/fashion_classifier.trained.onnx),
+# LAYOUTS (default "float frontend cpuset").
 set -euo pipefail
 build=${1:-build/release}
 bin=$build/bin
@@ -81,7 +85,13 @@ echo "== $(uptime); front end cpu $front, the rest $rest"
 echo "| layout | rows/request | callers | served rows/s | p50 / p99 ms |"
 echo "|---|---|---|---|---|"
 for _ in $(seq 1 "$rounds"); do
-  run float
-  run frontend --frontend-cpus "$front"
-  run cpuset --cpuset "$rest"
+  for layout in ${LAYOUTS:-float frontend cpuset}; do
+    case $layout in
+      float) run float ;;
+      frontend) run frontend --frontend-cpus "$front" ;;
+      cpuset) run cpuset --cpuset "$rest" ;;
+      copier) run copier --frontend-cpus "$front" --input-copy node ;;
+      *) echo "unknown layout $layout (float, frontend, cpuset, copier)"; exit 1 ;;
+    esac
+  done
 done
