@@ -68,6 +68,8 @@ CompiledModelImpl::Lowerings() {
       {"HardSigmoid", &CompiledModelImpl::LowerGate},
       {"HardSwish", &CompiledModelImpl::LowerGate},
       {"Mul", &CompiledModelImpl::LowerMul},
+      {"LSTM", &CompiledModelImpl::LowerRnn},
+      {"GRU", &CompiledModelImpl::LowerRnn},
   };
   return *lowerings;
 }

@@ -7,6 +7,7 @@
 //   compile_matmul.cc  MatMul/Gemm, the GEMM choice, GELU, attention and
 //                      batched-matmul fusions, the QDQ (INT8) plan
 //   compile_conv.cc    Conv and ConvTranspose
+//   compile_rnn.cc     LSTM and GRU (rnn_step.h)
 //   einsum_rewrite.cc  Einsums that are one matrix product, as MatMul nodes
 //   memory_plan.h/.cc  the passes over the plan after lowering: storage,
 //                      layouts, lifetimes, in-place residuals (free
@@ -265,6 +266,10 @@ class CompiledModelImpl final : public CompiledModel {
   // A Mul by a per-channel scale (squeeze-excitation) in either layout;
   // false for any other Mul (compile_eltwise.cc).
   absl::StatusOr<bool> LowerMul(const LowerContext& c);
+  // LSTM and GRU on oneDNN's RNN primitives where their cell is oneDNN's,
+  // else on their reference, the reason in the step's description
+  // (compile_rnn.cc).
+  absl::StatusOr<bool> LowerRnn(const LowerContext& c);
   // Compile's work once every node has its step: storage, layouts, the
   // thread and serial-step defaults, profiling, lifetimes, in-place residuals.
   void PlanAfterLowering(const std::vector<std::vector<int>>& consumers,
