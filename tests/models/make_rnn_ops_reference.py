@@ -14,10 +14,13 @@ no ONNX Runtime is needed at test time):
                             bias and initial states; LSTM bidirectional with
                             peepholes, clip and constant sequence_lens;
                             LSTM reverse with Relu as its cell activation
-                            and no Y_c; GRU forward
-                            (linear_before_reset 1, as PyTorch exports) and
-                            bidirectional (linear_before_reset 0) with
-                            initial state
+                            and no Y_c; LSTM bidirectional with initial
+                            states and nothing else (numaserve runs it on
+                            oneDNN); GRU forward
+                            (linear_before_reset 1, as PyTorch exports),
+                            reverse (linear_before_reset 1, no initial
+                            state) and bidirectional (linear_before_reset
+                            0) with initial state
   rnn_ops_inputs.npz        the seeded inputs
   rnn_ops_opsetN_outputs.npz  ONNX Runtime's outputs (CPU provider)
   rnn_ops.json              the ONNX Runtime version and the sha256 of the files
@@ -40,7 +43,8 @@ def make_inputs():
     return {"x": rng.standard_normal((SEQ, BATCH, INPUT)).astype(np.float32),
             "h0": (rng.standard_normal((1, BATCH, HIDDEN)) * 0.5).astype(np.float32),
             "c0": (rng.standard_normal((1, BATCH, HIDDEN)) * 0.5).astype(np.float32),
-            "h2": (rng.standard_normal((2, BATCH, HIDDEN)) * 0.5).astype(np.float32)}
+            "h2": (rng.standard_normal((2, BATCH, HIDDEN)) * 0.5).astype(np.float32),
+            "c2": (rng.standard_normal((2, BATCH, HIDDEN)) * 0.5).astype(np.float32)}
 
 
 def build_model(opset, ir_version, inputs):
@@ -67,8 +71,14 @@ def build_model(opset, ir_version, inputs):
         helper.make_node("LSTM", ["x", "lw", "lr", "lb"], ["rev_y", "rev_h"],
                          hidden_size=HIDDEN, direction="reverse",
                          activations=["Sigmoid", "Relu", "Tanh"], name="lstm_reverse"),
+        helper.make_node("LSTM", ["x", "bw", "br", "bb", "", "h2", "c2"],
+                         ["bi2_y", "bi2_h", "bi2_c"], hidden_size=HIDDEN,
+                         direction="bidirectional", name="lstm_bidirectional_initial"),
         helper.make_node("GRU", ["x", "gw", "gr", "gb", "", "h0"], ["gru_y", "gru_h"],
                          hidden_size=HIDDEN, linear_before_reset=1, name="gru"),
+        helper.make_node("GRU", ["x", "gw", "gr", "gb"], ["grev_y", "grev_h"],
+                         hidden_size=HIDDEN, linear_before_reset=1, direction="reverse",
+                         name="gru_reverse"),
         helper.make_node("GRU", ["x", "g2w", "g2r", "g2b", "", "h2"], ["gru2_y", "gru2_h"],
                          hidden_size=HIDDEN, direction="bidirectional", name="gru_bidirectional"),
     ]
