@@ -151,6 +151,12 @@ double RnnStep::Flops(const std::vector<Shape>& shapes) const {
   return schema != nullptr && schema->flops != nullptr ? schema->flops(node, in) : 0.0;
 }
 
+double RnnStep::ParallelGrainFlops(const std::vector<Shape>& shapes) const {
+  const Shape& x = shapes[graph_->nodes()[node_index_].inputs[0]];
+  const double flops = Flops(shapes);
+  return x.size() == 3 && x[0] > 1 ? flops / static_cast<double>(x[0]) : flops;
+}
+
 std::string RnnStep::Implementation(const std::vector<Shape>& shapes) const {
   const Node& node = graph_->nodes()[node_index_];
   const Shape& x = shapes[node.inputs[0]];

@@ -26,6 +26,9 @@ class RnnStep final : public Step {
   absl::Status Run(const StepContext& ctx) override;
   std::string Describe() const override;
   double Flops(const std::vector<Shape>& shapes) const override;
+  // One time step's share: oneDNN's threads meet at every step, so a small
+  // layer runs on one thread even when its whole sequence is large.
+  double ParallelGrainFlops(const std::vector<Shape>& shapes) const override;
   std::string Implementation(const std::vector<Shape>& shapes) const override;
   size_t CachedShapes() const override { return kernel_ ? kernel_->cached_shapes() : 0; }
 

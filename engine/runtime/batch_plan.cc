@@ -223,8 +223,9 @@ void PlanStepCosts(const ExecutionPlan& plan, BatchState& state) {
     for (ValueId v : step->traits().reads) {
       if (v != kNoValue) elements += kernels::NumElements(shapes[v]);
     }
-    const bool serial = plan.threads > 1 && (flops > 0 ? flops < plan.serial_below_flops
-                                                       : elements < plan.serial_below_elements);
+    const bool serial =
+        plan.threads > 1 && (flops > 0 ? step->ParallelGrainFlops(shapes) < plan.serial_below_flops
+                                       : elements < plan.serial_below_elements);
     state.step_flops.push_back(flops);
     state.step_bytes.push_back(StepBytes(*plan.graph, *step, shapes));
     const ValueId residual = step->traits().residual_input;

@@ -101,6 +101,13 @@ class Step {
   // for steps without counted FLOPs), the layouts it reads and writes where
   // it has a choice ("nChw16c->plain"), and the oneDNN implementation.
   virtual double Flops(const std::vector<Shape>& shapes) const { return 0; }
+  // The FLOPs its threads do between two of their synchronisations at these
+  // shapes, held against ExecutionPlan::serial_below_flops to decide whether
+  // it runs on one thread: all of Flops for most steps; one time step's for
+  // a recurrent layer, whose threads meet at every step.
+  virtual double ParallelGrainFlops(const std::vector<Shape>& shapes) const {
+    return Flops(shapes);
+  }
   virtual std::string Layouts() const { return ""; }
   virtual std::string Implementation(const std::vector<Shape>& shapes) const { return ""; }
   // Shapes (or shape pairs) the step keeps compiled state for (primitives,
