@@ -408,6 +408,7 @@ void CompiledModelImpl::PlanAfterLowering(const std::vector<std::vector<int>>& c
   plan_.max_activation_bytes = options_.max_activation_bytes;
   PlanLifetimes(plan_, step_of_node_, producer, consumers);
   PlanInPlaceResiduals(plan_, options_.in_place_residuals);
+  PlanStepReads(plan_, step_of_node_, absorbed_qdq_);
   // The plan is complete: the runtime runs it from here on.
   executor_ = std::make_unique<runtime::Executor>(&plan_, engine_);
   if (options_.profile_steps) executor_->PrintProfileAtExit();

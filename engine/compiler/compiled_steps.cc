@@ -175,6 +175,18 @@ absl::Status TypedReferenceStep::Run(const StepContext& ctx) {
       in[i] = &*constant;
       continue;
     }
+    if (const Constant* c = graph_->FindConstant(v); c != nullptr) {
+      // A shape value of this signature (ScopedShapeValues): the step
+      // computing it may have been dropped from the plan.
+      auto t = ConstantAsTyped(*c);
+      if (!t.ok()) {
+        return absl::InternalError(absl::StrCat(node.Describe(), ": input '", graph_->value(v).name,
+                                                "': ", t.status().message()));
+      }
+      inputs_[i] = *std::move(t);
+      in[i] = &inputs_[i];
+      continue;
+    }
     inputs_[i] = TypedTensor::View(RuntimeType(*graph_, v), ctx.shapes[v], ctx.data[v]);
     in[i] = &inputs_[i];
   }

@@ -49,11 +49,14 @@ inline StepTraits BlockedRowWiseTraits(ValueId src, ValueId dst) {
   return t;
 }
 
-// The traits of a step running graph node `node_index` as a whole: its
-// inputs and outputs.
+// The traits of a reference step running graph node `node_index` as a
+// whole: its inputs and outputs, each input looked up as a constant first
+// at every Run (so a shape value is read as the signature's constant).
 inline StepTraits NodeTraits(const Graph& graph, int node_index) {
   const Node& node = graph.nodes()[node_index];
-  return StepTraits::ReadsWrites(node.inputs, node.outputs);
+  StepTraits t = StepTraits::ReadsWrites(node.inputs, node.outputs);
+  t.reads_shape_values = true;
+  return t;
 }
 
 // Gemm / MatMul with constant weights on one GEMM backend (kernels/gemm),
@@ -561,8 +564,9 @@ class ReferenceStep final : public Step {
 
 // A node that reads or writes a value of a type other than FP32, on its
 // op's typed reference: inputs are read in place (typed views of the
-// buffers and constants), outputs copied back by their byte size. ctx.data
-// holds every value's bytes whatever its type.
+// buffers and constants, a shape value of the signature run as its
+// constant), outputs copied back by their byte size. ctx.data holds every
+// value's bytes whatever its type.
 class TypedReferenceStep final : public Step {
  public:
   // Fails when a constant input has no readable data.

@@ -70,6 +70,40 @@ void PlanLifetimes(ExecutionPlan& plan, const std::vector<int>& step_of_node,
   }
 }
 
+void PlanStepReads(ExecutionPlan& plan, const std::vector<int>& step_of_node,
+                   const std::vector<bool>& absorbed) {
+  const Graph& graph = *plan.graph;
+  plan.step_reads.assign(plan.steps.size(), {});
+  plan.read_outside_steps.clear();
+  for (size_t k = 0; k < plan.steps.size(); ++k) {
+    const StepTraits& traits = plan.steps[k]->traits();
+    for (ValueId v : traits.reads) {
+      if (v != kNoValue) plan.step_reads[k].push_back({v, traits.reads_shape_values});
+    }
+  }
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& node = graph.nodes()[i];
+    const int k = i < step_of_node.size() ? step_of_node[i] : -1;
+    if (k >= 0 && k < static_cast<int>(plan.steps.size())) {
+      const bool as_shape_value =
+          plan.steps[k]->traits().reads_shape_values && !(i < absorbed.size() && absorbed[i]);
+      for (ValueId v : node.inputs) {
+        if (v != kNoValue) plan.step_reads[k].push_back({v, as_shape_value});
+      }
+      continue;
+    }
+    // A view's bytes are its source's: read where the view is.
+    const bool view = node.outputs.size() == 1 && !node.inputs.empty() &&
+                      node.inputs[0] != kNoValue && plan.root[node.outputs[0]] != node.outputs[0] &&
+                      plan.root[node.outputs[0]] == plan.root[node.inputs[0]];
+    if (view) continue;
+    for (ValueId v : node.inputs) {
+      if (v != kNoValue) plan.read_outside_steps.push_back(v);
+    }
+  }
+  for (ValueId v : graph.outputs()) plan.read_outside_steps.push_back(v);
+}
+
 void ChooseLayouts(ExecutionPlan& plan) {
   const int num_values = plan.graph->num_values();
   const std::vector<Shape>& shapes1 = plan.shapes1;

@@ -37,6 +37,16 @@ void PlanLifetimes(runtime::ExecutionPlan& plan, const std::vector<int>& step_of
                    const std::vector<int>& producer,
                    const std::vector<std::vector<int>>& consumers);
 
+// plan.step_reads and plan.read_outside_steps: by step, the inputs of the
+// graph nodes it stands for (step_of_node) and its traits' reads, each read
+// as a shape value where the step reads its inputs so and the node is its
+// own (not absorbed: `absorbed`, by node); graph outputs and the inputs of
+// nodes without a step that are not views (a transpose a matmul reads
+// through strides) are read outside the steps. A view's other inputs (a
+// Reshape's target) are not read at run time.
+void PlanStepReads(runtime::ExecutionPlan& plan, const std::vector<int>& step_of_node,
+                   const std::vector<bool>& absorbed);
+
 // plan.in_place_of: a step that copies a residual into its output first
 // (conv's sum, matmul's residual, Gemm's C) writes into the residual's
 // bytes instead when the residual dies at that step, has the same shape at

@@ -149,6 +149,59 @@ void PlanBatchSplit(const ExecutionPlan& plan, BatchState& state) {
   state.slice_data.assign(num_values, nullptr);
 }
 
+void PlanShapeValueSteps(const ExecutionPlan& plan, BatchState& state) {
+  const size_t steps = plan.steps.size();
+  const int num_values = plan.graph->num_values();
+  state.dropped.assign(steps, 0);
+  state.dropped_value.assign(num_values, 0);
+  state.dropped_steps = 0;
+  if (state.shape_values.empty() || plan.step_reads.size() != steps) return;
+  auto shape_value = [&](ValueId v) { return state.shape_values.contains(v); };
+  // Candidates: steps writing shape values alone, each an arena root of its own.
+  for (size_t k = 0; k < steps; ++k) {
+    const std::vector<ValueId>& writes = plan.steps[k]->traits().writes;
+    bool drop = !writes.empty();
+    for (ValueId w : writes) {
+      drop = drop && w != kNoValue && w < num_values && shape_value(w) && plan.root[w] == w &&
+             plan.storage[w] == Storage::kArena;
+    }
+    state.dropped[k] = drop;
+  }
+  // A candidate whose value a running step reads as data runs after all;
+  // then what it reads may be needed too: until nothing changes (each
+  // round runs one more step at least).
+  std::vector<char> read(num_values, 0);
+  for (ValueId v : plan.read_outside_steps) {
+    if (v != kNoValue && v < num_values) read[plan.root[v]] = 1;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t k = 0; k < steps; ++k) {
+      if (state.dropped[k]) continue;
+      for (const ExecutionPlan::ValueRead& r : plan.step_reads[k]) {
+        if (r.value == kNoValue || r.value >= num_values) continue;
+        if (r.as_shape_value && shape_value(r.value)) continue;
+        read[plan.root[r.value]] = 1;
+      }
+    }
+    for (size_t k = 0; k < steps; ++k) {
+      if (!state.dropped[k]) continue;
+      for (ValueId w : plan.steps[k]->traits().writes) {
+        if (read[w]) {
+          state.dropped[k] = 0;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  for (size_t k = 0; k < steps; ++k) {
+    if (!state.dropped[k]) continue;
+    ++state.dropped_steps;
+    for (ValueId w : plan.steps[k]->traits().writes) state.dropped_value[w] = 1;
+  }
+}
+
 void PlanArena(const ExecutionPlan& plan, BatchState& state) {
   const int num_values = plan.graph->num_values();
   state.arena_offset.assign(num_values, -1);
@@ -163,6 +216,7 @@ void PlanArena(const ExecutionPlan& plan, BatchState& state) {
   for (ValueId v = 0; v < num_values; ++v) {
     if (plan.root[v] != v || plan.storage[v] != Storage::kArena || plan.internal[v]) continue;
     if (BytesOwner(plan, v, state.shapes) != v) continue;  // placed with the residual it replaces
+    if (!state.dropped_value.empty() && state.dropped_value[v]) continue;  // never written
     // A slice-local value holds one slice of rows.
     const Shape& shape = state.slice_local[v] ? state.slice_shapes[v] : state.shapes[v];
     // Values of other types take their bytes, rounded up to whole floats.

@@ -24,6 +24,12 @@ struct BatchState {
   // target from Shape -> Gather -> Concat): computed once, when the plan
   // is made, and read by the steps as constants while it runs.
   ShapeValues shape_values;
+  // By step: dropped at this signature (PlanShapeValueSteps): every value
+  // it writes is a shape value that no running step reads as data and no
+  // graph output is. By ValueId: written by a dropped step (no bytes).
+  std::vector<char> dropped;
+  std::vector<char> dropped_value;
+  int dropped_steps = 0;
   std::vector<int64_t> arena_offset;   // by ValueId, for kArena roots
   std::vector<float*> data;            // by ValueId, refreshed per Run
   int64_t arena_bytes = 0;             // peak activation bytes (the plan's size)
@@ -51,8 +57,17 @@ struct BatchState {
 // state.shapes, and the shapes and row sizes the slices use.
 void PlanBatchSplit(const ExecutionPlan& plan, BatchState& state);
 
+// Decides state.dropped and state.dropped_value at state.shape_values: a
+// step whose every output is a shape value is dropped unless a step that
+// runs reads one of them as data (not as a shape value,
+// ExecutionPlan::step_reads), or it is read outside the steps (a graph
+// output); the steps reading it read the value computed when the plan was
+// made instead.
+void PlanShapeValueSteps(const ExecutionPlan& plan, BatchState& state);
+
 // Places state's arena values (arena_offset) and sets its arena_bytes:
-// largest first, each at the lowest offset free during its lifetime.
+// largest first, each at the lowest offset free during its lifetime; a
+// value of a dropped step takes none (offset -1).
 void PlanArena(const ExecutionPlan& plan, BatchState& state);
 
 // Per step, into `state`: its FLOPs, compulsory bytes, residual bytes and

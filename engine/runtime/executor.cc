@@ -91,6 +91,7 @@ absl::StatusOr<BatchState*> Executor::GetState(const std::vector<int64_t>& key,
   state.batch = batch;
   state.shapes = *std::move(shapes);
   PlanBatchSplit(plan_, state);
+  PlanShapeValueSteps(plan_, state);
   PlanArena(plan_, state);
   // Refused before anything of its size is allocated or prepared.
   if (plan_.max_activation_bytes > 0 && state.arena_bytes > plan_.max_activation_bytes) {
@@ -174,6 +175,7 @@ void Executor::Unmap::operator()(float* p) const {
 absl::Status Executor::PrepareSteps(const BatchState& state) {
   const ScopedShapeValues scope(&graph_, &state.shape_values);
   for (size_t k = 0; k < plan_.steps.size(); ++k) {
+    if (state.dropped[k]) continue;  // never run at this signature
     Step& step = *plan_.steps[k];
     // oneDNN sizes a primitive's thread split when it is created: create it
     // with the threads it will run on.
@@ -268,6 +270,7 @@ absl::Status Executor::RunRange(const StepContext& ctx, const BatchState& state,
   using Clock = std::chrono::steady_clock;
   bool serial = false;
   for (size_t k = begin; k < end; ++k) {
+    if (state.dropped[k]) continue;  // its shape values were computed with the plan
     if (state.serial[k] != serial) {
       serial = state.serial[k];
       omp_set_num_threads(serial ? 1 : plan_.threads);
@@ -316,8 +319,8 @@ absl::Status Executor::RunSteps(const StepContext& ctx, BatchState& state) {
     // A split step runs once per slice.
     const int64_t slices =
         state.split_steps > 0 ? (state.batch + state.slice_rows - 1) / state.slice_rows : 1;
-    const int64_t calls =
-        static_cast<int64_t>(plan_.steps.size()) + state.split_steps * (slices - 1);
+    const int64_t calls = static_cast<int64_t>(plan_.steps.size()) - state.dropped_steps +
+                          state.split_steps * (slices - 1);
     events_full_ = events_full_ || static_cast<int64_t>(events_.size()) + calls > event_limit_;
     record_events_ = !events_full_;
   }
@@ -548,6 +551,8 @@ std::vector<StepProfile> Executor::Profile() const {
   std::vector<StepProfile> rows;
   if (times_.size() != plan_.steps.size()) return rows;
   for (size_t k = 0; k < plan_.steps.size(); ++k) {
+    // Steps the last signature run dropped (shape values) are not listed.
+    if (last_state_ != nullptr && last_state_->dropped[k]) continue;
     const Step& step = *plan_.steps[k];
     const std::string d = step.Describe();
     StepProfile row;
@@ -610,6 +615,7 @@ absl::StatusOr<std::vector<PlannedStep>> Executor::PlanAtKey(const std::vector<i
   const BatchState& state = it->second;
   std::vector<PlannedStep> plan;
   for (size_t k = 0; k < plan_.steps.size(); ++k) {
+    if (state.dropped[k]) continue;  // not run at this signature (shape values)
     const Step& step = *plan_.steps[k];
     const bool sliced = static_cast<int>(k) < state.split_steps;
     PlannedStep row;

@@ -48,6 +48,18 @@ struct ExecutionPlan {
   std::vector<ValueId> in_place_of;
   // Every value's shape at batch 1 (which values are batch-sized).
   std::vector<Shape> shapes1;
+  // By step: every value its graph nodes read, with whether the step reads
+  // it as a shape value when it is one (StepTraits::reads_shape_values); and
+  // the values read outside the steps (graph outputs, the inputs of nodes
+  // without a step of their own that are not views). A signature's plan
+  // drops the steps that compute shape values no one reads as data
+  // (PlanShapeValueSteps, batch_plan.h).
+  struct ValueRead {
+    ValueId value = kNoValue;
+    bool as_shape_value = false;
+  };
+  std::vector<std::vector<ValueRead>> step_reads;
+  std::vector<ValueId> read_outside_steps;
 
   // Kernel threads for steps not run serially; num_threads > 0: set as
   // OpenMP's thread count at the start of every Run.

@@ -67,6 +67,11 @@ struct StepTraits {
   // The arithmetic the step's multiply-adds run in: "fp32", "bf16" or
   // "int8" (the peak its FLOPs are measured against).
   const char* arithmetic = "fp32";
+  // The step looks each of `reads` up through Graph::FindConstant at every
+  // Run before it reads its bytes (the reference steps): a value that is a
+  // shape value at the signature run (graph.h's ShapeValues) is read as
+  // that constant, and needs no bytes.
+  bool reads_shape_values = false;
 
   // A step that reads `reads`, writes `writes` and has nothing else to say.
   static StepTraits ReadsWrites(std::vector<ValueId> reads, std::vector<ValueId> writes) {

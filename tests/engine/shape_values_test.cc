@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -355,6 +356,136 @@ TEST(ShapeValuesTest, ValuesAreComputedOncePerSignature) {
     ASSERT_TRUE(run.ok()) << run;
   }
   EXPECT_EQ((*model)->CachedBatchPlans().plans, 2);
+}
+
+// The steps of PLAN (a signature's, PlanAt) by the node names they
+// describe ("typed_reference: seq_gather" -> "seq_gather").
+std::vector<std::string> StepNodes(const std::vector<PlannedStep>& plan) {
+  std::vector<std::string> nodes;
+  for (const PlannedStep& step : plan) {
+    nodes.push_back(step.description.substr(step.description.find(": ") + 2));
+  }
+  return nodes;
+}
+
+// Every kind of reader at once, on x [batch, seq, 8]: a Reshape's target
+// Concat(batch, seq, 2, 4), a Slice's ends (seq), an Expand's shape
+// Concat(seq, 8), and position ids Range(0, seq) cast to FP32 and added to
+// the data. The nodes computing the dims and the targets run when the plan
+// is made, not per request; the Cast whose output the Add reads as data
+// (and the Slice and Expand, whose outputs it reads) keep their steps.
+std::string AllReadersModel() {
+  OnnxModelBuilder b(17);
+  b.NamedInput("x", {-1, -1, 8}, {"batch", "seq", ""});
+  b.NamedOutput("y", {-1, -1, 8}, {"batch", "seq", ""});
+  DimOf(b, "x", 0, "batch");
+  DimOf(b, "x", 1, "seq");
+  b.Int64Initializer("heads", {2, 4});
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"batch", "seq", "heads"}, {"target"}, "target"),
+                            "axis", 0);
+  b.Node("Reshape", {"x", "target"}, {"split"}, "split_heads");
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"split"}, {"moved"}, "move_heads"), "perm",
+                             {0, 2, 1, 3});
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"moved"}, {"back"}, "move_back"), "perm",
+                             {0, 2, 1, 3});
+  b.Int64Initializer("minus_one", {-1});
+  b.Int64Initializer("eight", {8});
+  OnnxModelBuilder::AttrInt(
+      b.Node("Concat", {"batch", "minus_one", "eight"}, {"target2"}, "target2"), "axis", 0);
+  b.Node("Reshape", {"back", "target2"}, {"merged"}, "merge_heads");
+  b.Initializer("table", RandomTensor({700, 8}, 7));
+  b.Int64Initializer("starts", {0});
+  b.Int64Initializer("axes", {0});
+  b.Node("Slice", {"table", "starts", "seq", "axes"}, {"positions"}, "positions");
+  b.Initializer("row", RandomTensor({1, 8}, 4));
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"seq", "eight"}, {"rows_shape"}, "rows_shape"),
+                            "axis", 0);
+  b.Node("Expand", {"row", "rows_shape"}, {"rows"}, "expand_rows");
+  Int64Scalar(b, "start", 0);
+  Int64Scalar(b, "delta", 1);
+  b.Node("Range", {"start", "seq_scalar", "delta"}, {"ids"}, "position_ids");
+  OnnxModelBuilder::AttrInt(b.Node("Cast", {"ids"}, {"ids_f"}, "cast_ids"), "to",
+                            onnx::TensorProto::FLOAT);
+  b.Int64Initializer("ids_axes", {0, 2});
+  b.Node("Unsqueeze", {"ids_f", "ids_axes"}, {"ids_3d"}, "ids_3d");
+  b.Node("Add", {"merged", "positions"}, {"a"}, "add_positions");
+  b.Node("Add", {"a", "rows"}, {"c"}, "add_rows");
+  b.Node("Add", {"c", "ids_3d"}, {"y"}, "add_ids");
+  return b.Save("shape_values_all_readers");
+}
+
+// A signature's plan leaves out the steps computing shape values that no
+// step reads as data: the dims (Shape, Gather), the targets (Concat) and
+// the Range the Cast reads; their readers read the values computed when
+// the plan was made. At every signature, against the reference.
+TEST(ShapeValuesTest, StepsComputingShapeValuesAreDroppedFromEachPlan) {
+  const std::string path = AllReadersModel();
+  // x [2, 5, 8], [1, 13, 8] and [3, 1, 8]; at [1, 600, 8] the Expand's
+  // output (4,800 elements) is past kMaxShapeValueElements: data, as
+  // before, and its shape Concat(seq, 8) still a shape value.
+  const std::vector<CompiledModel::InputShapes> signatures = {
+      {{2, 5, 8}}, {{1, 13, 8}}, {{3, 1, 8}}, {{1, 600, 8}}};
+  ExpectMatchesAtSignatures(path, signatures);
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<std::string> computed = {"batch_shape", "batch_gather", "seq_shape",
+                                             "seq_gather",  "target",       "target2",
+                                             "rows_shape",  "position_ids"};
+  const std::vector<std::string> kept = {"move_heads", "move_back",     "positions", "expand_rows",
+                                         "cast_ids",   "add_positions", "add_rows",  "add_ids"};
+  std::vector<float> in(1 * 600 * 8, 0.25f), out(1 * 600 * 8);
+  for (const auto& shapes : signatures) {
+    SCOPED_TRACE(kernels::ShapeToString(shapes[0]));
+    ASSERT_TRUE((*model)->Run(shapes, {in.data()}, {out.data()}).ok());
+    auto plan = (*model)->PlanAt(shapes);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::vector<std::string> nodes = StepNodes(*plan);
+    for (const std::string& name : computed) {
+      EXPECT_THAT(nodes, ::testing::Not(::testing::Contains(name))) << (*model)->DescribePlan();
+    }
+    for (const std::string& name : kept) EXPECT_THAT(nodes, ::testing::Contains(name));
+    // Each of the compiled steps either runs or computes a shape value.
+    EXPECT_EQ(plan->size(), kept.size());
+    const std::string compiled = (*model)->DescribePlan();
+    EXPECT_EQ(plan->size() + computed.size(),
+              static_cast<size_t>(std::count(compiled.begin(), compiled.end(), '\n')));
+  }
+}
+
+// A shape value that is also a graph output (Shape(x) as INT64) is still
+// written by its step at every signature; the Gather and Concat computing
+// a Reshape target from it are dropped.
+TEST(ShapeValuesTest, ShapeValueThatIsAnOutputIsStillProduced) {
+  OnnxModelBuilder b(17);
+  b.NamedInput("x", {-1, -1, 8}, {"batch", "seq", ""});
+  b.NamedOutput("dims", {3}, {""}, onnx::TensorProto::INT64);
+  b.NamedOutput("y", {-1, -1}, {"batch", ""});
+  b.Node("Shape", {"x"}, {"dims"}, "dims");
+  Int64Scalar(b, "zero", 0);
+  b.Node("Gather", {"dims", "zero"}, {"batch_scalar"}, "batch");
+  b.Int64Initializer("axes", {0});
+  b.Node("Unsqueeze", {"batch_scalar", "axes"}, {"batch"}, "batch_1d");
+  b.Int64Initializer("minus_one", {-1});
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"batch", "minus_one"}, {"target"}, "target"), "axis",
+                            0);
+  b.Node("Reshape", {"x", "target"}, {"flat"}, "flatten");
+  b.Node("Relu", {"flat"}, {"y"}, "relu");
+  auto model = CompiledModel::Load(b.Save("shape_values_output"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (const CompiledModel::InputShapes& shapes :
+       std::vector<CompiledModel::InputShapes>{{{2, 5, 8}}, {{1, 9, 8}}, {{2, 5, 8}}}) {
+    const Shape& s = shapes[0];
+    std::vector<float> x(kernels::NumElements(s));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
+    std::vector<int64_t> dims(3, -1);
+    std::vector<float> y(x.size(), -7.0f);
+    ASSERT_TRUE((*model)->Run(shapes, {x.data()}, {dims.data(), y.data()}).ok());
+    EXPECT_EQ(dims, (std::vector<int64_t>{s[0], s[1], s[2]}));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], std::max(x[i], 0.0f)) << i;
+    auto plan = (*model)->PlanAt(shapes);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_THAT(StepNodes(*plan), ::testing::ElementsAre("dims", "relu"));
+  }
 }
 
 }  // namespace
