@@ -13,7 +13,9 @@ bench(): the full-size models at batch 1 and 8 (the transformers at
 sequence lengths 16, 128 and 512), each exported with only the batch
 dynamic so that `numaserve bench` and benchmarks/peers/ort_peer.py bench
 (this environment's ONNX Runtime) measure the same file, in process, on
---threads threads.
+--threads threads. Both draw each integer input below the rows of the
+table the model gathers it from (index_bounds: input ids below the
+vocabulary, token type ids below 2), masks 0 or 1.
 """
 import json
 import os
@@ -273,6 +275,51 @@ def report(models, binary=None, exporter="torchscript"):
     return 1 if failed else 0
 
 
+# Ops an index passes through unchanged on its way to the Gather reading it.
+INDEX_PASSING_OPS = ("Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity")
+INTEGER_TYPES = (2, 3, 4, 5, 6, 7, 12, 13)  # onnx.TensorProto's (U)INT8..64
+
+
+def index_bounds(path):
+    """{input: bound} for every integer input of the ONNX file at PATH: the
+    rows of the smallest constant table (an initializer or a Constant node)
+    a Gather reads it as indices of, directly or through INDEX_PASSING_OPS;
+    2 (0 or 1: a mask or a flag) for an integer input no such Gather reads."""
+    import onnx
+    from onnx import numpy_helper
+    graph = onnx.load(path, load_external_data=False).graph
+    tables = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    tables[node.output[0]] = list(numpy_helper.to_array(a.t).shape)
+    readers = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, slot))
+    bounds = {}
+    for value in graph.input:
+        if value.type.tensor_type.elem_type not in INTEGER_TYPES:
+            continue
+        rows, frontier, seen = [], [value.name], set()
+        while frontier:
+            name = frontier.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for node, slot in readers.get(name, []):
+                if node.op_type == "Gather" and slot == 1 and node.input[0] in tables:
+                    dims = tables[node.input[0]]
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    if -len(dims) <= axis < len(dims):
+                        rows.append(dims[axis])
+                elif node.op_type in INDEX_PASSING_OPS and slot == 0:
+                    frontier.extend(node.output)
+        bounds[value.name] = min(rows) if rows else 2
+    return bounds
+
+
 def bench(models, binary, threads, seconds):
     """numaserve bench and ort_peer.py bench on each full-size model, batch
     1 and 8; prints one JSON line per model, shape and engine."""
@@ -304,11 +351,15 @@ def bench_one(model, shape, batch_only, work, binary, threads, seconds):
     fixed = zoo.ZooModel(**{**model.__dict__, "shapes": full})
     path = os.path.join(work, "%s_%s.onnx" % (model.name, "x".join(map(str, shape[1:])) or "b"))
     zoo.export(fixed, "full", path, dynamic_axes=batch_only)
+    bounds = ",".join("%s=%d" % kv for kv in sorted(index_bounds(path).items()))
     runs = {"numaserve": [binary, "bench", "--model", path, "--batch", "1,8", "--threads",
                           str(threads), "--seconds", str(seconds), "--json"],
             "onnxruntime": [sys.executable, ORT_PEER, "bench", "--model", path, "--batch",
                             "1,8", "--threads", str(threads), "--seconds", str(seconds),
                             "--json"]}
+    if bounds:
+        for command in runs.values():
+            command += ["--index-bounds", bounds]
     for engine, command in runs.items():
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0:

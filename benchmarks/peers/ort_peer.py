@@ -73,7 +73,9 @@ def row_shape(node_arg):
     return dims
 
 
-def random_input(node_arg, batch, rng):
+def random_input(node_arg, batch, rng, bounds=None):
+    """Floats in [-1, 1); integers 0 or 1, or below their bound where BOUNDS
+    ({input name: bound}, --index-bounds) names them."""
     kind = NUMPY_TYPES.get(node_arg.type)
     if kind is None:
         sys.exit(f"ort_peer: input '{node_arg.name}' has type {node_arg.type}; "
@@ -81,13 +83,13 @@ def random_input(node_arg, batch, rng):
     shape = (batch, *row_shape(node_arg))
     if kind == np.float32:
         return rng.uniform(-1, 1, shape).astype(np.float32)
-    return rng.integers(0, 2, shape).astype(kind)
+    return rng.integers(0, (bounds or {}).get(node_arg.name, 2), shape).astype(kind)
 
 
-def bound(sess, batch, rng):
+def bound(sess, batch, rng, bounds=None):
     """An IOBinding holding every input (random) and every output
     (allocated once, at the shapes one plain run gives)."""
-    feeds = {i.name: random_input(i, batch, rng) for i in sess.get_inputs()}
+    feeds = {i.name: random_input(i, batch, rng, bounds) for i in sess.get_inputs()}
     outputs = sess.run(None, feeds)
     binding = sess.io_binding()
     keep = []  # the OrtValues must outlive the binding's use
@@ -102,6 +104,17 @@ def bound(sess, batch, rng):
     return binding, keep
 
 
+def parse_index_bounds(text):
+    """--index-bounds "name=bound,..." as {name: bound}."""
+    bounds = {}
+    for part in filter(None, (text or "").split(",")):
+        name, _, value = part.partition("=")
+        if not name or not value.isdigit() or int(value) < 1:
+            sys.exit(f"ort_peer: --index-bounds: '{part}' is not a name, '=' and a bound >= 1")
+        bounds[name] = int(value)
+    return bounds
+
+
 def percentile(ordered, q):
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -109,8 +122,9 @@ def percentile(ordered, q):
 def bench(args):
     sess = session(args.model, args.threads, args.spin)
     rng = np.random.default_rng(1)
+    bounds = parse_index_bounds(args.index_bounds)
     for batch in (int(b) for b in args.batch.split(",")):
-        binding, keep = bound(sess, batch, rng)
+        binding, keep = bound(sess, batch, rng, bounds)
         for _ in range(2):
             sess.run_with_iobinding(binding)
         latencies = []
@@ -191,6 +205,8 @@ def main():
     b.add_argument("--seconds", type=float, default=3)
     b.add_argument("--spin", type=int, choices=[0, 1], default=1)
     b.add_argument("--json", action="store_true")
+    b.add_argument("--index-bounds", default="",
+                   help="integer inputs drawn below a bound: name=bound,... (others 0 or 1)")
     r = sub.add_parser("run")
     r.add_argument("--model", required=True)
     r.add_argument("--input", required=True)

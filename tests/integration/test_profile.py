@@ -152,6 +152,15 @@ class ProfileTest(unittest.TestCase):
             self.expect_error((command, "--model", self.model, "--batch", "100000000000",
                                "--seconds", "0.1"), "batch 100000000000", "exceeds the limit")
 
+    def test_bad_index_bounds(self):
+        # --index-bounds: name=bound pairs, each bound >= 1, each an integer
+        # input of the model (the MLP's one input is FP32).
+        for bad in ("x", "x=0", "=4", "x=four"):
+            self.expect_error(("bench", "--model", self.model, "--index-bounds", bad),
+                              "--index-bounds", "'%s'" % bad)
+        self.expect_error(("bench", "--model", self.model, "--batch", "1", "--seconds", "0.05",
+                           "--index-bounds", "x=4"), "'x'", "no integer input")
+
     def test_unwritable_trace(self):
         bad = os.path.join(self.tmp.name, "no_such_dir", "trace.json")
         self.expect_error(("profile", "--model", self.model, "--trace", bad), "--trace", bad)

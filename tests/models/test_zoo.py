@@ -182,6 +182,33 @@ class ZooTest(unittest.TestCase):
             self.assertRegex(r.reason, r"node '[^']+' \(op [A-Za-z]+\)", name)
             print("%s refused: %s" % (name, r.reason))
 
+    def test_bench_draws_integer_inputs_below_their_tables(self):
+        """zoo.py --bench (zoo_check.bench_one) on BERT-base: each integer
+        input drawn below the rows of the table its Gather reads (token
+        type ids below 2), so that numaserve bench and ort_peer.py bench
+        run it to the end (numaserve's default 0..9 reach past the token
+        type table, and its Gather refuses them)."""
+        import subprocess
+        import tempfile
+        m = zoo.BY_NAME["bert_base"]
+        names, outputs, axes = m.io("small")
+        batch_only = {n: {0: "batch"} for n in names + outputs if 0 in axes.get(n, {})}
+        with tempfile.TemporaryDirectory(prefix="numaserve_zoo_bounds_") as work:
+            path = os.path.join(work, "bert_base.onnx")
+            zoo.export(m, "small", path, dynamic_axes=batch_only)
+            bounds = zoo_check.index_bounds(path)
+            self.assertEqual(bounds, {"input_ids": 96, "attention_mask": 2, "token_type_ids": 2})
+            text = ",".join("%s=%d" % kv for kv in sorted(bounds.items()))
+            binary = os.environ.get("NUMASERVE_BIN") or \
+                zoo_check.numaserve_client().default_binary()
+            for command in ([binary, "bench"], [sys.executable, zoo_check.ORT_PEER, "bench"]):
+                run = subprocess.run(command + ["--model", path, "--batch", "1", "--threads",
+                                                "1", "--seconds", "0.05", "--json",
+                                                "--index-bounds", text],
+                                     capture_output=True, text=True, timeout=300)
+                self.assertEqual(run.returncode, 0, "%s: %s" % (command, run.stderr[-2000:]))
+                self.assertEqual(run.stdout.count('"batch"'), 1, run.stdout)
+
     def test_every_served_model_has_its_test(self):
         tested = {n[len("test_"):] for n in dir(self) if n.startswith("test_")}
         for m in zoo.MODELS:

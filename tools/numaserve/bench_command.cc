@@ -42,9 +42,9 @@ bool RanWinograd(const engine::CompiledModel& model, int64_t batch) {
 }
 
 absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch, double seconds,
-                                     double peak_gflops) {
+                                     double peak_gflops, const IndexBounds& bounds) {
   const engine::ModelInfo& info = model.info();
-  absl::StatusOr<RunBuffers> made = MakeRunBuffers(model, batch);
+  absl::StatusOr<RunBuffers> made = MakeRunBuffers(model, batch, bounds);
   if (!made.ok()) return made.status();
   const RunBuffers& buffers = *made;
   const auto& in_ptrs = buffers.in_ptrs;
@@ -81,8 +81,8 @@ absl::StatusOr<BatchResult> RunBatch(engine::CompiledModel& model, int64_t batch
 // after the measured runs (whose figures the timing does not touch), and
 // prints the step profile.
 absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double seconds, int top,
-                          bool json) {
-  auto measured = ProfileRuns(model, batch, seconds);
+                          bool json, const IndexBounds& bounds) {
+  auto measured = ProfileRuns(model, batch, seconds, 5, 0, bounds);
   if (!measured.ok()) return measured.status();
   const int64_t runs = measured->runs;
   const double wall = measured->wall_seconds;
@@ -102,8 +102,8 @@ absl::Status ProfileBatch(engine::CompiledModel& model, int64_t batch, double se
 // run); reference implementations are flagged.
 // `threads`: the model's; serial_below_mflops: the option (-1: measured).
 absl::Status PrintPlan(engine::CompiledModel& model, int64_t batch, int threads,
-                       double serial_below_mflops) {
-  absl::StatusOr<RunBuffers> buffers = MakeRunBuffers(model, batch);
+                       double serial_below_mflops, const IndexBounds& bounds) {
+  absl::StatusOr<RunBuffers> buffers = MakeRunBuffers(model, batch, bounds);
   if (!buffers.ok()) return buffers.status();
   if (absl::Status s = model.Run(batch, buffers->in_ptrs, buffers->out_ptrs); !s.ok()) return s;
   auto steps = model.PlanAt(batch);
@@ -148,6 +148,9 @@ struct BenchOptions {
   int64_t threads = 0;
   double seconds = 3.0;
   bool json = false, plan = false, profile = false;
+  // --index-bounds: integer inputs drawn below their table's rows.
+  std::string index_bounds_text;
+  IndexBounds index_bounds;
   int64_t top = 15;
   double serial_below_mflops = -1;
   double batch_split_mb = -1;
@@ -173,6 +176,10 @@ void AddRunFlags(base::ArgParser& parser, BenchOptions& o) {
                  "again and print where the time goes: per step kind, the costliest steps (share "
                  "of the time in steps, GFLOP/s) and every layout boundary and residual reorder");
   parser.AddInt("top", &o.top, "--profile: the costliest steps listed (0 = all)");
+  parser.AddString("index-bounds", &o.index_bounds_text,
+                   "integer inputs drawn uniformly below a bound, as name=bound,... "
+                   "(input_ids=30522,token_type_ids=2: ids within the rows of the table a "
+                   "Gather reads them from); other integer inputs are 0..9");
 }
 
 // How the model is compiled (engine::CompileOptions).
@@ -316,7 +323,9 @@ bool PrintLibrariesAndPlan(engine::CompiledModel& model, const BenchOptions& o, 
     printf("gemm %s: %s\n", kernels::GemmBackendName(b), kernels::GemmBackendDetails(b).c_str());
   }
   const int model_threads = o.threads > 0 ? static_cast<int>(o.threads) : omp_get_max_threads();
-  if (absl::Status s = PrintPlan(model, batch, model_threads, o.serial_below_mflops); !s.ok()) {
+  if (absl::Status s =
+          PrintPlan(model, batch, model_threads, o.serial_below_mflops, o.index_bounds);
+      !s.ok()) {
     fprintf(stderr, "numaserve bench: --plan: %s\n", std::string(s.message()).c_str());
     return false;
   }
@@ -333,7 +342,7 @@ struct BenchPeak {
 // The peak, on `used_threads` cores, of the precision the convs and matmuls
 // run at; INT8 is told from the plan after one run at `first_batch`.
 BenchPeak PeakFor(engine::CompiledModel& model, int64_t first_batch, engine::Precision precision,
-                  int used_threads) {
+                  int used_threads, const IndexBounds& bounds) {
   // BF16: fractions of the BF16 peak (AMX tiles or AVX512_BF16 dot
   // products), which the convs and matmuls run at.
   const bool bf16 = precision == engine::Precision::kBf16;
@@ -343,7 +352,7 @@ BenchPeak PeakFor(engine::CompiledModel& model, int64_t first_batch, engine::Pre
   bool int8 = false;
   if (affinity::GetPeakFlops().peak_int8_gops_per_core > 0 &&
       (model.info().batched || first_batch == 1)) {
-    absl::StatusOr<RunBuffers> warm = MakeRunBuffers(model, first_batch);
+    absl::StatusOr<RunBuffers> warm = MakeRunBuffers(model, first_batch, bounds);
     if (warm.ok() && model.Run(first_batch, warm->in_ptrs, warm->out_ptrs).ok()) {
       if (auto plan = model.PlanAt(first_batch); plan.ok()) {
         for (const engine::PlannedStep& step : *plan) {
@@ -407,7 +416,7 @@ int RunBatches(engine::CompiledModel& model, const BenchOptions& o,
               o.model_path.c_str(), static_cast<long long>(batch));
       continue;
     }
-    auto r = RunBatch(model, batch, o.seconds, peak.gflops);
+    auto r = RunBatch(model, batch, o.seconds, peak.gflops, o.index_bounds);
     if (!r.ok()) {
       fprintf(stderr, "numaserve bench: batch %lld: %s\n", static_cast<long long>(batch),
               std::string(r.status().message()).c_str());
@@ -415,7 +424,8 @@ int RunBatches(engine::CompiledModel& model, const BenchOptions& o,
     }
     PrintBatchResult(o, precision, used_threads, peak, *r, &noted_effective);
     if (o.profile) {
-      if (absl::Status s = ProfileBatch(model, batch, o.seconds, static_cast<int>(o.top), o.json);
+      if (absl::Status s = ProfileBatch(model, batch, o.seconds, static_cast<int>(o.top), o.json,
+                                        o.index_bounds);
           !s.ok()) {
         fprintf(stderr, "numaserve bench: profiling batch %lld: %s\n",
                 static_cast<long long>(batch), std::string(s.message()).c_str());
@@ -455,6 +465,13 @@ int BenchCommand(const std::vector<std::string>& args, const serving::ProcessOpt
   std::vector<int64_t> batches;
   engine::Precision precision = engine::Precision::kFp32;
   if (!CheckBenchFlags(o, &batches, &precision)) return 2;
+  auto bounds = ParseIndexBounds(o.index_bounds_text);
+  if (!bounds.ok()) {
+    fprintf(stderr, "numaserve bench: --index-bounds: %s\n",
+            std::string(bounds.status().message()).c_str());
+    return 2;
+  }
+  o.index_bounds = *std::move(bounds);
   auto model = engine::CompiledModel::Load(o.model_path, BenchCompileOptions(o, precision));
   if (!model.ok()) {
     fprintf(stderr, "numaserve bench: %s\n", std::string(model.status().message()).c_str());
@@ -465,7 +482,7 @@ int BenchCommand(const std::vector<std::string>& args, const serving::ProcessOpt
   }
   if (o.plan && !PrintLibrariesAndPlan(**model, o, batches.front())) return 1;
   const int used_threads = o.threads > 0 ? static_cast<int>(o.threads) : omp_get_max_threads();
-  const BenchPeak peak = PeakFor(**model, batches.front(), precision, used_threads);
+  const BenchPeak peak = PeakFor(**model, batches.front(), precision, used_threads, o.index_bounds);
   return RunBatches(**model, o, batches, precision, used_threads, peak);
 }
 

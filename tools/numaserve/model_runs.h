@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,11 +21,22 @@ struct RunBuffers {
   std::vector<void*> out_ptrs;
 };
 
-// Floats in [-1, 1), integers 0..9, booleans; the same values every call.
-// INVALID_ARGUMENT when a buffer exceeds the engine's tensor limit
-// (kernels::NumElementsChecked), RESOURCE_EXHAUSTED when they take more
-// than half the memory available now; the caller names the batch.
-absl::StatusOr<RunBuffers> MakeRunBuffers(engine::CompiledModel& model, int64_t batch);
+// By input name: integer inputs drawn uniformly in [0, bound), ids into a
+// table of `bound` rows (numaserve bench --index-bounds).
+using IndexBounds = std::map<std::string, int64_t>;
+
+// "name=bound,name=bound" as IndexBounds; INVALID_ARGUMENT naming the part
+// that is not a name, '=' and a bound >= 1.
+absl::StatusOr<IndexBounds> ParseIndexBounds(const std::string& text);
+
+// Floats in [-1, 1), integers 0..9 (an input `bounds` names: in [0, its
+// bound)), booleans; the same values every call. INVALID_ARGUMENT when a
+// buffer exceeds the engine's tensor limit (kernels::NumElementsChecked) or
+// `bounds` names no integer input of the model (or a bound its type cannot
+// hold), RESOURCE_EXHAUSTED when they take more than half the memory
+// available now; the caller names the batch.
+absl::StatusOr<RunBuffers> MakeRunBuffers(engine::CompiledModel& model, int64_t batch,
+                                          const IndexBounds& bounds = {});
 
 // The value at quantile q (0..1) of `v`, nearest rank; 0 when empty.
 double Percentile(std::vector<double> v, double q);
@@ -38,10 +51,11 @@ struct ProfiledRuns {
 };
 
 // Runs `batch` rows for `seconds` (at least `min_runs` runs) with every
-// step timed, keeping up to `max_events` step events (0: none); profiling
-// is off again when it returns, whatever the outcome.
+// step timed, keeping up to `max_events` step events (0: none), on inputs
+// drawn as MakeRunBuffers draws them; profiling is off again when it
+// returns, whatever the outcome.
 absl::StatusOr<ProfiledRuns> ProfileRuns(engine::CompiledModel& model, int64_t batch,
                                          double seconds, int64_t min_runs = 5,
-                                         int64_t max_events = 0);
+                                         int64_t max_events = 0, const IndexBounds& bounds = {});
 
 }  // namespace numaserve::cli
