@@ -555,6 +555,9 @@ def main(argv=None):
     parser.add_argument("--numaserve", default=None, help="the numaserve binary")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--sequences", default="",
+                        help="--bench: the transformers' sequence lengths (the decoders' past "
+                             "lengths), comma-separated (default: 16, 128 and 512)")
     args = parser.parse_args(argv)
     models = pick(args.models)
     if args.list:
@@ -573,7 +576,8 @@ def main(argv=None):
     if args.report:
         return zoo_check.report(models, args.numaserve, args.exporter)
     if args.bench:
-        return zoo_check.bench(models, args.numaserve, args.threads, args.seconds)
+        sequences = tuple(int(n) for n in args.sequences.split(",") if n)
+        return zoo_check.bench(models, args.numaserve, args.threads, args.seconds, sequences)
     parser.print_help()
     return 2
 

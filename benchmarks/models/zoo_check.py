@@ -320,9 +320,11 @@ def index_bounds(path):
     return bounds
 
 
-def bench(models, binary, threads, seconds):
+def bench(models, binary, threads, seconds, sequences=()):
     """numaserve bench and ort_peer.py bench on each full-size model, batch
-    1 and 8; prints one JSON line per model, shape and engine."""
+    1 and 8; prints one JSON line per model, shape and engine. SEQUENCES
+    (if any): the transformers' sequence lengths (the decoders' past
+    lengths) measured, of 16, 128 and 512."""
     nc = numaserve_client()
     binary = binary or nc.default_binary()
     work = tempfile.mkdtemp(prefix="numaserve_zoo_bench_")
@@ -334,7 +336,8 @@ def bench(models, binary, threads, seconds):
             seen = set()
             for shape in m.shapes["full"]:
                 key = shape[1:]  # one export per non-batch shape
-                if key in seen:
+                if key in seen or (sequences and m.family == "language" and len(shape) > 1 and
+                                   shape[-1] not in sequences):
                     continue
                 seen.add(key)
                 bench_one(m, shape, batch_only, work, binary, threads, seconds)

@@ -410,9 +410,21 @@ int RunBatches(engine::CompiledModel& model, const BenchOptions& o,
            "peak", "act_MB");
   }
   bool noted_effective = false;
+  // A model that is not batched (its rows are not independent, or an
+  // output's shape does not follow them) still runs a batch of rows as
+  // one request where an input's dim 0 is dynamic; without one it runs
+  // batch 1 alone.
+  bool takes_rows = false;
+  for (const engine::TensorInfo& t : model.info().inputs) {
+    takes_rows = takes_rows || (!t.shape.empty() && t.shape[0] < 0);
+  }
+  if (!model.info().batched && takes_rows && (batches.size() > 1 || batches.front() != 1)) {
+    fprintf(stderr, "numaserve bench: %s is not batched (%s): a batch runs as one request\n",
+            o.model_path.c_str(), model.info().unbatched_reason.c_str());
+  }
   for (int64_t batch : batches) {
-    if (!model.info().batched && batch != 1) {
-      fprintf(stderr, "numaserve bench: %s is not batched; skipping batch %lld\n",
+    if (!model.info().batched && !takes_rows && batch != 1) {
+      fprintf(stderr, "numaserve bench: %s has no dynamic dim 0; skipping batch %lld\n",
               o.model_path.c_str(), static_cast<long long>(batch));
       continue;
     }
