@@ -521,7 +521,7 @@ void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
     worker::Reply reply;
     if (!ReadFramed(fd, &reply).ok()) break;
     ReplyFn fn;
-    bool run = false;
+    bool run = false;  // a batch's reply
     {
       base::MutexLock lock(&slot->mu);
       auto it = slot->pending.find(reply.id());
@@ -531,9 +531,7 @@ void WorkerSupervisor::ServeReplies(Slot* slot, int fd) {
       slot->pending.erase(it);
     }
     fn(reply, /*worker_lost=*/false);
-    // A batch's reply goes to the scheduler through `fn`, which launches
-    // what the freed instance can take; other replies (loads, unloads) may
-    // change what the workers can serve.
+    // A batch's `fn` launches what its freed instance can take already.
     if (!run) on_change_();
   }
 }
