@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,6 +33,47 @@ inline double NormalizedError(const std::vector<float>& expected, const float* a
     den += static_cast<double>(expected[i]) * expected[i];
   }
   return den == 0 ? num : num / den;
+}
+
+// Runs `model` at `shapes` (FP32 inputs) and the reference executor on the
+// same inputs; the largest normalized error over the outputs.
+inline double RunAgainstReference(CompiledModel& model, const Graph& graph,
+                                  const CompiledModel::InputShapes& shapes, uint32_t seed) {
+  SCOPED_TRACE(absl::StrCat("input shapes ", DescribeSignature(graph, shapes)));
+  std::vector<kernels::Tensor> inputs;
+  std::vector<const void*> in_ptrs;
+  std::vector<size_t> in_bytes;
+  for (const Shape& s : shapes) inputs.push_back(RandomTensor(s, seed++));
+  for (const kernels::Tensor& t : inputs) {
+    in_ptrs.push_back(t.data.data());
+    in_bytes.push_back(t.data.size() * sizeof(float));
+  }
+  auto expected = RunReference(graph, inputs);
+  EXPECT_TRUE(expected.ok()) << expected.status();
+  auto out_shapes = model.OutputShapes(shapes);
+  EXPECT_TRUE(out_shapes.ok()) << out_shapes.status();
+  if (!expected.ok() || !out_shapes.ok()) return 1e9;
+  std::vector<std::vector<float>> outputs;
+  std::vector<void*> out_ptrs;
+  std::vector<size_t> out_bytes;
+  for (size_t j = 0; j < out_shapes->size(); ++j) {
+    EXPECT_EQ((*out_shapes)[j], (*expected)[j].shape) << "output " << j;
+    outputs.emplace_back(kernels::NumElements((*out_shapes)[j]), -7.0f);
+  }
+  for (auto& o : outputs) {
+    out_ptrs.push_back(o.data());
+    out_bytes.push_back(o.size() * sizeof(float));
+  }
+  EXPECT_TRUE(model.CheckBufferSizes(shapes, in_bytes, out_bytes).ok());
+  const absl::Status run = model.Run(shapes, in_ptrs, out_ptrs);
+  EXPECT_TRUE(run.ok()) << run;
+  if (!run.ok()) return 1e9;
+  double worst = 0;
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    if ((*expected)[j].data.size() != outputs[j].size()) return 1e9;
+    worst = std::max(worst, NormalizedError((*expected)[j].data, outputs[j].data()));
+  }
+  return worst;
 }
 
 inline void ExpectCompiledMatchesReference(const std::string& name, const std::string& path,

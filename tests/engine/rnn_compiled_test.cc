@@ -24,9 +24,9 @@
 namespace numaserve::engine {
 namespace {
 
-using testing::NormalizedError;
 using testing::OnnxModelBuilder;
 using testing::RandomTensor;
+using testing::RunAgainstReference;
 
 constexpr int64_t kInput = 5;
 constexpr double kTolerance = 1e-10;  // FP32 against the reference's double
@@ -118,35 +118,6 @@ CompiledModel::InputShapes ShapesAt(const Layer& l, int64_t seq, int64_t batch) 
   return shapes;
 }
 
-// Runs `model` and the reference at `shapes`; the largest normalized error.
-double WorstError(CompiledModel& model, const Graph& graph,
-                  const CompiledModel::InputShapes& shapes, uint32_t seed) {
-  std::vector<kernels::Tensor> inputs;
-  std::vector<const void*> in_ptrs;
-  for (const Shape& s : shapes) inputs.push_back(RandomTensor(s, seed++));
-  for (const kernels::Tensor& t : inputs) in_ptrs.push_back(t.data.data());
-  auto expected = RunReference(graph, inputs);
-  EXPECT_TRUE(expected.ok()) << expected.status();
-  auto out_shapes = model.OutputShapes(shapes);
-  EXPECT_TRUE(out_shapes.ok()) << out_shapes.status();
-  if (!expected.ok() || !out_shapes.ok()) return 1e9;
-  std::vector<std::vector<float>> outputs;
-  std::vector<void*> out_ptrs;
-  for (size_t j = 0; j < out_shapes->size(); ++j) {
-    EXPECT_EQ((*out_shapes)[j], (*expected)[j].shape) << "output " << j;
-    outputs.emplace_back(kernels::NumElements((*out_shapes)[j]), -7.0f);
-  }
-  for (auto& o : outputs) out_ptrs.push_back(o.data());
-  const absl::Status run = model.Run(shapes, in_ptrs, out_ptrs);
-  EXPECT_TRUE(run.ok()) << run;
-  if (!run.ok()) return 1e9;
-  double worst = 0;
-  for (size_t j = 0; j < outputs.size(); ++j) {
-    worst = std::max(worst, NormalizedError((*expected)[j].data, outputs[j].data()));
-  }
-  return worst;
-}
-
 // Compiles `l`, checks that its plan is one of `plan_lines`, and compares
 // it with the reference at every (seq, batch) of `signatures` on the one
 // CompiledModel; the implementation at each must be oneDNN's where the
@@ -168,7 +139,7 @@ void ExpectMatchesReference(const Layer& l, const std::vector<std::string>& plan
   for (const auto& [seq, batch] : signatures) {
     SCOPED_TRACE(absl::StrCat("seq ", seq, ", batch ", batch));
     const CompiledModel::InputShapes shapes = ShapesAt(l, seq, batch);
-    EXPECT_LT(WorstError(**model, *graph, shapes, seed), kTolerance);
+    EXPECT_LT(RunAgainstReference(**model, *graph, shapes, seed), kTolerance);
     seed += 10;
     auto steps = (*model)->PlanAt(shapes);
     ASSERT_TRUE(steps.ok()) << steps.status();
@@ -270,7 +241,7 @@ TEST(RnnCompiledTest, ALayerOfSmallTimeStepsRunsOnOneThread) {
   (*model)->SetProfiling(true);
   for (const auto& [batch, threads] : {std::pair<int64_t, int>{1, 1}, {5, 2}}) {
     SCOPED_TRACE(absl::StrCat("batch ", batch));
-    EXPECT_LT(WorstError(**model, *graph, ShapesAt(l, 7, batch), 11), kTolerance);
+    EXPECT_LT(RunAgainstReference(**model, *graph, ShapesAt(l, 7, batch), 11), kTolerance);
     const std::vector<StepProfile> rows = (*model)->Profile();
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0].threads, threads) << rows[0].description;
@@ -313,7 +284,7 @@ TEST(RnnCompiledTest, SequenceLensShortOfTheSequenceRunOnTheReference) {
   auto model = CompiledModel::Load(path, {});
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->DescribePlan(), line + "\n");
-  EXPECT_LT(WorstError(**model, *graph, ShapesAt(short_lens, 7, 5), 3), kTolerance);
+  EXPECT_LT(RunAgainstReference(**model, *graph, ShapesAt(short_lens, 7, 5), 3), kTolerance);
   auto steps = (*model)->PlanAt(ShapesAt(short_lens, 7, 5));
   ASSERT_TRUE(steps.ok()) << steps.status();
   EXPECT_EQ((*steps)[0].implementation, "numaserve:reference LSTM");
