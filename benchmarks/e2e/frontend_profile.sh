@@ -7,14 +7,18 @@
 #   benchmarks/e2e/frontend_profile.sh [build dir]
 #
 # One worker on the last cpu, the server and the load generator on the
-# others (as serving_bench.sh). Needs `perf` (Debian's linux-perf; not
-# installed by deploy/install-deps.sh: profiling is not part of the build).
+# others (as serving_bench.sh). Needs `perf` unless PROFILER=schedstat
+# (Debian's linux-perf; not installed by deploy/install-deps.sh: profiling
+# is not part of the build).
 #
 # Environment: MODEL (default: a model written to the temporary repository
 # by IO: `identity`, 588 KiB in and out per request, or `classifier`,
 # ResNet-50's 588 KiB in and 4 KiB out; next to no compute either way),
 # KEEP (a file to keep the perf data in), CALLERS (default 16), SECONDS_PER_RUN (default 8), MODE
-# (grpc_loadgen --mode: closed or stream; default closed), TOP (default 25).
+# (grpc_loadgen --mode: closed or stream; default closed), TOP (default 25),
+# WARMUP_SECONDS (default 1), PROFILER (perf, the default, or schedstat: no
+# profiler, each of the server's threads' cpu time and wake-ups per request
+# from /proc/PID/task/*/schedstat instead).
 set -euo pipefail
 build=${1:-build/release}
 bin=$build/bin
@@ -22,7 +26,8 @@ secs=${SECONDS_PER_RUN:-8}
 callers=${CALLERS:-16}
 mode=${MODE:-closed}
 top=${TOP:-25}
-command -v perf >/dev/null || { echo "perf is not installed (Debian: linux-perf)"; exit 1; }
+[ "${PROFILER:-perf}" = schedstat ] || command -v perf >/dev/null ||
+  { echo "perf is not installed (Debian: linux-perf)"; exit 1; }
 ncpu=$(nproc)
 [ "$ncpu" -ge 2 ] || { echo "needs 2 cpus, has $ncpu"; exit 1; }
 compute=$((ncpu - 1))
@@ -78,7 +83,26 @@ taskset -a -p -c "$front" "$pid" >/dev/null
 url=$(sed -E 's/grpc=([^ ]+).*/\1/' "$work/out")
 lg=("$bin/grpc_loadgen" --url "$url" --model m --rows 1 --cpus "$front" --channels 4
   --concurrency "$callers" --mode "$mode")
-"${lg[@]}" --seconds 1 >/dev/null  # warm-up
+"${lg[@]}" --seconds "${WARMUP_SECONDS:-1}" >/dev/null  # warm-up
+if [ "${PROFILER:-perf}" = schedstat ]; then
+  # Each thread's time on a cpu and wake-ups (/proc/PID/task/*/schedstat)
+  # before and after the run, per request answered: tid, name, ns, slices.
+  snap() {
+    for t in /proc/"$pid"/task/*; do
+      echo "$(basename "$t") $(tr ' ' _ <"$t/comm") $(awk '{ print $1, $3 }' "$t/schedstat")"
+    done | sort
+  }
+  snap >"$work/a"
+  result=$("${lg[@]}" --seconds "$secs" | head -1)
+  snap >"$work/b"
+  echo "$result"
+  requests=$(sed -E 's/.*: ([0-9]+) req\/s.*/\1/' <<<"$result")
+  join "$work/a" "$work/b" | awk -v s="$secs" -v r="$requests" '
+    { ns = $6 - $3; n = $7 - $4; total += ns
+      if (ns > 0) printf "%-8s %-16s %8.1f us/request %5.1f wake-ups/request\n", $1, $2, ns / 1e3 / s / r, n / s / r }
+    END { printf "front end: %.1f us of cpu per request\n", total / 1e3 / s / r }'
+  exit 0
+fi
 tick=$(getconf CLK_TCK)
 cpu0=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")
 perf record -q -F 1000 --call-graph dwarf,16384 -p "$pid" -o "$work/perf.data" -- sleep "$secs" >/dev/null 2>&1 &
