@@ -56,25 +56,12 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       }
     }
     std::shared_ptr<Item> item = std::move(reading_);
-    if (read_more) ReadNext();
-    absl::StatusOr<RawInferRequest> read = ReadRawInferRequest(item->received);
-    item->received.Clear();
-    if (!read.ok()) {
-      service_->RecordUnreadRequest(read.status());
-      return Answer(item, read.status());
-    }
-    item->request = *std::move(read);
-    Item* raw = item.get();
-    service_->StartInference(
-        Protocol::kGrpc, cancel_, &item->request.message, item->reply.mutable_infer_response(),
-        [this, item](const absl::Status& status, InflightRelease release) {
-          item->release = std::move(release);
-          Answer(item, status);
-        },
-        TransportBuffers{item->request.transport, [raw](const char* data, size_t size) {
-                           raw->outputs.emplace_back(data, size);
-                         }});
+    Start(item);
+    // The next read starts once this request is queued, so the stream's
+    // requests reach the scheduler in the order they were sent.
+    if (read_more) ReadOn();
   }
+
   void OnWriteDone(bool) override {
     // The reply is written (or the call is over): its request's bytes
     // leave the in-flight budget only now, so a client that stops reading
@@ -125,6 +112,37 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     grpc::ByteBuffer wire;    // the reply as written
     InflightRelease release;  // run once the reply is written
   };
+
+  // Parses `item` and hands it to the service; a malformed one is answered.
+  void Start(const std::shared_ptr<Item>& item) {
+    absl::StatusOr<RawInferRequest> read = ReadRawInferRequest(item->received);
+    item->received.Clear();
+    if (!read.ok()) {
+      service_->RecordUnreadRequest(read.status());
+      return Answer(item, read.status());
+    }
+    item->request = *std::move(read);
+    Item* raw = item.get();
+    service_->StartInference(
+        Protocol::kGrpc, cancel_, &item->request.message, item->reply.mutable_infer_response(),
+        [this, item](const absl::Status& status, InflightRelease release) {
+          item->release = std::move(release);
+          Answer(item, status);
+        },
+        TransportBuffers{item->request.transport, [raw](const char* data, size_t size) {
+                           raw->outputs.emplace_back(data, size);
+                         }});
+  }
+
+  void ReadOn() ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
+    if (finished_ || draining_) {  // Drain() came meanwhile
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    ReadNext();
+  }
 
   void ReadNext() {
     reading_ = std::make_shared<Item>();

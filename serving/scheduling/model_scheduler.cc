@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,7 +39,8 @@ ModelScheduler::ModelScheduler(const Options& options, WorkerPool* workers, Metr
       workers_(workers),
       metrics_(metrics),
       clock_(clock),
-      in_flight_(static_cast<size_t>(workers->size()), 0) {}
+      in_flight_(static_cast<size_t>(workers->size()), 0),
+      outboxes_(static_cast<size_t>(workers->size())) {}
 
 ModelScheduler::~ModelScheduler() { Stop(); }
 
@@ -199,15 +201,19 @@ void ModelScheduler::Schedule() {
     std::vector<std::shared_ptr<Queue>> touched;
     while (true) {
       Launch launch;
+      bool send = false;
       {
         base::MutexLock lock(&mu_);
         if (!NextLaunch(&launch)) {
           drained_cv_.SignalAll();
           break;
         }
+        Outbox& outbox = outboxes_[static_cast<size_t>(launch.worker)];
+        outbox.launches.push_back(launch);
+        send = !std::exchange(outbox.sending, true);
       }
       touched.push_back(launch.queue);
-      Begin(launch);  // copies the inputs outside the lock
+      if (send) SendInOrder(launch.worker);  // copies the inputs outside the lock
     }
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
@@ -385,6 +391,23 @@ std::shared_ptr<ModelScheduler::Flight> ModelScheduler::Form(const std::shared_p
                                        : flight->row_bytes[i] * static_cast<size_t>(rows));
   }
   return flight;
+}
+
+void ModelScheduler::SendInOrder(int worker) {
+  while (true) {
+    Launch launch;
+    {
+      base::MutexLock lock(&mu_);
+      Outbox& outbox = outboxes_[static_cast<size_t>(worker)];
+      if (outbox.launches.empty()) {
+        outbox.sending = false;
+        return;
+      }
+      launch = std::move(outbox.launches.front());
+      outbox.launches.pop_front();
+    }
+    Begin(launch);
+  }
 }
 
 void ModelScheduler::Begin(const Launch& launch) {

@@ -183,6 +183,8 @@ class ModelScheduler {
   int PickWorker(const Queue& queue, bool partial_ok, int* idle_slots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Flight> Form(const std::shared_ptr<Queue>& queue, const Batch& batch);
+  // Runs `worker`'s outbox in order (outside mu_) until it is empty.
+  void SendInOrder(int worker) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs a launch decided by NextLaunch (outside mu_).
   void Begin(const Launch& launch);
   void Finish(const std::shared_ptr<Queue>& queue, const std::shared_ptr<Flight>& flight,
@@ -203,6 +205,14 @@ class ModelScheduler {
   base::CondVar drained_cv_;
   std::map<std::string, std::shared_ptr<Queue>> queues_ ABSL_GUARDED_BY(mu_);  // by "name:version"
   std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);                            // per worker
+  // Per worker, the launches decided and not yet begun. NextLaunch's
+  // decisions reach a worker in the order they were taken, though several
+  // threads schedule: whichever finds no one sending begins them all.
+  struct Outbox {
+    std::deque<Launch> launches;
+    bool sending = false;
+  };
+  std::vector<Outbox> outboxes_ ABSL_GUARDED_BY(mu_);
   // Round-robin position over queues_.
   size_t next_queue_ ABSL_GUARDED_BY(mu_) = 0;
   // Rotation among equally loaded workers.

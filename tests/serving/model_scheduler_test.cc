@@ -8,11 +8,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +57,7 @@ class FakePool final : public WorkerPool {
   int NumaNode(int w) const override { return w / 2; }
   size_t BatchBytesLimit() const override { return batch_bytes; }
   void Run(int w, const InferenceTask& task, RunDoneFn done) override {
+    if (on_run) std::exchange(on_run, nullptr)();  // once, before the run is recorded
     Running r{w, task.model_key, task.rows, std::move(done), {}, task.profile, task.input_shapes};
     for (const auto& piece : task.inputs.at(0)) {
       const float* in = reinterpret_cast<const float*>(piece.first);
@@ -90,7 +93,8 @@ class FakePool final : public WorkerPool {
   }
 
   size_t batch_bytes = size_t{1} << 30;
-  bool expected = true;  // ModelExpected: a worker restarts with the model
+  std::function<void()> on_run;  // the next Run calls it first (a slow input copy)
+  bool expected = true;          // ModelExpected: a worker restarts with the model
   std::vector<bool> ready_;
   std::map<std::pair<int, std::string>, int> instances_;
   std::vector<Running> running;
@@ -249,6 +253,25 @@ TEST_F(SchedulerTest, AnIdleSlotTakesARequestAtOnceWithoutDelay) {
   pool_->Hold(0, m->key(), 1);
   Submit(m);
   EXPECT_EQ(RunningRows(), (std::vector<int64_t>{1}));
+  pool_->CompleteAll();
+  ExpectAnsweredCorrectly();
+}
+
+TEST_F(SchedulerTest, BatchesReachAWorkerInTheOrderTheyWereTakenFromTheQueue) {
+  // The first request's inputs are still being copied (on its caller's
+  // thread) when a second caller's request takes the worker's pipeline
+  // slot: it is sent after the first, not beside it, so a worker runs a
+  // queue's requests in their order (a stream's answers stay in order).
+  Make(1);
+  auto m = Model("m", 1, 0);
+  pool_->Hold(0, m->key(), 1);
+  std::shared_ptr<Call> second;
+  pool_->on_run = [&] { std::thread([&] { second = Submit(m); }).join(); };
+  auto first = Submit(m);
+  ASSERT_NE(second, nullptr);
+  ASSERT_EQ(pool_->running.size(), 2u);
+  EXPECT_EQ(pool_->running[0].out, std::vector<float>{10 * first->input[0]});
+  EXPECT_EQ(pool_->running[1].out, std::vector<float>{10 * second->input[0]});
   pool_->CompleteAll();
   ExpectAnsweredCorrectly();
 }
