@@ -42,8 +42,11 @@ Constant MakeConstant(DataType type, kernels::Tensor t) {
 // dynamic dim to 1, then 2; the others give each dim its own size (the
 // batch one, each dim name one, each unnamed dim besides a dim 0 one), so
 // that seq - batch or Equal(seq, past), one value wherever every dim has
-// one size, is not folded.
+// one size, is not folded. The last batch is a far one, so that a
+// comparison of the batch with a threshold (Greater(batch, 5)) is not
+// folded to its answer at small batches.
 constexpr int kFoldSizes = 4;
+constexpr int64_t kFarFoldBatch = 4099;
 
 std::vector<Shape> FoldInputShapes(const Graph& graph, int which) {
   if (which < 2) return InputShapesForBatch(graph, which + 1);
@@ -72,7 +75,7 @@ std::vector<Shape> FoldInputShapes(const Graph& graph, int which) {
         key = absl::StrCat("\n ", v.name, " ", d);
       }
       if (key == "\n batch") {
-        s[d] = which + 1;
+        s[d] = which == kFoldSizes - 1 ? kFarFoldBatch : which + 1;
         continue;
       }
       auto [it, added] = sizes.try_emplace(key, first + step * static_cast<int64_t>(sizes.size()));

@@ -225,6 +225,31 @@ TEST(ShapeValuesTest, ValueAgreeingAtEqualDimsIsNotFoldedForOtherSignatures) {
                             {{{2, 5, 8}}, {{3, 3, 8}}, {{1, 9, 8}}});
 }
 
+// A comparison of the batch with a threshold (batch > 5) is false at
+// every small batch: it must not be folded there, so that batch 8 takes
+// the other branch.
+TEST(ShapeValuesTest, BatchAgainstAThresholdIsNotFoldedToItsSmallBatchAnswer) {
+  OnnxModelBuilder b(17);
+  b.NamedInput("x", {-1, 8}, {"batch", ""});
+  b.NamedOutput("y", {-1, 8}, {"batch", ""});
+  DimOf(b, "x", 0, "batch");
+  b.Int64Initializer("five", {5});
+  b.Node("Greater", {"batch", "five"}, {"many"}, "many");
+  b.Node("Neg", {"x"}, {"neg"}, "neg");
+  b.Node("Where", {"many", "neg", "x"}, {"y"}, "pick");
+  const std::string path = b.Save("shape_values_threshold");
+  ExpectMatchesAtSignatures(path, {{{2, 8}}, {{8, 8}}, {{5, 8}}, {{6, 8}}});
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (int64_t rows : {5, 6}) {
+    std::vector<float> x(static_cast<size_t>(rows) * 8, 1.5f), y(x.size());
+    ASSERT_TRUE((*model)->Run(rows, {x.data()}, {y.data()}).ok());
+    EXPECT_EQ(y[0], rows > 5 ? -1.5f : 1.5f) << rows << " rows";
+  }
+  // Nor may requests of different batches be computed together.
+  EXPECT_FALSE((*model)->info().batched);
+}
+
 // A target computed from an input's elements is no shape value: refused at
 // load, naming the node and its input.
 TEST(ShapeValuesTest, TargetFromInputDataIsRefusedAtLoad) {
