@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,15 @@ bool HasDynamicNonBatchDims(const Graph& graph);
 // 1).
 inline constexpr int64_t kProbeDims[2] = {64, 96};
 std::vector<Shape> ProbeInputShapes(const Graph& graph, int which);
+// Probe `which`'s shapes with the batch at `rows`.
+std::vector<Shape> ProbeInputShapesAtRows(const Graph& graph, int which, int64_t rows);
+
+// The names of dynamic dims other than dims 0 (a dim 0 of one of these
+// names is not the batch: pos [seq, hidden] beside x [batch, seq, hidden]).
+std::set<std::string> NonBatchDimNames(const Graph& graph);
+// Whether dynamic dim `d` of `v` is the batch: a dim 0, unnamed or of a
+// name no other dim has.
+bool IsBatchDim(const Value& v, size_t d, const std::set<std::string>& non_batch_names);
 
 // A signature: every input's concrete shape for one run. CheckSignature
 // checks it against the graph's inputs before anything of its size is

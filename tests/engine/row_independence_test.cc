@@ -197,6 +197,77 @@ TEST(RowIndependenceTest, IndexOpsKeepRowsApartOnlyOffTheRowsAxis) {
   EXPECT_THAT(info.unbatched_reason, HasSubstr("last two axes"));
 }
 
+// x [n,8] and what exporters compute from its shape: `rows` (dim 0 as a
+// [1] tensor), `width` (dim 1, a scalar), `zeros` (ConstantOfShape of its
+// shape).
+OnnxModelBuilder FromTheShape() {
+  OnnxModelBuilder b(/*opset=*/17);
+  b.Input("x", {-1, 8});
+  b.Node("Shape", {"x"}, {"shape"}, "shape");
+  b.Int64Initializer("first", {0});
+  b.Node("Gather", {"shape", "first"}, {"rows"}, "rows");
+  const int64_t one = 1, zero = 0;
+  b.RawInitializer("second", onnx::TensorProto::INT64, {}, &one, sizeof(one));
+  b.RawInitializer("zero", onnx::TensorProto::INT64, {}, &zero, sizeof(zero));
+  b.RawInitializer("step", onnx::TensorProto::INT64, {}, &one, sizeof(one));
+  b.Node("Gather", {"shape", "second"}, {"width"}, "width");
+  b.Node("ConstantOfShape", {"shape"}, {"zeros"}, "zeros");
+  return b;
+}
+
+TEST(RowIndependenceTest, ShapesReadFromTheRowsKeepThemApart) {
+  // As transformers' exports do: a Reshape to [rows, 2, 4] whose target is
+  // built from the input's shape, positions 0..width-1 (Range up to dim 1,
+  // the same at every row count) added to each row, and zeros shaped like
+  // the input. Every row is still computed from itself alone.
+  OnnxModelBuilder b = FromTheShape();
+  b.Output("y", {-1, 2, 4});
+  b.Int64Initializer("rest", {2, 4});
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"rows", "rest"}, {"target"}, "target"), "axis", 0);
+  b.Node("Range", {"zero", "width", "step"}, {"positions"}, "positions");
+  OnnxModelBuilder::AttrInt(b.Node("Cast", {"positions"}, {"pf"}), "to", onnx::TensorProto::FLOAT);
+  b.Node("Add", {"x", "pf"}, {"placed"});
+  OnnxModelBuilder::AttrInt(b.Node("Cast", {"zeros"}, {"zf"}), "to", onnx::TensorProto::FLOAT);
+  b.Node("Add", {"placed", "zf"}, {"sum"});
+  b.Node("Reshape", {"sum", "target"}, {"y"}, "split_rows");
+  const ModelInfo info = Inspect(b, "from_the_shape");
+  EXPECT_TRUE(info.batched) << info.unbatched_reason;
+
+  // Computed together, two requests get what each gets alone.
+  auto model = CompiledModel::Load(b.Save("run_from_the_shape"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> x(3 * 8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.5f;
+  std::vector<float> together(x.size()), alone(x.size());
+  ASSERT_TRUE((*model)->Run(3, {x.data()}, {together.data()}).ok());
+  ASSERT_TRUE((*model)->Run(1, {x.data()}, {alone.data()}).ok());
+  ASSERT_TRUE((*model)->Run(2, {x.data() + 8}, {alone.data() + 8}).ok());
+  EXPECT_EQ(together, alone);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(together[i], x[i] + static_cast<float>(i % 8));
+}
+
+TEST(RowIndependenceTest, ValuesOfTheRowCountMakeAModelUnbatched) {
+  // Each row's place in the batch (Range up to the row count) added to it:
+  // a row's answer would depend on the requests beside it. (A branch on the
+  // row count: ShapeValuesTest.BatchAgainstAThreshold...)
+  {
+    OnnxModelBuilder b = FromTheShape();
+    b.Output("y", {-1, 8});
+    const int64_t first = 0;
+    b.RawInitializer("first_scalar", onnx::TensorProto::INT64, {}, &first, sizeof(first));
+    b.Node("Gather", {"shape", "first_scalar"}, {"count"}, "count");
+    b.Node("Range", {"zero", "count", "step"}, {"places"}, "places");
+    OnnxModelBuilder::AttrInt(b.Node("Cast", {"places"}, {"pf"}), "to", onnx::TensorProto::FLOAT);
+    b.Int64Initializer("column", {1});
+    b.Node("Unsqueeze", {"pf", "column"}, {"pcol"});
+    b.Node("Add", {"x", "pcol"}, {"y"}, "add_place");
+    const ModelInfo info = Inspect(b, "place_in_batch");
+    EXPECT_FALSE(info.batched);
+    EXPECT_THAT(info.unbatched_reason,
+                HasSubstr("'add_place' (op Add) combines the number of rows"));
+  }
+}
+
 TEST(RowIndependenceTest, StaticModelHasNoReasonToLog) {
   OnnxModelBuilder b;
   b.Input("x", {2, 3}).Output("y", {2, 3});

@@ -1,0 +1,557 @@
+// CheckRowIndependence and DescribeBatching (shape_propagation.h): may
+// requests be computed together in one run and their rows scattered back?
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/ops/op_registry.h"
+#include "engine/ops/op_util.h"
+#include "engine/ops/shape_propagation.h"
+#include "kernels/shape_ops.h"
+
+namespace numaserve::engine {
+namespace {
+
+// What a value holds, as far as the rows of a batch go.
+enum class RowKind {
+  kConstant,  // computed from constants alone
+  kCount,     // follows the number of rows, not their values (Shape, Size)
+  kRows,      // one axis (`axis`) is the rows; element i along it comes from row i alone
+  kMixed,     // anything else (`why` says where rows met)
+};
+
+struct RowState {
+  RowKind kind = RowKind::kConstant;
+  int axis = -1;
+  std::string why;
+};
+
+// How an op moves rows, for an op with at least one input of kind kRows.
+enum class RowRule {
+  kElementwise,  // broadcasting element-wise (incl. Expand, Concat, Split, Pad, Tile)
+  // Moves elements without combining them along the row axis (Transpose;
+  // Reduce*, where reducing the row axis leaves no row axis).
+  kPositional,
+  kView,       // reinterprets the shape (Reshape, Flatten, Squeeze, Unsqueeze)
+  kSoftmax,    // Softmax, LogSoftmax: combines along its axis (and after it, before opset 13)
+  kLayerNorm,  // combines along [axis, rank)
+  kMatMul,
+  kGemm,
+  kGather,
+  kSlice,
+  kPerSample,  // [N, C, ...] ops computing each N apart (Conv, pooling, BatchNormalization, ...)
+  kCount,      // Shape, Size
+  // Combines or reorders elements along one axis (ArgMax, ArgMin, TopK,
+  // CumSum, GatherElements, ScatterElements): rows on that axis meet.
+  kAlongAxis,
+  kLastTwoAxes,  // Trilu: an element's place in the last two axes decides it
+  // Addresses elements by index tuples or contracts any axes (GatherND,
+  // ScatterND, Einsum), or carries state along a sequence with the batch
+  // on another axis (LSTM, GRU): taken to combine rows.
+  kAnyAxes,
+};
+
+const std::map<std::string, RowRule>& RowRules() {
+  static const auto* rules = [] {
+    auto* r = new std::map<std::string, RowRule>();
+    const std::pair<const char*, RowRule> kRows[] = {
+        {"Abs Acos Acosh Add And Asin Asinh Atan Atanh Cast CastLike Ceil Celu Clip Concat Cos "
+         "Cosh Div Dropout Elu Equal Erf Exp Expand Floor Gelu Greater GreaterOrEqual HardSigmoid "
+         "HardSwish Identity LeakyRelu Less LessOrEqual Log Max Mean Min Mod Mul Neg Not Or Pad "
+         "Pow PRelu Reciprocal Relu Round Selu Sigmoid Sign Sin Sinh Softplus Softsign Split Sqrt "
+         "Sub Sum Tan Tanh ThresholdedRelu Tile Where Xor "
+         // A per-axis scale along the rows' axis cannot match every row
+         // count, so such a model's shapes fail before any rule applies.
+         "QuantizeLinear DequantizeLinear",
+         RowRule::kElementwise},
+        {"Transpose ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin "
+         "ReduceProd ReduceSum ReduceSumSquare ConstantOfShape",
+         RowRule::kPositional},
+        {"Reshape Flatten Squeeze Unsqueeze", RowRule::kView},
+        {"Softmax LogSoftmax", RowRule::kSoftmax},
+        {"LayerNormalization", RowRule::kLayerNorm},
+        {"MatMul", RowRule::kMatMul},
+        {"Gemm", RowRule::kGemm},
+        {"Gather", RowRule::kGather},
+        {"Slice", RowRule::kSlice},
+        {"Conv ConvTranspose MaxPool AveragePool GlobalAveragePool GlobalMaxPool "
+         "BatchNormalization DepthToSpace SpaceToDepth GroupNormalization Resize Upsample",
+         RowRule::kPerSample},
+        {"Shape Size", RowRule::kCount},
+        {"ArgMax ArgMin TopK CumSum GatherElements ScatterElements", RowRule::kAlongAxis},
+        {"OneHot Range", RowRule::kPositional},
+        {"Trilu", RowRule::kLastTwoAxes},
+        {"GatherND ScatterND Einsum LSTM GRU NonZero RoiAlign If Loop", RowRule::kAnyAxes},
+    };
+    for (const auto& [ops, rule] : kRows) {
+      for (absl::string_view op : absl::StrSplit(ops, ' ')) (*r)[std::string(op)] = rule;
+    }
+    return r;
+  }();
+  return *rules;
+}
+
+// The row counts the shapes are propagated at: an axis is a value's row
+// axis when its size is the row count at every one of them.
+constexpr int64_t kRowCounts[] = {1, 2, 3};
+constexpr size_t kNumCounts = std::size(kRowCounts);
+// Shape values are also computed at this many rows: one the same at 1, 2,
+// 3 and here is taken not to depend on the rows (a comparison of the count
+// with a threshold between would be missed; past this it is not). Where
+// the shapes at this count cannot be computed, no value is taken as such.
+constexpr int64_t kFarRowCount = 4099;
+
+std::string DescribeShape(const Shape& shape) {
+  std::string out = "[";
+  for (size_t d = 0; d < shape.size(); ++d) absl::StrAppend(&out, d ? "," : "", shape[d]);
+  return out + "]";
+}
+
+int64_t Product(const Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end && d < shape.size(); ++d) p *= shape[d];
+  return p;
+}
+
+class RowAnalysis {
+ public:
+  RowAnalysis(const Graph& graph, std::vector<std::vector<Shape>> shapes,
+              std::vector<ShapeValues> values)
+      : graph_(graph),
+        shapes_(std::move(shapes)),
+        values_(std::move(values)),
+        state_(graph.num_values()) {}
+
+  RowIndependence Run() {
+    RowIndependence result;
+    bool any_dynamic = false;
+    for (ValueId v : graph_.inputs()) {
+      const Value& value = graph_.value(v);
+      if (!value.shape.empty() && value.shape[0] < 0) {
+        any_dynamic = true;
+        state_[v] = {RowKind::kRows, 0, ""};
+      } else {
+        state_[v] = Mixed(absl::StrCat("input '", value.name,
+                                       "' has a fixed dim 0, so it cannot be split by rows"));
+      }
+    }
+    if (!any_dynamic) {
+      result.reason = "no input has a dynamic dim 0 (the rows)";
+      return result;
+    }
+    for (const Node& node : graph_.nodes()) Visit(node);
+    for (ValueId v : graph_.outputs()) {
+      const std::string what = absl::StrCat("output '", graph_.value(v).name, "' is ",
+                                            DescribeShape(shapes_[kNumCounts - 1][v]), " at ",
+                                            kRowCounts[kNumCounts - 1], " rows");
+      const RowState& s = state_[v];
+      switch (s.kind) {
+        case RowKind::kConstant:
+          result.reason = absl::StrCat(what, ": it does not depend on the inputs");
+          return result;
+        case RowKind::kCount:
+          result.reason = absl::StrCat(what, ": it depends on the number of rows");
+          return result;
+        case RowKind::kMixed:
+          result.reason = absl::StrCat(what, ": ", s.why);
+          return result;
+        case RowKind::kRows:
+          break;
+      }
+      if (s.axis != 0) {
+        result.reason = absl::StrCat(what, ": its rows are on axis ", s.axis, ", not 0");
+        return result;
+      }
+      for (size_t d = 1; d < shapes_[0][v].size(); ++d) {
+        for (size_t k = 1; k < kNumCounts; ++k) {
+          if (shapes_[k][v][d] != shapes_[0][v][d]) {
+            result.reason = absl::StrCat(what, ": its dim ", d, " changes with the rows");
+            return result;
+          }
+        }
+      }
+    }
+    result.independent = true;
+    return result;
+  }
+
+ private:
+  static RowState Mixed(std::string why) { return {RowKind::kMixed, -1, std::move(why)}; }
+
+  // The axes of `v` whose size is the row count at every count.
+  std::vector<int> RowAxes(ValueId v) const {
+    std::vector<int> axes;
+    const size_t rank = shapes_[0][v].size();
+    for (size_t d = 0; d < rank; ++d) {
+      bool rows = true;
+      for (size_t k = 0; k < kNumCounts && rows; ++k) {
+        rows = shapes_[k][v].size() == rank && shapes_[k][v][d] == kRowCounts[k];
+      }
+      if (rows) axes.push_back(static_cast<int>(d));
+    }
+    return axes;
+  }
+
+  int Rank(ValueId v) const { return static_cast<int>(shapes_[0][v].size()); }
+
+  void Visit(const Node& node) {
+    bool rows = false, count = false;
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) continue;
+      const RowState& s = state_[v];
+      if (s.kind == RowKind::kMixed) {
+        for (ValueId out : node.outputs) state_[out] = s;
+        return;
+      }
+      rows |= s.kind == RowKind::kRows;
+      count |= s.kind == RowKind::kCount;
+    }
+    auto it = RowRules().find(node.op_type);
+    const bool is_count = it != RowRules().end() && it->second == RowRule::kCount;
+    if (is_count || !rows) {
+      for (ValueId out : node.outputs) {
+        // Shape of rows: a count, unless its elements are the same at
+        // every count (a dim other than the rows).
+        if (!rows && !count) {
+          state_[out] = {RowKind::kConstant, -1, ""};
+        } else if (SameAtEveryCount(out)) {
+          state_[out] = {RowKind::kConstant, -1, ""};
+        } else if (!is_count && CountsOnlyShape(node) && RowAxes(out).size() == 1) {
+          // Constants broadcast to the rows (ConstantOfShape, Expand of a
+          // constant): no row's elements come from another's.
+          state_[out] = {RowKind::kRows, RowAxes(out)[0], ""};
+        } else {
+          state_[out] = {RowKind::kCount, -1, ""};
+        }
+      }
+      return;
+    }
+    if (count && !CountsOnlyShape(node)) {
+      for (ValueId out : node.outputs) {
+        state_[out] = Mixed(absl::StrCat(node.Describe(),
+                                         " combines the number of rows with "
+                                         "their values"));
+      }
+      return;
+    }
+    if (it == RowRules().end()) {
+      for (ValueId out : node.outputs) {
+        state_[out] = Mixed(absl::StrCat(node.Describe(),
+                                         " has no rule for rows here, so it is taken to combine "
+                                         "them"));
+      }
+      return;
+    }
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      state_[node.outputs[j]] = OutputState(node, it->second, j);
+    }
+  }
+
+  // Whether every input of `node` that follows the number of rows only
+  // gives its output's shape: Reshape's target, Expand's and
+  // ConstantOfShape's shape, Tile's repeats, Pad's pads, Resize's scales
+  // and sizes, the axes of Squeeze and Unsqueeze. The rules then see the
+  // shapes at each count. (Not Slice's bounds or Gather's indices, nor
+  // Range: they pick or make elements by the count.)
+  bool CountsOnlyShape(const Node& node) const {
+    static const auto* shape_inputs = new std::map<std::string, std::set<size_t>>{
+        {"Reshape", {1}}, {"Expand", {1}},    {"ConstantOfShape", {0}}, {"Tile", {1}},
+        {"Pad", {1}},     {"Resize", {2, 3}}, {"Squeeze", {1}},         {"Unsqueeze", {1}}};
+    auto it = shape_inputs->find(node.op_type);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId v = node.inputs[i];
+      if (v == kNoValue || state_[v].kind != RowKind::kCount) continue;
+      if (it == shape_inputs->end() || !it->second.contains(i)) return false;
+    }
+    return true;
+  }
+
+  // The axis a kAlongAxis op works along on a rank-`rank` input: its
+  // `axis` attribute (TopK's default -1, the others' 0), CumSum's constant
+  // second input.
+  absl::StatusOr<int> AxisOf(const Node& node, int rank) const {
+    int64_t a = node.GetInt("axis", node.op_type == "TopK" ? -1 : 0);
+    if (node.op_type == "CumSum") {
+      auto given = ops::ConstInts(graph_, node, 1, "axis");
+      if (!given.ok()) return given.status();
+      const std::optional<std::vector<int64_t>>& values = *given;
+      if (!values.has_value() || values->size() != 1) {
+        return absl::InvalidArgumentError("sums along an axis given at run time");
+      }
+      a = (*values)[0];
+    }
+    auto normalized = kernels::NormalizeAxis(a, rank);
+    if (!normalized.ok()) return normalized.status();
+    return static_cast<int>(*normalized);
+  }
+
+  // A Slice of rows on axis `axis` of its rank-`rank` input: why that
+  // combines rows (a step other than 1 on the row axis reorders them), or "".
+  std::string SliceCombinesRows(const Node& node, int axis, int rank) const {
+    auto starts = ops::IntsFromAttrOrInput(graph_, node, "starts", 1);
+    auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 3);
+    auto steps = ops::ConstInts(graph_, node, 4, "steps");
+    if (!starts.ok() || !axes.ok() || !steps.ok() || !starts->has_value()) {
+      return "slices by runtime values";
+    }
+    const auto& given_starts = *starts;
+    const auto& given_axes = *axes;
+    const auto& given_steps = *steps;
+    const size_t n = given_starts.has_value() ? given_starts->size() : 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t a = given_axes.has_value() && i < given_axes->size() ? (*given_axes)[i]
+                                                                         : static_cast<int64_t>(i);
+      auto normalized = kernels::NormalizeAxis(a, rank);
+      const int64_t step =
+          given_steps.has_value() && i < given_steps->size() ? (*given_steps)[i] : 1;
+      if (normalized.ok() && *normalized == axis && step != 1) return "reorders the rows";
+    }
+    return "";
+  }
+
+  // The row input `index` of `node` when its row axis is `axis`: why that
+  // combines rows under `rule`, or "" when it does not.
+  std::string CombinesRows(const Node& node, RowRule rule, size_t index, int axis, ValueId out,
+                           int out_axis) const {
+    const ValueId in = node.inputs[index];
+    const int rank = Rank(in);
+    switch (rule) {
+      case RowRule::kElementwise:
+        // Broadcasting aligns dims from the right.
+        if (axis + (Rank(out) - rank) != out_axis) return "moves the rows to another axis";
+        return "";
+      case RowRule::kPositional:
+      case RowRule::kCount:
+        return "";
+      case RowRule::kView:
+        // Row-major: rows stay whole and in order when the dims before the
+        // row axis hold as many elements before and after.
+        for (size_t k = 0; k < kNumCounts; ++k) {
+          if (Product(shapes_[k][in], 0, axis) != Product(shapes_[k][out], 0, out_axis)) {
+            return absl::StrCat("reshapes ", DescribeShape(shapes_[k][in]), " to ",
+                                DescribeShape(shapes_[k][out]), " across rows");
+          }
+        }
+        return "";
+      case RowRule::kSoftmax: {
+        const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
+        auto a = kernels::NormalizeAxis(sm.axis, rank);
+        if (!a.ok()) return std::string(a.status().message());
+        if (sm.flatten_to_2d ? axis >= *a : axis == *a) return "normalizes over the rows";
+        return "";
+      }
+      case RowRule::kLayerNorm: {
+        if (index > 0) {
+          return axis + (Rank(out) - rank) != out_axis ? "moves the rows to another axis" : "";
+        }
+        auto a = kernels::NormalizeAxis(node.GetInt("axis", -1), rank);
+        if (!a.ok()) return std::string(a.status().message());
+        return axis >= *a ? "normalizes over the rows" : "";
+      }
+      case RowRule::kMatMul:
+        // A [..., M, K] x B [..., K, N]: K is summed over.
+        if (index == 0 && (rank == 1 || axis == rank - 1)) return "sums over the rows";
+        if (index == 1 && (rank == 1 || axis == rank - 2)) return "sums over the rows";
+        return "";
+      case RowRule::kGemm:
+        if (index == 0 && axis == (node.GetInt("transA", 0) ? 0 : 1)) return "sums over the rows";
+        if (index == 1 && axis == (node.GetInt("transB", 0) ? 1 : 0)) return "sums over the rows";
+        return "";
+      case RowRule::kGather: {
+        if (index != 0) return "";
+        if (state_[node.inputs[1]].kind == RowKind::kRows) return "picks rows by row values";
+        auto a = kernels::NormalizeAxis(node.GetInt("axis", 0), rank);
+        if (!a.ok()) return std::string(a.status().message());
+        return axis == *a ? "picks among the rows" : "";
+      }
+      case RowRule::kSlice:
+        return index != 0 ? "slices by row values" : SliceCombinesRows(node, axis, rank);
+      case RowRule::kAlongAxis: {
+        auto a = AxisOf(node, rank);
+        if (!a.ok()) return std::string(a.status().message());
+        return axis == *a ? "works along the rows' axis" : "";
+      }
+      case RowRule::kLastTwoAxes:
+        return axis >= rank - 2 ? "decides by place within the last two axes, the rows' among them"
+                                : "";
+      case RowRule::kAnyAxes:
+        return "addresses or contracts elements across axes (not analysed for rows)";
+      case RowRule::kPerSample:
+        if (index != 0) return "takes per-row parameters";
+        if (axis != 0 || out_axis != 0) return "computes across the rows of an axis other than N";
+        if (node.op_type == "BatchNormalization" && node.GetInt("training_mode", 0) != 0) {
+          return "normalizes with statistics over the rows (training mode)";
+        }
+        return "";
+    }
+    return "";
+  }
+
+  RowState OutputState(const Node& node, RowRule rule, size_t output) const {
+    const ValueId out = node.outputs[output];
+    if (node.op_type == "MaxPool" && output == 1) {
+      return Mixed(absl::StrCat(node.Describe(), " numbers its indices across the rows"));
+    }
+    const std::vector<int> axes = RowAxes(out);
+    if (axes.size() != 1) {
+      return Mixed(absl::StrCat(node.Describe(),
+                                axes.empty() ? " combines the rows" : " pairs rows with rows"));
+    }
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId in = node.inputs[i];
+      if (in == kNoValue || state_[in].kind != RowKind::kRows) continue;
+      std::string why = CombinesRows(node, rule, i, state_[in].axis, out, axes[0]);
+      if (!why.empty()) return Mixed(absl::StrCat(node.Describe(), " ", why));
+    }
+    return {RowKind::kRows, axes[0], ""};
+  }
+
+  // Whether `v` is a shape value with the same elements at every row count
+  // (a sequence length read from an input's shape, the positions
+  // 0..seq-1): a constant as far as rows go.
+  bool SameAtEveryCount(ValueId v) const {
+    const Constant* first = nullptr;
+    for (const ShapeValues& values : values_) {
+      auto it = values.find(v);
+      if (it == values.end()) return false;
+      if (first == nullptr) {
+        first = &it->second;
+      } else if (!SameElements(*first, it->second)) {
+        return false;
+      }
+    }
+    return first != nullptr;
+  }
+
+  static bool SameElements(const Constant& a, const Constant& b) {
+    return a.type == b.type && a.shape == b.shape && a.i64 == b.i64 && a.bytes == b.bytes &&
+           a.f32.data == b.f32.data;  // NaN != NaN: taken to differ
+  }
+
+  const Graph& graph_;
+  const std::vector<std::vector<Shape>> shapes_;  // by row count, then ValueId
+  // By row count, then kFarRowCount.
+  const std::vector<ShapeValues> values_;
+  std::vector<RowState> state_;  // by ValueId
+};
+
+// Keeps shapes and small constants: shape functions read Reshape's target,
+// Slice's starts and the like, never a weight's elements.
+constexpr int64_t kShapeConstantElements = 1024;
+
+}  // namespace
+
+bool HasRowRule(const std::string& op_type) { return RowRules().contains(op_type); }
+
+std::vector<std::string> RowRuleOps() {
+  std::vector<std::string> ops;
+  for (const auto& [op, rule] : RowRules()) ops.push_back(op);
+  return ops;
+}
+
+absl::StatusOr<RowIndependence> CheckRowIndependence(const Graph& graph) {
+  // A shape-polymorphic model is analysed at both probes' other dims (a
+  // sequence length of 64, then 96): its rows must stay apart at each.
+  const int probes = HasDynamicNonBatchDims(graph) ? 2 : 1;
+  RowIndependence result;
+  for (int which = 0; which < probes; ++which) {
+    std::vector<std::vector<Shape>> shapes;
+    const auto inputs_at = [&](int64_t rows) {
+      return probes == 1 ? InputShapesForBatch(graph, rows)
+                         : ProbeInputShapesAtRows(graph, which, rows);
+    };
+    std::vector<ShapeValues> values(kNumCounts + 1);
+    if (!PropagateShapesAndValues(graph, inputs_at(kFarRowCount), values[kNumCounts]).ok()) {
+      values[kNumCounts].clear();
+    }
+    for (size_t k = 0; k < kNumCounts; ++k) {
+      const int64_t rows = kRowCounts[k];
+      auto s = PropagateShapesAndValues(graph, inputs_at(rows), values[k]);
+      if (!s.ok()) {
+        result.independent = false;
+        result.reason = absl::StrCat("its shapes cannot be computed at ", rows,
+                                     " rows: ", s.status().message());
+        return result;
+      }
+      shapes.push_back(*std::move(s));
+    }
+    RowIndependence analysed = RowAnalysis(graph, std::move(shapes), std::move(values)).Run();
+    if (!analysed.independent) return analysed;
+    result = std::move(analysed);
+  }
+  return result;
+}
+
+OutputShapeFn MakeOutputShapeFn(const Graph& graph) {
+  auto copy = std::make_shared<Graph>(graph);
+  std::vector<ValueId> large;
+  for (const auto& [id, c] : copy->constants()) {
+    if (kernels::NumElements(c.shape) > kShapeConstantElements) large.push_back(id);
+  }
+  for (ValueId id : large) {
+    const Constant& weights = *copy->FindConstant(id);
+    Constant shape_only;
+    shape_only.type = weights.type;
+    shape_only.shape = weights.shape;
+    shape_only.f32.shape = weights.f32.shape;
+    copy->SetConstant(id, std::move(shape_only));
+  }
+  std::shared_ptr<const Graph> shapes_only = std::move(copy);
+  return [shapes_only](int64_t rows) -> absl::StatusOr<std::vector<std::vector<int64_t>>> {
+    auto shapes = PropagateShapes(*shapes_only, InputShapesForBatch(*shapes_only, rows));
+    if (!shapes.ok()) return shapes.status();
+    std::vector<std::vector<int64_t>> out;
+    for (ValueId v : shapes_only->outputs()) out.push_back((*shapes)[v]);
+    return out;
+  };
+}
+
+absl::Status DescribeBatching(const Graph& graph, ModelInfo* info) {
+  // A shape-polymorphic model's requests batch together where their rows
+  // stay apart at both probes (CheckRowIndependence); the server stacks
+  // only requests whose other dims are equal. Its output shapes follow the
+  // whole signature, not a row count.
+  const bool polymorphic = HasDynamicNonBatchDims(graph);
+  info->output_shapes_at = nullptr;
+  auto rows = CheckRowIndependence(graph);
+  if (!rows.ok()) return rows.status();
+  // Rows of several requests stack only where every input has them: a
+  // scalar input, one of fixed first dim, or one whose dim 0 is another
+  // named dim (pos [seq, hidden]) has no rows to stack.
+  const std::set<std::string> non_batch = NonBatchDimNames(graph);
+  bool dynamic = false;
+  std::string rowless;
+  for (ValueId id : graph.inputs()) {
+    const Value& v = graph.value(id);
+    const bool rows_dim = !v.shape.empty() && v.shape[0] < 0 && IsBatchDim(v, 0, non_batch);
+    dynamic |= rows_dim;
+    if (rows_dim || !rowless.empty()) continue;
+    rowless = v.shape.empty() || v.shape[0] >= 0
+                  ? absl::StrCat("input '", v.name, "' has no dynamic first dim")
+                  : absl::StrCat("input '", v.name, "' has no batch dim (its dim 0 is '",
+                                 v.dim_names[0], "', a dim other inputs have besides dim 0)");
+  }
+  info->batched = rows->independent && !info->inputs.empty() && rowless.empty();
+  info->unbatched_reason = info->batched || !dynamic ? ""
+                           : !rowless.empty()        ? rowless
+                                                     : rows->reason;
+  bool follows_rows = false;
+  for (const TensorInfo& t : info->outputs) {
+    for (int64_t d : t.shape) follows_rows |= d < 0;
+  }
+  info->output_shapes_at = nullptr;
+  if (!info->batched && follows_rows && !polymorphic) {
+    info->output_shapes_at = MakeOutputShapeFn(graph);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace numaserve::engine
