@@ -85,6 +85,13 @@ class Result(object):
         self.errors = []  # per shape: float or a string
         self.torch_errors = []  # ONNX Runtime against PyTorch, per shape
         self.triton_errors = {}  # "grpc"/"http" -> per shape, through tritonclient
+        # The same file served again as NAME_batched, with max_batch_size
+        # 8 and a 100 ms queue delay: whether the server takes it (its rows
+        # found apart at load), and then the first shape's rows sent at
+        # once, one request each: their error against ONNX Runtime on the
+        # whole batch.
+        self.batched = False
+        self.together_error = None
 
     def matches(self):
         return (self.loaded and len(self.errors) == len(self.model.shapes["small"]) and
@@ -146,6 +153,23 @@ def export_all(models, out_dir, with_torch=False, exporter="torchscript"):
     return results
 
 
+BATCHED = "_batched"
+
+
+def add_batched_copies(results, repo):
+    """Each exported model once more as NAME_batched, asking to be batched
+    across requests (Result.batched)."""
+    for name, r in results.items():
+        if r.export_error:
+            continue
+        os.makedirs(os.path.join(repo, name + BATCHED, "1"))
+        shutil.copyfile(os.path.join(repo, name, "1", "model.onnx"),
+                        os.path.join(repo, name + BATCHED, "1", "model.onnx"))
+        with open(os.path.join(repo, name + BATCHED, "config.pbtxt"), "w") as f:
+            f.write("max_batch_size: 8\n"
+                    "dynamic_batching { max_queue_delay_microseconds: 100000 }\n")
+
+
 def serve_and_compare(results, repo, binary=None, log=print, triton_python=None):
     """Serves REPO (the exported models) and fills each Result's loaded,
     reason and errors; with TRITON_PYTHON (the python of <build>/venv/triton)
@@ -188,6 +212,28 @@ def served_and_compared(nc, server, results, repo, log):
                 continue
             r.errors.append(relative_error(got, want))
             log("%s %s: relative error %s" % (name, shape, r.errors[-1]))
+        r.batched = index.get(name + BATCHED, ("",))[0] == "READY"
+        if r.batched:
+            r.together_error = rows_together(nc, server, r, path)
+            log("%s: %s rows as one request each, batched: relative error %s" % (
+                name, r.model.shapes["small"][0][0], r.together_error))
+
+
+def rows_together(nc, server, r, path):
+    """The first shape's rows sent at once, one request per row, to a model
+    the server batches across requests: each row's answer against ONNX
+    Runtime's on the whole batch (the worst relative error), or the
+    failure."""
+    inputs = zoo.inputs_at(r.model, "small", 0)
+    want = ort_outputs(path, inputs)
+    rows = len(next(iter(inputs.values())))
+    answers = nc.call_together(server, rows, lambda i, stub: nc.infer(
+        stub, r.model.name + BATCHED, {k: v[i:i + 1] for k, v in inputs.items()}, deadline=120.0))
+    for a in answers:
+        if not isinstance(a, dict):
+            return "failed: %s" % (a.details() if hasattr(a, "details") else a)
+    got = {k: np.concatenate([a[k] for a in answers]) for k in want}
+    return relative_error(got, want)
 
 
 def through_tritonclient(server, results, repo, triton_python, log):
@@ -236,6 +282,7 @@ def check(models, binary=None, with_torch=False, log=print, exporter="torchscrip
         start = time.monotonic()
         results = export_all(models, repo, with_torch, exporter)
         log("exported %d models in %.1f s" % (len(results), time.monotonic() - start))
+        add_batched_copies(results, repo)
         serve_and_compare(results, repo, binary, log, triton_python)
         return results
     finally:

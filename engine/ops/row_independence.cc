@@ -1,5 +1,6 @@
 // CheckRowIndependence and DescribeBatching (shape_propagation.h): may
 // requests be computed together in one run and their rows scattered back?
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -24,14 +25,24 @@ namespace {
 enum class RowKind {
   kConstant,  // computed from constants alone
   kCount,     // follows the number of rows, not their values (Shape, Size)
-  kRows,      // one axis (`axis`) is the rows; element i along it comes from row i alone
-  kMixed,     // anything else (`why` says where rows met)
+  // One axis (`axis`) is the rows, `scale` elements each, one row after
+  // another: element i along it comes from row i / scale alone. A scale
+  // above 1 is rows flattened into one axis with other dims ([rows * seq,
+  // hidden] before a Gemm); a Reshape may split them out again.
+  kRows,
+  kMixed,  // anything else (`why` says where rows met)
+  // Index arithmetic as exporters write a padding mask's lookup: along
+  // `axis` (of the row count's size) element i is i * `scale` + c, where c
+  // does not depend on the rows (Range up to the row count, times a
+  // constant, plus constants). To any other op, a count.
+  kRowIndex,
 };
 
 struct RowState {
   RowKind kind = RowKind::kConstant;
   int axis = -1;
-  std::string why;
+  std::string why;    // kMixed; kRows of a scale above 1: "by" the node that flattened them
+  int64_t scale = 1;  // kRows, kRowIndex
 };
 
 // How an op moves rows, for an op with at least one input of kind kRows.
@@ -163,8 +174,16 @@ class RowAnalysis {
         case RowKind::kMixed:
           result.reason = absl::StrCat(what, ": ", s.why);
           return result;
+        case RowKind::kRowIndex:
+          result.reason = absl::StrCat(what, ": it depends on each row's place in the batch");
+          return result;
         case RowKind::kRows:
           break;
+      }
+      if (s.scale != 1) {
+        result.reason = absl::StrCat(what, ": its rows are flattened into axis ", s.axis, " (",
+                                     s.scale, " elements each) ", s.why);
+        return result;
       }
       if (s.axis != 0) {
         result.reason = absl::StrCat(what, ": its rows are on axis ", s.axis, ", not 0");
@@ -186,14 +205,15 @@ class RowAnalysis {
  private:
   static RowState Mixed(std::string why) { return {RowKind::kMixed, -1, std::move(why)}; }
 
-  // The axes of `v` whose size is the row count at every count.
-  std::vector<int> RowAxes(ValueId v) const {
+  // The axes of `v` whose size is the row count times `scale` at every
+  // count.
+  std::vector<int> RowAxes(ValueId v, int64_t scale = 1) const {
     std::vector<int> axes;
     const size_t rank = shapes_[0][v].size();
     for (size_t d = 0; d < rank; ++d) {
       bool rows = true;
       for (size_t k = 0; k < kNumCounts && rows; ++k) {
-        rows = shapes_[k][v].size() == rank && shapes_[k][v][d] == kRowCounts[k];
+        rows = shapes_[k][v].size() == rank && shapes_[k][v][d] == kRowCounts[k] * scale;
       }
       if (rows) axes.push_back(static_cast<int>(d));
     }
@@ -203,16 +223,24 @@ class RowAnalysis {
   int Rank(ValueId v) const { return static_cast<int>(shapes_[0][v].size()); }
 
   void Visit(const Node& node) {
+    for (ValueId v : node.inputs) {
+      if (v != kNoValue && state_[v].kind == RowKind::kMixed) {
+        for (ValueId out : node.outputs) state_[out] = state_[v];
+        return;
+      }
+    }
+    if (node.outputs.size() == 1) {
+      if (std::optional<RowState> s = IndexState(node)) {
+        state_[node.outputs[0]] = *std::move(s);
+        return;
+      }
+    }
     bool rows = false, count = false;
     for (ValueId v : node.inputs) {
       if (v == kNoValue) continue;
       const RowState& s = state_[v];
-      if (s.kind == RowKind::kMixed) {
-        for (ValueId out : node.outputs) state_[out] = s;
-        return;
-      }
       rows |= s.kind == RowKind::kRows;
-      count |= s.kind == RowKind::kCount;
+      count |= s.kind == RowKind::kCount || s.kind == RowKind::kRowIndex;
     }
     auto it = RowRules().find(node.op_type);
     const bool is_count = it != RowRules().end() && it->second == RowRule::kCount;
@@ -255,20 +283,157 @@ class RowAnalysis {
     }
   }
 
+  // --- A padding mask looked up by flat index -------------------------------
+  // transformers' masks exported by torch.onnx: mask [rows, seq] is
+  // flattened to [rows * seq, 1] and gathered at row * seq + position,
+  // for the rows 0..rows-1 (Range up to the row count): each row reads its
+  // own elements. Shapes and index values are checked at every count.
+
+  // The state of `node`'s one output where it takes part in that pattern.
+  std::optional<RowState> IndexState(const Node& node) const {
+    const std::string& op = node.op_type;
+    const ValueId out = node.outputs[0];
+    const std::vector<int> out_axes = RowAxes(out);
+    auto kind_of = [&](size_t i) {
+      return i < node.inputs.size() && node.inputs[i] != kNoValue ? state_[node.inputs[i]].kind
+                                                                  : RowKind::kConstant;
+    };
+    if (op == "Range" && node.inputs.size() == 3 && ScalarOf(node.inputs[0]) == 0 &&
+        ScalarOf(node.inputs[2]) == 1 && IsRowCount(node.inputs[1])) {
+      return RowState{RowKind::kRowIndex, 0, "", 1};
+    }
+    if (node.inputs.empty() || node.inputs[0] == kNoValue) return std::nullopt;
+    const ValueId in = node.inputs[0];
+    const RowState& first = state_[in];
+    if (first.kind == RowKind::kRowIndex && out_axes.size() == 1 &&
+        (op == "Unsqueeze" || op == "Reshape" || op == "Squeeze" || op == "Flatten") &&
+        CountsOnlyShape(node, /*from=*/1) && KeepsRowsWhole(in, first.axis, out, out_axes[0])) {
+      return RowState{RowKind::kRowIndex, out_axes[0], "", first.scale};
+    }
+    if (first.kind == RowKind::kRowIndex && out_axes.size() == 1 && op == "Cast" &&
+        IsIndexType(graph_.value(out).type)) {
+      return RowState{RowKind::kRowIndex, out_axes[0], "", first.scale};
+    }
+    if ((op == "Add" || op == "Mul") && node.inputs.size() == 2 && out_axes.size() == 1) {
+      const size_t index = kind_of(0) == RowKind::kRowIndex ? 0 : 1;
+      const ValueId a = node.inputs[index], b = node.inputs[1 - index];
+      if (state_[a].kind != RowKind::kRowIndex || state_[b].kind != RowKind::kConstant ||
+          state_[a].axis + (Rank(out) - Rank(a)) != out_axes[0]) {
+        return std::nullopt;
+      }
+      if (op == "Add") return RowState{RowKind::kRowIndex, out_axes[0], "", state_[a].scale};
+      const std::optional<int64_t> factor = UniformOf(b);
+      if (!factor.has_value() || *factor <= 0) return std::nullopt;
+      return RowState{RowKind::kRowIndex, out_axes[0], "", state_[a].scale * *factor};
+    }
+    if (op == "Gather" && first.kind == RowKind::kRows && first.scale > 1 &&
+        kind_of(1) == RowKind::kRowIndex) {
+      const RowState& index = state_[node.inputs[1]];
+      auto axis = kernels::NormalizeAxis(node.GetInt("axis", 0), Rank(in));
+      const int row_axis = first.axis + index.axis;
+      if (!axis.ok() || *axis != first.axis || index.scale != first.scale ||
+          !IndexWithin(node.inputs[1], first.scale) ||
+          std::find(out_axes.begin(), out_axes.end(), row_axis) == out_axes.end()) {
+        return std::nullopt;
+      }
+      return RowState{RowKind::kRows, row_axis, "", 1};
+    }
+    return std::nullopt;
+  }
+
+  // Row-major, rows stay whole and in order from `in`'s axis `axis` to
+  // `out`'s `out_axis` when the dims before them hold as many elements.
+  bool KeepsRowsWhole(ValueId in, int axis, ValueId out, int out_axis) const {
+    for (size_t k = 0; k < kNumCounts; ++k) {
+      if (Product(shapes_[k][in], 0, axis) != Product(shapes_[k][out], 0, out_axis)) return false;
+    }
+    return true;
+  }
+
+  // Where a view (Reshape, Flatten, Squeeze, Unsqueeze) puts `in`'s rows
+  // (on `axis`, `scale` elements each): row-major, they stay whole and in
+  // order on an axis of `out` of rows * R elements at every count, for one
+  // R, with as many elements before it as before `axis`, and R times as
+  // many after it as `scale` times those after `axis`.
+  std::optional<RowState> ViewedRows(ValueId in, int axis, int64_t scale, ValueId out) const {
+    for (int a = 0; a < Rank(out); ++a) {
+      const int64_t r = shapes_[0][out][a];  // at one row
+      bool whole = r > 0;
+      for (size_t k = 0; k < kNumCounts && whole; ++k) {
+        const Shape& i = shapes_[k][in];
+        const Shape& o = shapes_[k][out];
+        whole = o[a] == kRowCounts[k] * r && Product(i, 0, axis) == Product(o, 0, a) &&
+                scale * Product(i, axis + 1, i.size()) == r * Product(o, a + 1, o.size());
+      }
+      if (whole) return RowState{RowKind::kRows, a, "", r};
+    }
+    return std::nullopt;
+  }
+
+  // Whether `v`'s elements at one row (its c) are all in [0, scale): the
+  // index then stays within its own row's elements.
+  bool IndexWithin(ValueId v, int64_t scale) const {
+    auto it = values_[0].find(v);
+    if (it == values_[0].end() || it->second.i64.empty()) return false;
+    for (int64_t e : it->second.i64) {
+      if (e < 0 || e >= scale) return false;
+    }
+    return true;
+  }
+
+  // Whether `v` is a scalar (or one element) equal to the row count at
+  // every count, the far one included.
+  bool IsRowCount(ValueId v) const {
+    for (size_t k = 0; k < values_.size(); ++k) {
+      const int64_t rows = k < kNumCounts ? kRowCounts[k] : kFarRowCount;
+      auto it = values_[k].find(v);
+      if (it == values_[k].end() || it->second.i64.size() != 1 || it->second.i64[0] != rows) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The integer every element of the constant `v` holds, if one does.
+  std::optional<int64_t> UniformOf(ValueId v) const {
+    const Constant* c = graph_.FindConstant(v);
+    if (c == nullptr) {
+      auto it = values_[0].find(v);
+      if (it == values_[0].end()) return std::nullopt;
+      c = &it->second;
+    }
+    if (c->i64.empty() || !IsIndexType(c->type)) return std::nullopt;
+    for (int64_t e : c->i64) {
+      if (e != c->i64[0]) return std::nullopt;
+    }
+    return c->i64[0];
+  }
+  std::optional<int64_t> ScalarOf(ValueId v) const {
+    if (v == kNoValue || state_[v].kind != RowKind::kConstant) return std::nullopt;
+    const Constant* c = graph_.FindConstant(v);
+    if (c != nullptr && c->i64.size() != 1) return std::nullopt;
+    return UniformOf(v);
+  }
+  static bool IsIndexType(DataType t) { return t == DataType::kInt64 || t == DataType::kInt32; }
+
   // Whether every input of `node` that follows the number of rows only
   // gives its output's shape: Reshape's target, Expand's and
   // ConstantOfShape's shape, Tile's repeats, Pad's pads, Resize's scales
   // and sizes, the axes of Squeeze and Unsqueeze. The rules then see the
   // shapes at each count. (Not Slice's bounds or Gather's indices, nor
-  // Range: they pick or make elements by the count.)
-  bool CountsOnlyShape(const Node& node) const {
+  // Range: they pick or make elements by the count.) Inputs before `from`
+  // are not looked at.
+  bool CountsOnlyShape(const Node& node, size_t from = 0) const {
     static const auto* shape_inputs = new std::map<std::string, std::set<size_t>>{
         {"Reshape", {1}}, {"Expand", {1}},    {"ConstantOfShape", {0}}, {"Tile", {1}},
         {"Pad", {1}},     {"Resize", {2, 3}}, {"Squeeze", {1}},         {"Unsqueeze", {1}}};
     auto it = shape_inputs->find(node.op_type);
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
+    for (size_t i = from; i < node.inputs.size(); ++i) {
       const ValueId v = node.inputs[i];
-      if (v == kNoValue || state_[v].kind != RowKind::kCount) continue;
+      if (v == kNoValue ||
+          (state_[v].kind != RowKind::kCount && state_[v].kind != RowKind::kRowIndex)) {
+        continue;
+      }
       if (it == shape_inputs->end() || !it->second.contains(i)) return false;
     }
     return true;
@@ -331,15 +496,7 @@ class RowAnalysis {
       case RowRule::kPositional:
       case RowRule::kCount:
         return "";
-      case RowRule::kView:
-        // Row-major: rows stay whole and in order when the dims before the
-        // row axis hold as many elements before and after.
-        for (size_t k = 0; k < kNumCounts; ++k) {
-          if (Product(shapes_[k][in], 0, axis) != Product(shapes_[k][out], 0, out_axis)) {
-            return absl::StrCat("reshapes ", DescribeShape(shapes_[k][in]), " to ",
-                                DescribeShape(shapes_[k][out]), " across rows");
-          }
-        }
+      case RowRule::kView:  // OutputState: ViewedRows
         return "";
       case RowRule::kSoftmax: {
         const SoftmaxSemantics sm = GetSoftmaxSemantics(graph_, node);
@@ -400,7 +557,31 @@ class RowAnalysis {
     if (node.op_type == "MaxPool" && output == 1) {
       return Mixed(absl::StrCat(node.Describe(), " numbers its indices across the rows"));
     }
-    const std::vector<int> axes = RowAxes(out);
+    // Every input's rows hold as many elements; a view may regroup them.
+    int64_t scale = 0;
+    std::string flattened;  // by which node, where scale > 1
+    for (ValueId in : node.inputs) {
+      if (in == kNoValue || state_[in].kind != RowKind::kRows) continue;
+      if (scale != 0 && state_[in].scale != scale) {
+        return Mixed(absl::StrCat(node.Describe(), " pairs rows flattened differently"));
+      }
+      scale = state_[in].scale;
+      flattened = state_[in].why;
+    }
+    if (rule == RowRule::kView) {
+      const ValueId in = node.inputs[0];
+      if (state_[in].kind != RowKind::kRows) {
+        return Mixed(absl::StrCat(node.Describe(), " takes its shape from the rows' values"));
+      }
+      std::optional<RowState> viewed = ViewedRows(in, state_[in].axis, scale, out);
+      if (viewed.has_value() && viewed->scale != 1) {
+        viewed->why = viewed->scale == scale ? flattened : absl::StrCat("by ", node.Describe());
+      }
+      if (viewed.has_value()) return *viewed;
+      return Mixed(absl::StrCat(node.Describe(), " reshapes ", DescribeShape(shapes_[0][in]),
+                                " to ", DescribeShape(shapes_[0][out]), " across rows"));
+    }
+    const std::vector<int> axes = RowAxes(out, scale);
     if (axes.size() != 1) {
       return Mixed(absl::StrCat(node.Describe(),
                                 axes.empty() ? " combines the rows" : " pairs rows with rows"));
@@ -411,7 +592,7 @@ class RowAnalysis {
       std::string why = CombinesRows(node, rule, i, state_[in].axis, out, axes[0]);
       if (!why.empty()) return Mixed(absl::StrCat(node.Describe(), " ", why));
     }
-    return {RowKind::kRows, axes[0], ""};
+    return {RowKind::kRows, axes[0], flattened, scale};
   }
 
   // Whether `v` is a shape value with the same elements at every row count

@@ -268,6 +268,56 @@ TEST(RowIndependenceTest, ValuesOfTheRowCountMakeAModelUnbatched) {
   }
 }
 
+// transformers' padding mask as torch.onnx exports it: the mask [n,8]
+// flattened to [n*8, 1] and gathered at row * `stride` + position (row:
+// Range up to the row count), then applied to x.
+OnnxModelBuilder MaskByFlatIndex(int64_t stride) {
+  OnnxModelBuilder b = FromTheShape();
+  b.Input("mask", {-1, 8}).Output("y", {-1, 8});
+  OnnxModelBuilder::AttrInt(b.Node("Flatten", {"mask"}, {"flat"}, "flatten_mask"), "axis", 2);
+  const int64_t first = 0;
+  b.RawInitializer("first_scalar", onnx::TensorProto::INT64, {}, &first, sizeof(first));
+  b.Node("Gather", {"shape", "first_scalar"}, {"count"}, "count");
+  b.Node("Range", {"zero", "count", "step"}, {"row"}, "row");
+  b.Int64Initializer("column", {1});
+  b.Node("Unsqueeze", {"row", "column"}, {"row_col"}, "row_col");
+  b.Int64Initializer("stride", {stride});
+  b.Node("Mul", {"row_col", "stride"}, {"row_start"}, "row_start");
+  b.Node("Range", {"zero", "width", "step"}, {"position"}, "position");
+  b.Int64Initializer("row_axis", {0});
+  b.Node("Unsqueeze", {"position", "row_axis"}, {"position_row"}, "position_row");
+  b.Node("Add", {"row_start", "position_row"}, {"index"}, "index");
+  OnnxModelBuilder::AttrInt(b.Node("Gather", {"flat", "index"}, {"picked"}, "lookup"), "axis", 0);
+  b.Int64Initializer("rows_by_8", {-1, 8});
+  b.Node("Reshape", {"picked", "rows_by_8"}, {"m"}, "m");
+  b.Node("Mul", {"x", "m"}, {"y"}, "apply");
+  return b;
+}
+
+TEST(RowIndependenceTest, AMaskLookedUpByFlatIndexKeepsRowsApart) {
+  const OnnxModelBuilder b = MaskByFlatIndex(8);
+  const ModelInfo info = Inspect(b, "mask_by_flat_index");
+  EXPECT_TRUE(info.batched) << info.unbatched_reason;
+  auto model = CompiledModel::Load(b.Save("run_mask_by_flat_index"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> x(3 * 8), mask(3 * 8);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<float>(i) + 1;
+    mask[i] = static_cast<float>((i * 7) % 3 == 0);
+  }
+  std::vector<float> together(x.size()), alone(x.size());
+  ASSERT_TRUE((*model)->Run(3, {x.data(), mask.data()}, {together.data()}).ok());
+  ASSERT_TRUE((*model)->Run(1, {x.data(), mask.data()}, {alone.data()}).ok());
+  ASSERT_TRUE((*model)->Run(2, {x.data() + 8, mask.data() + 8}, {alone.data() + 8}).ok());
+  EXPECT_EQ(together, alone);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(together[i], x[i] * mask[i]);
+
+  // A stride other than the row's 8 elements reads the other rows' mask.
+  const ModelInfo across = Inspect(MaskByFlatIndex(4), "mask_by_wrong_stride");
+  EXPECT_FALSE(across.batched);
+  EXPECT_THAT(across.unbatched_reason, HasSubstr("'lookup' (op Gather)"));
+}
+
 TEST(RowIndependenceTest, StaticModelHasNoReasonToLog) {
   OnnxModelBuilder b;
   b.Input("x", {2, 3}).Output("y", {2, 3});

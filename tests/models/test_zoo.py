@@ -98,6 +98,23 @@ class ZooTest(unittest.TestCase):
             self.assertLessEqual(error, zoo.RTOL, "%s at %s" % (name, shape))
             print("%s at %s: relative error %.1e, opset %d" % (name, shape, error, r.opset))
 
+    def test_requests_batched_together_answer_as_one(self):
+        """Every model the server takes with max_batch_size 8 (its rows
+        found apart at load), the transformers' encoders among them since
+        their padding mask's flat-index lookup is understood: the first
+        shape's rows sent at once, one request each (a 100 ms queue delay
+        puts them in one batch), answered as ONNX Runtime answers the whole
+        batch."""
+        batched = {n for n, r in self.results.items() if r.loaded and r.batched}
+        self.assertTrue({"resnet50", "bert_base", "distilbert", "roberta", "t5_encoder",
+                         "swin_t"} <= batched, sorted(batched))
+        for name in sorted(batched):
+            r = self.results[name]
+            self.assertIsInstance(r.together_error, float, "%s: %s" % (name, r.together_error))
+            self.assertLessEqual(r.together_error, zoo.RTOL, name)
+            print("%s: %d requests batched together, relative error %.1e" % (
+                name, r.model.shapes["small"][0][0], r.together_error))
+
     def test_resnet50(self):
         self.check("resnet50")
 
@@ -207,8 +224,7 @@ class ZooTest(unittest.TestCase):
                                                 "--index-bounds", text],
                                      capture_output=True, text=True, timeout=300)
                 self.assertEqual(run.returncode, 0, "%s: %s" % (command, run.stderr[-2000:]))
-                # Batch 2 too: BERT is not batched across requests (its
-                # rows' Reshape targets), and runs 2 rows as one request.
+                # Batch 2 too.
                 self.assertEqual(run.stdout.count('"batch"'), 2, run.stdout)
 
     def test_every_served_model_has_its_test(self):
