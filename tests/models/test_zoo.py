@@ -16,7 +16,10 @@ give them), serves them all from one `numaserve
 serve` and sends each its three shapes (other batch, other image size);
 every output must match ONNX Runtime's on the same file and inputs within
 a relative error max|numaserve - ORT| / max|ORT| of 1e-4
-(benchmarks/models/zoo_check.py). The models numaserve refuses are listed
+(benchmarks/models/zoo_check.py). Each is served once more with
+max_batch_size 8: the ones the server takes (their rows found apart at
+load) answer rows sent as separate requests and batched together as ONNX
+Runtime answers the whole batch. The models numaserve refuses are listed
 in zoo.REFUSED with the server's reason: served from the same server, each
 must be refused at load naming its node and op, or (once the engine takes
 it) match ONNX Runtime too. zoo.py --report prints the table.
