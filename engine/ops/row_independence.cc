@@ -248,9 +248,7 @@ class RowAnalysis {
       for (ValueId out : node.outputs) {
         // Shape of rows: a count, unless its elements are the same at
         // every count (a dim other than the rows).
-        if (!rows && !count) {
-          state_[out] = {RowKind::kConstant, -1, ""};
-        } else if (SameAtEveryCount(out)) {
+        if ((!rows && !count) || SameAtEveryCount(out)) {
           state_[out] = {RowKind::kConstant, -1, ""};
         } else if (!is_count && CountsOnlyShape(node) && RowAxes(out).size() == 1) {
           // Constants broadcast to the rows (ConstantOfShape, Expand of a
@@ -495,7 +493,6 @@ class RowAnalysis {
         return "";
       case RowRule::kPositional:
       case RowRule::kCount:
-        return "";
       case RowRule::kView:  // OutputState: ViewedRows
         return "";
       case RowRule::kSoftmax: {
