@@ -26,7 +26,10 @@ enum class RowKind {
   kConstant,  // computed from constants alone
   kCount,     // follows the number of rows, not their values (Shape, Size)
   // One axis (`axis`) is the rows, `scale` elements each, one row after
-  // another: element i along it comes from row i / scale alone. A scale
+  // another, the whole run of rows `outer` times over: element i along it
+  // comes from row (i / scale) % rows alone. A scale or outer above 1 is
+  // rows flattened into one axis with other dims ([rows * seq, hidden], or
+  // [seq * rows, hidden] from [seq, rows, hidden]). A scale
   // above 1 is rows flattened into one axis with other dims ([rows * seq,
   // hidden] before a Gemm); a Reshape may split them out again.
   kRows,
@@ -41,8 +44,9 @@ enum class RowKind {
 struct RowState {
   RowKind kind = RowKind::kConstant;
   int axis = -1;
-  std::string why;    // kMixed; kRows of a scale above 1: "by" the node that flattened them
+  std::string why;    // kMixed; kRows flattened: "by" the node that flattened them
   int64_t scale = 1;  // kRows, kRowIndex
+  int64_t outer = 1;  // kRows
 };
 
 // How an op moves rows, for an op with at least one input of kind kRows.
@@ -180,9 +184,9 @@ class RowAnalysis {
         case RowKind::kRows:
           break;
       }
-      if (s.scale != 1) {
+      if (s.scale != 1 || s.outer != 1) {
         result.reason = absl::StrCat(what, ": its rows are flattened into axis ", s.axis, " (",
-                                     s.scale, " elements each) ", s.why);
+                                     s.scale, " elements each, ", s.outer, " times over) ", s.why);
         return result;
       }
       if (s.axis != 0) {
@@ -205,15 +209,15 @@ class RowAnalysis {
  private:
   static RowState Mixed(std::string why) { return {RowKind::kMixed, -1, std::move(why)}; }
 
-  // The axes of `v` whose size is the row count times `scale` at every
-  // count.
-  std::vector<int> RowAxes(ValueId v, int64_t scale = 1) const {
+  // The axes of `v` whose size is the row count times `scale` and
+  // `outer` at every count.
+  std::vector<int> RowAxes(ValueId v, int64_t scale = 1, int64_t outer = 1) const {
     std::vector<int> axes;
     const size_t rank = shapes_[0][v].size();
     for (size_t d = 0; d < rank; ++d) {
       bool rows = true;
       for (size_t k = 0; k < kNumCounts && rows; ++k) {
-        rows = shapes_[k][v].size() == rank && shapes_[k][v][d] == kRowCounts[k] * scale;
+        rows = shapes_[k][v].size() == rank && shapes_[k][v][d] == kRowCounts[k] * scale * outer;
       }
       if (rows) axes.push_back(static_cast<int>(d));
     }
@@ -324,7 +328,7 @@ class RowAnalysis {
       if (!factor.has_value() || *factor <= 0) return std::nullopt;
       return RowState{RowKind::kRowIndex, out_axes[0], "", state_[a].scale * *factor};
     }
-    if (op == "Gather" && first.kind == RowKind::kRows && first.scale > 1 &&
+    if (op == "Gather" && first.kind == RowKind::kRows && first.scale > 1 && first.outer == 1 &&
         kind_of(1) == RowKind::kRowIndex) {
       const RowState& index = state_[node.inputs[1]];
       auto axis = kernels::NormalizeAxis(node.GetInt("axis", 0), Rank(in));
@@ -349,21 +353,34 @@ class RowAnalysis {
   }
 
   // Where a view (Reshape, Flatten, Squeeze, Unsqueeze) puts `in`'s rows
-  // (on `axis`, `scale` elements each): row-major, they stay whole and in
-  // order on an axis of `out` of rows * R elements at every count, for one
-  // R, with as many elements before it as before `axis`, and R times as
-  // many after it as `scale` times those after `axis`.
+  // (on `axis`, `scale` elements each, `outer` times over). A view keeps
+  // the elements' row-major order, in which a row's elements come in runs
+  // of `chunk` (scale times the elements after `axis`), the rows in turn.
+  // On an axis of `out` with `after` elements after it, where chunk =
+  // R * after and the axis holds O * rows * R for one R and O at every
+  // count, element i along it is from row (i / R) % rows: the rows are
+  // there, R elements each, O times over.
   std::optional<RowState> ViewedRows(ValueId in, int axis, int64_t scale, ValueId out) const {
     for (int a = 0; a < Rank(out); ++a) {
-      const int64_t r = shapes_[0][out][a];  // at one row
-      bool whole = r > 0;
-      for (size_t k = 0; k < kNumCounts && whole; ++k) {
+      std::optional<RowState> found;
+      for (size_t k = 0; k < kNumCounts; ++k) {
         const Shape& i = shapes_[k][in];
         const Shape& o = shapes_[k][out];
-        whole = o[a] == kRowCounts[k] * r && Product(i, 0, axis) == Product(o, 0, a) &&
-                scale * Product(i, axis + 1, i.size()) == r * Product(o, a + 1, o.size());
+        const int64_t chunk = scale * Product(i, axis + 1, i.size());
+        const int64_t after = Product(o, a + 1, o.size());
+        const int64_t rows = kRowCounts[k];
+        if (after <= 0 || chunk % after != 0 || o[a] % (rows * (chunk / after)) != 0) {
+          found.reset();
+          break;
+        }
+        const int64_t r = chunk / after, outer = o[a] / (rows * r);
+        if (k == 0) found = RowState{RowKind::kRows, a, "", r, outer};
+        if (outer < 1 || found->scale != r || found->outer != outer) {
+          found.reset();
+          break;
+        }
       }
-      if (whole) return RowState{RowKind::kRows, a, "", r};
+      if (found.has_value()) return found;
     }
     return std::nullopt;
   }
@@ -555,14 +572,15 @@ class RowAnalysis {
       return Mixed(absl::StrCat(node.Describe(), " numbers its indices across the rows"));
     }
     // Every input's rows hold as many elements; a view may regroup them.
-    int64_t scale = 0;
-    std::string flattened;  // by which node, where scale > 1
+    int64_t scale = 0, outer = 0;
+    std::string flattened;  // by which node, where flattened
     for (ValueId in : node.inputs) {
       if (in == kNoValue || state_[in].kind != RowKind::kRows) continue;
-      if (scale != 0 && state_[in].scale != scale) {
+      if (scale != 0 && (state_[in].scale != scale || state_[in].outer != outer)) {
         return Mixed(absl::StrCat(node.Describe(), " pairs rows flattened differently"));
       }
       scale = state_[in].scale;
+      outer = state_[in].outer;
       flattened = state_[in].why;
     }
     if (rule == RowRule::kView) {
@@ -571,14 +589,16 @@ class RowAnalysis {
         return Mixed(absl::StrCat(node.Describe(), " takes its shape from the rows' values"));
       }
       std::optional<RowState> viewed = ViewedRows(in, state_[in].axis, scale, out);
-      if (viewed.has_value() && viewed->scale != 1) {
-        viewed->why = viewed->scale == scale ? flattened : absl::StrCat("by ", node.Describe());
+      if (viewed.has_value() && (viewed->scale != 1 || viewed->outer != 1)) {
+        viewed->why = viewed->scale == scale && viewed->outer == outer
+                          ? flattened
+                          : absl::StrCat("by ", node.Describe());
       }
       if (viewed.has_value()) return *viewed;
       return Mixed(absl::StrCat(node.Describe(), " reshapes ", DescribeShape(shapes_[0][in]),
                                 " to ", DescribeShape(shapes_[0][out]), " across rows"));
     }
-    const std::vector<int> axes = RowAxes(out, scale);
+    const std::vector<int> axes = RowAxes(out, scale, outer);
     if (axes.size() != 1) {
       return Mixed(absl::StrCat(node.Describe(),
                                 axes.empty() ? " combines the rows" : " pairs rows with rows"));
@@ -589,7 +609,7 @@ class RowAnalysis {
       std::string why = CombinesRows(node, rule, i, state_[in].axis, out, axes[0]);
       if (!why.empty()) return Mixed(absl::StrCat(node.Describe(), " ", why));
     }
-    return {RowKind::kRows, axes[0], flattened, scale};
+    return {RowKind::kRows, axes[0], flattened, scale, outer};
   }
 
   // Whether `v` is a shape value with the same elements at every row count

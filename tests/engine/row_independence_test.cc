@@ -318,6 +318,50 @@ TEST(RowIndependenceTest, AMaskLookedUpByFlatIndexKeepsRowsApart) {
   EXPECT_THAT(across.unbatched_reason, HasSubstr("'lookup' (op Gather)"));
 }
 
+// As nn.MultiheadAttention lays out a batch: x [n,4,6] moved to [4,n,6],
+// viewed as [4n, 6] (the rows interleaved, 4 times over) for a MatMul,
+// then `back` to [n,4,6] through [4,n,6], or `across` straight to [n,24].
+OnnxModelBuilder Interleaved(bool back) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 4, 6})
+      .Output("y", back ? std::vector<int64_t>{-1, 4, 6} : std::vector<int64_t>{-1, 24});
+  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"x"}, {"seq_first"}), "perm", {1, 0, 2});
+  b.Int64Initializer("flat", {-1, 6}).Int64Initializer("unflat", {4, -1, 6});
+  b.Int64Initializer("rows_by_24", {-1, 24});
+  kernels::Tensor w({6, 6});
+  for (int64_t i = 0; i < w.size(); ++i) w.data[static_cast<size_t>(i)] = 0.1f * (i % 7);
+  b.Initializer("w", w);
+  b.Node("Reshape", {"seq_first", "flat"}, {"rows_flat"}, "interleave");
+  b.Node("MatMul", {"rows_flat", "w"}, {"projected"});
+  if (back) {
+    b.Node("Reshape", {"projected", "unflat"}, {"seq_again"}, "unflatten");
+    OnnxModelBuilder::AttrInts(b.Node("Transpose", {"seq_again"}, {"y"}), "perm", {1, 0, 2});
+  } else {
+    b.Node("Reshape", {"projected", "rows_by_24"}, {"y"}, "across");
+  }
+  return b;
+}
+
+TEST(RowIndependenceTest, RowsInterleavedWithTheSequenceKeepApart) {
+  const OnnxModelBuilder b = Interleaved(/*back=*/true);
+  const ModelInfo info = Inspect(b, "interleaved_back");
+  EXPECT_TRUE(info.batched) << info.unbatched_reason;
+  auto model = CompiledModel::Load(b.Save("run_interleaved_back"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> x(3 * 24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 11) - 5.0f;
+  std::vector<float> together(x.size()), alone(x.size());
+  ASSERT_TRUE((*model)->Run(3, {x.data()}, {together.data()}).ok());
+  ASSERT_TRUE((*model)->Run(1, {x.data()}, {alone.data()}).ok());
+  ASSERT_TRUE((*model)->Run(2, {x.data() + 24}, {alone.data() + 24}).ok());
+  EXPECT_EQ(together, alone);
+
+  // Viewed straight as [n, 24], each row would take elements of others.
+  const ModelInfo across = Inspect(Interleaved(/*back=*/false), "interleaved_across");
+  EXPECT_FALSE(across.batched);
+  EXPECT_THAT(across.unbatched_reason, HasSubstr("'across' (op Reshape) reshapes"));
+}
+
 TEST(RowIndependenceTest, StaticModelHasNoReasonToLog) {
   OnnxModelBuilder b;
   b.Input("x", {2, 3}).Output("y", {2, 3});

@@ -110,7 +110,7 @@ class ZooTest(unittest.TestCase):
         batch."""
         batched = {n for n, r in self.results.items() if r.loaded and r.batched}
         self.assertTrue({"resnet50", "bert_base", "distilbert", "roberta", "t5_encoder",
-                         "swin_t"} <= batched, sorted(batched))
+                         "swin_t", "vit_b_16"} <= batched, sorted(batched))
         for name in sorted(batched):
             r = self.results[name]
             self.assertIsInstance(r.together_error, float, "%s: %s" % (name, r.together_error))
