@@ -362,25 +362,24 @@ class RowAnalysis {
   // there, R elements each, O times over.
   std::optional<RowState> ViewedRows(ValueId in, int axis, int64_t scale, ValueId out) const {
     for (int a = 0; a < Rank(out); ++a) {
-      std::optional<RowState> found;
-      for (size_t k = 0; k < kNumCounts; ++k) {
+      int64_t r = 0, outer = 0;  // as found at one row
+      bool found = true;
+      for (size_t k = 0; k < kNumCounts && found; ++k) {
         const Shape& i = shapes_[k][in];
         const Shape& o = shapes_[k][out];
         const int64_t chunk = scale * Product(i, axis + 1, i.size());
         const int64_t after = Product(o, a + 1, o.size());
         const int64_t rows = kRowCounts[k];
-        if (after <= 0 || chunk % after != 0 || o[a] % (rows * (chunk / after)) != 0) {
-          found.reset();
-          break;
+        found =
+            chunk > 0 && after > 0 && chunk % after == 0 && o[a] % (rows * (chunk / after)) == 0;
+        if (!found) break;
+        if (k == 0) {
+          r = chunk / after;
+          outer = o[a] / (rows * r);
         }
-        const int64_t r = chunk / after, outer = o[a] / (rows * r);
-        if (k == 0) found = RowState{RowKind::kRows, a, "", r, outer};
-        if (outer < 1 || found->scale != r || found->outer != outer) {
-          found.reset();
-          break;
-        }
+        found = outer >= 1 && r == chunk / after && outer == o[a] / (rows * r);
       }
-      if (found.has_value()) return found;
+      if (found) return RowState{RowKind::kRows, a, "", r, outer};
     }
     return std::nullopt;
   }
