@@ -254,9 +254,8 @@ class RowAnalysis {
         // every count (a dim other than the rows).
         if ((!rows && !count) || SameAtEveryCount(out)) {
           state_[out] = {RowKind::kConstant, -1, ""};
-        } else if (!is_count && CountsOnlyShape(node) && RowAxes(out).size() == 1) {
-          // Constants broadcast to the rows (ConstantOfShape, Expand of a
-          // constant): no row's elements come from another's.
+        } else if (BroadcastsToRows(node) && CountsOnlyShape(node) && RowAxes(out).size() == 1) {
+          // Constants broadcast to the rows: every row alike.
           state_[out] = {RowKind::kRows, RowAxes(out)[0], ""};
         } else {
           state_[out] = {RowKind::kCount, -1, ""};
@@ -451,6 +450,14 @@ class RowAnalysis {
       if (it == shape_inputs->end() || !it->second.contains(i)) return false;
     }
     return true;
+  }
+
+  // ConstantOfShape, Expand and Tile of constants: where they make an
+  // axis of the row count's size, each element along it is the same (a
+  // size-1 dim broadcast or repeated). Not Pad or Resize: a constant padded
+  // or stretched to the row count differs from row to row.
+  static bool BroadcastsToRows(const Node& node) {
+    return node.op_type == "ConstantOfShape" || node.op_type == "Expand" || node.op_type == "Tile";
   }
 
   // The axis a kAlongAxis op works along on a rank-`rank` input: its
