@@ -92,6 +92,7 @@ class Result(object):
         # whole batch.
         self.batched = False
         self.together_error = None
+        self.together_runs = None  # the runs that computed them (1: one batch)
 
     def matches(self):
         return (self.loaded and len(self.errors) == len(self.model.shapes["small"]) and
@@ -215,8 +216,8 @@ def served_and_compared(nc, server, results, repo, log):
         r.batched = index.get(name + BATCHED, ("",))[0] == "READY"
         if r.batched:
             r.together_error = rows_together(nc, server, r, path)
-            log("%s: %s rows as one request each, batched: relative error %s" % (
-                name, r.model.shapes["small"][0][0], r.together_error))
+            log("%s: %s rows as one request each, in %s run(s): relative error %s" % (
+                name, r.model.shapes["small"][0][0], r.together_runs, r.together_error))
 
 
 def rows_together(nc, server, r, path):
@@ -227,8 +228,12 @@ def rows_together(nc, server, r, path):
     inputs = zoo.inputs_at(r.model, "small", 0)
     want = ort_outputs(path, inputs)
     rows = len(next(iter(inputs.values())))
+    model = r.model.name + BATCHED
+    runs_before = server.metrics().sum("numaserve_executions_total", model=model)
     answers = nc.call_together(server, rows, lambda i, stub: nc.infer(
-        stub, r.model.name + BATCHED, {k: v[i:i + 1] for k, v in inputs.items()}, deadline=120.0))
+        stub, model, {k: v[i:i + 1] for k, v in inputs.items()}, deadline=120.0))
+    r.together_runs = int(server.metrics().sum("numaserve_executions_total", model=model) -
+                          runs_before)
     for a in answers:
         if not isinstance(a, dict):
             return "failed: %s" % (a.details() if hasattr(a, "details") else a)

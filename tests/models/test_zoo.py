@@ -115,6 +115,7 @@ class ZooTest(unittest.TestCase):
             r = self.results[name]
             self.assertIsInstance(r.together_error, float, "%s: %s" % (name, r.together_error))
             self.assertLessEqual(r.together_error, zoo.RTOL, name)
+            self.assertEqual(r.together_runs, 1, "%s: the requests were not batched" % name)
             print("%s: %d requests batched together, relative error %.1e" % (
                 name, r.model.shapes["small"][0][0], r.together_error))
 
