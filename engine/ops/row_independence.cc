@@ -308,8 +308,13 @@ class RowAnalysis {
     const RowState& first = state_[in];
     if (first.kind == RowKind::kRowIndex && out_axes.size() == 1 &&
         (op == "Unsqueeze" || op == "Reshape" || op == "Squeeze" || op == "Flatten") &&
-        CountsOnlyShape(node, /*from=*/1) && KeepsRowsWhole(in, first.axis, out, out_axes[0])) {
-      return RowState{RowKind::kRowIndex, out_axes[0], "", first.scale};
+        CountsOnlyShape(node, /*from=*/1)) {
+      // The index's rows, one element each, to one element each again.
+      const std::optional<RowState> viewed = ViewedRows(in, first.axis, 1, out);
+      if (viewed.has_value() && viewed->scale == 1 && viewed->outer == 1) {
+        return RowState{RowKind::kRowIndex, viewed->axis, "", first.scale};
+      }
+      return std::nullopt;
     }
     if (first.kind == RowKind::kRowIndex && out_axes.size() == 1 && op == "Cast" &&
         IsIndexType(graph_.value(out).type)) {
@@ -340,15 +345,6 @@ class RowAnalysis {
       return RowState{RowKind::kRows, row_axis, "", 1};
     }
     return std::nullopt;
-  }
-
-  // Row-major, rows stay whole and in order from `in`'s axis `axis` to
-  // `out`'s `out_axis` when the dims before them hold as many elements.
-  bool KeepsRowsWhole(ValueId in, int axis, ValueId out, int out_axis) const {
-    for (size_t k = 0; k < kNumCounts; ++k) {
-      if (Product(shapes_[k][in], 0, axis) != Product(shapes_[k][out], 0, out_axis)) return false;
-    }
-    return true;
   }
 
   // Where a view (Reshape, Flatten, Squeeze, Unsqueeze) puts `in`'s rows

@@ -65,24 +65,32 @@ void ExpectMatchesAtSignatures(const std::string& path,
   }
 }
 
-// x [batch, seq, 8] viewed as [batch, seq, 2, 4] (the target Concat(batch,
-// seq, 2, 4) from x's shape), heads moved before seq (Transpose), and
-// back to [batch, seq * 8 / 8 * 2 / 2, 8]: the second target is
-// Concat(batch, -1, seq * 0 + 8), with Mul and Add on the dims.
-std::string ReshapeModel() {
+// x [batch, seq, 8] and its dims `batch` and `seq` (DimOf), viewed as
+// [batch, seq, 2, 4] (the target Concat(batch, seq, 2, 4) named
+// `target_name`), heads moved before seq and back (two Transposes) into
+// `back` [batch, seq, 2, 4].
+OnnxModelBuilder SplitHeadsAndBack(const std::string& target_name) {
   OnnxModelBuilder b(17);
   b.NamedInput("x", {-1, -1, 8}, {"batch", "seq", ""});
   b.NamedOutput("y", {-1, -1, 8}, {"batch", "seq", ""});
   DimOf(b, "x", 0, "batch");
   DimOf(b, "x", 1, "seq");
   b.Int64Initializer("heads", {2, 4});
-  OnnxModelBuilder::AttrInt(b.Node("Concat", {"batch", "seq", "heads"}, {"target1"}, "concat1"),
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"batch", "seq", "heads"}, {target_name}, target_name),
                             "axis", 0);
-  b.Node("Reshape", {"x", "target1"}, {"split"}, "split_heads");
+  b.Node("Reshape", {"x", target_name}, {"split"}, "split_heads");
   OnnxModelBuilder::AttrInts(b.Node("Transpose", {"split"}, {"moved"}, "move_heads"), "perm",
                              {0, 2, 1, 3});
   OnnxModelBuilder::AttrInts(b.Node("Transpose", {"moved"}, {"back"}, "move_back"), "perm",
                              {0, 2, 1, 3});
+  return b;
+}
+
+// SplitHeadsAndBack, then back to [batch, seq * 8 / 8 * 2 / 2, 8]: the
+// second target is Concat(batch, -1, seq * 0 + 8), with Mul and Add on the
+// dims.
+std::string ReshapeModel() {
+  OnnxModelBuilder b = SplitHeadsAndBack("target1");
   b.Int64Initializer("zero", {0});
   b.Int64Initializer("eight", {8});
   b.Int64Initializer("minus_one", {-1});
@@ -359,19 +367,7 @@ std::vector<std::string> StepNodes(const std::vector<PlannedStep>& plan) {
 // is made, not per request; the Cast whose output the Add reads as data
 // (and the Slice and Expand, whose outputs it reads) keep their steps.
 std::string AllReadersModel() {
-  OnnxModelBuilder b(17);
-  b.NamedInput("x", {-1, -1, 8}, {"batch", "seq", ""});
-  b.NamedOutput("y", {-1, -1, 8}, {"batch", "seq", ""});
-  DimOf(b, "x", 0, "batch");
-  DimOf(b, "x", 1, "seq");
-  b.Int64Initializer("heads", {2, 4});
-  OnnxModelBuilder::AttrInt(b.Node("Concat", {"batch", "seq", "heads"}, {"target"}, "target"),
-                            "axis", 0);
-  b.Node("Reshape", {"x", "target"}, {"split"}, "split_heads");
-  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"split"}, {"moved"}, "move_heads"), "perm",
-                             {0, 2, 1, 3});
-  OnnxModelBuilder::AttrInts(b.Node("Transpose", {"moved"}, {"back"}, "move_back"), "perm",
-                             {0, 2, 1, 3});
+  OnnxModelBuilder b = SplitHeadsAndBack("target");
   b.Int64Initializer("minus_one", {-1});
   b.Int64Initializer("eight", {8});
   OnnxModelBuilder::AttrInt(
