@@ -508,8 +508,9 @@ def export(model, size, path, dynamic_axes=None, exporter="torchscript"):
     writes it to PATH with torch.onnx.export at the exporter's default
     opset: its TorchScript path, or with EXPORTER "dynamo" its
     torch.export-based one (dynamo=True; the dynamic axes as
-    dynamic_shapes, and the weights inside the file, as numaserve reads no
-    external data). Returns the eval module (for PyTorch's own outputs)."""
+    dynamic_shapes, and the weights in external data beside PATH, as it
+    writes them by default). Returns the eval module (for PyTorch's own
+    outputs)."""
     import torch
     torch.manual_seed(SEED)
     module = model.build(size).eval()
@@ -524,7 +525,7 @@ def export(model, size, path, dynamic_axes=None, exporter="torchscript"):
         if exporter == "dynamo":
             torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs,
                               dynamic_shapes=dynamic_shapes(module, inputs, axes),
-                              dynamo=True, external_data=False)
+                              dynamo=True, external_data=True)
         else:
             torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs,
                               dynamic_axes=axes, dynamo=False)

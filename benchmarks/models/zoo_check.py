@@ -163,9 +163,8 @@ def add_batched_copies(results, repo):
     for name, r in results.items():
         if r.export_error:
             continue
-        os.makedirs(os.path.join(repo, name + BATCHED, "1"))
-        shutil.copyfile(os.path.join(repo, name, "1", "model.onnx"),
-                        os.path.join(repo, name + BATCHED, "1", "model.onnx"))
+        # The whole version folder: model.onnx and any weights beside it.
+        shutil.copytree(os.path.join(repo, name, "1"), os.path.join(repo, name + BATCHED, "1"))
         with open(os.path.join(repo, name + BATCHED, "config.pbtxt"), "w") as f:
             f.write("max_batch_size: 8\n"
                     "dynamic_batching { max_queue_delay_microseconds: 100000 }\n")
@@ -404,7 +403,11 @@ def bench_one(model, shape, batch_only, work, binary, threads, seconds):
     full = dict(model.shapes)
     full["full"] = [shape]
     fixed = zoo.ZooModel(**{**model.__dict__, "shapes": full})
-    path = os.path.join(work, "%s_%s.onnx" % (model.name, "x".join(map(str, shape[1:])) or "b"))
+    # A folder per export: one past 2 GiB (the LLaMA decoder) keeps its
+    # weights beside model.onnx as external data.
+    folder = os.path.join(work, "%s_%s" % (model.name, "x".join(map(str, shape[1:])) or "b"))
+    os.makedirs(folder)
+    path = os.path.join(folder, "model.onnx")
     zoo.export(fixed, "full", path, dynamic_axes=batch_only)
     bounds = ",".join("%s=%d" % kv for kv in sorted(index_bounds(path).items()))
     runs = {"numaserve": [binary, "bench", "--model", path, "--batch", "1,8", "--threads",
@@ -426,4 +429,4 @@ def bench_one(model, shape, batch_only, work, binary, threads, seconds):
                 row = json.loads(line)
                 row.update(model=model.name, shape=shape[1:], engine=engine)
                 print(json.dumps(row), flush=True)
-    os.remove(path)
+    shutil.rmtree(folder)

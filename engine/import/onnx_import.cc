@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/import/constant_folding.h"
 #include "engine/import/control_flow.h"
+#include "engine/import/external_data.h"
 #include "engine/import/onnx_read.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/shape_propagation.h"
@@ -262,10 +263,10 @@ absl::Status CheckLayerNormStatistics(const onnx::ModelProto& model) {
   return absl::OkStatus();
 }
 
-// External data would be a path the model names: never followed, and
-// refused before libonnx's checker, which (1.17) reads such paths itself.
-// Initializers and the tensors of attributes (Constant's value), in every
-// subgraph.
+// External data left after LoadExternalData (none: it reads every such
+// tensor or fails) is refused before libonnx's checker, which (1.17)
+// would follow such paths itself. Initializers and the tensors of
+// attributes (Constant's value), in every subgraph.
 absl::Status RefuseExternalData(const onnx::GraphProto& g, int depth = 0) {
   constexpr int kMaxDepth = 64;  // nesting a hostile file may build
   if (depth > kMaxDepth) return absl::InvalidArgumentError("subgraphs nested too deep");
@@ -428,7 +429,10 @@ absl::Status ValidateNodes(Graph& graph) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOptions& options,
+// Each main-graph initializer's bytes are released from MODEL once the
+// graph holds them, so a model's weights are held twice only one tensor at
+// a time.
+absl::StatusOr<Graph> BuildGraph(onnx::ModelProto& model, const ImportOptions& options,
                                  FoldResult* folding) {
   Graph graph;
   Subgraphs subgraphs;
@@ -437,9 +441,10 @@ absl::StatusOr<Graph> BuildGraph(const onnx::ModelProto& model, const ImportOpti
   }
   const onnx::GraphProto& g = model.graph();
   absl::flat_hash_set<std::string> initializer_names;
-  for (const onnx::TensorProto& t : g.initializer()) {
+  for (onnx::TensorProto& t : *model.mutable_graph()->mutable_initializer()) {
     auto c = ReadConstant(t);
     if (!c.ok()) return c.status();
+    std::string().swap(*t.mutable_raw_data());
     const ValueId id = graph.GetOrAddValue(t.name());
     graph.value(id).type = c->type;
     graph.value(id).shape = c->shape;
@@ -523,6 +528,7 @@ absl::StatusOr<Graph> ImportUnguarded(const std::string& path, const ImportOptio
   // Unsupported ops first: the most useful message when there are any.
   if (absl::Status s = CheckOpsSupported(model.graph()); !s.ok()) return Prefix(path, s);
   if (absl::Status s = CheckAttributesForOnnx(model.graph()); !s.ok()) return Prefix(path, s);
+  if (absl::Status s = LoadExternalData(model, path); !s.ok()) return Prefix(path, s);
   if (absl::Status s = MakeKernelShapesExplicit(model.mutable_graph()); !s.ok()) {
     return Prefix(path, s);
   }

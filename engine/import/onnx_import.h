@@ -27,7 +27,9 @@ struct ImportOptions {
 // Hostile files fail with an error too, never an allocation or a crash: an
 // initializer's declared dims are checked (no negative dim, at most
 // kernels::kMaxTensorElements elements) against the bytes it holds before
-// anything is allocated, external data is refused, every shape computed at
+// anything is allocated, external data is read only from regular files in
+// the model's folder and at most each file's size from each
+// (external_data.h), every shape computed at
 // load is checked the same way (naming the node), and any exception from
 // parsing, checking or building (std::bad_alloc included) becomes a status.
 // Constant folding holds what it computes to a budget per graph (checked

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/ops/op_registry.h"
@@ -342,14 +343,50 @@ absl::StatusOr<Node> ReadNode(const onnx::NodeProto& proto, int index, Graph& gr
   return node;
 }
 
+namespace {
+
+// Constant's attribute as a tensor: `value` as it is, the scalar and list
+// forms (value_float(s), value_int(s)) as the 0-D or 1-D tensor they mean.
+absl::StatusOr<onnx::TensorProto> ConstantTensor(const onnx::AttributeProto& a) {
+  onnx::TensorProto t;
+  if (a.name() == "value" && a.has_t()) return a.t();
+  if (a.name() == "value_float" && a.type() == onnx::AttributeProto::FLOAT) {
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_float_data(a.f());
+  } else if (a.name() == "value_floats" && a.type() == onnx::AttributeProto::FLOATS) {
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_dims(a.floats_size());
+    *t.mutable_float_data() = a.floats();
+  } else if (a.name() == "value_int" && a.type() == onnx::AttributeProto::INT) {
+    t.set_data_type(onnx::TensorProto::INT64);
+    t.add_int64_data(a.i());
+  } else if (a.name() == "value_ints" && a.type() == onnx::AttributeProto::INTS) {
+    t.set_data_type(onnx::TensorProto::INT64);
+    t.add_dims(a.ints_size());
+    *t.mutable_int64_data() = a.ints();
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "attribute '", absl::CHexEscape(a.name()),
+        "' is not supported (supported: value, value_float, value_floats, value_int, value_ints)"));
+  }
+  return t;
+}
+
+}  // namespace
+
 absl::Status ReadConstantNode(const onnx::NodeProto& proto, Graph& graph, const NameScope& scope) {
   const std::string name = absl::StrCat(scope.prefix, proto.name());
-  if (proto.output_size() != 1 || proto.attribute_size() != 1 ||
-      proto.attribute(0).name() != "value" || !proto.attribute(0).has_t()) {
-    return absl::UnimplementedError(
-        absl::StrCat("node '", name, "' (op Constant): only the 'value' tensor form is supported"));
+  if (proto.output_size() != 1 || proto.attribute_size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", name, "' (op Constant): needs one output and exactly one value attribute"));
   }
-  auto c = ReadConstant(proto.attribute(0).t());
+  auto tensor = ConstantTensor(proto.attribute(0));
+  if (!tensor.ok()) {
+    return absl::Status(
+        tensor.status().code(),
+        absl::StrCat("node '", name, "' (op Constant): ", tensor.status().message()));
+  }
+  auto c = ReadConstant(*tensor);
   if (!c.ok()) {
     return absl::Status(c.status().code(),
                         absl::StrCat("node '", name, "' (op Constant): ", c.status().message()));

@@ -161,8 +161,24 @@ std::string ModelRepository::Fingerprint(const std::string& dir, const std::stri
       parts.push_back(absl::StrCat("config:", std::hash<std::string>{}(text.str())));
     }
   }
+  // Every file of every version folder (model.onnx, and the weights it
+  // keeps beside it as external data, in subfolders too), up to
+  // kMaxStampedFiles: a replaced weight file reloads the model as a
+  // replaced model.onnx does.
+  constexpr int kMaxStampedFiles = 4096;
+  int stamped = 0;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    if (entry.is_directory(ec)) stamp(entry.path() / "model.onnx");
+    if (!entry.is_directory(ec)) continue;
+    std::error_code walk;
+    for (auto it = fs::recursive_directory_iterator(entry.path(), walk);
+         !walk && it != fs::recursive_directory_iterator() && stamped < kMaxStampedFiles;
+         it.increment(walk)) {
+      std::error_code e;
+      if (it->is_regular_file(e)) {
+        stamp(it->path());
+        ++stamped;
+      }
+    }
   }
   std::sort(parts.begin(), parts.end());
   std::string all;

@@ -171,7 +171,7 @@ TEST(HostileInitializerTest, DimsWhoseProductWrapsToZeroAreAnError) {
   EXPECT_THAT(Message(graph.status()), HasSubstr("exceeds the limit"));
 }
 
-TEST(HostileInitializerTest, ExternalDataIsRefused) {
+TEST(HostileInitializerTest, ExternalDataOutsideTheModelsFolderIsRefused) {
   OnnxModelBuilder b = IdentityModel();
   onnx::TensorProto& t = AddRaw(b, "ext", onnx::TensorProto::FLOAT, {4}, "");
   t.set_data_location(onnx::TensorProto::EXTERNAL);
@@ -180,7 +180,9 @@ TEST(HostileInitializerTest, ExternalDataIsRefused) {
   entry->set_value("/etc/passwd");
   auto graph = ImportOnnxModel(b.Save("external"));
   ASSERT_FALSE(graph.ok());
-  EXPECT_THAT(Message(graph.status()), HasSubstr("'ext' uses external data"));
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(Message(graph.status()), HasSubstr("tensor 'ext' in external data '/etc/passwd'"));
+  EXPECT_THAT(Message(graph.status()), HasSubstr("an absolute path"));
 }
 
 TEST(HostileInitializerTest, AnInputWhoseRowExceedsTheLimitIsRefusedByName) {

@@ -53,6 +53,37 @@ TEST(OnnxImportTest, InitializerListedAsInputIsNotARuntimeInput) {
   EXPECT_EQ(graph->inputs().size(), 1u);
 }
 
+// Constant's scalar and list forms (as torch.onnx.export(dynamo=True) writes
+// them) are the 0-D and 1-D tensors they mean; other forms are refused by name.
+TEST(OnnxImportTest, ConstantsValueIntsAndValueFloatFormsAreRead) {
+  OnnxModelBuilder b;
+  b.Input("x", {-1, 4}).Output("y", {-1, 2, 2});
+  OnnxModelBuilder::AttrInts(b.Node("Constant", {}, {"target"}, "target"), "value_ints",
+                             {-1, 2, 2});
+  OnnxModelBuilder::AttrFloat(b.Node("Constant", {}, {"two"}, "two"), "value_float", 2.0f);
+  b.Node("Reshape", {"x", "target"}, {"r"}, "reshape");
+  b.Node("Mul", {"r", "two"}, {"y"}, "mul");
+  auto graph = ImportOnnxModel(b.Save("constant_forms"));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const Constant* target = graph->FindConstant(*graph->FindValue("target"));
+  ASSERT_NE(target, nullptr);
+  EXPECT_EQ(target->shape, (Shape{3}));
+  EXPECT_EQ(target->i64, (std::vector<int64_t>{-1, 2, 2}));
+  const Constant* two = graph->FindConstant(*graph->FindValue("two"));
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(two->shape, (Shape{}));
+  EXPECT_EQ(two->f32.data, std::vector<float>{2.0f});
+
+  OnnxModelBuilder words;
+  words.Input("x", {-1, 4}).Output("y", {-1, 4});
+  OnnxModelBuilder::AttrString(words.Node("Constant", {}, {"w"}, "words"), "value_string", "a");
+  words.Node("Identity", {"x"}, {"y"});
+  auto refused = ImportOnnxModel(words.Save("constant_string"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("node 'words' (op Constant): attribute 'value_string' is not supported"));
+}
+
 TEST(OnnxImportTest, MissingFileNamesThePath) {
   auto graph = ImportOnnxModel("/nonexistent/model.onnx");
   ASSERT_FALSE(graph.ok());

@@ -201,6 +201,20 @@ TEST_F(RepositoryTest, FingerprintFollowsNewVersionsAndConfigChanges) {
   EXPECT_EQ(ModelRepository::ListModels(dir_.string()), std::vector<std::string>{"mlp"});
 }
 
+TEST_F(RepositoryTest, FingerprintFollowsTheWeightsBesideTheModel) {
+  AddVersion("mlp", 1);
+  const fs::path weights = dir_ / "mlp" / "1" / "weights" / "model.onnx.data";
+  fs::create_directories(weights.parent_path());
+  {
+    std::ofstream(weights, std::ios::binary) << "0123";
+  }
+  const std::string before = ModelRepository::Fingerprint(dir_.string(), "mlp");
+  {
+    std::ofstream(weights, std::ios::binary | std::ios::trunc) << "01234567";
+  }
+  EXPECT_NE(ModelRepository::Fingerprint(dir_.string(), "mlp"), before);
+}
+
 TEST_F(RepositoryTest, FingerprintSeesAConfigEditOfTheSameSizeAndTime) {
   AddVersion("mlp", 1);
   WriteConfig("mlp", "max_batch_size: 8\n");
