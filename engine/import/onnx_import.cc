@@ -22,6 +22,7 @@
 #include "engine/import/control_flow.h"
 #include "engine/import/external_data.h"
 #include "engine/import/onnx_read.h"
+#include "engine/import/sequence_rewrite.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/shape_propagation.h"
 #include "engine/ops/typed_exec.h"
@@ -525,6 +526,17 @@ absl::StatusOr<Graph> ImportUnguarded(const std::string& path, const ImportOptio
   if (!model.ParseFromString(bytes.str())) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid ONNX protobuf"));
   }
+  // Sequences the engine does without (a SplitToSequence read at constant
+  // indices, a Loop carrying a sequence nothing reads), then what no output
+  // needs: ops the engine lacks may go with them.
+  int64_t opset = 0;
+  for (const auto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  }
+  if (absl::Status s = RewriteSplitToSequence(*model.mutable_graph(), opset); !s.ok()) {
+    return Prefix(path, s);
+  }
+  DropDeadNodes(*model.mutable_graph());
   // Unsupported ops first: the most useful message when there are any.
   if (absl::Status s = CheckOpsSupported(model.graph()); !s.ok()) return Prefix(path, s);
   if (absl::Status s = CheckAttributesForOnnx(model.graph()); !s.ok()) return Prefix(path, s);

@@ -256,7 +256,9 @@ TEST(HostileShapeTest, ConstantOfShapeWithHugeOrNegativeDimsIsAnError) {
            {"cos_huge", {int64_t{1} << 20, int64_t{1} << 20}}, {"cos_negative", {-5}}}) {
     OnnxModelBuilder b = IdentityModel();
     b.Int64Initializer("dims", dims);
-    b.Node("ConstantOfShape", {"dims"}, {"unused"}, "victim");
+    b.Node("ConstantOfShape", {"dims"}, {"filled"}, "victim");
+    // An output: a node no output needs is dropped before it is checked.
+    b.Output("filled", std::vector<int64_t>(dims.size(), kUnknownDim));
     ExpectNodeError(b, stem, "node 'victim' (op ConstantOfShape)", "the shape input");
   }
 }
@@ -267,7 +269,8 @@ TEST(HostileShapeTest, ConstantFoldingDoesNotAllocateBeyondItsCap) {
   // 128 MiB of constant at load.
   OnnxModelBuilder big = IdentityModel();
   big.Int64Initializer("dims", {int64_t{1} << 13, int64_t{1} << 12});
-  big.Node("ConstantOfShape", {"dims"}, {"unused"}, "big");
+  big.Node("ConstantOfShape", {"dims"}, {"filled"}, "big");
+  big.Output("filled", {kUnknownDim, kUnknownDim});
   auto graph = ImportOnnxModel(big.Save("cos_unfolded"));
   ASSERT_TRUE(graph.ok()) << graph.status();
   bool kept = false;
@@ -276,7 +279,8 @@ TEST(HostileShapeTest, ConstantFoldingDoesNotAllocateBeyondItsCap) {
   // A small one folds as before.
   OnnxModelBuilder small = IdentityModel();
   small.Int64Initializer("dims", {16, 16});
-  small.Node("ConstantOfShape", {"dims"}, {"unused"}, "small");
+  small.Node("ConstantOfShape", {"dims"}, {"filled"}, "small");
+  small.Output("filled", {kUnknownDim, kUnknownDim});
   graph = ImportOnnxModel(small.Save("cos_folded"));
   ASSERT_TRUE(graph.ok()) << graph.status();
   for (const Node& node : graph->nodes()) EXPECT_NE(node.name, "small");
@@ -516,8 +520,9 @@ TEST(HostileShapeTest, ConcatPastTheLimitIsAnError) {
   b.Initializer("one", kernels::Tensor({1}, {1.0f}));
   b.Int64Initializer("n", {(int64_t{1} << 30) + 1});
   b.Node("Expand", {"one", "n"}, {"big"}, "expand");
-  auto& c = b.Node("Concat", {"big", "big"}, {"unused"}, "victim");
+  auto& c = b.Node("Concat", {"big", "big"}, {"joined"}, "victim");
   OnnxModelBuilder::AttrInt(c, "axis", 0);
+  b.Output("joined", {kUnknownDim});
   ExpectNodeError(b, "concat_huge", "node 'victim' (op Concat)", "exceeds the limit");
 }
 

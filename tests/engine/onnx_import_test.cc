@@ -75,7 +75,7 @@ TEST(OnnxImportTest, ConstantsValueIntsAndValueFloatFormsAreRead) {
   EXPECT_EQ(two->f32.data, std::vector<float>{2.0f});
 
   OnnxModelBuilder words;
-  words.Input("x", {-1, 4}).Output("y", {-1, 4});
+  words.Input("x", {-1, 4}).Output("y", {-1, 4}).Output("w", {}, onnx::TensorProto::STRING);
   OnnxModelBuilder::AttrString(words.Node("Constant", {}, {"w"}, "words"), "value_string", "a");
   words.Node("Identity", {"x"}, {"y"});
   auto refused = ImportOnnxModel(words.Save("constant_string"));
