@@ -478,6 +478,17 @@ class RowAnalysis {
   // A Slice of rows on axis `axis` of its rank-`rank` input: why that
   // combines rows (a step other than 1 on the row axis reorders them), or "".
   std::string SliceCombinesRows(const Node& node, int axis, int rank) const {
+    // Starts, axes and steps the graph computes from shapes (half a head,
+    // from the head's size) are read as they are at one row, where they are
+    // the same at every count.
+    ShapeValues same;
+    for (size_t i = 1; i < node.inputs.size(); ++i) {
+      const ValueId v = node.inputs[i];
+      if (v != kNoValue && !graph_.IsGraphConstant(v) && SameAtEveryCount(v)) {
+        same.emplace(v, values_[0].at(v));
+      }
+    }
+    const ScopedShapeValues scope(&graph_, &same);
     auto starts = ops::IntsFromAttrOrInput(graph_, node, "starts", 1);
     auto axes = ops::IntsFromAttrOrInput(graph_, node, "axes", 3);
     auto steps = ops::ConstInts(graph_, node, 4, "steps");

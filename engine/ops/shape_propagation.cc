@@ -59,6 +59,55 @@ bool IsBatchDim(const Value& v, size_t d, const std::set<std::string>& non_batch
          !non_batch_names.contains(v.dim_names[d]);
 }
 
+namespace {
+
+absl::Status PropagateInto(const Graph& graph, const std::vector<Shape>& input_shapes,
+                           ShapeValues& values, std::vector<Shape>& shapes, bool lenient);
+
+// Where an output names a dim as an input's dynamic dim (a decoder's
+// attention mask [batch, total_sequence] and its present keys [batch,
+// heads, total_sequence, head_dim]) the two are one size in every run, and
+// the graph may compute the output's from other dims (past + sequence):
+// SHAPES' dims of that name take the size the graph computes, until the
+// probe is one the model can run (at most kRounds propagations).
+void AlignDimsNamedByOutputs(const Graph& graph, const std::set<std::string>& non_batch,
+                             std::vector<Shape>& shapes) {
+  constexpr int kRounds = 4;
+  std::vector<std::pair<ValueId, size_t>> named;  // outputs' dims of an input's dim name
+  for (ValueId id : graph.outputs()) {
+    const Value& v = graph.value(id);
+    for (size_t d = 0; d < v.dim_names.size(); ++d) {
+      if (non_batch.contains(v.dim_names[d])) named.emplace_back(id, d);
+    }
+  }
+  if (named.empty()) return;
+  for (int round = 0; round < kRounds; ++round) {
+    // Lenient: where the probe is not yet one the model runs (the mask's
+    // Mul with the attention scores fails), present's size still computes.
+    ShapeValues values;
+    std::vector<Shape> computed;
+    if (!PropagateInto(graph, shapes, values, computed, /*lenient=*/true).ok()) return;
+    std::map<std::string, int64_t> sizes;
+    for (const auto& [id, d] : named) {
+      const Shape& out = computed[id];
+      if (d < out.size() && out[d] > 0) sizes.emplace(graph.value(id).dim_names[d], out[d]);
+    }
+    bool changed = false;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Value& v = graph.value(graph.inputs()[i]);
+      for (size_t d = 0; d < shapes[i].size() && d < v.dim_names.size(); ++d) {
+        const auto it = sizes.find(v.dim_names[d]);
+        if (v.shape[d] >= 0 || it == sizes.end() || shapes[i][d] == it->second) continue;
+        shapes[i][d] = it->second;
+        changed = true;
+      }
+    }
+    if (!changed) return;
+  }
+}
+
+}  // namespace
+
 std::vector<Shape> ProbeInputShapesAtRows(const Graph& graph, int which, int64_t rows) {
   const std::set<std::string> non_batch = NonBatchDimNames(graph);
   std::vector<Shape> shapes;
@@ -70,6 +119,7 @@ std::vector<Shape> ProbeInputShapesAtRows(const Graph& graph, int which, int64_t
     }
     shapes.push_back(std::move(s));
   }
+  AlignDimsNamedByOutputs(graph, non_batch, shapes);
   return shapes;
 }
 
@@ -180,9 +230,14 @@ absl::StatusOr<std::vector<Shape>> PropagateShapes(const Graph& graph,
   return PropagateShapesAndValues(graph, input_shapes, values);
 }
 
-absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
-                                                            const std::vector<Shape>& input_shapes,
-                                                            ShapeValues& values) {
+namespace {
+
+// PropagateShapesAndValues into SHAPES (by ValueId; empty where not
+// computed). LENIENT: a node that cannot be computed (its inputs unknown,
+// its shapes refused) is skipped and its outputs stay unknown, so that what
+// does not depend on it is still computed; its status is not returned.
+absl::Status PropagateInto(const Graph& graph, const std::vector<Shape>& input_shapes,
+                           ShapeValues& values, std::vector<Shape>& shapes, bool lenient) {
   values.clear();
   int64_t total = 0;  // elements of VALUES
   const ScopedShapeValues scope(&graph, &values);
@@ -190,7 +245,7 @@ absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
     return absl::InvalidArgumentError(absl::StrCat("expected ", graph.inputs().size(),
                                                    " input shapes, got ", input_shapes.size()));
   }
-  std::vector<Shape> shapes(graph.num_values());
+  shapes.assign(graph.num_values(), Shape());
   std::vector<bool> known(graph.num_values(), false);
   // Every shape is checked (no negative dim, at most kMaxTensorElements
   // elements), so the shape functions' arithmetic on them never overflows
@@ -212,29 +267,35 @@ absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
     known[id] = true;
   }
   for (const Node& node : graph.nodes()) {
+    absl::Status failed = absl::OkStatus();
     const OpSchema* schema = FindOpSchema(node.op_type);
     if (schema == nullptr) {
       return absl::UnimplementedError(absl::StrCat(node.Describe(), " is not supported"));
     }
     std::vector<const Shape*> in;
     for (ValueId v : node.inputs) {
-      if (v != kNoValue && !known[v]) {
-        return absl::InvalidArgumentError(
+      if (v != kNoValue && !known[v] && failed.ok()) {
+        failed = absl::InvalidArgumentError(
             absl::StrCat(node.Describe(), ": input '", graph.value(v).name, "' is never computed"));
       }
       in.push_back(v == kNoValue ? nullptr : &shapes[v]);
     }
-    if (ReadsShapeValue(node, values)) {
-      if (absl::Status s = schema->validate(graph, node); !s.ok()) return s;
-    }
-    auto out = schema->infer_shapes(graph, node, in);
-    if (!out.ok()) return out.status();
-    for (size_t i = 0; i < node.outputs.size() && i < out->size(); ++i) {
+    if (failed.ok() && ReadsShapeValue(node, values)) failed = schema->validate(graph, node);
+    absl::StatusOr<std::vector<Shape>> out = failed.ok()
+                                                 ? schema->infer_shapes(graph, node, in)
+                                                 : absl::StatusOr<std::vector<Shape>>(failed);
+    for (size_t i = 0; out.ok() && i < node.outputs.size() && i < out->size(); ++i) {
       if (auto n = kernels::NumElementsChecked((*out)[i]); !n.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": output '",
-                                                       graph.value(node.outputs[i]).name,
-                                                       "': ", n.status().message()));
+        out = absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": output '",
+                                                      graph.value(node.outputs[i]).name,
+                                                      "': ", n.status().message()));
       }
+    }
+    if (!out.ok()) {
+      if (lenient) continue;
+      return out.status();
+    }
+    for (size_t i = 0; i < node.outputs.size() && i < out->size(); ++i) {
       shapes[node.outputs[i]] = (*out)[i];
       known[node.outputs[i]] = true;
     }
@@ -247,10 +308,23 @@ absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
     }
   }
   for (ValueId id : graph.outputs()) {
-    if (!known[id]) {
+    if (!known[id] && !lenient) {
       return absl::InvalidArgumentError(
           absl::StrCat("output '", graph.value(id).name, "' is never computed"));
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Shape>> PropagateShapesAndValues(const Graph& graph,
+                                                            const std::vector<Shape>& input_shapes,
+                                                            ShapeValues& values) {
+  std::vector<Shape> shapes;
+  if (absl::Status s = PropagateInto(graph, input_shapes, values, shapes, /*lenient=*/false);
+      !s.ok()) {
+    return s;
   }
   return shapes;
 }

@@ -30,7 +30,10 @@ bool HasDynamicNonBatchDims(const Graph& graph);
 // that no dim besides a dim 0 has (pos [seq, hidden] beside x [batch, seq,
 // hidden]: pos's dim 0 is 'seq', not the batch). A dim that differs between the two follows a
 // dynamic dim. Probe 0 of a model whose only dynamic dims are dims 0 is InputShapesForBatch(graph,
-// 1).
+// 1). A dim an output names as an input's takes the size the graph computes
+// for the output's (a decoder's mask [batch, total_sequence] the size of its
+// present keys' total_sequence, past + sequence), so that the probe is a
+// signature the model runs.
 inline constexpr int64_t kProbeDims[2] = {64, 96};
 std::vector<Shape> ProbeInputShapes(const Graph& graph, int which);
 // Probe `which`'s shapes with the batch at `rows`.

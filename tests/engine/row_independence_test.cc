@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "engine/import/onnx_import.h"
 #include "engine/model.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/shape_propagation.h"
@@ -378,6 +379,44 @@ TEST(RowIndependenceTest, RowsInterleavedWithTheSequenceKeepApart) {
   const ModelInfo across = Inspect(Interleaved(/*back=*/false), "interleaved_across");
   EXPECT_FALSE(across.batched);
   EXPECT_THAT(across.unbatched_reason, HasSubstr("'across' (op Reshape) reshapes"));
+}
+
+// A decoder's step as exporters write it: x [batch, sequence, 4] new
+// tokens, past [batch, past_sequence, 4], mask [batch, total_sequence];
+// present = Concat(past, x) [batch, total_sequence, 4] (the output names
+// the mask's dim), y = the second half of present * mask's last axis, half
+// computed from its shape as LLaMA's rotate_half is. The probes give
+// total_sequence the size the graph computes for present's (past +
+// sequence), so the model loads, and its rows keep apart where the slice's
+// start is a value of the shape (not folded at load: at the fold sizes the
+// mask's dim has a size of its own, and the Mul fails), so its requests
+// batch.
+TEST(RowIndependenceTest, ADimAnOutputNamesAsAnInputsTakesTheComputedSize) {
+  OnnxModelBuilder b;
+  b.NamedInput("x", {-1, kUnknownDim, 4}, {"batch", "sequence", ""});
+  b.NamedInput("past", {-1, kUnknownDim, 4}, {"batch", "past_sequence", ""});
+  b.NamedInput("mask", {-1, kUnknownDim}, {"batch", "total_sequence"});
+  b.NamedOutput("present", {-1, kUnknownDim, 4}, {"batch", "total_sequence", ""});
+  b.NamedOutput("y", {-1, kUnknownDim, 2}, {"batch", "total_sequence", ""});
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"past", "x"}, {"present"}, "append"), "axis", 1);
+  b.Int64Initializer("last", {-1});
+  b.Node("Unsqueeze", {"mask", "last"}, {"mask3"}, "mask3");
+  b.Node("Mul", {"present", "mask3"}, {"masked"}, "masked");
+  b.Node("Shape", {"masked"}, {"shape"}, "shape");
+  b.Int64Initializer("two", {2});
+  OnnxModelBuilder::AttrInt(b.Node("Gather", {"shape", "two"}, {"width"}, "width"), "axis", 0);
+  b.Node("Div", {"width", "two"}, {"half"}, "half");
+  b.Int64Initializer("end", {int64_t{1} << 62});
+  b.Node("Slice", {"masked", "half", "end", "two"}, {"y"}, "second_half");
+  const std::string path = b.Save("decoder_past");
+  auto graph = ImportOnnxModel(path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (int which : {0, 1}) {
+    const std::vector<Shape> probe = ProbeInputShapes(*graph, which);
+    EXPECT_EQ(probe[2][1], probe[0][1] + probe[1][1]) << which;
+  }
+  const ModelInfo info = Inspect(b, "decoder_past_info");
+  EXPECT_TRUE(info.batched) << info.unbatched_reason;
 }
 
 TEST(RowIndependenceTest, StaticModelHasNoReasonToLog) {

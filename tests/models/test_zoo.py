@@ -104,13 +104,16 @@ class ZooTest(unittest.TestCase):
     def test_requests_batched_together_answer_as_one(self):
         """Every model the server takes with max_batch_size 8 (its rows
         found apart at load), the transformers' encoders among them since
-        their padding mask's flat-index lookup is understood: the first
+        their padding mask's flat-index lookup is understood, and the
+        decoders with past key/values since the probes keep their mask as
+        long as past + sequence: the first
         shape's rows sent at once, one request each (a 100 ms queue delay
         puts them in one batch), answered as ONNX Runtime answers the whole
         batch."""
         batched = {n for n, r in self.results.items() if r.loaded and r.batched}
         self.assertTrue({"resnet50", "bert_base", "distilbert", "roberta", "t5_encoder",
-                         "swin_t", "vit_b_16"} <= batched, sorted(batched))
+                         "swin_t", "vit_b_16", "gpt2_past", "llama_past"} <= batched,
+                        sorted(batched))
         for name in sorted(batched):
             r = self.results[name]
             self.assertIsInstance(r.together_error, float, "%s: %s" % (name, r.together_error))
