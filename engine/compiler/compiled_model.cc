@@ -26,6 +26,7 @@
 #include "affinity/memory_policy.h"
 #include "base/mutex.h"
 #include "engine/compiler/compiled_model_impl.h"
+#include "engine/compiler/concat_step.h"
 
 namespace numaserve::engine::internal {
 
@@ -59,6 +60,7 @@ CompiledModelImpl::Lowerings() {
       {"GlobalAveragePool", &CompiledModelImpl::LowerPool},
       {"GlobalMaxPool", &CompiledModelImpl::LowerPool},
       {"Transpose", &CompiledModelImpl::LowerTranspose},
+      {"Concat", &CompiledModelImpl::LowerConcat},
       {"ReduceSum", &CompiledModelImpl::LowerReduce},
       {"ReduceMean", &CompiledModelImpl::LowerReduce},
       {"ReduceMax", &CompiledModelImpl::LowerReduce},
@@ -186,6 +188,22 @@ absl::StatusOr<bool> CompiledModelImpl::LowerTranspose(const LowerContext& c) {
     if (p < 0) p += static_cast<int64_t>(perm.size());
   }
   plan_.steps.push_back(std::make_unique<TransposeStep>(perm, in, out, node.name));
+  return true;
+}
+
+absl::StatusOr<bool> CompiledModelImpl::LowerConcat(const LowerContext& c) {
+  const Node& node = graph_.nodes()[c.node_index];
+  if (node.outputs.size() != 1 || node.inputs.empty()) return AddReferenceStep(c.node_index);
+  const ValueId out = node.outputs[0];
+  // FP32 only: the integer concats of shapes stay on the typed reference.
+  bool fp32 = graph_.value(out).type == DataType::kFloat32;
+  for (ValueId v : node.inputs)
+    fp32 = fp32 && v != kNoValue && graph_.value(v).type == DataType::kFloat32;
+  const int64_t rank = static_cast<int64_t>(c.shapes1[out].size());
+  int64_t axis = node.GetInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (!fp32 || rank == 0 || axis < 0 || axis >= rank) return AddReferenceStep(c.node_index);
+  plan_.steps.push_back(std::make_unique<ConcatStep>(node.inputs, axis, out, node.name));
   return true;
 }
 

@@ -255,6 +255,7 @@ class CompiledModelImpl final : public CompiledModel {
   absl::StatusOr<bool> LowerPool(const LowerContext& c);
   // Transpose as a strided copy.
   absl::StatusOr<bool> LowerTranspose(const LowerContext& c);
+  absl::StatusOr<bool> LowerConcat(const LowerContext& c);
   // ReduceSum/Mean/Max/Min over trailing axes, else the reference; false with several outputs.
   absl::StatusOr<bool> LowerReduce(const LowerContext& c);
   // LayerNormalization over the last axis with constant scale and bias, else

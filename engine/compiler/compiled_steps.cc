@@ -363,16 +363,33 @@ const BinaryStep::Plan& BinaryStep::PlanFor(const std::vector<Shape>& shapes) {
 
 namespace {
 
+// N elements of one run: a and b advancing by KA and KB (1, or 0 for one
+// value repeated), known here so that the loop vectorizes.
+template <kernels::BinaryKind kKind, int kA, int kB>
+void BinarySegment(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = kernels::ApplyBinary(kKind, a[i * kA], b[i * kB]);
+}
+
+// y = a (op) b over OUTER runs of INNER elements. The threads split the
+// OUTER * INNER elements evenly (a scalar times a whole tensor is one run:
+// split too), each walking its share run by run.
 template <kernels::BinaryKind kKind>
 void BinaryRun(const float* a, const float* b, float* y, int64_t outer, int64_t inner,
                int64_t a_step, int64_t b_step, const int64_t* ao, const int64_t* bo) {
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < outer; ++o) {
-    const float* ap = a + ao[o];
-    const float* bp = b + bo[o];
-    float* yp = y + o * inner;
-    for (int64_t i = 0; i < inner; ++i) {
-      yp[i] = kernels::ApplyBinary(kKind, ap[i * a_step], bp[i * b_step]);
+  const int64_t total = outer * inner;  // the output's elements: within the limit per tensor
+  if (total == 0) return;
+  const auto segment =
+      a_step == 1 ? (b_step == 1 ? &BinarySegment<kKind, 1, 1> : &BinarySegment<kKind, 1, 0>)
+                  : (b_step == 1 ? &BinarySegment<kKind, 0, 1> : &BinarySegment<kKind, 0, 0>);
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t begin = total * id / threads, end = total * (id + 1) / threads;
+    int64_t o = begin / inner, i = begin % inner;
+    for (int64_t left = end - begin; left > 0; ++o, i = 0) {
+      const int64_t n = std::min(inner - i, left);
+      segment(a + ao[o] + i * a_step, b + bo[o] + i * b_step, y + o * inner + i, n);
+      left -= n;
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,23 +60,40 @@ std::optional<Ints> TensorInts(const onnx::TensorProto& t) {
   return out;
 }
 
-std::optional<Ints> ConstantInts(const onnx::GraphProto& g, const std::string& name) {
-  for (const onnx::TensorProto& t : g.initializer()) {
-    if (t.name() == name) return TensorInts(t);
-  }
-  for (const onnx::NodeProto& n : g.node()) {
-    if (n.op_type() != "Constant" || n.output_size() != 1 || n.output(0) != name ||
-        n.attribute_size() != 1) {
-      continue;
+// G's constants by name (initializers, Constant nodes), and each value's
+// readers (node, input slot): built once per graph, so that a file of many
+// SplitToSequence nodes costs time in proportion to its size.
+struct GraphIndex {
+  std::map<std::string, const onnx::TensorProto*> initializers;
+  std::map<std::string, const onnx::NodeProto*> constant_nodes;
+  std::map<std::string, std::vector<std::pair<int, int>>> readers;
+
+  explicit GraphIndex(const onnx::GraphProto& g) {
+    for (const onnx::TensorProto& t : g.initializer()) initializers.emplace(t.name(), &t);
+    for (int i = 0; i < g.node_size(); ++i) {
+      const onnx::NodeProto& n = g.node(i);
+      if (n.op_type() == "Constant" && n.output_size() == 1) {
+        constant_nodes.emplace(n.output(0), &n);
+      }
+      for (int s = 0; s < n.input_size(); ++s) {
+        if (!n.input(s).empty()) readers[n.input(s)].emplace_back(i, s);
+      }
     }
-    const onnx::AttributeProto& a = n.attribute(0);
+  }
+
+  std::optional<Ints> ConstantInts(const std::string& name) const {
+    if (auto it = initializers.find(name); it != initializers.end()) return TensorInts(*it->second);
+    auto it = constant_nodes.find(name);
+    if (it == constant_nodes.end() || it->second->attribute_size() != 1) return std::nullopt;
+    const onnx::AttributeProto& a = it->second->attribute(0);
     if (a.name() == "value" && a.has_t()) return TensorInts(a.t());
     if (a.name() == "value_int") return Ints{{a.i()}, true};
-    if (a.name() == "value_ints") return Ints{{a.ints().begin(), a.ints().end()}, false};
+    if (a.name() == "value_ints" && a.ints_size() <= 4096) {
+      return Ints{{a.ints().begin(), a.ints().end()}, false};
+    }
     return std::nullopt;
   }
-  return std::nullopt;
-}
+};
 
 // The rank and the size of dim AXIS of NAME where the model states them.
 std::optional<std::pair<int64_t, int64_t>> StatedDim(const onnx::GraphProto& g,
@@ -131,7 +149,8 @@ void NamesOf(const onnx::GraphProto& g, std::set<std::string>& out) {
 }
 
 absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<std::string>& used,
-                        const std::set<std::string>& read_by_subgraphs) {
+                        const std::set<std::string>& read_by_subgraphs, const GraphIndex& found,
+                        onnx::GraphProto& added) {
   onnx::NodeProto& split = *g.mutable_node(index);
   if (split.output_size() != 1 || split.input_size() < 1) return absl::OkStatus();
   const std::string seq = split.output(0);
@@ -141,12 +160,13 @@ absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<
   }
   // Every reader a SequenceAt at a constant index.
   std::vector<std::pair<int, int64_t>> readers;  // node, index
-  for (int i = 0; i < g.node_size(); ++i) {
-    const onnx::NodeProto& n = g.node(i);
-    for (int s = 0; s < n.input_size(); ++s) {
-      if (n.input(s) != seq) continue;
-      if (n.op_type() != "SequenceAt" || s != 0 || n.input_size() != 2) return absl::OkStatus();
-      const auto at = ConstantInts(g, n.input(1));
+  if (auto it = found.readers.find(seq); it != found.readers.end()) {
+    for (const auto& [i, slot] : it->second) {
+      const onnx::NodeProto& n = g.node(i);
+      if (n.op_type() != "SequenceAt" || slot != 0 || n.input_size() != 2 || n.output_size() != 1) {
+        return absl::OkStatus();
+      }
+      const auto at = found.ConstantInts(n.input(1));
       if (!at || !at->scalar) return absl::OkStatus();
       readers.emplace_back(i, at->values[0]);
     }
@@ -156,7 +176,7 @@ absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<
   std::vector<int64_t> sizes;
   std::optional<Ints> given;
   if (has_split) {
-    given = ConstantInts(g, split.input(1));
+    given = found.ConstantInts(split.input(1));
     if (!given) return absl::OkStatus();
   }
   if (given && !given->scalar) {
@@ -194,7 +214,7 @@ absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<
   if (opset >= 13) {
     const std::string name = FreshName(used, stem + "_sizes");
     used.insert(name);
-    onnx::TensorProto* t = g.add_initializer();
+    onnx::TensorProto* t = added.add_initializer();
     t->set_name(name);
     t->set_data_type(onnx::TensorProto::INT64);
     t->add_dims(parts);
@@ -226,7 +246,7 @@ absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<
       n.set_op_type("Squeeze");
       const std::string axes = FreshName(used, stem + "_axes");
       used.insert(axes);
-      onnx::TensorProto* t = g.add_initializer();
+      onnx::TensorProto* t = added.add_initializer();
       t->set_name(axes);
       t->set_data_type(onnx::TensorProto::INT64);
       t->add_dims(1);
@@ -254,13 +274,25 @@ absl::Status RewriteIn(onnx::GraphProto& g, int64_t opset, int depth) {
       }
     }
   }
+  std::vector<int> splits;
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& n = g.node(i);
-    if (n.op_type() != "SplitToSequence" || !(n.domain().empty() || n.domain() == "ai.onnx")) {
-      continue;
+    if (n.op_type() == "SplitToSequence" && (n.domain().empty() || n.domain() == "ai.onnx")) {
+      splits.push_back(i);
     }
-    if (absl::Status s = RewriteOne(g, i, opset, used, read_by_subgraphs); !s.ok()) return s;
   }
+  if (splits.empty()) return absl::OkStatus();
+  // The index holds pointers into G's nodes and initializers: the rewrites
+  // change nodes in place and keep the initializers they make in ADDED,
+  // appended once all are done.
+  const GraphIndex found(g);
+  onnx::GraphProto added;  // initializers the rewrites make, appended at the end
+  for (int i : splits) {
+    if (absl::Status s = RewriteOne(g, i, opset, used, read_by_subgraphs, found, added); !s.ok()) {
+      return s;
+    }
+  }
+  for (const onnx::TensorProto& t : added.initializer()) *g.add_initializer() = t;
   return absl::OkStatus();
 }
 
@@ -282,21 +314,25 @@ std::set<std::string> Reads(const onnx::NodeProto& n) {
 }
 
 // Marks the nodes of G that LIVE (names needed) depends on, adding what
-// they read to LIVE; by node.
+// they read to LIVE; by node. A worklist from each needed name to the node
+// writing it: linear in the graph, whatever order its nodes are in.
 std::vector<char> MarkLive(const onnx::GraphProto& g, std::set<std::string>& live) {
+  std::map<std::string, int> writer;
+  for (int i = 0; i < g.node_size(); ++i) {
+    for (const std::string& o : g.node(i).output()) {
+      if (!o.empty()) writer.emplace(o, i);
+    }
+  }
   std::vector<char> marked(static_cast<size_t>(g.node_size()), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int i = g.node_size() - 1; i >= 0; --i) {
-      if (marked[static_cast<size_t>(i)]) continue;
-      const onnx::NodeProto& n = g.node(i);
-      bool needed = false;
-      for (const std::string& o : n.output()) needed = needed || (!o.empty() && live.contains(o));
-      if (!needed) continue;
-      marked[static_cast<size_t>(i)] = 1;
-      const std::set<std::string> reads = Reads(n);
-      live.insert(reads.begin(), reads.end());
-      changed = true;
+  std::vector<std::string> pending(live.begin(), live.end());
+  while (!pending.empty()) {
+    const std::string name = std::move(pending.back());
+    pending.pop_back();
+    const auto it = writer.find(name);
+    if (it == writer.end() || marked[static_cast<size_t>(it->second)]) continue;
+    marked[static_cast<size_t>(it->second)] = 1;
+    for (const std::string& read : Reads(g.node(it->second))) {
+      if (live.insert(read).second) pending.push_back(read);
     }
   }
   return marked;

@@ -131,35 +131,6 @@ Tensor UnaryRef(const UnaryParams& p, const Tensor& x) {
   return y;
 }
 
-float ApplyBinary(BinaryKind kind, float a, float b) {
-  switch (kind) {
-    case BinaryKind::kAdd:
-      return a + b;
-    case BinaryKind::kSub:
-      return a - b;
-    case BinaryKind::kMul:
-      return a * b;
-    case BinaryKind::kDiv:
-      return a / b;
-    case BinaryKind::kPow:
-      return static_cast<float>(std::pow(static_cast<double>(a), static_cast<double>(b)));
-    case BinaryKind::kMin:
-      return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
-    case BinaryKind::kMax:
-      return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
-    case BinaryKind::kPRelu:
-      return a >= 0.0f ? a : a * b;
-    case BinaryKind::kFmod:
-      return std::fmod(a, b);
-    case BinaryKind::kMod: {
-      float r = std::fmod(a, b);
-      if (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) r += b;
-      return r;
-    }
-  }
-  return a;
-}
-
 std::vector<int64_t> BroadcastOffsets(const Shape& in_shape, const Shape& out_shape) {
   const size_t rank = out_shape.size();
   const Shape padded = PadShapeLeft(in_shape, rank);

@@ -2,6 +2,8 @@
 // numpy-broadcasting binary ops, Where, and variadic Min/Max/Sum/Mean.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -63,7 +65,35 @@ Tensor UnaryRef(const UnaryParams& p, const Tensor& x);
 
 enum class BinaryKind { kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kPRelu, kMod, kFmod };
 
-float ApplyBinary(BinaryKind kind, float a, float b);
+// Inline, so that a loop over one kind compiles to that operation alone.
+inline float ApplyBinary(BinaryKind kind, float a, float b) {
+  switch (kind) {
+    case BinaryKind::kAdd:
+      return a + b;
+    case BinaryKind::kSub:
+      return a - b;
+    case BinaryKind::kMul:
+      return a * b;
+    case BinaryKind::kDiv:
+      return a / b;
+    case BinaryKind::kPow:
+      return static_cast<float>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+    case BinaryKind::kMin:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case BinaryKind::kMax:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case BinaryKind::kPRelu:
+      return a >= 0.0f ? a : a * b;
+    case BinaryKind::kFmod:
+      return std::fmod(a, b);
+    case BinaryKind::kMod: {
+      float r = std::fmod(a, b);
+      if (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) r += b;
+      return r;
+    }
+  }
+  return a;
+}
 
 // For every element of `out_shape` (row-major), the offset of the element of
 // `in_shape` (broadcastable to it) that maps to it.

@@ -317,5 +317,44 @@ TEST(CompiledOpsTest, BroadcastBinaryOps) {
   }
 }
 
+// A scalar times a whole tensor (GPT-2's keys scaled before the scores) is
+// one run of the binary loop: split across the threads, and the same answer.
+TEST(CompiledOpsTest, AScalarTimesATensorMatchesTheReference) {
+  for (const char* op : {"Mul", "Sub", "Div"}) {
+    OnnxModelBuilder b(13);
+    b.Input("a", {-1, 3, 4, 5}).Output("y", {-1, 3, 4, 5});
+    b.Initializer("s", kernels::Tensor({}, {0.125F}));
+    b.Node("Abs", {"a"}, {"aa"});
+    b.Node(op, {"aa", "s"}, {"t"});
+    b.Node(op, {"s", "t"}, {"y"});
+    CompileOptions threaded;  // every step on every thread, however small
+    threaded.serial_below_flops = 0;
+    threaded.serial_below_elements = 0;
+    ExpectCompiledMatchesReference(op, b.Save("scalar_binary"), {1, 7}, 1e-10, threaded);
+  }
+}
+
+// FP32 Concat runs as copies (a decoder's past keys and the new ones), on
+// the last axis and an inner one; at batch 1 an axis-1 concat has fewer
+// outer indices than threads, so each block is split between them.
+TEST(CompiledOpsTest, ConcatRunsAsCopiesMatchingTheReference) {
+  OnnxModelBuilder b(13);
+  b.Input("x", {-1, 3, 4}).Input("p", {-1, 2, 4}).Input("q", {-1, 3, 2});
+  b.Output("along_inner", {-1, 5, 4}).Output("along_last", {-1, 3, 6});
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"p", "x"}, {"along_inner"}, "inner"), "axis", 1);
+  OnnxModelBuilder::AttrInt(b.Node("Concat", {"x", "q"}, {"along_last"}, "last"), "axis", -1);
+  const std::string path = b.Save("concat_copies");
+  CompileOptions threaded;  // every step on every thread, however small
+  threaded.serial_below_flops = 0;
+  threaded.serial_below_elements = 0;
+  ExpectCompiledMatchesReference("concat", path, {1, 2, 5}, 1e-12, threaded);  // copies: exact
+  auto model = CompiledModel::Load(path, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string plan = (*model)->DescribePlan();
+  EXPECT_THAT(plan, HasSubstr("concat: inner"));
+  EXPECT_THAT(plan, HasSubstr("concat: last"));
+  EXPECT_THAT(plan, ::testing::Not(HasSubstr("reference")));
+}
+
 }  // namespace
 }  // namespace numaserve::engine
