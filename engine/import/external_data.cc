@@ -8,7 +8,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/errno_text.h"
 #include "engine/import/onnx_read.h"
 #include "engine/ir/types.h"
 #include "kernels/tensor.h"
@@ -59,7 +59,7 @@ class ExternalFiles {
     char resolved[PATH_MAX];
     if (realpath(dir.c_str(), resolved) == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("cannot resolve the model's folder '", dir, "': ", std::strerror(errno)));
+          absl::StrCat("cannot resolve the model's folder '", dir, "': ", base::ErrnoText(errno)));
     }
     ExternalFiles files;
     files.dir_ = resolved;
@@ -84,7 +84,7 @@ class ExternalFiles {
     char resolved[PATH_MAX];
     if (realpath(joined.c_str(), resolved) == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("no such file beside the model (", joined, "): ", std::strerror(errno)));
+          absl::StrCat("no such file beside the model (", joined, "): ", base::ErrnoText(errno)));
     }
     const std::string real = resolved;
     if (real.compare(0, dir_.size() + 1, dir_ + "/") != 0) {
@@ -113,7 +113,8 @@ absl::Status ReadRegion(const DataFile& f, int64_t offset, int64_t bytes, std::s
   const Descriptor fd(open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   struct stat st{};
   if (fd.get() < 0 || fstat(fd.get(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open '", f.path, "': ", std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open '", f.path, "': ", base::ErrnoText(errno)));
   }
   if (!S_ISREG(st.st_mode) || st.st_size != f.size) {
     return absl::DataLossError(absl::StrCat("'", f.path, "' changed while the model loaded"));
@@ -126,7 +127,7 @@ absl::Status ReadRegion(const DataFile& f, int64_t offset, int64_t bytes, std::s
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       return absl::DataLossError(absl::StrCat("reading bytes at ", offset + done, ": ",
-                                              n < 0 ? std::strerror(errno) : "the file shrank"));
+                                              n < 0 ? base::ErrnoText(errno) : "the file shrank"));
     }
     done += n;
   }

@@ -148,6 +148,85 @@ void NamesOf(const onnx::GraphProto& g, std::set<std::string>& out) {
   for (const auto& n : g.node()) out.insert(n.output().begin(), n.output().end());
 }
 
+// At most this many parts: a Split of more is no export's.
+constexpr int64_t kMaxParts = 4096;
+
+// The SequenceAt readers of SEQ (node, index), each at a constant index;
+// nullopt where any reader is something else.
+std::optional<std::vector<std::pair<int, int64_t>>> SequenceReaders(const onnx::GraphProto& g,
+                                                                    const std::string& seq,
+                                                                    const GraphIndex& found) {
+  std::vector<std::pair<int, int64_t>> readers;
+  const auto it = found.readers.find(seq);
+  if (it == found.readers.end()) return readers;
+  for (const auto& [i, slot] : it->second) {
+    const onnx::NodeProto& n = g.node(i);
+    if (n.op_type() != "SequenceAt" || slot != 0 || n.input_size() != 2 || n.output_size() != 1) {
+      return std::nullopt;
+    }
+    const auto at = found.ConstantInts(n.input(1));
+    if (!at || !at->scalar) return std::nullopt;
+    readers.emplace_back(i, at->values[0]);
+  }
+  return readers;
+}
+
+// The sizes of SPLIT's parts along AXIS: its `split` input's where that is
+// a list, else chunks of its scalar (or 1) over the axis's stated size;
+// none where they are not known here (a dynamic dim, a runtime split).
+absl::StatusOr<std::vector<int64_t>> PartSizes(const onnx::GraphProto& g,
+                                               const onnx::NodeProto& split, int64_t axis,
+                                               const GraphIndex& found) {
+  int64_t chunk = 1;
+  if (split.input_size() > 1 && !split.input(1).empty()) {
+    const std::optional<Ints> given = found.ConstantInts(split.input(1));
+    if (!given.has_value()) return std::vector<int64_t>();
+    if (!given->scalar) return given->values;  // at most 4096 (TensorInts)
+    chunk = given->values[0];
+  }
+  const auto dim = StatedDim(g, split.input(0), axis);
+  if (!dim.has_value()) return std::vector<int64_t>();
+  if (chunk <= 0 || (dim->second - 1) / chunk + 1 > kMaxParts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", split.name(), "' (op SplitToSequence): chunks of ", chunk,
+                     " over a dim of ", dim->second, " are not 1 to ", kMaxParts, " parts"));
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t left = dim->second; left > 0; left -= chunk) sizes.push_back(std::min(chunk, left));
+  return sizes;
+}
+
+// Each SequenceAt of READERS becomes an Identity of its part (a Squeeze of
+// AXIS where SQUEEZE: keepdims=0 without a split).
+void ReplaceReaders(onnx::GraphProto& g, const std::vector<std::pair<int, int64_t>>& readers,
+                    const std::vector<std::string>& parts, bool squeeze, int64_t axis,
+                    int64_t opset, const std::string& stem, std::set<std::string>& used,
+                    onnx::GraphProto& added) {
+  const int64_t count = static_cast<int64_t>(parts.size());
+  for (const auto& [node, at] : readers) {
+    onnx::NodeProto& n = *g.mutable_node(node);
+    n.clear_input();
+    n.clear_attribute();
+    n.add_input(parts[static_cast<size_t>(at < 0 ? at + count : at)]);
+    if (!squeeze) {
+      n.set_op_type("Identity");
+    } else if (opset >= 13) {
+      n.set_op_type("Squeeze");
+      const std::string axes = FreshName(used, stem + "_axes");
+      used.insert(axes);
+      onnx::TensorProto* t = added.add_initializer();
+      t->set_name(axes);
+      t->set_data_type(onnx::TensorProto::INT64);
+      t->add_dims(1);
+      t->add_int64_data(axis);
+      n.add_input(axes);
+    } else {
+      n.set_op_type("Squeeze");
+      AddInts(n, "axes", {axis});
+    }
+  }
+}
+
 absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<std::string>& used,
                         const std::set<std::string>& read_by_subgraphs, const GraphIndex& found,
                         onnx::GraphProto& added) {
@@ -158,43 +237,14 @@ absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<
   for (const auto& o : g.output()) {
     if (o.name() == seq) return absl::OkStatus();
   }
-  // Every reader a SequenceAt at a constant index.
-  std::vector<std::pair<int, int64_t>> readers;  // node, index
-  if (auto it = found.readers.find(seq); it != found.readers.end()) {
-    for (const auto& [i, slot] : it->second) {
-      const onnx::NodeProto& n = g.node(i);
-      if (n.op_type() != "SequenceAt" || slot != 0 || n.input_size() != 2 || n.output_size() != 1) {
-        return absl::OkStatus();
-      }
-      const auto at = found.ConstantInts(n.input(1));
-      if (!at || !at->scalar) return absl::OkStatus();
-      readers.emplace_back(i, at->values[0]);
-    }
-  }
+  const auto found_readers = SequenceReaders(g, seq, found);
+  if (!found_readers.has_value()) return absl::OkStatus();
+  const std::vector<std::pair<int, int64_t>>& readers = *found_readers;
   const int64_t axis = IntAttribute(split, "axis", 0);
-  const bool has_split = split.input_size() > 1 && !split.input(1).empty();
-  std::vector<int64_t> sizes;
-  std::optional<Ints> given;
-  if (has_split) {
-    given = found.ConstantInts(split.input(1));
-    if (!given) return absl::OkStatus();
-  }
-  if (given && !given->scalar) {
-    sizes = given->values;
-  } else {
-    const auto dim = StatedDim(g, split.input(0), axis);
-    if (!dim) return absl::OkStatus();  // a dynamic dim: the parts' count is not known here
-    const int64_t chunk = given ? given->values[0] : 1;
-    if (chunk <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("node '", split.name(),
-                                                     "' (op SplitToSequence): split ", chunk,
-                                                     " is not a positive size"));
-    }
-    for (int64_t left = dim->second; left > 0; left -= chunk)
-      sizes.push_back(std::min(chunk, left));
-  }
+  auto found_sizes = PartSizes(g, split, axis, found);
+  if (!found_sizes.ok()) return found_sizes.status();
+  const std::vector<int64_t>& sizes = *found_sizes;
   if (sizes.empty()) return absl::OkStatus();
-  const bool squeeze = !has_split && IntAttribute(split, "keepdims", 1) == 0;
   const int64_t parts = static_cast<int64_t>(sizes.size());
   for (const auto& [node, at] : readers) {
     if (at < -parts || at >= parts) {
@@ -203,6 +253,8 @@ absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<
                        parts, " parts node '", split.name(), "' (op SplitToSequence) makes"));
     }
   }
+  const bool squeeze =
+      (split.input_size() < 2 || split.input(1).empty()) && IntAttribute(split, "keepdims", 1) == 0;
   // The Split, its sizes and its parts.
   const std::string stem = split.name().empty() ? seq : split.name();
   const std::string x = split.input(0);
@@ -233,30 +285,7 @@ absl::Status RewriteOne(onnx::GraphProto& g, int index, int64_t opset, std::set<
     used.insert(part_names.back());
     split.add_output(part_names.back());
   }
-  // Each SequenceAt: its part (squeezed where keepdims=0 asked for it).
-  for (const auto& [node, at] : readers) {
-    onnx::NodeProto& n = *g.mutable_node(node);
-    const std::string out = n.output(0);
-    n.clear_input();
-    n.clear_attribute();
-    n.add_input(part_names[static_cast<size_t>(at < 0 ? at + parts : at)]);
-    if (!squeeze) {
-      n.set_op_type("Identity");
-    } else if (opset >= 13) {
-      n.set_op_type("Squeeze");
-      const std::string axes = FreshName(used, stem + "_axes");
-      used.insert(axes);
-      onnx::TensorProto* t = added.add_initializer();
-      t->set_name(axes);
-      t->set_data_type(onnx::TensorProto::INT64);
-      t->add_dims(1);
-      t->add_int64_data(axis);
-      n.add_input(axes);
-    } else {
-      n.set_op_type("Squeeze");
-      AddInts(n, "axes", {axis});
-    }
-  }
+  ReplaceReaders(g, readers, part_names, squeeze, axis, opset, stem, used, added);
   return absl::OkStatus();
 }
 

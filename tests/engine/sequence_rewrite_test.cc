@@ -22,7 +22,7 @@ using ::testing::HasSubstr;
 using testing::OnnxModelBuilder;
 using P = onnx::TensorProto;
 
-TypedTensor F32(Shape shape, std::vector<float> v) {
+TypedTensor F32(Shape shape, const std::vector<float>& v) {
   return TypedTensor::FromValues(DataType::kFloat32, std::move(shape), v);
 }
 
