@@ -118,6 +118,22 @@ TEST(SequenceRewriteTest, AnIndexPastThePartsIsRefusedNamingTheNodes) {
               HasSubstr("node 'take1' (op SequenceAt): index 2 of the 2 parts node 'split_x'"));
 }
 
+TEST(SequenceRewriteTest, MorePartsThanAnExportMakesIsRefusedBeforeAnyIsMade) {
+  // Chunks of 1 over a stated dim of 2^40: an error naming the node, not
+  // 2^40 sizes.
+  OnnxModelBuilder b;
+  b.Input("x", {-1, int64_t{1} << 40});
+  OnnxModelBuilder::AttrInt(b.Node("SplitToSequence", {"x"}, {"parts"}, "split_x"), "axis", 1);
+  Int64Scalar(b, "at", 0);
+  b.Node("SequenceAt", {"parts", "at"}, {"y"}, "take");
+  b.Output("y", {-1, testing::kUnknownDim});
+  auto graph = ImportOnnxModel(b.Save("split_huge"));
+  ASSERT_FALSE(graph.ok());
+  EXPECT_THAT(std::string(graph.status().message()),
+              HasSubstr("node 'split_x' (op SplitToSequence): chunks of 1 over a dim of "
+                        "1099511627776 are not 1 to 4096 parts"));
+}
+
 TEST(SequenceRewriteTest, AChunkOfADynamicDimStaysASequenceAndIsRefused) {
   auto b = SplitModel({2}, true, {0}, false);
   auto graph = ImportOnnxModel(b.Save("split_dynamic"));
