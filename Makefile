@@ -103,7 +103,8 @@ test-asan: deps
 # (~15 min of the full build's ~25 on 2 cores) and runs them once, not again
 # on the AVX2 tier. Tests of targets not built show up as <target>_NOT_BUILT.
 ASAN_CI_TARGETS = tests/serving/all tests/base/all tests/training/all tests/fuzz/all \
-  engine_onnx_import_test engine_hostile_model_test engine_model_info_test
+  engine_onnx_import_test engine_hostile_model_test engine_model_info_test \
+  engine_external_data_test engine_sequence_rewrite_test
 test-asan-ci:
 	@$(MAKE) --no-print-directory test-asan ASAN_TARGETS='$(ASAN_CI_TARGETS)' \
 	  ASAN_CTEST_ARGS="-LE 'integration|models|avx2|threads16|docs|lint' -E '_NOT_BUILT|$(ASAN_EXCLUDE)'"
