@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
@@ -50,24 +51,14 @@ class Descriptor {
   int fd_;
 };
 
-// The model's folder, resolved, and the files seen in it.
+// The model's folder, resolved when first needed, and the files seen in it.
 class ExternalFiles {
  public:
-  static absl::StatusOr<ExternalFiles> ForModel(const std::string& model_path) {
-    const size_t slash = model_path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : model_path.substr(0, slash + 1);
-    char resolved[PATH_MAX];
-    if (realpath(dir.c_str(), resolved) == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot resolve the model's folder '", dir, "': ", base::ErrnoText(errno)));
-    }
-    ExternalFiles files;
-    files.dir_ = resolved;
-    return files;
-  }
+  explicit ExternalFiles(std::string model_path) : model_path_(std::move(model_path)) {}
 
   // The file at LOCATION, relative to the model's folder and confined to it.
   absl::StatusOr<DataFile*> Find(const std::string& location) {
+    if (absl::Status s = ResolveFolder(); !s.ok()) return s;
     if (location.empty() || location.find('\0') != std::string::npos) {
       return absl::InvalidArgumentError("an empty location");
     }
@@ -104,7 +95,22 @@ class ExternalFiles {
   }
 
  private:
-  std::string dir_;
+  // The model's folder, resolved once, when a tensor first names a file.
+  absl::Status ResolveFolder() {
+    if (!dir_.empty()) return absl::OkStatus();
+    const size_t slash = model_path_.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : model_path_.substr(0, slash + 1);
+    char resolved[PATH_MAX];
+    if (realpath(dir.c_str(), resolved) == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot resolve the model's folder '", dir, "': ", base::ErrnoText(errno)));
+    }
+    dir_ = resolved;
+    return absl::OkStatus();
+  }
+
+  std::string model_path_;
+  std::string dir_;  // resolved; empty until then
   std::map<std::string, DataFile> files_;
 };
 
@@ -233,33 +239,11 @@ absl::Status LoadGraph(onnx::GraphProto& g, ExternalFiles& files, int depth) {
   return absl::OkStatus();
 }
 
-bool AnyExternal(const onnx::GraphProto& g, int depth) {
-  if (depth > kMaxDepth) return true;  // LoadGraph says why
-  for (const onnx::TensorProto& t : g.initializer()) {
-    if (UsesExternalData(t)) return true;
-  }
-  for (const onnx::NodeProto& n : g.node()) {
-    for (const onnx::AttributeProto& a : n.attribute()) {
-      if (a.has_t() && UsesExternalData(a.t())) return true;
-      for (const onnx::TensorProto& t : a.tensors()) {
-        if (UsesExternalData(t)) return true;
-      }
-      if (a.has_g() && AnyExternal(a.g(), depth + 1)) return true;
-      for (const onnx::GraphProto& sub : a.graphs()) {
-        if (AnyExternal(sub, depth + 1)) return true;
-      }
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 absl::Status LoadExternalData(onnx::ModelProto& model, const std::string& model_path) {
-  if (!AnyExternal(model.graph(), 0)) return absl::OkStatus();
-  auto files = ExternalFiles::ForModel(model_path);
-  if (!files.ok()) return files.status();
-  return LoadGraph(*model.mutable_graph(), *files, 0);
+  ExternalFiles files(model_path);
+  return LoadGraph(*model.mutable_graph(), files, 0);
 }
 
 }  // namespace numaserve::engine

@@ -264,37 +264,6 @@ absl::Status CheckLayerNormStatistics(const onnx::ModelProto& model) {
   return absl::OkStatus();
 }
 
-// External data left after LoadExternalData (none: it reads every such
-// tensor or fails) is refused before libonnx's checker, which (1.17)
-// would follow such paths itself. Initializers and the tensors of
-// attributes (Constant's value), in every subgraph.
-absl::Status RefuseExternalData(const onnx::GraphProto& g, int depth = 0) {
-  constexpr int kMaxDepth = 64;  // nesting a hostile file may build
-  if (depth > kMaxDepth) return absl::InvalidArgumentError("subgraphs nested too deep");
-  auto refuse = [](const onnx::TensorProto& t) {
-    return absl::UnimplementedError(
-        absl::StrCat("initializer '", t.name(), "' uses external data, which is not supported"));
-  };
-  for (const onnx::TensorProto& t : g.initializer()) {
-    if (UsesExternalData(t)) return refuse(t);
-  }
-  for (const onnx::NodeProto& n : g.node()) {
-    for (const onnx::AttributeProto& a : n.attribute()) {
-      if (a.has_t() && UsesExternalData(a.t())) return refuse(a.t());
-      for (const onnx::TensorProto& t : a.tensors()) {
-        if (UsesExternalData(t)) return refuse(t);
-      }
-      if (a.has_g()) {
-        if (absl::Status s = RefuseExternalData(a.g(), depth + 1); !s.ok()) return s;
-      }
-      for (const onnx::GraphProto& sub : a.graphs()) {
-        if (absl::Status s = RefuseExternalData(sub, depth + 1); !s.ok()) return s;
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 // A LayerNormalization asking for its statistics inside a subgraph (an
 // If's branch, a Loop's body) is refused: CheckLayerNormStatistics checks
 // their axis in the main graph only.
@@ -315,7 +284,6 @@ absl::Status RefuseStatisticsInSubgraphs(const onnx::GraphProto& g, bool nested)
 }
 
 absl::Status CheckAndInfer(onnx::ModelProto& model) {
-  if (absl::Status s = RefuseExternalData(model.graph()); !s.ok()) return s;
   if (absl::Status s = RefuseStatisticsInSubgraphs(model.graph(), false); !s.ok()) return s;
   if (absl::Status s = CheckLayerNormStatistics(model); !s.ok()) return s;
   return CheckAndInferAsIs(model);
